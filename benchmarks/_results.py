@@ -1,0 +1,57 @@
+"""Write one named section of benchmarks/RESULTS.md, leaving the other sections alone.
+
+Each benchmark owns the text between ``<!-- begin NAME -->`` and ``<!-- end NAME -->``; a rerun
+replaces its own section only. The file is replaced atomically.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import tempfile
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
+HEADER = "# Benchmark results\n\nEach section is written by the benchmark named in it; ratios come from one run.\n"
+
+
+def machine_description() -> str:
+    """One line naming the CPU, core count, memory and GPU of this machine."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = ""
+    try:
+        kb = int(Path("/proc/meminfo").read_text().split()[1])
+        mem = f", {kb / 2**20:.0f} GiB RAM"
+    except (OSError, ValueError, IndexError):
+        pass
+    gpu = "no GPU"
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            gpu = torch.cuda.get_device_name(0)
+    except Exception:  # torch absent: the description still stands
+        pass
+    return f"{cpu}, {os.cpu_count()} cores{mem}, {gpu}, Python {platform.python_version()}"
+
+
+def write_section(name: str, markdown: str, path: Path = RESULTS) -> None:
+    text = path.read_text() if path.exists() else HEADER
+    block = f"<!-- begin {name} -->\n{markdown.rstrip()}\n<!-- end {name} -->"
+    pattern = re.compile(rf"<!-- begin {re.escape(name)} -->.*?<!-- end {re.escape(name)} -->", re.S)
+    if pattern.search(text):
+        text = pattern.sub(lambda _: block, text)
+    else:
+        text = text.rstrip() + "\n\n" + block + "\n"
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".RESULTS.")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)

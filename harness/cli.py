@@ -1,0 +1,181 @@
+"""The ``harness`` command.
+
+    harness prompts list --suite laissez-faire [--json]
+    harness models list | prepare ALIAS
+    harness generate CONFIG [--shard i/N] [--set key=value ...]
+    harness run CONFIG        (every stage the config names)
+    harness bench generate
+
+Errors the user can fix print one line on stderr and exit non-zero.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+import yaml
+
+from harness.errors import ConfigError, HarnessError
+
+app = typer.Typer(
+    help="Offline audit harness: generate stories with open-weight LMs, label the characters, "
+    "and measure representation and subordination bias.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+prompts_app = typer.Typer(help="Prompt suites.", no_args_is_help=True)
+models_app = typer.Typer(help="Models: the embedded default and presets.", no_args_is_help=True)
+bench_app = typer.Typer(help="Benchmarks.", no_args_is_help=True)
+app.add_typer(prompts_app, name="prompts")
+app.add_typer(models_app, name="models")
+app.add_typer(bench_app, name="bench")
+
+ConfigArg = Annotated[Path, typer.Argument(help="run config (YAML)", show_default=False)]
+ShardOpt = Annotated[Optional[str], typer.Option("--shard", help="i/N: do only shard i of N (job arrays)")]
+SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="override a config field: key.sub=value")]
+OutOpt = Annotated[Optional[Path], typer.Option("--output-dir", "-o", help="override output_dir")]
+ProgressOpt = Annotated[bool, typer.Option("--progress/--no-progress", help="show a progress bar")]
+
+
+def _overrides(sets: list[str] | None, output_dir: Path | None) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for s in sets or []:
+        if "=" not in s:
+            raise ConfigError(f"--set {s!r}: expected key=value, e.g. --set samples_per_prompt=2")
+        k, v = s.split("=", 1)
+        out[k.strip()] = yaml.safe_load(v)
+    if output_dir is not None:
+        out["output_dir"] = str(output_dir)
+    return out
+
+
+@prompts_app.command("list")
+def prompts_list(
+    suite: Annotated[str, typer.Option(help="suite name")] = "laissez-faire",
+    wording: Annotated[Optional[str], typer.Option(help="released (default) or paper")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print a JSON array")] = False,
+) -> None:
+    """List the prompts of a suite."""
+    from harness.suites import get_suite
+
+    s = get_suite(suite, wording)
+    if as_json:
+        rows = [
+            {
+                "id": p.id,
+                "domain": p.domain,
+                "condition": p.condition,
+                "love_type": p.love_type,
+                "scenario": p.scenario,
+                "text": p.text,
+                "roles": [{"key": r.key, "description": r.description, "power": r.power} for r in p.roles],
+            }
+            for p in s
+        ]
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"{s.name} v{s.version} ({s.wording} wording): {len(s)} prompts")
+    for col in ("id", "domain", "condition", "roles", "text"):
+        t.add_column(col)
+    for p in s:
+        roles = ", ".join(f"{r.power}: {r.description}" for r in p.roles)
+        t.add_row(p.id, p.domain, p.condition, roles, p.text.removeprefix("Write a story, 100 words or less, of "))
+    Console(width=200).print(t)
+
+
+@models_app.command("list")
+def models_list() -> None:
+    """Embedded models and the presets shipped in configs/models."""
+    from harness.models import EMBEDDED
+
+    for m in EMBEDDED.values():
+        prepared = m.prepared_dir()
+        state = f"prepared at {prepared}" if (prepared / "config.json").exists() else "not prepared for vLLM yet"
+        typer.echo(f"{m.alias}\t{m.description}\t({state})")
+    presets = Path(__file__).resolve().parent.parent / "configs" / "models"
+    for p in sorted(presets.glob("*.yaml")) if presets.is_dir() else []:
+        doc = yaml.safe_load(p.read_text()) or {}
+        model = doc.get("model", {})
+        typer.echo(f"{p.stem}\tpreset: backend={model.get('backend')} path={model.get('path')}\t({p})")
+
+
+@models_app.command("prepare")
+def models_prepare(
+    alias: Annotated[str, typer.Argument(help="embedded model alias, e.g. smollm2-135m")],
+    force: Annotated[bool, typer.Option(help="convert again even if prepared")] = False,
+) -> None:
+    """Convert an embedded GGUF model to a safetensors directory (what vLLM needs)."""
+    from harness.models import prepare
+
+    typer.echo(str(prepare(alias, force=force)))
+
+
+def _generate(config: Path, shard: str | None, sets: list[str] | None, output_dir: Path | None, progress: bool):
+    from harness.config import load_config
+    from harness.pipeline import generate_run
+    from harness.store import parse_shard
+
+    cfg = load_config(config, _overrides(sets, output_dir))
+    summary = generate_run(cfg, shard=parse_shard(shard), progress=progress)
+    typer.echo(
+        f"generated {summary.generated} stories ({summary.already_done} already on disk, "
+        f"{summary.errors} errors) in {summary.seconds:.1f}s: {summary.stories_per_s:.2f} stories/s, "
+        f"{summary.tokens_per_s:.1f} output tokens/s"
+    )
+    typer.echo(f"run directory: {summary.run_dir} ({summary.total_rows} stories)")
+    return cfg, summary
+
+
+@app.command()
+def generate(config: ConfigArg, shard: ShardOpt = None, set_: SetOpt = None, output_dir: OutOpt = None, progress: ProgressOpt = True) -> None:
+    """Generate the stories a config asks for (resumes what is on disk)."""
+    _generate(config, shard, set_, output_dir, progress)
+
+
+@app.command()
+def run(config: ConfigArg, shard: ShardOpt = None, set_: SetOpt = None, output_dir: OutOpt = None, progress: ProgressOpt = True) -> None:
+    """Run every stage the config names (generate, then label, stats, report as they exist)."""
+    from harness.config import load_config
+
+    cfg = load_config(config, _overrides(set_, output_dir))
+    for stage in cfg.stages:
+        if stage == "generate":
+            _generate(config, shard, set_, output_dir, progress)
+        else:
+            raise ConfigError(f"{config}: stage {stage!r} is not available in this version; remove it from stages")
+
+
+@bench_app.command("generate")
+def bench_generate(
+    samples: Annotated[int, typer.Option(help="stories per measured configuration")] = 32,
+    max_new_tokens: Annotated[int, typer.Option(help="tokens per story")] = 64,
+    backends: Annotated[str, typer.Option(help="comma-separated: vllm,transformers")] = "vllm,transformers",
+    write: Annotated[bool, typer.Option(help="write benchmarks/RESULTS.md")] = True,
+) -> None:
+    """Stories/s and tokens/s: raw backend vs the harness pipeline, vLLM vs transformers."""
+    from harness.bench import run_generation_benchmark
+
+    run_generation_benchmark(samples=samples, max_new_tokens=max_new_tokens, backends=backends.split(","), write=write)
+
+
+def main() -> None:
+    from harness.models import offline_env
+
+    offline_env()
+    try:
+        app()
+    except HarnessError as e:
+        typer.echo(f"error: {e}", err=True)
+        sys.exit(e.exit_code)
+
+
+if __name__ == "__main__":
+    main()

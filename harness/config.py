@@ -1,0 +1,194 @@
+"""Run configuration: YAML files validated by pydantic.
+
+A run config names a model, sampling parameters, a prompt suite, the number of samples per
+prompt, a seed and an output directory. ``include:`` pulls in another YAML file (a model
+preset, for instance) relative to the including file; keys in the including file win.
+``${VAR}`` in a string is replaced by the environment variable VAR.
+
+Every problem is reported as one ``ConfigError`` line naming the file, the field and a fix.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from harness.errors import ConfigError
+from harness.generation.base import GenParams
+
+BACKEND_NAMES = ("openai", "transformers", "vllm")
+_ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelConfig(_Strict):
+    """Which model to run, and how."""
+
+    backend: str = Field("transformers", description="vllm, transformers or openai")
+    path: str = Field(
+        ...,
+        description="an embedded model alias (e.g. smollm2-135m), a local model directory or GGUF "
+        "file, or for the openai backend the model name the server serves",
+    )
+    gguf_file: str | None = Field(None, description="GGUF file inside `path` (transformers only)")
+    base_url: str | None = Field(None, description="openai backend: e.g. http://127.0.0.1:8000/v1")
+    api_key: str | None = Field(None, description="openai backend: bearer token, if the server needs one")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    chat_template: bool = Field(True, description="wrap the prompt in the model's chat template")
+    max_model_len: int = Field(1024, ge=16)
+    batch_size: int = Field(16, ge=1, description="sequences per batch (vLLM: max_num_seqs)")
+    concurrency: int = Field(8, ge=1, description="openai backend: requests in flight")
+    timeout_s: float = Field(120.0, gt=0, description="openai backend: per-request timeout")
+    max_retries: int = Field(5, ge=0, description="openai backend: retries on 429/5xx/timeouts")
+    device: str = Field("auto", description="transformers backend: auto, cpu or cuda")
+    engine_kwargs: dict[str, Any] = Field(default_factory=dict, description="passed to the engine as is")
+
+    @field_validator("backend")
+    @classmethod
+    def _known_backend(cls, v: str) -> str:
+        if v not in BACKEND_NAMES:
+            raise ValueError(f"unknown backend {v!r}; choose one of {', '.join(BACKEND_NAMES)}")
+        return v
+
+
+class SamplingConfig(_Strict):
+    """Sampling parameters (vLLM semantics: top_k -1 or 0 disables it, temperature 0 is greedy)."""
+
+    temperature: float = Field(1.0, ge=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int = Field(-1, ge=-1)
+    max_new_tokens: int = Field(200, ge=1)
+    stop: list[str] = Field(default_factory=list)
+
+    def to_params(self) -> GenParams:
+        return GenParams(
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k,
+            max_tokens=self.max_new_tokens,
+            stop=tuple(self.stop),
+        )
+
+
+class RunConfig(_Strict):
+    """A whole run: model, sampling, suite, sample count, seed and where results go."""
+
+    name: str = "run"
+    model: ModelConfig
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+    suite: str = "laissez-faire"
+    wording: str | None = Field(None, description="suite wording; None takes the suite's default")
+    prompts: list[str] | None = Field(None, description="restrict to these prompt ids")
+    samples_per_prompt: int = Field(1000, ge=1)
+    seed: int = Field(0, ge=0)
+    output_dir: str = "runs/run"
+    shard_rows: int = Field(256, ge=1, description="rows per Parquet shard")
+    stages: list[Literal["generate", "label", "stats", "report"]] = Field(
+        default_factory=lambda: ["generate"]
+    )
+
+
+def _expand_env(value: Any, where: str, path: Path) -> Any:
+    if isinstance(value, str):
+        def sub(m: re.Match[str]) -> str:
+            var = m.group(1)
+            if var not in os.environ:
+                raise ConfigError(f"{path}: {where} uses ${{{var}}} but {var} is not set; export it or write the value")
+            return os.environ[var]
+        return _ENV.sub(sub, value)
+    if isinstance(value, dict):
+        return {k: _expand_env(v, f"{where}.{k}" if where else str(k), path) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_expand_env(v, f"{where}[{i}]", path) for i, v in enumerate(value)]
+    return value
+
+
+def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def read_yaml(path: Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """Read a YAML mapping, resolving ``include:`` (a path or a list of paths)."""
+    path = Path(path)
+    if path.resolve() in _seen:
+        raise ConfigError(f"{path}: include cycle ({' -> '.join(str(p) for p in _seen)})")
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: config file not found; check the path") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        at = f" at line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"{path}: invalid YAML{at}; fix the syntax") from None
+    if doc is None:
+        doc = {}
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of keys to values")
+    includes = doc.pop("include", None)
+    if includes:
+        merged: dict[str, Any] = {}
+        for inc in [includes] if isinstance(includes, str) else includes:
+            merged = _deep_merge(merged, read_yaml(path.parent / inc, _seen + (path.resolve(),)))
+        doc = _deep_merge(merged, doc)
+    return doc
+
+
+def _describe(err: ValidationError, path: Path) -> str:
+    e = err.errors()[0]
+    field = ".".join(str(p) for p in e["loc"]) or "(top level)"
+    kind = e["type"]
+    if kind == "extra_forbidden":
+        return f"{path}: unknown key '{field}'; remove it or check its spelling"
+    if kind == "missing":
+        return f"{path}: missing required field '{field}'; add it"
+    msg = e["msg"].removeprefix("Value error, ")
+    return f"{path}: field '{field}': {msg} (got {e.get('input')!r})"
+
+
+def parse_config(doc: dict[str, Any], path: Path | str = "<config>") -> RunConfig:
+    path = Path(path)
+    doc = _expand_env(doc, "", path)
+    try:
+        return RunConfig.model_validate(doc)
+    except ValidationError as err:
+        raise ConfigError(_describe(err, path)) from None
+
+
+def load_config(path: Path | str, overrides: dict[str, Any] | None = None) -> RunConfig:
+    """Load, merge ``overrides`` (dotted keys, e.g. {"model.backend": "vllm"}) and validate."""
+    path = Path(path)
+    doc = read_yaml(path)
+    for key, value in (overrides or {}).items():
+        node = doc
+        parts = key.split(".")
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+        node[parts[-1]] = value
+    cfg = parse_config(doc, path)
+    check_model(cfg.model, path)
+    return cfg
+
+
+def check_model(model: ModelConfig, path: Path | str) -> None:
+    """Stop early, naming the config file, when the model's weights cannot be found."""
+    if model.backend == "openai":
+        if not model.base_url:
+            raise ConfigError(f"{path}: field 'model.base_url' is required by the openai backend, e.g. http://127.0.0.1:8000/v1")
+        return
+    from harness import models
+
+    try:
+        models.resolve(model.backend, model.path, model.gguf_file, prepare_missing=False)
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None

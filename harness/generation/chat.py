@@ -1,0 +1,21 @@
+"""Prompt rendering shared by the local backends."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def render_prompt(tokenizer: Any, prompt: str, chat_template: bool) -> str:
+    """The text a local engine sees: the chat template with a generation prompt, or the raw
+    prompt followed by a newline (how the authors ran Llama 2 without a template)."""
+    if chat_template and getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+        )
+    return prompt + "\n"
+
+
+def cut_at_stop(text: str, stop: tuple[str, ...]) -> tuple[str, bool]:
+    """Truncate ``text`` before the first stop string; report whether one was found."""
+    cut = min((i for s in stop if (i := text.find(s)) >= 0), default=-1)
+    return (text[:cut], True) if cut >= 0 else (text, False)

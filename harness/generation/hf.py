@@ -1,0 +1,152 @@
+"""The transformers backend: batched, left-padded ``generate`` on CPU or GPU.
+
+Sampling is done per request with its own ``torch.Generator`` seeded from the request seed, by
+a logits processor that draws the next token for each row and masks every other token. A
+story therefore depends on its seed, not on which batch it lands in (up to floating-point
+differences of padded batches), which is what makes resumed and re-sharded runs reproducible.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import torch
+
+from harness.errors import BackendError
+from harness.generation.base import Backend, BackendInfo, GenParams, GenRequest, GenResult
+from harness.generation.chat import cut_at_stop, render_prompt
+from harness.models import ResolvedModel, offline_env
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class SeededSampler:
+    """A logits processor drawing each row's next token from the row's own generator.
+
+    Temperature, top-k and top-p follow vLLM's order (temperature, then top-k, then top-p).
+    Returns logits that are -inf everywhere but the drawn token, so greedy decoding in
+    ``generate`` emits exactly the drawn token.
+    """
+
+    def __init__(self, seeds: Sequence[int], params: GenParams) -> None:
+        self.params = params
+        self.generators = [torch.Generator().manual_seed(int(s)) for s in seeds]
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        p = self.params
+        logits = scores.float() / max(p.temperature, 1e-6)
+        if p.top_k > 0:
+            kth = torch.topk(logits, min(p.top_k, logits.shape[-1]), dim=-1).values[:, -1:]
+            logits = logits.masked_fill(logits < kth, float("-inf"))
+        if p.top_p < 1.0:
+            sorted_logits, order = torch.sort(logits, descending=True, dim=-1)
+            cum = torch.softmax(sorted_logits, dim=-1).cumsum(dim=-1)
+            drop = cum - torch.softmax(sorted_logits, dim=-1) > p.top_p  # keep the token crossing top_p
+            sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+            logits = torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
+        probs = torch.softmax(logits, dim=-1).cpu()
+        out = torch.full_like(scores, float("-inf"))
+        for row, gen in enumerate(self.generators):
+            tok = torch.multinomial(probs[row], 1, generator=gen)
+            out[row, tok.to(out.device)] = 0.0
+        return out
+
+
+class TransformersBackend(Backend):
+    """Runs a local model (safetensors directory or GGUF) with transformers."""
+
+    name = "transformers"
+
+    def __init__(
+        self,
+        model: ResolvedModel,
+        *,
+        dtype: str = "auto",
+        chat_template: bool = True,
+        batch_size: int = 16,
+        device: str = "auto",
+        max_model_len: int = 1024,
+        **engine_kwargs: object,
+    ) -> None:
+        offline_env()
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.model_ref = model
+        self.chat_template = chat_template
+        self.batch_size = batch_size
+        self.max_model_len = max_model_len
+        self.device = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
+        if dtype == "auto":
+            torch_dtype = torch.bfloat16 if self.device == "cuda" else torch.float32
+        else:
+            torch_dtype = _DTYPES[dtype]
+        kw = {"gguf_file": model.gguf_file} if model.gguf_file else {}
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(model.path, **kw)
+            self.model = AutoModelForCausalLM.from_pretrained(model.path, dtype=torch_dtype, **kw, **engine_kwargs)
+        except (OSError, ValueError) as e:
+            raise BackendError(f"transformers could not load {model.weights_path}: {e}".splitlines()[0]) from None
+        self.model.to(self.device).eval()
+        self.tokenizer.padding_side = "left"
+        if self.tokenizer.pad_token is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.dtype = str(torch_dtype).removeprefix("torch.")
+
+    def info(self) -> BackendInfo:
+        return BackendInfo(
+            backend=self.name,
+            model=self.model_ref.name,
+            extra={"device": self.device, "dtype": self.dtype, "weights": str(self.model_ref.weights_path)},
+        )
+
+    @torch.inference_mode()
+    def _generate_batch(self, batch: Sequence[GenRequest], params: GenParams) -> list[GenResult]:
+        from transformers import LogitsProcessorList
+
+        texts = [render_prompt(self.tokenizer, r.prompt, self.chat_template) for r in batch]
+        enc = self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
+        prompt_len = enc["input_ids"].shape[1]
+        max_new = min(params.max_tokens, max(1, self.max_model_len - prompt_len))
+        processors = LogitsProcessorList() if params.greedy else LogitsProcessorList(
+            [SeededSampler([r.seed for r in batch], params)]
+        )
+        out = self.model.generate(
+            **enc,
+            max_new_tokens=max_new,
+            do_sample=False,
+            logits_processor=processors,
+            pad_token_id=self.tokenizer.pad_token_id,
+            temperature=None,
+            top_p=None,
+            top_k=None,
+        )
+        eos = self.model.generation_config.eos_token_id
+        eos_ids = set(eos if isinstance(eos, list) else [eos]) | {self.tokenizer.eos_token_id}
+        results = []
+        prompt_tokens = enc["attention_mask"].sum(dim=1).tolist()
+        for req, ids, n_prompt in zip(batch, out[:, prompt_len:].tolist(), prompt_tokens):
+            n = len(ids)
+            for i, t in enumerate(ids):
+                if t in eos_ids:
+                    n = i
+                    break
+            hit_eos = n < len(ids)
+            text = self.tokenizer.decode(ids[:n], skip_special_tokens=True)
+            text, hit_stop = cut_at_stop(text, params.stop)
+            reason = "stop" if hit_eos or hit_stop else ("length" if n >= max_new else "stop")
+            results.append(GenResult(req.request_id, text, reason, int(n_prompt), n + int(hit_eos)))
+        return results
+
+    def generate(
+        self, requests: Sequence[GenRequest], params: GenParams, *, progress: bool = False
+    ) -> Iterator[GenResult]:
+        # Sort by prompt length to cut padding; results carry their ids so order does not matter.
+        order = sorted(range(len(requests)), key=lambda i: len(requests[i].prompt))
+        for start in range(0, len(order), self.batch_size):
+            batch = [requests[i] for i in order[start : start + self.batch_size]]
+            yield from self._generate_batch(batch, params)
+
+    def close(self) -> None:
+        self.model = None
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()

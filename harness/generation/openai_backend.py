@@ -1,0 +1,135 @@
+"""The OpenAI-compatible HTTP backend (``vllm serve``, llama.cpp's server, TGI, ...).
+
+Requests run concurrently on a thread pool over one ``httpx.Client``. 429 and 5xx answers,
+timeouts and dropped connections are retried with exponential backoff and jitter (honouring
+``Retry-After``); other 4xx answers fail at once. A request that still fails is returned with
+``finish_reason="error"`` and its reason, so a run never loses the stories that did finish.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+
+import httpx
+
+from harness.errors import BackendError
+from harness.generation.base import Backend, BackendInfo, GenParams, GenRequest, GenResult
+
+RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
+
+
+class OpenAIBackend(Backend):
+    """Sends each request to ``{base_url}/chat/completions`` (or ``/completions`` without a chat
+    template) with its own seed."""
+
+    name = "openai"
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str,
+        api_key: str | None = None,
+        chat_template: bool = True,
+        concurrency: int = 8,
+        timeout_s: float = 120.0,
+        max_retries: int = 5,
+        backoff_s: float = 0.5,
+        max_backoff_s: float = 30.0,
+    ) -> None:
+        if not base_url:
+            raise BackendError("model.base_url: the openai backend needs a server URL, e.g. http://127.0.0.1:8000/v1")
+        self.model = model
+        self.base_url = base_url.rstrip("/")
+        self.chat = chat_template
+        self.concurrency = concurrency
+        self.max_retries = max_retries
+        self.backoff_s = backoff_s
+        self.max_backoff_s = max_backoff_s
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.client = httpx.Client(
+            timeout=httpx.Timeout(timeout_s),
+            headers=headers,
+            limits=httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency),
+        )
+        self.retries = 0  # retried attempts, for the manifest
+
+    def info(self) -> BackendInfo:
+        return BackendInfo(
+            backend=self.name,
+            model=self.model,
+            extra={"base_url": self.base_url, "concurrency": self.concurrency, "retries": self.retries},
+        )
+
+    def _body(self, req: GenRequest, params: GenParams) -> dict[str, object]:
+        body: dict[str, object] = {
+            "model": self.model,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "max_tokens": params.max_tokens,
+            "seed": req.seed,
+            "n": 1,
+        }
+        if params.top_k > 0:
+            body["top_k"] = params.top_k  # an extension vLLM and llama.cpp accept
+        if params.stop:
+            body["stop"] = list(params.stop)
+        if self.chat:
+            body["messages"] = [{"role": "user", "content": req.prompt}]
+        else:
+            body["prompt"] = req.prompt + "\n"
+        return body
+
+    def _delay(self, attempt: int, retry_after: str | None) -> float:
+        if retry_after:
+            try:
+                return min(float(retry_after), self.max_backoff_s)
+            except ValueError:
+                pass
+        return min(self.max_backoff_s, self.backoff_s * 2**attempt) * (0.5 + random.random() / 2)
+
+    def _one(self, req: GenRequest, params: GenParams) -> GenResult:
+        url = f"{self.base_url}/chat/completions" if self.chat else f"{self.base_url}/completions"
+        body = self._body(req, params)
+        last = ""
+        for attempt in range(self.max_retries + 1):
+            retry_after = None
+            try:
+                r = self.client.post(url, json=body)
+                if r.status_code == 200:
+                    data = r.json()
+                    choice = data["choices"][0]
+                    text = choice["message"]["content"] if self.chat else choice["text"]
+                    usage = data.get("usage") or {}
+                    reason = "length" if choice.get("finish_reason") == "length" else "stop"
+                    return GenResult(
+                        req.request_id, text or "", reason,
+                        int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0)),
+                    )
+                last = f"HTTP {r.status_code}: {r.text[:200]}"
+                if r.status_code not in RETRY_STATUS:
+                    break
+                retry_after = r.headers.get("retry-after")
+            except (httpx.TimeoutException, httpx.TransportError) as e:
+                last = f"{type(e).__name__}: {e}"
+            except (KeyError, IndexError, ValueError) as e:
+                last = f"malformed response: {e}"
+                break
+            if attempt < self.max_retries:
+                self.retries += 1
+                time.sleep(self._delay(attempt, retry_after))
+        return GenResult(req.request_id, "", "error", error=last)
+
+    def generate(
+        self, requests: Sequence[GenRequest], params: GenParams, *, progress: bool = False
+    ) -> Iterator[GenResult]:
+        with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
+            futures = [pool.submit(self._one, r, params) for r in requests]
+            for f in as_completed(futures):
+                yield f.result()
+
+    def close(self) -> None:
+        self.client.close()

@@ -1,0 +1,307 @@
+"""The generation stage: prompts x samples -> stories in the run store, resumably.
+
+``generate_run(config)`` plans every (prompt id, sample index) of the config, keeps those of
+this shard that are not on disk yet, and streams them through the backend, committing a
+Parquet shard every ``shard_rows`` stories. Killing it at any moment loses at most the
+stories of the shard being filled; rerunning does only what is missing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from harness import __version__
+from harness.config import RunConfig
+from harness.errors import ConfigError
+from harness.generation import Backend, GenRequest, load_backend
+from harness.provenance import git_commit, host_info, package_versions
+from harness.store import KEY, RunStore, sample_seed, shard_of, utcnow
+from harness.suites import Prompt, Suite, get_suite
+
+GENERATIONS = "generations"
+
+GENERATION_SCHEMA = pa.schema(
+    [
+        ("prompt_id", pa.string()),
+        ("sample_idx", pa.int32()),
+        ("seed", pa.int64()),
+        ("suite", pa.string()),
+        ("domain", pa.string()),
+        ("condition", pa.string()),
+        ("love_type", pa.string()),
+        ("scenario", pa.string()),
+        ("prompt", pa.string()),
+        ("model", pa.string()),
+        ("backend", pa.string()),
+        ("text", pa.string()),  # as the engine returned it
+        ("text_clean", pa.string()),  # whitespace trimmed
+        ("empty", pa.bool_()),
+        ("finish_reason", pa.string()),
+        ("prompt_tokens", pa.int32()),
+        ("output_tokens", pa.int32()),
+        ("error", pa.string()),
+        ("created_at", pa.string()),
+    ]
+)
+
+# Config fields that change what is generated: a rerun into the same directory must match them.
+IDENTITY_FIELDS = ("model.backend", "model.path", "model.gguf_file", "model.chat_template", "sampling", "suite", "wording", "seed")
+
+
+@dataclass
+class WorkItem:
+    prompt: Prompt
+    sample_idx: int
+    seed: int
+
+    @property
+    def request_id(self) -> str:
+        return f"{self.prompt.id}#{self.sample_idx}"
+
+
+@dataclass
+class GenerationSummary:
+    run_dir: Path
+    planned: int
+    already_done: int
+    generated: int
+    errors: int
+    seconds: float
+    output_tokens: int
+    total_rows: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def stories_per_s(self) -> float:
+        return self.generated / self.seconds if self.seconds else 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.output_tokens / self.seconds if self.seconds else 0.0
+
+
+def select_prompts(cfg: RunConfig, suite: Suite) -> list[Prompt]:
+    if cfg.prompts is None:
+        return list(suite.prompts)
+    by_id = suite.by_id()
+    unknown = [p for p in cfg.prompts if p not in by_id]
+    if unknown:
+        raise ConfigError(
+            f"prompts: unknown prompt id(s) {', '.join(unknown)} in suite {suite.name}; "
+            "see `harness prompts list`"
+        )
+    return [by_id[p] for p in cfg.prompts]
+
+
+def plan(cfg: RunConfig, suite: Suite, shard: tuple[int, int] = (0, 1)) -> list[WorkItem]:
+    """Every (prompt, sample) of this shard, with its deterministic seed."""
+    i, n = shard
+    return [
+        WorkItem(p, s, sample_seed(cfg.seed, p.id, s))
+        for p in select_prompts(cfg, suite)
+        for s in range(cfg.samples_per_prompt)
+        if n == 1 or shard_of(p.id, s, n) == i
+    ]
+
+
+def _get(cfg: RunConfig, dotted: str) -> Any:
+    node: Any = cfg.model_dump()
+    for part in dotted.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node
+
+
+def prompt_hash(prompts: list[Prompt]) -> str:
+    h = hashlib.sha256()
+    for p in prompts:
+        h.update(f"{p.id}\0{p.text}\n".encode())
+    return h.hexdigest()
+
+
+def check_resumable(store: RunStore, cfg: RunConfig) -> None:
+    """Refuse to mix stories of two different configs in one run directory."""
+    old = store.read_manifest().get("config")
+    if not old:
+        return
+    old_cfg = RunConfig.model_validate(old)
+    for f in IDENTITY_FIELDS:
+        if _get(old_cfg, f) != _get(cfg, f):
+            raise ConfigError(
+                f"{store.manifest_path}: this run was made with a different {f} "
+                f"({_get(old_cfg, f)!r} vs {_get(cfg, f)!r}); use a new output_dir to start another run"
+            )
+
+
+def _row(item: WorkItem, res, model: str, backend: str) -> dict[str, Any]:
+    p = item.prompt
+    clean = res.text.strip()
+    return {
+        "prompt_id": p.id,
+        "sample_idx": item.sample_idx,
+        "seed": item.seed,
+        "suite": p.suite,
+        "domain": p.domain,
+        "condition": p.condition,
+        "love_type": p.love_type,
+        "scenario": p.scenario,
+        "prompt": p.text,
+        "model": model,
+        "backend": backend,
+        "text": res.text,
+        "text_clean": clean,
+        "empty": not clean,
+        "finish_reason": res.finish_reason,
+        "prompt_tokens": res.prompt_tokens,
+        "output_tokens": res.output_tokens,
+        "error": res.error,
+        "created_at": utcnow(),
+    }
+
+
+def generate_run(
+    cfg: RunConfig,
+    *,
+    shard: tuple[int, int] = (0, 1),
+    backend: Backend | None = None,
+    progress: bool = True,
+    on_shard: Callable[[Path, int], None] | None = None,
+) -> GenerationSummary:
+    """Generate every missing story of ``cfg`` (this shard only) into ``cfg.output_dir``."""
+    suite = get_suite(cfg.suite, cfg.wording)
+    store = RunStore(cfg.output_dir)
+    check_resumable(store, cfg)
+    store.clean_partial(GENERATIONS)
+    items = plan(cfg, suite, shard)
+    done = store.read_keys(GENERATIONS, KEY)
+    todo = [it for it in items if (it.prompt.id, it.sample_idx) not in done]
+    shard_tag = f"{shard[0]}of{shard[1]}"
+    started = utcnow()
+    manifest = store.read_manifest()
+    if not manifest:
+        manifest = {
+            "harness_version": __version__,
+            "created_at": started,
+            "config": cfg.model_dump(mode="json"),
+            "suite": {
+                "name": suite.name,
+                "version": suite.version,
+                "wording": suite.wording,
+                "prompts": len(select_prompts(cfg, suite)),
+                "prompt_sha256": prompt_hash(select_prompts(cfg, suite)),
+            },
+            "expected_rows": len(select_prompts(cfg, suite)) * cfg.samples_per_prompt,
+        }
+    manifest.update(status="running", updated_at=started, packages=package_versions(), git_commit=git_commit(), host=host_info())
+    store.write_manifest(manifest)
+
+    generated = errors = out_tokens = 0
+    seconds = 0.0
+    info_extra: dict[str, Any] = {}
+    if todo:
+        own_backend = backend is None
+        t_load = time.perf_counter()
+        backend = backend or load_backend(cfg.model, seed=cfg.seed)
+        load_s = time.perf_counter() - t_load
+        try:
+            info = backend.info()
+            from harness import models
+
+            weights = None
+            if cfg.model.backend != "openai":
+                weights = models.weights_identity(models.resolve(cfg.model.backend, cfg.model.path, cfg.model.gguf_file).weights_path)
+            store.update_manifest(model={"backend": info.backend, "name": info.model, "weights": weights, **info.extra})
+            by_id = {it.request_id: it for it in todo}
+            requests = [GenRequest(it.request_id, it.prompt.text, it.seed) for it in todo]
+            buffer: list[dict[str, Any]] = []
+            bar = _progress(len(todo), enabled=progress)
+            t0 = time.perf_counter()
+            for res in backend.generate(requests, cfg.sampling.to_params()):
+                item = by_id[res.request_id]
+                buffer.append(_row(item, res, cfg.model.path, cfg.model.backend))
+                generated += 1
+                errors += res.finish_reason == "error"
+                out_tokens += res.output_tokens
+                bar.advance(res.output_tokens, time.perf_counter() - t0)
+                if len(buffer) >= cfg.shard_rows:
+                    path = store.write_shard(GENERATIONS, buffer, f"gen-{shard_tag}", GENERATION_SCHEMA)
+                    if on_shard:
+                        on_shard(path, len(buffer))
+                    buffer = []
+            if buffer:
+                path = store.write_shard(GENERATIONS, buffer, f"gen-{shard_tag}", GENERATION_SCHEMA)
+                if on_shard:
+                    on_shard(path, len(buffer))
+            seconds = time.perf_counter() - t0
+            bar.close()
+            info_extra = {"load_seconds": round(load_s, 2)}
+        finally:
+            if own_backend:
+                backend.close()
+    total = len(store.read_keys(GENERATIONS, KEY))
+    summary = GenerationSummary(
+        store.root, len(items), len(items) - len(todo), generated, errors, seconds, out_tokens, total, info_extra
+    )
+    ended = utcnow()
+    throughput = {
+        "stories": generated,
+        "seconds": round(seconds, 3),
+        "stories_per_s": round(summary.stories_per_s, 3),
+        "output_tokens": out_tokens,
+        "output_tokens_per_s": round(summary.tokens_per_s, 2),
+        **info_extra,
+    }
+    store.record_invocation(
+        {
+            "invocation_id": uuid.uuid4().hex[:12],
+            "stage": "generate",
+            "shard": shard_tag,
+            "started_at": started,
+            "ended_at": ended,
+            "planned": len(items),
+            "already_done": len(items) - len(todo),
+            "generated": generated,
+            "errors": errors,
+            "throughput": throughput,
+            "host": host_info(),
+        }
+    )
+    complete = total >= store.read_manifest().get("expected_rows", total)
+    store.update_manifest(status="complete" if complete else "partial", updated_at=ended, rows=total, throughput=throughput)
+    return summary
+
+
+class _progress:
+    """A rich progress bar showing stories/s and tokens/s (silent when disabled)."""
+
+    def __init__(self, total: int, enabled: bool) -> None:
+        self.enabled = enabled
+        self.tokens = 0
+        if not enabled:
+            return
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.bar = Progress(
+            TextColumn("generating"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("{task.fields[rate]}"), TimeRemainingColumn(), transient=False,
+        )
+        self.bar.start()
+        self.task = self.bar.add_task("gen", total=total, rate="")
+
+    def advance(self, tokens: int, elapsed: float) -> None:
+        self.tokens += tokens
+        if self.enabled:
+            done = self.bar.tasks[0].completed + 1
+            rate = f"{done / elapsed:.2f} stories/s, {self.tokens / elapsed:.1f} tok/s" if elapsed > 0 else ""
+            self.bar.update(self.task, advance=1, rate=rate)
+
+    def close(self) -> None:
+        if self.enabled:
+            self.bar.stop()

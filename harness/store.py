@@ -1,0 +1,156 @@
+"""The run store: a run is a directory.
+
+    run.json              manifest: resolved config, model identity, versions, host, times, throughput
+    generations/*.parquet generated stories, one row per (prompt_id, sample_idx)
+    <stage>/*.parquet     later stages' outputs (labels, statistics), keyed the same way
+    invocations/*.json    one record per process that worked on the run (job-array shards)
+
+Shards are written under a temporary name and renamed, so a killed process leaves either a
+whole shard or nothing. Resuming reads the keys already on disk and does only the rest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import uuid
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from harness.errors import ConfigError, DataError
+
+KEY = ("prompt_id", "sample_idx")
+
+
+def utcnow() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def sample_seed(run_seed: int, prompt_id: str, sample_idx: int) -> int:
+    """The seed of one sample: a pure function of (run seed, prompt id, sample index)."""
+    digest = hashlib.sha256(f"{run_seed}\0{prompt_id}\0{sample_idx}".encode()).digest()
+    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
+
+
+def shard_of(prompt_id: str, sample_idx: int, n_shards: int) -> int:
+    """Which of ``n_shards`` owns a sample: stable across machines and Python versions."""
+    digest = hashlib.sha256(f"{prompt_id}\0{sample_idx}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") % n_shards
+
+
+def parse_shard(spec: str | None) -> tuple[int, int]:
+    """``"i/N"`` -> (i, N) with 0 <= i < N; None -> (0, 1)."""
+    if not spec:
+        return 0, 1
+    try:
+        i, n = (int(x) for x in spec.split("/"))
+    except ValueError:
+        raise ConfigError(f"--shard: expected i/N such as 0/4, got {spec!r}") from None
+    if not (n >= 1 and 0 <= i < n):
+        raise ConfigError(f"--shard: need 0 <= i < N, got {spec!r}")
+    return i, n
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+class RunStore:
+    """Reads and writes one run directory."""
+
+    def __init__(self, root: Path | str) -> None:
+        self.root = Path(root)
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.root / "run.json"
+
+    def stage_dir(self, stage: str) -> Path:
+        return self.root / stage
+
+    # -- manifest ---------------------------------------------------------------------------
+    def read_manifest(self) -> dict[str, Any]:
+        try:
+            return json.loads(self.manifest_path.read_text())
+        except FileNotFoundError:
+            return {}
+        except json.JSONDecodeError:
+            raise DataError(f"{self.manifest_path}: not valid JSON; restore it or start a new output_dir") from None
+
+    def write_manifest(self, manifest: dict[str, Any]) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(self.manifest_path, json.dumps(manifest, indent=2, sort_keys=False, default=str) + "\n")
+
+    def update_manifest(self, **fields: Any) -> dict[str, Any]:
+        manifest = self.read_manifest()
+        manifest.update(fields)
+        self.write_manifest(manifest)
+        return manifest
+
+    def record_invocation(self, record: dict[str, Any]) -> Path:
+        d = self.root / "invocations"
+        d.mkdir(parents=True, exist_ok=True)
+        path = d / f"{record.get('stage', 'run')}-{record.get('shard', '0of1')}-{record['invocation_id']}.json"
+        atomic_write_text(path, json.dumps(record, indent=2, default=str) + "\n")
+        return path
+
+    # -- shards -----------------------------------------------------------------------------
+    def clean_partial(self, stage: str) -> int:
+        """Delete temporary files a killed writer left behind; returns how many."""
+        d = self.stage_dir(stage)
+        if not d.is_dir():
+            return 0
+        stale = list(d.glob(".tmp-*"))
+        for p in stale:
+            p.unlink(missing_ok=True)
+        return len(stale)
+
+    def write_shard(self, stage: str, rows: Sequence[dict[str, Any]], tag: str, schema: pa.Schema | None = None) -> Path:
+        """Write ``rows`` as one Parquet shard, atomically."""
+        d = self.stage_dir(stage)
+        d.mkdir(parents=True, exist_ok=True)
+        table = pa.Table.from_pylist(list(rows), schema=schema)
+        name = f"{tag}-{utcnow().replace(':', '').replace('+0000', 'Z')}-{uuid.uuid4().hex[:8]}.parquet"
+        tmp = d / f".tmp-{name}"
+        pq.write_table(table, tmp)
+        os.replace(tmp, d / name)
+        return d / name
+
+    def shard_paths(self, stage: str) -> list[Path]:
+        d = self.stage_dir(stage)
+        return sorted(d.glob("*.parquet")) if d.is_dir() else []
+
+    def read_keys(self, stage: str, key: Iterable[str] = KEY) -> set[tuple[Any, ...]]:
+        """The keys already written for ``stage``."""
+        key = tuple(key)
+        done: set[tuple[Any, ...]] = set()
+        for p in self.shard_paths(stage):
+            try:
+                t = pq.read_table(p, columns=list(key))
+            except (pa.ArrowInvalid, OSError) as e:
+                raise DataError(f"{p}: unreadable shard ({e}); delete it and rerun to regenerate its rows") from None
+            done.update(zip(*(t.column(k).to_pylist() for k in key)))
+        return done
+
+    def read_stage(self, stage: str, key: Iterable[str] = KEY, columns: list[str] | None = None):
+        """All rows of a stage as a DataFrame, one row per key (the first written wins)."""
+        import pandas as pd
+
+        paths = self.shard_paths(stage)
+        if not paths:
+            return pd.DataFrame(columns=columns or list(key))
+        df = pd.concat([pq.read_table(p, columns=columns).to_pandas() for p in paths], ignore_index=True)
+        key = [k for k in key if k in df.columns]
+        return df.drop_duplicates(key, keep="first").sort_values(key).reset_index(drop=True)

