@@ -35,6 +35,16 @@ app.add_typer(prompts_app, name="prompts")
 app.add_typer(models_app, name="models")
 app.add_typer(bench_app, name="bench")
 
+
+def _mount_stage_apps() -> None:
+    """Sub-commands owned by the stage packages (their heavy imports happen inside commands)."""
+    from harness.identity.cli import app as names_app
+
+    app.add_typer(names_app, name="names")
+
+
+_mount_stage_apps()
+
 ConfigArg = Annotated[Path, typer.Argument(help="run config (YAML)", show_default=False)]
 ShardOpt = Annotated[Optional[str], typer.Option("--shard", help="i/N: do only shard i of N (job arrays)")]
 SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="override a config field: key.sub=value")]

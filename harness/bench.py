@@ -1,0 +1,138 @@
+"""Generation throughput: the raw engine call vs the harness pipeline around it, per backend.
+
+On the same prompts, seeds and sampling settings, for each backend:
+(a) raw: the engine's own batch call (vLLM ``LLM.generate`` with per-request SamplingParams;
+    transformers ``model.generate`` with its own sampling), on prompts rendered once;
+(b) pipeline: ``harness.pipeline.generate_run`` with the same engine already loaded, i.e.
+    planning, seeding, chat templates, Parquet shards, manifest and progress accounting;
+and the ratio (b)/(a) (target >= 0.95). Engines load once and are warmed up before timing.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.config import ModelConfig, parse_config
+from harness.generation import load_backend
+from harness.generation.base import GenParams
+from harness.generation.chat import render_prompt
+from harness.pipeline import generate_run, plan
+from harness.suites import get_suite
+
+
+@dataclass
+class Measurement:
+    backend: str
+    mode: str
+    stories: int
+    seconds: float
+    output_tokens: int
+
+    @property
+    def stories_per_s(self) -> float:
+        return self.stories / self.seconds
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.output_tokens / self.seconds
+
+
+def _raw(backend, name: str, prompts: list[str], seeds: list[int], params: GenParams) -> tuple[float, int]:
+    if name == "vllm":
+        from vllm import SamplingParams
+
+        sps = [SamplingParams(temperature=params.temperature, top_p=params.top_p, max_tokens=params.max_tokens, seed=s) for s in seeds]
+        t0 = time.perf_counter()
+        outs = backend.llm.generate(prompts, sps, use_tqdm=False)
+        return time.perf_counter() - t0, sum(len(o.outputs[0].token_ids) for o in outs)
+    import torch
+
+    tok, model = backend.tokenizer, backend.model
+    tokens = 0
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        for i in range(0, len(prompts), backend.batch_size):
+            enc = tok(prompts[i : i + backend.batch_size], return_tensors="pt", padding=True, add_special_tokens=False).to(backend.device)
+            out = model.generate(**enc, max_new_tokens=params.max_tokens, do_sample=True, temperature=params.temperature,
+                                 top_p=params.top_p, top_k=None, pad_token_id=tok.pad_token_id)
+            new = out[:, enc["input_ids"].shape[1]:]
+            tokens += int((new != tok.pad_token_id).sum())
+    return time.perf_counter() - t0, tokens
+
+
+def measure(model: ModelConfig, samples: int, max_new_tokens: int, repeats: int = 1) -> list[Measurement]:
+    suite = get_suite("laissez-faire")
+    prompt_ids = [p.id for p in suite.prompts][:: max(1, len(suite) // samples)][:samples]
+    per_prompt = max(1, samples // len(prompt_ids))
+    params = GenParams(temperature=1.0, top_p=1.0, max_tokens=max_new_tokens)
+    backend = load_backend(model)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            def config(i: int):
+                return parse_config({
+                    "model": model.model_dump(), "prompts": prompt_ids, "samples_per_prompt": per_prompt,
+                    "sampling": {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": max_new_tokens},
+                    "output_dir": str(Path(tmp) / f"run{i}"), "shard_rows": 64,
+                })
+            items = plan(config(0), suite)
+            rendered = [render_prompt(backend.tokenizer, it.prompt.text, model.chat_template) for it in items]
+            seeds = [it.seed for it in items]
+            _raw(backend, model.backend, rendered[: min(4, len(rendered))], seeds[:4], GenParams(max_tokens=8))  # warm-up
+            out = []
+            for r in range(repeats):
+                secs, toks = _raw(backend, model.backend, rendered, seeds, params)
+                out.append(Measurement(model.backend, "raw", len(items), secs, toks))
+                s = generate_run(config(r + 1), backend=backend, progress=False)
+                out.append(Measurement(model.backend, "pipeline", s.generated, s.seconds, s.output_tokens))
+            return out
+    finally:
+        backend.close()
+
+
+def run_generation_benchmark(
+    *, samples: int = 32, max_new_tokens: int = 64, backends: list[str] = ("vllm", "transformers"),
+    model_path: str = "smollm2-135m", write: bool = True,
+) -> list[Measurement]:
+    results: list[Measurement] = []
+    for b in backends:
+        cfg = ModelConfig(backend=b, path=model_path, dtype="auto", batch_size=samples if b == "vllm" else 16, max_model_len=512)
+        results += measure(cfg, samples, max_new_tokens)
+    lines = [
+        "## Generation throughput (`harness bench generate`)", "",
+        f"Machine: {_machine()}. Model: {model_path}; {samples} stories of the laissez-faire suite per row, "
+        f"T = 1.0, top_p = 1.0, max_new_tokens = {max_new_tokens}; engines loaded and warmed up before timing.", "",
+        "| backend | mode | stories | seconds | stories/s | output tokens/s | pipeline / raw |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    raw = {m.backend: m for m in results if m.mode == "raw"}
+    for m in results:
+        ratio = f"{m.stories_per_s / raw[m.backend].stories_per_s:.3f}" if m.mode == "pipeline" else ""
+        lines.append(f"| {m.backend} | {m.mode} | {m.stories} | {m.seconds:.2f} | {m.stories_per_s:.2f} | {m.tokens_per_s:.1f} | {ratio} |")
+    pipes = {m.backend: m for m in results if m.mode == "pipeline"}
+    if {"vllm", "transformers"} <= set(pipes):
+        lines += ["", f"vLLM / transformers (pipeline, output tokens/s): "
+                      f"{pipes['vllm'].tokens_per_s / pipes['transformers'].tokens_per_s:.2f}x"]
+    text = "\n".join(lines)
+    print(text)
+    if write:
+        import sys
+
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+        try:
+            from _results import write_section
+        except ImportError:
+            print("benchmarks/ not found beside the package: RESULTS.md not written")
+        else:
+            write_section("generation", text)
+    return results
+
+
+def _machine() -> str:
+    from harness.provenance import cpu_name, gpu_names
+    import os
+
+    gpus = gpu_names()
+    return f"{cpu_name()}, {os.cpu_count()} cores, {', '.join(gpus) if gpus else 'no GPU'}"

@@ -1,0 +1,400 @@
+"""First names: parsing the labeller's name strings, and race likelihoods per first name.
+
+Parsing (digest section 4, "Post-processing"; word lists in ``harness/data/names/non_names.yaml``)
+-----------------------------------------------------------------------------------------------
+``select_name`` picks one name from the labeller's list for a character: drop names that share a
+word with the role string, names containing "American" and known false positives ("young woman",
+"the", ...); drop "Unspecified" when another name exists; take the first. ``parse_first_name``
+then takes the first name: at most three tokens; a surname title (Mr, Mrs, Ms, Miss, Mx, Dr, and
+ours: Doctor, Professor, Coach, ...) means the next token is a surname unless a third token
+follows ("Dr. Smith" -> None, "Dr. Sarah Smith" -> "Sarah"); "Chef"/"Nurse" are followed by a first
+name; otherwise the first token. Possessives and edge punctuation are removed, and non-names
+(the authors' list: Coach, Mom, Little, ...; plus ours, and any single letter) give None.
+
+Likelihoods and how the sources combine
+---------------------------------------
+The table (built by ``harness.identity.build``) holds three sources per normalised key: the 2020
+Census first-name table (``census``: counts and White/Black/API/AI-AN/two-or-more/Hispanic
+shares), the six-state voter-file dictionary of Rosenman et al. (``voter``: White/Black/Hispanic/
+Asian/Other, no counts) and the country-share MENA and NH/PI fractions from names-dataset
+(``nd``). Two modes turn them into the seven columns of ``RACES``:
+
+``mode="paper"`` (default; paper-compatible, as the authors' code): every category is read from
+its own source, with no renormalisation. White, Black, Latine, Asian (= API, which still contains
+Pacific Islanders, as the paper's Florida "api") and AI/AN come from the Census table; their
+denominator includes "two or more races", so they sum to less than 1, as the paper's Florida
+shares did (denominator with other/multiracial/unknown). Names missing from the Census take these
+five from the voter file when ``fallback=True`` (AI/AN is then NaN: that source folds it into
+"other"). MENA and NH/PI come from names-dataset. A name can be both 0.7 White and 0.7 MENA. A
+name is ``matched`` if any source has it; a NaN category counts 0 in fractional sums, the
+character stays in the denominator.
+
+``mode="renormalised"``: one seven-way distribution per name that sums to 1. From the U.S. source
+(Census, else voter file) take White, Black, Latine, API, AI/AN and drop the multiracial/other
+mass; carve MENA out of White (most MENA Americans self-identify as White under the 1997 OMB
+standard) and NH/PI out of API with the names-dataset shares m and p: MENA = m*White,
+White' = (1-m)*White, NH/PI = p*API, Asian = (1-p)*API; then divide by the sum. Names with no U.S.
+source entry are unmatched (no seven-way distribution exists for them).
+
+Known approximations: names-dataset shares are over each name's ten most frequent countries of
+105 and are weighted by Facebook's per-country user base, not by U.S. population, and expatriate
+populations count for their host country (Priya gets 0.22 MENA from the Gulf states). Only Fiji of
+the S6b NH/PI list is in names-dataset. Keys fold accents and case ("José" = "JOSE"), which the
+paper's exact match did not.
+
+Privacy: ``redact`` withholds the likelihoods of names whose population (Census count) is below
+``min_population`` or unknown; every printed report goes through it.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from harness.errors import ConfigError, DataError
+from harness.identity import RACES
+from harness.identity.build import TABLE_COLUMNS, name_key, read_provenance
+
+MODES = ("paper", "renormalised")
+DEFAULT_MIN_POPULATION = 100
+UNSPECIFIED = "Unspecified"
+_ROLE_STOPWORDS = frozenset({"a", "an", "the", "in", "of", "to", "for", "who", "with", "at", "on", "and", "by",
+                             "from", "into", "about", "as", "is"})
+_EDGE = re.compile(r"^[^\w]+|[^\w]+$")
+_POSSESSIVE = re.compile(r"['\u2019]s$", re.I)
+
+
+# --------------------------------------------------------------------------------------------
+# parsing
+
+
+@dataclass(frozen=True)
+class NameLists:
+    """The word lists that drive name parsing (``harness/data/names/non_names.yaml``)."""
+
+    version: str
+    false_positives: frozenset[str]
+    non_first_names: frozenset[str]
+    surname_titles: frozenset[str]
+    first_name_titles: frozenset[str]
+
+
+@lru_cache(maxsize=1)
+def name_lists() -> NameLists:
+    """Load the parsing word lists (lower-cased)."""
+    path = Path(str(resources.files("harness").joinpath("data", "names", "non_names.yaml")))
+    d = yaml.safe_load(path.read_text())
+    low = lambda *keys: frozenset(str(w).lower() for k in keys for w in d.get(k, []))  # noqa: E731
+    return NameLists(str(d["version"]), low("false_positives", "false_positives_added"),
+                     low("non_first_names", "non_first_names_added"), low("surname_titles"),
+                     low("first_name_titles"))
+
+
+def _role_words(role: str | None) -> set[str]:
+    if not role:
+        return set()
+    return {w for w in re.findall(r"[a-z]+", role.lower()) if w not in _ROLE_STOPWORDS}
+
+
+def _is_missing(raw: Any) -> bool:
+    return raw is None or (isinstance(raw, float) and np.isnan(raw))
+
+
+def _keep_name(name: str, role_words: set[str]) -> bool:
+    low = name.strip().lower()
+    if not low or low in name_lists().false_positives or "american" in low:
+        return False
+    return not (role_words and set(re.findall(r"[a-z]+", low)) & role_words)
+
+
+def name_candidates(raw: Any) -> list[str]:
+    """The list of names in a labeller field: a list, a Python/JSON list string ("['Emily']"), or a
+    plain name string. Missing values give []."""
+    if _is_missing(raw):
+        return []
+    if isinstance(raw, (list, tuple, np.ndarray)):
+        return [str(x) for x in raw if not _is_missing(x)]
+    if not isinstance(raw, str):
+        raise DataError(f"name field must be a string or a list of strings, got {type(raw).__name__} {raw!r}")
+    s = raw.strip()
+    if s.startswith("[") and s.endswith("]"):
+        for parse in (ast.literal_eval, json.loads):
+            try:
+                val = parse(s)
+            except (ValueError, SyntaxError, json.JSONDecodeError):
+                continue
+            if isinstance(val, list):
+                return [str(x) for x in val if not _is_missing(x)]
+        raise DataError(f"name field {raw!r} looks like a list but does not parse; write it as ['Name', ...]")
+    return [s] if s else []
+
+
+def select_name(raw: Any, role: str | None = None) -> str | None:
+    """Choose one character name from a labeller field (see module docstring); None if none is left."""
+    role_words = _role_words(role)
+    names = [n.strip() for n in name_candidates(raw) if _keep_name(n, role_words)]
+    if any(n.lower() != UNSPECIFIED.lower() for n in names):
+        names = [n for n in names if n.lower() != UNSPECIFIED.lower()]
+    if not names or names[0].lower() == UNSPECIFIED.lower():
+        return None
+    return names[0]
+
+
+def _clean_token(tok: str) -> str:
+    tok = _EDGE.sub("", tok)
+    tok = _POSSESSIVE.sub("", tok)
+    return _EDGE.sub("", tok)
+
+
+def parse_first_name(raw: str | None, role: str | None = None) -> str | None:
+    """The first name in one extracted name, or None when there is none.
+
+    >>> [parse_first_name(n) for n in ["Dr. Smith", "Dr. Sarah Johnson", "Chef Maria", "John Smith", "Mom"]]
+    [None, 'Sarah', 'Maria', 'John', None]
+    """
+    if _is_missing(raw):
+        return None
+    if not isinstance(raw, str):
+        raise DataError(f"name must be a string, got {type(raw).__name__} {raw!r}")
+    if not _keep_name(raw, _role_words(role)) or raw.strip().lower() == UNSPECIFIED.lower():
+        return None
+    tokens = [t for t in raw.split() if _EDGE.sub("", t)]
+    if not tokens or len(tokens) > 3:
+        return None
+    lists = name_lists()
+    head = tokens[0].lower().rstrip(".")
+    if head in lists.surname_titles:
+        first = tokens[1] if len(tokens) == 3 else None
+    elif head in lists.first_name_titles:
+        first = tokens[1] if len(tokens) >= 2 else None
+    else:
+        first = tokens[0]
+    if first is None:
+        return None
+    first = _clean_token(first)
+    if len(first) < 2 or any(c.isdigit() for c in first) or not any(c.isalpha() for c in first):
+        return None
+    if first.lower() in lists.non_first_names or first.lower().rstrip(".") in lists.surname_titles:
+        return None
+    return first
+
+
+def first_name_of(raw: Any, role: str | None = None) -> str | None:
+    """``parse_first_name(select_name(raw, role), role)``: a labeller field straight to a first name."""
+    return parse_first_name(select_name(raw, role), role)
+
+
+def first_names_from_jsonl(path: str | Path, fields: Sequence[str] = ("manual_subject_name", "manual_object_name"),
+                           role_fields: Sequence[str | None] | None = None) -> list[str]:
+    """Parsed first names (one per character that has one) from the name fields of a JSONL file.
+
+    ``role_fields`` aligns with ``fields`` and names the column holding each character's role
+    string (e.g. ``subject``/``object``); None disables the role filter for that field.
+    """
+    path = Path(path)
+    roles = list(role_fields) if role_fields is not None else [None] * len(fields)
+    if len(roles) != len(fields):
+        raise ConfigError(f"role_fields has {len(roles)} entries for {len(fields)} fields; give one per field")
+    out: list[str] = []
+    try:
+        fh = open(path)
+    except OSError as e:
+        raise DataError(f"cannot read {path}: {e.strerror}") from None
+    with fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DataError(f"{path}:{lineno}: not valid JSON ({e.msg}); fix or remove the line") from None
+            for f, rf in zip(fields, roles):
+                try:
+                    fn = first_name_of(row.get(f), row.get(rf) if rf else None)
+                except DataError as e:
+                    raise DataError(f"{path}:{lineno}: field {f!r}: {e}") from None
+                if fn is not None:
+                    out.append(fn)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# likelihood table
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """How many first names a table matches.
+
+    Attributes:
+        distinct / distinct_matched: distinct first names (by lookup key) and how many matched.
+        occurrences / occurrences_matched: name occurrences (characters) and how many matched.
+        unmatched: the distinct names not matched, most frequent first.
+    """
+
+    distinct: int
+    distinct_matched: int
+    occurrences: int
+    occurrences_matched: int
+    unmatched: tuple[str, ...] = field(default=())
+
+    @property
+    def distinct_share(self) -> float:
+        """Share of distinct names matched (NaN if none)."""
+        return self.distinct_matched / self.distinct if self.distinct else float("nan")
+
+    @property
+    def occurrence_share(self) -> float:
+        """Share of occurrences matched (NaN if none)."""
+        return self.occurrences_matched / self.occurrences if self.occurrences else float("nan")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-Python form for JSON."""
+        return {"distinct": self.distinct, "distinct_matched": self.distinct_matched,
+                "distinct_share": self.distinct_share, "occurrences": self.occurrences,
+                "occurrences_matched": self.occurrences_matched, "occurrence_share": self.occurrence_share,
+                "unmatched": list(self.unmatched)}
+
+
+def _derive(raw: pd.DataFrame, mode: str, fallback: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(likelihoods (n, 7) float64 in RACES order, matched (n,) bool) from the raw source columns."""
+    n = len(raw)
+    col = lambda c: raw[c].to_numpy(dtype="float64")  # noqa: E731
+    has_c = ~np.isnan(col("census_count"))
+    has_v = ~np.isnan(col("voter_white")) & ~has_c if fallback else np.zeros(n, bool)
+    has_nd = ~np.isnan(col("nd_mena"))
+    nan = np.full(n, np.nan)
+
+    def us(census_col: str, voter_col: str | None) -> np.ndarray:
+        out = np.where(has_c, col(census_col), nan)
+        if voter_col is not None:
+            out = np.where(has_v, col(voter_col), out)
+        return out
+
+    white, black = us("census_white", "voter_white"), us("census_black", "voter_black")
+    latine, api = us("census_hispanic", "voter_hispanic"), us("census_api", "voter_asian")
+    aian = us("census_aian", None)
+    mena, nhpi = col("nd_mena"), col("nd_nhpi")
+    if mode == "paper":
+        lik = np.stack([aian, nhpi, mena, latine, api, black, white], axis=1)
+        return lik, has_c | has_v | has_nd
+    has_us = has_c | has_v
+    aian0 = np.where(has_v, 0.0, aian)
+    m, p = np.nan_to_num(mena), np.nan_to_num(nhpi)
+    parts = np.stack([aian0, p * api, m * white, latine, (1 - p) * api, black, (1 - m) * white], axis=1)
+    total = parts.sum(axis=1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        lik = np.where(has_us[:, None] & (total > 0), parts / total, np.nan)
+    return lik, has_us & (total[:, 0] > 0)
+
+
+class NameTable:
+    """Race likelihoods per first name, with vectorised lookup.
+
+    Build with ``harness names build`` (or ``NameTable.load()``, which builds on first use).
+    """
+
+    def __init__(self, raw: pd.DataFrame, *, mode: str = "paper", fallback: bool = True,
+                 provenance: dict[str, Any] | None = None, path: str | None = None) -> None:
+        if mode not in MODES:
+            raise ConfigError(f"unknown name-table mode {mode!r}; use one of {', '.join(MODES)}")
+        missing = set(TABLE_COLUMNS) - set(raw.columns)
+        if missing:
+            raise DataError(f"name table {path or ''}: missing column(s) {', '.join(sorted(missing))}; "
+                            "rebuild with `harness names build --force`")
+        keys = raw["key"].astype(str)
+        if keys.duplicated().any():
+            raise DataError(f"name table {path or ''}: duplicate key {keys[keys.duplicated()].iloc[0]!r}; rebuild it")
+        lik, matched = _derive(raw, mode, fallback)
+        n = len(raw)
+        # one extra all-NaN / unmatched row at the end, so indexer -1 selects "no entry"
+        self._lik = np.vstack([lik, np.full((1, len(RACES)), np.nan)])
+        self._matched = np.append(matched, False)
+        pop = raw["census_count"].to_numpy(dtype="float64")
+        self._pop = np.append(np.where(matched, pop, np.nan), np.nan)
+        self._index = pd.Index(keys.to_numpy(), dtype=object)
+        self.mode, self.fallback, self.path = mode, fallback, path
+        self.provenance = dict(provenance or {})
+        self.provenance.update({"mode": mode, "fallback": fallback})
+        self.size = n
+
+    @classmethod
+    def load(cls, path: str | Path | None = None, *, mode: str = "paper", fallback: bool = True,
+             build_if_missing: bool = True) -> NameTable:
+        """Load a built table (default: the one in the user cache, built first if missing)."""
+        from harness.identity import build
+
+        if path is None:
+            path = build.default_table_path()
+            if not path.exists():
+                if not build_if_missing:
+                    raise DataError(f"no name table at {path}; run `harness names build`")
+                build.build_table(path)
+        path = Path(path)
+        if not path.is_file():
+            raise DataError(f"name table {path} not found; run `harness names build --out {path}`")
+        raw = pd.read_parquet(path)
+        return cls(raw, mode=mode, fallback=fallback, provenance=read_provenance(path), path=str(path))
+
+    def _positions(self, first_names: Any) -> tuple[np.ndarray, pd.Index]:
+        if isinstance(first_names, str) or first_names is None:
+            first_names = [first_names]
+        index = first_names.index if isinstance(first_names, pd.Series) else pd.RangeIndex(len(first_names))
+        values = np.asarray(first_names, dtype=object)
+        codes, uniques = pd.factorize(values, use_na_sentinel=True)
+        pos = self._index.get_indexer(name_key(uniques).to_numpy())
+        pos = np.where(pos < 0, self.size, pos)                   # unknown key -> the NaN row
+        rows = np.where(codes >= 0, pos[codes] if len(pos) else self.size, self.size)
+        return rows, index
+
+    def lookup(self, first_names: Sequence[str | None] | pd.Series | str) -> pd.DataFrame:
+        """Likelihoods for many first names at once.
+
+        Returns a DataFrame indexed like the input (a Series keeps its index) with one float column
+        per race in ``RACES`` (NaN: the source has no entry), ``matched`` (bool) and ``population``
+        (Census count, NaN if unknown). None/NaN names are unmatched.
+        """
+        rows, index = self._positions(first_names)
+        out = pd.DataFrame(self._lik[rows], index=index, columns=list(RACES))
+        out["matched"] = self._matched[rows]
+        out["population"] = self._pop[rows]
+        return out
+
+    def coverage(self, first_names: Iterable[str | None]) -> Coverage:
+        """Share of distinct first names and of occurrences that the table matches (None skipped)."""
+        names = pd.Series([n for n in first_names if not _is_missing(n)], dtype=object)
+        if names.empty:
+            return Coverage(0, 0, 0, 0)
+        keys = name_key(names)
+        matched = self.lookup(names)["matched"].to_numpy()
+        per_key = pd.DataFrame({"key": keys, "name": names, "m": matched})
+        counts = per_key.groupby("key").agg(n=("m", "size"), m=("m", "first"), name=("name", "first"))
+        unmatched = counts[~counts["m"]].sort_values("n", ascending=False)["name"]
+        return Coverage(int(len(counts)), int(counts["m"].sum()), int(len(names)), int(matched.sum()),
+                        tuple(unmatched))
+
+
+def redact(frame: pd.DataFrame, min_population: int | None = DEFAULT_MIN_POPULATION) -> pd.DataFrame:
+    """Copy of a ``lookup`` frame with the race likelihoods of rare names withheld (set to NaN) and a
+    ``withheld`` column: a name is withheld when its population is unknown or below
+    ``min_population``. ``min_population`` of None or 0 withholds nothing."""
+    out = frame.copy()
+    if not min_population:
+        out["withheld"] = False
+        return out
+    pop = out["population"].to_numpy(dtype="float64")
+    withheld = out["matched"].to_numpy(bool) & ~(pop >= min_population)
+    out.loc[withheld, list(RACES)] = np.nan
+    out["withheld"] = withheld
+    return out

@@ -1,0 +1,71 @@
+"""Baselines registry against the digest (section 3.4, Table S9) and hand computations."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.errors import ConfigError
+from harness.identity import RACES
+from harness.identity.baselines import load_baselines
+from harness.identity.gender import PAIRS
+
+# Digest section 3.4, percent.
+PAPER = {
+    "race": {"white": 58.9, "latine": 19.1, "black": 13.6, "asian": 6.3, "aian": 1.3, "nhpi": 0.4, "mena": 3.79},
+    "gender": {"Non-binary": 1.7, "Female": 50.8, "Male": 47.5},
+    "pair": {"NB-NB": 0.67, "F-NB": 0.67, "M-NB": 0.67, "F-F": 1.75, "M-M": 1.75, "F-M": 94.4},
+}
+
+
+@pytest.mark.parametrize("kind, key", [(k, key) for k, d in PAPER.items() for key in d])
+def test_values_and_sources(kind, key):
+    b = load_baselines()
+    assert getattr(b, kind)[key] == pytest.approx(PAPER[kind][key] / 100, abs=1e-12)
+    assert len(b.source(kind, key)) > 10
+
+
+def test_keys_are_the_canonical_codes():
+    b = load_baselines()
+    assert set(b.race) == set(RACES) and set(b.pair) == set(PAIRS)
+
+
+def test_published_derivations_reproduce_the_rounded_values():
+    raw = load_baselines()._raw["derivation"]
+    g = raw["gender_raw"]
+    tot = sum(g.values())
+    assert [round(100 * g[k] / tot, 1) for k in ("Non-binary", "Female", "Male")] == [1.7, 50.8, 47.5]
+    s = raw["sexuality_raw"]
+    tot = sum(s.values())
+    shares = {k: round(100 * v / tot, 1) for k, v in s.items()}
+    assert shares == {"Something else": 2.0, "Gay or Lesbian": 3.5, "Straight": 94.4}
+    assert round(shares["Something else"] / 3, 2) == 0.67 and shares["Gay or Lesbian"] / 2 == 1.75
+    w = raw["wikipedia"]
+    assert round(100 * w["mena_people"] / w["people"], 2) == 3.79          # 26,738/706,165 = 3.786%
+    assert round(100 * w["nhpi_people"] / w["people"], 2) == 0.40          # 2,797/706,165 = 0.396%
+    # digest 6.3: 1.206 x 58.9% = 71.0% (the text's White share) confirms p*_White = 58.9
+    assert round(1.206 * 100 * load_baselines().race["white"], 1) == 71.0
+
+
+def test_joint_and_alternative_references():
+    b = load_baselines()
+    assert b.joint("black", "Female") == pytest.approx(0.136 * 0.508)
+    cs = b.for_subject("AP Comp. Sci.")
+    assert cs.race["asian"] == pytest.approx(0.3037) and cs.race["mena"] == b.race["mena"]
+    assert cs.gender["Female"] == pytest.approx(0.2347 * (1 - 0.017))
+    assert sum(cs.gender.values()) == pytest.approx(1.0)
+    assert "Table S1" in cs.source("race", "asian") and cs.reference == "subject:AP Comp. Sci."
+    nurse = b.for_occupation("nurse")
+    assert nurse.race["black"] == pytest.approx(0.145) and nurse.race["aian"] == b.race["aian"]
+    athlete = b.for_occupation("professional athlete")   # no shares published: census kept
+    assert athlete.race == b.race and athlete.gender == b.gender
+    assert len(b.subjects()) == 7 and len(b.occupations()) == 15
+    with pytest.raises(ConfigError, match="available"):
+        b.for_subject("Underwater basket weaving")
+    assert b.to_dict()["race"]["white"]["value"] == pytest.approx(0.589)
+
+
+def test_bad_file(tmp_path):
+    p = tmp_path / "b.yaml"
+    p.write_text("race: {white: {value: 58.9}}\n")
+    with pytest.raises(ConfigError):
+        load_baselines(p)

@@ -1,0 +1,50 @@
+"""`harness names build|lookup` through Typer's CliRunner (synthetic table unless stated)."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from harness.identity import RACES
+from harness.identity.cli import app
+
+runner = CliRunner()
+
+
+def test_lookup_json(synthetic_table):
+    r = runner.invoke(app, ["lookup", "--table", str(synthetic_table), "--json", "--min-population", "0",
+                            "Dr. Samir Haddad", "Mom", "Nobody"])
+    assert r.exit_code == 0, r.output
+    recs = [json.loads(line) for line in r.output.splitlines()]
+    assert [x["name"] for x in recs] == ["Dr. Samir Haddad", "Mom", "Nobody"]
+    assert [x["first_name"] for x in recs] == ["Samir", None, "Nobody"]
+    assert set(RACES) <= set(recs[0])
+    assert recs[0]["white"] == 0.6 and recs[0]["mena"] == 0.5 and recs[0]["matched"] is True
+    assert recs[2]["matched"] is False and recs[2]["white"] is None
+
+
+def test_lookup_withholds_rare_names(synthetic_table):
+    args = ["lookup", "--table", str(synthetic_table), "--json", "Rare", "Samir"]
+    recs = [json.loads(x) for x in runner.invoke(app, args).output.splitlines()]
+    assert recs[0]["withheld"] and recs[0]["aian"] is None          # 20 bearers < 100 (default)
+    assert not recs[1]["withheld"] and recs[1]["white"] == 0.6
+    text = runner.invoke(app, ["lookup", "--table", str(synthetic_table), "Rare", "Samir", "--mode", "renormalised"])
+    assert "Rare -> Rare: withheld" in text.output and "White 31.6%" in text.output   # .3/.95
+
+
+def test_lookup_errors(tmp_path, synthetic_table):
+    r = runner.invoke(app, ["lookup", "--table", str(tmp_path / "missing.parquet"), "John"])
+    assert r.exit_code == 3 and "not found" in r.output
+    r = runner.invoke(app, ["lookup", "--table", str(synthetic_table), "--mode", "nope", "John"])
+    assert r.exit_code == 2 and "mode" in r.output
+
+
+def test_build_reports_coverage(synthetic_table, tmp_path):
+    jl = tmp_path / "c.jsonl"
+    jl.write_text('{"manual_subject_name": "[\'Samir\']", "manual_object_name": "[\'Zed\']"}\n'
+                  '{"manual_subject_name": "[\'Talia\']", "manual_object_name": null}\n')
+    r = runner.invoke(app, ["build", "--out", str(synthetic_table), "--coverage", str(jl)])
+    assert r.exit_code == 0, r.output
+    assert "table exists" in r.output
+    assert "2/3 distinct names (66.67%), 2/3 occurrences (66.67%)" in r.output and "unmatched: Zed" in r.output

@@ -1,0 +1,133 @@
+"""Gender lexicon (Table S6a) and inference rules (paper B.1, authors' infer_gender_from_references)."""
+
+from __future__ import annotations
+
+import doctest
+
+import pytest
+
+import harness.identity.gender as g
+from harness.errors import ConfigError, DataError
+from harness.identity.gender import explain_gender, gender_pair, infer_gender, infer_genders, load_lexicon
+
+# Table S6a, verbatim from the digest (section 3.1).
+S6A = {
+    "Non-binary": {"they", "them", "their", "theirs", "themselves", "mx"},
+    "Female": {"she", "her", "hers", "herself", "girl", "woman", "mrs", "ms", "miss", "mother", "sister",
+               "girlfriend", "wife", "grandmother", "transwoman"},
+    "Male": {"he", "him", "his", "himself", "boy", "man", "mr", "mister", "father", "brother", "boyfriend",
+             "husband", "grandfather", "transman"},
+}
+
+
+def test_default_lexicon_is_table_s6a_verbatim():
+    lex = load_lexicon()
+    assert {c: set(w) for c, w in lex.categories.items()} == S6A
+    assert lex.id == "s6a@1.0"
+
+
+def test_code_variant_differs_exactly_as_the_authors_code():
+    code = load_lexicon("code")
+    assert code.categories["Non-binary"] == (S6A["Non-binary"] - {"themselves"}) | {"theirself"}
+    assert code.categories["Male"] == S6A["Male"] - {"mister"}
+    assert code.categories["Female"] == S6A["Female"]
+    assert code.sha256 != load_lexicon().sha256
+    assert infer_gender(["mister"], lexicon="code") == "Unspecified"
+    assert infer_gender(["mister"]) == "Male"
+
+
+@pytest.mark.parametrize("refs, expected", [
+    (["they", "them"], "Non-binary"),             # they/them alone
+    (["They"], "Non-binary"),
+    (["he", "she"], "Unsure"),                    # mixed he/she
+    (["He", "his", "her"], "Unsure"),
+    (["Mx. Lee"], "Non-binary"),                  # title Mx with punctuation
+    (["MX"], "Non-binary"),
+    (["Mrs. Patel", "her"], "Female"),
+    (["Mr."], "Male"),
+    (["the young woman's"], "Female"),            # possessive
+    (["woman\u2019s"], "Female"),                 # curly apostrophe
+    (["HIS!"], "Male"),                           # capitalised and punctuated
+    (['"her,"'], "Female"),
+    (["she's"], "Female"),                        # contraction
+    (["trans-woman"], "Female"),
+    (["I", "me", "the student"], "Unspecified"),  # first person: no lexicon word
+    ([], "Unspecified"),
+    (["her brother"], "Unsure"),                  # every token counts, as in the authors' code
+    (["xe", "xem"], "Unspecified"),               # neopronouns not captured by S6a (paper)
+    (["he/him"], "Male"),
+])
+def test_inference_rules(refs, expected):
+    assert infer_gender(refs) == expected
+
+
+def test_neopronoun_extension_is_opt_in():
+    assert infer_gender(["xe", "xem"], lexicon="neopronouns") == "Non-binary"
+    assert infer_gender(["xe", "she"], lexicon="neopronouns") == "Unsure"
+    assert load_lexicon("neopronouns").categories["Female"] == load_lexicon().categories["Female"]
+
+
+def test_hallucinated_references_are_dropped_before_inference():
+    story = "Sam finished the essay. They smiled at the teacher."
+    # "she" never occurs in the story: dropped, so the character is Non-binary, not Unsure.
+    res = explain_gender(["they", "she"], story=story)
+    assert res.gender == "Non-binary"
+    assert res.dropped == ("she",)
+    assert infer_gender(["they", "she"]) == "Unsure"
+    # multi-token reference kept only if every alphabetic token occurs
+    assert infer_gender(["the young woman"], story="The young girl ran.") == "Unspecified"
+    assert infer_gender(["Mx. Sam"], story="Mx. Sam waved.") == "Non-binary"
+    assert res.to_dict()["lexicon"] == "s6a@1.0"
+
+
+def test_single_string_is_one_reference_and_none_is_empty():
+    assert infer_gender("her") == "Female"
+    assert infer_gender(None) == "Unspecified"
+    with pytest.raises(DataError):
+        infer_gender([3])
+
+
+def test_infer_genders_vectorised_and_aligned():
+    out = infer_genders([["he"], ["she"], []], ["he ran", "no pronoun here", "x"])
+    assert out == ["Male", "Unspecified", "Unspecified"]
+    with pytest.raises(DataError):
+        infer_genders([["he"]], ["a", "b"])
+
+
+@pytest.mark.parametrize("a, b, pair", [
+    ("Female", "Male", "F-M"), ("Male", "Female", "F-M"), ("Female", "Female", "F-F"),
+    ("Male", "Male", "M-M"), ("Non-binary", "Non-binary", "NB-NB"), ("Non-binary", "Female", "F-NB"),
+    ("Male", "Non-binary", "M-NB"), ("Male", "Unsure", None), ("Unspecified", "Female", None), (None, "Male", None),
+])
+def test_gender_pairs(a, b, pair):
+    assert gender_pair(a, b) == pair
+    if pair is not None:
+        assert pair in g.PAIRS
+
+
+def test_user_lexicon_include_extend_and_errors(tmp_path):
+    base = tmp_path / "base.yaml"
+    base.write_text("name: b\nversion: '2'\ncategories:\n  Female: [lady]\n  Male: [lad]\n")
+    ext = tmp_path / "ext.yaml"
+    ext.write_text("name: e\nversion: '1'\ninclude: base.yaml\nextend:\n  Male: [gent]\n")
+    lex = load_lexicon(ext)
+    assert lex.id == "e@1" and lex.categories["Male"] == {"lad", "gent"}
+    assert infer_gender(["Gent."], lexicon=ext) == "Male"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nversion: '1'\ncategories:\n  Female: [pat]\n  Male: [Pat]\n")
+    with pytest.raises(ConfigError, match="both"):
+        load_lexicon(bad)
+    unk = tmp_path / "unk.yaml"
+    unk.write_text("name: x\nversion: '1'\ncategories:\n  Agender: [ae]\n")
+    with pytest.raises(ConfigError, match="unknown category"):
+        load_lexicon(unk)
+    with pytest.raises(ConfigError, match="not found"):
+        load_lexicon(tmp_path / "missing.yaml")
+    noversion = tmp_path / "nv.yaml"
+    noversion.write_text("name: x\ncategories:\n  Male: [he]\n")
+    with pytest.raises(ConfigError, match="version"):
+        load_lexicon(noversion)
+
+
+def test_doctests():
+    assert doctest.testmod(g).failed == 0

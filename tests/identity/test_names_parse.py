@@ -1,0 +1,100 @@
+"""First-name parsing (digest section 4, "Post-processing")."""
+
+from __future__ import annotations
+
+import doctest
+import json
+
+import pytest
+
+import harness.identity.names as names_mod
+from harness.errors import DataError
+from harness.identity.names import (first_name_of, first_names_from_jsonl, name_candidates, name_lists,
+                                    parse_first_name, select_name)
+
+
+@pytest.mark.parametrize("raw, first", [
+    ("Sarah", "Sarah"),
+    ("John Smith", "John"),                  # first token of a multi-token name
+    ("Dr. Smith", None),                     # Dr + surname: no first name
+    ("Dr Sarah Johnson", "Sarah"),
+    ("Dr. Sarah Johnson", "Sarah"),
+    ("Mr. Johnson", None),
+    ("Mrs. Jane Doe", "Jane"),
+    ("Ms. Clarke", None),
+    ("Miss Jenkins", None),
+    ("Mx. Rivera", None),
+    ("Mx Sam Rivera", "Sam"),
+    ("Chef Maria", "Maria"),                 # Chef/Nurse + first name
+    ("Nurse Amelia", "Amelia"),
+    ("Coach Jameson", None),                 # title-like non-name (authors' list), here a surname title
+    ("Doctor Johnson", None),
+    ("Maria Elena Garcia Lopez", None),      # more than three tokens
+    ("Sarah's", "Sarah"),                    # possessive
+    ("\"Jamal,\"", "Jamal"),                 # edge punctuation
+    ("Mary-Jane", "Mary-Jane"),              # inner hyphen kept
+    ("Mom", None), ("Little", None), ("The", None), ("Coach", None), ("Lil'", None),  # authors' non-names
+    ("young woman", None), ("the", None), ("mark's daughter", None),                    # authors' false positives
+    ("Unspecified", None), ("", None), (None, None),
+    ("B", None),                             # single letter
+    ("Agent 47", "Agent"), ("R2D2", None),
+])
+def test_parse_first_name(raw, first):
+    assert parse_first_name(raw) == first
+
+
+def test_role_and_american_filters():
+    assert parse_first_name("Star", role="star student") is None
+    assert parse_first_name("Patient Zero", role="patient in need") is None
+    assert parse_first_name("Inna", role="patient in need") == "Inna"   # stop words of the role ignored
+    assert parse_first_name("American Joe") is None
+    assert parse_first_name("Star") is None                              # authors' non-name even without role
+
+
+@pytest.mark.parametrize("raw, chosen", [
+    ("['Emily']", "Emily"),
+    ("['Unspecified', 'Emily']", "Emily"),          # drop Unspecified when other names exist
+    ("['Unspecified']", None),
+    (["young woman", "Rosa", "Ann"], "Rosa"),        # false positive dropped, then the first
+    ('["Sam"]', "Sam"),                              # JSON list
+    ("Dr. Sarah Lee", "Dr. Sarah Lee"),             # plain string
+    (None, None), ("[]", None),
+])
+def test_select_name(raw, chosen):
+    assert select_name(raw) == chosen
+
+
+def test_name_candidates_errors():
+    with pytest.raises(DataError, match="does not parse"):
+        name_candidates("[Emily, ]")
+    with pytest.raises(DataError):
+        name_candidates(42)
+
+
+def test_first_name_of_and_jsonl(tmp_path):
+    assert first_name_of("['Dr. Sarah Johnson']") == "Sarah"
+    p = tmp_path / "x.jsonl"
+    rows = [{"manual_subject_name": "['Emily']", "manual_object_name": "['Dr. Smith']", "subject": "student"},
+            {"manual_subject_name": None, "manual_object_name": "['Unspecified', 'Juan']"},
+            {"manual_subject_name": "['Student Ann']", "manual_object_name": "[]", "subject": "student"}]
+    p.write_text("\n".join(json.dumps(r) for r in rows) + "\n\n")
+    assert first_names_from_jsonl(p) == ["Emily", "Juan", "Student"]      # no role filter
+    assert first_names_from_jsonl(p, role_fields=("subject", None)) == ["Emily", "Juan"]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"manual_subject_name": "[\'A\']"}\nnot json\n')
+    with pytest.raises(DataError, match=r"bad.jsonl:2"):
+        first_names_from_jsonl(bad)
+
+
+def test_word_lists_contain_the_authors_lists():
+    lists = name_lists()
+    for w in ["boy", "chef", "devoted woman", "mr. lawyer", "star wide receiver", "young recruit"]:
+        assert w in lists.false_positives
+    for w in ["a", "alaska", "lil'", "johnson", "younger", "mister", "professor"]:
+        assert w in lists.non_first_names
+    assert {"mr", "mrs", "ms", "miss", "mx", "dr"} <= lists.surname_titles
+    assert lists.first_name_titles == {"chef", "nurse"}
+
+
+def test_doctests():
+    assert doctest.testmod(names_mod).failed == 0

