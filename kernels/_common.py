@@ -1,0 +1,80 @@
+"""Backend discovery shared by the kernel modules.
+
+Nothing here imports triton or cupy at module import time: the checks run when a kernel is
+asked for, so ``import harness.kernels`` works on a machine without a GPU, triton or cupy.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+from harness.errors import BackendError, ConfigError
+
+BACKENDS = ("numpy", "triton", "cupy", "auto")
+
+
+def triton_interpreting() -> bool:
+    """True when Triton runs kernels in its NumPy interpreter (``TRITON_INTERPRET=1``)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def cuda_available() -> bool:
+    """True when torch sees a CUDA device."""
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+def triton_runnable() -> bool:
+    """Triton is installed and can launch: on a CUDA device, or on the CPU interpreter."""
+    if importlib.util.find_spec("triton") is None:
+        return False
+    return cuda_available() or triton_interpreting()
+
+
+def cupy_runnable() -> bool:
+    """CuPy is installed and a CUDA device answers."""
+    if importlib.util.find_spec("cupy") is None:
+        return False
+    try:
+        import cupy
+
+        return bool(cupy.cuda.is_available())
+    except Exception:  # a broken CUDA driver install reads as "not runnable", never as a crash
+        return False
+
+
+def resolve_backend(backend: str, *, what: str) -> str:
+    """Map ``backend`` (one of BACKENDS) to a runnable one; raise with the reason otherwise.
+
+    ``"auto"`` picks Triton on a CUDA device, then CuPy, then NumPy. The Triton interpreter
+    is never picked automatically: it is a correctness tool, thousands of times slower.
+    """
+    if backend not in BACKENDS:
+        raise ConfigError(f"{what}: backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    if backend == "auto":
+        if cuda_available() and importlib.util.find_spec("triton") is not None:
+            return "triton"
+        if cupy_runnable():
+            return "cupy"
+        return "numpy"
+    if backend == "triton" and not triton_runnable():
+        raise BackendError(
+            f"{what}: backend='triton' needs triton and a CUDA device (or TRITON_INTERPRET=1 for the "
+            "CPU interpreter); use backend='numpy' or 'auto'"
+        )
+    if backend == "cupy" and not cupy_runnable():
+        raise BackendError(
+            f"{what}: backend='cupy' needs cupy and a CUDA device; use backend='numpy' or 'auto'"
+        )
+    return backend
+
+
+def torch_device():
+    """The device Triton kernels run on: CUDA when present, else CPU (interpreter)."""
+    import torch
+
+    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")

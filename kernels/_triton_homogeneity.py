@@ -1,0 +1,219 @@
+"""Triton kernels of the homogeneity statistics (imported only when the Triton backend is used).
+
+Three kernels, each with a thin launcher that allocates outputs and returns host arrays:
+
+- ``_seg_gram_kernel``: segmented d x d Gram, one program per (row chunk of one group,
+  upper-triangular d-tile); the transposed copy of an off-diagonal tile is stored from the
+  same accumulator, so no product is computed twice.
+- ``_pair_tile_kernel``: a group's upper triangle tile by tile; the epilogue reduces the
+  tile into the histogram, sums, row sums, top-k / bottom-k candidates and explicit pairs.
+- ``_replicate_kernel``: W C and W (C o C) from the same C tile, reduced against W.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import triton
+import triton.language as tl
+
+from ._common import triton_interpreting
+
+
+def _gram_configs():
+    if triton_interpreting():  # one config: the interpreter would "benchmark" each one
+        return [triton.Config({"BD": 64, "BK": 64})]
+    return [
+        triton.Config({"BD": bd, "BK": bk}, num_warps=w, num_stages=s)
+        for bd, bk, w, s in ((128, 64, 8, 3), (128, 32, 8, 4), (64, 64, 4, 4), (64, 128, 4, 3), (128, 128, 8, 3))
+    ]
+
+
+@triton.autotune(configs=_gram_configs(), key=["D", "PREC"])
+@triton.jit
+def _seg_gram_kernel(
+    x_ptr, start_ptr, end_ptr, out_ptr, D, stride_xn, stride_oc,
+    BD: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr,
+):
+    pid_c = tl.program_id(0)
+    pid_t = tl.program_id(1)
+    nb = tl.cdiv(D, BD)
+    bi = pid_t // nb
+    bj = pid_t % nb
+    if bi <= bj:
+        start = tl.load(start_ptr + pid_c)
+        end = tl.load(end_ptr + pid_c)
+        oi = bi * BD + tl.arange(0, BD)
+        oj = bj * BD + tl.arange(0, BD)
+        mi = oi < D
+        mj = oj < D
+        acc = tl.zeros((BD, BD), dtype=tl.float32)
+        for k0 in range(start, end, BK):
+            rows = k0 + tl.arange(0, BK)
+            mr = rows < end
+            a = tl.load(x_ptr + rows[:, None] * stride_xn + oi[None, :], mask=mr[:, None] & mi[None, :], other=0.0)
+            b = tl.load(x_ptr + rows[:, None] * stride_xn + oj[None, :], mask=mr[:, None] & mj[None, :], other=0.0)
+            acc = tl.dot(tl.trans(a), b, acc, input_precision=PREC)
+        base = out_ptr + pid_c.to(tl.int64) * stride_oc
+        tl.store(base + oi[:, None] * D + oj[None, :], acc, mask=mi[:, None] & mj[None, :])
+        if bi < bj:
+            tl.store(base + oj[:, None] * D + oi[None, :], tl.trans(acc), mask=mj[:, None] & mi[None, :])
+
+
+def segmented_gram(xs: torch.Tensor, starts: torch.Tensor, ends: torch.Tensor, *, input_precision="ieee"):
+    """Partial Gram matrices (n_chunks, d, d) fp32: chunk c is X[starts[c]:ends[c]]^T X[...]."""
+    n_chunks = starts.numel()
+    D = xs.shape[1]
+    out = torch.zeros((n_chunks, D, D), dtype=torch.float32, device=xs.device)
+    grid = lambda META: (n_chunks, triton.cdiv(D, META["BD"]) ** 2)  # noqa: E731
+    _seg_gram_kernel[grid](xs, starts, ends, out, D, xs.stride(0), out.stride(0), PREC=input_precision)
+    return out
+
+
+@triton.jit
+def _pair_tile_kernel(
+    x_ptr, stride_xn, D,
+    tg_ptr, tbi_ptr, tbj_ptr, gstart_ptr, gn_ptr, poff_ptr,
+    hist_ptr, tsum_ptr, tsq_ptr, rowsum_ptr, topv_ptr, topp_ptr, botv_ptr, botp_ptr, pairs_ptr,
+    BM: tl.constexpr, BK: tl.constexpr, NBINS: tl.constexpr, TOPK: tl.constexpr,
+    PREC: tl.constexpr, TL_HIST: tl.constexpr,
+):
+    t = tl.program_id(0)
+    g = tl.load(tg_ptr + t)
+    bi = tl.load(tbi_ptr + t)
+    bj = tl.load(tbj_ptr + t)
+    start = tl.load(gstart_ptr + g)
+    n = tl.load(gn_ptr + g)
+    li = bi * BM + tl.arange(0, BM)
+    lj = bj * BM + tl.arange(0, BM)
+    mi = li < n
+    mj = lj < n
+    acc = tl.zeros((BM, BM), dtype=tl.float32)
+    for k0 in range(0, D, BK):
+        kk = k0 + tl.arange(0, BK)
+        mk = kk < D
+        a = tl.load(x_ptr + (start + li)[:, None] * stride_xn + kk[None, :], mask=mi[:, None] & mk[None, :], other=0.0)
+        b = tl.load(x_ptr + (start + lj)[:, None] * stride_xn + kk[None, :], mask=mj[:, None] & mk[None, :], other=0.0)
+        acc = tl.dot(a, tl.trans(b), acc, input_precision=PREC)
+    valid = mi[:, None] & mj[None, :] & (li[:, None] < lj[None, :])
+    cz = tl.where(valid, acc, 0.0)
+    # sums per tile (merged in float64 on the host) and per-text row sums
+    tl.store(tsum_ptr + t, tl.sum(tl.sum(cz, axis=1), axis=0))
+    tl.store(tsq_ptr + t, tl.sum(tl.sum(cz * cz, axis=1), axis=0))
+    tl.atomic_add(rowsum_ptr + start + li, tl.sum(cz, axis=1), mask=mi)
+    tl.atomic_add(rowsum_ptr + start + lj, tl.sum(cz, axis=0), mask=mj)
+    # histogram on fixed bins over [-1, 1]
+    binf = tl.floor((acc + 1.0) * (NBINS * 0.5))
+    bins = tl.minimum(tl.maximum(binf, 0.0), NBINS - 1.0).to(tl.int32)
+    if TL_HIST:
+        h = tl.histogram(tl.reshape(bins, [BM * BM]), NBINS, mask=tl.reshape(valid, [BM * BM]))
+        tl.atomic_add(hist_ptr + g * NBINS + tl.arange(0, NBINS), h, mask=h > 0)
+    else:
+        tl.atomic_add(hist_ptr + g * NBINS + bins, tl.full([BM, BM], 1, tl.int32), mask=valid)
+    # explicit pair values (triangular order) for small groups
+    off = tl.load(poff_ptr + g)
+    if off >= 0:
+        li64 = li.to(tl.int64)[:, None]
+        lj64 = lj.to(tl.int64)[None, :]
+        n64 = n.to(tl.int64)
+        idx = li64 * n64 - li64 * (li64 + 1) // 2 + (lj64 - li64 - 1)
+        tl.store(pairs_ptr + off + idx, acc, mask=valid)
+    # top-k / bottom-k candidates of this tile (ties: smallest position first)
+    if TOPK > 0:
+        flat = tl.arange(0, BM)[:, None] * BM + tl.arange(0, BM)[None, :]
+        ct = tl.where(valid, acc, float("-inf"))
+        cb = tl.where(valid, acc, float("inf"))
+        for k in tl.static_range(TOPK):
+            m = tl.max(tl.max(ct, axis=1), axis=0)
+            p = tl.min(tl.min(tl.where(ct == m, flat, BM * BM), axis=1), axis=0)
+            tl.store(topv_ptr + t * TOPK + k, m)
+            tl.store(topp_ptr + t * TOPK + k, p)
+            ct = tl.where(flat == p, float("-inf"), ct)
+            m2 = tl.min(tl.min(cb, axis=1), axis=0)
+            p2 = tl.min(tl.min(tl.where(cb == m2, flat, BM * BM), axis=1), axis=0)
+            tl.store(botv_ptr + t * TOPK + k, m2)
+            tl.store(botp_ptr + t * TOPK + k, p2)
+            cb = tl.where(flat == p2, float("inf"), cb)
+
+
+def pair_tiles(
+    xs, *, tile_group, tile_bi, tile_bj, offsets, counts, pair_off, total_pairs, n_groups,
+    n_bins, top_k, block, block_k, input_precision, hist_mode,
+):
+    """Launch the pair-tile kernel; return host arrays (sorted-row positions for the pairs)."""
+    dev = xs.device
+    n_tiles = int(tile_group.size)
+    G = n_groups
+    t = lambda a, dt=torch.int64: torch.as_tensor(np.asarray(a), dtype=dt, device=dev)  # noqa: E731
+    hist = torch.zeros((G, n_bins), dtype=torch.int32, device=dev)
+    tsum = torch.zeros(max(n_tiles, 1), dtype=torch.float32, device=dev)
+    tsq = torch.zeros_like(tsum)
+    rowsum = torch.zeros(xs.shape[0], dtype=torch.float32, device=dev)
+    k = max(top_k, 1)
+    topv = torch.full((max(n_tiles, 1), k), float("nan"), dtype=torch.float32, device=dev)
+    botv = torch.full_like(topv, float("nan"))
+    topp = torch.zeros((max(n_tiles, 1), k), dtype=torch.int32, device=dev)
+    botp = torch.zeros_like(topp)
+    pairs = torch.zeros(max(total_pairs, 1), dtype=torch.float32, device=dev)
+    if n_tiles:
+        _pair_tile_kernel[(n_tiles,)](
+            xs, xs.stride(0), xs.shape[1],
+            t(tile_group), t(tile_bi), t(tile_bj), t(offsets[:-1]), t(counts), t(pair_off),
+            hist, tsum, tsq, rowsum, topv, topp, botv, botp, pairs,
+            BM=block, BK=block_k, NBINS=n_bins, TOPK=top_k, PREC=input_precision,
+            TL_HIST=hist_mode == "tl", num_warps=8 if block >= 128 else 4,
+        )
+    res = {
+        "tile_group": np.asarray(tile_group, dtype=np.int64),
+        "hist": hist.cpu().numpy(), "tile_sum": tsum[:n_tiles].double().cpu().numpy(),
+        "tile_sumsq": tsq[:n_tiles].double().cpu().numpy(), "row_sum": rowsum.cpu().numpy(),
+        "pairs": pairs[:total_pairs].cpu().numpy(),
+    }
+    starts = np.asarray(offsets)[np.asarray(tile_group, dtype=np.int64)][:, None]
+    for name, v, p in (("top", topv, topp), ("bot", botv, botp)):
+        p = p[:n_tiles, :top_k].cpu().numpy().astype(np.int64)
+        res[f"{name}_val"] = v[:n_tiles, :top_k].cpu().numpy()
+        res[f"{name}_ij"] = (
+            starts + np.asarray(tile_bi)[:, None] * block + p // block,
+            starts + np.asarray(tile_bj)[:, None] * block + p % block,
+        )
+    return res
+
+
+@triton.jit
+def _replicate_kernel(
+    w_ptr, c_ptr, out1_ptr, out2_ptr, B, M, stride_w, stride_c, NJ,
+    BB: tl.constexpr, BJ: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr,
+):
+    pid_b = tl.program_id(0)
+    pid_j = tl.program_id(1)
+    ob = pid_b * BB + tl.arange(0, BB)
+    oj = pid_j * BJ + tl.arange(0, BJ)
+    mb = ob < B
+    mj = oj < M
+    acc1 = tl.zeros((BB, BJ), dtype=tl.float32)
+    acc2 = tl.zeros((BB, BJ), dtype=tl.float32)
+    for k0 in range(0, M, BK):
+        ok = k0 + tl.arange(0, BK)
+        mk = ok < M
+        w = tl.load(w_ptr + ob[:, None] * stride_w + ok[None, :], mask=mb[:, None] & mk[None, :], other=0.0)
+        c = tl.load(c_ptr + ok[:, None] * stride_c + oj[None, :], mask=mk[:, None] & mj[None, :], other=0.0)
+        acc1 = tl.dot(w, c, acc1, input_precision=PREC)
+        acc2 = tl.dot(w, c * c, acc2, input_precision=PREC)
+    wj = tl.load(w_ptr + ob[:, None] * stride_w + oj[None, :], mask=mb[:, None] & mj[None, :], other=0.0).to(tl.float32)
+    tl.store(out1_ptr + ob * NJ + pid_j, tl.sum(acc1 * wj, axis=1), mask=mb)
+    tl.store(out2_ptr + ob * NJ + pid_j, tl.sum(acc2 * wj, axis=1), mask=mb)
+
+
+def fused_replicates(W, C, *, input_precision="ieee", block_b=64, block_j=64, block_k=32):
+    """(w_b^T C w_b, w_b^T (C o C) w_b) for every row b of W, in float64 (per-tile fp32 partials)."""
+    B, M = W.shape
+    nj = triton.cdiv(M, block_j)
+    out1 = torch.zeros((B, nj), dtype=torch.float32, device=W.device)
+    out2 = torch.zeros_like(out1)
+    grid = (triton.cdiv(B, block_b), nj)
+    _replicate_kernel[grid](
+        W, C, out1, out2, B, M, W.stride(0), C.stride(0), nj,
+        BB=block_b, BJ=block_j, BK=block_k, PREC=input_precision,
+    )
+    return out1.double().sum(1), out2.double().sum(1)

@@ -1,0 +1,252 @@
+"""Homogeneity kernels against explicit pairs (brute force) and a hand computation."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from harness.errors import ConfigError, DataError
+from harness.kernels import homogeneity as H
+from harness.kernels.sweep import story_weights
+
+
+def make_case(seed=0, N=90, d=40, G=5):
+    """Clustered vectors; group sizes 0, 1, 2 and larger (both n < d and n > d); -1 = excluded."""
+    rng = np.random.default_rng(seed)
+    centers = rng.normal(size=(G, d))
+    g = rng.integers(2, G, N)
+    g[:3] = -1
+    g[3] = 1  # group 1: one text; group 0: empty
+    g[4:6] = 2
+    g[g == 2] = np.where(np.arange((g == 2).sum()) < 2, 2, 3)  # group 2: exactly two texts
+    x = centers[np.maximum(g, 0)] + 0.8 * rng.normal(size=(N, d))
+    return x, g, G
+
+
+def explicit_pairs(x, g, k):
+    xs = x / np.linalg.norm(x, axis=1, keepdims=True)
+    idx = np.flatnonzero(g == k)
+    iu, ju = np.triu_indices(idx.size, 1)
+    return np.einsum("ij,ij->i", xs[idx[iu]], xs[idx[ju]]), idx[iu], idx[ju]
+
+
+FIELDS = ("n", "n_pairs", "sum", "sumsq", "text_mean", "between")
+
+
+def assert_stats_close(got, want, rtol, atol):
+    for f in FIELDS:
+        np.testing.assert_allclose(getattr(got, f), getattr(want, f), rtol=rtol, atol=atol, err_msg=f)
+
+
+def test_closed_form_hand_computed():
+    # three unit vectors in the plane at 0, 60 and 90 degrees: cosines 1/2, 0, sqrt(3)/2
+    x = np.array([[1, 0], [0.5, np.sqrt(3) / 2], [0, 2.0]])
+    st = H.reference(x, np.array([0, 0, 0]))
+    c = np.array([0.5, 0.0, np.sqrt(3) / 2])
+    assert st.n.tolist() == [3] and st.n_pairs.tolist() == [3]
+    np.testing.assert_allclose(st.sum, [c.sum()])
+    np.testing.assert_allclose(st.sumsq, [(c**2).sum()])
+    np.testing.assert_allclose(st.text_mean, [(0.5 + 0) / 2, (0.5 + c[2]) / 2, (0 + c[2]) / 2])
+    np.testing.assert_allclose(st.var, [c.var()])
+
+
+@pytest.mark.parametrize("seed, d", [(0, 40), (1, 8)])
+def test_reference_equals_brute_force(seed, d):
+    x, g, G = make_case(seed, d=d)
+    ref, bf = H.reference(x, g, n_groups=G), H.brute_force(x, g, n_groups=G)
+    assert_stats_close(ref, bf, rtol=1e-10, atol=1e-10)
+    assert ref.n.tolist()[:3] == [0, 1, 2] and np.isnan(ref.mean[:2]).all()
+    c, _, _ = explicit_pairs(x, g, 4)
+    np.testing.assert_allclose([ref.mean[4], ref.var[4]], [c.mean(), c.var()], rtol=1e-10)
+
+
+def test_triton_group_stats_fp32(triton_ok):
+    x, g, G = make_case(2, N=80, d=70)
+    bf = H.brute_force(x, g, n_groups=G)
+    got = H.triton_group_stats(x, g, n_groups=G, chunk_rows=16)  # several chunks per group
+    assert got.backend == "triton"
+    assert_stats_close(got, bf, rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("dtype, tol", [("float16", 4e-3), ("bfloat16", 3e-2)])
+def test_triton_group_stats_half(triton_ok, dtype, tol):
+    if dtype == "bfloat16" and os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        pytest.skip("the Triton interpreter computes bf16 tl.dot wrongly (NumPy has no bfloat16); runs on CUDA")
+    x, g, G = make_case(3, N=60, d=32)
+    bf = H.brute_force(x, g, n_groups=G)
+    got = H.triton_group_stats(x, g, n_groups=G, dtype=dtype, chunk_rows=32)
+    # half-precision inputs (fp32 accumulate): tolerance is the input rounding (2**-11, 2**-8)
+    np.testing.assert_allclose(got.mean[3:], bf.mean[3:], atol=tol)
+    np.testing.assert_allclose(got.sumsq, bf.sumsq, rtol=tol, atol=tol)
+
+
+def test_cupy_code_path_on_numpy_namespace():
+    x, g, G = make_case(4)
+    bf = H.brute_force(x, g, n_groups=G)
+    assert_stats_close(H._group_stats_xp(np, x, g, n_groups=G), bf, rtol=1e-5, atol=1e-5)
+
+
+def test_cupy_group_stats(cupy_ok):
+    x, g, G = make_case(5)
+    assert_stats_close(H.cupy_group_stats(x, g, n_groups=G), H.brute_force(x, g, n_groups=G), rtol=1e-5, atol=1e-5)
+
+
+def check_pairs_against_brute(ps, x, g, G, n_bins, top_k, tol):
+    for k in range(G):
+        c, i, j = explicit_pairs(x, g, k)
+        np.testing.assert_allclose(ps.sum[k], c.sum(), rtol=tol, atol=tol)
+        np.testing.assert_allclose(ps.sumsq[k], (c * c).sum(), rtol=tol, atol=tol)
+        # histogram: exact except for pairs within rounding of a bin edge
+        pos = (c + 1) * n_bins / 2
+        near = np.abs(pos - np.round(pos)) < 1e-4
+        want = np.bincount(np.clip(np.floor(pos), 0, n_bins - 1).astype(int), minlength=n_bins)
+        assert ps.hist[k].sum() == c.size
+        assert np.abs(ps.hist[k] - want).sum() <= 2 * near.sum()
+        if c.size:
+            order = np.argsort(-c, kind="stable")[:top_k]
+            m = min(top_k, c.size)
+            np.testing.assert_allclose(ps.top_values[k, :m], c[order], atol=tol)
+            assert ps.top_pairs[k, :m].tolist() == np.stack([i[order], j[order]], 1).tolist()
+            order = np.argsort(c, kind="stable")[:top_k]
+            np.testing.assert_allclose(ps.bottom_values[k, :m], c[order], atol=tol)
+            assert ps.bottom_pairs[k, :m].tolist() == np.stack([i[order], j[order]], 1).tolist()
+            assert np.isnan(ps.top_values[k, m:]).all() and (ps.top_pairs[k, m:] == -1).all()
+        if ps.pairs[k] is not None:
+            pi, pj = ps.pair_rows(k)
+            assert pi.tolist() == i.tolist() and pj.tolist() == j.tolist()
+            np.testing.assert_allclose(ps.pairs[k], c, atol=tol)
+    rs = H.reference(x, g, n_groups=G)
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_allclose(ps.row_sum / (rs.n[np.maximum(g, 0)] - 1), rs.text_mean, atol=tol, rtol=tol)
+
+
+def test_pair_reference_equals_brute_force():
+    x, g, G = make_case(6)
+    ps = H.pair_reference(x, g, n_groups=G, n_bins=50, top_k=4, explicit_max_n=30, block_rows=7)
+    assert ps.pairs[4] is None or (g == 4).sum() <= 30
+    check_pairs_against_brute(ps, x, g, G, 50, 4, 1e-10)
+
+
+@pytest.mark.parametrize("hist_mode, n_bins, block", [("tl", 64, 16), ("atomic", 50, 32)])
+def test_triton_pair_stats(triton_ok, hist_mode, n_bins, block):
+    x, g, G = make_case(7, N=80, d=24)
+    ps = H.triton_pair_stats(x, g, n_groups=G, n_bins=n_bins, top_k=3, explicit_max_n=25,
+                             block=block, block_k=16, hist_mode=hist_mode)
+    assert ps.backend == "triton"
+    check_pairs_against_brute(ps, x, g, G, n_bins, 3, 2e-5)
+
+
+def test_cupy_pair_code_path_on_numpy_namespace():
+    x, g, G = make_case(8)
+    ps = H._pair_stats_xp(np, x, g, n_groups=G, n_bins=40, top_k=2, explicit_max_n=100, block_rows=9)
+    check_pairs_against_brute(ps, x, g, G, 40, 2, 2e-5)
+
+
+def test_cupy_pair_stats(cupy_ok):
+    x, g, G = make_case(9)
+    ps = H.cupy_pair_stats(x, g, n_groups=G, n_bins=40, top_k=2)
+    check_pairs_against_brute(ps, x, g, G, 40, 2, 2e-5)
+
+
+def test_histogram_quantiles_within_one_bin():
+    x, g, G = make_case(10, N=120)
+    ps = H.pair_reference(x, g, n_groups=G, n_bins=400, top_k=0)
+    for k in (3, 4):
+        c, _, _ = explicit_pairs(x, g, k)
+        q = ps.quantiles([0.1, 0.5, 0.9])[k]
+        np.testing.assert_allclose(q, np.quantile(c, [0.1, 0.5, 0.9]), atol=2 / 400 + 0.02 * c.std())
+
+
+def weighted_brute(x, w):
+    xs = x / np.linalg.norm(x, axis=1, keepdims=True)
+    iu, ju = np.triu_indices(x.shape[0], 1)
+    c = np.einsum("ij,ij->i", xs[iu], xs[ju])
+    ww = w[:, iu] * w[:, ju]
+    return ww.sum(1), (ww * c).sum(1), (ww * c * c).sum(1)
+
+
+def test_replicate_reference_equals_weighted_pairs():
+    rng = np.random.default_rng(11)
+    x = rng.normal(size=(30, 12)) + 0.5
+    w = rng.poisson(1.0, size=(6, 30)).astype(float)
+    r = H.replicate_reference(x, w)
+    for got, want in zip((r.n_pairs, r.sum, r.sumsq), weighted_brute(x, w)):
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(r.weight_total, w.sum(1))
+    np.testing.assert_allclose(H._replicate_stats_xp(np, x, w).sum, r.sum, rtol=1e-5, atol=1e-5)
+
+
+def test_triton_replicates(triton_ok):
+    rng = np.random.default_rng(12)
+    x = rng.normal(size=(40, 20)) + 0.5
+    w = rng.poisson(1.0, size=(9, 40)).astype(float)
+    r = H.triton_replicate_stats(x, w, block_b=16, block_j=16, block_k=16)
+    for got, want in zip((r.n_pairs, r.sum, r.sumsq), weighted_brute(x, w)):
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-4)
+
+
+def test_cupy_replicates(cupy_ok):
+    rng = np.random.default_rng(13)
+    x = rng.normal(size=(40, 20))
+    w = rng.poisson(1.0, size=(5, 40)).astype(float)
+    np.testing.assert_allclose(H.cupy_replicate_stats(x, w).sum, weighted_brute(x, w)[1], rtol=1e-5, atol=1e-4)
+
+
+def test_permutation_replicates_are_group_stats_of_permuted_labels():
+    x, g, G = make_case(14, N=50, d=10)
+    strata = np.arange(50) % 2
+    rep = H.group_replicates(x, g, kind="permutation", n_rep=3, seed=5, strata=strata, n_groups=G, backend="numpy")
+    rng = np.random.default_rng(5)
+    perms = {}
+    for st in (0, 1):
+        idx = np.flatnonzero((strata == st) & (g >= 0))
+        perms[st] = (idx, [g[idx][rng.permutation(idx.size)] for _ in range(3)])
+    for b in range(3):
+        pg = g.copy()
+        for st in (0, 1):
+            idx, labels = perms[st]
+            pg[idx] = labels[b]
+        # permutation within strata: pairs only within a stratum
+        want_sum = np.zeros(G)
+        for st in (0, 1):
+            sel = np.where(strata == st, pg, -1)
+            want_sum += H.reference(x, sel, n_groups=G).sum
+        np.testing.assert_allclose(rep.sum[b], want_sum, atol=1e-9)
+
+
+def test_bootstrap_replicates_use_hashed_text_weights(triton_ok):
+    x, g, G = make_case(15, N=40, d=16)
+    rep = H.group_replicates(x, g, kind="bootstrap", n_rep=4, seed=2, n_groups=G, backend="numpy")
+    idx = np.flatnonzero(g == 4)
+    w = story_weights(2, np.arange(1, 5), idx).astype(float)
+    np.testing.assert_allclose(rep.sum[:, 4], weighted_brute(x[idx], w)[1], rtol=1e-10, atol=1e-10)
+    tri = H.group_replicates(x, g, kind="bootstrap", n_rep=4, seed=2, n_groups=G, backend="triton",
+                             block_b=16, block_j=16, block_k=16)
+    np.testing.assert_allclose(tri.sum, rep.sum, rtol=2e-5, atol=2e-4)
+
+
+@pytest.mark.parametrize(
+    "x, groups, err",
+    [
+        (np.ones((3,)), np.zeros(3, int), DataError),
+        (np.ones((3, 2)), np.zeros(2, int), DataError),
+        (np.ones((3, 2)), np.array([0, 0, 9]), DataError),
+        (np.array([[1.0, 0], [0, 0], [1, 1]]), np.zeros(3, int), DataError),
+        (np.ones((3, 2)), np.array([0.5, 0, 0]), DataError),
+    ],
+)
+def test_bad_input(x, groups, err):
+    with pytest.raises(err):
+        H.reference(x, groups, n_groups=5)
+
+
+def test_bad_options():
+    x, g, G = make_case(16, N=20)
+    with pytest.raises(ConfigError):
+        H.pair_reference(x, g, n_bins=0)
+    with pytest.raises(ConfigError):
+        H.group_stats(x, g, backend="gpu")
+    with pytest.raises(ConfigError):
+        H.group_replicates(x, g, kind="jackknife")
