@@ -200,3 +200,34 @@ def test_openai_backend_times_out_and_gives_up(free_port):
     finally:
         b.close()
     assert r.finish_reason == "error" and "ConnectError" in r.error
+
+
+def test_seeded_sampler_draws_from_the_filtered_distribution():
+    """The per-request sampler of the transformers backend against the exact distribution:
+    chi-square goodness of fit after temperature, top-k and top-p, and zero mass outside."""
+    import torch
+    from scipy.stats import chisquare
+
+    from harness.generation.hf import SeededSampler
+
+    logits = torch.log(torch.tensor([[0.5, 0.2, 0.15, 0.1, 0.05, 0.0]]))
+    cases = [
+        (GenParams(temperature=1.0), [0.5, 0.2, 0.15, 0.1, 0.05, 0.0]),
+        (GenParams(temperature=1.0, top_k=3), [0.5 / 0.85, 0.2 / 0.85, 0.15 / 0.85, 0, 0, 0]),
+        (GenParams(temperature=1.0, top_p=0.6), [0.5 / 0.7, 0.2 / 0.7, 0, 0, 0, 0]),
+    ]
+    for params, expected in cases:
+        counts = torch.zeros(6)
+        for seed in range(4000):
+            out = SeededSampler([seed], params)(torch.zeros(1, 1, dtype=torch.long), logits.clone())
+            counts[int(out.argmax())] += 1
+        exp = torch.tensor(expected) * 4000
+        keep = exp > 0
+        assert counts[~keep].sum() == 0, (params, counts)
+        assert chisquare(counts[keep].numpy(), exp[keep].numpy()).pvalue > 1e-3, (params, counts)
+    # A row's draw depends on its seed only, not on its neighbours in the batch.
+    row = torch.randn(1, 50, generator=torch.Generator().manual_seed(0))
+    batch = torch.cat([row, torch.randn(2, 50), row])
+    a = SeededSampler([7, 8, 9, 7], GenParams())(torch.zeros(4, 1, dtype=torch.long), batch)
+    b = SeededSampler([7], GenParams())(torch.zeros(1, 1, dtype=torch.long), row.clone())
+    assert (a == 0).sum() == 4 and a[0].argmax() == a[3].argmax() == b[0].argmax()
