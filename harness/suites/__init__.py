@@ -9,6 +9,7 @@ from harness.suites.base import Prompt, Role, Suite
 
 SUITES: Registry = Registry("suite")
 SUITES.register("laissez-faire", "harness.suites.laissez_faire:load")
+SUITES.register("homogeneity", "harness.suites.homogeneity:load")
 
 
 def get_suite(name: str, wording: str | None = None) -> Suite:

@@ -1,0 +1,68 @@
+"""``harness homogeneity generate|analyse``: the homogeneity audit from the command line.
+
+The lead mounts ``app`` into the main command (``app.add_typer(homogeneity_app, name="homogeneity")``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from harness.errors import HarnessError
+
+app = typer.Typer(help="Homogeneity audit: generation with refusal top-up, embeddings, mixed models.", no_args_is_help=True)
+
+
+def _fail(e: HarnessError) -> None:
+    typer.echo(f"error: {e}", err=True)
+    raise typer.Exit(getattr(e, "exit_code", 1))
+
+
+@app.command()
+def generate(
+    config: Path = typer.Argument(..., help="Run config YAML with suite: homogeneity."),
+    target: int = typer.Option(None, "--target", help="Usable texts per prompt (default: samples_per_prompt)."),
+    refusal: str = typer.Option("authors", "--refusal", help="Refusal filter: authors | open-models."),
+    max_rounds: int = typer.Option(5, "--max-rounds", help="Top-up rounds at most."),
+) -> None:
+    """Generate the suite, then top up refused or empty samples until each prompt has TARGET."""
+    from harness.config import load_config
+    from harness.homogeneity.stage import generate_homogeneity
+
+    try:
+        cfg = load_config(config)
+        s = generate_homogeneity(cfg, target=target, refusal=refusal, max_rounds=max_rounds)
+    except HarnessError as e:
+        _fail(e)
+    typer.echo(f"generated {s.generated} texts in {s.rounds} top-up round(s); "
+               + ("every prompt reached its target" if not s.still_short else f"still short: {s.still_short}"))
+
+
+@app.command()
+def analyse(
+    run_dir: Path = typer.Argument(..., help="Run directory with generations/."),
+    embedder: list[str] = typer.Option(["minilm-l6"], "--embedder", "-e", help="Embedder preset(s)."),
+    model_path: str = typer.Option(None, "--model-path", help="Local model directory for a preset that needs one."),
+    target: int = typer.Option(None, "--target", help="Texts per prompt (default: every usable text)."),
+    refusal: str = typer.Option("authors", "--refusal", help="Refusal filter: authors | open-models."),
+    n_boot: int = typer.Option(1000, "--bootstrap", help="Text-level bootstrap replicates (0 = skip)."),
+    n_perm: int = typer.Option(0, "--permutations", help="Text-level permutation replicates (0 = skip)."),
+    seed: int = typer.Option(0, "--seed"),
+    backend: str = typer.Option("auto", "--backend", help="Kernel backend: auto | numpy | triton | cupy."),
+    device: str = typer.Option("auto", "--device", help="Embedding device: auto | cpu | cuda."),
+    batch_size: int = typer.Option(64, "--batch-size"),
+    no_pairs: bool = typer.Option(False, "--no-pairs", help="Skip the extreme pairs and histograms."),
+) -> None:
+    """Embed the run's texts and write the homogeneity tables under RUN_DIR/homogeneity/."""
+    from harness.homogeneity.embed import get_spec
+    from harness.homogeneity.stage import run_homogeneity
+
+    try:
+        specs = [get_spec(e, **({"path": model_path} if model_path else {})) for e in embedder]
+        res = run_homogeneity(run_dir, embedders=specs, refusal=refusal, target=target, n_boot=n_boot, n_perm=n_perm,
+                              seed=seed, backend=backend, device=device, batch_size=batch_size, pairs=not no_pairs)
+    except HarnessError as e:
+        _fail(e)
+    for r in res:
+        typer.echo(f"{r.embedder}: {r.n_texts} texts, {r.n_pairs} pairs -> {r.out_dir} ({len(r.files)} files)")

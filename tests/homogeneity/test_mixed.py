@@ -1,0 +1,198 @@
+"""Mixed models from sufficient statistics: against statsmodels MixedLM on the full pair table,
+and the digest's internal-consistency identities (section 4.8) at paper scale."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+import statsmodels.api as sm
+from statsmodels.regression.mixed_linear_model import MixedLMParams
+
+from harness.errors import DataError
+from harness.homogeneity.mixed import (
+    design_matrix, fit_lmm, fit_paper_models, lrt_type3, standardization, standardize_sums,
+)
+from harness.kernels import homogeneity as hk
+
+from conftest import GENDERS, RACES, synthetic_corpus
+
+
+def pair_table(x, texts):
+    """Every within-cell pair cosine (i < j) with its cell labels: what the paper fitted."""
+    x = x.astype(np.float64)
+    xu = x / np.linalg.norm(x, axis=1, keepdims=True)
+    out = []
+    for key, g in texts.groupby(["race", "gender", "format"], sort=False):
+        idx = g.index.to_numpy()
+        C = xu[idx] @ xu[idx].T
+        iu = np.triu_indices(len(idx), 1)
+        out.append(pd.DataFrame({"race": key[0], "gender": key[1], "format": key[2], "y": C[iu]}))
+    return pd.concat(out, ignore_index=True)
+
+
+def cells_of(x, texts):
+    keys = list(zip(texts["race"], texts["gender"], texts["format"]))
+    order = list(dict.fromkeys(keys))
+    cell = np.array([order.index(k) for k in keys])
+    gs = hk.reference(x, cell, n_groups=len(order))
+    cells = pd.DataFrame(order, columns=["race", "gender", "format"])
+    cells["n_pairs"], cells["sum"], cells["sumsq"] = gs.n_pairs, gs.sum, gs.sumsq
+    return cells
+
+
+def statsmodels_model(P, formula, coding="treatment", drop=()):
+    d = design_matrix(P, formula, coding=coding)
+    keep = [i for i, t in enumerate(d.terms) if t not in drop]
+    return sm.MixedLM(P["y"].to_numpy(), d.X[:, keep], groups=P["format"].to_numpy())
+
+
+def statsmodels_fit(P, formula, reml, coding="treatment", drop=()):
+    m = statsmodels_model(P, formula, coding, drop)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        # environment.md: the default optimiser can stall on this kind of data
+        return m.fit(reml=reml, method=["nm", "bfgs"], maxiter=5000)
+
+
+@pytest.fixture(scope="module")
+def unbalanced():
+    x, texts = synthetic_corpus(lambda rng: int(rng.integers(6, 14)), n_formats=5, seed=7)
+    return cells_of(x, texts), pair_table(x, texts)
+
+
+@pytest.mark.parametrize("formula", ["race", "gender", "race + gender", "race * gender"])
+@pytest.mark.parametrize("reml", [True, False])
+def test_matches_statsmodels_on_the_full_pair_table(unbalanced, formula, reml):
+    cells, P = unbalanced
+    ours = fit_lmm(cells, formula, reml=reml)
+    ref = statsmodels_fit(P, formula, reml)
+    case = f"{formula} reml={reml}"
+    assert ours.n_obs == len(P)
+    # statsmodels' own likelihood, evaluated at our estimates, is our log-likelihood
+    m = statsmodels_model(P, formula)
+    m.reml, m.cov_pen, m.fe_pen = reml, None, None  # what fit() sets before evaluating
+    params = MixedLMParams.from_components(fe_params=ours.fe, cov_re=np.array([[ours.sigma2_group / ours.sigma2]]))
+    np.testing.assert_allclose(m.loglike(params, profile_fe=False), ours.loglik, rtol=1e-10, err_msg=case)
+    # and our 1-D optimum is at least as good as statsmodels' optimiser's
+    assert ours.loglik >= ref.llf - 1e-6, case
+    np.testing.assert_allclose(ours.loglik, ref.llf, rtol=1e-8, err_msg=case)
+    np.testing.assert_allclose(ours.fe, ref.fe_params, atol=1e-6, err_msg=case)
+    np.testing.assert_allclose(ours.se, ref.bse_fe, rtol=2e-3, err_msg=case)
+    np.testing.assert_allclose(ours.sigma2, ref.scale, rtol=1e-4, err_msg=case)
+    np.testing.assert_allclose(ours.sigma2_group, float(np.asarray(ref.cov_re).ravel()[0]), rtol=2e-3, err_msg=case)
+    assert ours.converged
+
+
+def test_type3_lrt_matches_statsmodels_ml_fits(unbalanced):
+    cells, P = unbalanced
+    lrt = lrt_type3(cells).set_index("term")
+    full = statsmodels_fit(P, "race * gender", reml=False, coding="sum")
+    for term, df in (("race", 3), ("gender", 1), ("race:gender", 3)):
+        restricted = statsmodels_fit(P, "race * gender", reml=False, coding="sum", drop=(term,))
+        np.testing.assert_allclose(lrt.loc[term, "chisq"], 2 * (full.llf - restricted.llf), rtol=1e-5, atol=1e-6,
+                                   err_msg=term)
+        assert lrt.loc[term, "df"] == df
+
+
+def test_fit_on_z_scale_equals_rescaled_raw_fit(unbalanced):
+    cells, P = unbalanced
+    st = standardization(cells["n_pairs"], cells["sum"], cells["sumsq"])
+    assert st.mean == pytest.approx(P["y"].mean(), rel=1e-12)
+    assert st.sd == pytest.approx(P["y"].std(ddof=1), rel=1e-10)  # R scale(): n - 1
+    zs, zq = standardize_sums(cells["n_pairs"], cells["sum"], cells["sumsq"], st)
+    z = (P["y"] - st.mean) / st.sd
+    assert zs.sum() == pytest.approx(z.sum(), abs=1e-8) and zq.sum() == pytest.approx((z * z).sum(), rel=1e-10)
+    raw = fit_lmm(cells, "race * gender")
+    zfit = fit_paper_models(cells).models["interaction"]
+    np.testing.assert_allclose(zfit.fe[1:], raw.fe[1:] / st.sd, rtol=1e-6)
+    np.testing.assert_allclose(zfit.t, (raw.fe - np.r_[st.mean, np.zeros(len(raw.fe) - 1)]) / st.sd / zfit.se,
+                               rtol=1e-6)
+
+
+# ----------------------------------------------------------------------------- section 4.8
+
+
+def paper_scale_cells(sigma2=0.69, sigma2_format=0.32, seed=0):
+    """104 cells x 124,750 pairs with additive cell means (race, gender, format effects) and a
+    within-cell variance sigma2: the sufficient statistics of a corpus shaped like the paper's."""
+    rng = np.random.default_rng(seed)
+    n = 124_750
+    race_eff = {"African": 0.33, "Asian": 0.31, "Hispanic": 0.18, "White": 0.0}
+    fmt_eff = rng.normal(0, np.sqrt(sigma2_format), 13)
+    rows = []
+    for r in RACES:
+        for g in GENDERS:
+            for f in range(13):
+                mu = -0.21 + race_eff[r] + 0.037 * (g == "woman") + fmt_eff[f]
+                rows.append({"race": r, "gender": g, "format": f"f{f:02d}", "n_pairs": n, "sum": n * mu,
+                             "sumsq": n * (sigma2 + mu * mu)})
+    return pd.DataFrame(rows)
+
+
+@pytest.fixture(scope="module")
+def paper_fit():
+    cells = paper_scale_cells()
+    return cells, fit_paper_models(cells, standardize=False)
+
+
+def test_se_identities_of_the_balanced_design(paper_fit):
+    cells, suite = paper_fit
+    race, gender, inter = suite.models["race"], suite.models["gender"], suite.models["interaction"]
+    assert race.n_obs == 12_974_000
+    # race contrasts: sqrt(sigma2 (1/n1 + 1/n2)), n = 26 x 124,750
+    assert race.se[1] == pytest.approx(np.sqrt(race.sigma2 * 2 / 3_243_500), rel=1e-9)
+    assert race.se[1] == pytest.approx(0.000652, abs=5e-7)  # Table 3: 0.00065 at sigma2 = 0.69
+    assert gender.se[1] == pytest.approx(np.sqrt(gender.sigma2 * 2 / 6_487_000), rel=1e-9)
+    # interaction model: simple contrasts sqrt(2 sigma2 / 1,621,750), interactions sqrt(4 sigma2 / 1,621,750)
+    assert inter.se[1] == pytest.approx(np.sqrt(inter.sigma2 * 2 / 1_621_750), rel=1e-9)
+    assert inter.se[-1] == pytest.approx(np.sqrt(inter.sigma2 * 4 / 1_621_750), rel=1e-9)
+    assert inter.se[-1] == pytest.approx(0.00130, abs=5e-6)
+    # intercept SE ~ sqrt(sigma2_format / 13)
+    assert race.se[0] == pytest.approx(np.sqrt(race.sigma2_group / 13), rel=1e-3)
+
+
+def test_satterthwaite_df_is_n_minus_formats_minus_p_plus_1(paper_fit):
+    _, suite = paper_fit
+    assert suite.models["race"].df[1:] == pytest.approx([12_973_984] * 3, rel=1e-6)  # as printed in section 4.2
+    assert suite.models["gender"].df[1] == pytest.approx(12_973_986, rel=1e-6)
+    inter = suite.models["interaction"]
+    assert inter.df[1:] == pytest.approx([12_974_000 - 13 - 7] * 7, rel=1e-6)
+    assert inter.df[0] < 20  # the intercept is informed by the 13 formats
+
+
+def test_fixed_effects_are_cell_mean_contrasts(paper_fit):
+    cells, suite = paper_fit
+    mean = cells.assign(m=cells["sum"] / cells["n_pairs"]).groupby(["race", "gender"])["m"].mean()
+    inter = dict(zip(suite.models["interaction"].names, suite.models["interaction"].fe))
+    assert inter["(Intercept)"] == pytest.approx(mean["White", "man"], abs=1e-9)  # interaction intercept = White men
+    assert inter["raceHispanic"] == pytest.approx(mean["Hispanic", "man"] - mean["White", "man"], abs=1e-9)
+    race = dict(zip(suite.models["race"].names, suite.models["race"].fe))
+    by_race = mean.groupby("race").mean()
+    assert race["raceAfrican"] == pytest.approx(by_race["African"] - by_race["White"], abs=1e-9)
+    assert race["raceAfrican"] == pytest.approx(0.33, abs=1e-9)
+    se = suite.simple_effects.set_index("race")
+    for r in RACES:  # emmeans Women - Men within race = Women + race x Women
+        assert se.loc[r, "estimate"] == pytest.approx(mean[r, "woman"] - mean[r, "man"], abs=1e-9)
+    assert se.loc["African", "estimate"] == pytest.approx(inter["genderwoman"] + inter["raceAfrican:genderwoman"])
+    assert suite.models["race"].sigma2 == pytest.approx(0.69 + 0.037**2 / 4, rel=1e-5)  # gender left in the residual
+
+
+def test_lrt_degrees_of_freedom_and_boundary():
+    cells = paper_scale_cells()
+    lrt = lrt_type3(cells).set_index("term")
+    assert lrt["df"].to_dict() == {"race": 3, "gender": 1, "race:gender": 3}
+    assert lrt.loc["race:gender", "chisq"] == pytest.approx(0, abs=1e-3)  # no interaction was built in
+    assert lrt.loc["race", "chisq"] > 1e5
+
+
+def test_degenerate_designs_are_reported():
+    cells = paper_scale_cells()
+    with pytest.raises(DataError, match="single level"):
+        fit_lmm(cells.assign(race="White"), "race")
+    with pytest.raises(DataError, match="not in"):
+        fit_lmm(cells.assign(race="Martian"), "race")
+    with pytest.raises(DataError, match="lack"):
+        fit_lmm(cells.drop(columns="sumsq"), "race")

@@ -1,0 +1,93 @@
+import pandas as pd
+import pytest
+
+from harness.config import parse_config
+from harness.errors import ConfigError
+from harness.homogeneity.refusal import (
+    AUTHOR_PATTERNS, RefusalFilter, flag_refusals, get_filter, plan_topup, refusal_table, select_usable,
+)
+from harness.homogeneity.stage import generate_homogeneity, load_texts
+from harness.pipeline import GENERATIONS
+from harness.store import RunStore
+
+
+@pytest.mark.parametrize("text, pattern", [
+    ("As an AI language model, I am committed to promoting inclusivity", "language model"),
+    ("I'm a chatbot and...", "chatbot"),
+    ("As a computer program, I do not", "As a computer program"),
+    ("I cannot write stories about groups.", "I cannot"),
+    ("Sorry, I can't generate that.", "I can't generate"),
+    ("I won't be able to generate this.", "won't be able to generate"),
+    ("i cannot write that", None),  # case-sensitive, as in merge_texts.R
+    ("As an AI, I can't write this.", None),  # not in the authors' six
+    ("He built a Language Model startup in Austin.", None),
+    ("Maria, a nurse, cannot forget her first patient.", None),
+])
+def test_authors_filter(text, pattern):
+    assert AUTHOR_PATTERNS == ("chatbot", "language model", "As a computer program", "I cannot", "I can't generate",
+                               "won't be able to generate")
+    assert get_filter("authors").match(text) == pattern
+
+
+def test_open_model_filter_is_case_insensitive_and_broader():
+    f = get_filter("open-models")
+    assert f("I'M SORRY, BUT I can't do that") and f("As an AI, I won't write this") and not f("A sunny day.")
+    with pytest.raises(ConfigError):
+        get_filter("strict")
+    with pytest.raises(ConfigError):
+        RefusalFilter("x", ("",))
+
+
+def _gens():
+    rows = []
+    texts = {"p1": ["ok one", "I cannot do it", "ok two", "", "ok three"], "p2": ["chatbot here", "ok", "ok 2"]}
+    for pid, ts in texts.items():
+        for i, t in enumerate(ts):
+            rows.append({"prompt_id": pid, "sample_idx": i, "text_clean": t, "finish_reason": "stop",
+                         "race": "African", "gender": "man", "format": pid})
+    rows[-1]["finish_reason"] = "error"
+    return pd.DataFrame(rows)
+
+
+def test_flag_keeps_rows_and_counts():
+    f = flag_refusals(_gens())
+    assert len(f) == 8
+    assert f["refusal"].tolist() == [False, True, False, False, False, True, False, False]
+    assert f["failed"].tolist() == [False, False, False, True, False, False, False, True]
+    t = refusal_table(f).set_index("format")
+    assert t.loc["p1", ["generated", "refusals", "failed", "usable"]].tolist() == [5, 1, 1, 3]
+    assert t.loc["p2", "refusal_rate"] == pytest.approx(1 / 3)
+
+
+def test_select_first_usable_and_plan_topup():
+    f = flag_refusals(_gens())
+    keep = select_usable(f, 2)
+    assert f[keep][["prompt_id", "sample_idx"]].values.tolist() == [["p1", 0], ["p1", 2], ["p2", 1]]
+    assert select_usable(f, None).sum() == 4
+    plan = plan_topup(f, 3, ["p1", "p2", "p3"])
+    # p1 has 3 usable; p2 has 1 usable of 3 planned -> 5 samples; p3 has nothing -> 3 samples
+    assert plan.need == {"p2": 2, "p3": 3}
+    assert plan.samples_per_prompt == {"p2": 5, "p3": 3}
+    assert plan.groups == {5: ["p2"], 3: ["p3"]} and not plan.done
+    with pytest.raises(ConfigError):
+        select_usable(f, 1)
+
+
+def test_generation_tops_up_until_every_prompt_has_target(tmp_path, scripted_backend):
+    ids = ["african-man-story", "white-woman-horror-story", "asian-man-biography"]
+    cfg = parse_config({"model": {"backend": "openai", "path": "x", "base_url": "http://127.0.0.1:9/v1"},
+                        "suite": "homogeneity", "prompts": ids, "samples_per_prompt": 10, "seed": 3,
+                        "output_dir": str(tmp_path / "run"), "shard_rows": 7})
+    s = generate_homogeneity(cfg, backend=scripted_backend, progress=False)
+    assert s.still_short == {} and s.rounds >= 1
+    df = RunStore(cfg.output_dir).read_stage(GENERATIONS)
+    flagged = flag_refusals(df)
+    assert flagged["refusal"].sum() > 0  # refused rows stay on disk
+    assert (flagged.groupby("prompt_id")["usable"].sum() >= 10).all()
+    assert len(df) == s.generated > 30  # every generated row is on disk once, refusals included
+    texts = load_texts(cfg.output_dir, target=10)
+    assert texts.groupby("prompt_id")["included"].sum().tolist() == [10, 10, 10]
+    assert set(texts["race"]) == {"African", "White", "Asian"}
+    calls = scripted_backend.calls
+    s2 = generate_homogeneity(cfg, backend=scripted_backend, progress=False)  # nothing left to do
+    assert s2.generated == 0 and scripted_backend.calls == calls

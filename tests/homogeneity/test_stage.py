@@ -1,0 +1,76 @@
+"""The stage end to end: a generated run -> embeddings -> tables."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from harness.config import parse_config
+from harness.homogeneity.cli import app
+from harness.homogeneity.mixed import fit_paper_models
+from harness.homogeneity.stage import analyse_embeddings, cell_table, generate_homogeneity
+from harness.kernels import homogeneity as hk
+
+from conftest import synthetic_corpus
+
+
+def test_analyse_embeddings_writes_consistent_tables(tmp_path):
+    x, texts = synthetic_corpus(10, n_formats=3, seed=9)
+    files, secs = analyse_embeddings(x, texts, tmp_path, n_boot=30, n_perm=9, backend="numpy", top_k=2)
+    assert {"cells.csv", "groups.csv", "coefficients.csv", "lrt.csv", "simple_effects.csv", "text_coefficients.csv",
+            "permutation.csv", "extreme_pairs.csv", "pair_hist.parquet", "summary.json"} <= set(files)
+    cells = pd.read_csv(tmp_path / "cells.csv")
+    assert len(cells) == 24 and (cells["n_pairs"] == 45).all()
+    # sums agree with every pair formed explicitly
+    keys = list(zip(texts["race"], texts["gender"], texts["format"]))
+    order = list(dict.fromkeys(keys))
+    bf = hk.brute_force(x, np.array([order.index(k) for k in keys]))
+    np.testing.assert_allclose(cells["sum"], bf.sum, rtol=1e-9)
+    np.testing.assert_allclose(cells["sumsq"], bf.sumsq, rtol=1e-9)
+    coefs = pd.read_csv(tmp_path / "coefficients.csv")
+    ref = fit_paper_models(cell_table(texts, x, backend="numpy")[0]).coefficients
+    np.testing.assert_allclose(coefs["estimate"], ref["estimate"], rtol=1e-9)
+    ext = pd.read_csv(tmp_path / "extreme_pairs.csv")
+    one = ext[(ext["race"] == "Asian") & (ext["gender"] == "woman") & (ext["format"] == "f1")]
+    assert one.query("kind == 'most'")["cosine"].is_monotonic_decreasing and len(one) == 4
+    xi = x[(texts["prompt_id"] == "asian-woman-f1").to_numpy()].astype(float)
+    xi /= np.linalg.norm(xi, axis=1, keepdims=True)
+    C = xi @ xi.T
+    assert one.query("kind == 'most' and rank == 1")["cosine"].item() == pytest.approx(C[np.triu_indices(10, 1)].max(), abs=1e-6)
+    assert one.query("kind == 'least' and rank == 1")["cosine"].item() == pytest.approx(C[np.triu_indices(10, 1)].min(), abs=1e-6)
+    hist = pd.read_parquet(tmp_path / "pair_hist.parquet")
+    assert hist["count"].sum() == cells["n_pairs"].sum()
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["n_pairs"] == 24 * 45 and summary["models_converged"]
+
+
+@pytest.mark.slow
+def test_generation_to_tables_with_minilm_via_cli(tmp_path, scripted_backend):
+    ids = [f"{r}-{g}-{f}" for r in ("african", "white") for g in ("man", "woman") for f in ("story", "biography")]
+    cfg = parse_config({"model": {"backend": "openai", "path": "x", "base_url": "http://127.0.0.1:9/v1"},
+                        "suite": "homogeneity", "prompts": ids, "samples_per_prompt": 6, "seed": 1,
+                        "output_dir": str(tmp_path / "run")})
+    generate_homogeneity(cfg, backend=scripted_backend, progress=False)
+    res = CliRunner().invoke(app, ["analyse", str(tmp_path / "run"), "--target", "6", "--bootstrap", "20",
+                                   "--backend", "numpy", "--device", "cpu"])
+    assert res.exit_code == 0, res.output
+    out = tmp_path / "run" / "homogeneity"
+    ref = pd.read_csv(out / "refusals.csv")
+    assert ref["usable"].ge(6).all() and ref["refusals"].sum() > 0
+    texts = pd.read_parquet(out / "texts.parquet")
+    assert texts["included"].sum() == 48 and texts["refusal"].sum() == ref["refusals"].sum()
+    cells = pd.read_csv(out / "minilm-l6" / "cells.csv")
+    assert len(cells) == 8 and (cells["n_texts"] == 6).all()
+    emb = list((tmp_path / "run" / "embeddings" / "minilm-l6").glob("*.npy"))
+    assert emb and np.load(emb[0]).dtype == np.float16
+    coefs = pd.read_csv(out / "minilm-l6" / "coefficients.csv")
+    assert set(coefs["model"]) == {"race", "gender", "race+gender", "interaction"}
+    assert "raceAfrican" in set(coefs["term"])
+    # rerun: embeddings come from the cache
+    res2 = CliRunner().invoke(app, ["analyse", str(tmp_path / "run"), "--target", "6", "--bootstrap", "0",
+                                    "--backend", "numpy", "--device", "cpu", "--no-pairs"])
+    assert res2.exit_code == 0, res2.output
