@@ -237,8 +237,9 @@ def _assemble(counts, sums_vec, sq_norms_sorted, sq4_by_group, frob, order, offs
     """Common tail: GroupStats from group sums, diagonal terms and Frobenius norms (float64)."""
     n = counts
     n_pairs = n * (n - 1) // 2
-    diag1 = np.add.reduceat(sq_norms_sorted, offsets[:-1]) if sq_norms_sorted.size else np.zeros(G)
-    diag1 = np.where(n > 0, diag1, 0.0)
+    # Per-group sum of squared norms; bincount handles empty groups anywhere (reduceat does not
+    # accept an offset equal to the length, i.e. trailing empty groups).
+    diag1 = np.bincount(np.repeat(np.arange(G), n), weights=sq_norms_sorted, minlength=G).astype(np.float64)
     ssum = ((sums_vec**2).sum(1) - diag1) / 2
     sumsq = (frob - sq4_by_group) / 2
     ssum = np.where(n_pairs > 0, ssum, 0.0)

@@ -250,3 +250,23 @@ def test_bad_options():
         H.group_stats(x, g, backend="gpu")
     with pytest.raises(ConfigError):
         H.group_replicates(x, g, kind="jackknife")
+
+
+def test_reference_with_empty_groups_first_middle_and_last():
+    """Groups without rows anywhere in the id range (the last ones included) give n = 0 and
+    zero sums, and do not disturb the others."""
+    import numpy as np
+
+    from harness.kernels import homogeneity as hk
+
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(9, 4))
+    g = np.array([1, 1, 1, 3, 3, 3, 3, 1, 3])
+    stats = hk.reference(x, g, n_groups=6)
+    assert list(stats.n) == [0, 4, 0, 5, 0, 0]
+    xn = x / np.linalg.norm(x, axis=1, keepdims=True)
+    for k in (1, 3):
+        c = xn[g == k] @ xn[g == k].T
+        iu = np.triu_indices(len(c), 1)
+        assert np.isclose(stats.sum[k], c[iu].sum()) and np.isclose(stats.sumsq[k], (c[iu] ** 2).sum())
+    assert stats.sum[[0, 2, 4, 5]].tolist() == [0, 0, 0, 0]
