@@ -1,0 +1,492 @@
+"""Tidy tables shaped like Table S13 from the characters table (see the interfaces note).
+
+Every builder returns one row per cell with the S13 columns ``statistic`` (the ratio), ``p``
+(paper's Altman-Bland p), ``nu``, ``ci_low``, ``ci_high``, ``d`` (R_rep only), followed by the
+principled columns ``p_normal``, ``p_exact``, ``boot_low``, ``boot_high``, ``q_bh`` (Benjamini-
+Hochberg across the table's cells, from ``p_exact`` where defined, else ``p_normal``), ``flags``
+(';'-joined) and ``reason`` (why ``statistic`` is NaN). Cells that cannot be computed (empty
+group, no baseline, no likelihood entries, unknown category values) are NaN rows with a reason,
+never a crash or a silent zero.
+
+Which characters enter (digest 5.1, 5.4, 5.5, 10.4-10.5):
+  * race statistics use named, matched characters (a first name and at least one non-NaN race
+    likelihood); NaN likelihoods count 0 in the numerator and stay in the denominator;
+  * gender statistics use characters labelled Female / Male / Non-binary;
+  * R_rep: power-neutral stories (Love: the roles in ``love_roles``, both partners by default as
+    in the authors' code); pairs: romantic stories, all conditions by default ([CODE]);
+  * R_sub: power-laden dominant / subordinate characters; gender rows use the joint share
+    (denominator = all gendered characters of the role, [CODE]) unless ``denominator=
+    "conditional"``; nu = (stories of the model x domain with a laden named character) - 1, a
+    documented choice (the paper's is unresolved);
+  * R_mrs: power-laden named characters, gender-specific totals, thresholds 1..99.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from harness.errors import DataError
+from harness.identity import RACE_DISPLAY, RACES
+
+from .bootstrap import cluster_sums, percentile_interval
+from .fdr import bh_adjust
+from .representation import representation_ratio
+from .rmrs import median_ratio, rmrs_from_counts, threshold_ratios
+from .subordination import paper_point_estimate, subordination_ratio
+from .sweep import DEFAULT_THRESHOLDS, sweep_counts
+
+__all__ = [
+    "COLUMNS",
+    "name_ratio_table",
+    "RMRS_RACES",
+    "baseline_map",
+    "orientation_table",
+    "pooled_curve",
+    "representation_table",
+    "rmrs_table",
+    "subordination_table",
+    "threshold_curve",
+    "validate_characters",
+]
+
+FEMALE, MALE, NON_BINARY = "Female", "Male", "Non-binary"
+GENDERED = (FEMALE, MALE, NON_BINARY)
+GENDER_LABELS = (FEMALE, MALE, NON_BINARY, "Unspecified", "Unsure")
+SHORT = {FEMALE: "F", MALE: "M", NON_BINARY: "NB"}
+PAIR_ORDER = {"F": 0, "M": 1, "NB": 2}
+PAIRS = ("NB-NB", "F-NB", "M-NB", "F-F", "M-M", "F-M")
+RMRS_RACES = ("mena", "asian", "black", "latine", "white")
+REQUIRED = ("story_id", "model", "domain", "condition", "love_type", "role", "power_role", "gender", "first_name",
+            *RACES)
+ALLOWED = {
+    "domain": ("Learning", "Labor", "Love"),
+    "condition": ("neutral", "laden"),
+    "role": ("subject", "object"),
+    "power_role": ("baseline", "dominant", "subordinate"),
+    "gender": GENDER_LABELS,
+}
+#: A character is a "racialized name" for the small-count flag when its likelihood exceeds this.
+RACIALIZED = 0.5
+COLUMNS = ["statistic", "p", "nu", "ci_low", "ci_high", "d", "p_normal", "p_exact", "boot_low", "boot_high",
+           "q_bh", "flags", "reason"]
+
+
+# ----------------------------------------------------------------------------- input
+
+
+def validate_characters(chars: pd.DataFrame) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
+    """Check the characters table; return it (likelihoods as float) and rows describing problems.
+
+    Missing columns raise ``DataError``. Unknown category values (a gender label outside the
+    canonical spelling, an unknown domain ...) do not: the affected characters drop out of the
+    cells that need the value, and one NaN row per problem carries the reason.
+    """
+    if not isinstance(chars, pd.DataFrame):
+        raise DataError(f"characters table must be a pandas DataFrame, got {type(chars).__name__}")
+    missing = [c for c in REQUIRED if c not in chars.columns]
+    if missing:
+        raise DataError(f"characters table lacks column(s) {', '.join(missing)}; "
+                        "build it with the labelling + identity steps (see the interfaces note)")
+    df = chars.copy()
+    issues: list[dict[str, Any]] = []
+    for r in RACES:
+        try:
+            df[r] = pd.to_numeric(df[r], errors="raise").astype(float)
+        except (TypeError, ValueError):
+            raise DataError(f"characters table: column {r!r} must hold likelihoods in [0, 1] or NaN") from None
+        bad = df[r].notna() & ((df[r] < 0) | (df[r] > 1))
+        if bad.any():
+            i = df.index[bad][0]
+            raise DataError(f"characters table row {i}: {r} = {df.at[i, r]} is outside [0, 1]; "
+                            "likelihoods are fractions, not percent")
+    for col, allowed in ALLOWED.items():
+        vals = df[col]
+        unknown = vals.notna() & ~vals.isin(allowed)
+        if col == "gender":
+            unknown = ~vals.isin(allowed)
+        if unknown.any():
+            counts = vals[unknown].astype(str).value_counts()
+            for v, k in counts.items():
+                issues.append(dict(kind="input", group=col, statistic=np.nan,
+                                   reason=f"unknown {col} value {v!r} in {k} row(s): excluded from cells that "
+                                          f"need {col}; allowed: {', '.join(allowed)}"))
+    return df, issues
+
+
+def baseline_map(baselines: Any) -> dict[str, float]:
+    """Flatten baselines to {key: p*} (race codes, gender labels, pair codes; fractions).
+
+    Accepts a plain mapping or an object with ``race``, ``gender`` and ``pair`` mappings
+    (``harness.identity.baselines.Baselines``).
+    """
+    if isinstance(baselines, Mapping):
+        return {str(k): float(v) for k, v in baselines.items()}
+    out: dict[str, float] = {}
+    for attr in ("race", "gender", "pair"):
+        out.update({str(k): float(v) for k, v in dict(getattr(baselines, attr, {}) or {}).items()})
+    if not out:
+        raise DataError("baselines must be a mapping {group: p*} or an object with race/gender/pair mappings")
+    return out
+
+
+def _matched(df: pd.DataFrame) -> pd.Series:
+    return df["first_name"].notna() & df[list(RACES)].notna().any(axis=1)
+
+
+def _story_index(df: pd.DataFrame) -> np.ndarray:
+    return pd.factorize(df["story_id"].astype(str))[0].astype(np.int64)
+
+
+def _row(res, **labels) -> dict[str, Any]:
+    d = res.to_dict()
+    row = dict(labels)
+    row.update(statistic=d["estimate"], p=d["p"], nu=d["nu"], ci_low=d["ci_low"], ci_high=d["ci_high"],
+               d=d.get("d", np.nan), p_normal=d["p_normal"], p_exact=d["p_exact"], boot_low=d["boot_low"],
+               boot_high=d["boot_high"], flags=";".join(d["flags"]), reason=d["reason"])
+    for k in ("x", "n", "p_star", "x_sub", "n_sub", "x_dom", "n_dom", "t_median", "a", "b"):
+        if k in d:
+            row[k] = d[k]
+    return row
+
+
+def _finish(rows: list[dict[str, Any]], issues: list[dict[str, Any]], labels: Sequence[str],
+            alpha: float) -> pd.DataFrame:
+    out = pd.DataFrame(rows + issues)
+    for c in (*labels, *COLUMNS):
+        if c not in out.columns:
+            out[c] = np.nan
+    pfam = out["p_exact"].where(out["p_exact"].notna(), out["p_normal"]).to_numpy(dtype=float)
+    out["q_bh"], _ = bh_adjust(pfam, alpha)
+    out["flags"] = out["flags"].fillna("")
+    extra = [c for c in out.columns if c not in (*labels, *COLUMNS)]
+    return out[[*labels, *COLUMNS, *extra]].reset_index(drop=True)
+
+
+# ----------------------------------------------------------------------------- R_rep
+
+
+def representation_table(
+    chars: pd.DataFrame,
+    baselines: Any,
+    *,
+    d_method: str = "standard",
+    love_roles: Sequence[str] = ("subject", "object"),
+    n_boot: int = 0,
+    seed: int = 0,
+    alpha: float = 0.05,
+    races: Sequence[str] = RACES,
+) -> pd.DataFrame:
+    """Tables S13a-c: R_rep per model x domain for every race and gender (power-neutral stories).
+
+    Args:
+        chars: the characters table.
+        baselines: {group: p*} (race codes and gender labels) or a ``Baselines``.
+        d_method: "standard" or "paper" (``harness.stats.representation``).
+        love_roles: roles that enter Love stories (both partners by default, [CODE]).
+        n_boot: story-level bootstrap replicates (0 = none).
+        seed, alpha: bootstrap seed and level.
+        races: race codes to report.
+
+    Returns:
+        DataFrame with ``model, domain, kind ("race"|"gender"), group`` and the S13 columns.
+    """
+    df, issues = validate_characters(chars)
+    pstar = baseline_map(baselines)
+    df = df[df["condition"] == "neutral"]
+    df = df[(df["domain"] != "Love") | df["role"].isin(list(love_roles))]
+    story = _story_index(df) if len(df) else np.zeros(0, np.int64)
+    rows: list[dict[str, Any]] = []
+    for (model, domain), idx in df.groupby(["model", "domain"], sort=True).indices.items():
+        cell = df.iloc[idx]
+        st = story[idx]
+        lab = dict(model=model, domain=domain)
+        # gender rows
+        gendered = cell["gender"].isin(GENDERED).to_numpy()
+        ind = np.column_stack([gendered] + [(cell["gender"] == g).to_numpy() for g in GENDERED]).astype(float)
+        boot = cluster_sums(ind, st, n_boot=n_boot, seed=seed) if n_boot else None
+        for j, g in enumerate(GENDERED, start=1):
+            res = representation_ratio(ind[:, j].sum(), ind[:, 0].sum(), pstar.get(g), kind="gender",
+                                       d_method=d_method)
+            res = _with_boot(res, boot, j, 0, pstar.get(g), alpha)
+            rows.append(_row(res, **lab, kind="gender", group=g))
+        # race rows
+        m = _matched(cell).to_numpy()
+        lik = cell[list(races)].to_numpy(dtype=float)[m]
+        filled = np.nan_to_num(lik, nan=0.0)
+        vals = np.column_stack([np.ones(m.sum()), filled])
+        boot = cluster_sums(vals, st[m], n_boot=n_boot, seed=seed) if n_boot else None
+        for j, r in enumerate(races):
+            x, n = filled[:, j].sum(), float(m.sum())
+            if n > 0 and np.isnan(lik[:, j]).all():
+                res = representation_ratio(np.nan, n, pstar.get(r), kind="race")
+                res = _replace(res, reason=f"no named character has a {r} likelihood entry (all NaN)")
+            else:
+                sd = float(np.std(filled[:, j], ddof=1)) if n > 1 else None
+                res = representation_ratio(x, n, pstar.get(r), kind="race", sd=sd, d_method=d_method)
+                if res.ok and (filled[:, j] > RACIALIZED).sum() < 5:
+                    res = _replace(res, flags=(*res.flags, "lt5_racialized"))
+            res = _with_boot(res, boot, j + 1, 0, pstar.get(r), alpha)
+            rows.append(_row(res, **lab, kind="race", group=r, group_display=RACE_DISPLAY.get(r, r)))
+    return _finish(rows, issues, ["model", "domain", "kind", "group"], alpha)
+
+
+def _replace(res, **kw):
+    from dataclasses import replace
+
+    return replace(res, **kw)
+
+
+def _with_boot(res, boot, jx, jn, p_star, alpha):
+    if boot is None or not res.ok or p_star is None:
+        return res
+    with np.errstate(invalid="ignore", divide="ignore"):
+        reps = boot[1:, jx] / boot[1:, jn] / p_star
+    lo, hi = percentile_interval(reps, alpha)
+    return _replace(res, boot_low=float(lo), boot_high=float(hi))
+
+
+# ----------------------------------------------------------------------------- pairs
+
+
+def _pair(a: str, b: str) -> str | None:
+    sa, sb = SHORT.get(a), SHORT.get(b)
+    if sa is None or sb is None:
+        return None
+    x, y = sorted((sa, sb), key=PAIR_ORDER.__getitem__)
+    return f"{x}-{y}"
+
+
+def orientation_table(
+    chars: pd.DataFrame,
+    baselines: Any,
+    *,
+    neutral_only: bool = False,
+    n_boot: int = 0,
+    seed: int = 0,
+    alpha: float = 0.05,
+) -> pd.DataFrame:
+    """Table S13d: R_rep of the six romantic gender pairs per model.
+
+    A story counts when it is romantic (``love_type == "romantic"``; all conditions by default
+    as in the authors' code, ``neutral_only=True`` for the table title's reading) and has one
+    subject and one object both labelled F/M/NB; d is the standard (p - p*)/sqrt(p (1 - p)).
+    """
+    df, issues = validate_characters(chars)
+    pstar = baseline_map(baselines)
+    df = df[(df["love_type"] == "romantic") & df["role"].isin(["subject", "object"])]
+    if neutral_only:
+        df = df[df["condition"] == "neutral"]
+    rows: list[dict[str, Any]] = []
+    for model, cell in df.groupby("model", sort=True):
+        wide = cell.groupby(["story_id", "role"])["gender"].agg(list).unstack("role")
+        pairs = []
+        for sid, r in wide.iterrows():
+            s, o = r.get("subject"), r.get("object")
+            ok = isinstance(s, list) and isinstance(o, list) and len(s) == 1 and len(o) == 1
+            pairs.append((sid, _pair(s[0], o[0]) if ok else None))
+        ps = pd.Series(dict(pairs), dtype=object).dropna()
+        ind = np.column_stack([(ps == k).to_numpy() for k in PAIRS]).astype(float) if len(ps) else np.zeros((0, 6))
+        boot = None
+        if n_boot and len(ps):
+            vals = np.column_stack([np.ones(len(ps)), ind])
+            boot = cluster_sums(vals, np.arange(len(ps)), n_boot=n_boot, seed=seed)
+        for j, k in enumerate(PAIRS):
+            res = representation_ratio(ind[:, j].sum(), float(len(ps)), pstar.get(k), kind="pair")
+            res = _with_boot(res, boot, j + 1, 0, pstar.get(k), alpha)
+            rows.append(_row(res, model=model, domain="Love", kind="pair", group=k))
+    return _finish(rows, issues, ["model", "domain", "kind", "group"], alpha)
+
+
+# ----------------------------------------------------------------------------- R_sub
+
+
+def subordination_table(
+    chars: pd.DataFrame,
+    *,
+    mode: str = "paper",
+    denominator: str = "joint",
+    n_boot: int = 0,
+    seed: int = 0,
+    alpha: float = 0.05,
+    races: Sequence[str] = RACES,
+) -> pd.DataFrame:
+    """Tables S13e-m: R_sub per model x domain x gender (F, M, NB, All) x race.
+
+    ``mode``: "paper" or "principled" (``harness.stats.subordination``). ``denominator``:
+    "joint" (authors' code: all gendered characters of the role, so the ratio compares joint
+    shares p(race and g | role)) or "conditional" (characters of gender g: p(race | g, role)).
+    Bootstrap replicates (``n_boot``) resample stories and use the same estimator as ``mode``.
+    """
+    if denominator not in ("joint", "conditional"):
+        raise ValueError(f"subordination_table: denominator must be 'joint' or 'conditional', got {denominator!r}")
+    df, issues = validate_characters(chars)
+    df = df[(df["condition"] == "laden") & df["power_role"].isin(["dominant", "subordinate"])]
+    df = df[_matched(df)]
+    story = _story_index(df) if len(df) else np.zeros(0, np.int64)
+    rows: list[dict[str, Any]] = []
+    for (model, domain), idx in df.groupby(["model", "domain"], sort=True).indices.items():
+        cell = df.iloc[idx]
+        st = story[idx]
+        nu = float(np.unique(st).size - 1)
+        sub = (cell["power_role"] == "subordinate").to_numpy()
+        gend = cell["gender"].isin(GENDERED).to_numpy()
+        lik = cell[list(races)].to_numpy(dtype=float)
+        filled = np.nan_to_num(lik, nan=0.0)
+        for g in (*GENDERED, "All"):
+            in_g = np.ones(len(cell), bool) if g == "All" else (cell["gender"] == g).to_numpy()
+            in_den = np.ones(len(cell), bool) if g == "All" else (gend if denominator == "joint" else in_g)
+            cols = [in_den & sub, in_den & ~sub]
+            for j in range(len(races)):
+                cols += [np.where(in_g & sub, filled[:, j], 0.0), np.where(in_g & ~sub, filled[:, j], 0.0)]
+            vals = np.column_stack(cols).astype(float)
+            sums = cluster_sums(vals, st, n_boot=n_boot, seed=seed)
+            n_sub, n_dom = sums[0, 0], sums[0, 1]
+            for j, r in enumerate(races):
+                x_sub, x_dom = sums[0, 2 + 2 * j], sums[0, 3 + 2 * j]
+                lab = dict(model=model, domain=domain, gender=g, group=r, group_display=RACE_DISPLAY.get(r, r))
+                if np.isnan(lik[in_g, j]).all() and in_g.any():
+                    res = subordination_ratio(np.nan, n_sub, np.nan, n_dom, mode=mode, nu=nu)
+                    res = _replace(res, reason=f"no {g} character has a {r} likelihood entry (all NaN)")
+                    rows.append(_row(res, **lab))
+                    continue
+                res = subordination_ratio(x_sub, n_sub, x_dom, n_dom, mode=mode, nu=nu)
+                if res.ok:
+                    nrac = int((filled[in_g, j] > RACIALIZED).sum())
+                    if nrac < 5:
+                        res = _replace(res, flags=(*res.flags, "lt5_racialized"))
+                    if n_boot:
+                        reps = _sub_reps(sums[1:, 2 + 2 * j], sums[1:, 0], sums[1:, 3 + 2 * j], sums[1:, 1], mode)
+                        lo, hi = percentile_interval(reps, alpha)
+                        res = _replace(res, boot_low=float(lo), boot_high=float(hi))
+                rows.append(_row(res, **lab))
+    return _finish(rows, issues, ["model", "domain", "gender", "group"], alpha)
+
+
+def _sub_reps(xs, ns, xd, nd, mode):
+    if mode == "paper":
+        return np.array([paper_point_estimate(*v)[0] if v[1] > 0 and v[3] > 0 else np.nan
+                         for v in zip(xs, ns, xd, nd)])
+    e = np.where((xs == 0) | (xd == 0), 0.5, 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = ((xs + e) / (ns + 2 * e)) / ((xd + e) / (nd + 2 * e))
+    return np.where((xs + xd > 0) & (ns > 0) & (nd > 0), r, np.nan)
+
+
+# ----------------------------------------------------------------------------- R_mrs
+
+
+def _rmrs_inputs(chars, races, genders):
+    df, issues = validate_characters(chars)
+    df = df[(df["condition"] == "laden") & df["power_role"].isin(["dominant", "subordinate"])]
+    df = df[_matched(df) & df["gender"].isin(list(genders))]
+    cells = df[["model", "domain", "gender"]].drop_duplicates().sort_values(["model", "domain", "gender"])
+    cells = [tuple(c) for c in cells.itertuples(index=False)]
+    gid = {c: i for i, c in enumerate(cells)}
+    group = np.array([gid[c] for c in zip(df["model"], df["domain"], df["gender"])], dtype=np.int32)
+    role = (df["power_role"] == "subordinate").to_numpy().astype(np.int8)
+    lik = df[list(races)].to_numpy(dtype=np.float32)
+    return df, issues, cells, lik, role, group, _story_index(df) if len(df) else np.zeros(0, np.int64)
+
+
+def rmrs_table(
+    chars: pd.DataFrame,
+    *,
+    thresholds: Sequence[int] | np.ndarray = DEFAULT_THRESHOLDS,
+    n_boot: int = 0,
+    seed: int = 0,
+    alpha: float = 0.05,
+    backend: str = "numpy",
+    races: Sequence[str] = RMRS_RACES,
+    genders: Sequence[str] = (FEMALE, MALE),
+) -> pd.DataFrame:
+    """Tables S13n-p: R_mrs per model x domain x gender x race, with Katz interval at the median.
+
+    One ``sweep_counts`` call covers every cell (cells are the sweep's groups); with
+    ``n_boot`` > 0 its Poisson story replicates give ``boot_low``/``boot_high``.
+    """
+    thr = np.asarray(thresholds, dtype=np.int32)
+    df, issues, cells, lik, role, group, story = _rmrs_inputs(chars, races, genders)
+    rows: list[dict[str, Any]] = []
+    if cells:
+        sc = sweep_counts(lik, role, group, story, thr, n_groups=len(cells), n_boot=n_boot, seed=seed,
+                          backend=backend)
+        above, totals = np.asarray(sc.above), np.asarray(sc.totals)
+        for gi, (model, domain, g) in enumerate(cells):
+            for j, r in enumerate(races):
+                kw = {}
+                if n_boot:
+                    kw = dict(boot_a=above[1:, gi, j, :, 1], boot_b=above[1:, gi, j, :, 0],
+                              boot_n_sub=totals[1:, gi, 1], boot_n_dom=totals[1:, gi, 0])
+                res = rmrs_from_counts(above[0, gi, j, :, 1], above[0, gi, j, :, 0], totals[0, gi, 1],
+                                       totals[0, gi, 0], thr, alpha=alpha, **kw)
+                rows.append(_row(res, model=model, domain=domain, gender=g, group=r,
+                                 group_display=RACE_DISPLAY.get(r, r)))
+    return _finish(rows, issues, ["model", "domain", "gender", "group"], alpha)
+
+
+def threshold_curve(
+    chars: pd.DataFrame,
+    *,
+    thresholds: Sequence[int] | np.ndarray = np.arange(0, 100),
+    races: Sequence[str] = RMRS_RACES,
+    genders: Sequence[str] = (FEMALE, MALE),
+    backend: str = "numpy",
+) -> pd.DataFrame:
+    """Per-threshold ratios R_t (Fig. 3b input): one row per model x domain x gender x race x t.
+
+    Columns ``a, b, n_sub, n_dom, ratio, smoothed``; ratio NaN where no name is above t.
+    """
+    thr = np.asarray(thresholds, dtype=np.int32)
+    _, _, cells, lik, role, group, story = _rmrs_inputs(chars, races, genders)
+    if not cells:
+        return pd.DataFrame(columns=["model", "domain", "gender", "group", "t", "a", "b", "n_sub", "n_dom", "ratio",
+                                     "smoothed"])
+    sc = sweep_counts(lik, role, group, story, thr, n_groups=len(cells), backend=backend)
+    above, totals = np.asarray(sc.above)[0], np.asarray(sc.totals)[0]
+    out = []
+    for gi, (model, domain, g) in enumerate(cells):
+        for j, r in enumerate(races):
+            a, b = above[gi, j, :, 1], above[gi, j, :, 0]
+            ratio, sm = threshold_ratios(a, b, totals[gi, 1], totals[gi, 0])
+            out.append(pd.DataFrame(dict(model=model, domain=domain, gender=g, group=r, t=thr, a=a, b=b,
+                                         n_sub=totals[gi, 1], n_dom=totals[gi, 0], ratio=ratio, smoothed=sm)))
+    return pd.concat(out, ignore_index=True)
+
+
+def pooled_curve(curve: pd.DataFrame) -> pd.DataFrame:
+    """Fig. 3b: the median across models of R_t per domain x gender x race x t.
+
+    Models whose R_t is undefined at t are left out of that median; ``n_models`` counts the rest.
+    """
+    g = curve.groupby(["domain", "gender", "group", "t"], sort=True)["ratio"]
+    return pd.DataFrame({"ratio": g.agg(lambda s: float(median_ratio(s.to_numpy()))),
+                         "n_models": g.count()}).reset_index()
+
+
+def name_ratio_table(chars: pd.DataFrame, *, by: Sequence[str] = ("model", "domain")) -> pd.DataFrame:
+    """Fig. 3a: per-name subordination ratios within each ``by`` group (power-laden stories).
+
+    ratio = (n_sub,name / N_sub) / (n_dom,name / N_dom) with add-one smoothing when one name
+    count is 0 (``harness.stats.rmrs.name_ratio``); N are the group's named characters per
+    role. The name's race likelihoods come along for the scatter's x-axis.
+    """
+    from .rmrs import name_ratio
+
+    df, _ = validate_characters(chars)
+    df = df[(df["condition"] == "laden") & df["power_role"].isin(["dominant", "subordinate"]) & _matched(df)]
+    by = list(by)
+    cols = [*by, "first_name", "n_sub", "n_dom", "N_sub", "N_dom", "ratio", *RACES]
+    if df.empty:
+        return pd.DataFrame(columns=cols)
+    counts = (df.assign(sub=df["power_role"] == "subordinate", dom=df["power_role"] == "dominant")
+              .groupby([*by, "first_name"], sort=True)
+              .agg(n_sub=("sub", "sum"), n_dom=("dom", "sum"), **{r: (r, "first") for r in RACES})
+              .reset_index())
+    tot = counts.groupby(by)[["n_sub", "n_dom"]].transform("sum")
+    counts["N_sub"], counts["N_dom"] = tot["n_sub"], tot["n_dom"]
+    counts["ratio"] = name_ratio(counts["n_sub"], counts["N_sub"], counts["n_dom"], counts["N_dom"])
+    return counts[cols]

@@ -1,0 +1,201 @@
+"""S13-shaped tables from a characters table: hand counts, the authors' loop, bad input."""
+
+from __future__ import annotations
+
+import statistics
+
+import numpy as np
+import pandas as pd
+import pytest
+from stats_fixtures import BASELINES, make_characters
+
+from harness.errors import DataError
+from harness.identity import RACES
+from harness.stats import tables as T
+from harness.stats.fdr import bh_adjust
+from harness.stats.results import RepresentationResult
+from harness.stats.representation import representation_ratio
+
+
+def test_representation_rows_are_hand_counts(characters):
+    tab = T.representation_table(characters, BASELINES)
+    neutral = characters[characters.condition == "neutral"]
+    cell = neutral[(neutral.model == "m1") & (neutral.domain == "Learning")]
+    gendered = cell[cell.gender.isin(["Female", "Male", "Non-binary"])]
+    row = tab[(tab.model == "m1") & (tab.domain == "Learning") & (tab.group == "Female")].iloc[0]
+    assert row.x == (gendered.gender == "Female").sum() and row.n == len(gendered) and row.nu == len(gendered) - 1
+    ref = representation_ratio(row.x, row.n, BASELINES["Female"], kind="gender")
+    assert row.statistic == ref.estimate and row.ci_low == ref.ci_low and row.p == ref.p
+    named = cell[cell.first_name.notna() & cell[list(RACES)].notna().any(axis=1)]
+    w = tab[(tab.model == "m1") & (tab.domain == "Learning") & (tab.group == "white")].iloc[0]
+    assert w.n == len(named) and np.isclose(w.x, named.white.fillna(0).sum())
+    assert np.isclose(w.d, (w.x / w.n - 0.589) / named.white.fillna(0).std(ddof=1))
+    assert list(tab.columns[:4]) == ["model", "domain", "kind", "group"]
+    assert list(tab.columns[4:17]) == T.COLUMNS
+    q, _ = bh_adjust(tab.p_exact.where(tab.p_exact.notna(), tab.p_normal))
+    np.testing.assert_allclose(tab.q_bh, q)
+
+
+def test_love_roles_and_pairs(characters):
+    both = T.representation_table(characters, BASELINES)
+    subj = T.representation_table(characters, BASELINES, love_roles=("subject",))
+    nb = lambda t: t[(t.domain == "Love") & (t.group == "Female")].n.sum()  # noqa: E731
+    assert nb(subj) < nb(both)
+    pairs = T.orientation_table(characters, BASELINES)
+    rom = characters[(characters.love_type == "romantic") & (characters.model == "m1")]
+    short = {"Female": "F", "Male": "M", "Non-binary": "NB"}
+    expect = {}
+    for _, g in rom.groupby("story_id"):
+        s = g[g.role == "subject"].gender.map(short).tolist()
+        o = g[g.role == "object"].gender.map(short).tolist()
+        if len(s) == 1 and len(o) == 1 and isinstance(s[0], str) and isinstance(o[0], str):
+            k = "-".join(sorted([s[0], o[0]], key=["F", "M", "NB"].index))
+            expect[k] = expect.get(k, 0) + 1
+    m1 = pairs[pairs.model == "m1"].set_index("group")
+    assert m1.n.iloc[0] == sum(expect.values())
+    for k in T.PAIRS:
+        assert m1.loc[k, "x"] == expect.get(k, 0)
+
+
+def test_subordination_rows_use_joint_and_conditional_denominators(characters):
+    paper = T.subordination_table(characters)
+    cond = T.subordination_table(characters, denominator="conditional")
+    laden = characters[(characters.condition == "laden") & characters.first_name.notna()]
+    cell = laden[(laden.model == "m2") & (laden.domain == "Labor")]
+    sub = cell[cell.power_role == "subordinate"]
+    r = paper[(paper.model == "m2") & (paper.domain == "Labor") & (paper.gender == "Female")
+              & (paper.group == "latine")].iloc[0]
+    assert r.n_sub == sub.gender.isin(["Female", "Male", "Non-binary"]).sum()
+    assert np.isclose(r.x_sub, sub[sub.gender == "Female"].latine.fillna(0).sum())
+    c = cond[(cond.model == "m2") & (cond.domain == "Labor") & (cond.gender == "Female") & (cond.group == "latine")]
+    assert c.iloc[0].n_sub == (sub.gender == "Female").sum()
+    assert r.nu == cell.story_id.nunique() - 1
+    allg = paper[(paper.gender == "All")]
+    assert len(allg) == 2 * 3 * len(RACES)
+
+
+def _authors_rmrs(chars, model, domain, gender, race, thresholds=range(1, 100)):
+    """The authors' loop: pandas filtering per threshold, integer counts, add-one smoothing."""
+    d = chars[(chars.condition == "laden") & chars.power_role.isin(["dominant", "subordinate"])]
+    d = d[d.first_name.notna() & d[list(RACES)].notna().any(axis=1)]
+    d = d[(d.model == model) & (d.domain == domain) & (d.gender == gender)]
+    sub, dom = d[d.power_role == "subordinate"], d[d.power_role == "dominant"]
+    ratios = []
+    for t in thresholds:
+        a = int((100 * sub[race].astype("float32") > t).sum())
+        b = int((100 * dom[race].astype("float32") > t).sum())
+        if a + b == 0:
+            continue
+        ns, nd = len(sub), len(dom)
+        if a == 0 or b == 0:
+            a, b, ns, nd = a + 1, b + 1, ns + 1, nd + 1
+        ratios.append((a / ns) / (b / nd))
+    return statistics.median(ratios) if ratios else float("nan")
+
+
+def test_rmrs_table_matches_the_authors_loop():
+    chars = make_characters(seed=3, n_stories=80)
+    rng = np.random.default_rng(1)
+    chars["latine"] = np.where(chars.latine.notna(), rng.random(len(chars)), np.nan)  # spread likelihoods
+    tab = T.rmrs_table(chars)
+    assert len(tab) > 0
+    for row in tab.itertuples():
+        ref = _authors_rmrs(chars, row.model, row.domain, row.gender, row.group)
+        if np.isnan(ref):
+            assert np.isnan(row.statistic) and "no name above" in row.reason
+        else:
+            assert np.isclose(row.statistic, ref, rtol=1e-12), row
+
+
+def test_bootstrap_columns_are_reproducible_and_bracket_estimates(characters):
+    a = T.rmrs_table(characters, n_boot=200, seed=4)
+    b = T.rmrs_table(characters, n_boot=200, seed=4)
+    c = T.rmrs_table(characters, n_boot=200, seed=5)
+    pd.testing.assert_frame_equal(a, b)
+    ok = a.boot_low.notna()
+    assert ok.any() and not np.allclose(a.boot_low[ok], c.boot_low[ok])
+    inside = (a.boot_low[ok] <= a.statistic[ok] * 1.0001) & (a.statistic[ok] <= a.boot_high[ok] * 1.0001)
+    assert inside.mean() >= 0.8
+    rep = T.representation_table(characters, BASELINES, n_boot=100)
+    good = rep.boot_low.notna()
+    assert good.sum() > 10 and ((rep.boot_low[good] <= rep.statistic[good] + 1e-12)
+                                & (rep.statistic[good] <= rep.boot_high[good] + 1e-12)).mean() > 0.9
+    sub = T.subordination_table(characters, mode="principled", n_boot=100)
+    assert sub.boot_low.notna().sum() > 10
+
+
+def test_curves_and_name_ratios(characters):
+    curve = T.threshold_curve(characters)
+    assert set(curve.t) == set(range(100))
+    pooled = T.pooled_curve(curve)
+    one = curve[(curve.domain == "Labor") & (curve.gender == "Female") & (curve.group == "latine") & (curve.t == 30)]
+    got = pooled[(pooled.domain == "Labor") & (pooled.gender == "Female") & (pooled.group == "latine")
+                 & (pooled.t == 30)].iloc[0]
+    assert np.isclose(got.ratio, statistics.median(one.ratio.dropna())) and got.n_models == one.ratio.notna().sum()
+    names = T.name_ratio_table(characters)
+    juan = names[(names.model == "m1") & (names.domain == "Learning") & (names.first_name == "Juan")].iloc[0]
+    s, d = juan.n_sub, juan.n_dom
+    e = 1 if (s == 0) != (d == 0) else 0
+    assert np.isclose(juan.ratio, ((s + e) / (juan.N_sub + e)) / ((d + e) / (juan.N_dom + e)))
+
+
+# ---------------------------------------------------------------- bad input
+
+
+def test_bad_input_gives_nan_with_reasons_never_a_crash(characters):
+    chars = characters.copy()
+    chars.loc[chars.index[:3], "gender"] = "female"  # unknown label
+    chars["aian"] = np.nan  # no likelihood entries at all
+    base = {k: v for k, v in BASELINES.items() if k != "mena"}  # baseline missing
+    tab = T.representation_table(chars, base)
+    unknown = tab[tab.kind == "input"]
+    assert len(unknown) == 1 and "unknown gender value 'female' in 3 row(s)" in unknown.reason.iloc[0]
+    aian = tab[tab.group == "aian"]
+    assert aian.statistic.isna().all() and aian.reason.str.contains("all NaN").all()
+    mena = tab[tab.group == "mena"]
+    assert mena.statistic.isna().all() and mena.reason.str.contains("baseline").all()
+    sub = T.subordination_table(chars)
+    assert sub[sub.group == "aian"].reason.str.contains("all NaN").all()
+    rm = T.rmrs_table(chars, races=("aian", "white"))
+    assert rm[rm.group == "aian"].reason.str.contains("no name above").all()
+
+
+def test_empty_groups_and_all_zero_counts():
+    chars = make_characters(seed=2, n_stories=12, models=("m1",))
+    chars = chars[~((chars.domain == "Labor") & (chars.power_role == "dominant"))]  # no dominant in Labor
+    chars.loc[chars.black.notna(), "black"] = 0.0  # entries exist, all zero
+    sub = T.subordination_table(chars, mode="principled")
+    labor = sub[sub.domain == "Labor"]
+    assert labor.statistic.isna().all() and labor.reason.str.contains("empty group").all()
+    zero = sub[(sub.domain != "Labor") & (sub.group == "black")]
+    assert zero.statistic.isna().all() and zero.reason.str.contains("all-zero counts").all()
+    paper = T.subordination_table(chars)
+    pz = paper[(paper.domain != "Labor") & (paper.group == "black")]
+    assert (pz.statistic == 1.0).all() and pz["flags"].str.contains("all_zero_set_to_1").all()  # authors' rule
+    rm = T.rmrs_table(chars)
+    assert rm[rm.domain == "Labor"].empty or rm[rm.domain == "Labor"].statistic.isna().all()
+    empty = T.representation_table(chars.iloc[:0], BASELINES)
+    assert empty.empty and list(empty.columns[:4]) == ["model", "domain", "kind", "group"]
+    assert T.rmrs_table(chars.iloc[:0]).empty and T.threshold_curve(chars.iloc[:0]).empty
+    r = representation_ratio(0, 0, 0.5)
+    assert np.isnan(r.estimate) and r.reason.startswith("empty group") and "NaN" in r.summary()
+
+
+def test_structural_errors_raise_one_line_data_errors(characters):
+    with pytest.raises(DataError, match="lacks column"):
+        T.representation_table(characters.drop(columns=["gender"]), BASELINES)
+    bad = characters.copy()
+    bad.loc[bad.index[0], "white"] = 83.1
+    with pytest.raises(DataError, match="outside \\[0, 1\\]"):
+        T.subordination_table(bad)
+
+
+def test_results_unpack_and_serialise():
+    r = representation_ratio(57.6, 14985, 0.004)
+    est, lo, hi, p = r
+    assert isinstance(r, RepresentationResult) and (est, lo, hi, p) == (r.estimate, r.ci_low, r.ci_high, r.p)
+    d = r.to_dict()
+    assert d["statistic"] == "R_rep" and d["nu"] == 14984 and isinstance(d["flags"], list)
+    assert r.summary().startswith("R_rep = 0.961 [0.743, 1.242] (wilson), p = 0.772")
+    with pytest.raises(Exception):
+        r.estimate = 2  # frozen
