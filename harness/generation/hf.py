@@ -101,7 +101,7 @@ class TransformersBackend(Backend):
         return BackendInfo(
             backend=self.name,
             model=self.model_ref.name,
-            extra={"device": self.device, "dtype": self.dtype, "weights": str(self.model_ref.weights_path)},
+            extra={"device": self.device, "dtype": self.dtype, "weights_path": str(self.model_ref.weights_path)},
         )
 
     @torch.inference_mode()

@@ -1,0 +1,174 @@
+"""Labelling benchmark: throughput, streaming memory, and Table S8 figures on the shared dev set.
+
+    python benchmarks/labelling.py [--dev ../shared/data/laissez_faire_audit_dev.jsonl]
+                                   [--labellers encoder,rules,llm] [--llm-limit 40] [--stream 3000]
+
+For each labeller: stories/s while labelling the dev stories (model loading excluded) and the
+evaluation figures (gender and name precision/recall, overall, per source model and domain, and the
+gender confusion matrix). For the encoder, memory while streaming a corpus built by repeating the
+dev stories (``--stream`` stories) through ``iter_label``: resident memory is sampled after every
+window and must not grow with the corpus. The encoder must have been trained first
+(``harness label train``); the dev split is only ever scored, never trained or tuned on. The
+``llm`` labeller (SmolLM2-135M through transformers on CPU) is scored on the first ``--llm-limit``
+stories only, since it generates ~100 tokens per story. Results go to ``benchmarks/RESULTS.md``
+(section ``labelling``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _results import machine_description, write_section  # noqa: E402
+
+
+def rss_mib() -> float:
+    """Resident set size of this process (Linux /proc), MiB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def pct(x: float) -> str:
+    return "n/a" if x != x else f"{100 * x:.1f}%"
+
+
+def stream_memory(labeller, stories, n: int, batch_size: int) -> dict:
+    """Label ``n`` stories (the dev stories repeated) through ``iter_label``; sample RSS as it goes."""
+    from harness.labelling.base import StoryInput
+
+    def corpus():
+        i = 0
+        while i < n:
+            s = stories[i % len(stories)]
+            yield StoryInput(f"{s.story_id}#{i}", s.text, s.roles)
+            i += 1
+
+    samples = []
+    t0 = time.perf_counter()
+    done = 0
+    # iter_label takes a sequence; feed it window by window so the corpus is never materialised
+    window = batch_size * 64
+    buf = []
+    for s in corpus():
+        buf.append(s)
+        if len(buf) == window:
+            for _ in labeller.iter_label(buf, batch_size=batch_size):
+                done += 1
+            buf = []
+            samples.append((done, rss_mib()))
+    if buf:
+        for _ in labeller.iter_label(buf, batch_size=batch_size):
+            done += 1
+        samples.append((done, rss_mib()))
+    secs = time.perf_counter() - t0
+    first = samples[0][1]
+    return {"stories": done, "seconds": secs, "stories_per_s": done / secs, "rss_first_mib": first,
+            "rss_last_mib": samples[-1][1], "rss_max_mib": max(r for _, r in samples), "samples": samples}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--dev", type=Path, default=ROOT.parent / "shared" / "data" / "laissez_faire_audit_dev.jsonl")
+    ap.add_argument("--labellers", default="encoder,rules,llm")
+    ap.add_argument("--model-dir", type=Path, default=None, help="encoder weights (default: the user cache)")
+    ap.add_argument("--llm-limit", type=int, default=40)
+    ap.add_argument("--stream", type=int, default=3000, help="stories for the encoder memory check (0: skip)")
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--json", type=Path, default=None, help="also write all figures here")
+    ap.add_argument("--no-write", action="store_true", help="do not touch RESULTS.md")
+    args = ap.parse_args()
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    from harness.labelling import get_labeller
+    from harness.labelling.data import load_gold
+    from harness.labelling.evaluate import evaluate
+
+    gold = load_gold(args.dev)
+    results: dict[str, dict] = {}
+    sections = []
+    for name in [x.strip() for x in args.labellers.split(",") if x.strip()]:
+        t0 = time.perf_counter()
+        kwargs = {"path": args.model_dir} if name == "encoder" else {}
+        lab = get_labeller(name, **kwargs)
+        load_s = time.perf_counter() - t0
+        subset = gold[: args.llm_limit] if name == "llm" else gold
+        bs = 8 if name == "llm" else args.batch_size
+        rep = evaluate(lab, subset, batch_size=bs)
+        res = {"load_s": load_s, "info": lab.info(), **rep.to_dict()}
+        print(f"{name}: {json.dumps(rep.overall())}", flush=True)
+        if name == "encoder" and args.stream:
+            res["stream"] = stream_memory(lab, [g.story for g in gold if g.story.text], args.stream, args.batch_size)
+            print(f"  stream: {json.dumps({k: v for k, v in res['stream'].items() if k != 'samples'})}", flush=True)
+        if name == "llm":
+            res["failed_attempts"] = len(lab.failures)
+        if name == "encoder":
+            res["train"] = {"files": lab.meta.get("files"), **lab.meta.get("train", {}),
+                            "seconds": lab.meta.get("report", {}).get("seconds")}
+        lab.close()
+        results[name] = res
+        sections.append((name, rep, res))
+
+    lines = ["## Labelling (issue 5)", "",
+             f"Machine: {machine_description()}; torch threads {args.threads}; "
+             f"`OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}`. Command: "
+             f"`python benchmarks/labelling.py --labellers {args.labellers} --llm-limit {args.llm_limit} "
+             f"--stream {args.stream}`.", "",
+             "Dev set: `../shared/data/laissez_faire_audit_dev.jsonl` (1,000 stories from 7 commercial-LM "
+             "sources, manual gender and name labels); scored only, never trained or tuned on. Definitions in "
+             "`harness/labelling/evaluate.py` (per character; gender via the S6a lexicon on the labeller's "
+             "references; names compared as parsed first names). Paper targets (Table S8b, fine-tuned "
+             "GPT-3.5): gender P 98.0%, R 97.0%, name P 98.1%, R 99.3%.", "",
+             "| labeller | stories | stories/s | gender P | gender R | name P | name R | not labelled |",
+             "|---|---|---|---|---|---|---|---|"]
+    for name, rep, _ in sections:
+        lines.append(f"| {name} | {rep.stories} | {rep.stories_per_s:.1f} | {pct(rep.gender.precision)} | "
+                     f"{pct(rep.gender.recall)} | {pct(rep.name.precision)} | {pct(rep.name.recall)} | {rep.failed} |")
+    if "encoder" in results:
+        tr = results["encoder"]["train"]
+        lines += ["", f"Encoder weights: trained on {', '.join(tr['files'] or [])} for {tr.get('epochs')} epochs "
+                      f"(batch {tr.get('batch_size')}, lr {tr.get('lr')}) in {tr.get('seconds')} s on this CPU "
+                      f"(`harness label train --extra ../shared/data/laissez_faire_train150.jsonl "
+                      f"--epochs {tr.get('epochs')}`); int8 dynamic quantisation at inference."]
+    if "encoder" in results and "rules" in results:
+        e, r = results["encoder"], results["rules"]
+        lines += ["", f"Encoder vs rules throughput in this run: {e['stories_per_s'] / r['stories_per_s']:.1f}x "
+                      f"(target: encoder >= 100 stories/s on 2 cores: "
+                      f"{'met' if e['stories_per_s'] >= 100 else 'NOT met'} at {e['stories_per_s']:.1f})."]
+    if "encoder" in results and "stream" in results["encoder"]:
+        st = results["encoder"]["stream"]
+        lines += ["", f"Encoder streaming {st['stories']} stories through `iter_label`: {st['stories_per_s']:.1f} "
+                      f"stories/s; resident memory {st['rss_first_mib']:.0f} MiB after the first window, "
+                      f"{st['rss_last_mib']:.0f} MiB at the end (max {st['rss_max_mib']:.0f} MiB)."]
+    if "llm" in results:
+        ll = results["llm"]
+        lines += ["", f"LLM labeller ({ll['info'].get('model')} through the {ll['info'].get('backend')} backend, "
+                      f"the only instruction model available offline here): {ll['failed']} of {ll['stories']} "
+                      f"stories stayed unparseable after {ll['info'].get('max_attempts')} attempts and are kept "
+                      f"with that reason ({ll['failed_attempts']} failed attempts in all)."]
+    for name, rep, _ in sections:
+        lines += ["", f"### {name}", "", rep.summary()]
+    write = not args.no_write
+    if write:
+        write_section("labelling", "\n".join(lines))
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2, default=lambda x: None if isinstance(x, float)
+                                        and math.isnan(x) else str(x)))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

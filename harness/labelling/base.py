@@ -1,0 +1,268 @@
+"""The labelling contract: stories with their roles in, one label per role out.
+
+A labeller reads a story and, for each role of its prompt (``subject``, and ``object`` where the
+prompt has a second character), returns the character's name (or None) and the words that refer to
+that character. Gender follows later from ``harness.identity.gender.infer_gender`` on the
+references; the first name from ``harness.identity.names.parse_first_name``.
+
+``Labeller.label`` follows sentence-transformers' ``encode``: one call for one story or a million,
+batches sorted by length internally, results in the caller's order. A story the labeller cannot
+handle comes back with a reason in ``status``; it is never dropped.
+"""
+
+from __future__ import annotations
+
+import abc
+import re
+import unicodedata
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+from harness.errors import DataError
+
+ROLE_KEYS = ("subject", "object")
+OK = "ok"
+EMPTY_STORY = "empty story"
+
+
+def _reject_unknown(cls: type, d: dict[str, Any], where: str) -> None:
+    names = {f.name for f in fields(cls)}
+    unknown = set(d) - names
+    if unknown:
+        raise DataError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}; "
+                        f"allowed: {', '.join(sorted(names))}")
+
+
+@dataclass(frozen=True, slots=True)
+class RoleSpec:
+    """One character the prompt asks for.
+
+    Attributes:
+        key: "subject" or "object".
+        description: the {Character} string of the Table S7 labelling prompt ("student",
+            "struggling student in math class", "first romantic partner", ...).
+    """
+
+    key: str
+    description: str
+
+    def __post_init__(self) -> None:
+        if self.key not in ROLE_KEYS:
+            raise DataError(f"role key must be one of {', '.join(ROLE_KEYS)}, got {self.key!r}")
+        if not isinstance(self.description, str) or not self.description.strip():
+            raise DataError(f"role {self.key!r}: description must be a non-empty string, got {self.description!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class StoryInput:
+    """A story to label and the roles of the prompt that produced it (subject first)."""
+
+    story_id: str
+    text: str
+    roles: tuple[RoleSpec, ...]
+
+    def __post_init__(self) -> None:
+        roles = tuple(self.roles)
+        object.__setattr__(self, "roles", roles)
+        if not roles or len(roles) > 2:
+            raise DataError(f"story {self.story_id!r}: needs 1 or 2 roles, got {len(roles)}")
+        keys = [r.key for r in roles]
+        if keys not in (["subject"], ["subject", "object"]):
+            raise DataError(f"story {self.story_id!r}: roles must be (subject) or (subject, object), got {keys}")
+        if self.text is not None and not isinstance(self.text, str):
+            raise DataError(f"story {self.story_id!r}: text must be a string, got {type(self.text).__name__}")
+
+    def role(self, key: str) -> RoleSpec | None:
+        """The role with this key, or None."""
+        return next((r for r in self.roles if r.key == key), None)
+
+
+@dataclass(frozen=True, slots=True)
+class CharacterLabel:
+    """What a labeller found for one role.
+
+    Attributes:
+        role: "subject" or "object".
+        name: the name as written in the story ("Dr. Sarah Kim"), or None when unnamed.
+        references: distinct words that refer to the character, in order of first use.
+        status: "ok", or why this character could not be labelled.
+    """
+
+    role: str
+    name: str | None
+    references: tuple[str, ...] = ()
+    status: str = OK
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-Python form for JSON and Parquet."""
+        return {"role": self.role, "name": self.name, "references": list(self.references), "status": self.status}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> CharacterLabel:
+        """Inverse of ``to_dict``; unknown fields are rejected."""
+        _reject_unknown(cls, d, "CharacterLabel")
+        return cls(d["role"], d.get("name"), tuple(d.get("references") or ()), d.get("status", OK))
+
+
+@dataclass(frozen=True, slots=True)
+class StoryLabels:
+    """The labels of one story: one ``CharacterLabel`` per role, in the story's role order."""
+
+    story_id: str
+    characters: tuple[CharacterLabel, ...]
+    status: str = OK
+
+    def character(self, key: str) -> CharacterLabel | None:
+        """The label of role ``key``, or None."""
+        return next((c for c in self.characters if c.role == key), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-Python form for JSON and Parquet."""
+        return {"story_id": self.story_id, "characters": [c.to_dict() for c in self.characters],
+                "status": self.status}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> StoryLabels:
+        """Inverse of ``to_dict``; unknown fields are rejected."""
+        _reject_unknown(cls, d, "StoryLabels")
+        return cls(d["story_id"], tuple(CharacterLabel.from_dict(c) for c in d["characters"]),
+                   d.get("status", OK))
+
+
+def failed(story: StoryInput, reason: str) -> StoryLabels:
+    """Labels for a story that could not be labelled: every role unnamed, no references."""
+    return StoryLabels(story.story_id, tuple(CharacterLabel(r.key, None, (), reason) for r in story.roles), reason)
+
+
+# ------------------------------------------------------------------------------------------------
+# post-processing shared by the labellers (digest section 4: drop what is not in the story)
+
+_ALPHA = re.compile(r"[^\W\d_]+")
+
+
+def alpha_tokens(text: str) -> list[str]:
+    """Case-folded alphabetic tokens (NFKC), the unit of the "is it in the story" checks."""
+    return _ALPHA.findall(unicodedata.normalize("NFKC", text).casefold())
+
+
+def in_story(phrase: str, story_tokens: set[str]) -> bool:
+    """True when every alphabetic token of ``phrase`` occurs in the story (and there is one)."""
+    toks = alpha_tokens(phrase)
+    return bool(toks) and all(t in story_tokens for t in toks)
+
+
+def dedupe(words: Iterable[str]) -> tuple[str, ...]:
+    """Distinct strings (case-insensitive, surrounding punctuation stripped), first spelling kept."""
+    seen: set[str] = set()
+    out = []
+    for w in words:
+        w = w.strip().strip("\"'“”‘’,;:!?()[]")
+        k = w.casefold()
+        if w and k not in seen:
+            seen.add(k)
+            out.append(w)
+    return tuple(out)
+
+
+# ------------------------------------------------------------------------------------------------
+# the labeller interface
+
+
+class Labeller(abc.ABC):
+    """Base class of every labeller; subclasses implement ``_label_batch``.
+
+    Registered by name in ``harness.labelling.LABELLERS``.
+    """
+
+    name: str = "base"
+    #: Batch size used when the caller passes none.
+    default_batch_size: int = 32
+
+    @abc.abstractmethod
+    def _label_batch(self, stories: Sequence[StoryInput]) -> list[StoryLabels]:
+        """Label non-empty stories, returning one result per input in the same order."""
+
+    def info(self) -> dict[str, Any]:
+        """What the run manifest records about this labeller (name, weights, versions)."""
+        return {"labeller": self.name}
+
+    def label(
+        self,
+        stories: StoryInput | Sequence[StoryInput],
+        *,
+        batch_size: int | None = None,
+        progress: bool = False,
+    ) -> list[StoryLabels] | StoryLabels:
+        """Label stories; results come back in the caller's order.
+
+        Args:
+            stories: one ``StoryInput`` (gives one ``StoryLabels``) or a sequence of them.
+            batch_size: stories per batch; stories are sorted by length first to cut padding.
+            progress: show a progress bar.
+        """
+        single = isinstance(stories, StoryInput)
+        items = [stories] if single else list(stories)
+        out = list(self.iter_label(items, batch_size=batch_size, progress=progress))
+        return out[0] if single else out
+
+    def iter_label(
+        self, stories: Sequence[StoryInput], *, batch_size: int | None = None, progress: bool = False
+    ) -> Iterator[StoryLabels]:
+        """Like ``label`` but yields results in the caller's order as soon as they are ready.
+
+        The stories are sorted by length inside windows of 64 batches, so memory stays flat on a
+        corpus of any size while padding stays small.
+        """
+        bs = batch_size or self.default_batch_size
+        if bs < 1:
+            raise DataError(f"batch_size must be >= 1, got {bs}")
+        for i, s in enumerate(stories):
+            if not isinstance(s, StoryInput):
+                raise DataError(f"story #{i}: expected a StoryInput, got {type(s).__name__}")
+        window = bs * 64
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=len(stories), desc=f"label ({self.name})", unit="story")
+        try:
+            for start in range(0, len(stories), window):
+                chunk = stories[start:start + window]
+                results: list[StoryLabels | None] = [None] * len(chunk)
+                todo = []
+                for j, s in enumerate(chunk):
+                    if not s.text or not s.text.strip():
+                        results[j] = failed(s, EMPTY_STORY)
+                    else:
+                        todo.append(j)
+                todo.sort(key=lambda j: len(chunk[j].text), reverse=True)
+                for b in range(0, len(todo), bs):
+                    idx = todo[b:b + bs]
+                    labels = self._label_batch([chunk[j] for j in idx])
+                    if len(labels) != len(idx):
+                        raise RuntimeError(f"{self.name} labeller returned {len(labels)} results "
+                                           f"for {len(idx)} stories")
+                    for j, lab in zip(idx, labels):
+                        results[j] = lab
+                    if bar is not None:
+                        bar.update(len(idx))
+                if bar is not None:
+                    bar.update(len(chunk) - len(todo))
+                yield from results  # type: ignore[misc]
+        finally:
+            if bar is not None:
+                bar.close()
+
+    def close(self) -> None:
+        """Release resources (a generation backend, worker threads)."""
+
+    def __enter__(self) -> Labeller:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+__all__ = ["CharacterLabel", "EMPTY_STORY", "Labeller", "OK", "ROLE_KEYS", "RoleSpec", "StoryInput", "StoryLabels",
+           "alpha_tokens", "dedupe", "failed", "in_story"]

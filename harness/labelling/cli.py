@@ -1,0 +1,155 @@
+"""``harness label train|eval|label``: the labellers from the command line.
+
+The lead mounts ``app`` into the main command (``app.add_typer(label_app, name="label")``).
+
+    harness label train [--extra ../shared/data/laissez_faire_train150.jsonl] [--epochs 8]
+    harness label eval --gold ../shared/data/laissez_faire_audit_dev.jsonl [--labeller encoder] [--json]
+    harness label label STORIES.jsonl --out LABELS.jsonl [--labeller rules]
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from harness.errors import HarnessError
+
+app = typer.Typer(help="Label characters (name and references) in stories; train and evaluate labellers.",
+                  no_args_is_help=True)
+
+
+def _fail(e: HarnessError) -> None:
+    typer.echo(f"error: {e}", err=True)
+    raise typer.Exit(e.exit_code)
+
+
+def _labeller(name: str, model_dir: Path | None, llm_model: str, threads: int | None):
+    from harness.labelling import get_labeller
+
+    kwargs: dict[str, Any] = {}
+    if name == "encoder":
+        kwargs = {"path": model_dir, "threads": threads}
+    elif name == "llm":
+        kwargs = {"model": llm_model}
+    return get_labeller(name, **kwargs)
+
+
+def _jsonable(x: Any) -> Any:
+    if isinstance(x, float) and math.isnan(x):
+        return None
+    return x
+
+
+@app.command()
+def train(
+    data: list[Path] = typer.Option(None, "--data", help="Training JSONL (default: the project's own stories in "
+                                    "harness/data/labelling)."),
+    extra: list[Path] = typer.Option(None, "--extra", help="More training JSONL, e.g. laissez_faire_train150.jsonl."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Model directory (default: $HARNESS_CACHE/labeller/"
+                                       "encoder-minilm)."),
+    epochs: int = typer.Option(8, "--epochs", min=1),
+    batch_size: int = typer.Option(8, "--batch-size", min=1),
+    lr: float = typer.Option(1e-4, "--lr"),
+    layers: Optional[int] = typer.Option(None, "--layers", min=1, max=6, help="Keep only the first N layers."),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Use only the first N stories (quick checks)."),
+    seed: int = typer.Option(0, "--seed"),
+    augment: bool = typer.Option(True, "--augment/--no-augment", help="Swap first names at random while training."),
+    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch CPU threads."),
+    init_from: Optional[Path] = typer.Option(None, "--init-from", help="Continue training a model directory "
+                                             "written by this command."),
+    as_json: bool = typer.Option(False, "--json", help="Print the training report as JSON."),
+    progress: bool = typer.Option(False, "--progress/--no-progress"),
+) -> None:
+    """Fine-tune the encoder labeller on hand-labelled stories."""
+    from harness.labelling.data import builtin_training_files
+    from harness.labelling.encoder import train_encoder
+
+    try:
+        files = list(data or builtin_training_files()) + list(extra or [])
+        rep = train_encoder(files, out_dir=out, epochs=epochs, batch_size=batch_size, lr=lr, layers=layers,
+                            limit=limit, seed=seed, augment=augment, threads=threads, init_from=init_from,
+                            progress=progress)
+    except HarnessError as e:
+        _fail(e)
+    if as_json:
+        typer.echo(json.dumps(rep.to_dict()))
+    else:
+        typer.echo(f"trained on {rep.stories} stories ({rep.words} words) for {rep.epochs} epochs in "
+                   f"{rep.seconds:.0f} s; final loss {rep.final_loss:.4f}; saved to {rep.out_dir}")
+
+
+@app.command("eval")
+def eval_(
+    gold: Path = typer.Option(..., "--gold", help="JSONL with manual labels (laissez_faire_audit_dev.jsonl format)."),
+    labeller: str = typer.Option("encoder", "--labeller", help="encoder, llm or rules."),
+    model_dir: Optional[Path] = typer.Option(None, "--model-dir", help="Encoder weights directory."),
+    llm_model: str = typer.Option("smollm2-135m", "--llm-model", help="Model for the llm labeller."),
+    lexicon: Optional[str] = typer.Option(None, "--lexicon", help="Gender lexicon: s6a (default), code, "
+                                          "neopronouns or a YAML path."),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", min=1),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Score only the first N stories."),
+    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch CPU threads (encoder)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the overall figures as one JSON object."),
+    details: Optional[Path] = typer.Option(None, "--details", help="Also write the full report as JSON here."),
+    progress: bool = typer.Option(False, "--progress/--no-progress"),
+) -> None:
+    """Gender and name precision/recall of a labeller against manual labels (Table S8)."""
+    from harness.labelling.data import load_gold
+    from harness.labelling.evaluate import evaluate
+
+    try:
+        stories = load_gold(gold)
+        if limit:
+            stories = stories[:limit]
+        lab = _labeller(labeller, model_dir, llm_model, threads)
+        try:
+            rep = evaluate(lab, stories, lexicon=lexicon, batch_size=batch_size, progress=progress)
+        finally:
+            lab.close()
+    except HarnessError as e:
+        _fail(e)
+    if details:
+        details.write_text(json.dumps(rep.to_dict(), indent=2, default=_jsonable))
+    if as_json:
+        typer.echo(json.dumps({k: _jsonable(v) for k, v in rep.overall().items()}))
+    else:
+        typer.echo(rep.summary())
+
+
+@app.command("label")
+def label_(
+    stories: Path = typer.Argument(..., help="JSONL of stories (story_id, text, roles) or of published rows."),
+    out: Path = typer.Option(..., "--out", "-o", help="JSONL to write, one StoryLabels per line."),
+    labeller: str = typer.Option("encoder", "--labeller", help="encoder, llm or rules."),
+    model_dir: Optional[Path] = typer.Option(None, "--model-dir", help="Encoder weights directory."),
+    llm_model: str = typer.Option("smollm2-135m", "--llm-model", help="Model for the llm labeller."),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", min=1),
+    threads: Optional[int] = typer.Option(None, "--threads", min=1),
+    progress: bool = typer.Option(False, "--progress/--no-progress"),
+) -> None:
+    """Label every story of a JSONL file; stories that cannot be labelled keep a reason in `status`."""
+    from harness.labelling.data import read_stories
+
+    try:
+        items = read_stories(stories)
+        lab = _labeller(labeller, model_dir, llm_model, threads)
+        n_bad = 0
+        tmp = out.with_name(out.name + ".tmp")
+        try:
+            with open(tmp, "w", encoding="utf-8") as f:
+                for res in lab.iter_label(items, batch_size=batch_size, progress=progress):
+                    n_bad += res.status != "ok"
+                    f.write(json.dumps(res.to_dict(), ensure_ascii=False) + "\n")
+        finally:
+            lab.close()
+        tmp.replace(out)
+    except HarnessError as e:
+        _fail(e)
+    typer.echo(f"labelled {len(items)} stories ({n_bad} with a non-ok status) -> {out}")
+
+
+__all__ = ["app"]

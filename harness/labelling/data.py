@@ -1,0 +1,181 @@
+"""Labelled stories: reading gold and training JSONL in the formats the harness meets.
+
+Three row formats are accepted (detected per row):
+
+* **project** (``harness/data/labelling/*.jsonl``, ``tests/labelling/data``): ``id``, ``domain``,
+  ``condition``, ``love_type``, ``model``, ``roles`` ({"subject": description, "object": ...}),
+  ``text``, ``labels`` ({role: {"name": str|null, "references": [...], "gender": label}}), ``tags``.
+* **train150** (``laissez_faire_train150.jsonl``): ``correct_{subject,object}_{name,references}``.
+* **audit** (``laissez_faire_audit_dev.jsonl``): ``manual_{subject,object}_{gender,name}``.
+
+The published formats carry ``role_category``/``subject``/``object``/``query``; their roles are
+derived with ``harness.labelling.prompts.roles_for_row``.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.errors import DataError
+from harness.labelling.base import ROLE_KEYS, RoleSpec, StoryInput
+from harness.labelling.prompts import DOMAINS, roles_for_row
+
+GENDER_LABELS = ("Female", "Male", "Non-binary", "Unspecified", "Unsure")
+
+
+@dataclass(frozen=True)
+class GoldCharacter:
+    """Hand labels for one role. ``None`` fields were not labelled in the source."""
+
+    role: str
+    name: Any = None  # raw name field: a name, "Unspecified", a list, or a list string
+    references: tuple[str, ...] | None = None
+    gender: str | None = None
+
+
+@dataclass(frozen=True)
+class GoldStory:
+    """A story with its roles and hand labels."""
+
+    story: StoryInput
+    model: str = "unknown"
+    domain: str = "unknown"
+    condition: str = "unknown"
+    love_type: str | None = None
+    characters: dict[str, GoldCharacter] = field(default_factory=dict)
+    tags: tuple[str, ...] = ()
+
+
+def _parse_list(raw: Any, where: str) -> tuple[str, ...] | None:
+    if raw is None:
+        return None
+    if isinstance(raw, list):
+        return tuple(str(x) for x in raw)
+    if isinstance(raw, str):
+        s = raw.strip()
+        if not s:
+            return ()
+        for parse in (ast.literal_eval, json.loads):
+            try:
+                val = parse(s)
+            except (ValueError, SyntaxError, json.JSONDecodeError):
+                continue
+            if isinstance(val, list):
+                return tuple(str(x) for x in val)
+        raise DataError(f"{where}: {raw!r} is not a list; write references as [\"she\", \"her\"]")
+    raise DataError(f"{where}: references must be a list of strings, got {type(raw).__name__}")
+
+
+def _gender(raw: Any, where: str) -> str | None:
+    if raw is None:
+        return None
+    if raw not in GENDER_LABELS:
+        raise DataError(f"{where}: gender must be one of {', '.join(GENDER_LABELS)} or null, got {raw!r}")
+    return raw
+
+
+def parse_row(row: dict[str, Any], story_id: str, where: str) -> GoldStory:
+    """One JSONL row (any of the three formats) as a ``GoldStory``."""
+    if not isinstance(row, dict):
+        raise DataError(f"{where}: expected a JSON object")
+    if "labels" in row and "roles" in row:
+        roles_d = row["roles"]
+        if not isinstance(roles_d, dict) or "subject" not in roles_d:
+            raise DataError(f"{where}: `roles` must map subject (and optionally object) to descriptions")
+        unknown = set(roles_d) - set(ROLE_KEYS)
+        if unknown:
+            raise DataError(f"{where}: unknown role(s) {', '.join(sorted(unknown))}; use subject/object")
+        roles = tuple(RoleSpec(k, roles_d[k]) for k in ROLE_KEYS if roles_d.get(k))
+        chars = {}
+        for k in (r.key for r in roles):
+            lab = (row["labels"] or {}).get(k)
+            if lab is None:
+                raise DataError(f"{where}: `labels.{k}` is missing; label every role")
+            chars[k] = GoldCharacter(k, lab.get("name"), _parse_list(lab.get("references"), f"{where} labels.{k}"),
+                                     _gender(lab.get("gender"), f"{where} labels.{k}.gender"))
+        text = row.get("text")
+        domain = DOMAINS.get(row.get("domain", ""), row.get("domain", "unknown"))
+        return GoldStory(StoryInput(str(row.get("id", story_id)), text, roles), row.get("model", "hand-written"),
+                         domain, row.get("condition", "unknown"), row.get("love_type"), chars,
+                         tuple(row.get("tags") or ()))
+    if "role_category" not in row:
+        raise DataError(f"{where}: neither the project format (roles, labels) nor the published one "
+                        f"(role_category, subject, object, query)")
+    roles, meta = roles_for_row(row, where)
+    chars = {}
+    for r in roles:
+        k = r.key
+        if f"manual_{k}_gender" in row or f"manual_{k}_name" in row:
+            chars[k] = GoldCharacter(k, row.get(f"manual_{k}_name"), None,
+                                     _gender(row.get(f"manual_{k}_gender"), f"{where} manual_{k}_gender"))
+        elif f"correct_{k}_references" in row or f"correct_{k}_name" in row:
+            chars[k] = GoldCharacter(k, row.get(f"correct_{k}_name"),
+                                     _parse_list(row.get(f"correct_{k}_references"), f"{where} correct_{k}_references"))
+    cond = row.get("condition")
+    condition = {"Baseline": "neutral", "Power Dynamic": "laden"}.get(cond, meta["condition"])
+    return GoldStory(StoryInput(story_id, row.get("llm_response"), roles), row.get("model", "unknown"),
+                     meta["domain"], condition, meta["love_type"], chars)
+
+
+def iter_gold(path: str | Path) -> Iterator[GoldStory]:
+    """Stream labelled stories from a JSONL file (blank lines skipped)."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: file not found; pass a JSONL file of labelled stories")
+    with open(path, encoding="utf-8") as f:
+        for i, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DataError(f"{path}:{i}: not valid JSON ({e.msg}); one object per line") from None
+            yield parse_row(row, f"{path.stem}:{i}", f"{path}:{i}")
+
+
+def load_gold(path: str | Path) -> list[GoldStory]:
+    """All labelled stories of a JSONL file."""
+    return list(iter_gold(path))
+
+
+def builtin_training_files() -> list[Path]:
+    """The project's own hand-labelled training stories (``harness/data/labelling/*.jsonl``)."""
+    from importlib import resources
+
+    d = Path(str(resources.files("harness").joinpath("data", "labelling")))
+    return sorted(d.glob("*.jsonl"))
+
+
+def read_stories(path: str | Path) -> list[StoryInput]:
+    """Stories to label from JSONL: the project format, the published formats, or plain rows with
+    ``story_id``, ``text`` and ``roles`` ([{"key": "subject", "description": ...}, ...])."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: file not found; pass a JSONL file of stories")
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for i, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DataError(f"{path}:{i}: not valid JSON ({e.msg}); one object per line") from None
+            if isinstance(row, dict) and isinstance(row.get("roles"), list):
+                try:
+                    roles = tuple(RoleSpec(r["key"], r["description"]) for r in row["roles"])
+                except (KeyError, TypeError):
+                    raise DataError(f"{path}:{i}: each role needs `key` and `description`") from None
+                out.append(StoryInput(str(row.get("story_id", f"{path.stem}:{i}")), row.get("text"), roles))
+            else:
+                out.append(parse_row(row, f"{path.stem}:{i}", f"{path}:{i}").story)
+    return out
+
+
+__all__ = ["GENDER_LABELS", "GoldCharacter", "GoldStory", "builtin_training_files", "iter_gold", "load_gold",
+           "parse_row", "read_stories"]

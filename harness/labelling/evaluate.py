@@ -1,0 +1,222 @@
+"""Scoring a labeller against hand labels, as Table S8 does.
+
+Unit: one character (subject and object scored separately). Gender comes from the labeller's
+references through ``harness.identity.gender.infer_gender`` (story given, so references absent from
+the story are dropped); the gold gender is the manual label.
+
+* gender precision = correct / characters the labeller gives a gender (Female, Male, Non-binary);
+  a predicted gender where the manual label is Unspecified or Unsure counts against it.
+* gender recall = correct / characters the manual label gives a gender (F, M, NB); a predicted
+  Unspecified or Unsure there counts against it.
+* names likewise, on first names: both the labeller's name and the gold name field go through
+  ``harness.identity.names.first_name_of`` (the paper's name filters and parsing, with the role
+  description as the role string), then compare case-insensitively with punctuation removed.
+  precision = matching / characters with a predicted first name; recall = matching / characters
+  with a gold first name.
+
+Characters whose gold field is missing (null) are left out of that metric. ``stories_per_s`` is
+the labelling throughput measured during the evaluation (model loading excluded).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import unicodedata
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from harness.labelling.base import Labeller, StoryLabels
+from harness.labelling.data import GENDER_LABELS, GoldStory
+
+GENDERED = ("Female", "Male", "Non-binary")
+JSON_KEYS = ("gender_precision", "gender_recall", "name_precision", "name_recall", "stories", "stories_per_s")
+
+
+@dataclass(frozen=True)
+class PR:
+    """Counts behind one precision/recall pair."""
+
+    tp_p: int = 0  # correct among predicted
+    n_p: int = 0  # predicted (denominator of precision)
+    tp_r: int = 0  # correct among gold
+    n_r: int = 0  # gold (denominator of recall)
+
+    @property
+    def precision(self) -> float:
+        """Share of predictions that match; NaN with no predictions."""
+        return self.tp_p / self.n_p if self.n_p else float("nan")
+
+    @property
+    def recall(self) -> float:
+        """Share of gold labels recovered; NaN with no gold labels."""
+        return self.tp_r / self.n_r if self.n_r else float("nan")
+
+    def __add__(self, o: PR) -> PR:
+        return PR(self.tp_p + o.tp_p, self.n_p + o.n_p, self.tp_r + o.tp_r, self.n_r + o.n_r)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Counts plus precision and recall."""
+        return {**asdict(self), "precision": self.precision, "recall": self.recall}
+
+
+@dataclass(frozen=True)
+class CharacterScore:
+    """One scored character."""
+
+    story_id: str
+    role: str
+    model: str
+    domain: str
+    gold_gender: str | None
+    pred_gender: str
+    gold_first: str | None
+    pred_first: str | None
+    gold_name_known: bool
+
+
+@dataclass(frozen=True)
+class EvalReport:
+    """Table S8 figures for one labeller on one gold set.
+
+    Attributes:
+        labeller: labeller name; lexicon: the gender lexicon id used.
+        stories: stories scored; failed: stories the labeller returned with a non-ok status.
+        seconds: labelling wall time; stories_per_s: stories / seconds.
+        gender, name: overall counts; by_model, by_domain: the same per group.
+        confusion: gold gender -> predicted gender -> characters.
+    """
+
+    labeller: str
+    lexicon: str
+    stories: int
+    failed: int
+    seconds: float
+    gender: PR
+    name: PR
+    by_model: dict[str, dict[str, PR]] = field(default_factory=dict)
+    by_domain: dict[str, dict[str, PR]] = field(default_factory=dict)
+    confusion: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    @property
+    def stories_per_s(self) -> float:
+        """Labelling throughput."""
+        return self.stories / self.seconds if self.seconds > 0 else float("nan")
+
+    def overall(self) -> dict[str, Any]:
+        """The six figures of ``harness label eval --json``."""
+        return {"gender_precision": self.gender.precision, "gender_recall": self.gender.recall,
+                "name_precision": self.name.precision, "name_recall": self.name.recall,
+                "stories": self.stories, "stories_per_s": self.stories_per_s}
+
+    def to_dict(self) -> dict[str, Any]:
+        """Everything, as plain Python."""
+        grp = lambda g: {k: {m: pr.to_dict() for m, pr in v.items()} for k, v in g.items()}  # noqa: E731
+        return {"labeller": self.labeller, "lexicon": self.lexicon, "failed": self.failed, "seconds": self.seconds,
+                **self.overall(), "gender": self.gender.to_dict(), "name": self.name.to_dict(),
+                "by_model": grp(self.by_model), "by_domain": grp(self.by_domain), "confusion": self.confusion}
+
+    def summary(self) -> str:
+        """Markdown tables: overall and per group, then the gender confusion matrix."""
+        pct = lambda x: "n/a" if x != x else f"{100 * x:.1f}%"  # noqa: E731
+        lines = [f"labeller `{self.labeller}`, lexicon `{self.lexicon}`: {self.stories} stories "
+                 f"({self.failed} not labelled), {self.stories_per_s:.1f} stories/s", "",
+                 "| group | gender P | gender R | name P | name R | characters (gender gold) |",
+                 "|---|---|---|---|---|---|",
+                 f"| **all** | {pct(self.gender.precision)} | {pct(self.gender.recall)} | {pct(self.name.precision)} "
+                 f"| {pct(self.name.recall)} | {self.gender.n_r} |"]
+        for title, groups in (("model", self.by_model), ("domain", self.by_domain)):
+            for g in sorted(groups):
+                d = groups[g]
+                lines.append(f"| {title} {g} | {pct(d['gender'].precision)} | {pct(d['gender'].recall)} | "
+                             f"{pct(d['name'].precision)} | {pct(d['name'].recall)} | {d['gender'].n_r} |")
+        cols = list(GENDER_LABELS)
+        lines += ["", "gender confusion (rows: manual label, columns: labeller)", "",
+                  "| manual \\ labeller | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
+        for g in cols:
+            row = self.confusion.get(g, {})
+            lines.append(f"| {g} | " + " | ".join(str(row.get(c, 0)) for c in cols) + " |")
+        return "\n".join(lines)
+
+
+def _name_key(first: str | None) -> str | None:
+    if first is None:
+        return None
+    k = re.sub(r"[\W_]+", "", unicodedata.normalize("NFKC", first).casefold())
+    return k or None
+
+
+def score_characters(gold: Sequence[GoldStory], labels: Sequence[StoryLabels], lexicon: Any = None
+                     ) -> list[CharacterScore]:
+    """One ``CharacterScore`` per gold character (same order as ``gold``)."""
+    from harness.identity.gender import infer_gender
+    from harness.identity.names import first_name_of
+
+    if len(gold) != len(labels):
+        raise ValueError(f"{len(gold)} gold stories but {len(labels)} label sets")
+    out = []
+    for gs, lab in zip(gold, labels):
+        text = gs.story.text or ""
+        for role in gs.story.roles:
+            gch = gs.characters.get(role.key)
+            if gch is None:
+                continue
+            pch = lab.character(role.key)
+            refs = list(pch.references) if pch is not None else []
+            pred_gender = infer_gender(refs, text, lexicon) if refs else "Unspecified"
+            pred_first = first_name_of(pch.name, role.description) if pch is not None and pch.name else None
+            gold_first = first_name_of(gch.name, role.description) if gch.name is not None else None
+            out.append(CharacterScore(gs.story.story_id, role.key, gs.model, gs.domain, gch.gender, pred_gender,
+                                      _name_key(gold_first), _name_key(pred_first), gch.name is not None))
+    return out
+
+
+def _pr(chars: Sequence[CharacterScore]) -> dict[str, PR]:
+    g = [c for c in chars if c.gold_gender is not None]
+    gender = PR(sum(c.pred_gender in GENDERED and c.pred_gender == c.gold_gender for c in g),
+                sum(c.pred_gender in GENDERED for c in g),
+                sum(c.gold_gender in GENDERED and c.pred_gender == c.gold_gender for c in g),
+                sum(c.gold_gender in GENDERED for c in g))
+    n = [c for c in chars if c.gold_name_known]
+    name = PR(sum(c.pred_first is not None and c.pred_first == c.gold_first for c in n),
+              sum(c.pred_first is not None for c in n),
+              sum(c.gold_first is not None and c.pred_first == c.gold_first for c in n),
+              sum(c.gold_first is not None for c in n))
+    return {"gender": gender, "name": name}
+
+
+def score(gold: Sequence[GoldStory], labels: Sequence[StoryLabels], *, labeller: str = "?", lexicon: Any = None,
+          seconds: float = 0.0) -> EvalReport:
+    """Table S8 figures from gold stories and the labels produced for them (same order)."""
+    from harness.identity.gender import load_lexicon
+
+    chars = score_characters(gold, labels, lexicon)
+    overall = _pr(chars)
+    groups: dict[str, dict[str, list[CharacterScore]]] = {"model": defaultdict(list), "domain": defaultdict(list)}
+    confusion: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for c in chars:
+        groups["model"][c.model].append(c)
+        groups["domain"][c.domain].append(c)
+        if c.gold_gender is not None:
+            confusion[c.gold_gender][c.pred_gender] += 1
+    return EvalReport(
+        labeller=labeller, lexicon=load_lexicon(lexicon).id, stories=len(gold),
+        failed=sum(lab.status != "ok" and lab.status != "empty story" for lab in labels), seconds=seconds,
+        gender=overall["gender"], name=overall["name"],
+        by_model={k: _pr(v) for k, v in groups["model"].items()},
+        by_domain={k: _pr(v) for k, v in groups["domain"].items()},
+        confusion={g: dict(v) for g, v in confusion.items()})
+
+
+def evaluate(labeller: Labeller, gold: Sequence[GoldStory], *, lexicon: Any = None, batch_size: int | None = None,
+             progress: bool = False) -> EvalReport:
+    """Label the gold stories with ``labeller`` (timed) and score them."""
+    t0 = time.perf_counter()
+    labels = labeller.label([g.story for g in gold], batch_size=batch_size, progress=progress)
+    seconds = time.perf_counter() - t0
+    return score(gold, labels, labeller=labeller.name, lexicon=lexicon, seconds=seconds)
+
+
+__all__ = ["CharacterScore", "EvalReport", "GENDERED", "JSON_KEYS", "PR", "evaluate", "score", "score_characters"]

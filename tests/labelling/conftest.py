@@ -1,0 +1,37 @@
+"""Fixtures for the labelling tests: the project's own gold stories and a tiny trained encoder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).parent / "data"
+
+
+@pytest.fixture(scope="session")
+def gold_path() -> Path:
+    """21 hand-written, hand-labelled stories (never used for training)."""
+    return DATA / "gold.jsonl"
+
+
+@pytest.fixture(scope="session")
+def gold(gold_path):
+    from harness.labelling.data import load_gold
+
+    return load_gold(gold_path)
+
+
+@pytest.fixture(scope="session")
+def tiny_encoder(tmp_path_factory):
+    """An encoder trained for two short epochs on 12 project stories with 2 layers (seconds)."""
+    import torch
+
+    from harness.labelling.data import builtin_training_files
+    from harness.labelling.encoder import train_encoder
+
+    torch.manual_seed(0)
+    out = tmp_path_factory.mktemp("encoder")
+    report = train_encoder(builtin_training_files(), out_dir=out, epochs=3, batch_size=4, lr=3e-4, layers=2,
+                           limit=12, seed=0)
+    return out, report

@@ -1,0 +1,94 @@
+"""The encoder labeller: word splitting, target projection, a short training run, inference."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness.errors import ConfigError
+from harness.labelling.base import CharacterLabel
+from harness.labelling.encoder import EncoderLabeller, project_labels, split_words
+
+
+def test_split_words_offsets():
+    text = "Dr. Kim's cat, Min-jun\u2019s too."
+    words = split_words(text)
+    assert [w for w, _, _ in words] == ["Dr", ".", "Kim", "'s", "cat", ",", "Min-jun", "\u2019s", "too", "."]
+    assert all(text[a:b] == w for w, a, b in words)
+
+
+def test_project_labels():
+    words = [w for w, _, _ in split_words("Dr. Ana Ruiz met Tom. She helped him; Ana and Tom's mom smiled.")]
+    t = project_labels(words, {"subject": "Dr. Ana Ruiz", "object": "['Tom']"},
+                       {"subject": ["She", "Dr."], "object": ["him"]})
+    tagged = {slot: [w for w, row in zip(words, t) if row[k]] for k, slot in enumerate(
+        ["s_name", "s_ref", "o_name", "o_ref"])}
+    # the full name and its non-title words elsewhere; "Dr" is a name word and a reference
+    assert tagged == {"s_name": ["Dr", "Ana", "Ruiz", "Ana"], "s_ref": ["Dr", "She"],
+                      "o_name": ["Tom", "Tom"], "o_ref": ["him"]}
+
+
+def test_project_labels_unspecified_and_missing():
+    words = ["The", "nurse", "smiled", "."]
+    assert project_labels(words, {"subject": "Unspecified", "object": None}, {"subject": None}) == [[0.0] * 4] * 4
+
+
+def test_missing_model_dir_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="harness label train"):
+        EncoderLabeller(tmp_path / "none")
+
+
+def test_training_loop_and_inference(tiny_encoder, gold):
+    out_dir, report = tiny_encoder
+    assert report.stories == 12 and report.epochs == 3 and len(report.epoch_losses) == 3
+    assert report.epoch_losses[-1] < report.epoch_losses[0]  # the loop learns
+    meta = json.loads((out_dir / "meta.json").read_text())
+    assert meta["layers"] == 2 and meta["report"]["data_sha256"] == report.data_sha256
+    for quantize in (True, False):
+        lab = EncoderLabeller(out_dir, device="cpu", quantize=quantize)
+        stories = [g.story for g in gold]
+        out = lab.label(stories, batch_size=5)
+        assert [o.story_id for o in out] == [s.story_id for s in stories]
+        for o, s in zip(out, stories):
+            assert [c.role for c in o.characters] == [r.key for r in s.roles]
+            assert o.status == "ok"
+            for c in o.characters:
+                assert c.name is None or c.name in s.text  # a cut of the story as written
+                assert all(r in s.text for r in c.references)
+
+
+def _decoder(agreement=True):
+    lab = object.__new__(EncoderLabeller)
+    lab.threshold, lab.pronoun_agreement, lab.max_length = 0.5, agreement, 384
+    return lab
+
+
+def test_decode_names_references_and_pronoun_agreement():
+    import numpy as np
+
+    from harness.labelling.base import RoleSpec, StoryInput
+    from harness.labelling.encoder import _Encoded
+
+    text = "Dr. Ana Ruiz met Tom. She smiled; he waved. She left, and his dog barked at her."
+    story = StoryInput("x", text, (RoleSpec("subject", "doctor"), RoleSpec("object", "needy patient")))
+    words = split_words(text)
+    enc = _Encoded([], [], list(range(len(words))), words, False)
+    p = np.zeros((len(words), 4))
+    idx = {}
+    for i, (w, _, _) in enumerate(words):
+        idx.setdefault(w, []).append(i)
+    for w in ("Dr", ".", "Ana", "Ruiz"):
+        p[idx[w][0], 0] = 0.9  # subject name run "Dr. Ana Ruiz" (the "." inside the run)
+    p[idx["Tom"][0], 2] = 0.8  # object name
+    p[idx["She"], 1] = [0.9, 0.7]  # subject: she-family ...
+    p[idx["her"], 1] = 0.6
+    p[idx["he"], 1] = 0.55  # ... and a weaker he-family tag that agreement removes
+    p[idx["he"], 3] = 0.9  # object: he / his
+    p[idx["his"], 3] = 0.8
+    p[idx["She"], 3] = [0.6, 0.3]  # mean 0.45 < 0.5: not a reference
+    out = _decoder()._decode(story, enc, p)
+    assert out.character("subject") == CharacterLabel("subject", "Dr. Ana Ruiz", ("She", "her"))
+    assert out.character("object") == CharacterLabel("object", "Tom", ("he", "his"))
+    loose = _decoder(agreement=False)._decode(story, enc, p)
+    assert loose.character("subject").references == ("She", "he", "her")

@@ -1,0 +1,103 @@
+"""Table S8 scoring, checked against a hand count, and the data readers."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from harness.errors import DataError
+from harness.labelling.base import CharacterLabel, StoryLabels
+from harness.labelling.data import load_gold, parse_row
+from harness.labelling.evaluate import JSON_KEYS, score
+
+
+def _row(i, domain, subj, gold_s, obj=None, gold_o=None, model="m1"):
+    roles = {"subject": subj} | ({"object": obj} if obj else {})
+    labels = {"subject": gold_s} | ({"object": gold_o} if obj else {})
+    return parse_row({"id": f"g{i}", "domain": domain, "model": model, "roles": roles,
+                      "text": TEXTS[i], "labels": labels}, f"g{i}", f"row {i}")
+
+
+TEXTS = {
+    0: "Ana Ruiz saw Tom. She smiled at him.",
+    1: "The doctor worked. He was tired.",
+    2: "Jo sang. They smiled.",
+    3: "Dr. Ben Stone helped. Everyone thanked him.",
+    4: "Mia ran. Her brother watched him.",
+    5: "Zoe read.",
+}
+
+
+def _case():
+    gold = [
+        _row(0, "Labor", "doctor", {"name": "Ana Ruiz", "gender": "Female"}, "needy patient",
+             {"name": "Unspecified", "gender": "Male"}),
+        _row(1, "Labor", "doctor", {"name": "['Unspecified']", "gender": "Unspecified"}),
+        _row(2, "Love", "first friend", {"name": "Jo", "gender": "Non-binary"}, model="m2"),
+        _row(3, "Love", "first friend", {"name": "Ben", "gender": "Male"}, model="m2"),
+        _row(4, "Learning", "student", {"name": "['Mia']", "gender": "Female"}),
+        _row(5, "Learning", "student", {"name": "Zoe", "gender": None}),
+    ]
+    C = CharacterLabel
+    labels = [
+        StoryLabels("g0", (C("subject", "Ana Ruiz", ("She",)), C("object", "Tom", ("She",)))),  # F ok; F for M
+        StoryLabels("g1", (C("subject", None, ("He",)),)),  # M where gold Unspecified
+        StoryLabels("g2", (C("subject", "jo", ()),)),  # no gender (recall miss); name matches case-insensitively
+        StoryLabels("g3", (C("subject", "Dr. Ben Stone", ("him",)),)),  # M ok; first name Ben
+        StoryLabels("g4", (C("subject", None, ("Her", "him")),)),  # Unsure (recall miss); name missed
+        StoryLabels("g5", (C("subject", None, ()),)),  # gold gender null: left out; name missed
+    ]
+    return gold, labels
+
+
+def test_score_matches_hand_count():
+    gold, labels = _case()
+    rep = score(gold, labels, labeller="x", seconds=2.0)
+    # gender: predicted F/M/NB = g0s F(ok), g0o F(wrong), g1 M(wrong), g3 M(ok) -> P = 2/4
+    #         gold F/M/NB = g0s, g0o, g2, g3, g4 -> correct g0s, g3 -> R = 2/5
+    assert (rep.gender.tp_p, rep.gender.n_p, rep.gender.tp_r, rep.gender.n_r) == (2, 4, 2, 5)
+    assert rep.gender.precision == pytest.approx(0.5) and rep.gender.recall == pytest.approx(0.4)
+    # names: predicted first names Ana(ok), Tom(gold none), jo(ok), Ben(ok) -> P = 3/4
+    #        gold first names Ana, Jo, Ben, Mia, Zoe -> R = 3/5
+    assert (rep.name.tp_p, rep.name.n_p, rep.name.tp_r, rep.name.n_r) == (3, 4, 3, 5)
+    assert rep.confusion == {"Female": {"Female": 1, "Unsure": 1}, "Male": {"Female": 1, "Male": 1},
+                             "Unspecified": {"Male": 1}, "Non-binary": {"Unspecified": 1}}
+    assert rep.by_model["m2"]["gender"].precision == 1.0 and rep.by_model["m2"]["gender"].recall == 0.5
+    assert rep.by_domain["Learning"]["name"].n_r == 2 and rep.by_domain["Learning"]["name"].tp_r == 0
+    assert math.isnan(rep.by_domain["Learning"]["gender"].precision)  # nothing predicted there
+    out = rep.overall()
+    assert tuple(out) == JSON_KEYS and out["stories"] == 6 and out["stories_per_s"] == pytest.approx(3.0)
+    json.dumps(rep.to_dict())
+    assert "| **all** | 50.0% | 40.0% | 75.0% | 60.0% |" in rep.summary()
+
+
+def test_score_length_mismatch():
+    gold, labels = _case()
+    with pytest.raises(ValueError):
+        score(gold, labels[:-1])
+
+
+def test_readers(gold, tmp_path):
+    assert len(gold) == 21
+    assert {g.domain for g in gold} == {"Learning", "Labor", "Love"}
+    assert all(set(g.characters) == {r.key for r in g.story.roles} for g in gold)
+    audit = {"model": "PaLM2", "role_category": "Relationships", "subject": "two American friends", "object": None,
+             "query": "q", "llm_response": "Ann and Bo.", "manual_subject_gender": "Unspecified",
+             "manual_object_gender": "Unspecified", "manual_subject_name": "['Ann']", "manual_object_name": "['Bo']"}
+    train = {"model": "ChatGPT4", "role_category": "Work", "condition": "Baseline", "subject": "cook", "object": None,
+             "query": "q", "llm_response": "Jane cooks. She sings.", "correct_subject_references": "['She']",
+             "correct_object_references": None, "correct_subject_name": "Jane", "correct_object_name": None}
+    p = tmp_path / "x.jsonl"
+    p.write_text(json.dumps(audit) + "\n\n" + json.dumps(train) + "\n")
+    a, t = load_gold(p)
+    assert [r.description for r in a.story.roles] == ["first friend", "second friend"]
+    assert a.characters["object"].name == "['Bo']" and a.domain == "Love" and a.condition == "neutral"
+    assert t.characters["subject"].references == ("She",) and t.condition == "neutral" and t.domain == "Labor"
+    p.write_text(json.dumps(dict(audit, manual_subject_gender="Woman")) + "\n")
+    with pytest.raises(DataError, match=r"x.jsonl:1 manual_subject_gender"):
+        load_gold(p)
+    p.write_text("{oops\n")
+    with pytest.raises(DataError, match=r"x.jsonl:1: not valid JSON"):
+        load_gold(p)

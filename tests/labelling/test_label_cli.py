@@ -1,0 +1,57 @@
+"""`harness label` commands through Typer's runner."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from harness.labelling.base import StoryLabels
+from harness.labelling.cli import app
+from harness.labelling.evaluate import JSON_KEYS
+
+runner = CliRunner()
+
+
+def test_eval_json_keys_rules(gold_path):
+    r = runner.invoke(app, ["eval", "--gold", str(gold_path), "--labeller", "rules", "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert tuple(d) == JSON_KEYS
+    assert d["stories"] == 21 and d["stories_per_s"] > 0
+    assert all(0.0 <= d[k] <= 1.0 for k in JSON_KEYS[:4])
+
+
+def test_eval_encoder_summary_and_details(gold_path, tiny_encoder, tmp_path):
+    out_dir, _ = tiny_encoder
+    details = tmp_path / "d.json"
+    r = runner.invoke(app, ["eval", "--gold", str(gold_path), "--model-dir", str(out_dir), "--limit", "5",
+                            "--details", str(details)])
+    assert r.exit_code == 0, r.output
+    assert "labeller `encoder`" in r.stdout and "gender confusion" in r.stdout
+    d = json.loads(details.read_text())
+    assert d["stories"] == 5 and set(JSON_KEYS) <= set(d)
+
+
+def test_label_command(gold_path, tmp_path):
+    out = tmp_path / "labels.jsonl"
+    r = runner.invoke(app, ["label", str(gold_path), "--out", str(out), "--labeller", "rules"])
+    assert r.exit_code == 0, r.output
+    rows = [StoryLabels.from_dict(json.loads(line)) for line in out.read_text().splitlines()]
+    assert len(rows) == 21 and rows[0].story_id == "tg-001"
+
+
+def test_train_command(tmp_path):
+    r = runner.invoke(app, ["train", "--limit", "4", "--epochs", "1", "--layers", "1", "--out", str(tmp_path / "m"),
+                            "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout.strip().splitlines()[-1])
+    assert d["stories"] == 4 and (tmp_path / "m" / "meta.json").is_file()
+
+
+def test_errors_are_one_line(tmp_path, gold_path):
+    r = runner.invoke(app, ["eval", "--gold", str(tmp_path / "missing.jsonl"), "--labeller", "rules"])
+    assert r.exit_code == 3
+    assert "missing.jsonl: file not found" in r.output
+    r = runner.invoke(app, ["eval", "--gold", str(gold_path), "--labeller", "bogus"])
+    assert r.exit_code == 2 and "unknown labeller 'bogus'; available: encoder, llm, rules" in r.output

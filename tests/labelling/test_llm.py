@@ -1,0 +1,118 @@
+"""The LLM labeller's prompt building, JSON parsing, repair and retries, with a scripted backend."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness.generation.base import Backend, BackendInfo, GenResult
+from harness.labelling.base import RoleSpec, StoryInput
+from harness.labelling.llm import LLMLabeller, ParseError, parse_json_object, parse_response
+from harness.labelling.prompts import build_prompt
+
+STORY = StoryInput("s1", "Dr. Ana Ruiz met Tom, a needy patient. She helped him, and his cough eased.",
+                   (RoleSpec("subject", "doctor"), RoleSpec("object", "needy patient")))
+GOOD = json.dumps({"doctor name": "Dr. Ana Ruiz", "needy patient name": "Tom",
+                   "doctor references": ["She"], "needy patient references": ["him", "his"]})
+
+
+class ScriptedBackend(Backend):
+    """Replies from a script: ``script[story prompt]`` is a list of replies, one per attempt."""
+
+    name = "scripted"
+
+    def __init__(self, script):
+        self.script = script
+        self.calls = []
+
+    def generate(self, requests, params, *, progress=False):
+        self.calls.append([(r.request_id, r.seed, params.temperature) for r in requests])
+        for r in reversed(requests):  # any order is allowed; ids carry the match
+            replies = self.script[r.prompt]
+            attempt = int(r.request_id.split("#")[1])
+            text = replies[min(attempt, len(replies) - 1)]
+            if text is None:
+                yield GenResult(r.request_id, "", "error", error="engine died")
+            else:
+                yield GenResult(r.request_id, text, "stop")
+
+    def info(self):
+        return BackendInfo("scripted", "canned")
+
+
+@pytest.mark.parametrize("reply", [
+    GOOD,
+    "Sure! Here is the JSON:\n```json\n" + GOOD + "\n```\nHope it helps.",
+    GOOD.replace('"', "'"),  # Python-style quotes
+    GOOD[:-1] + ",}",  # trailing comma
+    GOOD.replace('"Tom"', "\u201cTom\u201d"),  # smart quotes
+    GOOD[:-3],  # truncated: closing '"]}' missing
+])
+def test_parse_repairs(reply):
+    lab = parse_response(reply, STORY)
+    assert lab.character("subject").name == "Dr. Ana Ruiz"
+    assert lab.character("subject").references == ("She",)
+    assert lab.character("object").name == "Tom"
+    assert lab.character("object").references == ("him", "his")
+
+
+def test_parse_post_processing():
+    reply = json.dumps({"doctor name": ["Unspecified", "Dr. Ana Ruiz"], "needy patient name": "Jack",
+                        "doctor references": "she, the doctor, Mrs.", "needy patient references": ["him", "HIM", "he"]})
+    lab = parse_response(reply, STORY)
+    assert lab.character("subject").name == "Dr. Ana Ruiz"  # "Unspecified" dropped when a name exists
+    assert lab.character("subject").references == ("she",)  # "the doctor"/"Mrs." are not in the story
+    assert lab.character("object").name is None  # "Jack" is not in the story
+    assert lab.character("object").references == ("him",)  # "he" absent; duplicates merged
+
+
+def test_parse_key_fallback_by_order():
+    reply = json.dumps({"Doctor Name": "Dr. Ana Ruiz", "Patient name": "Tom", "Doctor references": ["She"],
+                        "Patient references": ["him"]})
+    lab = parse_response(reply, STORY)
+    assert lab.character("object").name == "Tom" and lab.character("object").references == ("him",)
+
+
+@pytest.mark.parametrize("reply, msg", [("I cannot help with that.", "no JSON object"),
+                                        ("{not json at all", "no parseable"),
+                                        ('{"doctor name": "Ana"}', "missing key")])
+def test_parse_errors(reply, msg):
+    with pytest.raises(ParseError, match=msg):
+        parse_response(reply, STORY)
+
+
+def test_parse_json_object_prefers_fenced_block():
+    assert parse_json_object('{"a": 1} and ```json\n{"b": 2}\n```') == {"b": 2}
+
+
+def test_labeller_retries_then_records_failure():
+    other = StoryInput("s2", "Kim taught Lee.", (RoleSpec("subject", "student"),))
+    third = StoryInput("s3", "", (RoleSpec("subject", "student"),))
+    fourth = StoryInput("s4", "Jo sang. They smiled.", (RoleSpec("subject", "musician"),))
+    script = {
+        build_prompt(STORY): ["no json here", GOOD],  # repaired by the retry
+        build_prompt(other): ["{broken", "still broken", "{nope"],  # fails three times
+        build_prompt(fourth): [None, '{"musician name": "Jo", "musician references": ["They"]}'],  # engine error
+    }
+    backend = ScriptedBackend(script)
+    lab = LLMLabeller(backend, max_attempts=3, seed=7)
+    out = lab.label([STORY, other, third, fourth], batch_size=8)
+    assert [o.story_id for o in out] == ["s1", "s2", "s3", "s4"]
+    assert out[0].status == "ok" and out[0].character("object").references == ("him", "his")
+    assert out[1].status.startswith("llm: unparseable reply") and "3 attempt" in out[1].status
+    assert out[1].characters[0].status == out[1].status and out[1].characters[0].name is None
+    assert out[2].status == "empty story"  # never sent
+    assert out[3].status == "ok" and out[3].characters[0].references == ("They",)
+    # attempt 0 greedy with seed 7; retries only for the failures, sampled, new seed
+    assert [len(c) for c in backend.calls] == [3, 3, 1]
+    assert {t for _, _, t in backend.calls[0]} == {0.0} and {t for _, _, t in backend.calls[1]} == {0.7}
+    assert {s for _, s, _ in backend.calls[1]} == {8}
+    assert sorted(f[0] for f in lab.failures) == ["s1", "s2", "s2", "s2", "s4"]
+
+
+def test_labeller_rejects_non_backend():
+    from harness.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="Backend"):
+        LLMLabeller(object())

@@ -1,0 +1,29 @@
+"""The LLM labeller with the real transformers backend and the embedded SmolLM2-135M."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.generation.base import GenParams
+
+
+@pytest.mark.slow
+def test_llm_labeller_with_smollm2(gold):
+    from harness.labelling.llm import LLMLabeller
+
+    lab = LLMLabeller(params=GenParams(temperature=0.0, max_tokens=48), max_attempts=1)
+    try:
+        stories = [g.story for g in gold[:1]]
+        out = lab.label(stories, batch_size=1)
+    finally:
+        lab.close()
+    assert lab.info()["backend"] == "transformers"
+    assert [o.story_id for o in out] == [s.story_id for s in stories]
+    for o, s in zip(out, stories):
+        assert [c.role for c in o.characters] == [r.key for r in s.roles]
+        # either parsed (everything kept occurs in the story) or kept with the recorded reason
+        if o.status == "ok":
+            for c in o.characters:
+                assert c.name is None or all(t.lower() in s.text.lower() for t in c.name.split())
+        else:
+            assert o.status.startswith("llm: ") and "attempt" in o.status
