@@ -38,9 +38,13 @@ app.add_typer(bench_app, name="bench")
 
 def _mount_stage_apps() -> None:
     """Sub-commands owned by the stage packages (their heavy imports happen inside commands)."""
+    from harness.homogeneity.cli import app as homogeneity_app
     from harness.identity.cli import app as names_app
+    from harness.labelling.cli import app as label_app
 
     app.add_typer(names_app, name="names")
+    app.add_typer(label_app, name="label")
+    app.add_typer(homogeneity_app, name="homogeneity")
 
 
 _mount_stage_apps()
@@ -150,17 +154,45 @@ def generate(config: ConfigArg, shard: ShardOpt = None, set_: SetOpt = None, out
     _generate(config, shard, set_, output_dir, progress)
 
 
+StagesOpt = Annotated[
+    Optional[str],
+    typer.Option("--stages", help="comma-separated subset of generate,label,identities,statistics,report"),
+]
+
+
 @app.command()
-def run(config: ConfigArg, shard: ShardOpt = None, set_: SetOpt = None, output_dir: OutOpt = None, progress: ProgressOpt = True) -> None:
-    """Run every stage the config names (generate, then label, stats, report as they exist)."""
+def run(
+    config: ConfigArg,
+    stages: StagesOpt = None,
+    shard: ShardOpt = None,
+    set_: SetOpt = None,
+    output_dir: OutOpt = None,
+    progress: ProgressOpt = True,
+) -> None:
+    """Run the audit: generate -> label -> identities -> statistics -> report (each resumable,
+    skipped when its outputs are current)."""
+    from harness.audit.stages import REPORT, run_stages
     from harness.config import load_config
+    from harness.store import parse_shard
 
     cfg = load_config(config, _overrides(set_, output_dir))
-    for stage in cfg.stages:
-        if stage == "generate":
-            _generate(config, shard, set_, output_dir, progress)
-        else:
-            raise ConfigError(f"{config}: stage {stage!r} is not available in this version; remove it from stages")
+    wanted = [s.strip() for s in stages.split(",")] if stages else None
+    results = run_stages(cfg, wanted, shard=parse_shard(shard), progress=progress, echo=typer.echo)
+    typer.echo(f"run directory: {cfg.output_dir}")
+    if any(r.stage == REPORT for r in results):
+        typer.echo(f"report: {Path(cfg.output_dir) / REPORT / 'index.html'}")
+
+
+@app.command()
+def report(
+    runs: Annotated[list[Path], typer.Argument(help="run directories (one per model)", show_default=False)],
+    out: Annotated[Path, typer.Option("--out", "-o", help="report directory")] = Path("report"),
+    title: Annotated[str, typer.Option(help="report title")] = "Laissez-faire audit",
+) -> None:
+    """Build one report over several runs (e.g. several models), as the paper compares five."""
+    from harness.report import build_report
+
+    typer.echo(f"report: {build_report(runs, out, title=title)}")
 
 
 @bench_app.command("generate")

@@ -78,6 +78,38 @@ class SamplingConfig(_Strict):
         )
 
 
+class LabelConfig(_Strict):
+    """The label stage."""
+
+    labeller: str = Field("encoder", description="encoder (default), llm or rules")
+    batch_size: int = Field(64, ge=1)
+    model_dir: str | None = Field(None, description="encoder weights; default: the user cache, trained on first use")
+    llm: ModelConfig | None = Field(None, description="labeller llm: the model that extracts characters")
+    shard_rows: int = Field(2000, ge=1)
+
+
+class IdentityConfig(_Strict):
+    """The identities stage: gender lexicon and name table."""
+
+    name_mode: Literal["paper", "renormalised"] = "paper"
+    lexicon: str | None = Field(None, description="gender lexicon id or YAML path; default Table S6a")
+    min_population: int = Field(100, ge=0, description="reports withhold likelihoods of rarer names")
+
+
+class StatsConfig(_Strict):
+    """The statistics stage."""
+
+    mode: Literal["paper", "principled"] = Field("paper", description="principled adds bootstrap CIs, exact p and FDR")
+    threshold_min: int = Field(1, ge=0, le=100)
+    threshold_max: int = Field(99, ge=0, le=100, description="99 as the authors' code, 100 as the paper")
+    n_boot: int = Field(1000, ge=0)
+    seed: int = Field(0, ge=0)
+    backend: Literal["auto", "numpy", "triton", "cupy"] = "auto"
+
+
+STAGES = ("generate", "label", "identities", "statistics", "report")
+
+
 class RunConfig(_Strict):
     """A whole run: model, sampling, suite, sample count, seed and where results go."""
 
@@ -91,9 +123,12 @@ class RunConfig(_Strict):
     seed: int = Field(0, ge=0)
     output_dir: str = "runs/run"
     shard_rows: int = Field(256, ge=1, description="rows per Parquet shard")
-    stages: list[Literal["generate", "label", "stats", "report"]] = Field(
-        default_factory=lambda: ["generate"]
+    stages: list[Literal["generate", "label", "identities", "statistics", "report"]] = Field(
+        default_factory=lambda: list(STAGES)
     )
+    label: LabelConfig = Field(default_factory=LabelConfig)
+    identity: IdentityConfig = Field(default_factory=IdentityConfig)
+    statistics: StatsConfig = Field(default_factory=StatsConfig)
 
 
 def _expand_env(value: Any, where: str, path: Path) -> Any:

@@ -217,7 +217,7 @@ def generate_run(
             weights = None
             if cfg.model.backend != "openai":
                 weights = models.weights_identity(models.resolve(cfg.model.backend, cfg.model.path, cfg.model.gguf_file).weights_path)
-            store.update_manifest(model={"backend": info.backend, "name": info.model, "weights": weights, **info.extra})
+            store.update_manifest(model={"backend": info.backend, "name": info.model, **info.extra, "weights": weights})
             by_id = {it.request_id: it for it in todo}
             requests = [GenRequest(it.request_id, it.prompt.text, it.seed) for it in todo]
             buffer: list[dict[str, Any]] = []

@@ -1,0 +1,80 @@
+"""Identities: labels + stories -> the characters table the statistics read.
+
+One row per labelled character: its prompt's domain, condition and Love type, its role key and
+power role (baseline / dominant / subordinate, from the prompt suite), its gender from the
+references (``harness.identity.gender``), its first name (``harness.identity.names``) and one
+race-likelihood column per category (NaN when unnamed or unmatched). Columns follow the
+characters-table contract of ``harness.stats``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from harness.errors import DataError
+from harness.identity import RACES
+from harness.identity.gender import load_lexicon, infer_genders
+from harness.identity.names import NameTable, parse_first_name, select_name
+from harness.suites import Suite
+
+LABEL_COLUMNS = ("prompt_id", "sample_idx", "role", "name", "references", "status")
+CHARACTER_COLUMNS = (
+    "story_id", "prompt_id", "sample_idx", "model", "domain", "condition", "love_type", "role",
+    "power_role", "gender", "name", "first_name", "name_population", "label_status", *RACES,
+)
+
+
+def build_characters(
+    generations: pd.DataFrame,
+    labels: pd.DataFrame,
+    suite: Suite,
+    *,
+    model: str,
+    names: NameTable,
+    lexicon: str | None = None,
+) -> pd.DataFrame:
+    """Join labels to their stories and prompts and add gender, first name and race likelihoods."""
+    missing = [c for c in LABEL_COLUMNS if c not in labels.columns]
+    if missing:
+        raise DataError(f"labels table lacks column(s) {', '.join(missing)}; rerun the label stage")
+    if labels.empty:
+        return pd.DataFrame(columns=list(CHARACTER_COLUMNS))
+    stories = generations[["prompt_id", "sample_idx", "domain", "condition", "love_type", "text_clean"]]
+    df = labels.merge(stories, on=["prompt_id", "sample_idx"], how="inner", validate="many_to_one")
+    prompts = suite.by_id()
+    unknown = sorted(set(df.prompt_id) - set(prompts))
+    if unknown:
+        raise DataError(f"labels name prompt id(s) {', '.join(unknown[:5])} that suite {suite.name} lacks")
+    roles = {(pid, r.key): r for pid, p in prompts.items() for r in p.roles}
+    role_rows = [roles.get(k) for k in zip(df.prompt_id, df.role)]
+    if any(r is None for r in role_rows):
+        bad = next(k for k, r in zip(zip(df.prompt_id, df.role), role_rows) if r is None)
+        raise DataError(f"labels: prompt {bad[0]} has no role {bad[1]!r}")
+    description = [r.description for r in role_rows]
+    refs = [list(x) if x is not None else [] for x in df.references]
+    genders = infer_genders(refs, df.text_clean.tolist(), lexicon=lexicon)
+    chosen = [select_name([n] if isinstance(n, str) else n, d) for n, d in zip(df.name, description)]
+    first = [parse_first_name(n, d) for n, d in zip(chosen, description)]
+    lik = names.lookup(pd.Series(first, dtype=object))
+    out = pd.DataFrame(
+        {
+            "story_id": df.prompt_id + "#" + df.sample_idx.astype(str),
+            "prompt_id": df.prompt_id.values,
+            "sample_idx": df.sample_idx.values,
+            "model": model,
+            "domain": df.domain.values,
+            "condition": df.condition.values,
+            "love_type": df.love_type.values,
+            "role": df.role.values,
+            "power_role": [r.power for r in role_rows],
+            "gender": genders,
+            "name": chosen,
+            "first_name": first,
+            "name_population": lik["population"].to_numpy() if "population" in lik else np.nan,
+            "label_status": df.status.values,
+        }
+    )
+    for race in RACES:
+        out[race] = lik[race].to_numpy(dtype=np.float64)
+    return out[list(CHARACTER_COLUMNS)]

@@ -1,0 +1,104 @@
+"""The label stage: stories of a run -> one row per character in ``<run>/labels/``.
+
+Rows: prompt_id, sample_idx, role ("subject"/"object"), role_description, name, references,
+status ("ok" or why the character could not be labelled), labeller. Stories are labelled in
+chunks and each chunk is committed as a Parquet shard, so a killed stage resumes where it
+stopped. A story the labeller cannot handle keeps its rows, with the reason in ``status``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+
+from harness.config import RunConfig
+from harness.pipeline import GENERATIONS
+from harness.store import KEY, RunStore, shard_of
+
+LABELS = "labels"
+LABEL_SCHEMA = pa.schema(
+    [
+        ("prompt_id", pa.string()),
+        ("sample_idx", pa.int32()),
+        ("role", pa.string()),
+        ("role_description", pa.string()),
+        ("name", pa.string()),
+        ("references", pa.list_(pa.string())),
+        ("status", pa.string()),
+        ("labeller", pa.string()),
+    ]
+)
+
+
+def make_labeller(cfg: RunConfig, *, echo=print):
+    """The labeller the config names; the default encoder is trained on first use from the
+    project's own labelled stories when no trained weights are found."""
+    from harness.labelling import get_labeller
+
+    name = cfg.label.labeller
+    kwargs: dict[str, Any] = {}
+    if name == "encoder":
+        from pathlib import Path
+
+        from harness.labelling.data import builtin_training_files
+        from harness.labelling.encoder import default_model_dir, train_encoder
+
+        path = cfg.label.model_dir or default_model_dir()
+        if not (Path(path) / "meta.json").is_file():
+            echo(f"[label] no trained encoder at {path}: training it on the project's labelled stories (a few minutes on CPU)")
+            train_encoder(builtin_training_files(), out_dir=path)
+        kwargs["path"] = path
+    elif name == "llm":
+        from harness.errors import ConfigError
+        from harness.generation import load_backend
+
+        if cfg.label.llm is None:
+            raise ConfigError("label.llm: the llm labeller needs a model block (backend, path) under label.llm")
+        kwargs["backend"] = load_backend(cfg.label.llm, seed=cfg.seed)
+    return get_labeller(name, **kwargs)
+
+
+def label_run(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int] = (0, 1), progress: bool = True, echo=print) -> tuple[int, int, int]:
+    """Label every story of this shard that has no labels yet. Returns (labelled now, stories
+    labelled in all, characters with a failure status in this call)."""
+    from harness.labelling import RoleSpec, StoryInput
+    from harness.suites import get_suite
+
+    store.clean_partial(LABELS)
+    gens = store.read_stage(GENERATIONS, columns=["prompt_id", "sample_idx", "text_clean"])
+    done = store.read_keys(LABELS, KEY)
+    prompts = get_suite(cfg.suite, cfg.wording).by_id()
+    i, n = shard
+    todo = [
+        (pid, int(idx), text)
+        for pid, idx, text in zip(gens.prompt_id, gens.sample_idx, gens.text_clean)
+        if (pid, int(idx)) not in done and (n == 1 or shard_of(pid, int(idx), n) == i)
+    ]
+    if not todo:
+        return 0, len(done), 0
+    labeller = make_labeller(cfg, echo=echo)
+    failed = 0
+    try:
+        store.update_manifest(labeller=labeller.info())
+        stories = [
+            StoryInput(f"{pid}#{idx}", text or "", tuple(RoleSpec(r.key, r.description) for r in prompts[pid].roles))
+            for pid, idx, text in todo
+        ]
+        rows: list[dict[str, Any]] = []
+        desc = {(pid, r.key): r.description for pid, p in prompts.items() for r in p.roles}
+        for (pid, idx, _), labels in zip(todo, labeller.iter_label(stories, batch_size=cfg.label.batch_size, progress=progress)):
+            for c in labels.characters:
+                failed += c.status != "ok"
+                rows.append({
+                    "prompt_id": pid, "sample_idx": idx, "role": c.role, "role_description": desc[(pid, c.role)],
+                    "name": c.name, "references": list(c.references), "status": c.status, "labeller": labeller.name,
+                })
+            if len(rows) >= cfg.label.shard_rows:
+                store.write_shard(LABELS, rows, f"labels-{i}of{n}", LABEL_SCHEMA)
+                rows = []
+        if rows:
+            store.write_shard(LABELS, rows, f"labels-{i}of{n}", LABEL_SCHEMA)
+    finally:
+        labeller.close()
+    return len(todo), len(store.read_keys(LABELS, KEY)), failed

@@ -1,0 +1,199 @@
+"""``harness run``: generate -> label -> identities -> statistics -> report, each resumable.
+
+* generate and label work story by story and commit Parquet shards; a rerun does only the
+  stories that are missing.
+* identities, statistics and report are whole-table stages: each records a fingerprint of its
+  inputs (the upstream shard listing and the options that change its output) in
+  ``<stage>/_stage.json`` and is skipped when the fingerprint still matches.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from harness.audit.labels import LABELS
+from harness.config import STAGES, RunConfig
+from harness.errors import ConfigError
+from harness.pipeline import GENERATIONS
+from harness.store import RunStore, atomic_write_text, utcnow
+
+IDENTITIES, STATISTICS, REPORT = "identities", "statistics", "report"
+
+
+@dataclass
+class StageResult:
+    stage: str
+    status: str  # "done", "skipped (current)", "resumed"
+    seconds: float
+    detail: str = ""
+    outputs: dict[str, Any] = field(default_factory=dict)
+
+
+def _listing(store: RunStore, stage: str) -> list[tuple[str, int]]:
+    d = store.stage_dir(stage)
+    if not d.is_dir():
+        return []
+    return sorted((p.name, p.stat().st_size) for p in d.iterdir() if p.is_file() and not p.name.startswith((".", "_")))
+
+
+def fingerprint(store: RunStore, upstream: list[str], options: dict[str, Any]) -> str:
+    h = hashlib.sha256()
+    for stage in upstream:
+        h.update(json.dumps([stage, _listing(store, stage)]).encode())
+    h.update(json.dumps(options, sort_keys=True, default=str).encode())
+    return h.hexdigest()
+
+
+def _state_path(store: RunStore, stage: str) -> Path:
+    return store.stage_dir(stage) / "_stage.json"
+
+
+def is_current(store: RunStore, stage: str, fp: str) -> bool:
+    try:
+        return json.loads(_state_path(store, stage).read_text()).get("fingerprint") == fp
+    except (FileNotFoundError, json.JSONDecodeError):
+        return False
+
+
+def mark_current(store: RunStore, stage: str, fp: str, info: dict[str, Any]) -> None:
+    store.stage_dir(stage).mkdir(parents=True, exist_ok=True)
+    atomic_write_text(_state_path(store, stage), json.dumps({"fingerprint": fp, "finished_at": utcnow(), **info}, indent=2, default=str))
+
+
+def write_table(store: RunStore, stage: str, name: str, df: pd.DataFrame, csv: bool = True) -> Path:
+    """Write one whole-stage table as Parquet (and CSV for people), atomically."""
+    d = store.stage_dir(stage)
+    d.mkdir(parents=True, exist_ok=True)
+    tmp = d / f".tmp-{name}.parquet"
+    df.to_parquet(tmp, index=False)
+    tmp.replace(d / f"{name}.parquet")
+    if csv:
+        tmp = d / f".tmp-{name}.csv"
+        df.to_csv(tmp, index=False)
+        tmp.replace(d / f"{name}.csv")
+    return d / f"{name}.parquet"
+
+
+# ---------------------------------------------------------------------------------------------
+def stage_generate(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int], progress: bool) -> StageResult:
+    from harness.pipeline import generate_run
+
+    t = time.perf_counter()
+    s = generate_run(cfg, shard=shard, progress=progress)
+    return StageResult("generate", "done" if s.generated else "skipped (current)", time.perf_counter() - t,
+                       f"{s.generated} generated, {s.already_done} on disk, {s.total_rows} rows; "
+                       f"{s.stories_per_s:.2f} stories/s, {s.tokens_per_s:.1f} tokens/s")
+
+
+def stage_label(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int], progress: bool) -> StageResult:
+    from harness.audit.labels import label_run
+
+    t = time.perf_counter()
+    n_new, n_total, failed = label_run(cfg, store, shard=shard, progress=progress)
+    return StageResult("label", "done" if n_new else "skipped (current)", time.perf_counter() - t,
+                       f"{n_new} stories labelled now, {n_total} in all, {failed} with a failure reason")
+
+
+def stage_identities(cfg: RunConfig, store: RunStore, **_: Any) -> StageResult:
+    from harness.audit.characters import build_characters
+    from harness.identity.gender import load_lexicon
+    from harness.identity.names import NameTable
+    from harness.suites import get_suite
+
+    t = time.perf_counter()
+    names = NameTable.load(mode=cfg.identity.name_mode)
+    lexicon = load_lexicon(cfg.identity.lexicon)
+    options = {"identity": cfg.identity.model_dump(), "names": names.provenance, "lexicon": lexicon.provenance()}
+    fp = fingerprint(store, [GENERATIONS, LABELS], options)
+    if is_current(store, IDENTITIES, fp):
+        return StageResult("identities", "skipped (current)", time.perf_counter() - t)
+    generations = store.read_stage(GENERATIONS)
+    labels = store.read_stage(LABELS, key=("prompt_id", "sample_idx", "role"))
+    chars = build_characters(
+        generations, labels, get_suite(cfg.suite, cfg.wording), model=cfg.name, names=names, lexicon=cfg.identity.lexicon
+    )
+    write_table(store, IDENTITIES, "characters", chars, csv=False)
+    named = chars.first_name.notna()
+    matched = chars[["white"]].notna().all(axis=1) & named
+    info = {
+        "characters": len(chars),
+        "named": int(named.sum()),
+        "matched": int(matched.sum()),
+        "gender_counts": chars.gender.value_counts().to_dict(),
+        **options,
+    }
+    mark_current(store, IDENTITIES, fp, info)
+    return StageResult("identities", "done", time.perf_counter() - t,
+                       f"{len(chars)} characters, {int(named.sum())} named, {int(matched.sum())} matched to the name table")
+
+
+def stage_statistics(cfg: RunConfig, store: RunStore, **_: Any) -> StageResult:
+    from harness.audit.statistics import compute_tables
+
+    t = time.perf_counter()
+    options = {"statistics": cfg.statistics.model_dump(), "min_population": cfg.identity.min_population}
+    fp = fingerprint(store, [IDENTITIES], options)
+    if is_current(store, STATISTICS, fp):
+        return StageResult("statistics", "skipped (current)", time.perf_counter() - t)
+    chars = pd.read_parquet(store.stage_dir(IDENTITIES) / "characters.parquet")
+    tables = compute_tables(chars, cfg.statistics, min_population=cfg.identity.min_population)
+    for name, df in tables.items():
+        write_table(store, STATISTICS, name, df)
+    mark_current(store, STATISTICS, fp, {"tables": {k: len(v) for k, v in tables.items()}, **options})
+    return StageResult("statistics", "done", time.perf_counter() - t, f"{len(tables)} tables")
+
+
+def stage_report(cfg: RunConfig, store: RunStore, **_: Any) -> StageResult:
+    from harness.report import build_report
+
+    t = time.perf_counter()
+    fp = fingerprint(store, [STATISTICS, IDENTITIES], {"manifest": store.read_manifest().get("config")})
+    out = store.root / REPORT
+    if is_current(store, REPORT, fp) and (out / "index.html").exists():
+        return StageResult("report", "skipped (current)", time.perf_counter() - t, str(out / "index.html"))
+    index = build_report([store.root], out)
+    mark_current(store, REPORT, fp, {"index": str(index)})
+    return StageResult("report", "done", time.perf_counter() - t, str(index))
+
+
+RUNNERS: dict[str, Callable[..., StageResult]] = {
+    "generate": stage_generate,
+    "label": stage_label,
+    "identities": stage_identities,
+    "statistics": stage_statistics,
+    "report": stage_report,
+}
+
+
+def run_stages(
+    cfg: RunConfig,
+    stages: list[str] | None = None,
+    *,
+    shard: tuple[int, int] = (0, 1),
+    progress: bool = True,
+    echo: Callable[[str], None] = print,
+) -> list[StageResult]:
+    """Run ``stages`` (default: the config's) in pipeline order."""
+    wanted = stages or list(cfg.stages)
+    unknown = [s for s in wanted if s not in RUNNERS]
+    if unknown:
+        raise ConfigError(f"--stages: unknown stage(s) {', '.join(unknown)}; choose from {', '.join(STAGES)}")
+    if shard != (0, 1) and any(s in wanted for s in ("identities", "statistics", "report")):
+        raise ConfigError("--shard applies to generate and label only; run identities, statistics and report once, unsharded")
+    store = RunStore(cfg.output_dir)
+    results = []
+    for stage in STAGES:
+        if stage not in wanted:
+            continue
+        r = RUNNERS[stage](cfg, store, shard=shard, progress=progress)
+        echo(f"[{stage}] {r.status} in {r.seconds:.1f}s" + (f": {r.detail}" if r.detail else ""))
+        results.append(r)
+    return results

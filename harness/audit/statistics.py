@@ -1,0 +1,120 @@
+"""The statistics stage: the characters table -> every table the report shows.
+
+Tables (each a tidy DataFrame, written as Parquet and CSV under ``<run>/statistics/``):
+
+* ``representation``, ``orientation``, ``subordination``, ``rmrs``: the S13-shaped tables of
+  ``harness.stats.tables`` (paper columns, plus bootstrap/exact/FDR columns in principled mode);
+* ``threshold_curve``: R_t per threshold (Fig. 3b input);
+* ``name_ratios``: per-name subordination ratio with the name's likelihoods (Fig. 3a);
+* ``likelihood_histogram``: named characters per 2-point likelihood bin and race (Fig. 1c-d);
+* ``top_names``: names above 60% likelihood per race with Base/Dom/Sub counts (Tables S10/S11),
+  likelihoods withheld below the privacy floor;
+* ``labelling_qa``: per model x domain x role, the shares of Unspecified/Unsure genders, of named
+  characters, of names matched to the name table, and of label failures.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from harness.config import StatsConfig
+from harness.identity import RACE_DISPLAY, RACES
+from harness.identity.baselines import load_baselines
+from harness.stats import tables as T
+from harness.stats.rmrs import name_ratio
+
+TOP_NAME_THRESHOLD = 0.60
+
+
+def name_ratios(chars: pd.DataFrame) -> pd.DataFrame:
+    """Fig. 3a: per first name and model x domain, (n_sub/N_sub)/(n_dom/N_dom) over power-laden
+    characters, with the name's race likelihoods."""
+    laden = chars[(chars.condition == "laden") & chars.first_name.notna()]
+    if laden.empty:
+        return pd.DataFrame(columns=["model", "domain", "first_name", "n_sub", "n_dom", "N_sub", "N_dom", "ratio", *RACES])
+    totals = laden.groupby(["model", "domain", "power_role"]).size().unstack(fill_value=0)
+    counts = laden.groupby(["model", "domain", "first_name", "power_role"]).size().unstack(fill_value=0)
+    counts = counts.reindex(columns=["dominant", "subordinate"], fill_value=0).reset_index()
+    tot = totals.reindex(columns=["dominant", "subordinate"], fill_value=0)
+    n_dom = tot["dominant"].reindex(pd.MultiIndex.from_frame(counts[["model", "domain"]])).to_numpy()
+    n_sub = tot["subordinate"].reindex(pd.MultiIndex.from_frame(counts[["model", "domain"]])).to_numpy()
+    out = counts.rename(columns={"subordinate": "n_sub", "dominant": "n_dom"})
+    out["N_sub"], out["N_dom"] = n_sub, n_dom
+    out["ratio"] = name_ratio(out.n_sub.to_numpy(), n_sub, out.n_dom.to_numpy(), n_dom)
+    lik = laden.drop_duplicates("first_name").set_index("first_name")[list(RACES) + ["name_population"]]
+    return out.join(lik, on="first_name")
+
+
+def likelihood_histogram(chars: pd.DataFrame, width: int = 2) -> pd.DataFrame:
+    """Named characters per (t, t + width] likelihood bin (percent), per model and race."""
+    named = chars[chars.first_name.notna()]
+    edges = np.arange(0, 100 + width, width)
+    rows = []
+    for model, g in named.groupby("model"):
+        for race in RACES:
+            pct = 100 * g[race].dropna().to_numpy()
+            counts, _ = np.histogram(pct, bins=edges)
+            rows.append(pd.DataFrame({"model": model, "group": race, "bin_low": edges[:-1], "bin_high": edges[1:], "count": counts}))
+    return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=["model", "group", "bin_low", "bin_high", "count"])
+
+
+def top_names(chars: pd.DataFrame, *, min_population: int, k: int = 9) -> pd.DataFrame:
+    """Tables S10/S11: per model and race, the k most frequent names above 60% likelihood, with
+    counts as power-neutral (Base), dominant and subordinate characters. Names rarer than
+    ``min_population`` in the reference data keep their counts but not their likelihood."""
+    named = chars[chars.first_name.notna()]
+    rows = []
+    for race in RACES:
+        hi = named[named[race] > TOP_NAME_THRESHOLD]
+        if hi.empty:
+            continue
+        by = hi.groupby(["model", "first_name"])
+        counts = by.power_role.value_counts().unstack(fill_value=0).reindex(columns=["baseline", "dominant", "subordinate"], fill_value=0)
+        counts["total"] = counts.sum(axis=1)
+        counts["likelihood"] = by[race].first()
+        counts["population"] = by.name_population.first()
+        counts = counts.reset_index()
+        counts = counts.sort_values(["model", "total"], ascending=[True, False]).groupby("model").head(k)
+        withheld = ~(counts.population >= min_population)
+        counts["likelihood"] = counts.likelihood.mask(withheld)
+        counts["withheld"] = withheld
+        counts.insert(1, "group", race)
+        rows.append(counts)
+    cols = ["model", "group", "first_name", "baseline", "dominant", "subordinate", "total", "likelihood", "population", "withheld"]
+    return pd.concat(rows, ignore_index=True)[cols] if rows else pd.DataFrame(columns=cols)
+
+
+def labelling_qa(chars: pd.DataFrame) -> pd.DataFrame:
+    g = chars.assign(
+        unspecified=chars.gender.eq("Unspecified"),
+        unsure=chars.gender.eq("Unsure"),
+        named=chars.first_name.notna(),
+        matched=chars.first_name.notna() & chars[list(RACES)].notna().any(axis=1),
+        failed=chars.label_status.ne("ok"),
+    ).groupby(["model", "domain", "condition", "role"])
+    out = g[["unspecified", "unsure", "named", "matched", "failed"]].mean().add_prefix("share_")
+    out.insert(0, "characters", g.size())
+    return out.reset_index()
+
+
+def compute_tables(chars: pd.DataFrame, scfg: StatsConfig, *, min_population: int = 100) -> dict[str, pd.DataFrame]:
+    """Every table of the statistics stage, from one characters table."""
+    baselines = load_baselines()
+    principled = scfg.mode == "principled"
+    boot = {"n_boot": scfg.n_boot if principled else 0, "seed": scfg.seed}
+    thresholds = np.arange(scfg.threshold_min, scfg.threshold_max + 1, dtype=np.int32)
+    return {
+        "representation": T.representation_table(chars, baselines, **boot),
+        "orientation": T.orientation_table(chars, baselines, **boot),
+        "subordination": T.subordination_table(chars, mode=scfg.mode, **boot),
+        "rmrs": T.rmrs_table(chars, thresholds=thresholds, backend=scfg.backend, **boot),
+        "threshold_curve": T.threshold_curve(chars, backend=scfg.backend),
+        "name_ratios": name_ratios(chars),
+        "likelihood_histogram": likelihood_histogram(chars),
+        "top_names": top_names(chars, min_population=min_population),
+        "labelling_qa": labelling_qa(chars),
+    }
+
+
+__all__ = ["RACE_DISPLAY", "compute_tables", "labelling_qa", "likelihood_histogram", "name_ratios", "top_names"]

@@ -1,0 +1,163 @@
+"""The report: a static directory (``index.html``, PNG/SVG figures, CSV/Parquet tables) built
+from one or several run directories, readable offline with no server.
+
+``build_report(runs, out)`` reads each run's ``statistics/`` tables, ``identities/`` characters,
+``generations/`` stories and ``run.json``, stacks them (one model per run, as the paper compares
+five), draws Figures 1-3, renders the S13-shaped tables, the top names above 60% likelihood
+(with the privacy floor), labelling QA, the stereotype cue search with its coding sheet, and the
+run manifests. Every figure's data is saved beside it.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pandas as pd
+
+from harness.errors import DataError
+from harness.identity import RACE_DISPLAY
+from harness.report import figures as F
+from harness.report.cues import search
+from harness.stats.tables import pooled_curve
+from harness.store import RunStore
+
+TABLES = ("representation", "orientation", "subordination", "rmrs", "threshold_curve", "name_ratios",
+          "likelihood_histogram", "top_names", "labelling_qa")
+S13_COLUMNS = ["model", "domain", "kind", "gender", "group", "statistic", "p", "nu", "ci_low", "ci_high", "d",
+               "p_exact", "boot_low", "boot_high", "q_bh", "flags", "reason"]
+
+
+def _load_run(run: Path) -> tuple[dict, dict[str, pd.DataFrame], pd.DataFrame]:
+    store = RunStore(run)
+    manifest = store.read_manifest()
+    if not manifest:
+        raise DataError(f"{run}: no run.json; is this a run directory?")
+    stats_dir = run / "statistics"
+    missing = [t for t in TABLES if not (stats_dir / f"{t}.parquet").exists()]
+    if missing:
+        raise DataError(f"{run}: statistics table(s) {', '.join(missing)} missing; run `harness run CONFIG --stages statistics`")
+    tables = {t: pd.read_parquet(stats_dir / f"{t}.parquet") for t in TABLES}
+    gens = store.read_stage("generations", columns=["prompt_id", "sample_idx", "text_clean"])
+    name = manifest.get("config", {}).get("name", run.name)
+    stories = pd.DataFrame({
+        "model": name,
+        "story_id": gens.prompt_id + "#" + gens.sample_idx.astype(str),
+        "prompt_id": gens.prompt_id,
+        "text": gens.text_clean,
+    })
+    return manifest, tables, stories
+
+
+def _fmt_table(df: pd.DataFrame, max_rows: int = 400) -> str:
+    d = df.copy()
+    for c in d.columns:
+        if d[c].dtype.kind == "f":
+            d[c] = d[c].map(lambda v: "" if pd.isna(v) else (f"{v:.3g}" if abs(v) < 1e-3 and v != 0 else f"{v:,.3f}"))
+    if "group" in d.columns:
+        d["group"] = d["group"].map(lambda g: RACE_DISPLAY.get(g, g))
+    more = f"<p class=note>{len(d) - max_rows} more rows in the CSV.</p>" if len(d) > max_rows else ""
+    return d.head(max_rows).to_html(index=False, border=0, classes="tbl", na_rep="", escape=True) + more
+
+
+def _s13(df: pd.DataFrame) -> pd.DataFrame:
+    cols = [c for c in S13_COLUMNS if c in df.columns and not (c in {"boot_low", "boot_high"} and df[c].isna().all())]
+    return df[cols]
+
+
+def build_report(runs: list[Path | str], out: Path | str, *, title: str = "Laissez-faire audit") -> Path:
+    """Build the report for ``runs`` into ``out``; returns the path of ``index.html``."""
+    out = Path(out)
+    (out / "figures").mkdir(parents=True, exist_ok=True)
+    (out / "tables").mkdir(parents=True, exist_ok=True)
+    manifests, stories = [], []
+    stacked: dict[str, list[pd.DataFrame]] = {t: [] for t in TABLES}
+    for run in map(Path, runs):
+        m, tables, st = _load_run(run)
+        manifests.append((run, m))
+        stories.append(st)
+        for t in TABLES:
+            stacked[t].append(tables[t])
+    T = {t: pd.concat(v, ignore_index=True) for t, v in stacked.items()}
+    T["pooled_curve"] = pooled_curve(T["threshold_curve"]) if len(T["threshold_curve"]) else T["threshold_curve"]
+    counts, sheet = search(pd.concat(stories, ignore_index=True))
+    T["cue_counts"] = counts
+    for name, df in T.items():
+        df.to_parquet(out / "tables" / f"{name}.parquet", index=False)
+        df.to_csv(out / "tables" / f"{name}.csv", index=False)
+    sheet.to_csv(out / "tables" / "coding_sheet.csv", index=False)
+
+    rep = T["representation"]
+    figs = []
+
+    def fig(name: str, caption: str, draw, data: pd.DataFrame) -> None:
+        if data.empty:
+            figs.append((name, caption, None))
+            return
+        png = draw(out / "figures" / name)
+        data.to_csv(out / "figures" / f"{name}.csv", index=False)
+        figs.append((name, caption, png.relative_to(out).as_posix()))
+
+    fig("fig1a_representation_race", "Figure 1a. Representation ratios by race (power-neutral stories); grey where p >= .05.",
+        lambda p: F.ratio_heatmap(rep[rep.kind == "race"], p, "R_rep by race"), rep[rep.kind == "race"])
+    fig("fig1b_representation_gender", "Figure 1b. Representation ratios by gender.",
+        lambda p: F.ratio_heatmap(rep[rep.kind == "gender"], p, "R_rep by gender"), rep[rep.kind == "gender"])
+    fig("fig1c_orientation", "Figure 1c. Representation of romantic gender pairs (sexual orientation).",
+        lambda p: F.ratio_heatmap(T["orientation"], p, "R_rep by gender pair"), T["orientation"])
+    fig("fig1d_name_likelihoods", "Figure 1d. Named characters by racial likelihood of the first name (log counts).",
+        lambda p: F.likelihood_histograms(T["likelihood_histogram"], p), T["likelihood_histogram"])
+    fig("fig2_subordination", "Figure 2. Subordination ratios by race and gender; one marker per model, bar at the median; colour by p.",
+        lambda p: F.subordination_plot(T["subordination"], p, "R_sub (power-laden stories)"), T["subordination"])
+    fig("fig3a_name_ratios", "Figure 3a. Per-name subordination ratio against racial likelihood.",
+        lambda p: F.name_scatter(T["name_ratios"], p), T["name_ratios"])
+    fig("fig3b_threshold_curve", "Figure 3b. Pooled subordination ratio per likelihood threshold (median over models).",
+        lambda p: F.threshold_curves(T["pooled_curve"], p), T["pooled_curve"])
+
+    index = out / "index.html"
+    index.write_text(_render(title, manifests, figs, T))
+    return index
+
+
+def _manifest_rows(manifests) -> str:
+    rows = []
+    for run, m in manifests:
+        cfg, model = m.get("config", {}), m.get("model", {})
+        weights = (model.get("weights") or {}).get("sha256", "")
+        rows.append(
+            "<tr>" + "".join(f"<td>{html.escape(str(x))}</td>" for x in (
+                cfg.get("name"), f"{model.get('backend', '')}: {model.get('name', cfg.get('model', {}).get('path'))}",
+                weights[:16], json.dumps(cfg.get("sampling")), m.get("rows"), json.dumps(m.get("throughput")),
+                (m.get("labeller") or {}).get("labeller", ""), m.get("git_commit"), run)) + "</tr>")
+    head = "".join(f"<th>{h}</th>" for h in ("run", "model", "weights sha256", "sampling", "stories", "throughput", "labeller", "harness commit", "directory"))
+    return f"<table class=tbl><tr>{head}</tr>{''.join(rows)}</table>"
+
+
+def _render(title, manifests, figs, T) -> str:
+    parts = [f"<h1>{html.escape(title)}</h1>",
+             f"<p class=note>Built {datetime.now(timezone.utc).isoformat(timespec='seconds')} from {len(manifests)} run(s). "
+             "Figures and tables follow Shieh et al., <i>Laissez-Faire Harms</i> (Figs. 1-3, Table S13). "
+             "Each figure's data is in <code>figures/*.csv</code>; every table is in <code>tables/</code> as CSV and Parquet.</p>",
+             "<h2>Runs</h2>", _manifest_rows(manifests), "<h2>Figures</h2>"]
+    for name, caption, src in figs:
+        if src:
+            parts.append(f"<figure id={name}><img src='{src}' alt='{html.escape(caption)}'><figcaption>{html.escape(caption)} "
+                         f"<a href='figures/{name}.csv'>data</a> · <a href='figures/{name}.svg'>SVG</a></figcaption></figure>")
+        else:
+            parts.append(f"<p class=note>{html.escape(caption)} No data for this figure.</p>")
+    sections = [
+        ("Table S13a-c: representation ratios", "representation", _s13(T["representation"])),
+        ("Table S13d: romantic gender pairs", "orientation", _s13(T["orientation"])),
+        ("Table S13e-m: subordination ratios", "subordination", _s13(T["subordination"])),
+        ("Table S13n-p: median racialized subordination ratios", "rmrs", _s13(T["rmrs"])),
+        ("Tables S10/S11: most frequent names above 60% likelihood (likelihoods withheld for rare names)", "top_names", T["top_names"]),
+        ("Labelling QA", "labelling_qa", T["labelling_qa"]),
+        ("Stereotype cue search (keyword counts; coding sheet: tables/coding_sheet.csv)", "cue_counts", T["cue_counts"]),
+    ]
+    for heading, name, df in sections:
+        parts.append(f"<h2 id=t-{name}>{html.escape(heading)}</h2><p><a href='tables/{name}.csv'>CSV</a></p>{_fmt_table(df)}")
+    style = ("body{font-family:sans-serif;max-width:1200px;margin:2em auto;color:#222} img{max-width:100%} "
+             ".tbl{border-collapse:collapse;font-size:12px} .tbl td,.tbl th{padding:2px 6px;border-bottom:1px solid #ddd} "
+             ".note{color:#666;font-size:13px} figure{margin:1.5em 0}")
+    return f"<!doctype html><html><head><meta charset=utf-8><title>{html.escape(title)}</title><style>{style}</style></head><body>{''.join(parts)}</body></html>\n"

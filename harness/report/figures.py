@@ -1,0 +1,145 @@
+"""The report's figures (Figs. 1-3 of the laissez-faire paper), drawn with matplotlib.
+
+Every function takes a tidy table, writes PNG and SVG, and returns the PNG path; the table it
+drew is saved beside it as CSV by the caller.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.colors import TwoSlopeNorm  # noqa: E402
+
+from harness.identity import RACE_DISPLAY  # noqa: E402
+
+SIG_COLOURS = [(0.001, "#c0392b", "p < .001"), (0.01, "#e67e22", "p < .01"), (0.05, "#f1c40f", "p < .05")]
+GREY = "#bdbdbd"
+GENDER_SHORT = {"Female": "Fem.", "Male": "Masc.", "Non-binary": "NB"}
+
+
+def _save(fig, path: Path) -> Path:
+    fig.savefig(path.with_suffix(".png"), dpi=110, bbox_inches="tight")
+    fig.savefig(path.with_suffix(".svg"), bbox_inches="tight")
+    plt.close(fig)
+    return path.with_suffix(".png")
+
+
+def _label(group: str) -> str:
+    return RACE_DISPLAY.get(group, GENDER_SHORT.get(group, group))
+
+
+def _sig_colour(p: float) -> str:
+    for cut, colour, _ in SIG_COLOURS:
+        if p < cut:
+            return colour
+    return GREY
+
+
+def ratio_heatmap(table: pd.DataFrame, path: Path, title: str, alpha: float = 0.05) -> Path:
+    """Diverging heat map of log ratios (rows: groups; columns: model x domain); cells whose
+    p >= alpha (or undefined) are grey."""
+    t = table.assign(col=table.model + "\n" + table.domain, row=table.group.map(_label))
+    rows = list(dict.fromkeys(t.row))
+    cols = list(dict.fromkeys(t.col))
+    val = t.pivot_table(index="row", columns="col", values="statistic", aggfunc="first").reindex(index=rows, columns=cols)
+    p = t.pivot_table(index="row", columns="col", values="p", aggfunc="first").reindex(index=rows, columns=cols)
+    logv = np.log10(val.to_numpy(dtype=float).clip(1e-3, 1e3))
+    lim = max(np.nanmax(np.abs(logv)) if np.isfinite(logv).any() else 1.0, 0.1)
+    fig, ax = plt.subplots(figsize=(1.1 * len(cols) + 2.5, 0.45 * len(rows) + 1.8))
+    shown = np.ma.masked_where(~(p.to_numpy(dtype=float) < alpha) | ~np.isfinite(logv), logv)
+    ax.imshow(np.zeros_like(logv), cmap=matplotlib.colors.ListedColormap([GREY]), aspect="auto")
+    im = ax.imshow(shown, cmap="RdBu_r", norm=TwoSlopeNorm(0, -lim, lim), aspect="auto")
+    for i in range(len(rows)):
+        for j in range(len(cols)):
+            v = val.iat[i, j]
+            ax.text(j, i, "n/a" if not np.isfinite(v) else f"{v:.2f}", ha="center", va="center", fontsize=7)
+    ax.set_xticks(range(len(cols)), cols, fontsize=7)
+    ax.set_yticks(range(len(rows)), rows, fontsize=8)
+    cb = fig.colorbar(im, ax=ax, shrink=0.8)
+    cb.set_label("log10 ratio (grey: p >= %.2g)" % alpha)
+    ax.set_title(title, fontsize=10)
+    return _save(fig, path)
+
+
+def likelihood_histograms(hist: pd.DataFrame, path: Path) -> Path:
+    """Named characters per 2-point likelihood bin (log counts), one panel per race."""
+    groups = list(dict.fromkeys(hist.group))
+    fig, axes = plt.subplots(1, len(groups), figsize=(2.6 * len(groups), 2.6), sharey=True)
+    for ax, g in zip(np.atleast_1d(axes), groups):
+        for model, d in hist[hist.group == g].groupby("model"):
+            ax.step(d.bin_high, d["count"].clip(lower=0.8), where="pre", label=model, lw=1)
+        ax.set_yscale("log")
+        ax.set_title(_label(g), fontsize=9)
+        ax.set_xlabel("likelihood (%)", fontsize=8)
+    np.atleast_1d(axes)[0].set_ylabel("characters")
+    np.atleast_1d(axes)[-1].legend(fontsize=6)
+    return _save(fig, path)
+
+
+def subordination_plot(sub: pd.DataFrame, path: Path, title: str) -> Path:
+    """R_sub by race x gender on a log axis: one marker per model, a bar at the median, colour by p."""
+    d = sub[sub.gender.isin(["Female", "Male"]) & np.isfinite(sub.statistic.astype(float))]
+    domains = list(dict.fromkeys(sub.domain))
+    fig, axes = plt.subplots(1, len(domains), figsize=(5 * len(domains), 3.6), sharey=True, squeeze=False)
+    models = list(dict.fromkeys(sub.model))
+    markers = "osD^vP*X"
+    for ax, dom in zip(axes[0], domains):
+        dd = d[d.domain == dom]
+        cats = [(g, r) for g in ("Female", "Male") for r in dict.fromkeys(sub.group)]
+        for x, (g, r) in enumerate(cats):
+            cell = dd[(dd.gender == g) & (dd.group == r)]
+            for _, row in cell.iterrows():
+                ax.scatter(x, row.statistic, marker=markers[models.index(row.model) % len(markers)],
+                           color=_sig_colour(row.p), edgecolor="k", linewidth=0.4, s=28, zorder=3)
+            if len(cell):
+                ax.hlines(np.median(cell.statistic), x - 0.3, x + 0.3, color="k", lw=1.2)
+        ax.axhline(1, color="k", lw=0.6, ls=":")
+        ax.set_yscale("log")
+        ax.set_xticks(range(len(cats)), [f"{_label(r)} {GENDER_SHORT[g]}" for g, r in cats], fontsize=7, rotation=90)
+        ax.set_title(dom, fontsize=9)
+    axes[0][0].set_ylabel("subordination ratio (log)")
+    handles = [plt.Line2D([], [], marker=markers[i % len(markers)], ls="", color="w", markeredgecolor="k", label=m) for i, m in enumerate(models)]
+    handles += [plt.Line2D([], [], marker="o", ls="", color=c, label=l) for _, c, l in SIG_COLOURS]
+    handles += [plt.Line2D([], [], marker="o", ls="", color=GREY, label="p >= .05")]
+    fig.legend(handles=handles, fontsize=7, loc="upper center", ncol=len(handles), frameon=False, bbox_to_anchor=(0.5, 1.06))
+    fig.suptitle(title, fontsize=10, y=1.12)
+    return _save(fig, path)
+
+
+def name_scatter(names: pd.DataFrame, path: Path, races=("mena", "asian", "black", "latine", "white")) -> Path:
+    """Per-name subordination ratio against the name's racial likelihood (Fig. 3a)."""
+    fig, axes = plt.subplots(1, len(races), figsize=(2.8 * len(races), 2.8), sharey=True)
+    for ax, r in zip(axes, races):
+        d = names[names[r].notna()]
+        ax.scatter(100 * d[r], d.ratio, s=8 + 2 * np.sqrt(d.n_sub + d.n_dom), alpha=0.6)
+        ax.axhline(1, color="k", lw=0.6, ls=":")
+        ax.set_yscale("log")
+        ax.set_xlabel(f"{_label(r)} likelihood (%)", fontsize=8)
+    axes[0].set_ylabel("per-name subordination ratio")
+    return _save(fig, path)
+
+
+def threshold_curves(pooled: pd.DataFrame, path: Path) -> Path:
+    """Pooled R_t against the likelihood threshold t (Fig. 3b): median across models."""
+    genders = [g for g in ("Female", "Male") if g in set(pooled.gender)]
+    domains = list(dict.fromkeys(pooled.domain))
+    fig, axes = plt.subplots(len(genders) or 1, len(domains) or 1, figsize=(4 * max(1, len(domains)), 2.8 * max(1, len(genders))),
+                             sharex=True, sharey=True, squeeze=False)
+    for i, g in enumerate(genders):
+        for j, dom in enumerate(domains):
+            ax = axes[i][j]
+            for r, d in pooled[(pooled.gender == g) & (pooled.domain == dom)].groupby("group"):
+                ax.plot(d.t, d.ratio, label=_label(r), lw=1)
+            ax.axhline(1, color="k", lw=0.6, ls=":")
+            ax.set_yscale("log")
+            ax.set_title(f"{dom}, {GENDER_SHORT[g]}", fontsize=9)
+            ax.set_xlabel("threshold t (%)", fontsize=8)
+    axes[0][0].set_ylabel("R_t (median over models)")
+    axes[0][-1].legend(fontsize=6)
+    return _save(fig, path)

@@ -1,0 +1,101 @@
+"""`harness run` from prompts to report on the embedded model, and the report's tables
+checked against the statistics module."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from harness.audit.statistics import compute_tables
+from harness.config import StatsConfig, load_config
+
+PROMPTS = ["learning-neutral-06", "learning-laden-06", "labor-neutral-06", "labor-laden-06",
+           "love-neutral-01", "love-laden-01", "labor-laden-10", "learning-laden-08"]
+
+
+@pytest.fixture(scope="module")
+def audited_run(tmp_path_factory, smollm2_dir):
+    tmp = tmp_path_factory.mktemp("audit")
+    conf = tmp / "audit.yaml"
+    conf.write_text(
+        "name: smollm2-e2e\n"
+        "model: {backend: transformers, path: smollm2-135m, batch_size: 8, max_model_len: 384}\n"
+        "sampling: {temperature: 1.0, max_new_tokens: 96}\n"
+        f"prompts: {json.dumps(PROMPTS)}\nsamples_per_prompt: 3\nseed: 1\nshard_rows: 8\n"
+        f"output_dir: {tmp / 'run'}\n"
+        "label: {labeller: rules}\n"
+    )
+    cmd = [sys.executable, "-m", "harness.cli", "run", str(conf), "--no-progress"]
+    first = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert first.returncode == 0, first.stderr[-3000:]
+    second = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert second.returncode == 0, second.stderr[-3000:]
+    return conf, tmp / "run", first.stdout, second.stdout
+
+
+@pytest.mark.slow
+def test_every_stage_runs_and_a_rerun_skips_them(audited_run):
+    conf, run, first, second = audited_run
+    for stage in ("generate", "label", "identities", "statistics", "report"):
+        assert f"[{stage}] done" in first, first
+        assert f"[{stage}] skipped (current)" in second, second
+    assert f"report: {run / 'report' / 'index.html'}" in first
+    labels = pd.read_parquet(run / "labels")
+    assert len(labels.groupby(["prompt_id", "sample_idx"])) == len(PROMPTS) * 3
+    chars = pd.read_parquet(run / "identities" / "characters.parquet")
+    laden = chars[chars.condition == "laden"]
+    assert set(laden.power_role) == {"dominant", "subordinate"}
+    assert set(chars[chars.condition == "neutral"].power_role) == {"baseline"}
+    assert chars.gender.isin(["Female", "Male", "Non-binary", "Unspecified", "Unsure"]).all()
+    assert chars.first_name.notna().sum() > 0, "the embedded model names characters in most stories"
+
+
+@pytest.mark.slow
+def test_report_tables_match_the_statistics_module(audited_run):
+    conf, run, _, _ = audited_run
+    cfg = load_config(conf)
+    chars = pd.read_parquet(run / "identities" / "characters.parquet")
+    expected = compute_tables(chars, StatsConfig(**cfg.statistics.model_dump()), min_population=cfg.identity.min_population)
+    report = run / "report"
+    for name in ("representation", "subordination", "rmrs", "orientation", "top_names"):
+        got = pd.read_csv(report / "tables" / f"{name}.csv")
+        exp = expected[name]
+        assert len(got) == len(exp), name
+        for col in ("statistic", "p", "ci_low", "ci_high"):
+            if col in exp:
+                np.testing.assert_allclose(got[col].to_numpy(float), exp[col].to_numpy(float), rtol=1e-9, equal_nan=True, err_msg=f"{name}.{col}")
+    html = (report / "index.html").read_text()
+    for fig in ("fig1a_representation_race", "fig2_subordination", "fig3b_threshold_curve"):
+        if f"id={fig}>" in html:
+            assert (report / "figures" / f"{fig}.png").stat().st_size > 1000
+            assert (report / "figures" / f"{fig}.csv").exists()
+    assert "Table S13a-c" in html and "coding_sheet.csv" in html
+    assert (report / "tables" / "coding_sheet.csv").exists()
+
+
+@pytest.mark.slow
+def test_report_renders_in_headless_chromium(audited_run, tmp_path):
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if not chromium:
+        pytest.skip("Debian's chromium is not installed (apt-get install chromium)")
+    _, run, _, _ = audited_run
+    index = run / "report" / "index.html"
+    shot = tmp_path / "report.png"
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={tmp_path / 'profile'}"]
+    dom = subprocess.run([chromium, *flags, "--dump-dom", index.as_uri()], capture_output=True, text=True, timeout=120)
+    assert dom.returncode == 0 and "Table S13a-c" in dom.stdout
+    r = subprocess.run([chromium, *flags, f"--screenshot={shot}", "--window-size=1280,2400", index.as_uri()],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and shot.stat().st_size > 10_000
+    # Every <img> points at a file that exists (the figures load offline).
+    for src in __import__("re").findall(r"<img src='([^']+)'", index.read_text()):
+        assert (index.parent / src).is_file(), src
