@@ -1,7 +1,8 @@
 """The generation stage: prompts x samples -> stories in the run store, resumably.
 
 ``generate_run(config)`` plans every (prompt id, sample index) of the config, keeps those of
-this shard that are not on disk yet, and streams them through the backend, committing a
+this shard that are not on disk yet (or whose row is a failed request, finish_reason "error"),
+and streams them through the backend, committing a
 Parquet shard every ``shard_rows`` stories. Killing it at any moment loses at most the
 stories of the shard being filled; rerunning does only what is missing.
 """

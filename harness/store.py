@@ -27,6 +27,7 @@ import pyarrow.parquet as pq
 from harness.errors import ConfigError, DataError
 
 KEY = ("prompt_id", "sample_idx")
+STATUS, ERROR = "finish_reason", "error"  # rows with this status are failures to retry
 
 
 def utcnow() -> str:
@@ -133,24 +134,50 @@ class RunStore:
         return sorted(d.glob("*.parquet")) if d.is_dir() else []
 
     def read_keys(self, stage: str, key: Iterable[str] = KEY) -> set[tuple[Any, ...]]:
-        """The keys already written for ``stage``."""
+        """The keys already done for ``stage``.
+
+        A row whose ``finish_reason`` is ``"error"`` (a failed request, e.g. a server outage) is
+        not done: a rerun retries its key.
+        """
         key = tuple(key)
         done: set[tuple[Any, ...]] = set()
         for p in self.shard_paths(stage):
             try:
-                t = pq.read_table(p, columns=list(key))
+                has_status = STATUS in pq.read_schema(p).names
+                t = pq.read_table(p, columns=list(key) + ([STATUS] if has_status else []))
             except (pa.ArrowInvalid, OSError) as e:
                 raise DataError(f"{p}: unreadable shard ({e}); delete it and rerun to regenerate its rows") from None
-            done.update(zip(*(t.column(k).to_pylist() for k in key)))
+            cols = [t.column(k).to_pylist() for k in key]
+            if has_status:
+                ok = [r != ERROR for r in t.column(STATUS).to_pylist()]
+                done.update(k for k, good in zip(zip(*cols), ok) if good)
+            else:
+                done.update(zip(*cols))
         return done
 
     def read_stage(self, stage: str, key: Iterable[str] = KEY, columns: list[str] | None = None):
-        """All rows of a stage as a DataFrame, one row per key (the first written wins)."""
+        """All rows of a stage as a DataFrame, one row per key.
+
+        The first row written wins, except that a good row beats an error row
+        (``finish_reason == "error"``) of the same key, so a retried key reads as its retry.
+        """
         import pandas as pd
 
         paths = self.shard_paths(stage)
         if not paths:
             return pd.DataFrame(columns=columns or list(key))
-        df = pd.concat([pq.read_table(p, columns=columns).to_pandas() for p in paths], ignore_index=True)
+        frames = []
+        for p in paths:
+            names = pq.read_schema(p).names
+            cols = None if columns is None else list(dict.fromkeys(columns + [k for k in (*key, STATUS) if k in names]))
+            frames.append(pq.read_table(p, columns=cols).to_pandas())
+        df = pd.concat(frames, ignore_index=True)
         key = [k for k in key if k in df.columns]
-        return df.drop_duplicates(key, keep="first").sort_values(key).reset_index(drop=True)
+        if STATUS in df.columns:
+            failed = df[STATUS].eq(ERROR)
+            if failed.any():
+                df = df.assign(_failed=failed).sort_values("_failed", kind="stable").drop(columns="_failed")
+        df = df.drop_duplicates(key, keep="first").sort_values(key).reset_index(drop=True)
+        if columns is not None:
+            df = df[[c for c in columns if c in df.columns]]
+        return df

@@ -28,15 +28,19 @@ class EchoBackend(Backend):
 
     name = "echo"
 
-    def __init__(self, fail_after: int | None = None) -> None:
+    def __init__(self, fail_after: int | None = None, fail_ids: set[str] = frozenset()) -> None:
         self.seen: list[str] = []
         self.fail_after = fail_after
+        self.fail_ids = fail_ids  # request ids answered as a server error
 
     def generate(self, requests: Sequence[GenRequest], params: GenParams, *, progress=False) -> Iterator[GenResult]:
         for r in requests:
             if self.fail_after is not None and len(self.seen) >= self.fail_after:
                 raise KeyboardInterrupt  # what a killed run looks like from inside
             self.seen.append(r.request_id)
+            if r.request_id in self.fail_ids:
+                yield GenResult(r.request_id, "", "error", 0, 0, error="HTTP 503: server unavailable")
+                continue
             yield GenResult(r.request_id, f"  story {r.seed}  ", "stop", 10, 3)
 
 
@@ -101,6 +105,30 @@ def test_interrupted_run_resumes_only_missing_keys(tmp_path):
         after.merge(before[["prompt_id", "sample_idx"]]).sort_values(["prompt_id", "sample_idx"]).reset_index(drop=True),
         before.sort_values(["prompt_id", "sample_idx"]).reset_index(drop=True),
     )
+    assert generate_run(c, backend=EchoBackend(), progress=False).generated == 0
+
+
+def test_error_rows_are_retried_and_the_retry_wins(tmp_path):
+    c = cfg(tmp_path)
+    failing = {"labor-laden-02#1", "love-neutral-01#3"}
+    s = generate_run(c, backend=EchoBackend(fail_ids=failing), progress=False)
+    assert (s.generated, s.errors, s.total_rows) == (12, 2, 10)
+    store = RunStore(c.output_dir)
+    assert json.loads((Path(c.output_dir) / "run.json").read_text())["status"] == "partial"
+    assert len(store.read_keys(GENERATIONS)) == 10
+    first = store.read_stage(GENERATIONS)
+    assert len(first) == 12 and first.finish_reason.eq("error").sum() == 2  # nothing else to read yet
+    retry = EchoBackend()
+    s2 = generate_run(c, backend=retry, progress=False)
+    assert sorted(retry.seen) == sorted(failing) and (s2.already_done, s2.generated, s2.total_rows) == (10, 2, 12)
+    after = store.read_stage(GENERATIONS)
+    assert len(after) == 12 and not after.finish_reason.eq("error").any()
+    row = after[(after.prompt_id == "labor-laden-02") & (after.sample_idx == 1)].iloc[0]
+    assert row.text_clean == f"story {sample_seed(11, 'labor-laden-02', 1)}"
+    # columns= still prefers the good row even when finish_reason is not asked for
+    texts = store.read_stage(GENERATIONS, columns=["prompt_id", "sample_idx", "text_clean"])
+    assert list(texts.columns) == ["prompt_id", "sample_idx", "text_clean"] and texts.text_clean.ne("").all()
+    assert json.loads((Path(c.output_dir) / "run.json").read_text())["status"] == "complete"
     assert generate_run(c, backend=EchoBackend(), progress=False).generated == 0
 
 
