@@ -211,8 +211,30 @@ def load_config(path: Path | str, overrides: dict[str, Any] | None = None) -> Ru
             node = node.setdefault(p, {})
         node[parts[-1]] = value
     cfg = parse_config(doc, path)
+    check_suite(cfg, path)
     check_model(cfg.model, path)
     return cfg
+
+
+def check_suite(cfg: RunConfig, path: Path | str) -> None:
+    """Stop early, naming the config file, on an unknown suite, wording or prompt id."""
+    from harness.suites import SUITES, get_suite
+
+    if cfg.suite not in SUITES:
+        known = ", ".join(sorted(SUITES.names()))
+        raise ConfigError(f"{path}: field 'suite': unknown suite {cfg.suite!r}; choose one of {known}")
+    try:
+        suite = get_suite(cfg.suite, cfg.wording)
+    except ConfigError as e:
+        raise ConfigError(f"{path}: field 'wording': {e}; use one of those or drop the key for the suite's default") from None
+    if cfg.prompts is not None:
+        by_id = suite.by_id()
+        unknown = [p for p in cfg.prompts if p not in by_id]
+        if unknown:
+            raise ConfigError(
+                f"{path}: field 'prompts': unknown prompt id(s) {', '.join(map(repr, unknown))} in suite {suite.name}; "
+                f"list the ids with `harness prompts list --suite {suite.name}`"
+            )
 
 
 def check_model(model: ModelConfig, path: Path | str) -> None:

@@ -42,6 +42,12 @@ def test_shipped_configs_validate(monkeypatch, tmp_path):
         ("model: {backend: openai, path: m}\n", r"'model.base_url' is required"),
         ("sampling: {temperature: 1}\n", r"missing required field 'model'"),
         ("model: [1, 2\n", r"invalid YAML at line"),
+        ("model: {backend: vllm, path: smollm2-135m}\nsuite: nope\n",
+         r"field 'suite': unknown suite 'nope'; choose one of .*laissez-faire"),
+        ("model: {backend: vllm, path: smollm2-135m}\nwording: tabloid\n",
+         r"field 'wording': .*one of released, paper, got 'tabloid'; use one of those"),
+        ("model: {backend: vllm, path: smollm2-135m}\nprompts: [learning-neutral-01, nope-99]\n",
+         r"field 'prompts': unknown prompt id\(s\) 'nope-99' in suite laissez-faire; list the ids with `harness prompts list"),
     ],
 )
 def test_bad_configs_name_file_field_and_fix(tmp_path, body, pattern):
