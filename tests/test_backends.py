@@ -193,13 +193,50 @@ def test_openai_backend_retries_429_and_5xx_and_records_failures():
     assert b.retries == 2
 
 
-def test_openai_backend_times_out_and_gives_up(free_port):
-    b = OpenAIBackend("m", base_url=f"http://127.0.0.1:{free_port}/v1", max_retries=1, backoff_s=0.01, timeout_s=1)
+class StallingHandler(BaseHTTPRequestHandler):
+    """Accepts a request, reads it, then says nothing until ``release`` is set (or 10 s)."""
+
+    calls: list[float] = []
+    release = threading.Event()
+
+    def do_POST(self):  # noqa: N802
+        self.rfile.read(int(self.headers["content-length"]))
+        StallingHandler.calls.append(time.monotonic())
+        StallingHandler.release.wait(10)  # far longer than the backend's timeout
+        try:
+            self.send_response(504)
+            self.end_headers()
+        except OSError:
+            pass  # the client hung up long ago
+
+    def log_message(self, *args):
+        pass
+
+
+def test_openai_backend_times_out_and_gives_up():
+    """A server that accepts and never answers: each attempt times out, the backend retries
+    ``max_retries`` times, then records the failure, within a bounded time."""
+    StallingHandler.calls.clear()
+    StallingHandler.release.clear()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), StallingHandler)
+    server.daemon_threads = True
+    server.block_on_close = False
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    b = OpenAIBackend("m", base_url=base, max_retries=2, backoff_s=0.01, max_backoff_s=0.05, timeout_s=0.4)
+    t0 = time.monotonic()
     try:
         r = list(b.generate([GenRequest("a", "x", 1)], GenParams()))[0]
+        elapsed = time.monotonic() - t0
     finally:
         b.close()
-    assert r.finish_reason == "error" and "ConnectError" in r.error
+        StallingHandler.release.set()
+        server.shutdown()
+        server.server_close()
+    assert r.request_id == "a" and r.finish_reason == "error" and r.text == ""
+    assert "ReadTimeout" in r.error, r.error  # a timeout, not a refused connection
+    assert len(StallingHandler.calls) == 3 and b.retries == 2  # the first try and two retries
+    assert 3 * 0.4 <= elapsed < 3.5, elapsed  # each attempt waited its timeout, and no longer
 
 
 def test_seeded_sampler_draws_from_the_filtered_distribution():
