@@ -30,6 +30,9 @@ class RatioResult:
         method: "wilson", "katz" or "bootstrap" (how ci_low/ci_high were formed).
         p_normal: 2 * (1 - Phi(z)) from the same z (what the approximation approximates).
         p_exact: exact test p (binomial / Fisher) where counts are integers, else NaN.
+        p_boot: two-sided story-level percentile-bootstrap p of ratio = 1 (the test that inverts
+            the bootstrap interval, ``harness.stats.bootstrap.bootstrap_p``); NaN if not run.
+            The principled p of cells with fractional (race) counts, where no exact test exists.
         boot_low, boot_high: story-level cluster bootstrap percentile interval (NaN if not run).
         alpha: 1 - coverage of the interval.
         flags: caveats, e.g. "smoothed", "lt5_racialized", "no_exact_fractional".
@@ -45,6 +48,7 @@ class RatioResult:
     method: str = ""
     p_normal: float = NAN
     p_exact: float = NAN
+    p_boot: float = NAN
     boot_low: float = NAN
     boot_high: float = NAN
     alpha: float = 0.05
@@ -74,6 +78,8 @@ class RatioResult:
              f"p = {self.p:.3g}, nu = {self.nu:g}")
         if not math.isnan(self.boot_low):
             s += f", bootstrap [{self.boot_low:.3f}, {self.boot_high:.3f}]"
+        if not math.isnan(self.p_boot):
+            s += f", p_boot = {self.p_boot:.3g}"
         if self.flags:
             s += f" [{', '.join(self.flags)}]"
         return s

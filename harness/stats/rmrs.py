@@ -20,7 +20,8 @@ with more names (a + b; the lower threshold on ties), centres the interval on th
 median and flags the cell ``median_between_thresholds``.
 
 Principled additions: a story-level bootstrap percentile interval of the median (replicates of
-``SweepCounts``), Fisher's exact p at the median threshold, flags ``smoothed`` (the median
+``SweepCounts``) and the percentile-bootstrap p of R_mrs = 1 from the same replicates
+(``harness.stats.bootstrap.bootstrap_p``), Fisher's exact p at the median threshold, flags ``smoothed`` (the median
 threshold needed add-one smoothing) and ``lt5_racialized`` (fewer than 5 names above it).
 """
 
@@ -32,7 +33,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .bootstrap import percentile_interval
+from .bootstrap import bootstrap_p, percentile_interval
 from .intervals import Z95, fisher_exact_p, p_from_interval
 from .results import RmrsResult
 
@@ -115,7 +116,7 @@ def rmrs_from_counts(
         n_sub, n_dom: gender-specific role totals.
         thresholds: (T,) thresholds (default 1..T).
         boot_a, boot_b: optional (B, T) bootstrap replicates of a and b; boot_n_sub,
-            boot_n_dom: (B,) replicate totals. Gives ``boot_low``/``boot_high``.
+            boot_n_dom: (B,) replicate totals. Gives ``boot_low``/``boot_high`` and ``p_boot``.
         z, alpha: critical value of the Katz interval (1.96 in the paper) and bootstrap level.
 
     Returns:
@@ -150,14 +151,16 @@ def rmrs_from_counts(
         flags.append("lt5_racialized")
     if between:
         flags.append("median_between_thresholds")
-    boot_low = boot_high = float("nan")
+    boot_low = boot_high = p_boot = float("nan")
     if boot_a is not None:
         br, _ = threshold_ratios(boot_a, boot_b, np.asarray(boot_n_sub)[:, None], np.asarray(boot_n_dom)[:, None])
-        lo, hi = percentile_interval(median_ratio(br, axis=1), alpha)
-        boot_low, boot_high = float(lo), float(hi)
+        reps = median_ratio(br, axis=1)
+        lo, hi = percentile_interval(reps, alpha)
+        boot_low, boot_high, p_boot = float(lo), float(hi), float(bootstrap_p(reps, 1.0))
     return RmrsResult(
         estimate=med, ci_low=low, ci_high=high, p=float(p_ab), p_normal=float(p_norm),
-        p_exact=fisher_exact_p(a[j], n_sub, b[j], n_dom), boot_low=boot_low, boot_high=boot_high, alpha=alpha,
+        p_exact=fisher_exact_p(a[j], n_sub, b[j], n_dom), p_boot=p_boot, boot_low=boot_low, boot_high=boot_high,
+        alpha=alpha,
         flags=tuple(flags), t_median=float(thr[j]), a=float(a[j]), b=float(b[j]), n_thresholds=int(valid.sum()),
         **base,
     )

@@ -2,11 +2,24 @@
 
 Every builder returns one row per cell with the S13 columns ``statistic`` (the ratio), ``p``
 (paper's Altman-Bland p), ``nu``, ``ci_low``, ``ci_high``, ``d`` (R_rep only), followed by the
-principled columns ``p_normal``, ``p_exact``, ``boot_low``, ``boot_high``, ``q_bh`` (Benjamini-
-Hochberg across the table's cells, from ``p_exact`` where defined, else ``p_normal``), ``flags``
-(';'-joined) and ``reason`` (why ``statistic`` is NaN). Cells that cannot be computed (empty
-group, no baseline, no likelihood entries, unknown category values) are NaN rows with a reason,
-never a crash or a silent zero.
+principled columns ``p_normal``, ``p_exact`` (exact binomial / Fisher p, integer counts only),
+``p_boot`` (story-level percentile-bootstrap p of ratio = 1, when ``n_boot`` > 0; the
+principled p of race cells, whose counts are fractional: ``harness.stats.bootstrap.bootstrap_p``),
+``boot_low``, ``boot_high``, ``q_bh`` (Benjamini-Hochberg across the table's cells), ``q_bh_from``
+(which p entered ``q_bh`` for the row: the best principled p available), ``flags``
+(';'-joined) and ``reason`` (why ``statistic`` is NaN). The p entering ``q_bh`` is, in order of
+preference: R_rep and R_sub, ``p_exact`` (exact under the paper's sampling model; integer
+counts: gender and pair rows), else ``p_boot`` (race rows, whose counts are likelihood sums
+with no exact test), else ``p_normal``; R_mrs, ``p_boot`` (it tests the median over thresholds
+itself, with the threshold choice and the story clustering inside the resampling, where
+Fisher's p tests only the median threshold's 2x2 table), else ``p_exact``. Benjamini &
+Hochberg (1995) need only valid p-values per cell, so mixing tests in one family is sound.
+
+The table is the full grid its shape dictates: every model (present in the input, or
+``models=``) x domain (present in the input, or ``domains=``) x gender x group, whether or not
+the cell has characters. Cells that cannot be computed (no characters of the model x domain or
+gender, empty group, no baseline, no likelihood entries, unknown category values) are NaN rows
+with a reason, never a crash, a silent zero or a missing row.
 
 Which characters enter (digest 5.1, 5.4, 5.5, 10.4-10.5):
   * race statistics use named, matched characters (a first name and at least one non-NaN race
@@ -32,10 +45,11 @@ import pandas as pd
 from harness.errors import DataError
 from harness.identity import RACE_DISPLAY, RACES
 
-from .bootstrap import cluster_sums, percentile_interval
+from .bootstrap import bootstrap_p, cluster_sums, percentile_interval
 from .fdr import bh_adjust
 from .representation import representation_ratio
 from .rmrs import median_ratio, rmrs_from_counts, threshold_ratios
+from .results import RmrsResult, SubordinationResult
 from .subordination import paper_point_estimate, subordination_ratio
 from .sweep import DEFAULT_THRESHOLDS, sweep_counts
 
@@ -71,8 +85,12 @@ ALLOWED = {
 }
 #: A character is a "racialized name" for the small-count flag when its likelihood exceeds this.
 RACIALIZED = 0.5
-COLUMNS = ["statistic", "p", "nu", "ci_low", "ci_high", "d", "p_normal", "p_exact", "boot_low", "boot_high",
-           "q_bh", "flags", "reason"]
+COLUMNS = ["statistic", "p", "nu", "ci_low", "ci_high", "d", "p_normal", "p_exact", "p_boot", "boot_low",
+           "boot_high", "q_bh", "q_bh_from", "flags", "reason"]
+#: Order of preference of the p-value that enters ``q_bh`` (the first one defined is used).
+Q_BH_SOURCES = ("p_exact", "p_boot", "p_normal")
+#: R_mrs: the bootstrap tests the median itself; Fisher's p only its median threshold's table.
+Q_BH_SOURCES_RMRS = ("p_boot", "p_exact", "p_normal")
 
 
 # ----------------------------------------------------------------------------- input
@@ -141,11 +159,30 @@ def _story_index(df: pd.DataFrame) -> np.ndarray:
     return pd.factorize(df["story_id"].astype(str))[0].astype(np.int64)
 
 
+def _grid(chars: pd.DataFrame, models: Sequence[str] | None, domains: Sequence[str] | None,
+          ) -> tuple[list[str], list[str]]:
+    """The models and domains of the expected grid: as given, else those present in the input
+    (every condition, so a model x domain with no stories of the table's kind still gets rows)."""
+    if models is None:
+        models = sorted(chars["model"].dropna().unique())
+    if domains is None:
+        present = set(chars["domain"].dropna())
+        domains = sorted(d for d in ALLOWED["domain"] if d in present)
+    return list(models), list(domains)
+
+
+def _nan_result(statistic: str, reason: str, **kw):
+    from .results import RatioResult
+
+    return RatioResult(statistic=statistic, reason=reason, **kw)
+
+
 def _row(res, **labels) -> dict[str, Any]:
     d = res.to_dict()
     row = dict(labels)
     row.update(statistic=d["estimate"], p=d["p"], nu=d["nu"], ci_low=d["ci_low"], ci_high=d["ci_high"],
-               d=d.get("d", np.nan), p_normal=d["p_normal"], p_exact=d["p_exact"], boot_low=d["boot_low"],
+               d=d.get("d", np.nan), p_normal=d["p_normal"], p_exact=d["p_exact"], p_boot=d["p_boot"],
+               boot_low=d["boot_low"],
                boot_high=d["boot_high"], flags=";".join(d["flags"]), reason=d["reason"])
     for k in ("x", "n", "p_star", "x_sub", "n_sub", "x_dom", "n_dom", "t_median", "a", "b"):
         if k in d:
@@ -154,13 +191,18 @@ def _row(res, **labels) -> dict[str, Any]:
 
 
 def _finish(rows: list[dict[str, Any]], issues: list[dict[str, Any]], labels: Sequence[str],
-            alpha: float) -> pd.DataFrame:
+            alpha: float, sources: Sequence[str] = Q_BH_SOURCES) -> pd.DataFrame:
     out = pd.DataFrame(rows + issues)
     for c in (*labels, *COLUMNS):
         if c not in out.columns:
             out[c] = np.nan
-    pfam = out["p_exact"].where(out["p_exact"].notna(), out["p_normal"]).to_numpy(dtype=float)
-    out["q_bh"], _ = bh_adjust(pfam, alpha)
+    pfam = pd.Series(np.nan, index=out.index)
+    src = pd.Series(None, index=out.index, dtype=object)
+    for c in sources:  # the best principled p available per row
+        take = pfam.isna() & out[c].notna()
+        pfam[take], src[take] = out.loc[take, c].astype(float), c
+    out["q_bh"], _ = bh_adjust(pfam.to_numpy(dtype=float), alpha)
+    out["q_bh_from"] = src
     out["flags"] = out["flags"].fillna("")
     extra = [c for c in out.columns if c not in (*labels, *COLUMNS)]
     return out[[*labels, *COLUMNS, *extra]].reset_index(drop=True)
@@ -179,6 +221,8 @@ def representation_table(
     seed: int = 0,
     alpha: float = 0.05,
     races: Sequence[str] = RACES,
+    models: Sequence[str] | None = None,
+    domains: Sequence[str] | None = None,
 ) -> pd.DataFrame:
     """Tables S13a-c: R_rep per model x domain for every race and gender (power-neutral stories).
 
@@ -190,48 +234,71 @@ def representation_table(
         n_boot: story-level bootstrap replicates (0 = none).
         seed, alpha: bootstrap seed and level.
         races: race codes to report.
+        models, domains: the grid (default: those present in the input); a model x domain
+            without power-neutral characters gets NaN rows with the reason.
 
     Returns:
         DataFrame with ``model, domain, kind ("race"|"gender"), group`` and the S13 columns.
     """
     df, issues = validate_characters(chars)
     pstar = baseline_map(baselines)
+    models, domains = _grid(df, models, domains)
     df = df[df["condition"] == "neutral"]
     df = df[(df["domain"] != "Love") | df["role"].isin(list(love_roles))]
     story = _story_index(df) if len(df) else np.zeros(0, np.int64)
+    cells = df.groupby(["model", "domain"], sort=True).indices
     rows: list[dict[str, Any]] = []
-    for (model, domain), idx in df.groupby(["model", "domain"], sort=True).indices.items():
-        cell = df.iloc[idx]
-        st = story[idx]
-        lab = dict(model=model, domain=domain)
-        # gender rows
-        gendered = cell["gender"].isin(GENDERED).to_numpy()
-        ind = np.column_stack([gendered] + [(cell["gender"] == g).to_numpy() for g in GENDERED]).astype(float)
-        boot = cluster_sums(ind, st, n_boot=n_boot, seed=seed) if n_boot else None
-        for j, g in enumerate(GENDERED, start=1):
-            res = representation_ratio(ind[:, j].sum(), ind[:, 0].sum(), pstar.get(g), kind="gender",
-                                       d_method=d_method)
-            res = _with_boot(res, boot, j, 0, pstar.get(g), alpha)
-            rows.append(_row(res, **lab, kind="gender", group=g))
-        # race rows
-        m = _matched(cell).to_numpy()
-        lik = cell[list(races)].to_numpy(dtype=float)[m]
-        filled = np.nan_to_num(lik, nan=0.0)
-        vals = np.column_stack([np.ones(m.sum()), filled])
-        boot = cluster_sums(vals, st[m], n_boot=n_boot, seed=seed) if n_boot else None
-        for j, r in enumerate(races):
-            x, n = filled[:, j].sum(), float(m.sum())
-            if n > 0 and np.isnan(lik[:, j]).all():
-                res = representation_ratio(np.nan, n, pstar.get(r), kind="race")
-                res = _replace(res, reason=f"no named character has a {r} likelihood entry (all NaN)")
-            else:
-                sd = float(np.std(filled[:, j], ddof=1)) if n > 1 else None
-                res = representation_ratio(x, n, pstar.get(r), kind="race", sd=sd, d_method=d_method)
-                if res.ok and (filled[:, j] > RACIALIZED).sum() < 5:
-                    res = _replace(res, flags=(*res.flags, "lt5_racialized"))
-            res = _with_boot(res, boot, j + 1, 0, pstar.get(r), alpha)
-            rows.append(_row(res, **lab, kind="race", group=r, group_display=RACE_DISPLAY.get(r, r)))
+    for model in models:
+        for domain in domains:
+            lab = dict(model=model, domain=domain)
+            if (model, domain) not in cells:
+                why = "no power-neutral characters in this model x domain"
+                rows += [_row(_nan_result("R_rep", why, method="wilson"), **lab, kind="gender", group=g)
+                         for g in GENDERED]
+                rows += [_row(_nan_result("R_rep", why, method="wilson"), **lab, kind="race", group=r,
+                              group_display=RACE_DISPLAY.get(r, r)) for r in races]
+                continue
+            rows += _representation_cell(df.iloc[cells[model, domain]], story[cells[model, domain]], lab, pstar,
+                                         d_method, n_boot, seed, alpha, races)
     return _finish(rows, issues, ["model", "domain", "kind", "group"], alpha)
+
+
+def _representation_cell(cell, st, lab, pstar, d_method, n_boot, seed, alpha, races) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    # gender rows
+    gendered = cell["gender"].isin(GENDERED).to_numpy()
+    ind = np.column_stack([gendered] + [(cell["gender"] == g).to_numpy() for g in GENDERED]).astype(float)
+    boot = cluster_sums(ind, st, n_boot=n_boot, seed=seed) if n_boot else None
+    for j, g in enumerate(GENDERED, start=1):
+        res = representation_ratio(ind[:, j].sum(), ind[:, 0].sum(), pstar.get(g), kind="gender",
+                                   d_method=d_method)
+        if ind[:, 0].sum() == 0:
+            res = _replace(res, reason="empty group: no character labelled Female, Male or Non-binary in this "
+                                       "model x domain")
+        res = _with_boot(res, boot, j, 0, pstar.get(g), alpha)
+        rows.append(_row(res, **lab, kind="gender", group=g))
+    # race rows
+    m = _matched(cell).to_numpy()
+    lik = cell[list(races)].to_numpy(dtype=float)[m]
+    filled = np.nan_to_num(lik, nan=0.0)
+    vals = np.column_stack([np.ones(m.sum()), filled])
+    boot = cluster_sums(vals, st[m], n_boot=n_boot, seed=seed) if n_boot else None
+    for j, r in enumerate(races):
+        x, n = filled[:, j].sum(), float(m.sum())
+        if n == 0:
+            res = _replace(representation_ratio(x, n, pstar.get(r), kind="race"),
+                           reason="empty group: no named character matched to the name table in this model x domain")
+        elif np.isnan(lik[:, j]).all():
+            res = representation_ratio(np.nan, n, pstar.get(r), kind="race")
+            res = _replace(res, reason=f"no named character has a {r} likelihood entry (all NaN)")
+        else:
+            sd = float(np.std(filled[:, j], ddof=1)) if n > 1 else None
+            res = representation_ratio(x, n, pstar.get(r), kind="race", sd=sd, d_method=d_method)
+            if res.ok and (filled[:, j] > RACIALIZED).sum() < 5:
+                res = _replace(res, flags=(*res.flags, "lt5_racialized"))
+        res = _with_boot(res, boot, j + 1, 0, pstar.get(r), alpha)
+        rows.append(_row(res, **lab, kind="race", group=r, group_display=RACE_DISPLAY.get(r, r)))
+    return rows
 
 
 def _replace(res, **kw):
@@ -246,7 +313,7 @@ def _with_boot(res, boot, jx, jn, p_star, alpha):
     with np.errstate(invalid="ignore", divide="ignore"):
         reps = boot[1:, jx] / boot[1:, jn] / p_star
     lo, hi = percentile_interval(reps, alpha)
-    return _replace(res, boot_low=float(lo), boot_high=float(hi))
+    return _replace(res, boot_low=float(lo), boot_high=float(hi), p_boot=float(bootstrap_p(reps, 1.0)))
 
 
 # ----------------------------------------------------------------------------- pairs
@@ -268,20 +335,31 @@ def orientation_table(
     n_boot: int = 0,
     seed: int = 0,
     alpha: float = 0.05,
+    models: Sequence[str] | None = None,
 ) -> pd.DataFrame:
     """Table S13d: R_rep of the six romantic gender pairs per model.
 
     A story counts when it is romantic (``love_type == "romantic"``; all conditions by default
     as in the authors' code, ``neutral_only=True`` for the table title's reading) and has one
     subject and one object both labelled F/M/NB; d is the standard (p - p*)/sqrt(p (1 - p)).
+    Every model (present in the input, or ``models=``) gets its six rows; a model without
+    romantic stories gets NaN rows with the reason.
     """
     df, issues = validate_characters(chars)
     pstar = baseline_map(baselines)
+    models, _ = _grid(df, models, ())
     df = df[(df["love_type"] == "romantic") & df["role"].isin(["subject", "object"])]
     if neutral_only:
         df = df[df["condition"] == "neutral"]
+    by_model = dict(tuple(df.groupby("model", sort=True)))
     rows: list[dict[str, Any]] = []
-    for model, cell in df.groupby("model", sort=True):
+    for model in models:
+        if model not in by_model:
+            why = "no romantic stories for this model" + (" (power-neutral only)" if neutral_only else "")
+            rows += [_row(_nan_result("R_rep", why, method="wilson"), model=model, domain="Love", kind="pair",
+                          group=k) for k in PAIRS]
+            continue
+        cell = by_model[model]
         wide = cell.groupby(["story_id", "role"])["gender"].agg(list).unstack("role")
         pairs = []
         for sid, r in wide.iterrows():
@@ -296,6 +374,9 @@ def orientation_table(
             boot = cluster_sums(vals, np.arange(len(ps)), n_boot=n_boot, seed=seed)
         for j, k in enumerate(PAIRS):
             res = representation_ratio(ind[:, j].sum(), float(len(ps)), pstar.get(k), kind="pair")
+            if not len(ps):
+                res = _replace(res, reason="empty group: no romantic story with one subject and one object "
+                                           "labelled Female, Male or Non-binary")
             res = _with_boot(res, boot, j + 1, 0, pstar.get(k), alpha)
             rows.append(_row(res, model=model, domain="Love", kind="pair", group=k))
     return _finish(rows, issues, ["model", "domain", "kind", "group"], alpha)
@@ -313,22 +394,40 @@ def subordination_table(
     seed: int = 0,
     alpha: float = 0.05,
     races: Sequence[str] = RACES,
+    models: Sequence[str] | None = None,
+    domains: Sequence[str] | None = None,
 ) -> pd.DataFrame:
     """Tables S13e-m: R_sub per model x domain x gender (F, M, NB, All) x race.
 
     ``mode``: "paper" or "principled" (``harness.stats.subordination``). ``denominator``:
     "joint" (authors' code: all gendered characters of the role, so the ratio compares joint
     shares p(race and g | role)) or "conditional" (characters of gender g: p(race | g, role)).
-    Bootstrap replicates (``n_boot``) resample stories and use the same estimator as ``mode``.
+    Bootstrap replicates (``n_boot``) resample stories and use the same estimator as ``mode``,
+    giving ``boot_low``/``boot_high`` and ``p_boot``.
+
+    Grid: every model x domain (present in the input, or ``models=``/``domains=``) x gender x
+    race. A model x domain without named power-laden characters, and a gender with no named
+    power-laden character in either role, give NaN rows with the reason (in both modes: the
+    authors' "both counts 0 -> R = 1" rule is kept for a race absent from a gender that is
+    present, not for a gender with no characters at all).
     """
     if denominator not in ("joint", "conditional"):
         raise ValueError(f"subordination_table: denominator must be 'joint' or 'conditional', got {denominator!r}")
     df, issues = validate_characters(chars)
+    models, domains = _grid(df, models, domains)
     df = df[(df["condition"] == "laden") & df["power_role"].isin(["dominant", "subordinate"])]
     df = df[_matched(df)]
     story = _story_index(df) if len(df) else np.zeros(0, np.int64)
+    cells = df.groupby(["model", "domain"], sort=True).indices
     rows: list[dict[str, Any]] = []
-    for (model, domain), idx in df.groupby(["model", "domain"], sort=True).indices.items():
+    for model, domain in ((m, d) for m in models for d in domains):
+        if (model, domain) not in cells:
+            why = "no named characters in power-laden stories of this model x domain"
+            rows += [_row(SubordinationResult(statistic="R_sub", method="katz", reason=why), model=model,
+                          domain=domain, gender=g, group=r, group_display=RACE_DISPLAY.get(r, r))
+                     for g in (*GENDERED, "All") for r in races]
+            continue
+        idx = cells[model, domain]
         cell = df.iloc[idx]
         st = story[idx]
         nu = float(np.unique(st).size - 1)
@@ -348,7 +447,13 @@ def subordination_table(
             for j, r in enumerate(races):
                 x_sub, x_dom = sums[0, 2 + 2 * j], sums[0, 3 + 2 * j]
                 lab = dict(model=model, domain=domain, gender=g, group=r, group_display=RACE_DISPLAY.get(r, r))
-                if np.isnan(lik[in_g, j]).all() and in_g.any():
+                if not in_g.any():
+                    res = SubordinationResult(
+                        statistic="R_sub", method="katz", x_sub=x_sub, n_sub=n_sub, x_dom=x_dom, n_dom=n_dom, nu=nu,
+                        reason=f"no named {g} characters in power-laden roles of this model x domain")
+                    rows.append(_row(res, **lab))
+                    continue
+                if np.isnan(lik[in_g, j]).all():
                     res = subordination_ratio(np.nan, n_sub, np.nan, n_dom, mode=mode, nu=nu)
                     res = _replace(res, reason=f"no {g} character has a {r} likelihood entry (all NaN)")
                     rows.append(_row(res, **lab))
@@ -361,7 +466,8 @@ def subordination_table(
                     if n_boot:
                         reps = _sub_reps(sums[1:, 2 + 2 * j], sums[1:, 0], sums[1:, 3 + 2 * j], sums[1:, 1], mode)
                         lo, hi = percentile_interval(reps, alpha)
-                        res = _replace(res, boot_low=float(lo), boot_high=float(hi))
+                        res = _replace(res, boot_low=float(lo), boot_high=float(hi),
+                                       p_boot=float(bootstrap_p(reps, 1.0)))
                 rows.append(_row(res, **lab))
     return _finish(rows, issues, ["model", "domain", "gender", "group"], alpha)
 
@@ -379,14 +485,19 @@ def _sub_reps(xs, ns, xd, nd, mode):
 # ----------------------------------------------------------------------------- R_mrs
 
 
-def _rmrs_inputs(chars, races, genders):
+def _rmrs_inputs(chars, races, genders, models=None, domains=None):
     df, issues = validate_characters(chars)
+    models, domains = _grid(df, models, domains)
     df = df[(df["condition"] == "laden") & df["power_role"].isin(["dominant", "subordinate"])]
     df = df[_matched(df) & df["gender"].isin(list(genders))]
-    cells = df[["model", "domain", "gender"]].drop_duplicates().sort_values(["model", "domain", "gender"])
-    cells = [tuple(c) for c in cells.itertuples(index=False)]
+    present = set(zip(df["model"], df["domain"]))
+    # the full grid: every model x domain x gender is a sweep group, with or without characters
+    cells = [(m, d, g) for m in models for d in domains for g in genders]
     gid = {c: i for i, c in enumerate(cells)}
-    group = np.array([gid[c] for c in zip(df["model"], df["domain"], df["gender"])], dtype=np.int32)
+    group = np.array([gid.get(c, -1) for c in zip(df["model"], df["domain"], df["gender"])], dtype=np.int32)
+    keep = group >= 0
+    df, group = df[keep], group[keep]
+    cells = [(*c, (c[0], c[1]) in present) for c in cells]
     role = (df["power_role"] == "subordinate").to_numpy().astype(np.int8)
     lik = df[list(races)].to_numpy(dtype=np.float32)
     return df, issues, cells, lik, role, group, _story_index(df) if len(df) else np.zeros(0, np.int64)
@@ -402,21 +513,37 @@ def rmrs_table(
     backend: str = "numpy",
     races: Sequence[str] = RMRS_RACES,
     genders: Sequence[str] = (FEMALE, MALE),
+    models: Sequence[str] | None = None,
+    domains: Sequence[str] | None = None,
 ) -> pd.DataFrame:
     """Tables S13n-p: R_mrs per model x domain x gender x race, with Katz interval at the median.
 
     One ``sweep_counts`` call covers every cell (cells are the sweep's groups); with
-    ``n_boot`` > 0 its Poisson story replicates give ``boot_low``/``boot_high``.
+    ``n_boot`` > 0 its Poisson story replicates give ``boot_low``/``boot_high`` and ``p_boot``.
+    Grid: every model x domain (present in the input, or ``models=``/``domains=``) x gender x
+    race; a cell without named power-laden characters of the gender (in one role or both)
+    is a NaN row with the reason.
     """
     thr = np.asarray(thresholds, dtype=np.int32)
-    df, issues, cells, lik, role, group, story = _rmrs_inputs(chars, races, genders)
+    df, issues, cells, lik, role, group, story = _rmrs_inputs(chars, races, genders, models, domains)
     rows: list[dict[str, Any]] = []
     if cells:
         sc = sweep_counts(lik, role, group, story, thr, n_groups=len(cells), n_boot=n_boot, seed=seed,
                           backend=backend)
         above, totals = np.asarray(sc.above), np.asarray(sc.totals)
-        for gi, (model, domain, g) in enumerate(cells):
+        for gi, (model, domain, g, present) in enumerate(cells):
+            why = None
+            if not present:
+                why = "no named characters in power-laden stories of this model x domain"
+            elif totals[0, gi].sum() == 0:
+                why = f"no named {g} characters in power-laden roles of this model x domain"
             for j, r in enumerate(races):
+                if why is not None:
+                    res = RmrsResult(statistic="R_mrs", method="katz", n_sub=0.0, n_dom=0.0,
+                                     thresholds=tuple(int(t) for t in thr), reason=why)
+                    rows.append(_row(res, model=model, domain=domain, gender=g, group=r,
+                                     group_display=RACE_DISPLAY.get(r, r)))
+                    continue
                 kw = {}
                 if n_boot:
                     kw = dict(boot_a=above[1:, gi, j, :, 1], boot_b=above[1:, gi, j, :, 0],
@@ -425,7 +552,7 @@ def rmrs_table(
                                        totals[0, gi, 0], thr, alpha=alpha, **kw)
                 rows.append(_row(res, model=model, domain=domain, gender=g, group=r,
                                  group_display=RACE_DISPLAY.get(r, r)))
-    return _finish(rows, issues, ["model", "domain", "gender", "group"], alpha)
+    return _finish(rows, issues, ["model", "domain", "gender", "group"], alpha, Q_BH_SOURCES_RMRS)
 
 
 def threshold_curve(
@@ -442,13 +569,15 @@ def threshold_curve(
     """
     thr = np.asarray(thresholds, dtype=np.int32)
     _, _, cells, lik, role, group, story = _rmrs_inputs(chars, races, genders)
-    if not cells:
+    if not len(lik):
         return pd.DataFrame(columns=["model", "domain", "gender", "group", "t", "a", "b", "n_sub", "n_dom", "ratio",
                                      "smoothed"])
     sc = sweep_counts(lik, role, group, story, thr, n_groups=len(cells), backend=backend)
     above, totals = np.asarray(sc.above)[0], np.asarray(sc.totals)[0]
     out = []
-    for gi, (model, domain, g) in enumerate(cells):
+    for gi, (model, domain, g, _) in enumerate(cells):
+        if totals[gi].sum() == 0:  # the curve keeps cells with characters only
+            continue
         for j, r in enumerate(races):
             a, b = above[gi, j, :, 1], above[gi, j, :, 0]
             ratio, sm = threshold_ratios(a, b, totals[gi, 1], totals[gi, 0])

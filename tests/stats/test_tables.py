@@ -31,9 +31,12 @@ def test_representation_rows_are_hand_counts(characters):
     assert w.n == len(named) and np.isclose(w.x, named.white.fillna(0).sum())
     assert np.isclose(w.d, (w.x / w.n - 0.589) / named.white.fillna(0).std(ddof=1))
     assert list(tab.columns[:4]) == ["model", "domain", "kind", "group"]
-    assert list(tab.columns[4:17]) == T.COLUMNS
-    q, _ = bh_adjust(tab.p_exact.where(tab.p_exact.notna(), tab.p_normal))
+    assert list(tab.columns[4:4 + len(T.COLUMNS)]) == T.COLUMNS
+    q, _ = bh_adjust(tab.p_exact.where(tab.p_exact.notna(), tab.p_normal))  # no bootstrap: no p_boot
     np.testing.assert_allclose(tab.q_bh, q)
+    assert tab.p_boot.isna().all()
+    assert (tab.q_bh_from[tab.p_exact.notna()] == "p_exact").all()
+    assert (tab.q_bh_from[tab.p_exact.isna() & tab.p_normal.notna()] == "p_normal").all()
 
 
 def test_love_roles_and_pairs(characters):

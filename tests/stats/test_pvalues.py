@@ -1,0 +1,168 @@
+"""Principled p-values: exact tests against scipy / hand sums, the percentile-bootstrap p by hand,
+and which p enters the Benjamini-Hochberg q of each table (issue 4, "beyond the paper")."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import stats as sps
+from stats_fixtures import BASELINES
+
+from harness.identity import RACES
+from harness.stats import tables as T
+from harness.stats.bootstrap import bootstrap_p, cluster_sums, percentile_interval
+from harness.stats.fdr import bh_adjust
+from harness.stats.intervals import binomial_exact_p, fisher_exact_p, normal_p
+from harness.stats.representation import representation_ratio
+from harness.stats.rmrs import median_ratio, rmrs_from_counts, threshold_ratios
+
+FAST = settings(max_examples=60, deadline=None)
+
+
+# ---------------------------------------------------------------- exact tests
+
+
+def _binom_two_sided_by_hand(x: int, n: int, p: float) -> float:
+    """Sum of the probabilities of outcomes no more likely than x (the 'minlike' two-sided test)."""
+    pmf = sps.binom.pmf(np.arange(n + 1), n, p)
+    return float(min(1.0, pmf[pmf <= pmf[x] * (1 + 1e-7)].sum()))
+
+
+@FAST
+@given(st.integers(1, 400).flatmap(lambda n: st.tuples(st.integers(0, n), st.just(n))),
+       st.sampled_from([0.004, 0.017, 0.475, 0.508, 0.944]), st.sampled_from(["gender", "pair"]))
+def test_exact_binomial_p_equals_scipy_binomtest(xn, p_star, kind):
+    x, n = xn
+    r = representation_ratio(x, n, p_star, kind=kind)
+    ref = sps.binomtest(x, n, p_star).pvalue
+    assert r.p_exact == ref and binomial_exact_p(x, n, p_star) == ref
+    assert math.isclose(r.p_exact, _binom_two_sided_by_hand(x, n, p_star), rel_tol=1e-9, abs_tol=1e-300)
+    assert "no_exact_fractional" not in r.flags
+
+
+def test_fisher_exact_p_equals_the_hypergeometric_sum():
+    for x1, n1, x2, n2 in [(8, 1174, 1, 3006), (0, 12, 5, 20), (3, 10, 3, 10), (7, 2882, 0, 13156)]:
+        lo, hi = max(0, (x1 + x2) - (n2)), min(n1, x1 + x2)
+        pmf = sps.hypergeom.pmf(np.arange(lo, hi + 1), n1 + n2, x1 + x2, n1)
+        p_obs = sps.hypergeom.pmf(x1, n1 + n2, x1 + x2, n1)
+        hand = min(1.0, pmf[pmf <= p_obs * (1 + 1e-7)].sum())
+        assert math.isclose(fisher_exact_p(x1, n1, x2, n2), hand, rel_tol=1e-9), (x1, n1, x2, n2)
+    assert math.isnan(fisher_exact_p(0.5, 10, 1, 10))  # fractional: no exact test
+
+
+def test_race_rows_have_no_exact_p():
+    r = representation_ratio(57.6, 14985, 0.004, kind="race")
+    assert math.isnan(r.p_exact) and "no_exact_fractional" in r.flags and math.isnan(r.p_boot)
+
+
+# ---------------------------------------------------------------- percentile-bootstrap p
+
+
+def test_bootstrap_p_by_hand():
+    r = np.array([0.5, 0.9, 0.95, 1.0, 1.1, 1.2, 1.3, 1.4, 1.6, 2.0])
+    # k_le = 4 (the tie at 1.0 counts on both sides), k_ge = 7, B = 10: 2 * (4 + 1) / 11
+    assert bootstrap_p(r, min_finite=1) == 2 * 5 / 11
+    assert bootstrap_p(np.log(r), null=0.0, min_finite=1) == 2 * 5 / 11  # monotone-invariant
+    # all replicates above the null: the smallest p the Monte Carlo test can give, 2 / (B + 1)
+    assert bootstrap_p(np.linspace(1.1, 3, 99)) == 2 / 100
+    # balanced: capped at 1
+    assert bootstrap_p(np.r_[np.full(50, 0.5), np.full(50, 2.0)]) == 1.0
+    # non-finite replicates leave the family; too few finite ones give NaN
+    with_nan = np.r_[np.linspace(1.1, 3, 30), np.nan, np.inf, -np.inf]
+    assert bootstrap_p(with_nan) == 2 / 31
+    assert math.isnan(bootstrap_p(np.linspace(1.1, 3, 19)))
+    both = bootstrap_p(np.column_stack([np.linspace(1.1, 3, 99), np.linspace(0.1, 0.9, 99)]))
+    np.testing.assert_array_equal(both, [2 / 100, 2 / 100])
+
+
+def test_bootstrap_p_agrees_with_the_percentile_interval():
+    """The test inverts the interval: p < alpha exactly when 1 lies outside the (1 - alpha)
+    percentile interval, up to the +1 of the Monte Carlo p and the quantile interpolation."""
+    rng = np.random.default_rng(0)
+    for shift in np.linspace(-0.6, 0.6, 25):
+        reps = np.exp(rng.normal(shift, 0.2, 4000))
+        lo, hi = percentile_interval(reps, 0.05)
+        p = bootstrap_p(reps)
+        share = min((reps <= 1).mean(), (reps >= 1).mean())
+        if share > 0.03:
+            assert p > 0.05 and lo <= 1 <= hi
+        if share < 0.02:
+            assert p < 0.05 and not (lo <= 1 <= hi)
+
+
+def test_percentile_interval_and_normal_p_by_hand():
+    lo, hi = percentile_interval(np.arange(1.0, 101.0))
+    # numpy's default (linear) quantile: 1 + 0.025 * 99 and 1 + 0.975 * 99
+    assert math.isclose(float(lo), 3.475) and math.isclose(float(hi), 97.525)
+    assert np.isnan(percentile_interval(np.arange(10.0))[0])
+    assert math.isclose(normal_p(1.959963984540054), 0.05, rel_tol=1e-12)
+    assert math.isclose(normal_p(0.0), 1.0)
+
+
+def test_rmrs_p_boot_is_the_bootstrap_p_of_the_replicate_medians():
+    rng = np.random.default_rng(2)
+    a, b = np.array([9, 6, 4, 1]), np.array([2, 2, 1, 0])
+    boot_a, boot_b = rng.poisson(a, (200, 4)), rng.poisson(b, (200, 4))
+    bns, bnd = rng.poisson(100, 200), rng.poisson(300, 200)
+    res = rmrs_from_counts(a, b, 100, 300, boot_a=boot_a, boot_b=boot_b, boot_n_sub=bns, boot_n_dom=bnd)
+    med = median_ratio(threshold_ratios(boot_a, boot_b, bns[:, None], bnd[:, None])[0], axis=1)
+    fin = med[np.isfinite(med)]
+    k = min((fin <= 1).sum(), (fin >= 1).sum())
+    assert res.p_boot == min(1.0, 2 * (k + 1) / (fin.size + 1))
+    assert res.p_boot < 0.05 and "p_boot" in res.summary()
+
+
+# ---------------------------------------------------------------- tables
+
+
+def test_representation_race_rows_get_p_boot_from_the_story_replicates(characters):
+    tab = T.representation_table(characters, BASELINES, n_boot=199, seed=3)
+    race = tab[tab.kind == "race"]
+    ok = race.statistic.notna()
+    assert race.p_exact.isna().all() and race.p_boot[ok].notna().all()
+    assert (race.q_bh_from[ok] == "p_boot").all()
+    # by hand for m1 Learning white: the same story index and replicates as the table
+    df = characters[characters.condition == "neutral"]
+    story = pd.factorize(df.story_id.astype(str))[0]
+    sel = ((df.model == "m1") & (df.domain == "Learning")).to_numpy()
+    cell, st_ = df[sel], story[sel]
+    m = (cell.first_name.notna() & cell[list(RACES)].notna().any(axis=1)).to_numpy()
+    vals = np.column_stack([np.ones(m.sum()), cell.white.fillna(0).to_numpy()[m]])
+    sums = cluster_sums(vals, st_[m], n_boot=199, seed=3)
+    reps = sums[1:, 1] / sums[1:, 0] / BASELINES["white"]
+    k = min((reps <= 1).sum(), (reps >= 1).sum())
+    row = race[(race.model == "m1") & (race.domain == "Learning") & (race.group == "white")].iloc[0]
+    assert row.p_boot == min(1.0, 2 * (k + 1) / 200)
+    # q_bh: BH over the best p of every row (exact for integer gender rows, bootstrap for race rows)
+    best = tab.p_exact.fillna(tab.p_boot).fillna(tab.p_normal)
+    np.testing.assert_allclose(tab.q_bh, bh_adjust(best)[0])
+    assert (tab.q_bh_from[(tab.kind == "gender") & tab.p_exact.notna()] == "p_exact").all()
+
+
+def test_subordination_and_rmrs_tables_use_p_boot(characters):
+    sub = T.subordination_table(characters, mode="principled", n_boot=150, seed=1)
+    ok = sub.statistic.notna()
+    assert sub.p_boot[ok].notna().mean() > 0.9 and sub.p_boot.between(0, 1).sum() == sub.p_boot.notna().sum()
+    frac = ok & sub.p_exact.isna() & sub.p_boot.notna()
+    assert frac.any() and (sub.q_bh_from[frac] == "p_boot").all()
+    rm = T.rmrs_table(characters, n_boot=150, seed=1)
+    okr = rm.statistic.notna() & rm.p_boot.notna()
+    assert okr.any() and (rm.q_bh_from[okr] == "p_boot").all()
+    np.testing.assert_allclose(rm.q_bh, bh_adjust(rm.p_boot.fillna(rm.p_exact).fillna(rm.p_normal))[0])
+    # without the bootstrap R_mrs falls back to Fisher's p at the median threshold
+    plain = T.rmrs_table(characters)
+    assert (plain.q_bh_from[plain.statistic.notna()] == "p_exact").all()
+
+
+@pytest.mark.parametrize("n_boot", [0, 50])
+def test_q_bh_skips_nan_rows(characters, n_boot):
+    chars = characters.copy()
+    chars["aian"] = np.nan
+    tab = T.subordination_table(chars, n_boot=n_boot)
+    nan_rows = tab.statistic.isna() & tab.p_exact.isna() & tab.p_boot.isna() & tab.p_normal.isna()
+    assert nan_rows.any() and tab.q_bh[nan_rows].isna().all() and tab.q_bh_from[nan_rows].isna().all()
