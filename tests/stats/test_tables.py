@@ -202,3 +202,75 @@ def test_results_unpack_and_serialise():
     assert r.summary().startswith("R_rep = 0.961 [0.743, 1.242] (wilson), p = 0.772")
     with pytest.raises(Exception):
         r.estimate = 2  # frozen
+
+
+# ---------------------------------------------------------------- the full grid
+
+
+def _holey_characters() -> pd.DataFrame:
+    """m1 Labor has no power-neutral stories, m2 Love no power-laden ones, m1 Learning no Female
+    character in power-laden stories, m2 no romantic story."""
+    c = make_characters(seed=5, n_stories=60)
+    drop = ((c.model == "m1") & (c.domain == "Labor") & (c.condition == "neutral")) \
+        | ((c.model == "m2") & (c.domain == "Love") & (c.condition == "laden")) \
+        | ((c.model == "m1") & (c.domain == "Learning") & (c.condition == "laden") & (c.gender == "Female")) \
+        | ((c.model == "m2") & (c.love_type == "romantic"))
+    return c[~drop].reset_index(drop=True)
+
+
+def _cell(tab, **kw):
+    m = np.ones(len(tab), bool)
+    for k, v in kw.items():
+        m &= (tab[k] == v).to_numpy()
+    return tab[m]
+
+
+@pytest.mark.parametrize("n_boot", [0, 30])
+def test_absent_cells_are_nan_rows_with_reasons(n_boot):
+    chars = _holey_characters()
+    rep = T.representation_table(chars, BASELINES, n_boot=n_boot)
+    assert len(rep) == 2 * 3 * (3 + len(RACES))  # models x domains x (genders + races)
+    hole = _cell(rep, model="m1", domain="Labor")
+    assert len(hole) == 3 + len(RACES) and hole.statistic.isna().all() and hole.q_bh.isna().all()
+    assert hole.reason.str.contains("no power-neutral characters in this model x domain").all()
+    assert _cell(rep, model="m2", domain="Labor").statistic.notna().any()
+
+    for mode in ("paper", "principled"):
+        sub = T.subordination_table(chars, mode=mode, n_boot=n_boot)
+        assert len(sub) == 2 * 3 * 4 * len(RACES)  # models x domains x (F, M, NB, All) x races
+        love = _cell(sub, model="m2", domain="Love")
+        assert len(love) == 4 * len(RACES) and love.statistic.isna().all()
+        assert love.reason.str.contains("no named characters in power-laden stories").all()
+        fem = _cell(sub, model="m1", domain="Learning", gender="Female")
+        assert len(fem) == len(RACES) and fem.statistic.isna().all() and fem.q_bh_from.isna().all()
+        # not the authors' "both zero -> 1": there is no Female character to compare at all
+        assert fem.reason.str.contains("no named Female characters in power-laden roles").all()
+        assert _cell(sub, model="m1", domain="Learning", gender="Male").statistic.notna().all()
+
+    rm = T.rmrs_table(chars, n_boot=n_boot)
+    assert len(rm) == 2 * 3 * 2 * len(T.RMRS_RACES)  # models x domains x (F, M) x races
+    assert _cell(rm, model="m2", domain="Love").reason.str.contains("no named characters in power-laden").all()
+    fem = _cell(rm, model="m1", domain="Learning", gender="Female")
+    assert len(fem) == 5 and fem.statistic.isna().all() and fem.reason.str.contains("no named Female").all()
+    male = _cell(rm, model="m1", domain="Learning", gender="Male")
+    assert male.statistic.notna().any() and (male.n_sub > 0).all()
+    # the curve keeps cells with characters only
+    curve = T.threshold_curve(chars)
+    assert _cell(curve, model="m1", domain="Learning", gender="Female").empty and len(curve) > 0
+
+    pairs = T.orientation_table(chars, BASELINES, n_boot=n_boot)
+    assert len(pairs) == 2 * len(T.PAIRS)
+    m2 = _cell(pairs, model="m2")
+    assert m2.statistic.isna().all() and m2.reason.str.contains("no romantic stories").all()
+
+
+def test_explicit_grid_adds_absent_models_and_domains(characters):
+    one = characters[characters.domain != "Labor"]
+    tab = T.subordination_table(one, models=["m1", "m2", "m3"], domains=["Learning", "Labor", "Love"])
+    assert len(tab) == 3 * 3 * 4 * len(RACES)
+    assert _cell(tab, domain="Labor").statistic.isna().all() and _cell(tab, model="m3").statistic.isna().all()
+    rm = T.rmrs_table(one, models=["m1", "m2", "m3"])
+    assert set(rm.domain) == {"Learning", "Love"} and _cell(rm, model="m3").reason.notna().all()
+    assert len(T.representation_table(one, BASELINES)) == 2 * 2 * (3 + len(RACES))
+    # rows outside an explicit grid leave the table
+    assert set(T.rmrs_table(characters, models=["m1"]).model) == {"m1"}
