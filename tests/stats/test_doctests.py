@@ -7,7 +7,7 @@ import importlib
 
 import pytest
 
-MODULES = ["intervals", "representation", "subordination", "rmrs", "fdr", "sweep"]
+MODULES = ["intervals", "representation", "subordination", "rmrs", "fdr", "sweep", "bootstrap"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -55,6 +55,20 @@ def test_fisher_exact_p_equals_the_hypergeometric_sum():
     assert math.isnan(fisher_exact_p(0.5, 10, 1, 10))  # fractional: no exact test
 
 
+def test_result_level_exact_and_normal_p_against_scipy():
+    from harness.stats.subordination import subordination_ratio
+
+    r = subordination_ratio(30, 1000, 20, 1200, mode="principled")
+    assert r.p_exact == sps.fisher_exact([[30, 970], [20, 1180]]).pvalue
+    # R_mrs: Fisher's p of the median threshold's 2x2 table (a = 2, b = 1 at t = 2 here)
+    m = rmrs_from_counts([1, 2, 3], [1, 1, 1], 100, 300, thresholds=[1, 2, 3])
+    assert m.t_median == 2 and m.p_exact == sps.fisher_exact([[2, 98], [1, 299]]).pvalue
+    # R_rep p_normal: the normal tail of the z the paper forms from the Wilson interval
+    g = representation_ratio(820, 1500, 0.508, kind="gender")
+    se = (g.ci_high - g.ci_low) * 0.508 / (2 * 1.96)
+    assert math.isclose(g.p_normal, 2 * sps.norm.sf(abs(820 / 1500 - 0.508) / se), rel_tol=1e-12)
+
+
 def test_race_rows_have_no_exact_p():
     r = representation_ratio(57.6, 14985, 0.004, kind="race")
     assert math.isnan(r.p_exact) and "no_exact_fractional" in r.flags and math.isnan(r.p_boot)
