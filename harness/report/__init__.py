@@ -21,6 +21,7 @@ from harness.errors import DataError
 from harness.identity import RACE_DISPLAY
 from harness.report import figures as F
 from harness.report.cues import search
+from harness.report.qa import labeller_table_html
 from harness.stats.tables import pooled_curve
 from harness.store import RunStore
 
@@ -56,6 +57,8 @@ def _fmt_table(df: pd.DataFrame, max_rows: int = 400) -> str:
     for c in d.columns:
         if d[c].dtype.kind == "f":
             d[c] = d[c].map(lambda v: "" if pd.isna(v) else (f"{v:.3g}" if abs(v) < 1e-3 and v != 0 else f"{v:,.3f}"))
+        elif d[c].dtype == object:
+            d[c] = d[c].map(lambda v: "" if v is None or (isinstance(v, float) and v != v) else v)
     if "group" in d.columns:
         d["group"] = d["group"].map(lambda g: RACE_DISPLAY.get(g, g))
     more = f"<p class=note>{len(d) - max_rows} more rows in the CSV.</p>" if len(d) > max_rows else ""
@@ -156,8 +159,24 @@ def _render(title, manifests, figs, T) -> str:
         ("Stereotype cue search (keyword counts; coding sheet: tables/coding_sheet.csv)", "cue_counts", T["cue_counts"]),
     ]
     for heading, name, df in sections:
-        parts.append(f"<h2 id=t-{name}>{html.escape(heading)}</h2><p><a href='tables/{name}.csv'>CSV</a></p>{_fmt_table(df)}")
+        parts.append(f"<h2 id=t-{name}>{html.escape(heading)}</h2>")
+        if name == "labelling_qa":
+            parts.append("<h3>Labeller used and its evaluation</h3>" + labeller_table_html(manifests)
+                         + "<h3>Shares per model, domain, condition and role</h3>")
+        parts.append(f"<p><a href='tables/{name}.csv'>CSV</a></p>{_fmt_table(df)}")
     style = ("body{font-family:sans-serif;max-width:1200px;margin:2em auto;color:#222} img{max-width:100%} "
              ".tbl{border-collapse:collapse;font-size:12px} .tbl td,.tbl th{padding:2px 6px;border-bottom:1px solid #ddd} "
-             ".note{color:#666;font-size:13px} figure{margin:1.5em 0}")
-    return f"<!doctype html><html><head><meta charset=utf-8><title>{html.escape(title)}</title><style>{style}</style></head><body>{''.join(parts)}</body></html>\n"
+             ".note{color:#666;font-size:13px} .broken{color:#b00} figure{margin:1.5em 0} h3{font-size:15px}")
+    return (f"<!doctype html><html><head><meta charset=utf-8><title>{html.escape(title)}</title><style>{style}</style></head>"
+            f"<body>{''.join(parts)}<script>{IMG_CHECK}</script></body></html>\n")
+
+
+# After load, mark every figure as loaded or broken (data-loaded="yes"/"no"); a broken one gets a
+# visible note and a console error, so readers and the headless-Chromium test both see it.
+IMG_CHECK = (
+    "window.addEventListener('load',function(){document.querySelectorAll('img').forEach(function(img){"
+    "var ok=img.complete&&img.naturalWidth>0;img.setAttribute('data-loaded',ok?'yes':'no');"
+    "if(!ok){var p=document.createElement('p');p.className='note broken';"
+    "p.textContent='This figure failed to load: '+img.getAttribute('src');img.parentNode.insertBefore(p,img);"
+    "console.error('figure failed to load: '+img.getAttribute('src'));}});});"
+)

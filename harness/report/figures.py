@@ -92,13 +92,19 @@ def subordination_plot(sub: pd.DataFrame, path: Path, title: str) -> Path:
     for ax, dom in zip(axes[0], domains):
         dd = d[d.domain == dom]
         cats = [(g, r) for g in ("Female", "Male") for r in dict.fromkeys(sub.group)]
-        for x, (g, r) in enumerate(cats):
-            cell = dd[(dd.gender == g) & (dd.group == r)]
-            for _, row in cell.iterrows():
-                ax.scatter(x, row.statistic, marker=markers[models.index(row.model) % len(markers)],
-                           color=_sig_colour(row.p), edgecolor="k", linewidth=0.4, s=28, zorder=3)
-            if len(cell):
-                ax.hlines(np.median(cell.statistic), x - 0.3, x + 0.3, color="k", lw=1.2)
+        xpos = {c: x for x, c in enumerate(cats)}
+        x = np.array([xpos.get(k, -1) for k in zip(dd.gender, dd.group)])
+        colours = np.array([_sig_colour(v) for v in dd.p.astype(float)], dtype=object)
+        # one scatter call per model (its marker), not per point: a 500k-story report has thousands
+        for i, m in enumerate(models):
+            sel = (dd.model == m).to_numpy() & (x >= 0)
+            if sel.any():
+                ax.scatter(x[sel], dd.statistic.to_numpy(float)[sel], marker=markers[i % len(markers)],
+                           c=list(colours[sel]), edgecolor="k", linewidth=0.4, s=28, zorder=3)
+        med = dd.groupby(["gender", "group"]).statistic.median()
+        for (g, r), v in med.items():
+            if (g, r) in xpos:
+                ax.hlines(v, xpos[(g, r)] - 0.3, xpos[(g, r)] + 0.3, color="k", lw=1.2)
         ax.axhline(1, color="k", lw=0.6, ls=":")
         ax.set_yscale("log")
         ax.set_xticks(range(len(cats)), [f"{_label(r)} {GENDER_SHORT[g]}" for g, r in cats], fontsize=7, rotation=90)
@@ -117,7 +123,8 @@ def name_scatter(names: pd.DataFrame, path: Path, races=("mena", "asian", "black
     fig, axes = plt.subplots(1, len(races), figsize=(2.8 * len(races), 2.8), sharey=True)
     for ax, r in zip(axes, races):
         d = names[names[r].notna()]
-        ax.scatter(100 * d[r], d.ratio, s=8 + 2 * np.sqrt(d.n_sub + d.n_dom), alpha=0.6)
+        # rasterised in the SVG: thousands of names would otherwise make a multi-megabyte file
+        ax.scatter(100 * d[r], d.ratio, s=8 + 2 * np.sqrt(d.n_sub + d.n_dom), alpha=0.6, rasterized=True)
         ax.axhline(1, color="k", lw=0.6, ls=":")
         ax.set_yscale("log")
         ax.set_xlabel(f"{_label(r)} likelihood (%)", fontsize=8)
@@ -139,7 +146,15 @@ def threshold_curves(pooled: pd.DataFrame, path: Path) -> Path:
             ax.axhline(1, color="k", lw=0.6, ls=":")
             ax.set_yscale("log")
             ax.set_title(f"{dom}, {GENDER_SHORT[g]}", fontsize=9)
-            ax.set_xlabel("threshold t (%)", fontsize=8)
-    axes[0][0].set_ylabel("R_t (median over models)")
-    axes[0][-1].legend(fontsize=6)
+            if i == len(axes) - 1:
+                ax.set_xlabel("threshold t (%)", fontsize=8)
+        axes[i][0].set_ylabel(f"R_t, {GENDER_SHORT[g]} (median over models)", fontsize=8)
+    seen: dict[str, object] = {}
+    for ax in axes.flat:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            seen.setdefault(lab, h)
+    labels, handles = list(seen), list(seen.values())
+    if handles:  # outside the panels, so it hides no curve
+        fig.legend(handles, labels, fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False)
+    fig.tight_layout()
     return _save(fig, path)

@@ -4,7 +4,6 @@ checked against the statistics module."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +11,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+
+from browser import check_rendered, render_in_chromium
 
 from harness.audit.statistics import compute_tables
 from harness.config import StatsConfig, load_config
@@ -82,20 +83,7 @@ def test_report_tables_match_the_statistics_module(audited_run):
 
 @pytest.mark.slow
 def test_report_renders_in_headless_chromium(audited_run, tmp_path):
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    if not chromium:
-        pytest.skip("Debian's chromium is not installed (apt-get install chromium)")
     _, run, _, _ = audited_run
     index = run / "report" / "index.html"
-    shot = tmp_path / "report.png"
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={tmp_path / 'profile'}"]
-    dom = subprocess.run([chromium, *flags, "--dump-dom", index.as_uri()], capture_output=True, text=True, timeout=120)
-    assert dom.returncode == 0 and "Table S13a-c" in dom.stdout
-    r = subprocess.run([chromium, *flags, f"--screenshot={shot}", "--window-size=1280,2400", index.as_uri()],
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0 and shot.stat().st_size > 10_000
-    # Every <img> points at a file that exists (the figures load offline).
-    for src in __import__("re").findall(r"<img src='([^']+)'", index.read_text()):
-        assert (index.parent / src).is_file(), src
+    dom, log, shot = render_in_chromium(index, tmp_path)
+    check_rendered(index, dom, log, shot, copy_to=Path("/tmp/report_screenshot.png"))  # for a reviewer's look

@@ -1,0 +1,75 @@
+"""The report from synthetic runs (no model): labelling QA shows the labeller and its scores where
+known, the figures are real PNGs, and the page renders in headless Chromium without errors."""
+
+from __future__ import annotations
+
+import json
+import re
+from html import unescape
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from browser import check_rendered, render_in_chromium
+from synthetic import synthetic_characters, write_synthetic_runs
+
+from harness.audit.statistics import compute_tables
+from harness.config import StatsConfig
+from harness.report import build_report
+from harness.report.qa import labeller_summary
+
+SCORES = {"gender_precision": 0.898, "gender_recall": 0.866, "name_precision": 0.911, "name_recall": 0.917, "stories": 1000}
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("report")
+    weights = tmp / "encoder-weights"
+    weights.mkdir()
+    (weights / "meta.json").write_text(json.dumps({"files": ["project_train.jsonl"], "report": {
+        "stories": 75, "epochs": 8, "seconds": 120.5, "final_loss": 0.01234, "data_sha256": "ab" * 32}}))
+    (weights / "evaluation.json").write_text(json.dumps({**SCORES, "labeller": "encoder", "by_model": {}}))
+    chars = synthetic_characters(240, models=("model-a", "model-b", "model-c"))
+    tables = compute_tables(chars, StatsConfig())
+    labellers = {"model-a": {"labeller": "encoder", "path": str(weights), "threshold": 0.5, "quantized": True},
+                 "model-b": {"labeller": "rules", "spacy_model": "en_core_web_sm"}}
+    runs = write_synthetic_runs(tmp / "runs", chars, tables, labellers=labellers)
+    index = build_report(runs, tmp / "report")
+    return index, tmp
+
+
+def _table(html: str) -> pd.DataFrame:
+    """The first HTML table in ``html`` as text cells (tags stripped, entities unescaped)."""
+    table = html[:html.index("</table>")]
+    cell = lambda c: unescape(re.sub(r"<[^>]+>", "", c)).strip()  # noqa: E731
+    rows = [re.findall(r"<t[hd]>(.*?)</t[hd]>", r, flags=re.S) for r in re.findall(r"<tr>(.*?)</tr>", table, flags=re.S)]
+    return pd.DataFrame([[cell(c) for c in r] for r in rows[1:]], columns=[cell(c) for c in rows[0]])
+
+
+def test_labeller_summary_reads_scores_and_training():
+    s = labeller_summary({"labeller": "llm", "model": "x", "evaluation": SCORES})
+    assert s["labeller"] == "llm" and s["evaluation"]["name_recall"] == 0.917 and s["evaluation_source"] == "run manifest"
+    assert s["settings"] == {"model": "x"}
+    none = labeller_summary(None)
+    assert none["labeller"] is None and none["evaluation"] is None and none["training"] is None
+
+
+def test_labelling_qa_shows_labeller_and_scores_where_known(report):
+    index, tmp = report
+    html = index.read_text()
+    qa = html[html.index("<h2 id=t-labelling_qa>"):html.index("<h2 id=t-cue_counts>")]
+    by_run = _table(qa[qa.index("<table class='tbl labeller'>"):]).set_index("run")
+    a, b, c = by_run.loc["model-a"], by_run.loc["model-b"], by_run.loc["model-c"]
+    assert a["labeller"] == "encoder" and a["gender P"] == "89.8%" and a["name R"] == "91.7%"
+    assert "evaluation.json" in a["scores from"] and "epochs=8" in a["training"] and "stories=75" in a["training"]
+    assert b["labeller"] == "rules" and b["gender P"] == "n/a" and "no evaluation scores recorded" in b["scores from"]
+    assert "harness label eval" in b["scores from"]
+    assert "not recorded" in c["labeller"]
+    assert "Table S8" in qa and "98.0%" in qa
+
+
+def test_report_renders_in_chromium_without_errors(report, tmp_path):
+    index, _ = report
+    dom, log, shot = render_in_chromium(index, tmp_path)
+    check_rendered(index, dom, log, shot, copy_to=Path("/tmp/report_screenshot_synthetic.png"))
