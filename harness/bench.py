@@ -41,24 +41,40 @@ class Measurement:
 
 
 def _raw(backend, name: str, prompts: list[str], seeds: list[int], params: GenParams) -> tuple[float, int]:
+    """The engine's own batch call with exactly the sampling settings of ``params`` (what the
+    pipeline passes too): every knob is set explicitly, so no model default leaks into one side."""
     if name == "vllm":
         from vllm import SamplingParams
 
-        sps = [SamplingParams(temperature=params.temperature, top_p=params.top_p, max_tokens=params.max_tokens, seed=s) for s in seeds]
+        sps = [
+            SamplingParams(n=1, temperature=params.temperature, top_p=params.top_p, top_k=params.top_k,
+                           max_tokens=params.max_tokens, stop=list(params.stop) or None, seed=s)
+            for s in seeds
+        ]
         t0 = time.perf_counter()
         outs = backend.llm.generate(prompts, sps, use_tqdm=False)
         return time.perf_counter() - t0, sum(len(o.outputs[0].token_ids) for o in outs)
     import torch
 
+    if params.stop:
+        raise ValueError("the raw transformers baseline has no stop strings; benchmark without them")
     tok, model = backend.tokenizer, backend.model
     tokens = 0
     t0 = time.perf_counter()
     with torch.inference_mode():
         for i in range(0, len(prompts), backend.batch_size):
             enc = tok(prompts[i : i + backend.batch_size], return_tensors="pt", padding=True, add_special_tokens=False).to(backend.device)
-            out = model.generate(**enc, max_new_tokens=params.max_tokens, do_sample=True, temperature=params.temperature,
-                                 top_p=params.top_p, top_k=None, pad_token_id=tok.pad_token_id)
-            new = out[:, enc["input_ids"].shape[1]:]
+            prompt_len = enc["input_ids"].shape[1]
+            out = model.generate(
+                **enc,
+                max_new_tokens=min(params.max_tokens, max(1, backend.max_model_len - prompt_len)),  # as the backend
+                do_sample=True,
+                temperature=params.temperature,
+                top_p=params.top_p,
+                top_k=params.top_k if params.top_k > 0 else 0,  # 0 disables top-k; None would take the model's default
+                pad_token_id=tok.pad_token_id,
+            )
+            new = out[:, prompt_len:]
             tokens += int((new != tok.pad_token_id).sum())
     return time.perf_counter() - t0, tokens
 
@@ -67,7 +83,6 @@ def measure(model: ModelConfig, samples: int, max_new_tokens: int, repeats: int 
     suite = get_suite("laissez-faire")
     prompt_ids = [p.id for p in suite.prompts][:: max(1, len(suite) // samples)][:samples]
     per_prompt = max(1, samples // len(prompt_ids))
-    params = GenParams(temperature=1.0, top_p=1.0, max_tokens=max_new_tokens)
     backend = load_backend(model)
     try:
         with tempfile.TemporaryDirectory() as tmp:
@@ -78,6 +93,7 @@ def measure(model: ModelConfig, samples: int, max_new_tokens: int, repeats: int 
                     "output_dir": str(Path(tmp) / f"run{i}"), "shard_rows": 64,
                 })
             items = plan(config(0), suite)
+            params = config(0).sampling.to_params()  # the pipeline's own settings, for the raw side too
             rendered = [render_prompt(backend.tokenizer, it.prompt.text, model.chat_template) for it in items]
             seeds = [it.seed for it in items]
             # Warm-up on the full workload: the first batches of an engine pay one-off costs.
@@ -97,29 +113,46 @@ def _median(ms: list[Measurement]) -> Measurement:
     return sorted(ms, key=lambda m: m.seconds)[len(ms) // 2]
 
 
+TARGET = 0.95  # the pipeline keeps at least this share of the raw backend's stories/s
+
+
 def run_generation_benchmark(
     *, samples: int = 32, max_new_tokens: int = 64, backends: list[str] = ("vllm", "transformers"),
-    model_path: str = "smollm2-135m", write: bool = True,
+    model_path: str = "smollm2-135m", repeats: int = 3, write: bool = True,
 ) -> list[Measurement]:
+    from harness.provenance import gpu_names
+
+    load_before = _load()
     results: list[Measurement] = []
     for b in backends:
         cfg = ModelConfig(backend=b, path=model_path, dtype="auto", batch_size=samples if b == "vllm" else 16, max_model_len=512)
-        results += measure(cfg, samples, max_new_tokens)
+        results += measure(cfg, samples, max_new_tokens, repeats)
     lines = [
         "## Generation throughput (`harness bench generate`)", "",
-        f"Machine: {_machine()}. Model: {model_path}; {samples} stories of the laissez-faire suite per row, "
-        f"T = 1.0, top_p = 1.0, max_new_tokens = {max_new_tokens}; engines loaded and warmed up on the full workload; median of 3 alternating repeats.", "",
+        f"Machine: {_machine()}; load average {load_before} before and {_load()} after the run (other jobs shared the cores). "
+        f"Model: {model_path}; {samples} stories of the laissez-faire suite per row, "
+        f"T = 1.0, top_p = 1.0, top_k off, max_new_tokens = {max_new_tokens}, the same GenParams on both sides; "
+        f"engines loaded and warmed up on the full workload; median of {repeats} alternating repeats.", "",
         "| backend | mode | stories | seconds | stories/s | output tokens/s | pipeline / raw |",
         "|---|---|---|---|---|---|---|",
     ]
     raw = {m.backend: m for m in results if m.mode == "raw"}
+    pipes = {m.backend: m for m in results if m.mode == "pipeline"}
     for m in results:
         ratio = f"{m.stories_per_s / raw[m.backend].stories_per_s:.3f}" if m.mode == "pipeline" else ""
         lines.append(f"| {m.backend} | {m.mode} | {m.stories} | {m.seconds:.2f} | {m.stories_per_s:.2f} | {m.tokens_per_s:.1f} | {ratio} |")
-    pipes = {m.backend: m for m in results if m.mode == "pipeline"}
+    lines += ["", f"Target: the pipeline keeps >= {TARGET:.0%} of the raw backend's stories/s."]
+    for b, m in pipes.items():
+        r = m.stories_per_s / raw[b].stories_per_s
+        verdict = "met" if r >= TARGET else "MISSED"
+        lines.append(f"- {b}: {r:.1%} of raw, target {verdict}.")
     if {"vllm", "transformers"} <= set(pipes):
         lines += ["", f"vLLM / transformers (pipeline, output tokens/s): "
                       f"{pipes['vllm'].tokens_per_s / pipes['transformers'].tokens_per_s:.2f}x"]
+    gpus = gpu_names()
+    lines += ["", f"GPU figures: measured on {', '.join(gpus)} with {model_path}." if gpus else
+              "GPU (Llama-class) figures: not measured; this session had no GPU. On a GPU machine run "
+              "`harness bench generate --model /path/to/Meta-Llama-3.1-8B-Instruct`."]
     text = "\n".join(lines)
     print(text)
     if write:
@@ -133,6 +166,15 @@ def run_generation_benchmark(
         else:
             write_section("generation", text)
     return results
+
+
+def _load() -> str:
+    import os
+
+    try:
+        return f"{os.getloadavg()[0]:.1f}"
+    except OSError:
+        return "n/a"
 
 
 def _machine() -> str:
