@@ -200,12 +200,15 @@ def bench_generate(
     samples: Annotated[int, typer.Option(help="stories per measured configuration")] = 32,
     max_new_tokens: Annotated[int, typer.Option(help="tokens per story")] = 64,
     backends: Annotated[str, typer.Option(help="comma-separated: vllm,transformers")] = "vllm,transformers",
+    model: Annotated[str, typer.Option(help="embedded alias or local model directory")] = "smollm2-135m",
+    repeats: Annotated[int, typer.Option(min=1, help="alternating raw/pipeline repeats (median reported)")] = 3,
     write: Annotated[bool, typer.Option(help="write benchmarks/RESULTS.md")] = True,
 ) -> None:
     """Stories/s and tokens/s: raw backend vs the harness pipeline, vLLM vs transformers."""
     from harness.bench import run_generation_benchmark
 
-    run_generation_benchmark(samples=samples, max_new_tokens=max_new_tokens, backends=backends.split(","), write=write)
+    run_generation_benchmark(samples=samples, max_new_tokens=max_new_tokens, backends=backends.split(","),
+                             model_path=model, repeats=repeats, write=write)
 
 
 def main() -> None:
