@@ -1,0 +1,70 @@
+"""The generation benchmark's bookkeeping, without engines: the raw baseline gets exactly the
+pipeline's sampling settings, and the report states the target verdict per backend."""
+
+from __future__ import annotations
+
+import torch
+
+from harness import bench
+from harness.config import parse_config
+from harness.generation.base import GenParams
+
+
+class _Tok:
+    pad_token_id = 0
+
+    def __call__(self, texts, **kw):
+        ids = torch.ones(len(texts), 5, dtype=torch.long)
+
+        class Enc(dict):
+            def to(self, device):
+                return self
+
+        return Enc(input_ids=ids, attention_mask=torch.ones_like(ids))
+
+
+class _Model:
+    def __init__(self):
+        self.calls = []
+
+    def generate(self, **kw):
+        self.calls.append(kw)
+        ids = kw["input_ids"]
+        return torch.cat([ids, torch.full((ids.shape[0], 3), 7)], dim=1)
+
+
+class _Backend:
+    batch_size, device, max_model_len = 2, "cpu", 512
+
+    def __init__(self):
+        self.tokenizer, self.model = _Tok(), _Model()
+
+
+def test_raw_transformers_baseline_sets_every_sampling_knob_from_the_pipeline_params():
+    cfg = parse_config({"model": {"path": "smollm2-135m"}, "sampling": {"temperature": 0.7, "top_p": 0.9, "max_new_tokens": 12}})
+    params = cfg.sampling.to_params()  # what the pipeline passes its backend
+    b = _Backend()
+    _, tokens = bench._raw(b, "transformers", ["a", "b", "c"], [1, 2, 3], params)
+    assert tokens == 9 and len(b.model.calls) == 2
+    for kw in b.model.calls:
+        # top_k=None would fall back to the model's generation_config (top_k=50 in many models)
+        assert (kw["do_sample"], kw["temperature"], kw["top_p"], kw["top_k"], kw["max_new_tokens"]) == (True, 0.7, 0.9, 0, 12)
+    b2 = _Backend()
+    bench._raw(b2, "transformers", ["a"], [1], GenParams(top_k=40, max_tokens=5))
+    assert b2.model.calls[0]["top_k"] == 40
+
+
+def test_report_states_the_target_verdict_and_the_missing_gpu(monkeypatch, capsys):
+    fake = {
+        "vllm": [bench.Measurement("vllm", "raw", 32, 8.0, 2000), bench.Measurement("vllm", "pipeline", 32, 8.1, 2000)],
+        "transformers": [bench.Measurement("transformers", "raw", 32, 16.0, 2000),
+                         bench.Measurement("transformers", "pipeline", 32, 17.6, 2000)],
+    }
+    monkeypatch.setattr(bench, "measure", lambda cfg, samples, max_new, repeats: fake[cfg.backend])
+    monkeypatch.setattr("harness.provenance.gpu_names", lambda: [])
+    bench.run_generation_benchmark(write=False, repeats=5)
+    out = capsys.readouterr().out
+    assert "- vllm: 98.8% of raw, target met." in out
+    assert "- transformers: 90.9% of raw, target MISSED." in out
+    assert "GPU (Llama-class) figures: not measured; this session had no GPU" in out
+    assert "median of 5 alternating repeats" in out
