@@ -49,8 +49,12 @@ def ratio_heatmap(table: pd.DataFrame, path: Path, title: str, alpha: float = 0.
     cols = list(dict.fromkeys(t.col))
     val = t.pivot_table(index="row", columns="col", values="statistic", aggfunc="first").reindex(index=rows, columns=cols)
     p = t.pivot_table(index="row", columns="col", values="p", aggfunc="first").reindex(index=rows, columns=cols)
-    logv = np.log10(val.to_numpy(dtype=float).clip(1e-3, 1e3))
-    lim = max(np.nanmax(np.abs(logv)) if np.isfinite(logv).any() else 1.0, 0.1)
+    v = val.to_numpy(dtype=float)
+    logv = np.log10(v.clip(1e-3, 1e3))
+    # colour range from the non-zero ratios, saturating at 10x: a single zero count (log -> -inf)
+    # must not wash out every other cell
+    pos = np.abs(logv[np.isfinite(logv) & (v > 0)])
+    lim = float(np.clip(pos.max() if pos.size else 1.0, 0.1, 1.0))
     fig, ax = plt.subplots(figsize=(1.1 * len(cols) + 2.5, 0.45 * len(rows) + 1.8))
     shown = np.ma.masked_where(~(p.to_numpy(dtype=float) < alpha) | ~np.isfinite(logv), logv)
     ax.imshow(np.zeros_like(logv), cmap=matplotlib.colors.ListedColormap([GREY]), aspect="auto")
@@ -58,11 +62,13 @@ def ratio_heatmap(table: pd.DataFrame, path: Path, title: str, alpha: float = 0.
     for i in range(len(rows)):
         for j in range(len(cols)):
             v = val.iat[i, j]
-            ax.text(j, i, "n/a" if not np.isfinite(v) else f"{v:.2f}", ha="center", va="center", fontsize=7)
+            dark = not np.ma.is_masked(shown[i, j]) and abs(shown[i, j]) > 0.6 * lim  # white text on dark cells
+            ax.text(j, i, "n/a" if not np.isfinite(v) else f"{v:.2f}", ha="center", va="center", fontsize=7,
+                    color="white" if dark else "black")
     ax.set_xticks(range(len(cols)), cols, fontsize=7)
     ax.set_yticks(range(len(rows)), rows, fontsize=8)
     cb = fig.colorbar(im, ax=ax, shrink=0.8)
-    cb.set_label("log10 ratio (grey: p >= %.2g)" % alpha)
+    cb.set_label("log10 ratio (grey: p >= %.2g)" % alpha, fontsize=8)
     ax.set_title(title, fontsize=10)
     return _save(fig, path)
 
