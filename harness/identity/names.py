@@ -199,6 +199,7 @@ def first_names_from_jsonl(path: str | Path, fields: Sequence[str] = ("manual_su
                            role_fields: Sequence[str | None] | None = None) -> list[str]:
     """Parsed first names (one per character that has one) from the name fields of a JSONL file.
 
+    A field may be dotted to reach into nested objects (``labels.subject.name``).
     ``role_fields`` aligns with ``fields`` and names the column holding each character's role
     string (e.g. ``subject``/``object``); None disables the role filter for that field.
     """
@@ -221,11 +222,46 @@ def first_names_from_jsonl(path: str | Path, fields: Sequence[str] = ("manual_su
                 raise DataError(f"{path}:{lineno}: not valid JSON ({e.msg}); fix or remove the line") from None
             for f, rf in zip(fields, roles):
                 try:
-                    fn = first_name_of(row.get(f), row.get(rf) if rf else None)
+                    fn = first_name_of(_dig(row, f), _dig(row, rf) if rf else None)
                 except DataError as e:
                     raise DataError(f"{path}:{lineno}: field {f!r}: {e}") from None
                 if fn is not None:
                     out.append(fn)
+    return out
+
+
+def _dig(row: Any, dotted: str) -> Any:
+    """``row["a"]["b"]`` for ``"a.b"``; None where a level is missing (a plain key wins if present)."""
+    if isinstance(row, dict) and dotted in row:
+        return row[dotted]
+    for part in dotted.split("."):
+        if not isinstance(row, dict):
+            return None
+        row = row.get(part)
+    return row
+
+
+# The project's own hand-labelled stories: character names live under labels.<role>.name.
+PROJECT_NAME_FIELDS = ("labels.subject.name", "labels.object.name")
+# The authors' released audit rows: manual (human) name annotations.
+MANUAL_NAME_FIELDS = ("manual_subject_name", "manual_object_name")
+SHARED_DEV = Path("..") / "shared" / "data" / "laissez_faire_audit_dev.jsonl"
+
+
+def default_coverage_sources(repo_root: str | Path | None = None) -> list[tuple[Path, tuple[str, ...]]]:
+    """The corpora ``harness names build`` reports coverage on when none is given.
+
+    Always the first names of the project's labelled stories
+    (``harness/data/labelling/project_train.jsonl``); and, when it exists, the shared dev file
+    ``../shared/data/laissez_faire_audit_dev.jsonl`` beside the repository (never required).
+    ``repo_root`` defaults to the checkout holding this package.
+    """
+    project = Path(str(resources.files("harness") / "data" / "labelling" / "project_train.jsonl"))
+    out = [(project, PROJECT_NAME_FIELDS)] if project.is_file() else []
+    root = Path(repo_root) if repo_root is not None else Path(__file__).resolve().parents[2]
+    dev = root / SHARED_DEV
+    if dev.is_file():
+        out.append((dev.resolve(), MANUAL_NAME_FIELDS))
     return out
 
 

@@ -16,7 +16,8 @@ def test_lookup_json(synthetic_table):
     r = runner.invoke(app, ["lookup", "--table", str(synthetic_table), "--json", "--min-population", "0",
                             "Dr. Samir Haddad", "Mom", "Nobody"])
     assert r.exit_code == 0, r.output
-    recs = [json.loads(line) for line in r.output.splitlines()]
+    recs = json.loads(r.output)  # one JSON array, as `harness prompts list --json`
+    assert isinstance(recs, list) and all(isinstance(x, dict) for x in recs)
     assert [x["name"] for x in recs] == ["Dr. Samir Haddad", "Mom", "Nobody"]
     assert [x["first_name"] for x in recs] == ["Samir", None, "Nobody"]
     assert set(RACES) <= set(recs[0])
@@ -26,7 +27,7 @@ def test_lookup_json(synthetic_table):
 
 def test_lookup_withholds_rare_names(synthetic_table):
     args = ["lookup", "--table", str(synthetic_table), "--json", "Rare", "Samir"]
-    recs = [json.loads(x) for x in runner.invoke(app, args).output.splitlines()]
+    recs = json.loads(runner.invoke(app, args).output)
     assert recs[0]["withheld"] and recs[0]["aian"] is None          # 20 bearers < 100 (default)
     assert not recs[1]["withheld"] and recs[1]["white"] == 0.6
     text = runner.invoke(app, ["lookup", "--table", str(synthetic_table), "Rare", "Samir", "--mode", "renormalised"])
@@ -48,3 +49,29 @@ def test_build_reports_coverage(synthetic_table, tmp_path):
     assert r.exit_code == 0, r.output
     assert "table exists" in r.output
     assert "2/3 distinct names (66.67%), 2/3 occurrences (66.67%)" in r.output and "unmatched: Zed" in r.output
+
+
+def test_build_reports_coverage_by_default(synthetic_table, tmp_path):
+    """Without --coverage: the project's labelled stories, plus ../shared's dev file when it exists."""
+    from harness.identity.names import PROJECT_NAME_FIELDS, NameTable, default_coverage_sources, first_names_from_jsonl
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    r = runner.invoke(app, ["build", "--out", str(synthetic_table), "--repo-root", str(repo)])
+    assert r.exit_code == 0, r.output
+    lines = [x for x in r.output.splitlines() if x.startswith("coverage on ")]
+    assert len(lines) == 1 and "project_train.jsonl" in lines[0]
+    project = default_coverage_sources(repo)[0][0]
+    names = first_names_from_jsonl(project, PROJECT_NAME_FIELDS)
+    assert len(names) > 50 and "Priya" in names  # "Priya Raman" -> Priya
+    cov = NameTable.load(synthetic_table).coverage(names)
+    assert f"{cov.distinct_matched}/{cov.distinct} distinct names" in lines[0]
+    assert f"{cov.occurrences_matched}/{cov.occurrences} occurrences" in lines[0]
+
+    dev = tmp_path / "shared" / "data" / "laissez_faire_audit_dev.jsonl"
+    dev.parent.mkdir(parents=True)
+    dev.write_text('{"manual_subject_name": "[\'Samir\']", "manual_object_name": "[\'Zed\']"}\n')
+    r = runner.invoke(app, ["build", "--out", str(synthetic_table), "--repo-root", str(repo)])
+    lines = [x for x in r.output.splitlines() if x.startswith("coverage on ")]
+    assert len(lines) == 2 and "laissez_faire_audit_dev.jsonl" in lines[1]
+    assert "1/2 distinct names (50.00%), 1/2 occurrences (50.00%)" in lines[1]
