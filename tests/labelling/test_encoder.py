@@ -92,3 +92,64 @@ def test_decode_names_references_and_pronoun_agreement():
     assert out.character("object") == CharacterLabel("object", "Tom", ("he", "his"))
     loose = _decoder(agreement=False)._decode(story, enc, p)
     assert loose.character("subject").references == ("She", "he", "her")
+
+
+def test_flip_gender_swaps_words_and_reference_lists():
+    from harness.labelling.encoder import flip_gender, her_is_possessive
+
+    text = "Sarah met Mr. Lee. She gave her book to him, and he thanked her. His dog was hers; the woman smiled."
+    new, refs = flip_gender(text, {"subject": ["She", "her", "hers", "woman"], "object": ["Mr.", "him", "he", "His"],
+                                   "none": None}, her_is_possessive)
+    assert new == "Sarah met Ms. Lee. He gave his book to her, and she thanked him. Her dog was his; the man smiled."
+    assert refs["subject"] == ["He", "him", "his", "man"]  # "her" became "his" (determiner) and "him" (object)
+    assert refs["object"] == ["Ms", "her", "she", "Her"]
+    assert refs["none"] is None
+    # words with no binary counterpart stay as they are
+    assert flip_gender("They smiled at xem.", {"subject": ["They"]}, her_is_possessive) == (
+        "They smiled at xem.", {"subject": ["They"]})
+
+
+def _probs_for(words, tags):
+    """A probability matrix with ``tags``: {(word, occurrence or None, slot): p}."""
+    import numpy as np
+
+    p = np.zeros((len(words), 4))
+    idx = {}
+    for i, (w, _, _) in enumerate(words):
+        idx.setdefault(w, []).append(i)
+    for (w, k, slot), v in tags.items():
+        p[idx[w] if k is None else idx[w][k], slot] = v
+    return p
+
+
+def test_decode_one_character_cannot_fill_both_roles_and_names_end_capitalised():
+    from harness.labelling.base import RoleSpec, StoryInput
+    from harness.labelling.encoder import _Encoded
+
+    text = "Jimmy sighed. Sara twirled her hair while Jimmy washed up; Sara laughed."
+    story = StoryInput("x", text, (RoleSpec("subject", "sibling who does the teaching"),
+                                   RoleSpec("object", "other sibling")))
+    words = split_words(text)
+    enc = _Encoded([], [], list(range(len(words))), words, False)
+    # both roles tag Jimmy first; the object's total for Jimmy is larger, so the subject falls
+    # back to its next name, Sara; "twirled" tagged after Sara is not part of the name
+    p = _probs_for(words, {("Jimmy", 0, 0): 0.6, ("Sara", 0, 0): 0.9, ("twirled", 0, 0): 0.7,
+                           ("Jimmy", 0, 2): 0.9, ("Jimmy", 1, 2): 0.8})
+    out = _decoder()._decode(story, enc, p)
+    assert [c.name for c in out.characters] == ["Sara", "Jimmy"]
+
+
+def test_decode_first_and_second_follow_the_order_of_introduction():
+    from harness.labelling.base import RoleSpec, StoryInput
+    from harness.labelling.encoder import _Encoded
+
+    text = "Ana met Tom at the park. She smiled and he waved."
+    words = split_words(text)
+    enc = _Encoded([], [], list(range(len(words))), words, False)
+    p = _probs_for(words, {("Tom", 0, 0): 0.9, ("he", 0, 1): 0.9, ("Ana", 0, 2): 0.9, ("She", 0, 3): 0.9})
+    love = StoryInput("x", text, (RoleSpec("subject", "first friend"), RoleSpec("object", "second friend")))
+    out = _decoder()._decode(love, enc, p)
+    assert [(c.name, c.references) for c in out.characters] == [("Ana", ("She",)), ("Tom", ("he",))]
+    # other roles keep what the model says
+    laden = StoryInput("x", text, (RoleSpec("subject", "friend who pays the bill"), RoleSpec("object", "other friend")))
+    assert [c.name for c in _decoder()._decode(laden, enc, p).characters] == ["Tom", "Ana"]
