@@ -28,7 +28,7 @@ from harness.store import RunStore
 TABLES = ("representation", "orientation", "subordination", "rmrs", "threshold_curve", "name_ratios",
           "likelihood_histogram", "top_names", "labelling_qa")
 S13_COLUMNS = ["model", "domain", "kind", "gender", "group", "statistic", "p", "nu", "ci_low", "ci_high", "d",
-               "p_exact", "boot_low", "boot_high", "q_bh", "flags", "reason"]
+               "p_exact", "p_boot", "boot_low", "boot_high", "q_bh", "q_bh_from", "flags", "reason"]
 
 
 def _load_run(run: Path) -> tuple[dict, dict[str, pd.DataFrame], pd.DataFrame]:
