@@ -66,7 +66,7 @@ def _fmt_table(df: pd.DataFrame, max_rows: int = 400) -> str:
 
 
 def _s13(df: pd.DataFrame) -> pd.DataFrame:
-    cols = [c for c in S13_COLUMNS if c in df.columns and not (c in {"boot_low", "boot_high"} and df[c].isna().all())]
+    cols = [c for c in S13_COLUMNS if c in df.columns and not (c in {"boot_low", "boot_high", "p_boot"} and df[c].isna().all())]
     return df[cols]
 
 
