@@ -360,13 +360,13 @@ def orientation_table(
                           group=k) for k in PAIRS]
             continue
         cell = by_model[model]
-        wide = cell.groupby(["story_id", "role"])["gender"].agg(list).unstack("role")
-        pairs = []
-        for sid, r in wide.iterrows():
-            s, o = r.get("subject"), r.get("object")
-            ok = isinstance(s, list) and isinstance(o, list) and len(s) == 1 and len(o) == 1
-            pairs.append((sid, _pair(s[0], o[0]) if ok else None))
-        ps = pd.Series(dict(pairs), dtype=object).dropna()
+        # stories (sorted by id) with exactly one subject and one object
+        by_role = cell.groupby(["story_id", "role"])["gender"]
+        n = by_role.size().unstack("role").reindex(columns=["subject", "object"])
+        first = by_role.first().unstack("role").reindex(columns=["subject", "object"])
+        one_each = (n["subject"] == 1) & (n["object"] == 1)
+        ps = pd.Series([_pair(a, b) for a, b in zip(first["subject"][one_each], first["object"][one_each])],
+                       index=first.index[one_each], dtype=object).dropna()
         ind = np.column_stack([(ps == k).to_numpy() for k in PAIRS]).astype(float) if len(ps) else np.zeros((0, 6))
         boot = None
         if n_boot and len(ps):
