@@ -107,7 +107,36 @@ class StatsConfig(_Strict):
     backend: Literal["auto", "numpy", "triton", "cupy"] = "auto"
 
 
+class EmbeddingConfig(_Strict):
+    """The embed stage of a homogeneity run: which embedder turns each text into one vector."""
+
+    embedder: str = Field("minilm-l6", description="a preset of harness.homogeneity.embed.EMBEDDERS "
+                          "(minilm-l6, sbert, bert-2, bert-3, roberta-2, roberta-3, bert-2-extra)")
+    path: str | None = Field(None, description="local model directory (presets other than minilm-l6 need one)")
+    preprocess: str | None = Field(None, description="override the preset's preprocessing: none, simple_prep, "
+                                   "simple_prep_cased, extra_prep or extra_prep_words")
+    batch_size: int = Field(64, ge=1, description="texts per forward pass")
+    device: str = Field("auto", description="auto, cpu or cuda")
+    max_length: int | None = Field(None, ge=8, description="tokens per text (default: the preset's, 512)")
+    cache_dtype: Literal["float16", "float32"] = Field("float16", description="dtype of the cached vectors")
+
+
+class HomogeneityConfig(_Strict):
+    """Generation top-up and statistics options of a homogeneity run (bootstrap replicates, seed
+    and kernel backend come from ``statistics:``)."""
+
+    refusal: Literal["authors", "open-models"] = Field("authors", description="refusal filter: the authors' six "
+                                                       "case-sensitive substrings, or a broader open-model lexicon")
+    target: int | None = Field(None, ge=2, description="usable texts per prompt (default: samples_per_prompt)")
+    max_topup_rounds: int = Field(5, ge=0, description="top-up rounds for refused or empty samples")
+    n_perm: int = Field(0, ge=0, description="text-level permutation replicates (0 = skip)")
+    top_k: int = Field(3, ge=1, description="most and least similar pairs kept per prompt")
+    alpha: float = Field(0.05, gt=0, lt=1)
+
+
 STAGES = ("generate", "label", "identities", "statistics", "report")
+#: The stages of a homogeneity run (suite: homogeneity), in order.
+HOMOGENEITY_STAGES = ("generate", "embed", "statistics", "report")
 
 
 class RunConfig(_Strict):
@@ -123,12 +152,15 @@ class RunConfig(_Strict):
     seed: int = Field(0, ge=0)
     output_dir: str = "runs/run"
     shard_rows: int = Field(256, ge=1, description="rows per Parquet shard")
-    stages: list[Literal["generate", "label", "identities", "statistics", "report"]] = Field(
-        default_factory=lambda: list(STAGES)
+    stages: list[Literal["generate", "label", "identities", "statistics", "report", "embed"]] = Field(
+        default_factory=lambda: list(STAGES),
+        description="homogeneity runs take generate, embed, statistics, report",
     )
     label: LabelConfig = Field(default_factory=LabelConfig)
     identity: IdentityConfig = Field(default_factory=IdentityConfig)
     statistics: StatsConfig = Field(default_factory=StatsConfig)
+    embedding: EmbeddingConfig = Field(default_factory=EmbeddingConfig)
+    homogeneity: HomogeneityConfig = Field(default_factory=HomogeneityConfig)
 
 
 def _expand_env(value: Any, where: str, path: Path) -> Any:

@@ -181,7 +181,13 @@ def run_stages(
     progress: bool = True,
     echo: Callable[[str], None] = print,
 ) -> list[StageResult]:
-    """Run ``stages`` (default: the config's) in pipeline order."""
+    """Run ``stages`` (default: the config's) in pipeline order. A homogeneity config (suite
+    ``homogeneity``) runs generate -> embed -> statistics -> report instead
+    (``harness.homogeneity.stages``)."""
+    from harness.homogeneity.stages import is_homogeneity, run_homogeneity_stages
+
+    if is_homogeneity(cfg):
+        return run_homogeneity_stages(cfg, stages, shard=shard, progress=progress, echo=echo)
     wanted = stages or list(cfg.stages)
     unknown = [s for s in wanted if s not in RUNNERS]
     if unknown:
