@@ -220,7 +220,7 @@ def generate_run(
                 weights = models.weights_identity(models.resolve(cfg.model.backend, cfg.model.path, cfg.model.gguf_file).weights_path)
             store.update_manifest(model={"backend": info.backend, "name": info.model, **info.extra, "weights": weights})
             by_id = {it.request_id: it for it in todo}
-            requests = [GenRequest(it.request_id, it.prompt.text, it.seed) for it in todo]
+            requests = [GenRequest(it.request_id, it.prompt.text, it.seed, it.prompt.meta.get("system")) for it in todo]
             buffer: list[dict[str, Any]] = []
             bar = _progress(len(todo), enabled=progress)
             t0 = time.perf_counter()

@@ -268,3 +268,25 @@ def test_seeded_sampler_draws_from_the_filtered_distribution():
     a = SeededSampler([7, 8, 9, 7], GenParams())(torch.zeros(4, 1, dtype=torch.long), batch)
     b = SeededSampler([7], GenParams())(torch.zeros(1, 1, dtype=torch.long), row.clone())
     assert (a == 0).sum() == 4 and a[0].argmax() == a[3].argmax() == b[0].argmax()
+
+
+def test_system_message_reaches_chat_templates_and_openai_bodies():
+    from harness.generation.chat import render_prompt
+
+    class Tok:
+        chat_template = "x"
+
+        def apply_chat_template(self, messages, tokenize, add_generation_prompt):
+            return json.dumps(messages)
+
+    assert json.loads(render_prompt(Tok(), "hi", True, "You are a chatbot")) == [
+        {"role": "system", "content": "You are a chatbot"}, {"role": "user", "content": "hi"}]
+    assert json.loads(render_prompt(Tok(), "hi", True)) == [{"role": "user", "content": "hi"}]
+    assert render_prompt(Tok(), "hi", False, "You are a chatbot") == "hi\n"  # no template: no system turn
+    b = OpenAIBackend("m", base_url="http://127.0.0.1:9/v1")
+    try:
+        body = b._body(GenRequest("a", "hi", 3, system="You are a chatbot"), GenParams())
+    finally:
+        b.close()
+    assert body["messages"][0] == {"role": "system", "content": "You are a chatbot"}
+

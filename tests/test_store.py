@@ -197,3 +197,21 @@ def test_sigkill_mid_run_then_resume_with_a_real_model(tmp_path, smollm2_dir):
     assert len(kept) == len(before)
     assert (after.finish_reason != "error").all() and after.text_clean.str.len().gt(0).all()
     assert json.loads((out / "run.json").read_text())["status"] == "complete"
+
+
+class SystemEcho(EchoBackend):
+    def generate(self, requests, params, *, progress=False):
+        self.systems = [r.system for r in requests]
+        yield from super().generate(requests, params, progress=progress)
+
+
+def test_pipeline_sends_the_suites_system_message(tmp_path):
+    """Homogeneity prompts carry the authors' system message; laissez-faire prompts have none."""
+    hom = get_suite("homogeneity", "released").prompts[:2]
+    b = SystemEcho()
+    generate_run(cfg(tmp_path, suite="homogeneity", prompts=[p.id for p in hom], samples_per_prompt=1),
+                 backend=b, progress=False)
+    assert b.systems == [hom[0].meta["system"]] * 2 and b.systems[0]
+    b = SystemEcho()
+    generate_run(cfg(tmp_path / "lf", samples_per_prompt=1), backend=b, progress=False)
+    assert b.systems == [None] * 3

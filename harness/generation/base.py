@@ -57,11 +57,14 @@ class GenParams:
 @dataclass(frozen=True, slots=True)
 class GenRequest:
     """One prompt to complete. ``prompt`` is the user message (the chat template, if any, is
-    applied by the backend); ``seed`` makes the sample reproducible where the backend allows."""
+    applied by the backend); ``seed`` makes the sample reproducible where the backend allows;
+    ``system`` is a system message sent before it when the backend uses a chat template (the
+    homogeneity suite's "You are a chatbot"), ignored without one."""
 
     request_id: str
     prompt: str
     seed: int = 0
+    system: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,13 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 
-def render_prompt(tokenizer: Any, prompt: str, chat_template: bool) -> str:
-    """The text a local engine sees: the chat template with a generation prompt, or the raw
-    prompt followed by a newline (how the authors ran Llama 2 without a template)."""
+def chat_messages(prompt: str, system: str | None = None) -> list[dict[str, str]]:
+    """The chat turns of one request: an optional system message, then the user prompt."""
+    return ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
+
+
+def render_prompt(tokenizer: Any, prompt: str, chat_template: bool, system: str | None = None) -> str:
+    """The text a local engine sees: the chat template with a generation prompt (and the system
+    message, if any), or the raw prompt followed by a newline (how the authors ran Llama 2
+    without a template; a system message has no place there and is dropped)."""
     if chat_template and getattr(tokenizer, "chat_template", None):
-        return tokenizer.apply_chat_template(
-            [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
-        )
+        return tokenizer.apply_chat_template(chat_messages(prompt, system), tokenize=False, add_generation_prompt=True)
     return prompt + "\n"
 
 

@@ -108,7 +108,7 @@ class TransformersBackend(Backend):
     def _generate_batch(self, batch: Sequence[GenRequest], params: GenParams) -> list[GenResult]:
         from transformers import LogitsProcessorList
 
-        texts = [render_prompt(self.tokenizer, r.prompt, self.chat_template) for r in batch]
+        texts = [render_prompt(self.tokenizer, r.prompt, self.chat_template, r.system) for r in batch]
         enc = self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
         prompt_len = enc["input_ids"].shape[1]
         max_new = min(params.max_tokens, max(1, self.max_model_len - prompt_len))

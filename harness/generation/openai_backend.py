@@ -17,6 +17,7 @@ import httpx
 
 from harness.errors import BackendError
 from harness.generation.base import Backend, BackendInfo, GenParams, GenRequest, GenResult
+from harness.generation.chat import chat_messages
 
 RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 
@@ -78,7 +79,7 @@ class OpenAIBackend(Backend):
         if params.stop:
             body["stop"] = list(params.stop)
         if self.chat:
-            body["messages"] = [{"role": "user", "content": req.prompt}]
+            body["messages"] = chat_messages(req.prompt, req.system)
         else:
             body["prompt"] = req.prompt + "\n"
         return body

@@ -104,7 +104,7 @@ class VLLMBackend(Backend):
         # Chunks let the caller commit finished stories while the engine keeps its batch full.
         for start in range(0, len(requests), self.chunk):
             chunk = requests[start : start + self.chunk]
-            prompts = [render_prompt(self.tokenizer, r.prompt, self.chat_template) for r in chunk]
+            prompts = [render_prompt(self.tokenizer, r.prompt, self.chat_template, r.system) for r in chunk]
             outs = self.llm.generate(prompts, [self._sampling(r, params) for r in chunk], use_tqdm=False)
             for req, out in zip(chunk, outs):
                 c = out.outputs[0]
