@@ -84,7 +84,13 @@ class _GLS:
         bsum = s @ H.T
         XtX = np.einsum("bc,cp,cq->bpq", n, X, X) - np.einsum("bf,bfp,bfq->bpq", w, a, a)
         Xty = s @ X - np.einsum("bf,bfp,bf->bp", w, a, bsum)
-        return np.linalg.solve(XtX, Xty[..., None])[..., 0]
+        # a replicate that leaves some level without pairs (small cells: every text of a
+        # group drawn zero times) has no estimate: NaN, left out of the SE and quantiles
+        ok = np.linalg.matrix_rank(XtX) == XtX.shape[-1]
+        out = np.full(Xty.shape, np.nan)
+        if ok.any():
+            out[ok] = np.linalg.solve(XtX[ok], Xty[ok][..., None])[..., 0]
+        return out
 
 
 def _group_means(cells: pd.DataFrame, n: np.ndarray, s: np.ndarray, by_sets) -> pd.DataFrame:
@@ -140,12 +146,16 @@ def text_bootstrap(x, cell, cells: pd.DataFrame, suite: ModelSuite, *, n_boot: i
     rows = []
     for name, model in suite.models.items():
         est_b = _GLS(cells, model, levels, refs)(n_b, z_b)
-        bse = est_b.std(0, ddof=1)
+        valid = int(np.isfinite(est_b).all(1).sum())
+        if valid < 2:
+            raise DataError(f"text bootstrap of model {name}: {n_boot - valid} of {n_boot} replicates left a level "
+                            "without pairs; generate more texts per prompt")
+        bse = np.nanstd(est_b, axis=0, ddof=1)
         ql, qh = np.nanquantile(est_b, [lo, hi], axis=0)
         for j, term in enumerate(model.names):
             rows.append({"model": name, "term": term, "estimate": model.fe[j], "se_pair": model.se[j],
                          "se_text": bse[j], "ci_low_text": ql[j], "ci_high_text": qh[j],
-                         "se_ratio": bse[j] / model.se[j]})
+                         "se_ratio": bse[j] / model.se[j], "n_boot_valid": valid})
     coefs = pd.DataFrame(rows)
     zs = (cells["sum"].to_numpy() - st.mean * cells["n_pairs"].to_numpy()) / st.sd
     full = _group_means(cells, cells["n_pairs"].to_numpy()[None, :], zs[None, :], _GROUPINGS)
