@@ -1,12 +1,15 @@
 """Homogeneity audit benchmark: MiniLM embeddings/s, and the statistics stage at 52,000 and
 500,000 texts (time and peak memory per step).
 
-    python benchmarks/homogeneity.py [--embed-texts 512] [--sizes 52000 500000] [--boot 200]
+    python benchmarks/homogeneity.py [--embed-texts 3000] [--sizes 52000 500000] [--boot 200]
 
-The statistics stage runs on random unit vectors (d = 384, 104 prompts of equal size): the
-cost does not depend on what the vectors mean. Embedding throughput is measured on a real
-sample of 30-word texts and extrapolated to the corpus sizes (labelled as such). Peak memory
-is the tracemalloc peak of each step (NumPy allocations included), next to the input size.
+The statistics stage (``analyse_embeddings``: sufficient statistics, the four mixed models with
+LRTs and simple effects, text-level bootstrap, per-prompt extreme pairs and histograms, tables
+written) runs on random unit vectors (d = 384, 104 prompts of equal size): the cost does not
+depend on what the vectors mean. Each size runs in a fresh process, so its peak RSS is its
+own; the tracemalloc peak (NumPy allocations included) is given beside it. Embedding
+throughput is measured on a sample of synthetic 27-word texts and extrapolated to the corpus
+sizes (labelled as such).
 Results go to the ``homogeneity`` section of benchmarks/RESULTS.md.
 """
 
@@ -14,7 +17,11 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import random
+import resource
+import subprocess
+import tempfile
 import sys
 import time
 import tracemalloc
@@ -63,39 +70,55 @@ def synthetic(n_texts: int, d: int = 384, seed: int = 0):
     x /= np.linalg.norm(x, axis=1, keepdims=True)
     keys = [(r, g, f"f{f:02d}") for r in RACES for g in GENDERS for f in range(13)]
     texts = pd.DataFrame(np.repeat(np.array(keys, dtype=object), per, axis=0), columns=["race", "gender", "format"])
+    texts["prompt_id"] = texts["race"] + "-" + texts["gender"] + "-" + texts["format"]
+    texts["sample_idx"] = np.tile(np.arange(per), 104)
+    texts["text_clean"] = "synthetic"
     return x, texts
 
 
 def stats_stage(n_texts: int, n_boot: int) -> dict:
-    from harness.homogeneity.inference import text_bootstrap
-    from harness.homogeneity.mixed import fit_paper_models
-    from harness.homogeneity.stage import cell_table
+    """The whole statistics stage of ``harness run`` on ``n_texts`` synthetic unit vectors."""
+    from harness.homogeneity.stage import analyse_embeddings
 
     x, texts = synthetic(n_texts)
-    row = {"texts": len(x), "pairs": 104 * (len(x) // 104) * (len(x) // 104 - 1) // 2, "input_MB": x.nbytes / 2**20}
-    (cells, cell, _), row["suff_s"], row["suff_peak_MB"] = measure(lambda: cell_table(texts, x, backend="numpy"))
-    row["suff_peak_MB"] /= 2**20
-    suite, row["lmm_s"], peak = measure(lambda: fit_paper_models(cells))
-    row["lmm_peak_MB"] = peak / 2**20
-    _, row["boot_s"], peak = measure(lambda: text_bootstrap(x, cell, cells, suite, n_boot=n_boot, seed=0))
-    row["boot_peak_MB"] = peak / 2**20
-    row["boot_B"] = n_boot
+    row = {"texts": len(x), "pairs": 104 * (len(x) // 104) * (len(x) // 104 - 1) // 2, "input_MB": x.nbytes / 2**20,
+           "boot_B": n_boot, "rss_before_MB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    with tempfile.TemporaryDirectory() as out:
+        (_, secs), row["total_s"], peak = measure(
+            lambda: analyse_embeddings(x, texts, out, n_boot=n_boot, seed=0, backend="numpy", top_k=3))
+    row.update({f"{k}_s": v for k, v in secs.items()})
+    row["tracemalloc_peak_MB"] = peak / 2**20
+    row["peak_rss_MB"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return row
+
+
+def stats_stage_subprocess(n_texts: int, n_boot: int) -> dict:
+    """``stats_stage`` in a fresh interpreter (a clean peak RSS per size)."""
+    r = subprocess.run([sys.executable, __file__, "--child", str(n_texts), "--boot", str(n_boot)],
+                       capture_output=True, text=True, check=False)
+    if r.returncode:
+        raise SystemExit(f"statistics stage at {n_texts} texts failed:\n{r.stderr[-3000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--embed-texts", type=int, default=512)
+    ap.add_argument("--embed-texts", type=int, default=3000)
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--sizes", type=int, nargs="+", default=[52_000, 500_000])
     ap.add_argument("--boot", type=int, default=200)
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.child:
+        print(json.dumps(stats_stage(a.child, a.boot)))
+        return
     rate, load = embed_rate(a.embed_texts, a.batch_size)
+    gc.collect()
     print(f"MiniLM: {rate:.1f} texts/s ({a.embed_texts} texts, batch {a.batch_size}); load {load:.1f} s", flush=True)
     rows = []
     for n in a.sizes:
-        r = stats_stage(n, a.boot)
+        r = stats_stage_subprocess(n, a.boot)
         print(r, flush=True)
         rows.append(r)
     md = [
@@ -105,21 +128,36 @@ def main() -> None:
         f"embeds **{rate:.0f} texts/s** on {a.embed_texts} synthetic 27-word texts (model load {load:.1f} s).", "",
         "**Embeddings (extrapolated from that rate, not measured):** "
         + "; ".join(f"{n:,} texts ≈ {n / rate / 60:.0f} min" for n in a.sizes) + ".", "",
-        "**Statistics stage (measured)** on random unit vectors, d = 384, 104 prompts of equal size, float32 input, "
-        "NumPy kernel backend; peak = tracemalloc peak of the step. Sufficient statistics = per-prompt pair count, "
-        "sum, sum of squares (`harness.kernels.homogeneity.group_stats`); LMMs = the four REML models + Type-3 LRTs "
-        f"(ML) + simple effects from those sums; bootstrap = text-level Poisson bootstrap, B = {a.boot}, of all four "
-        "models' fixed effects and the group means.", "",
-        "| texts | within-prompt pairs | input (MB) | sufficient stats (s) | peak (MB) | 4 LMMs + LRTs (s) | peak (MB) "
-        "| bootstrap (s) | peak (MB) |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "**Statistics stage (measured)** of `harness run` (`analyse_embeddings`, the whole stage: per-prompt "
+        "sufficient statistics from `harness.kernels.homogeneity.group_stats`; the four REML models, Type-3 LRTs (ML) "
+        f"and simple effects from those sums; a text-level Poisson bootstrap, B = {a.boot}, of every fixed effect and "
+        "group mean; the per-prompt most/least similar pairs (top 3) and pair-cosine histograms from `pair_stats`; "
+        "tables written). Input: **synthetic random unit vectors** (not embeddings of real texts), d = 384, float32, "
+        "104 prompts of equal size, NumPy kernel backend. Each size runs in a fresh process: peak RSS is the "
+        "process maximum (the imported libraries, torch among them, and the synthetic input included; "
+        "the column before it is the same maximum just before the stage starts), tracemalloc peak the largest "
+        "traced allocation total during the stage.", "",
+        "| texts | within-prompt pairs | input N x d (MB) | sufficient stats (s) | 4 LMMs + LRTs (s) "
+        "| bootstrap (s) | extreme pairs + histograms (s) | whole stage (s) | tracemalloc peak (MB) "
+        "| RSS before the stage (MB) | peak RSS (MB) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        md.append(f"| {r['texts']:,} | {r['pairs']:,} | {r['input_MB']:.0f} | {r['suff_s']:.2f} | {r['suff_peak_MB']:.0f} "
-                  f"| {r['lmm_s']:.2f} | {r['lmm_peak_MB']:.1f} | {r['boot_s']:.1f} | {r['boot_peak_MB']:.0f} |")
-    md += ["", "The pair table (one row per within-prompt pair) is never formed: memory is a small multiple of the "
-           "input (float64 copies of the N x d matrix), and the mixed models cost the same at any corpus size "
-           "(they see 104 x 3 numbers)."]
+        md.append(f"| {r['texts']:,} | {r['pairs']:,} | {r['input_MB']:.0f} | {r['sufficient_stats_s']:.2f} "
+                  f"| {r['mixed_models_s']:.2f} | {r['text_inference_s']:.1f} | {r['pair_tables_s']:.1f} "
+                  f"| {r['total_s']:.1f} | {r['tracemalloc_peak_MB']:.0f} | {r['rss_before_MB']:.0f} | {r['peak_rss_MB']:.0f} |")
+    if len(rows) > 1:
+        a0, a1 = rows[0], rows[-1]
+        md += ["", f"Memory scales with N d, not with the number of pairs: from {a0['texts']:,} to {a1['texts']:,} texts "
+               f"the input grows {a1['input_MB'] / a0['input_MB']:.1f}x, the pairs {a1['pairs'] / a0['pairs']:.0f}x and "
+               f"the traced peak {a1['tracemalloc_peak_MB'] / a0['tracemalloc_peak_MB']:.1f}x "
+               f"({a1['tracemalloc_peak_MB'] / a1['input_MB']:.1f} x the input at {a1['texts']:,}). "
+               f"A float32 pair table would need {a1['pairs'] * 4 / 2**30:.1f} GiB at {a1['texts']:,} texts."]
+    md += ["", "The pair table (one row per within-prompt pair) is never formed: pairs are reduced block by block "
+           "inside each prompt, and the mixed models see 104 x 3 numbers at any corpus size.",
+           "", "**End to end (extrapolated):** embedding at the measured rate plus the measured statistics stage: "
+           + "; ".join(f"{r['texts']:,} texts ≈ {r['texts'] / rate / 60:.0f} min embedding (extrapolated) + "
+                       f"{r['total_s'] / 60:.1f} min statistics (measured)" for r in rows) + "."]
     text = "\n".join(md)
     print(text)
     if not a.no_write:

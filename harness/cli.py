@@ -189,9 +189,16 @@ def report(
     out: Annotated[Path, typer.Option("--out", "-o", help="report directory")] = Path("report"),
     title: Annotated[str, typer.Option(help="report title")] = "Laissez-faire audit",
 ) -> None:
-    """Build one report over several runs (e.g. several models), as the paper compares five."""
+    """Build one report over several runs (e.g. several models), as the paper compares five.
+    Homogeneity runs (``homogeneity/`` tables, no laissez-faire statistics) get the homogeneity report."""
     from harness.report import build_report
 
+    if all((Path(r) / "homogeneity").is_dir() and not (Path(r) / "statistics").is_dir() for r in runs):
+        from harness.report.homogeneity import build_homogeneity_report
+
+        title = "Homogeneity audit" if title == "Laissez-faire audit" else title
+        typer.echo(f"report: {build_homogeneity_report(runs, out, title=title)}")
+        return
     typer.echo(f"report: {build_report(runs, out, title=title)}")
 
 

@@ -164,12 +164,15 @@ def extreme_pairs_figure(ext: pd.DataFrame, path: Path) -> Path:
             dk = d[d["kind"] == kind]
             x = np.array([pos[g] for g in zip(dk["race"], dk["gender"])], float)
             ax.scatter(x, dk["z"], marker=marker, c=[GENDER_COLOURS.get(g, "k") for g in dk["gender"]],
-                       edgecolor="k", linewidth=0.3, s=26, label=f"{kind} similar")
+                       edgecolor="k", linewidth=0.3, s=26)
         ax.axhline(0, color="k", lw=0.6, ls=":")
         ax.set_xticks(range(len(groups)), [f"{r} {g}" for r, g in groups], fontsize=7, rotation=60, ha="right")
         ax.set_title(f"{m} · {e}", fontsize=9)
     axes[0][0].set_ylabel("pair cosine (z)", fontsize=8)
-    axes[0][-1].legend(fontsize=7)
+    handles = [plt.Line2D([], [], marker=m, ls="", color="#888", markeredgecolor="k", label=f"{k} similar")
+               for k, m in (("most", "^"), ("least", "v"))]
+    handles += [plt.Line2D([], [], marker="s", ls="", color=c, label=g) for g, c in GENDER_COLOURS.items()]
+    axes[0][-1].legend(handles=handles, fontsize=7)
     fig.tight_layout()
     return _save(fig, path)
 

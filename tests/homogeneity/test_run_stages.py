@@ -82,3 +82,100 @@ def test_report_from_two_runs(tmp_path):
     top = pairs[(pairs.race == "Asian") & (pairs.gender == "man") & (pairs.kind == "most")]["cosine"].max()
     got = ext[(ext.model == "model-a") & (ext.race == "Asian") & (ext.gender == "man") & (ext.kind == "most")]
     assert got["cosine"].max() == pytest.approx(top) and got["group_rank"].tolist() == [1, 2]
+
+
+# ============================================================================ end to end (slow)
+
+PROMPTS = [f"{r}-{g}-{f}" for r in ("african", "asian", "hispanic", "white") for g in ("man", "woman")
+           for f in ("story", "biography")]
+
+
+@pytest.fixture(scope="module")
+def homogeneity_run(tmp_path_factory, smollm2_dir):
+    tmp = tmp_path_factory.mktemp("homogeneity")
+    conf = tmp / "homogeneity.yaml"
+    conf.write_text(
+        "name: smollm2-homogeneity-e2e\n"
+        "model: {backend: transformers, path: smollm2-135m, batch_size: 16, max_model_len: 256}\n"
+        "sampling: {temperature: 1.0, max_new_tokens: 40}\n"
+        f"suite: homogeneity\nprompts: {json.dumps(PROMPTS)}\nsamples_per_prompt: 3\nseed: 3\nshard_rows: 32\n"
+        f"output_dir: {tmp / 'run'}\n"
+        "embedding: {embedder: minilm-l6, device: cpu, batch_size: 32}\n"
+        "homogeneity: {top_k: 2, max_topup_rounds: 3}\n"
+        "statistics: {n_boot: 60, backend: numpy}\n"
+    )
+    cmd = [sys.executable, "-m", "harness.cli", "run", str(conf), "--no-progress"]
+    first = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert first.returncode == 0, first.stderr[-3000:]
+    second = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert second.returncode == 0, second.stderr[-3000:]
+    return conf, tmp / "run", first.stdout, second.stdout
+
+
+@pytest.mark.slow
+def test_whole_homogeneity_run_on_the_embedded_model(homogeneity_run, tmp_path):
+    conf, run, first, second = homogeneity_run
+    for stage in HOMOGENEITY_STAGES:  # the default stage list runs every homogeneity stage, and a rerun skips them
+        assert f"[{stage}] done" in first, first
+        assert f"[{stage}] skipped (current)" in second, second
+    assert f"report: {run / 'report' / 'index.html'}" in first
+
+    # the tables agree with the statistics module on the cached embeddings
+    from harness.homogeneity.embed import EmbeddingCache
+    from harness.homogeneity.stage import FACTORS, suite_levels
+    from harness.homogeneity.stages import included_texts
+    from harness.kernels import homogeneity as hk
+
+    cfg = load_config(conf)
+    allt, texts, suite = included_texts(cfg)
+    assert texts.groupby("prompt_id").size().eq(3).all() and texts["prompt_id"].nunique() == len(PROMPTS)
+    x = EmbeddingCache(run, embedder_spec(cfg)).load(texts, texts["text_clean"].tolist())
+    assert x.shape == (len(PROMPTS) * 3, 384)
+    levels, refs = suite_levels(suite)
+    cells, cell, _ = cell_table(texts, x, backend="numpy", cell_order=[tuple(p.meta[k] for k in FACTORS) for p in suite])
+    bf = hk.brute_force(x, cell)  # every within-prompt pair formed explicitly
+    np.testing.assert_allclose(cells["sum"], bf.sum, rtol=1e-6, atol=1e-9)
+    ref = fit_paper_models(cells, levels=levels, refs=refs)
+    out = run / "homogeneity" / "minilm-l6"
+    coefs = pd.read_csv(out / "coefficients.csv")
+    np.testing.assert_allclose(coefs["estimate"], ref.coefficients["estimate"], rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(coefs["se"], ref.coefficients["se"], rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(pd.read_csv(out / "lrt.csv")["chisq"], ref.lrt["chisq"], rtol=1e-6, atol=1e-9)
+    groups = pd.read_csv(out / "groups.csv")
+    z = (bf.sum.sum() - ref.standardization.mean * bf.n_pairs.sum()) / ref.standardization.sd / bf.n_pairs.sum()
+    assert z == pytest.approx(0, abs=1e-9)  # z-standardised over all pairs
+    rg = groups[groups.grouping == "race x gender"]
+    assert len(rg) == 8 and rg["n_pairs"].sum() == len(PROMPTS) * 3
+
+    # the report carries the same numbers, and Chromium renders it
+    report = run / "report"
+    rc = pd.read_csv(report / "tables" / "hom_coefficients.csv")
+    np.testing.assert_allclose(rc["estimate"], coefs["estimate"], rtol=1e-12)
+    assert rc["se_text"].notna().any()
+    sys.path.insert(0, str(ROOT / "tests" / "audit"))
+    from browser import PNG_SIGNATURE, render_in_chromium
+
+    index = report / "index.html"
+    dom, log, shot = render_in_chromium(index, tmp_path)
+    errors = [ln for ln in log.splitlines() if ":CONSOLE" in ln and ("Uncaught" in ln or "ERROR:CONSOLE" in ln or "failed" in ln)]
+    assert not errors, errors
+    assert "Table 3: mixed-model coefficients" in dom and "Most and least similar pair" in dom
+    srcs = re.findall(r"<img src='([^']+)'", index.read_text())
+    assert len(srcs) == 3
+    loaded = dict(re.findall(r'<img src="([^"]+)"[^>]*data-loaded="(yes|no)"', dom))
+    for src in srcs:
+        assert loaded.get(src) == "yes", src
+        assert (report / src).read_bytes()[:8] == PNG_SIGNATURE and (report / src).with_suffix(".csv").exists()
+    assert shot.read_bytes()[:8] == PNG_SIGNATURE
+
+
+def test_report_command_builds_the_homogeneity_report(tmp_path):
+    from typer.testing import CliRunner
+
+    from harness.cli import app
+
+    run = _fake_run(tmp_path / "a", "model-a", 3)
+    res = CliRunner().invoke(app, ["report", str(run), "--out", str(tmp_path / "rep")])
+    assert res.exit_code == 0, res.output
+    page = (tmp_path / "rep" / "index.html").read_text()
+    assert "<title>Homogeneity audit</title>" in page and "Table A4" in page
