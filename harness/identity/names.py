@@ -65,6 +65,7 @@ import yaml
 from harness.errors import ConfigError, DataError
 from harness.identity import RACES
 from harness.identity.build import TABLE_COLUMNS, name_key, read_provenance
+from harness.jsonl import iter_jsonl
 
 MODES = ("paper", "renormalised")
 DEFAULT_MIN_POPULATION = 100
@@ -208,25 +209,14 @@ def first_names_from_jsonl(path: str | Path, fields: Sequence[str] = ("manual_su
     if len(roles) != len(fields):
         raise ConfigError(f"role_fields has {len(roles)} entries for {len(fields)} fields; give one per field")
     out: list[str] = []
-    try:
-        fh = open(path)
-    except OSError as e:
-        raise DataError(f"cannot read {path}: {e.strerror}") from None
-    with fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
+    for lineno, row in iter_jsonl(path, what="JSONL file with name fields"):
+        for f, rf in zip(fields, roles):
             try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"{path}:{lineno}: not valid JSON ({e.msg}); fix or remove the line") from None
-            for f, rf in zip(fields, roles):
-                try:
-                    fn = first_name_of(_dig(row, f), _dig(row, rf) if rf else None)
-                except DataError as e:
-                    raise DataError(f"{path}:{lineno}: field {f!r}: {e}") from None
-                if fn is not None:
-                    out.append(fn)
+                fn = first_name_of(_dig(row, f), _dig(row, rf) if rf else None)
+            except DataError as e:
+                raise DataError(f"{path}:{lineno}: field {f!r}: {e}") from None
+            if fn is not None:
+                out.append(fn)
     return out
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import DataError
+from harness.jsonl import iter_jsonl
 from harness.labelling.base import ROLE_KEYS, RoleSpec, StoryInput
 from harness.labelling.prompts import DOMAINS, roles_for_row
 
@@ -125,17 +126,8 @@ def parse_row(row: dict[str, Any], story_id: str, where: str) -> GoldStory:
 def iter_gold(path: str | Path) -> Iterator[GoldStory]:
     """Stream labelled stories from a JSONL file (blank lines skipped)."""
     path = Path(path)
-    if not path.is_file():
-        raise DataError(f"{path}: file not found; pass a JSONL file of labelled stories")
-    with open(path, encoding="utf-8") as f:
-        for i, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"{path}:{i}: not valid JSON ({e.msg}); one object per line") from None
-            yield parse_row(row, f"{path.stem}:{i}", f"{path}:{i}")
+    for i, row in iter_jsonl(path, what="JSONL file of labelled stories"):
+        yield parse_row(row, f"{path.stem}:{i}", f"{path}:{i}")
 
 
 def load_gold(path: str | Path) -> list[GoldStory]:
@@ -155,25 +147,16 @@ def read_stories(path: str | Path) -> list[StoryInput]:
     """Stories to label from JSONL: the project format, the published formats, or plain rows with
     ``story_id``, ``text`` and ``roles`` ([{"key": "subject", "description": ...}, ...])."""
     path = Path(path)
-    if not path.is_file():
-        raise DataError(f"{path}: file not found; pass a JSONL file of stories")
     out = []
-    with open(path, encoding="utf-8") as f:
-        for i, line in enumerate(f, 1):
-            if not line.strip():
-                continue
+    for i, row in iter_jsonl(path, what="JSONL file of stories"):
+        if isinstance(row, dict) and isinstance(row.get("roles"), list):
             try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"{path}:{i}: not valid JSON ({e.msg}); one object per line") from None
-            if isinstance(row, dict) and isinstance(row.get("roles"), list):
-                try:
-                    roles = tuple(RoleSpec(r["key"], r["description"]) for r in row["roles"])
-                except (KeyError, TypeError):
-                    raise DataError(f"{path}:{i}: each role needs `key` and `description`") from None
-                out.append(StoryInput(str(row.get("story_id", f"{path.stem}:{i}")), row.get("text"), roles))
-            else:
-                out.append(parse_row(row, f"{path.stem}:{i}", f"{path}:{i}").story)
+                roles = tuple(RoleSpec(r["key"], r["description"]) for r in row["roles"])
+            except (KeyError, TypeError):
+                raise DataError(f"{path}:{i}: each role needs `key` and `description`") from None
+            out.append(StoryInput(str(row.get("story_id", f"{path.stem}:{i}")), row.get("text"), roles))
+        else:
+            out.append(parse_row(row, f"{path.stem}:{i}", f"{path}:{i}").story)
     return out
 
 

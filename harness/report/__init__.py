@@ -87,35 +87,25 @@ def build_report(runs: list[Path | str], out: Path | str, *, title: str = "Laiss
     T["pooled_curve"] = pooled_curve(T["threshold_curve"]) if len(T["threshold_curve"]) else T["threshold_curve"]
     counts, sheet = search(pd.concat(stories, ignore_index=True))
     T["cue_counts"] = counts
-    for name, df in T.items():
-        df.to_parquet(out / "tables" / f"{name}.parquet", index=False)
-        df.to_csv(out / "tables" / f"{name}.csv", index=False)
+    F.write_tables(out, T)
     sheet.to_csv(out / "tables" / "coding_sheet.csv", index=False)
 
     rep = T["representation"]
-    figs = []
+    figs = F.Figures(out)
 
-    def fig(name: str, caption: str, draw, data: pd.DataFrame) -> None:
-        if data.empty:
-            figs.append((name, caption, None))
-            return
-        png = draw(out / "figures" / name)
-        data.to_csv(out / "figures" / f"{name}.csv", index=False)
-        figs.append((name, caption, png.relative_to(out).as_posix()))
-
-    fig("fig1a_representation_race", "Figure 1a. Representation ratios by race (power-neutral stories); grey where p >= .05.",
+    figs.add("fig1a_representation_race", "Figure 1a. Representation ratios by race (power-neutral stories); grey where p >= .05.",
         lambda p: F.ratio_heatmap(rep[rep.kind == "race"], p, "R_rep by race"), rep[rep.kind == "race"])
-    fig("fig1b_representation_gender", "Figure 1b. Representation ratios by gender.",
+    figs.add("fig1b_representation_gender", "Figure 1b. Representation ratios by gender.",
         lambda p: F.ratio_heatmap(rep[rep.kind == "gender"], p, "R_rep by gender"), rep[rep.kind == "gender"])
-    fig("fig1c_orientation", "Figure 1c. Representation of romantic gender pairs (sexual orientation).",
+    figs.add("fig1c_orientation", "Figure 1c. Representation of romantic gender pairs (sexual orientation).",
         lambda p: F.ratio_heatmap(T["orientation"], p, "R_rep by gender pair"), T["orientation"])
-    fig("fig1d_name_likelihoods", "Figure 1d. Named characters by racial likelihood of the first name (log counts).",
+    figs.add("fig1d_name_likelihoods", "Figure 1d. Named characters by racial likelihood of the first name (log counts).",
         lambda p: F.likelihood_histograms(T["likelihood_histogram"], p), T["likelihood_histogram"])
-    fig("fig2_subordination", "Figure 2. Subordination ratios by race and gender; one marker per model, bar at the median; colour by p.",
+    figs.add("fig2_subordination", "Figure 2. Subordination ratios by race and gender; one marker per model, bar at the median; colour by p.",
         lambda p: F.subordination_plot(T["subordination"], p, "R_sub (power-laden stories)"), T["subordination"])
-    fig("fig3a_name_ratios", "Figure 3a. Per-name subordination ratio against racial likelihood.",
+    figs.add("fig3a_name_ratios", "Figure 3a. Per-name subordination ratio against racial likelihood.",
         lambda p: F.name_scatter(T["name_ratios"], p), T["name_ratios"])
-    fig("fig3b_threshold_curve", "Figure 3b. Pooled subordination ratio per likelihood threshold (median over models).",
+    figs.add("fig3b_threshold_curve", "Figure 3b. Pooled subordination ratio per likelihood threshold (median over models).",
         lambda p: F.threshold_curves(T["pooled_curve"], p), T["pooled_curve"])
 
     index = out / "index.html"

@@ -164,3 +164,27 @@ def threshold_curves(pooled: pd.DataFrame, path: Path) -> Path:
         fig.legend(handles, labels, fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False)
     fig.tight_layout()
     return _save(fig, path)
+
+
+def write_tables(out: Path, tables: dict[str, pd.DataFrame]) -> None:
+    """Every table of a report as ``out/tables/<name>.parquet`` and ``.csv``."""
+    for name, df in tables.items():
+        df.to_parquet(out / "tables" / f"{name}.parquet", index=False)
+        df.to_csv(out / "tables" / f"{name}.csv", index=False)
+
+
+class Figures(list):
+    """One page's figures as (name, caption, PNG path relative to ``out`` or None when there is no
+    data); ``add`` draws a figure into ``out/figures`` and saves the table it drew beside it."""
+
+    def __init__(self, out: Path) -> None:
+        super().__init__()
+        self.out = Path(out)
+
+    def add(self, name: str, caption: str, draw, data: pd.DataFrame) -> None:
+        if data.empty:
+            self.append((name, caption, None))
+            return
+        png = draw(self.out / "figures" / name)
+        data.to_csv(self.out / "figures" / f"{name}.csv", index=False)
+        self.append((name, caption, png.relative_to(self.out).as_posix()))

@@ -25,6 +25,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from harness.errors import DataError  # noqa: E402
+from harness.report.figures import Figures, write_tables  # noqa: E402
 from harness.store import RunStore  # noqa: E402
 
 STATS_DIR = "homogeneity"
@@ -196,28 +197,18 @@ def build_homogeneity_report(runs: list[Path | str], out: Path | str, *, title: 
     T["hom_group_means"] = _group_means(T["hom_groups"], T.get("hom_text_group_means"))
     ext = extreme_pairs_by_group(T.get("hom_extreme_pairs", pd.DataFrame()))
     T["hom_extreme_pairs_by_group"] = ext
-    for name, df in T.items():
-        df.to_parquet(out / "tables" / f"{name}.parquet", index=False)
-        df.to_csv(out / "tables" / f"{name}.csv", index=False)
+    write_tables(out, T)
 
-    figs = []
-
-    def fig(name: str, caption: str, draw, data: pd.DataFrame) -> None:
-        if data.empty:
-            figs.append((name, caption, None))
-            return
-        png = draw(out / "figures" / name)
-        data.to_csv(out / "figures" / f"{name}.csv", index=False)
-        figs.append((name, caption, png.relative_to(out).as_posix()))
+    figs = Figures(out)
 
     gm = T["hom_group_means"]
-    fig("hom1_group_means", "Figure H1. Mean standardised within-prompt cosine by race and gender (higher = more "
+    figs.add("hom1_group_means", "Figure H1. Mean standardised within-prompt cosine by race and gender (higher = more "
         "homogeneous), with 95% text-level bootstrap intervals (pair-level intervals are far too narrow: each text "
         "sits in many pairs).", lambda p: group_means_figure(gm, p), gm)
-    fig("hom2_coefficients", "Figure H2. Fixed effects of the four mixed models (references White, men): pair-level "
+    figs.add("hom2_coefficients", "Figure H2. Fixed effects of the four mixed models (references White, men): pair-level "
         "CI as in the paper (thin) and text-level bootstrap CI (thick).",
         lambda p: coefficient_figure(T["hom_coefficients"], p), T["hom_coefficients"])
-    fig("hom3_extreme_pairs", "Figure H3. The most and least similar pairs of texts in each race x gender group "
+    figs.add("hom3_extreme_pairs", "Figure H3. The most and least similar pairs of texts in each race x gender group "
         "(per-prompt top-k of the homogeneity kernel, pooled over formats); the texts are in the table below.",
         lambda p: extreme_pairs_figure(ext, p), ext)
     index = out / "index.html"

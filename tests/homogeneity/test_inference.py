@@ -16,7 +16,7 @@ from harness.homogeneity.stage import cell_table
 from harness.kernels import homogeneity as hk
 from harness.kernels.sweep import story_weights
 
-from conftest import synthetic_corpus
+from homogeneity_fixtures import synthetic_corpus
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from harness.homogeneity.mixed import (
 )
 from harness.kernels import homogeneity as hk
 
-from conftest import GENDERS, RACES, synthetic_corpus
+from homogeneity_fixtures import GENDERS, RACES, synthetic_corpus
 
 
 def pair_table(x, texts):

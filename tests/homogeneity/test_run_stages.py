@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import synthetic_corpus
+from homogeneity_fixtures import synthetic_corpus
 
 from harness.config import HOMOGENEITY_STAGES, load_config, parse_config
 from harness.errors import ConfigError

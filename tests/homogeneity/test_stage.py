@@ -15,7 +15,7 @@ from harness.homogeneity.mixed import fit_paper_models
 from harness.homogeneity.stage import analyse_embeddings, cell_table, generate_homogeneity
 from harness.kernels import homogeneity as hk
 
-from conftest import synthetic_corpus
+from homogeneity_fixtures import synthetic_corpus
 
 
 def test_analyse_embeddings_writes_consistent_tables(tmp_path):

@@ -1,0 +1,32 @@
+"""Reading JSONL files: one JSON value per line, blank lines skipped, errors that name the line."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from harness.errors import DataError
+
+
+def iter_jsonl(path: str | Path, *, what: str = "JSONL file") -> Iterator[tuple[int, Any]]:
+    """Yield ``(line number, parsed value)`` for each non-blank line of ``path``.
+
+    A missing file or a line that is not JSON raises ``DataError`` naming the file (and line) and
+    the fix; ``what`` says what the file should hold ("JSONL file of labelled stories").
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: file not found; pass a {what}")
+    with open(path, encoding="utf-8") as f:
+        for i, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                yield i, json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DataError(f"{path}:{i}: not valid JSON ({e.msg}); one object per line") from None
+
+
+__all__ = ["iter_jsonl"]
