@@ -86,6 +86,10 @@ class LabelConfig(_Strict):
     model_dir: str | None = Field(None, description="encoder weights; default: the user cache, trained on first use")
     llm: ModelConfig | None = Field(None, description="labeller llm: the model that extracts characters")
     shard_rows: int = Field(2000, ge=1)
+    train_extra: list[str] = Field(
+        default_factory=list,
+        description="more labelled JSONL for the encoder's training on first use (e.g. laissez_faire_train150.jsonl)")
+    train_epochs: int = Field(8, ge=1, description="epochs of the encoder's training on first use")
 
 
 class IdentityConfig(_Strict):

@@ -44,10 +44,18 @@ def make_labeller(cfg: RunConfig, *, echo=print):
         from harness.labelling.data import builtin_training_files
         from harness.labelling.encoder import default_model_dir, train_encoder
 
+        from harness.errors import ConfigError
+
         path = cfg.label.model_dir or default_model_dir()
         if not (Path(path) / "meta.json").is_file():
-            echo(f"[label] no trained encoder at {path}: training it on the project's labelled stories (a few minutes on CPU)")
-            train_encoder(builtin_training_files(), out_dir=path)
+            missing = [f for f in cfg.label.train_extra if not Path(f).is_file()]
+            if missing:
+                raise ConfigError(f"label.train_extra: {missing[0]} not found; give a labelled JSONL file that exists "
+                                  f"(paths are relative to the working directory)")
+            echo(f"[label] no trained encoder at {path}: training it on the project's labelled stories"
+                 f"{' and ' + ', '.join(cfg.label.train_extra) if cfg.label.train_extra else ''} (minutes on CPU)")
+            train_encoder(builtin_training_files() + [Path(f) for f in cfg.label.train_extra], out_dir=path,
+                          epochs=cfg.label.train_epochs)
         kwargs["path"] = path
     elif name == "llm":
         from harness.errors import ConfigError
