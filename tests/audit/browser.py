@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import struct
@@ -31,8 +32,11 @@ def render_in_chromium(index: Path, out: Path) -> tuple[str, str, Path]:
     return dom.stdout, dom.stderr + r.stderr, shot
 
 
-def check_rendered(index: Path, dom: str, log: str, shot: Path, copy_to: Path | None = None) -> None:
-    """No console errors, every figure loaded in the browser and decodes as a PNG, a real screenshot."""
+def check_rendered(index: Path, dom: str, log: str, shot: Path, copy_as: str | None = None) -> None:
+    """No console errors, every figure loaded in the browser and decodes as a PNG, a real screenshot.
+
+    With ``HARNESS_SCREENSHOTS`` set to a directory, the screenshot is also copied there as
+    ``copy_as`` for a reviewer's look."""
     console = [ln for ln in log.splitlines() if ":CONSOLE" in ln]
     errors = [ln for ln in console if "Uncaught" in ln or "ERROR:CONSOLE" in ln or "failed to load" in ln]
     assert not errors, "console errors:\n" + "\n".join(errors)
@@ -48,9 +52,7 @@ def check_rendered(index: Path, dom: str, log: str, shot: Path, copy_to: Path | 
         assert width > 200 and height > 100, f"{src}: {width}x{height}"
     png = shot.read_bytes()
     assert png[:8] == PNG_SIGNATURE and len(png) > 50_000, f"screenshot {len(png)} bytes"
-    if copy_to is None:
-        return
-    try:
-        shutil.copyfile(shot, copy_to)
-    except OSError:  # a read-only /tmp must not fail the test
-        pass
+    keep = os.environ.get("HARNESS_SCREENSHOTS")
+    if keep and copy_as:
+        Path(keep).mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(shot, Path(keep) / copy_as)

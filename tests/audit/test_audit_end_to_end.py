@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -86,4 +85,4 @@ def test_report_renders_in_headless_chromium(audited_run, tmp_path):
     _, run, _, _ = audited_run
     index = run / "report" / "index.html"
     dom, log, shot = render_in_chromium(index, tmp_path)
-    check_rendered(index, dom, log, shot, copy_to=Path("/tmp/report_screenshot.png"))  # for a reviewer's look
+    check_rendered(index, dom, log, shot, copy_as="report.png")

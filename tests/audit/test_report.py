@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import re
 from html import unescape
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -72,4 +71,4 @@ def test_labelling_qa_shows_labeller_and_scores_where_known(report):
 def test_report_renders_in_chromium_without_errors(report, tmp_path):
     index, _ = report
     dom, log, shot = render_in_chromium(index, tmp_path)
-    check_rendered(index, dom, log, shot, copy_to=Path("/tmp/report_screenshot_synthetic.png"))
+    check_rendered(index, dom, log, shot, copy_as="report_synthetic.png")
