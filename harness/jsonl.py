@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,4 +30,17 @@ def iter_jsonl(path: str | Path, *, what: str = "JSONL file") -> Iterator[tuple[
                 raise DataError(f"{path}:{i}: not valid JSON ({e.msg}); one object per line") from None
 
 
-__all__ = ["iter_jsonl"]
+def parse_list_text(text: str) -> list | None:
+    """A Python or JSON list literal (``"['she', 'her']"``, ``'["Emily"]'``) as a list; None when
+    ``text`` is not one (the published data writes lists as Python reprs)."""
+    for parse in (ast.literal_eval, json.loads):
+        try:
+            val = parse(text)
+        except (ValueError, SyntaxError, json.JSONDecodeError):
+            continue
+        if isinstance(val, list):
+            return val
+    return None
+
+
+__all__ = ["iter_jsonl", "parse_list_text"]

@@ -48,8 +48,6 @@ Privacy: ``redact`` withholds the likelihoods of names whose population (Census 
 
 from __future__ import annotations
 
-import ast
-import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -65,7 +63,7 @@ import yaml
 from harness.errors import ConfigError, DataError
 from harness.identity import RACES
 from harness.identity.build import TABLE_COLUMNS, name_key, read_provenance
-from harness.jsonl import iter_jsonl
+from harness.jsonl import iter_jsonl, parse_list_text
 
 MODES = ("paper", "renormalised")
 DEFAULT_MIN_POPULATION = 100
@@ -130,13 +128,9 @@ def name_candidates(raw: Any) -> list[str]:
         raise DataError(f"name field must be a string or a list of strings, got {type(raw).__name__} {raw!r}")
     s = raw.strip()
     if s.startswith("[") and s.endswith("]"):
-        for parse in (ast.literal_eval, json.loads):
-            try:
-                val = parse(s)
-            except (ValueError, SyntaxError, json.JSONDecodeError):
-                continue
-            if isinstance(val, list):
-                return [str(x) for x in val if not _is_missing(x)]
+        val = parse_list_text(s)
+        if val is not None:
+            return [str(x) for x in val if not _is_missing(x)]
         raise DataError(f"name field {raw!r} looks like a list but does not parse; write it as ['Name', ...]")
     return [s] if s else []
 

@@ -14,15 +14,13 @@ derived with ``harness.labelling.prompts.roles_for_row``.
 
 from __future__ import annotations
 
-import ast
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness.errors import DataError
-from harness.jsonl import iter_jsonl
+from harness.jsonl import iter_jsonl, parse_list_text
 from harness.labelling.base import ROLE_KEYS, RoleSpec, StoryInput
 from harness.labelling.prompts import DOMAINS, roles_for_row
 
@@ -61,13 +59,9 @@ def _parse_list(raw: Any, where: str) -> tuple[str, ...] | None:
         s = raw.strip()
         if not s:
             return ()
-        for parse in (ast.literal_eval, json.loads):
-            try:
-                val = parse(s)
-            except (ValueError, SyntaxError, json.JSONDecodeError):
-                continue
-            if isinstance(val, list):
-                return tuple(str(x) for x in val)
+        val = parse_list_text(s)
+        if val is not None:
+            return tuple(str(x) for x in val)
         raise DataError(f"{where}: {raw!r} is not a list; write references as [\"she\", \"her\"]")
     raise DataError(f"{where}: references must be a list of strings, got {type(raw).__name__}")
 
