@@ -133,12 +133,7 @@ def _render(title, manifests, figs, T) -> str:
              "Figures and tables follow Shieh et al., <i>Laissez-Faire Harms</i> (Figs. 1-3, Table S13). "
              "Each figure's data is in <code>figures/*.csv</code>; every table is in <code>tables/</code> as CSV and Parquet.</p>",
              "<h2>Runs</h2>", _manifest_rows(manifests), "<h2>Figures</h2>"]
-    for name, caption, src in figs:
-        if src:
-            parts.append(f"<figure id={name}><img src='{src}' alt='{html.escape(caption)}'><figcaption>{html.escape(caption)} "
-                         f"<a href='figures/{name}.csv'>data</a> · <a href='figures/{name}.svg'>SVG</a></figcaption></figure>")
-        else:
-            parts.append(f"<p class=note>{html.escape(caption)} No data for this figure.</p>")
+    parts += figs.html()
     sections = [
         ("Table S13a-c: representation ratios", "representation", _s13(T["representation"])),
         ("Table S13d: romantic gender pairs", "orientation", _s13(T["orientation"])),

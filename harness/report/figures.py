@@ -188,3 +188,18 @@ class Figures(list):
         png = draw(self.out / "figures" / name)
         data.to_csv(self.out / "figures" / f"{name}.csv", index=False)
         self.append((name, caption, png.relative_to(self.out).as_posix()))
+
+    def html(self) -> list[str]:
+        """One ``<figure>`` per figure (image, caption, links to its data and SVG), or a note when
+        a figure had no data."""
+        import html
+
+        out = []
+        for name, caption, src in self:
+            cap = html.escape(caption)
+            if src:
+                out.append(f"<figure id={name}><img src='{src}' alt='{cap}'><figcaption>{cap} "
+                           f"<a href='figures/{name}.csv'>data</a> · <a href='figures/{name}.svg'>SVG</a></figcaption></figure>")
+            else:
+                out.append(f"<p class=note>{cap} No data for this figure.</p>")
+        return out

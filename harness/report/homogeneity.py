@@ -264,12 +264,7 @@ def _render(title, manifests, figs, T) -> str:
              "(Lee, Montgomery and Lai, FAccT 2024, Tables 2, 3, A3, A4). Each figure's data is in "
              "<code>figures/*.csv</code>; every table is in <code>tables/</code> as CSV and Parquet.</p>",
              "<h2>Runs</h2>", _manifest_rows(manifests), "<h2>Figures</h2>"]
-    for name, caption, src in figs:
-        if src:
-            parts.append(f"<figure id={name}><img src='{src}' alt='{html.escape(caption)}'><figcaption>{html.escape(caption)} "
-                         f"<a href='figures/{name}.csv'>data</a> · <a href='figures/{name}.svg'>SVG</a></figcaption></figure>")
-        else:
-            parts.append(f"<p class=note>{html.escape(caption)} No data for this figure.</p>")
+    parts += figs.html()
     cols_coef = [c for c in ("model", "embedder", "model_formula", "term", "estimate", "se", "df", "t", "p", "ci_low", "ci_high",
                              "se_text", "ci_low_text", "ci_high_text", "se_ratio") if c in T["hom_coefficients"].columns]
     sections = [
