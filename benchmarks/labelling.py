@@ -77,6 +77,59 @@ def stream_memory(labeller, stories, n: int, batch_size: int) -> dict:
             "rss_last_mib": samples[-1][1], "rss_max_mib": max(r for _, r in samples), "samples": samples}
 
 
+def throughput(labeller, stories, n: int, batch_size: int) -> dict:
+    """Stories/s of the encoder labeller on ``n`` stories (the dev stories repeated), by stage.
+
+    ``encode``: tokenisation and word alignment (host, one process); ``model``: the forward pass
+    on batches already on the device; ``forward``: collate, copy, model and copy back;
+    ``decode``: probabilities to names and references (host, one process); ``end_to_end``:
+    ``label`` as a user calls it (with the labeller's worker processes, if any).
+    """
+    import torch
+
+    from harness.labelling.base import StoryInput
+    from harness.labelling.encoder import _collate, _encode_many
+
+    corpus = [StoryInput(f"{s.story_id}#{i}", s.text, s.roles) for i, s in
+              ((i, stories[i % len(stories)]) for i in range(n))]
+    gpu = labeller.device != "cpu"
+    sync = torch.cuda.synchronize if gpu else (lambda: None)
+    labeller.label(corpus[: batch_size * 4], batch_size=batch_size)  # warm-up (and worker start)
+    t0 = time.perf_counter()
+    enc = [e for k in range(0, n, batch_size)
+           for e in _encode_many(labeller.tokenizer, corpus[k:k + batch_size], None, labeller.max_length)]
+    t_enc = time.perf_counter() - t0
+    order = sorted(range(n), key=lambda i: len(enc[i].input_ids))
+    batches = [[enc[i] for i in order[k:k + batch_size]] for k in range(0, n, batch_size)]
+    on_dev = [tuple(t.to(labeller.device) for t in _collate(b, labeller.tokenizer.pad_token_id)) for b in batches]
+    sync()
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        for ids, am, tt in on_dev:
+            labeller.model(ids, am, tt)
+    sync()
+    t_model = time.perf_counter() - t0
+    del on_dev
+    t0 = time.perf_counter()
+    probs = [labeller._probs(b) for b in batches]
+    sync()
+    t_fwd = time.perf_counter() - t0
+    tokens = sum(len(e.input_ids) for e in enc)
+    t0 = time.perf_counter()
+    for b, p, k in zip(batches, probs, range(0, n, batch_size)):
+        for j, e in enumerate(b):
+            labeller.decoder.decode(corpus[order[k + j]], e, p[j])
+    t_dec = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    labeller.label(corpus, batch_size=batch_size)
+    sync()
+    t_all = time.perf_counter() - t0
+    return {"stories": n, "batch_size": batch_size, "device": labeller.device, "workers": labeller.workers,
+            "tokens_per_story": tokens / n, "encode_per_s": n / t_enc, "model_per_s": n / t_model,
+            "model_tokens_per_s": tokens / t_model, "forward_per_s": n / t_fwd, "decode_per_s": n / t_dec,
+            "end_to_end_per_s": n / t_all}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dev", type=Path, default=ROOT.parent / "shared" / "data" / "laissez_faire_audit_dev.jsonl")
@@ -88,6 +141,10 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", type=Path, default=None, help="also write all figures here")
     ap.add_argument("--no-write", action="store_true", help="do not touch RESULTS.md")
+    ap.add_argument("--throughput", type=int, default=0,
+                    help="only time the encoder by stage on this many stories (e.g. on a GPU), print JSON")
+    ap.add_argument("--device", default=None, help="encoder device (default: cuda when available)")
+    ap.add_argument("--workers", type=int, default=None, help="encoder host worker processes (default: its own)")
     args = ap.parse_args()
 
     import torch
@@ -98,6 +155,15 @@ def main() -> None:
     from harness.labelling.evaluate import evaluate
 
     gold = load_gold(args.dev)
+    if args.throughput:
+        lab = get_labeller("encoder", path=args.model_dir, device=args.device, workers=args.workers)
+        res = throughput(lab, [g.story for g in gold if g.story.text], args.throughput, args.batch_size)
+        res["machine"] = machine_description()
+        print(json.dumps(res), flush=True)
+        lab.close()
+        if args.json:
+            args.json.write_text(json.dumps(res, indent=2))
+        return
     results: dict[str, dict] = {}
     sections = []
     for name in [x.strip() for x in args.labellers.split(",") if x.strip()]:

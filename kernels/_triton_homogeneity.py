@@ -136,33 +136,52 @@ def _pair_tile_kernel(
             cb = tl.where(flat == p2, float("inf"), cb)
 
 
+def launch_pair_tiles(
+    xs, *, tile_group, tile_bi, tile_bj, offsets, counts, pair_off, total_pairs, n_groups,
+    n_bins, top_k, block, block_k, input_precision, hist_mode,
+):
+    """Launch the pair-tile kernel on device-resident rows; return its device buffers."""
+    dev = xs.device
+    n_tiles = int(tile_group.numel()) if isinstance(tile_group, torch.Tensor) else int(np.asarray(tile_group).size)
+    G = n_groups
+    t = lambda a, dt=torch.int64: torch.as_tensor(np.asarray(a) if not isinstance(a, torch.Tensor) else a,  # noqa: E731
+                                                  dtype=dt, device=dev)
+    buf = {
+        "hist": torch.zeros((G, n_bins), dtype=torch.int32, device=dev),
+        "tsum": torch.zeros(max(n_tiles, 1), dtype=torch.float32, device=dev),
+        "tsq": torch.zeros(max(n_tiles, 1), dtype=torch.float32, device=dev),
+        "rowsum": torch.zeros(xs.shape[0], dtype=torch.float32, device=dev),
+        "topv": torch.full((max(n_tiles, 1), max(top_k, 1)), float("nan"), dtype=torch.float32, device=dev),
+        "botv": torch.full((max(n_tiles, 1), max(top_k, 1)), float("nan"), dtype=torch.float32, device=dev),
+        "topp": torch.zeros((max(n_tiles, 1), max(top_k, 1)), dtype=torch.int32, device=dev),
+        "botp": torch.zeros((max(n_tiles, 1), max(top_k, 1)), dtype=torch.int32, device=dev),
+        "pairs": torch.zeros(max(total_pairs, 1), dtype=torch.float32, device=dev),
+    }
+    if n_tiles:
+        _pair_tile_kernel[(n_tiles,)](
+            xs, xs.stride(0), xs.shape[1],
+            t(tile_group), t(tile_bi), t(tile_bj), t(offsets[:-1]), t(counts), t(pair_off),
+            buf["hist"], buf["tsum"], buf["tsq"], buf["rowsum"], buf["topv"], buf["topp"], buf["botv"],
+            buf["botp"], buf["pairs"],
+            BM=block, BK=block_k, NBINS=n_bins, TOPK=top_k, PREC=input_precision,
+            TL_HIST=hist_mode == "tl", num_warps=8 if block >= 128 else 4,
+        )
+    return buf
+
+
 def pair_tiles(
     xs, *, tile_group, tile_bi, tile_bj, offsets, counts, pair_off, total_pairs, n_groups,
     n_bins, top_k, block, block_k, input_precision, hist_mode,
 ):
     """Launch the pair-tile kernel; return host arrays (sorted-row positions for the pairs)."""
-    dev = xs.device
     n_tiles = int(tile_group.size)
-    G = n_groups
-    t = lambda a, dt=torch.int64: torch.as_tensor(np.asarray(a), dtype=dt, device=dev)  # noqa: E731
-    hist = torch.zeros((G, n_bins), dtype=torch.int32, device=dev)
-    tsum = torch.zeros(max(n_tiles, 1), dtype=torch.float32, device=dev)
-    tsq = torch.zeros_like(tsum)
-    rowsum = torch.zeros(xs.shape[0], dtype=torch.float32, device=dev)
-    k = max(top_k, 1)
-    topv = torch.full((max(n_tiles, 1), k), float("nan"), dtype=torch.float32, device=dev)
-    botv = torch.full_like(topv, float("nan"))
-    topp = torch.zeros((max(n_tiles, 1), k), dtype=torch.int32, device=dev)
-    botp = torch.zeros_like(topp)
-    pairs = torch.zeros(max(total_pairs, 1), dtype=torch.float32, device=dev)
-    if n_tiles:
-        _pair_tile_kernel[(n_tiles,)](
-            xs, xs.stride(0), xs.shape[1],
-            t(tile_group), t(tile_bi), t(tile_bj), t(offsets[:-1]), t(counts), t(pair_off),
-            hist, tsum, tsq, rowsum, topv, topp, botv, botp, pairs,
-            BM=block, BK=block_k, NBINS=n_bins, TOPK=top_k, PREC=input_precision,
-            TL_HIST=hist_mode == "tl", num_warps=8 if block >= 128 else 4,
-        )
+    buf = launch_pair_tiles(
+        xs, tile_group=tile_group, tile_bi=tile_bi, tile_bj=tile_bj, offsets=offsets, counts=counts,
+        pair_off=pair_off, total_pairs=total_pairs, n_groups=n_groups, n_bins=n_bins, top_k=top_k,
+        block=block, block_k=block_k, input_precision=input_precision, hist_mode=hist_mode,
+    )
+    hist, tsum, tsq, rowsum, pairs = (buf[k] for k in ("hist", "tsum", "tsq", "rowsum", "pairs"))
+    topv, topp, botv, botp = (buf[k] for k in ("topv", "topp", "botv", "botp"))
     res = {
         "tile_group": np.asarray(tile_group, dtype=np.int64),
         "hist": hist.cpu().numpy(), "tile_sum": tsum[:n_tiles].double().cpu().numpy(),
@@ -180,9 +199,25 @@ def pair_tiles(
     return res
 
 
+def _replicate_configs():
+    if triton_interpreting():  # small tiles: the tests' pools still span several tiles in every direction
+        return [triton.Config({"BB": 16, "BJ": 16, "BK": 16})]
+    return [
+        triton.Config({"BB": bb, "BJ": bj, "BK": bk}, num_warps=w, num_stages=s)
+        for bb, bj, bk, w, s in ((128, 128, 64, 8, 3), (128, 128, 32, 8, 4), (128, 64, 64, 4, 3),
+                                 (64, 128, 64, 4, 3), (64, 64, 64, 4, 4))
+    ]
+
+
+_REPLICATE_CONFIGS = _replicate_configs()
+_MIN_BJ = min(c.kwargs["BJ"] for c in _REPLICATE_CONFIGS)
+
+
+# tuned once per power-of-two size class, not once per pool size (a bootstrap has a pool per group)
+@triton.autotune(configs=_REPLICATE_CONFIGS, key=["B_CLASS", "M_CLASS", "PREC"])
 @triton.jit
 def _replicate_kernel(
-    w_ptr, c_ptr, out1_ptr, out2_ptr, B, M, stride_w, stride_c, NJ,
+    w_ptr, c_ptr, out1_ptr, out2_ptr, B, M, stride_w, stride_c, NJ, B_CLASS, M_CLASS,
     BB: tl.constexpr, BJ: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr,
 ):
     pid_b = tl.program_id(0)
@@ -205,15 +240,17 @@ def _replicate_kernel(
     tl.store(out2_ptr + ob * NJ + pid_j, tl.sum(acc2 * wj, axis=1), mask=mb)
 
 
-def fused_replicates(W, C, *, input_precision="ieee", block_b=64, block_j=64, block_k=32):
-    """(w_b^T C w_b, w_b^T (C o C) w_b) for every row b of W, in float64 (per-tile fp32 partials)."""
+def fused_replicates(W, C, *, input_precision="ieee"):
+    """(w_b^T C w_b, w_b^T (C o C) w_b) for every row b of W, in float64 (per-tile fp32 partials).
+
+    Tile sizes are autotuned per (B, M); the partials have one column per column block of the
+    narrowest tile, so every configuration writes into the same zero-initialised buffer.
+    """
     B, M = W.shape
-    nj = triton.cdiv(M, block_j)
+    nj = triton.cdiv(M, _MIN_BJ)
     out1 = torch.zeros((B, nj), dtype=torch.float32, device=W.device)
     out2 = torch.zeros_like(out1)
-    grid = (triton.cdiv(B, block_b), nj)
-    _replicate_kernel[grid](
-        W, C, out1, out2, B, M, W.stride(0), C.stride(0), nj,
-        BB=block_b, BJ=block_j, BK=block_k, PREC=input_precision,
-    )
+    grid = lambda META: (triton.cdiv(B, META["BB"]), triton.cdiv(M, META["BJ"]))  # noqa: E731
+    _replicate_kernel[grid](W, C, out1, out2, B, M, W.stride(0), C.stride(0), nj,
+                            max(B - 1, 1).bit_length(), max(M - 1, 1).bit_length(), PREC=input_precision)
     return out1.double().sum(1), out2.double().sum(1)

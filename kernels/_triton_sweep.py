@@ -39,10 +39,10 @@ def _sweep_hist_kernel(
 
     seed32 = tl.load(cdf_ptr + N_CDF).to(tl.uint32)  # mix32(seed), stored after the CDF table
     h1 = _mix32(reps.to(tl.uint32) ^ seed32)
-    h = _mix32(h1[:, None] ^ sto[None, :]).to(tl.int64)  # zero-extended
+    h = _mix32(h1[:, None] ^ sto[None, :])  # uint32: unsigned 32-bit compares below, no int64 lanes
     w = tl.zeros([BLOCK_R, BLOCK_I], dtype=tl.int32)
     for k in tl.static_range(N_CDF):
-        c = tl.load(cdf_ptr + k)
+        c = tl.load(cdf_ptr + k).to(tl.uint32)  # thresholds < 2**32: exact
         w += (h >= c).to(tl.int32)
     w = tl.where(reps[:, None] == 0, 1, w)  # replicate 0 is the observed data
     w = tl.where(rmask[:, None] & imask[None, :], w, 0)

@@ -593,6 +593,28 @@ def cupy_pair_stats(x, groups, **kw) -> PairStats:
     return _pair_stats_xp(cupy, x, groups, **kw)
 
 
+def pair_tile_plan(counts: np.ndarray, block: int, explicit_max_n: int) -> dict[str, Any]:
+    """The pair kernel's work list: tiles (group, bi, bj), bi <= bj, over each group's row blocks of
+    ``block`` rows, and the offsets of the explicit pair values of groups of at most ``explicit_max_n``."""
+    G = counts.size
+    tg, tbi, tbj = [], [], []
+    for k in range(G):
+        if counts[k] < 2:
+            continue
+        bi, bj = np.triu_indices(-(-int(counts[k]) // block))
+        tg.append(np.full(bi.size, k))
+        tbi.append(bi)
+        tbj.append(bj)
+    pair_off = np.full(G, -1, dtype=np.int64)
+    n_pairs = counts * (counts - 1) // 2
+    small = np.flatnonzero((counts <= explicit_max_n) & (n_pairs > 0))
+    pair_off[small] = np.concatenate([[0], np.cumsum(n_pairs[small])])[:-1]
+    empty = np.zeros(0, np.int64)
+    return {"tile_group": np.concatenate(tg) if tg else empty, "tile_bi": np.concatenate(tbi) if tbi else empty,
+            "tile_bj": np.concatenate(tbj) if tbj else empty, "pair_off": pair_off,
+            "total_pairs": int(n_pairs[small].sum())}
+
+
 def triton_pair_stats(
     x, groups, *, n_groups=None, normalize=True, n_bins: int = 2048, top_k: int = 5,
     explicit_max_n: int = 1000, dtype="float32", block: int = 128, block_k: int = 64,
@@ -623,32 +645,11 @@ def triton_pair_stats(
     order, counts, offsets = _segments(g, G)
     dev = torch_device()
     xs = _prep_torch(x, order, normalize, tdt, dev, "triton_pair_stats")
-    N = xs.shape[0]
-    # tiles (group, bi, bj) with bi <= bj over each group's blocks
-    tg, tbi, tbj = [], [], []
-    for k in range(G):
-        nb = -(-int(counts[k]) // block)
-        if counts[k] < 2:
-            continue
-        bi, bj = np.triu_indices(nb)
-        tg.append(np.full(bi.size, k))
-        tbi.append(bi)
-        tbj.append(bj)
-    pair_off = np.full(G, -1, dtype=np.int64)
-    n_pairs = counts * (counts - 1) // 2
-    small = np.flatnonzero((counts <= explicit_max_n) & (n_pairs > 0))
-    pair_off[small] = np.concatenate([[0], np.cumsum(n_pairs[small])])[:-1]
-    total_pairs = int(n_pairs[small].sum())
+    plan = pair_tile_plan(counts, block, explicit_max_n)
+    pair_off, n_pairs = plan["pair_off"], counts * (counts - 1) // 2
     prec = input_precision or ("ieee" if tdt == torch.float32 else "tf32")
-    out = pair_tiles(
-        xs,
-        tile_group=np.concatenate(tg) if tg else np.zeros(0, np.int64),
-        tile_bi=np.concatenate(tbi) if tbi else np.zeros(0, np.int64),
-        tile_bj=np.concatenate(tbj) if tbj else np.zeros(0, np.int64),
-        offsets=offsets, counts=counts, pair_off=pair_off, total_pairs=total_pairs,
-        n_groups=G, n_bins=n_bins, top_k=top_k, block=block, block_k=block_k,
-        input_precision=prec, hist_mode=hist_mode,
-    )
+    out = pair_tiles(xs, offsets=offsets, counts=counts, n_groups=G, n_bins=n_bins, top_k=top_k, block=block,
+                     block_k=block_k, input_precision=prec, hist_mode=hist_mode, **plan)
     tile_g = out["tile_group"]
     ssum = np.bincount(tile_g, weights=out["tile_sum"], minlength=G).astype(np.float64)
     sumsq = np.bincount(tile_g, weights=out["tile_sumsq"], minlength=G).astype(np.float64)
@@ -747,7 +748,6 @@ def cupy_replicate_stats(x, weights, *, normalize=True) -> ReplicateStats:
 
 def triton_replicate_stats(
     x, weights, *, normalize=True, dtype="float32", input_precision: str | None = None,
-    block_b: int = 64, block_j: int = 64, block_k: int = 32,
 ) -> ReplicateStats:
     """Replicates with a fused Triton GEMM: W C and W (C o C) share each loaded tile of C and
     are reduced against W in the epilogue, so neither C o C nor the (B, m) products exist.
@@ -767,8 +767,7 @@ def triton_replicate_stats(
     C = xs @ xs.T
     W = torch.as_tensor(w, dtype=torch.float32, device=dev)
     prec = input_precision or ("ieee" if tdt == torch.float32 else "tf32")
-    wCw, wQw = fused_replicates(W.to(tdt).contiguous(), C.to(tdt).contiguous(), input_precision=prec,
-                                block_b=block_b, block_j=block_j, block_k=block_k)
+    wCw, wQw = fused_replicates(W.to(tdt).contiguous(), C.to(tdt).contiguous(), input_precision=prec)
     W64 = W.to(torch.float64)
     dC = torch.diagonal(C.to(tdt).to(torch.float64))
     W2 = W64 * W64

@@ -290,7 +290,16 @@ def triton_sweep_counts(
         torch.as_tensor(POISSON1_CDF_U32.astype(np.int64), device=dev),
         block_rep=block_rep, block_items=block_items,
     )
-    return _result(*_hist_to_counts(hist.to(torch.int64).cpu().numpy(), G, lik.shape[1], thr))
+    # suffix sums on the device: only the (B+1, G, R, T, 2) counts cross to the host
+    R = lik.shape[1]
+    h = hist.to(torch.int64)
+    B1 = h.shape[0]
+    suffix = h[:, : G * R * N_BUCKETS * 2].reshape(B1, G, R, N_BUCKETS, 2).flip(3).cumsum(3).flip(3)
+    suffix = torch.cat([suffix, torch.zeros((B1, G, R, 1, 2), dtype=torch.int64, device=dev)], dim=3)
+    idx = torch.as_tensor(np.clip(thr + 1, 0, N_BUCKETS), device=dev)  # above t  <=>  u >= t + 1
+    above = suffix.index_select(3, idx).cpu().numpy()
+    totals = h[:, G * R * N_BUCKETS * 2 :].reshape(B1, G, 2).cpu().numpy()
+    return _result(above, totals)
 
 
 def sweep_counts(likelihood, role, group, story, thresholds=None, *, n_groups, n_boot=0, seed=0, backend="auto"):

@@ -183,6 +183,11 @@ class Labeller(abc.ABC):
     def _label_batch(self, stories: Sequence[StoryInput]) -> list[StoryLabels]:
         """Label non-empty stories, returning one result per input in the same order."""
 
+    def _label_batches(self, batches: Sequence[Sequence[StoryInput]]) -> Iterator[list[StoryLabels]]:
+        """Label a window's batches in order; a labeller may override this to overlap them."""
+        for b in batches:
+            yield self._label_batch(b)
+
     def info(self) -> dict[str, Any]:
         """What the run manifest records about this labeller (name, weights, versions)."""
         return {"labeller": self.name}
@@ -237,9 +242,8 @@ class Labeller(abc.ABC):
                     else:
                         todo.append(j)
                 todo.sort(key=lambda j: len(chunk[j].text), reverse=True)
-                for b in range(0, len(todo), bs):
-                    idx = todo[b:b + bs]
-                    labels = self._label_batch([chunk[j] for j in idx])
+                groups = [todo[b:b + bs] for b in range(0, len(todo), bs)]
+                for idx, labels in zip(groups, self._label_batches([[chunk[j] for j in ix] for ix in groups])):
                     if len(labels) != len(idx):
                         raise RuntimeError(f"{self.name} labeller returned {len(labels)} results "
                                            f"for {len(idx)} stories")

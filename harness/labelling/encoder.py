@@ -26,11 +26,12 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import random
 import re
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -298,34 +299,47 @@ class _Encoded:
     truncated: bool
 
 
-def _encode(tokenizer, story: StoryInput, text: str | None = None, max_length: int = 384) -> _Encoded:
-    text = story.text if text is None else text
-    words = split_words(text)
-    enc = tokenizer(_prefix(story), [w for w, _, _ in words], is_split_into_words=True, truncation="only_second",
-                    max_length=max_length)
+def _encoded_from(enc, i: int, words: list[tuple[str, int, int]]) -> _Encoded:
+    """One story's ``_Encoded`` from item ``i`` of a (batch) tokenizer output."""
     word_token = [-1] * len(words)
-    seq = enc.sequence_ids()
-    for pos, (wid, sid) in enumerate(zip(enc.word_ids(), seq)):
+    for pos, (wid, sid) in enumerate(zip(enc.word_ids(i), enc.sequence_ids(i))):
         if sid == 1 and wid is not None and word_token[wid] < 0:
             word_token[wid] = pos
     # words with no word piece at all (rare symbols) borrow nothing; truncation leaves -1 at the tail
     truncated = bool(words) and word_token[-1] < 0 and any(_is_word(w) for w, _, _ in words[-3:])
-    return _Encoded(enc["input_ids"], enc.get("token_type_ids", [0] * len(enc["input_ids"])), word_token, words,
-                    truncated)
+    ids = enc["input_ids"][i]
+    tt = enc["token_type_ids"][i] if "token_type_ids" in enc else [0] * len(ids)
+    return _Encoded(ids, tt, word_token, words, truncated)
+
+
+def _encode(tokenizer, story: StoryInput, text: str | None = None, max_length: int = 384) -> _Encoded:
+    return _encode_many(tokenizer, [story], [text], max_length)[0]
+
+
+def _encode_many(tokenizer, stories: Sequence[StoryInput], texts: Sequence[str | None] | None = None,
+                 max_length: int = 384) -> list[_Encoded]:
+    """Tokenise stories in one call of the fast tokenizer (its Rust side runs the batch in parallel)."""
+    texts = texts or [None] * len(stories)
+    words = [split_words(s.text if t is None else t) for s, t in zip(stories, texts)]
+    enc = tokenizer([_prefix(s) for s in stories], [[w for w, _, _ in ws] for ws in words],
+                    is_split_into_words=True, truncation="only_second", max_length=max_length)
+    return [_encoded_from(enc, i, ws) for i, ws in enumerate(words)]
 
 
 def _collate(batch: list[_Encoded], pad_id: int):
+    import numpy as np
+
     torch = _torch()
     n = max(len(e.input_ids) for e in batch)
-    ids = torch.full((len(batch), n), pad_id, dtype=torch.long)
-    tt = torch.zeros((len(batch), n), dtype=torch.long)
-    am = torch.zeros((len(batch), n), dtype=torch.long)
+    ids = np.full((len(batch), n), pad_id, dtype=np.int64)
+    tt = np.zeros((len(batch), n), dtype=np.int64)
+    am = np.zeros((len(batch), n), dtype=np.int64)
     for i, e in enumerate(batch):
         L = len(e.input_ids)
-        ids[i, :L] = torch.tensor(e.input_ids)
-        tt[i, :L] = torch.tensor(e.token_type_ids)
+        ids[i, :L] = e.input_ids
+        tt[i, :L] = e.token_type_ids
         am[i, :L] = 1
-    return ids, am, tt
+    return torch.from_numpy(ids), torch.from_numpy(am), torch.from_numpy(tt)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -538,75 +552,14 @@ def train_encoder(
 # inference
 
 
-class EncoderLabeller(Labeller):
-    """Fine-tuned MiniLM word tagger (the default labeller).
+@dataclass(frozen=True)
+class WordDecoder:
+    """Word probabilities to a story's labels (the host side of the encoder labeller; picklable, so
+    worker processes can run it). ``threshold``, ``pronoun_agreement``: see ``EncoderLabeller``."""
 
-    Args:
-        path: directory written by ``train_encoder`` (default ``default_model_dir()``).
-        device: "cpu" or "cuda" (default: cuda when available).
-        quantize: int8 dynamic quantisation of the linear layers (default: on for CPU).
-        threshold: probability at which a word is tagged.
-        threads: torch CPU threads (default: leave torch's setting).
-        pronoun_agreement: keep only the best-scoring pronoun family (he/him/his, she/her/hers,
-            they/them/their, each neopronoun set) among a character's references, since one
-            character's pronouns agree; other references (nouns, titles) are kept as tagged.
-    """
-
-    name = "encoder"
-    default_batch_size = 32
-
-    def __init__(self, path: str | Path | None = None, *, device: str | None = None, quantize: bool | None = None,
-                 threshold: float = 0.5, threads: int | None = None, pronoun_agreement: bool = True) -> None:
-        torch = _torch()
-        from transformers import AutoTokenizer
-
-        self.path = Path(path) if path else default_model_dir()
-        meta_path = self.path / "meta.json"
-        if not meta_path.is_file():
-            raise ConfigError(f"no trained encoder labeller at {self.path}; train one with "
-                              f"`harness label train` (or pass --model-dir)")
-        self.meta = json.loads(meta_path.read_text())
-        if threads:
-            torch.set_num_threads(threads)
-        if not 0.0 < threshold < 1.0:
-            raise ConfigError(f"threshold must be in (0, 1), got {threshold}")
-        self.threshold = threshold
-        self.pronoun_agreement = pronoun_agreement
-        self.max_length = int(self.meta.get("max_length", 384))
-        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        self.tokenizer = AutoTokenizer.from_pretrained(str(self.path / "encoder"))
-        model = _build_model(self.path / "encoder")
-        model.head.load_state_dict(torch.load(self.path / "head.pt", map_location="cpu"))
-        model.eval()
-        self.quantized = (self.device == "cpu") if quantize is None else quantize
-        if self.quantized:
-            if self.device != "cpu":
-                raise ConfigError("quantize=True needs device='cpu' (dynamic int8 runs on CPU only)")
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
-        elif self.device != "cpu":
-            model = model.to(self.device).half()
-        self.model = model.to(self.device) if not self.quantized else model
-
-    def info(self) -> dict[str, Any]:
-        """Labeller name, weights directory, hash of the training data and inference settings."""
-        return {"labeller": self.name, "path": str(self.path), "threshold": self.threshold,
-                "quantized": self.quantized, "device": self.device,
-                "pronoun_agreement": self.pronoun_agreement,
-                "train_data_sha256": self.meta.get("report", {}).get("data_sha256")}
-
-    def _probs(self, encoded: list[_Encoded]):
-        torch = _torch()
-        ids, am, tt = _collate(encoded, self.tokenizer.pad_token_id)
-        with torch.inference_mode():
-            logits = self.model(ids.to(self.device), am.to(self.device), tt.to(self.device))
-        return torch.sigmoid(logits.float()).cpu().numpy()
-
-    def _label_batch(self, stories: Sequence[StoryInput]) -> list[StoryLabels]:
-        encoded = [_encode(self.tokenizer, s, None, self.max_length) for s in stories]
-        probs = self._probs(encoded)
-        return [self._decode(s, e, probs[i]) for i, (s, e) in enumerate(zip(stories, encoded))]
+    threshold: float = 0.5
+    pronoun_agreement: bool = True
+    max_length: int = 384
 
     def _name_runs(self, e: _Encoded, word_p: list, slot: int) -> list[tuple[str, list[int], float]]:
         """Runs of name-tagged words for one slot as (identity key, word indices, score).
@@ -636,7 +589,7 @@ class EncoderLabeller(Labeller):
             out.append((_norm(e.words[key_word][0]), run, float(sum(word_p[w][slot] for w in run))))
         return out
 
-    def _decode(self, story: StoryInput, e: _Encoded, p) -> StoryLabels:
+    def decode(self, story: StoryInput, e: _Encoded, p) -> StoryLabels:
         thr = self.threshold
         word_p = [p[pos] if pos >= 0 else None for pos in e.word_token]
         # names: each role's first run, but one character cannot fill both roles: a key both roles
@@ -688,5 +641,144 @@ class EncoderLabeller(Labeller):
         return tuple(first[k] for k in keep)
 
 
-__all__ = ["DEFAULT_NAME", "EncoderLabeller", "SLOTS", "TrainReport", "base_model_path", "default_model_dir",
-           "project_labels", "split_words", "train_encoder"]
+
+class EncoderLabeller(Labeller):
+    """Fine-tuned MiniLM word tagger (the default labeller).
+
+    Args:
+        path: directory written by ``train_encoder`` (default ``default_model_dir()``).
+        device: "cpu" or "cuda" (default: cuda when available).
+        quantize: int8 dynamic quantisation of the linear layers (default: on for CPU).
+        threshold: probability at which a word is tagged.
+        threads: torch CPU threads (default: leave torch's setting).
+        pronoun_agreement: keep only the best-scoring pronoun family (he/him/his, she/her/hers,
+            they/them/their, each neopronoun set) among a character's references, since one
+            character's pronouns agree; other references (nouns, titles) are kept as tagged.
+        workers: processes that tokenise and decode while the model runs (default: on a GPU, one
+            per spare CPU core up to 15; on CPU none, since the model needs the cores). Results do
+            not depend on it.
+    """
+
+    name = "encoder"
+    default_batch_size = 32
+
+    def __init__(self, path: str | Path | None = None, *, device: str | None = None, quantize: bool | None = None,
+                 threshold: float = 0.5, threads: int | None = None, pronoun_agreement: bool = True,
+                 workers: int | None = None) -> None:
+        torch = _torch()
+        from transformers import AutoTokenizer
+
+        self.path = Path(path) if path else default_model_dir()
+        meta_path = self.path / "meta.json"
+        if not meta_path.is_file():
+            raise ConfigError(f"no trained encoder labeller at {self.path}; train one with "
+                              f"`harness label train` (or pass --model-dir)")
+        self.meta = json.loads(meta_path.read_text())
+        if threads:
+            torch.set_num_threads(threads)
+        if not 0.0 < threshold < 1.0:
+            raise ConfigError(f"threshold must be in (0, 1), got {threshold}")
+        self.threshold = threshold
+        self.pronoun_agreement = pronoun_agreement
+        self.max_length = int(self.meta.get("max_length", 384))
+        self.decoder = WordDecoder(threshold, pronoun_agreement, self.max_length)
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.tokenizer = AutoTokenizer.from_pretrained(str(self.path / "encoder"))
+        model = _build_model(self.path / "encoder")
+        model.head.load_state_dict(torch.load(self.path / "head.pt", map_location="cpu"))
+        model.eval()
+        self.quantized = (self.device == "cpu") if quantize is None else quantize
+        if self.quantized:
+            if self.device != "cpu":
+                raise ConfigError("quantize=True needs device='cpu' (dynamic int8 runs on CPU only)")
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+        elif self.device != "cpu":
+            model = model.to(self.device).half()
+        self.model = model.to(self.device) if not self.quantized else model
+        if workers is None:
+            workers = 0 if self.device == "cpu" else max(0, min(15, (os.cpu_count() or 1) - 1))
+        if workers < 0:
+            raise ConfigError(f"workers must be >= 0, got {workers}")
+        self.workers = workers
+        self._pool = None
+
+    def info(self) -> dict[str, Any]:
+        """Labeller name, weights directory, hash of the training data and inference settings."""
+        return {"labeller": self.name, "path": str(self.path), "threshold": self.threshold,
+                "quantized": self.quantized, "device": self.device,
+                "pronoun_agreement": self.pronoun_agreement,
+                "train_data_sha256": self.meta.get("report", {}).get("data_sha256")}
+
+    def _probs(self, encoded: list[_Encoded]) -> list:
+        """Per story, its (tokens, 4) word-piece probabilities (float32 NumPy)."""
+        torch = _torch()
+        ids, am, tt = _collate(encoded, self.tokenizer.pad_token_id)
+        gpu = self.device != "cpu"
+        if gpu:
+            ids, am, tt = (t.pin_memory().to(self.device, non_blocking=True) for t in (ids, am, tt))
+        with torch.inference_mode():
+            logits = self.model(ids, am, tt)
+            p = torch.sigmoid(logits.float()).cpu().numpy()
+        return [p[i, : len(e.input_ids)] for i, e in enumerate(encoded)]
+
+    def _label_batch(self, stories: Sequence[StoryInput]) -> list[StoryLabels]:
+        encoded = _encode_many(self.tokenizer, stories, None, self.max_length)
+        probs = self._probs(encoded)
+        return [self.decoder.decode(s, e, p) for s, e, p in zip(stories, encoded, probs)]
+
+    def _label_batches(self, batches: Sequence[Sequence[StoryInput]]) -> Iterator[list[StoryLabels]]:
+        """Pipelined over worker processes: every batch's tokenisation is queued at once, the model
+        takes the batches in order as they arrive, and each batch's decoding runs while the model
+        works on the next ones."""
+        if not self.workers or len(batches) < 2:
+            yield from super()._label_batches(batches)
+            return
+        pool = self._worker_pool()
+        encs = [pool.submit(_worker_encode, list(b)) for b in batches]
+        decs = []
+        for b, fut in zip(batches, encs):
+            encoded = fut.result()
+            decs.append(pool.submit(_worker_decode, list(b), encoded, self._probs(encoded)))
+        for fut in decs:
+            yield fut.result()
+
+    def _worker_pool(self):
+        if self._pool is None:
+            import multiprocessing as mp
+            from concurrent.futures import ProcessPoolExecutor
+
+            self._pool = ProcessPoolExecutor(
+                self.workers, mp_context=mp.get_context("spawn"), initializer=_worker_init,
+                initargs=(str(self.path / "encoder"), self.decoder))
+        return self._pool
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
+            self._pool = None
+
+
+# host-side work in worker processes (state set once per process by _worker_init)
+_WORKER: dict[str, Any] = {}
+
+
+def _worker_init(tokenizer_dir: str, decoder: WordDecoder) -> None:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from transformers import AutoTokenizer
+
+    _WORKER["tokenizer"] = AutoTokenizer.from_pretrained(tokenizer_dir)
+    _WORKER["decoder"] = decoder
+
+
+def _worker_encode(stories: list[StoryInput]) -> list[_Encoded]:
+    return _encode_many(_WORKER["tokenizer"], stories, None, _WORKER["decoder"].max_length)
+
+
+def _worker_decode(stories: list[StoryInput], encoded: list[_Encoded], probs: list) -> list[StoryLabels]:
+    dec = _WORKER["decoder"]
+    return [dec.decode(s, e, p) for s, e, p in zip(stories, encoded, probs)]
+
+__all__ = ["DEFAULT_NAME", "EncoderLabeller", "SLOTS", "TrainReport", "WordDecoder", "base_model_path",
+           "default_model_dir", "project_labels", "split_words", "train_encoder"]

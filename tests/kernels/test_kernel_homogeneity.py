@@ -182,7 +182,7 @@ def test_triton_replicates(triton_ok):
     rng = np.random.default_rng(12)
     x = rng.normal(size=(40, 20)) + 0.5
     w = rng.poisson(1.0, size=(9, 40)).astype(float)
-    r = H.triton_replicate_stats(x, w, block_b=16, block_j=16, block_k=16)
+    r = H.triton_replicate_stats(x, w)
     for got, want in zip((r.n_pairs, r.sum, r.sumsq), weighted_brute(x, w)):
         np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-4)
 
@@ -222,8 +222,7 @@ def test_bootstrap_replicates_use_hashed_text_weights(triton_ok):
     idx = np.flatnonzero(g == 4)
     w = story_weights(2, np.arange(1, 5), idx).astype(float)
     np.testing.assert_allclose(rep.sum[:, 4], weighted_brute(x[idx], w)[1], rtol=1e-10, atol=1e-10)
-    tri = H.group_replicates(x, g, kind="bootstrap", n_rep=4, seed=2, n_groups=G, backend="triton",
-                             block_b=16, block_j=16, block_k=16)
+    tri = H.group_replicates(x, g, kind="bootstrap", n_rep=4, seed=2, n_groups=G, backend="triton")
     np.testing.assert_allclose(tri.sum, rep.sum, rtol=2e-5, atol=2e-4)
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from harness.errors import ConfigError
 from harness.labelling.base import CharacterLabel
-from harness.labelling.encoder import EncoderLabeller, project_labels, split_words
+from harness.labelling.encoder import EncoderLabeller, WordDecoder, project_labels, split_words
 
 
 def test_split_words_offsets():
@@ -39,6 +39,14 @@ def test_missing_model_dir_is_a_config_error(tmp_path):
         EncoderLabeller(tmp_path / "none")
 
 
+def test_worker_processes_give_the_same_labels(tiny_encoder, gold):
+    out_dir, _ = tiny_encoder
+    stories = [g.story for g in gold]
+    serial = EncoderLabeller(out_dir, device="cpu", workers=0).label(stories, batch_size=4)
+    with EncoderLabeller(out_dir, device="cpu", workers=2) as lab:
+        assert lab.label(stories, batch_size=4) == serial  # tokenised and decoded in worker processes
+
+
 def test_training_loop_and_inference(tiny_encoder, gold):
     out_dir, report = tiny_encoder
     assert report.stories == 12 and report.epochs == 3 and len(report.epoch_losses) == 3
@@ -59,9 +67,7 @@ def test_training_loop_and_inference(tiny_encoder, gold):
 
 
 def _decoder(agreement=True):
-    lab = object.__new__(EncoderLabeller)
-    lab.threshold, lab.pronoun_agreement, lab.max_length = 0.5, agreement, 384
-    return lab
+    return WordDecoder(0.5, agreement, 384)
 
 
 def test_decode_names_references_and_pronoun_agreement():
@@ -87,10 +93,10 @@ def test_decode_names_references_and_pronoun_agreement():
     p[idx["he"], 3] = 0.9  # object: he / his
     p[idx["his"], 3] = 0.8
     p[idx["She"], 3] = [0.6, 0.3]  # mean 0.45 < 0.5: not a reference
-    out = _decoder()._decode(story, enc, p)
+    out = _decoder().decode(story, enc, p)
     assert out.character("subject") == CharacterLabel("subject", "Dr. Ana Ruiz", ("She", "her"))
     assert out.character("object") == CharacterLabel("object", "Tom", ("he", "his"))
-    loose = _decoder(agreement=False)._decode(story, enc, p)
+    loose = _decoder(agreement=False).decode(story, enc, p)
     assert loose.character("subject").references == ("She", "he", "her")
 
 
@@ -135,7 +141,7 @@ def test_decode_one_character_cannot_fill_both_roles_and_names_end_capitalised()
     # back to its next name, Sara; "twirled" tagged after Sara is not part of the name
     p = _probs_for(words, {("Jimmy", 0, 0): 0.6, ("Sara", 0, 0): 0.9, ("twirled", 0, 0): 0.7,
                            ("Jimmy", 0, 2): 0.9, ("Jimmy", 1, 2): 0.8})
-    out = _decoder()._decode(story, enc, p)
+    out = _decoder().decode(story, enc, p)
     assert [c.name for c in out.characters] == ["Sara", "Jimmy"]
 
 
@@ -148,8 +154,8 @@ def test_decode_first_and_second_follow_the_order_of_introduction():
     enc = _Encoded([], [], list(range(len(words))), words, False)
     p = _probs_for(words, {("Tom", 0, 0): 0.9, ("he", 0, 1): 0.9, ("Ana", 0, 2): 0.9, ("She", 0, 3): 0.9})
     love = StoryInput("x", text, (RoleSpec("subject", "first friend"), RoleSpec("object", "second friend")))
-    out = _decoder()._decode(love, enc, p)
+    out = _decoder().decode(love, enc, p)
     assert [(c.name, c.references) for c in out.characters] == [("Ana", ("She",)), ("Tom", ("he",))]
     # other roles keep what the model says
     laden = StoryInput("x", text, (RoleSpec("subject", "friend who pays the bill"), RoleSpec("object", "other friend")))
-    assert [c.name for c in _decoder()._decode(laden, enc, p).characters] == ["Tom", "Ana"]
+    assert [c.name for c in _decoder().decode(laden, enc, p).characters] == ["Tom", "Ana"]

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# GPU checks and benchmarks in one command, for a lent CUDA machine whose image already has
+# torch, triton and cupy (see benchmarks/RESULTS.md). Usage: bash benchmarks/gpu.sh OUTDIR [STEPS]
+# STEPS: comma list of tests,labeller,kernels-quick,kernels,generation (default: all but kernels-quick).
+# Missing pure-Python dependencies travel as wheels in .whl/ (pip download ...), the fp16 labeller
+# weights and the dev stories in .gpu/ (never committed).
+set -u
+OUT=${1:?output directory}
+STEPS=${2:-tests,labeller,kernels,generation}
+export PYTHONUNBUFFERED=1
+mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
+  export PYTHONPATH=/tmp/site
+fi
+python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . 2>&1 | tail -2
+python3 -c "import torch, triton, cupy; print('torch', torch.__version__, 'triton', triton.__version__, 'cupy', cupy.__version__)"
+has() { [[ ",$STEPS," == *",$1,"* ]]; }
+if has tests; then
+  timeout 300 python3 -m pytest tests/kernels -q -p no:cacheprovider -o addopts="" -rs 2>&1 | tee "$OUT/tests.log" | tail -25
+fi
+if has labeller; then
+  for bs in 256 1024; do
+    timeout 150 python3 benchmarks/labelling.py --dev .gpu/laissez_faire_audit_dev.jsonl --model-dir .gpu/labeller \
+      --throughput 20000 --batch-size $bs --json "$OUT/labeller_bs$bs.json" 2>&1 | grep -v Loading | tail -3
+  done
+fi
+if has kernels-quick; then
+  timeout 300 python3 benchmarks/kernels_gpu.py --quick --out "$OUT/kernels_quick.md" --json "$OUT/kernels_quick.json" 2>&1 | tail -40
+fi
+if has kernels; then
+  timeout 540 python3 benchmarks/kernels_gpu.py --out "$OUT/kernels.md" --json "$OUT/kernels.json" 2>&1 | tail -60
+fi
