@@ -24,7 +24,7 @@ if has kernels-quick; then
   timeout 300 python3 benchmarks/kernels_gpu.py --quick --out "$OUT/kernels_quick.md" --json "$OUT/kernels_quick.json" 2>&1 | tail -40
 fi
 if has kernels; then
-  timeout 330 python3 benchmarks/kernels_gpu.py --out "$OUT/kernels.md" --json "$OUT/kernels.json" 2>&1 | tail -60
+  timeout 330 python3 benchmarks/kernels_gpu.py --out "$OUT/kernels.md" --json "$OUT/kernels.json" 2>&1 | tee "$OUT/kernels.log" | tail -45
 fi
 if has labeller; then
   timeout 100 python3 benchmarks/labelling.py --dev .gpu/laissez_faire_audit_dev.jsonl --model-dir .gpu/labeller \
