@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU checks and benchmarks in one command, for a lent CUDA machine whose image already has
 # torch, triton and cupy (see benchmarks/RESULTS.md). Usage: bash benchmarks/gpu.sh OUTDIR [STEPS]
-# STEPS: comma list of tests,labeller,kernels-quick,kernels,generation (default: all but kernels-quick).
+# STEPS: comma list of tests,labeller,kernels-quick,kernels,kernels-homogeneity,generation
+# (default: tests,labeller,kernels,generation). TESTS_K: a pytest -k filter for the kernel tests.
 # Missing pure-Python dependencies travel as wheels in .whl/ (pip download ...), the fp16 labeller
 # weights and the dev stories in .gpu/ (never committed).
 set -u
@@ -18,7 +19,7 @@ python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . 2>&1 | 
 python3 -c "import torch, triton, cupy; print('torch', torch.__version__, 'triton', triton.__version__, 'cupy', cupy.__version__)"
 has() { [[ ",$STEPS," == *",$1,"* ]]; }
 if has tests; then
-  timeout 150 python3 -m pytest tests/kernels -q -p no:cacheprovider -o addopts="" -rs 2>&1 | tee "$OUT/tests.log" | tail -25
+  timeout 150 python3 -m pytest tests/kernels -q -p no:cacheprovider -o addopts="" -rs ${TESTS_K:+-k "$TESTS_K"} 2>&1 | tee "$OUT/tests.log" | tail -25
 fi
 if has kernels-quick; then
   timeout 300 python3 benchmarks/kernels_gpu.py --quick --out "$OUT/kernels_quick.md" --json "$OUT/kernels_quick.json" 2>&1 | tail -40
@@ -26,7 +27,15 @@ fi
 if has kernels; then
   timeout 330 python3 benchmarks/kernels_gpu.py --out "$OUT/kernels.md" --json "$OUT/kernels.json" 2>&1 | tee "$OUT/kernels.log" | tail -45
 fi
+if has kernels-homogeneity; then
+  timeout 300 python3 benchmarks/kernels_gpu.py --only homogeneity --out "$OUT/kernels_h.md" --json "$OUT/kernels_h.json" 2>&1 \
+    | tee "$OUT/kernels_h.log" | grep -v '^{' | tail -45
+fi
 if has labeller; then
   timeout 100 python3 benchmarks/labelling.py --dev .gpu/laissez_faire_audit_dev.jsonl --model-dir .gpu/labeller \
     --throughput 30000 --batch-size 1024 --json "$OUT/labeller.json" 2>&1 | grep -v Loading | tail -3
+fi
+if has generation; then
+  timeout 240 python3 benchmarks/generation_gpu.py --tokenizer .gpu/tok --samples 256 --batch-sizes 64,256 \
+    --max-new-tokens 128 --out "$OUT/generation.md" 2>&1 | grep -v Warning | tail -12
 fi

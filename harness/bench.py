@@ -79,11 +79,13 @@ def _raw(backend, name: str, prompts: list[str], seeds: list[int], params: GenPa
     return time.perf_counter() - t0, tokens
 
 
-def measure(model: ModelConfig, samples: int, max_new_tokens: int, repeats: int = 3) -> list[Measurement]:
+def measure(model: ModelConfig, samples: int, max_new_tokens: int, repeats: int = 3, backend=None) -> list[Measurement]:
+    """Raw engine vs pipeline on ``samples`` stories; ``backend``: one already loaded (kept open)."""
     suite = get_suite("laissez-faire")
     prompt_ids = [p.id for p in suite.prompts][:: max(1, len(suite) // samples)][:samples]
     per_prompt = max(1, samples // len(prompt_ids))
-    backend = load_backend(model)
+    own = backend is None
+    backend = backend or load_backend(model)
     try:
         with tempfile.TemporaryDirectory() as tmp:
             def config(i: int):
@@ -106,7 +108,8 @@ def measure(model: ModelConfig, samples: int, max_new_tokens: int, repeats: int 
                 pipe.append(Measurement(model.backend, "pipeline", s.generated, s.seconds, s.output_tokens))
             return [_median(raw), _median(pipe)]
     finally:
-        backend.close()
+        if own:
+            backend.close()
 
 
 def _median(ms: list[Measurement]) -> Measurement:

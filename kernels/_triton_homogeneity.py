@@ -5,8 +5,9 @@ Three kernels, each with a thin launcher that allocates outputs and returns host
 - ``_seg_gram_kernel``: segmented d x d Gram, one program per (row chunk of one group,
   upper-triangular d-tile); the transposed copy of an off-diagonal tile is stored from the
   same accumulator, so no product is computed twice.
-- ``_pair_tile_kernel``: a group's upper triangle tile by tile; the epilogue reduces the
-  tile into the histogram, sums, row sums, top-k / bottom-k candidates and explicit pairs.
+- ``_pair_tile_kernel``: a group's upper triangle tile by tile, one program per row block of
+  tiles; each tile's epilogue reduces it into the histogram (kept in registers across the row
+  block), sums, row sums, top-k / bottom-k candidates and explicit pairs.
 - ``_replicate_kernel``: W C and W (C o C) from the same C tile, reduced against W.
 """
 
@@ -73,67 +74,79 @@ def segmented_gram(xs: torch.Tensor, starts: torch.Tensor, ends: torch.Tensor, *
 @triton.jit
 def _pair_tile_kernel(
     x_ptr, stride_xn, D,
-    tg_ptr, tbi_ptr, tbj_ptr, gstart_ptr, gn_ptr, poff_ptr,
+    pg_ptr, pbi_ptr, pt0_ptr, gstart_ptr, gn_ptr, poff_ptr,
     hist_ptr, tsum_ptr, tsq_ptr, rowsum_ptr, topv_ptr, topp_ptr, botv_ptr, botp_ptr, pairs_ptr,
     BM: tl.constexpr, BK: tl.constexpr, NBINS: tl.constexpr, TOPK: tl.constexpr,
     PREC: tl.constexpr, TL_HIST: tl.constexpr,
 ):
-    t = tl.program_id(0)
-    g = tl.load(tg_ptr + t)
-    bi = tl.load(tbi_ptr + t)
-    bj = tl.load(tbj_ptr + t)
+    # one program per (group, row block bi): it walks the tiles (bi, bj), bj >= bi, of its row
+    # block, keeps the histogram and its rows' sums in registers, and flushes them once at the end
+    pid = tl.program_id(0)
+    g = tl.load(pg_ptr + pid)
+    bi = tl.load(pbi_ptr + pid)
+    t0 = tl.load(pt0_ptr + pid)  # index of tile (bi, bi) in the tile list
     start = tl.load(gstart_ptr + g)
     n = tl.load(gn_ptr + g)
-    li = bi * BM + tl.arange(0, BM)
-    lj = bj * BM + tl.arange(0, BM)
-    mi = li < n
-    mj = lj < n
-    acc = tl.zeros((BM, BM), dtype=tl.float32)
-    for k0 in range(0, D, BK):
-        kk = k0 + tl.arange(0, BK)
-        mk = kk < D
-        a = tl.load(x_ptr + (start + li)[:, None] * stride_xn + kk[None, :], mask=mi[:, None] & mk[None, :], other=0.0)
-        b = tl.load(x_ptr + (start + lj)[:, None] * stride_xn + kk[None, :], mask=mj[:, None] & mk[None, :], other=0.0)
-        acc = tl.dot(a, tl.trans(b), acc, input_precision=PREC)
-    valid = mi[:, None] & mj[None, :] & (li[:, None] < lj[None, :])
-    cz = tl.where(valid, acc, 0.0)
-    # sums per tile (merged in float64 on the host) and per-text row sums
-    tl.store(tsum_ptr + t, tl.sum(tl.sum(cz, axis=1), axis=0))
-    tl.store(tsq_ptr + t, tl.sum(tl.sum(cz * cz, axis=1), axis=0))
-    tl.atomic_add(rowsum_ptr + start + li, tl.sum(cz, axis=1), mask=mi)
-    tl.atomic_add(rowsum_ptr + start + lj, tl.sum(cz, axis=0), mask=mj)
-    # histogram on fixed bins over [-1, 1]
-    binf = tl.floor((acc + 1.0) * (NBINS * 0.5))
-    bins = tl.minimum(tl.maximum(binf, 0.0), NBINS - 1.0).to(tl.int32)
-    if TL_HIST:
-        h = tl.histogram(tl.reshape(bins, [BM * BM]), NBINS, mask=tl.reshape(valid, [BM * BM]))
-        tl.atomic_add(hist_ptr + g * NBINS + tl.arange(0, NBINS), h, mask=h > 0)
-    else:
-        tl.atomic_add(hist_ptr + g * NBINS + bins, tl.full([BM, BM], 1, tl.int32), mask=valid)
-    # explicit pair values (triangular order) for small groups
     off = tl.load(poff_ptr + g)
-    if off >= 0:
-        li64 = li.to(tl.int64)[:, None]
-        lj64 = lj.to(tl.int64)[None, :]
-        n64 = n.to(tl.int64)
-        idx = li64 * n64 - li64 * (li64 + 1) // 2 + (lj64 - li64 - 1)
-        tl.store(pairs_ptr + off + idx, acc, mask=valid)
-    # top-k / bottom-k candidates of this tile (ties: smallest position first)
-    if TOPK > 0:
-        flat = tl.arange(0, BM)[:, None] * BM + tl.arange(0, BM)[None, :]
-        ct = tl.where(valid, acc, float("-inf"))
-        cb = tl.where(valid, acc, float("inf"))
-        for k in tl.static_range(TOPK):
-            m = tl.max(tl.max(ct, axis=1), axis=0)
-            p = tl.min(tl.min(tl.where(ct == m, flat, BM * BM), axis=1), axis=0)
-            tl.store(topv_ptr + t * TOPK + k, m)
-            tl.store(topp_ptr + t * TOPK + k, p)
-            ct = tl.where(flat == p, float("-inf"), ct)
-            m2 = tl.min(tl.min(cb, axis=1), axis=0)
-            p2 = tl.min(tl.min(tl.where(cb == m2, flat, BM * BM), axis=1), axis=0)
-            tl.store(botv_ptr + t * TOPK + k, m2)
-            tl.store(botp_ptr + t * TOPK + k, p2)
-            cb = tl.where(flat == p2, float("inf"), cb)
+    nb = tl.cdiv(n, BM)
+    li = bi * BM + tl.arange(0, BM)
+    mi = li < n
+    row_acc = tl.zeros((BM,), dtype=tl.float32)
+    if TL_HIST:
+        h_acc = tl.zeros((NBINS,), dtype=tl.int32)
+    for bj in range(bi, nb):
+        t = t0 + (bj - bi)
+        lj = bj * BM + tl.arange(0, BM)
+        mj = lj < n
+        acc = tl.zeros((BM, BM), dtype=tl.float32)
+        for k0 in range(0, D, BK):
+            kk = k0 + tl.arange(0, BK)
+            mk = kk < D
+            a = tl.load(x_ptr + (start + li)[:, None] * stride_xn + kk[None, :], mask=mi[:, None] & mk[None, :],
+                        other=0.0)
+            b = tl.load(x_ptr + (start + lj)[:, None] * stride_xn + kk[None, :], mask=mj[:, None] & mk[None, :],
+                        other=0.0)
+            acc = tl.dot(a, tl.trans(b), acc, input_precision=PREC)
+        valid = mi[:, None] & mj[None, :] & (li[:, None] < lj[None, :])
+        cz = tl.where(valid, acc, 0.0)
+        # sums per tile (merged in float64 on the host) and per-text row sums
+        tl.store(tsum_ptr + t, tl.sum(tl.sum(cz, axis=1), axis=0))
+        tl.store(tsq_ptr + t, tl.sum(tl.sum(cz * cz, axis=1), axis=0))
+        row_acc += tl.sum(cz, axis=1)
+        tl.atomic_add(rowsum_ptr + start + lj, tl.sum(cz, axis=0), mask=mj)
+        # histogram on fixed bins over [-1, 1]
+        binf = tl.floor((acc + 1.0) * (NBINS * 0.5))
+        bins = tl.minimum(tl.maximum(binf, 0.0), NBINS - 1.0).to(tl.int32)
+        if TL_HIST:
+            h_acc += tl.histogram(tl.reshape(bins, [BM * BM]), NBINS, mask=tl.reshape(valid, [BM * BM]))
+        else:
+            tl.atomic_add(hist_ptr + g * NBINS + bins, tl.full([BM, BM], 1, tl.int32), mask=valid)
+        # explicit pair values (triangular order) for small groups
+        if off >= 0:
+            li64 = li.to(tl.int64)[:, None]
+            lj64 = lj.to(tl.int64)[None, :]
+            n64 = n.to(tl.int64)
+            idx = li64 * n64 - li64 * (li64 + 1) // 2 + (lj64 - li64 - 1)
+            tl.store(pairs_ptr + off + idx, acc, mask=valid)
+        # top-k / bottom-k candidates of this tile (ties: smallest position first)
+        if TOPK > 0:
+            flat = tl.arange(0, BM)[:, None] * BM + tl.arange(0, BM)[None, :]
+            ct = tl.where(valid, acc, float("-inf"))
+            cb = tl.where(valid, acc, float("inf"))
+            for k in tl.static_range(TOPK):
+                m = tl.max(tl.max(ct, axis=1), axis=0)
+                p = tl.min(tl.min(tl.where(ct == m, flat, BM * BM), axis=1), axis=0)
+                tl.store(topv_ptr + t * TOPK + k, m)
+                tl.store(topp_ptr + t * TOPK + k, p)
+                ct = tl.where(flat == p, float("-inf"), ct)
+                m2 = tl.min(tl.min(cb, axis=1), axis=0)
+                p2 = tl.min(tl.min(tl.where(cb == m2, flat, BM * BM), axis=1), axis=0)
+                tl.store(botv_ptr + t * TOPK + k, m2)
+                tl.store(botp_ptr + t * TOPK + k, p2)
+                cb = tl.where(flat == p2, float("inf"), cb)
+    tl.atomic_add(rowsum_ptr + start + li, row_acc, mask=mi)
+    if TL_HIST:
+        tl.atomic_add(hist_ptr + g * NBINS + tl.arange(0, NBINS), h_acc, mask=h_acc > 0)
 
 
 def launch_pair_tiles(
@@ -158,9 +171,12 @@ def launch_pair_tiles(
         "pairs": torch.zeros(max(total_pairs, 1), dtype=torch.float32, device=dev),
     }
     if n_tiles:
-        _pair_tile_kernel[(n_tiles,)](
+        # programs: the (group, bi) of every tile with bj == bi, and that tile's index
+        tg, tbi, tbj = (np.asarray(a.cpu() if isinstance(a, torch.Tensor) else a) for a in (tile_group, tile_bi, tile_bj))
+        first = np.flatnonzero(tbi == tbj)
+        _pair_tile_kernel[(first.size,)](
             xs, xs.stride(0), xs.shape[1],
-            t(tile_group), t(tile_bi), t(tile_bj), t(offsets[:-1]), t(counts), t(pair_off),
+            t(tg[first]), t(tbi[first]), t(first), t(offsets[:-1]), t(counts), t(pair_off),
             buf["hist"], buf["tsum"], buf["tsq"], buf["rowsum"], buf["topv"], buf["topp"], buf["botv"],
             buf["botp"], buf["pairs"],
             BM=block, BK=block_k, NBINS=n_bins, TOPK=top_k, PREC=input_precision,

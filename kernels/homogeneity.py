@@ -183,6 +183,22 @@ def _check_x(x, what: str) -> np.ndarray:
     return a
 
 
+def _check_x_shape(x, what: str) -> tuple[int, int]:
+    """Validate (N, d) floating embeddings without copying them (a CUDA tensor stays on the GPU)."""
+    if hasattr(x, "detach") or type(x).__module__.startswith("cupy"):
+        shape = tuple(x.shape)
+        floating = x.is_floating_point() if hasattr(x, "detach") else x.dtype.kind == "f"
+        dtype = x.dtype
+    else:
+        a = np.asarray(x)
+        shape, floating, dtype = a.shape, np.issubdtype(a.dtype, np.floating), a.dtype
+    if len(shape) != 2 or shape[1] == 0:
+        raise DataError(f"{what}: embeddings must be a 2-D (N, d) array, got shape {shape}")
+    if not floating:
+        raise DataError(f"{what}: embeddings must be floating point, got dtype {dtype}")
+    return shape[0], shape[1]
+
+
 def _to_numpy(x) -> np.ndarray:
     if hasattr(x, "detach"):  # torch tensor
         t = x.detach().cpu()
@@ -383,8 +399,8 @@ def triton_group_stats(
 
     from ._triton_homogeneity import segmented_gram
 
-    a = _check_x(x, "triton_group_stats")
-    g, G = _check_groups(groups, a.shape[0], n_groups, "triton_group_stats")
+    n_all = _check_x_shape(x, "triton_group_stats")[0]  # a CUDA tensor is used in place
+    g, G = _check_groups(groups, n_all, n_groups, "triton_group_stats")
     tdt = _torch_dtype(dtype, "triton_group_stats")
     order, counts, offsets = _segments(g, G)
     dev = torch_device()
@@ -417,7 +433,7 @@ def triton_group_stats(
         counts, sums.cpu().numpy(), sq.cpu().numpy(), sq4.cpu().numpy(), frob.cpu().numpy(),
         order, offsets, xs_dot_s.cpu().numpy(), G, "triton",
     )
-    return _finish(st, tms, order, a.shape[0])
+    return _finish(st, tms, order, n_all)
 
 
 def group_stats(x, groups, *, n_groups=None, normalize=True, backend="auto", **kw) -> GroupStats:
@@ -635,8 +651,8 @@ def triton_pair_stats(
 
     from ._triton_homogeneity import pair_tiles
 
-    a = _check_x(x, "triton_pair_stats")
-    g, G = _check_groups(groups, a.shape[0], n_groups, "triton_pair_stats")
+    n_all = _check_x_shape(x, "triton_pair_stats")[0]  # a CUDA tensor is used in place
+    g, G = _check_groups(groups, n_all, n_groups, "triton_pair_stats")
     tdt = _torch_dtype(dtype, "triton_pair_stats")
     if hist_mode is None:
         hist_mode = "tl" if n_bins & (n_bins - 1) == 0 else "atomic"
@@ -679,7 +695,7 @@ def triton_pair_stats(
              (np.zeros(0) if counts[k] <= explicit_max_n else None) for k in range(G)]
     parts = (out["hist"].astype(np.int64), top_v, top_p, bot_v, bot_p, pairs, ssum, sumsq,
              out["row_sum"].astype(np.float64))
-    return _pair_result(parts, order, offsets, counts, a.shape[0], n_bins, "triton")
+    return _pair_result(parts, order, offsets, counts, n_all, n_bins, "triton")
 
 
 def pair_stats(x, groups, *, backend="auto", **kw) -> PairStats:

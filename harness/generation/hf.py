@@ -92,10 +92,30 @@ class TransformersBackend(Backend):
         except (OSError, ValueError) as e:
             raise BackendError(f"transformers could not load {model.weights_path}: {e}".splitlines()[0]) from None
         self.model.to(self.device).eval()
+        self._left_pad()
+        self.dtype = str(torch_dtype).removeprefix("torch.")
+
+    @classmethod
+    def from_loaded(
+        cls, model, tokenizer, ref: ResolvedModel, *, chat_template: bool = True, batch_size: int = 16,
+        max_model_len: int = 1024,
+    ) -> TransformersBackend:
+        """Wrap a model and tokenizer already in memory (a model built from its config with random
+        weights, say, to time a real architecture on a GPU without its checkpoint); ``ref`` says
+        where the run manifest should point (a directory with its config.json)."""
+        self = cls.__new__(cls)
+        self.model_ref, self.chat_template = ref, chat_template
+        self.batch_size, self.max_model_len = batch_size, max_model_len
+        param = next(model.parameters())
+        self.device, self.dtype = param.device.type, str(param.dtype).removeprefix("torch.")
+        self.model, self.tokenizer = model.eval(), tokenizer
+        self._left_pad()
+        return self
+
+    def _left_pad(self) -> None:
         self.tokenizer.padding_side = "left"
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.dtype = str(torch_dtype).removeprefix("torch.")
 
     def info(self) -> BackendInfo:
         return BackendInfo(

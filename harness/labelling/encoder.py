@@ -752,6 +752,9 @@ class EncoderLabeller(Labeller):
             self._pool = ProcessPoolExecutor(
                 self.workers, mp_context=mp.get_context("spawn"), initializer=_worker_init,
                 initargs=(str(self.path / "encoder"), self.decoder))
+            # the executor starts processes as tasks arrive: start and initialise all of them now, so
+            # no batch waits for a process to import transformers
+            list(self._pool.map(_worker_ready, range(self.workers)))
         return self._pool
 
     def close(self) -> None:
@@ -770,6 +773,11 @@ def _worker_init(tokenizer_dir: str, decoder: WordDecoder) -> None:
 
     _WORKER["tokenizer"] = AutoTokenizer.from_pretrained(tokenizer_dir)
     _WORKER["decoder"] = decoder
+
+
+def _worker_ready(_: int) -> bool:
+    time.sleep(0.05)  # hold this process while the others start
+    return "tokenizer" in _WORKER
 
 
 def _worker_encode(stories: list[StoryInput]) -> list[_Encoded]:
