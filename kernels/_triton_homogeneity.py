@@ -234,7 +234,7 @@ _MIN_BJ = min(c.kwargs["BJ"] for c in _REPLICATE_CONFIGS)
 @triton.jit
 def _replicate_kernel(
     w_ptr, c_ptr, out1_ptr, out2_ptr, B, M, stride_w, stride_c, NJ, B_CLASS, M_CLASS,
-    BB: tl.constexpr, BJ: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr,
+    BB: tl.constexpr, BJ: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr, MIN_BJ: tl.constexpr,
 ):
     pid_b = tl.program_id(0)
     pid_j = tl.program_id(1)
@@ -252,21 +252,31 @@ def _replicate_kernel(
         acc1 = tl.dot(w, c, acc1, input_precision=PREC)
         acc2 = tl.dot(w, c * c, acc2, input_precision=PREC)
     wj = tl.load(w_ptr + ob[:, None] * stride_w + oj[None, :], mask=mb[:, None] & mj[None, :], other=0.0).to(tl.float32)
-    tl.store(out1_ptr + ob * NJ + pid_j, tl.sum(acc1 * wj, axis=1), mask=mb)
-    tl.store(out2_ptr + ob * NJ + pid_j, tl.sum(acc2 * wj, axis=1), mask=mb)
+    # The partials have one column per MIN_BJ columns of C, whatever BJ the autotuner picked: this
+    # program owns columns col .. col + BJ/MIN_BJ - 1, stores its partial in the first and zeros in
+    # the others, so no column keeps a value from a configuration tried while tuning.
+    col = pid_j * (BJ // MIN_BJ)
+    tl.store(out1_ptr + ob * NJ + col, tl.sum(acc1 * wj, axis=1), mask=mb)
+    tl.store(out2_ptr + ob * NJ + col, tl.sum(acc2 * wj, axis=1), mask=mb)
+    for z in tl.static_range(1, BJ // MIN_BJ):
+        mz = mb & (tl.full((BB,), z, tl.int32) + col < NJ)
+        tl.store(out1_ptr + ob * NJ + col + z, tl.zeros((BB,), dtype=tl.float32), mask=mz)
+        tl.store(out2_ptr + ob * NJ + col + z, tl.zeros((BB,), dtype=tl.float32), mask=mz)
 
 
 def fused_replicates(W, C, *, input_precision="ieee"):
     """(w_b^T C w_b, w_b^T (C o C) w_b) for every row b of W, in float64 (per-tile fp32 partials).
 
-    Tile sizes are autotuned per (B, M); the partials have one column per column block of the
-    narrowest tile, so every configuration writes into the same zero-initialised buffer.
+    Tile sizes are autotuned per size class of (B, M); the partials have one column per column
+    block of the narrowest tile and every configuration writes every column, so the buffer needs
+    no initialisation and a configuration tried while tuning leaves nothing behind.
     """
     B, M = W.shape
     nj = triton.cdiv(M, _MIN_BJ)
-    out1 = torch.zeros((B, nj), dtype=torch.float32, device=W.device)
-    out2 = torch.zeros_like(out1)
+    out1 = torch.empty((B, nj), dtype=torch.float32, device=W.device)
+    out2 = torch.empty_like(out1)
     grid = lambda META: (triton.cdiv(B, META["BB"]), triton.cdiv(M, META["BJ"]))  # noqa: E731
     _replicate_kernel[grid](W, C, out1, out2, B, M, W.stride(0), C.stride(0), nj,
-                            max(B - 1, 1).bit_length(), max(M - 1, 1).bit_length(), PREC=input_precision)
+                            max(B - 1, 1).bit_length(), max(M - 1, 1).bit_length(), PREC=input_precision,
+                            MIN_BJ=_MIN_BJ)
     return out1.double().sum(1), out2.double().sum(1)

@@ -203,6 +203,33 @@ def test_triton_replicates(triton_ok):
         np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-4)
 
 
+@pytest.mark.parametrize("bj", [16, 32, 64])
+def test_replicate_kernel_writes_every_partial_whatever_the_tile(triton_ok, bj):
+    """The autotuner tries several tile widths on one output buffer: each must write every column
+    (a stale column from a wider or narrower tile once doubled some rows on an H100)."""
+    import torch
+
+    from harness.kernels._common import torch_device
+    from harness.kernels._triton_homogeneity import _replicate_kernel
+
+    rng = np.random.default_rng(17)
+    B, M, min_bj = 9, 40, 16
+    dev = torch_device()
+    W = torch.as_tensor(rng.poisson(1.0, size=(B, M)), dtype=torch.float32, device=dev)
+    x = rng.normal(size=(M, 8))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    C = torch.as_tensor(x @ x.T, dtype=torch.float32, device=dev)
+    nj = -(-M // min_bj)
+    out1 = torch.full((B, nj), float("nan"), device=dev)  # poisoned: an unwritten column shows
+    out2 = torch.full((B, nj), float("nan"), device=dev)
+    grid = (-(-B // 16), -(-M // bj))
+    _replicate_kernel.fn[grid](W, C, out1, out2, B, M, W.stride(0), C.stride(0), nj, 4, 6,
+                               BB=16, BJ=bj, BK=16, PREC="ieee", MIN_BJ=min_bj)
+    w, c = W.double().cpu().numpy(), C.double().cpu().numpy()
+    np.testing.assert_allclose(out1.double().sum(1).cpu().numpy(), ((w @ c) * w).sum(1), rtol=1e-5)
+    np.testing.assert_allclose(out2.double().sum(1).cpu().numpy(), ((w @ (c * c)) * w).sum(1), rtol=1e-5)
+
+
 def test_cupy_replicates(cupy_ok):
     rng = np.random.default_rng(13)
     x = rng.normal(size=(40, 20))
