@@ -103,8 +103,8 @@ def main(argv=None):
         "## Generation on the GPU (`benchmarks/generation_gpu.py`)", "",
         f"Machine: {machine_description()}. Model: {args.arch} shapes ({n_params / 1e9:.2f} B parameters with the "
         f"tokenizer's {len(tok):,}-token vocabulary), random bf16 weights built on the GPU in {build_s:.0f} s, "
-        f"transformers backend (eager `generate`, SDPA attention). {args.samples} stories of the laissez-faire "
-        f"suite per row, T = 1.0, top_p = 1.0, max_new_tokens = {args.max_new_tokens} (random weights run every "
+        f"transformers backend (eager `generate`, SDPA attention). {rows[0]['stories'] if rows else 0} stories "
+        f"of the laissez-faire suite per row (prompts spread over the suite), T = 1.0, top_p = 1.0, max_new_tokens = {args.max_new_tokens} (random weights run every "
         f"story to the limit); raw = the engine's own batched `generate`, pipeline = `generate_run` with the "
         f"harness's seeded per-request sampler; warmed up on the full workload; {args.repeats} repeat(s).", "",
         "| batch size | stories | raw s | raw output tok/s | pipeline s | pipeline output tok/s | pipeline / raw |",
