@@ -11,7 +11,7 @@ import os
 
 from harness.errors import BackendError, ConfigError
 
-BACKENDS = ("numpy", "triton", "cupy", "auto")
+BACKENDS = ("numpy", "torch", "triton", "cupy", "auto")
 
 
 def triton_interpreting() -> bool:
@@ -50,8 +50,10 @@ def cupy_runnable() -> bool:
 def resolve_backend(backend: str, *, what: str) -> str:
     """Map ``backend`` (one of BACKENDS) to a runnable one; raise with the reason otherwise.
 
-    ``"auto"`` picks Triton on a CUDA device, then CuPy, then NumPy. The Triton interpreter
-    is never picked automatically: it is a correctness tool, thousands of times slower.
+    ``"auto"`` picks Triton on a CUDA device, then CuPy, then NumPy (a dispatcher with a faster
+    CPU path, ``group_stats``'s torch one, takes that instead). ``"torch"`` is that CPU path where
+    a computation has one, NumPy otherwise. The Triton interpreter is never picked automatically:
+    it is a correctness tool, thousands of times slower.
     """
     if backend not in BACKENDS:
         raise ConfigError(f"{what}: backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
@@ -66,6 +68,8 @@ def resolve_backend(backend: str, *, what: str) -> str:
             f"{what}: backend='triton' needs triton and a CUDA device (or TRITON_INTERPRET=1 for the "
             "CPU interpreter); use backend='numpy' or 'auto'"
         )
+    if backend == "torch":  # a hard dependency: always runnable (CPU cores, or CUDA where present)
+        return backend
     if backend == "cupy" and not cupy_runnable():
         raise BackendError(
             f"{what}: backend='cupy' needs cupy and a CUDA device; use backend='numpy' or 'auto'"

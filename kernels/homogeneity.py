@@ -436,13 +436,109 @@ def triton_group_stats(
     return _finish(st, tms, order, n_all)
 
 
+def _gram_frob2(a) -> float:
+    """||A A^T||_F^2 from three blocks of the symmetric Gram, 3/4 of its products: with
+    A = [A1; A2], the diagonal blocks A1 A1^T and A2 A2^T once and the off-diagonal A1 A2^T twice."""
+    import torch
+
+    def sq(t):
+        v = t.reshape(-1)
+        return float(torch.dot(v, v))
+
+    k = a.shape[0]
+    if k < 64:
+        return sq(torch.mm(a, a.t()))
+    m = k // 2
+    return sq(torch.mm(a[:m], a[:m].t())) + 2.0 * sq(torch.mm(a[:m], a[m:].t())) + sq(torch.mm(a[m:], a[m:].t()))
+
+
+def torch_group_stats(x, groups, *, n_groups=None, normalize=True, chunk_rows: int = 1024) -> GroupStats:
+    """The closed form with torch in float32 where ``x`` lives (the CPU cores for NumPy input),
+    fused by chunks of whole groups: a chunk's rows (about ``chunk_rows``, so it stays in cache)
+    are gathered and normalised into one reused scratch buffer, never a full-size copy of the
+    embeddings, and each of its groups' norms, sum, Gram (one BLAS GEMM) and x_i . s are taken
+    from there; every total is merged in float64. The fast CPU path (compare with one GEMM of
+    the same shape in ``benchmarks/kernels.py``); ``reference`` is the float64 oracle.
+    """
+    import torch
+
+    n_all = _check_x_shape(x, "torch_group_stats")[0]
+    g, G = _check_groups(groups, n_all, n_groups, "torch_group_stats")
+    order, counts, offsets = _segments(g, G)
+    t = (x if isinstance(x, torch.Tensor) else torch.from_numpy(np.asarray(x))).detach()
+    dev, d = t.device, t.shape[1]
+    grouped = order.size == n_all and bool((np.diff(order) > 0).all())  # rows already in group order
+    order_t = None if grouped else torch.as_tensor(order, device=dev)
+    # chunks of consecutive whole groups: [offsets[c0], offsets[c1])
+    bounds, k = [0], 0
+    while k < G:
+        k2 = k + 1
+        while k2 < G and offsets[k2 + 1] - offsets[k] <= chunk_rows:
+            k2 += 1
+        bounds.append(k2)
+        k = k2
+    rows_max = max((int(offsets[b] - offsets[a]) for a, b in zip(bounds[:-1], bounds[1:])), default=0)
+    buf = torch.empty((rows_max, d), dtype=torch.float32, device=dev)
+    sums = torch.zeros((G, d), dtype=torch.float32, device=dev)
+    sq = torch.empty(order.size, dtype=torch.float32, device=dev)
+    xs_dot_s = torch.empty(order.size, dtype=torch.float32, device=dev)
+    frob = np.zeros(G)
+    on_cpu = dev.type == "cpu"
+    sums_np, dots_np = (sums.numpy(), xs_dot_s.numpy()) if on_cpu else (None, None)
+    for c0, c1 in zip(bounds[:-1], bounds[1:]):
+        a0, a1 = int(offsets[c0]), int(offsets[c1])
+        if a1 == a0:
+            continue
+        src = t[a0:a1] if grouped else t.index_select(0, order_t[a0:a1])
+        src = src if src.dtype == torch.float32 else src.to(torch.float32)
+        nrm = torch.linalg.vector_norm(src, dim=1)
+        bad = ~torch.isfinite(nrm) | (nrm == 0) if normalize else ~torch.isfinite(nrm)
+        if bool(bad.any()):  # a NaN or infinity anywhere in a row reaches its norm
+            r = int(torch.nonzero(bad)[0])
+            i = int(order[a0 + r])
+            if not bool(torch.isfinite(nrm[r])):
+                raise DataError(f"torch_group_stats: embedding row {i} has a NaN or infinite value")
+            raise DataError(f"torch_group_stats: embedding row {i} is all zeros and has no direction; drop it")
+        xc = buf[: a1 - a0]
+        if normalize:
+            torch.div(src, nrm.unsqueeze(1), out=xc)
+            torch.linalg.vector_norm(xc, dim=1, out=sq[a0:a1])  # the vectors actually used
+        else:
+            xc.copy_(src)
+            sq[a0:a1] = nrm
+        sq[a0:a1].square_()
+        for k in range(c0, c1):
+            a, b = int(offsets[k]) - a0, int(offsets[k + 1]) - a0
+            if b == a:
+                continue
+            xg = xc[a:b]
+            frob[k] = _gram_frob2(xg if (b - a) < d else xg.t())  # X X^T or X^T X: same norm
+            if on_cpu:  # NumPy on the same memory: torch's threaded GEMVs here cost more than the Grams
+                xn = xg.numpy()
+                sums_np[k] = xn.sum(0)
+                np.matmul(xn, sums_np[k], out=dots_np[a0 + a:a0 + b])
+            else:
+                torch.sum(xg, 0, out=sums[k])
+                torch.mv(xg, sums[k], out=xs_dot_s[a0 + a:a0 + b])
+    sq64 = sq.double().cpu().numpy()
+    sq4 = np.bincount(np.repeat(np.arange(G), counts), weights=sq64 * sq64, minlength=G)
+    tms, st = _assemble(counts, sums.double().cpu().numpy(), sq64, sq4, frob, order, offsets,
+                        xs_dot_s.double().cpu().numpy(), G, "torch")
+    return _finish(st, tms, order, n_all)
+
+
 def group_stats(x, groups, *, n_groups=None, normalize=True, backend="auto", **kw) -> GroupStats:
-    """Dispatch group statistics to ``backend`` in {"numpy", "triton", "cupy", "auto"}."""
+    """Dispatch group statistics to ``backend`` in {"numpy", "torch", "triton", "cupy", "auto"}.
+
+    ``"auto"``: Triton on a CUDA device, then CuPy, else the torch path on the CPU cores.
+    """
     b = resolve_backend(backend, what="group_stats")
     if b == "triton":
         return triton_group_stats(x, groups, n_groups=n_groups, normalize=normalize, **kw)
     if b == "cupy":
         return cupy_group_stats(x, groups, n_groups=n_groups, normalize=normalize)
+    if b == "torch" or backend == "auto":
+        return torch_group_stats(x, groups, n_groups=n_groups, normalize=normalize)
     return reference(x, groups, n_groups=n_groups, normalize=normalize)
 
 
@@ -699,7 +795,8 @@ def triton_pair_stats(
 
 
 def pair_stats(x, groups, *, backend="auto", **kw) -> PairStats:
-    """Dispatch pair-level statistics to ``backend`` in {"numpy", "triton", "cupy", "auto"}."""
+    """Dispatch pair-level statistics to ``backend`` in {"numpy", "torch", "triton", "cupy", "auto"}
+    ("torch" has no pair path of its own: it runs the NumPy one)."""
     b = resolve_backend(backend, what="pair_stats")
     if b == "triton":
         return triton_pair_stats(x, groups, **kw)
@@ -793,7 +890,8 @@ def triton_replicate_stats(
 
 
 def replicate_stats(x, weights, *, normalize=True, backend="auto", **kw) -> ReplicateStats:
-    """Dispatch replicate statistics to ``backend`` in {"numpy", "triton", "cupy", "auto"}."""
+    """Dispatch replicate statistics to ``backend`` in {"numpy", "torch", "triton", "cupy", "auto"}
+    ("torch" has no replicate path of its own: it runs the NumPy one)."""
     b = resolve_backend(backend, what="replicate_stats")
     if b == "triton":
         return triton_replicate_stats(x, weights, normalize=normalize, **kw)

@@ -282,6 +282,41 @@ def test_bootstrap_replicates_use_hashed_text_weights(triton_ok):
 def test_bad_input(x, groups, err):
     with pytest.raises(err):
         H.reference(x, groups, n_groups=5)
+    with pytest.raises(err):
+        H.torch_group_stats(x, groups, n_groups=5)
+
+
+@pytest.mark.parametrize("seed, d, chunk_rows", [(20, 40, 8192), (21, 8, 8192), (22, 24, 20)])
+def test_torch_group_stats_equals_brute_force(seed, d, chunk_rows):
+    """The fused CPU path: unsorted rows, excluded rows, groups of 0, 1, 2 and more texts (n < d and
+    n > d, so both Gram shapes and the block split run), chunks of one or several groups."""
+    x, g, G = make_case(seed, d=d)
+    order = np.random.default_rng(seed).permutation(g.size)
+    x, g = x[order], g[order]
+    got = H.torch_group_stats(x, g, n_groups=G, chunk_rows=chunk_rows)
+    assert got.backend == "torch"
+    assert_stats_close(got, H.brute_force(x, g, n_groups=G), rtol=2e-5, atol=2e-5)
+    raw = H.torch_group_stats(x, g, n_groups=G, normalize=False)  # the vectors as given
+    assert_stats_close(raw, H.reference(x, g, n_groups=G, normalize=False), rtol=2e-5, atol=2e-4)
+    assert H.group_stats(x, g, n_groups=G, backend="auto").backend in ("torch", "triton", "cupy")
+
+
+def test_gram_frob_blocks_equal_the_full_gram():
+    import torch
+
+    a = torch.randn(130, 70, dtype=torch.float64)
+    np.testing.assert_allclose(H._gram_frob2(a), float((a @ a.T).square().sum()), rtol=1e-12)
+
+
+def test_torch_group_stats_names_the_bad_row():
+    x, g, G = make_case(23, N=30)
+    x[17, 3] = np.nan
+    with pytest.raises(DataError, match="row 17 has a NaN"):
+        H.torch_group_stats(x, np.where(g < 0, 0, g), n_groups=G)
+    x[17, 3] = 1.0
+    x[9] = 0.0
+    with pytest.raises(DataError, match="row 9 is all zeros"):
+        H.torch_group_stats(x, np.where(g < 0, 0, g), n_groups=G)
 
 
 def test_bad_options():
