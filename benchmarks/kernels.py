@@ -37,7 +37,7 @@ from harness.kernels import homogeneity as H  # noqa: E402
 from harness.kernels import sweep as S  # noqa: E402
 from harness.kernels._common import cuda_available, cupy_runnable  # noqa: E402
 
-NO_GPU = "not measured (no GPU in this session)"
+NO_GPU = "not measured on this CPU machine; see section kernels-gpu"
 
 
 def measure(fn, repeat=1):
