@@ -151,17 +151,23 @@ def stage_statistics(cfg: RunConfig, store: RunStore, **_: Any) -> StageResult:
     return StageResult("statistics", "done", time.perf_counter() - t, f"{len(tables)} tables")
 
 
+def run_report_stage(store: RunStore, fp: str, build: Callable[[list[Path], Path], Path], t: float) -> StageResult:
+    """The report stage of any audit: skipped when its fingerprint ``fp`` is current and the page
+    exists, else ``build([run], out)`` and recorded; ``t`` is when the stage started."""
+    out = store.root / REPORT
+    if is_current(store, REPORT, fp) and (out / "index.html").exists():
+        return StageResult("report", "skipped (current)", time.perf_counter() - t, str(out / "index.html"))
+    index = build([store.root], out)
+    mark_current(store, REPORT, fp, {"index": str(index)})
+    return StageResult("report", "done", time.perf_counter() - t, str(index))
+
+
 def stage_report(cfg: RunConfig, store: RunStore, **_: Any) -> StageResult:
     from harness.report import build_report
 
     t = time.perf_counter()
     fp = fingerprint(store, [STATISTICS, IDENTITIES], {"manifest": store.read_manifest().get("config")})
-    out = store.root / REPORT
-    if is_current(store, REPORT, fp) and (out / "index.html").exists():
-        return StageResult("report", "skipped (current)", time.perf_counter() - t, str(out / "index.html"))
-    index = build_report([store.root], out)
-    mark_current(store, REPORT, fp, {"index": str(index)})
-    return StageResult("report", "done", time.perf_counter() - t, str(index))
+    return run_report_stage(store, fp, build_report, t)
 
 
 RUNNERS: dict[str, Callable[..., StageResult]] = {

@@ -30,7 +30,7 @@ from harness.homogeneity.embed import EMBEDDERS, EmbedderSpec, EmbeddingCache, g
 from harness.store import RunStore
 
 SUITE = "homogeneity"
-EMBED_DIR, STATS_DIR, REPORT = "embeddings", "homogeneity", "report"
+EMBED_DIR, STATS_DIR = "embeddings", "homogeneity"
 
 
 def is_homogeneity(cfg: RunConfig) -> bool:
@@ -185,18 +185,13 @@ def stage_statistics(cfg: RunConfig, store: RunStore, **_: Any):
 
 
 def stage_report(cfg: RunConfig, store: RunStore, **_: Any):
-    from harness.audit.stages import StageResult, fingerprint, is_current, mark_current
+    from harness.audit.stages import fingerprint, run_report_stage
     from harness.report.homogeneity import build_homogeneity_report
 
     t = time.perf_counter()
     fp = fingerprint(store, [STATS_DIR], {"manifest": store.read_manifest().get("config"),
                                           "tables": _tree_listing(store.stage_dir(STATS_DIR))})
-    out = store.root / REPORT
-    if is_current(store, REPORT, fp) and (out / "index.html").exists():
-        return StageResult("report", "skipped (current)", time.perf_counter() - t, str(out / "index.html"))
-    index = build_homogeneity_report([store.root], out)
-    mark_current(store, REPORT, fp, {"index": str(index)})
-    return StageResult("report", "done", time.perf_counter() - t, str(index))
+    return run_report_stage(store, fp, build_homogeneity_report, t)
 
 
 RUNNERS: dict[str, Callable[..., Any]] = {
