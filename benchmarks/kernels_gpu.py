@@ -78,7 +78,7 @@ def rel(a, b):
 
 
 def bench_homogeneity(torch, triton, N, d, G, peak, rows, quick):
-    from harness.kernels._triton_homogeneity import fused_replicates, segmented_gram
+    from harness.kernels._triton_homogeneity import segmented_gram
 
     x, g = make_embeddings(G, N, d)
     t0 = time.perf_counter()
