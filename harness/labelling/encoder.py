@@ -326,10 +326,10 @@ def _encode_many(tokenizer, stories: Sequence[StoryInput], texts: Sequence[str |
     return [_encoded_from(enc, i, ws) for i, ws in enumerate(words)]
 
 
-def _collate(batch: list[_Encoded], pad_id: int):
+def _collate_np(batch: Sequence[_Encoded], pad_id: int):
+    """Padded (input ids, attention mask, token types) of a batch as int64 NumPy arrays."""
     import numpy as np
 
-    torch = _torch()
     n = max(len(e.input_ids) for e in batch)
     ids = np.full((len(batch), n), pad_id, dtype=np.int64)
     tt = np.zeros((len(batch), n), dtype=np.int64)
@@ -339,7 +339,13 @@ def _collate(batch: list[_Encoded], pad_id: int):
         ids[i, :L] = e.input_ids
         tt[i, :L] = e.token_type_ids
         am[i, :L] = 1
-    return torch.from_numpy(ids), torch.from_numpy(am), torch.from_numpy(tt)
+    return ids, am, tt
+
+
+def _collate(batch: Sequence[_Encoded], pad_id: int):
+    """``_collate_np`` as torch tensors (sharing the arrays' memory)."""
+    torch = _torch()
+    return tuple(torch.from_numpy(a) for a in _collate_np(batch, pad_id))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -711,16 +717,19 @@ class EncoderLabeller(Labeller):
                 "pronoun_agreement": self.pronoun_agreement,
                 "train_data_sha256": self.meta.get("report", {}).get("data_sha256")}
 
-    def _probs(self, encoded: list[_Encoded]) -> list:
-        """Per story, its (tokens, 4) word-piece probabilities (float32 NumPy)."""
+    def _forward(self, ids, am, tt):
+        """Word-piece probabilities (batch, tokens, 4) as float32 NumPy, from collated NumPy arrays."""
         torch = _torch()
-        ids, am, tt = _collate(encoded, self.tokenizer.pad_token_id)
-        gpu = self.device != "cpu"
-        if gpu:
+        ids, am, tt = (torch.from_numpy(a) for a in (ids, am, tt))
+        if self.device != "cpu":
             ids, am, tt = (t.pin_memory().to(self.device, non_blocking=True) for t in (ids, am, tt))
         with torch.inference_mode():
             logits = self.model(ids, am, tt)
-            p = torch.sigmoid(logits.float()).cpu().numpy()
+            return torch.sigmoid(logits.float()).cpu().numpy()
+
+    def _probs(self, encoded: list[_Encoded]) -> list:
+        """Per story, its (tokens, 4) word-piece probabilities (float32 NumPy)."""
+        p = self._forward(*_collate_np(encoded, self.tokenizer.pad_token_id))
         return [p[i, : len(e.input_ids)] for i, e in enumerate(encoded)]
 
     def _label_batch(self, stories: Sequence[StoryInput]) -> list[StoryLabels]:
@@ -738,9 +747,9 @@ class EncoderLabeller(Labeller):
         pool = self._worker_pool()
         encs = [pool.submit(_worker_encode, list(b)) for b in batches]
         decs = []
-        for b, fut in zip(batches, encs):
-            encoded = fut.result()
-            decs.append(pool.submit(_worker_decode, list(b), encoded, self._probs(encoded)))
+        for fut in encs:
+            arrays, blob = fut.result()
+            decs.append(pool.submit(_worker_decode, blob, self._forward(*arrays)))
         for fut in decs:
             yield fut.result()
 
@@ -780,13 +789,23 @@ def _worker_ready(_: int) -> bool:
     return "tokenizer" in _WORKER
 
 
-def _worker_encode(stories: list[StoryInput]) -> list[_Encoded]:
-    return _encode_many(_WORKER["tokenizer"], stories, None, _WORKER["decoder"].max_length)
+def _worker_encode(stories: list[StoryInput]) -> tuple[tuple, bytes]:
+    """Tokenise and collate a batch. What the model process needs comes back as three NumPy arrays;
+    the stories and their encodings, which only the decoding needs, come back pickled once as
+    bytes that the model process hands on untouched (it never unpickles or re-pickles them)."""
+    import pickle
+
+    tok = _WORKER["tokenizer"]
+    encoded = _encode_many(tok, stories, None, _WORKER["decoder"].max_length)
+    return _collate_np(encoded, tok.pad_token_id), pickle.dumps((stories, encoded), pickle.HIGHEST_PROTOCOL)
 
 
-def _worker_decode(stories: list[StoryInput], encoded: list[_Encoded], probs: list) -> list[StoryLabels]:
+def _worker_decode(blob: bytes, probs) -> list[StoryLabels]:
+    import pickle
+
+    stories, encoded = pickle.loads(blob)
     dec = _WORKER["decoder"]
-    return [dec.decode(s, e, p) for s, e, p in zip(stories, encoded, probs)]
+    return [dec.decode(s, e, probs[i, : len(e.input_ids)]) for i, (s, e) in enumerate(zip(stories, encoded))]
 
 __all__ = ["DEFAULT_NAME", "EncoderLabeller", "SLOTS", "TrainReport", "WordDecoder", "base_model_path",
            "default_model_dir", "project_labels", "split_words", "train_encoder"]

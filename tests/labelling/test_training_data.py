@@ -1,0 +1,41 @@
+"""The project's own labelled training stories (``harness/data/labelling/*.jsonl``) are consistent:
+every row parses, ids are unique, names and references occur in the story, and the references give
+the stated gender under the neopronoun lexicon (the conventions of that folder's README)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from harness.identity.gender import infer_gender
+from harness.identity.names import select_name
+from harness.labelling.data import builtin_training_files, load_gold
+
+ROWS = [(f.name, gs) for f in builtin_training_files() for gs in load_gold(f)]
+
+
+def test_there_are_training_files_and_ids_are_unique():
+    assert len(ROWS) >= 100
+    ids = [gs.story.story_id for _, gs in ROWS]
+    dup = sorted({i for i in ids if ids.count(i) > 1})
+    assert not dup, f"duplicate ids: {dup}"
+
+
+@pytest.mark.parametrize("fname,gs", ROWS, ids=[gs.story.story_id for _, gs in ROWS])
+def test_row_is_consistent(fname, gs):
+    text = gs.story.text
+    assert text and gs.characters, f"{fname} {gs.story.story_id}: no text or labels"
+    assert set(gs.characters) == {r.key for r in gs.story.roles}
+    for key, ch in gs.characters.items():
+        where = f"{fname} {gs.story.story_id} {key}"
+        name = select_name(ch.name) if ch.name is not None else None
+        if name:
+            assert name in text, f"{where}: name {name!r} does not occur in the story"
+        assert ch.references is not None, f"{where}: references missing"
+        for ref in ch.references:
+            assert re.search(rf"(?<!\w){re.escape(ref)}(?!\w)", text, re.IGNORECASE), \
+                f"{where}: reference {ref!r} does not occur in the story"
+        assert ch.gender is not None, f"{where}: gender missing"
+        got = infer_gender(list(ch.references), text, lexicon="neopronouns")
+        assert got == ch.gender, f"{where}: references {list(ch.references)} give {got}, labelled {ch.gender}"
