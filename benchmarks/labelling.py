@@ -208,7 +208,9 @@ def main() -> None:
         lines += ["", f"Encoder weights: trained on {', '.join(tr['files'] or [])} for {tr.get('epochs')} epochs "
                       f"(batch {tr.get('batch_size')}, lr {tr.get('lr')}) in {tr.get('seconds')} s on this CPU "
                       f"(`harness label train --extra ../shared/data/laissez_faire_train150.jsonl "
-                      f"--epochs {tr.get('epochs')}`); int8 dynamic quantisation at inference."]
+                      f"--epochs {tr.get('epochs')}`); int8 dynamic quantisation at inference; name check "
+                      f"{'on' if results['encoder']['info'].get('name_check') else 'off'} "
+                      f"(`harness.labelling.name_gender`; its first-name table is loaded before the clock starts)."]
     if "encoder" in results and "rules" in results:
         e, r = results["encoder"], results["rules"]
         lines += ["", f"Encoder vs rules throughput in this run: {e['stories_per_s'] / r['stories_per_s']:.1f}x "

@@ -90,6 +90,8 @@ class LabelConfig(_Strict):
         default_factory=list,
         description="more labelled JSONL for the encoder's training on first use (e.g. laissez_faire_train150.jsonl)")
     train_epochs: int = Field(8, ge=1, description="epochs of the encoder's training on first use")
+    name_check: bool = Field(True, description="encoder: swap two named characters' pronouns when both first names "
+                                               "contradict them (harness.labelling.name_gender)")
 
 
 class IdentityConfig(_Strict):

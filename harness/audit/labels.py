@@ -57,6 +57,7 @@ def make_labeller(cfg: RunConfig, *, echo=print):
             train_encoder(builtin_training_files() + [Path(f) for f in cfg.label.train_extra], out_dir=path,
                           epochs=cfg.label.train_epochs)
         kwargs["path"] = path
+        kwargs["name_check"] = cfg.label.name_check
     elif name == "llm":
         from harness.errors import ConfigError
         from harness.generation import load_backend

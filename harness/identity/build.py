@@ -15,7 +15,10 @@ Sources (all read straight from the installed packages' data files; nothing is d
   the shares of the name's bearers over (at most) its ten most frequent of 105 countries.  The MENA
   share of a name is the summed share of the Table S6b MENA countries, and likewise NH/PI (only
   Fiji of the S6b NH/PI list occurs in names-dataset, so NH/PI is thin).  This stands in for the
-  paper's Wikipedia country-of-origin names; both are global, not U.S.-weighted.
+  paper's Wikipedia country-of-origin names; both are global, not U.S.-weighted.  The same file
+  gives each name's share of female bearers (``nd_female``), which the encoder labeller uses to
+  check which of two characters a pronoun set belongs to (``harness.labelling.name_gender``); it
+  plays no part in the race likelihoods.
 
 The table stores the raw source values, one row per normalised key (``name_key``: accents
 folded, upper case, letters A-Z only); ``harness.identity.names.NameTable`` derives the seven
@@ -47,14 +50,15 @@ import yaml
 from harness.errors import ConfigError, DataError
 
 #: Bump when the table layout or the way sources are read changes.
-BUILDER_VERSION = "1"
+BUILDER_VERSION = "2"
 TABLE_STEM = "first_names"
 
 CENSUS_COLUMNS = {"pctwhite": "census_white", "pctblack": "census_black", "pctapi": "census_api",
                   "pctaian": "census_aian", "pct2prace": "census_2prace", "pcthispanic": "census_hispanic"}
 VOTER_COLUMNS = {"white": "voter_white", "black": "voter_black", "hispanic": "voter_hispanic",
                  "asian": "voter_asian", "other": "voter_other"}
-TABLE_COLUMNS = ("key", "census_count", *CENSUS_COLUMNS.values(), *VOTER_COLUMNS.values(), "nd_mena", "nd_nhpi")
+TABLE_COLUMNS = ("key", "census_count", *CENSUS_COLUMNS.values(), *VOTER_COLUMNS.values(), "nd_mena", "nd_nhpi",
+                 "nd_female")
 
 
 def name_key(names: pd.Series | list | np.ndarray) -> pd.Series:
@@ -166,16 +170,18 @@ def read_voter(path: Path) -> pd.DataFrame:
 
 
 def country_shares(entries: dict[str, dict], codes: dict[str, set[str]]) -> pd.DataFrame:
-    """Sum each name's country shares over each group of ISO codes.
+    """Sum each name's country shares over each group of ISO codes, and take its female share.
 
     Args:
-        entries: names-dataset mapping ``name -> {"country": {alpha2: share}, ...}``.
+        entries: names-dataset mapping ``name -> {"country": {alpha2: share}, "gender": {"F": share,
+            "M": share}, ...}``.
         codes: group -> set of alpha-2 codes (``{"mena": {...}, "nhpi": {...}}``).
 
-    Returns a frame with ``key`` and ``nd_<group>`` columns. Multi-word names are skipped. When
+    Returns a frame with ``key``, ``nd_<group>`` columns and ``nd_female`` (F / (F + M); NaN when the
+    entry has no gender shares). Multi-word names are skipped. When
     several spellings fold to one key, the plain-ASCII spelling wins, else the first in sort order.
     """
-    rows_key, rows_ascii, vals = [], [], {g: [] for g in codes}
+    rows_key, rows_ascii, vals, female = [], [], {g: [] for g in codes}, []
     for name, info in entries.items():
         if " " in name:
             continue
@@ -186,7 +192,11 @@ def country_shares(entries: dict[str, dict], codes: dict[str, set[str]]) -> pd.D
         rows_ascii.append(name.isascii())
         for g, cs in codes.items():
             vals[g].append(sum(v for c, v in shares.items() if c in cs and v is not None))
-    out = pd.DataFrame({"name": rows_key, "ascii": rows_ascii, **{f"nd_{g}": v for g, v in vals.items()}})
+        sex = info.get("gender") or {}
+        f, m = sex.get("F") or 0.0, sex.get("M") or 0.0
+        female.append(f / (f + m) if f + m > 0 else np.nan)
+    out = pd.DataFrame({"name": rows_key, "ascii": rows_ascii, **{f"nd_{g}": v for g, v in vals.items()},
+                        "nd_female": female})
     out["key"] = name_key(out["name"]).to_numpy()
     out = out[out["key"] != ""].sort_values(["key", "ascii", "name"], ascending=[True, False, True])
     out = out.drop_duplicates("key", keep="first")
@@ -196,7 +206,7 @@ def country_shares(entries: dict[str, dict], codes: dict[str, set[str]]) -> pd.D
 
 
 def read_names_dataset(path: Path) -> pd.DataFrame:
-    """names-dataset first names -> key, nd_mena, nd_nhpi (Table S6b countries)."""
+    """names-dataset first names -> key, nd_mena, nd_nhpi (Table S6b countries), nd_female."""
     try:
         with gzip.open(path, "rb") as f:
             entries = pickle.load(f)

@@ -27,12 +27,12 @@ def _fail(e: HarnessError) -> None:
     raise typer.Exit(e.exit_code)
 
 
-def _labeller(name: str, model_dir: Path | None, llm_model: str, threads: int | None):
+def _labeller(name: str, model_dir: Path | None, llm_model: str, threads: int | None, name_check: bool = True):
     from harness.labelling import get_labeller
 
     kwargs: dict[str, Any] = {}
     if name == "encoder":
-        kwargs = {"path": model_dir, "threads": threads}
+        kwargs = {"path": model_dir, "threads": threads, "name_check": name_check}
     elif name == "llm":
         kwargs = {"model": llm_model}
     return get_labeller(name, **kwargs)
@@ -93,6 +93,8 @@ def eval_(
     batch_size: Optional[int] = typer.Option(None, "--batch-size", min=1),
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Score only the first N stories."),
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch CPU threads (encoder)."),
+    name_check: bool = typer.Option(True, "--name-check/--no-name-check",
+                                    help="Encoder: swap two characters' pronouns when both first names contradict them."),
     as_json: bool = typer.Option(False, "--json", help="Print the overall figures as one JSON object."),
     details: Optional[Path] = typer.Option(None, "--details", help="Also write the full report as JSON here."),
     progress: bool = typer.Option(False, "--progress/--no-progress"),
@@ -105,7 +107,7 @@ def eval_(
         stories = load_gold(gold)
         if limit:
             stories = stories[:limit]
-        lab = _labeller(labeller, model_dir, llm_model, threads)
+        lab = _labeller(labeller, model_dir, llm_model, threads, name_check)
         try:
             rep = evaluate(lab, stories, lexicon=lexicon, batch_size=batch_size, progress=progress)
         finally:
@@ -129,6 +131,8 @@ def label_(
     llm_model: str = typer.Option("smollm2-135m", "--llm-model", help="Model for the llm labeller."),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", min=1),
     threads: Optional[int] = typer.Option(None, "--threads", min=1),
+    name_check: bool = typer.Option(True, "--name-check/--no-name-check",
+                                    help="Encoder: swap two characters' pronouns when both first names contradict them."),
     progress: bool = typer.Option(False, "--progress/--no-progress"),
 ) -> None:
     """Label every story of a JSONL file; stories that cannot be labelled keep a reason in `status`."""
@@ -136,7 +140,7 @@ def label_(
 
     try:
         items = read_stories(stories)
-        lab = _labeller(labeller, model_dir, llm_model, threads)
+        lab = _labeller(labeller, model_dir, llm_model, threads, name_check)
         n_bad = 0
         tmp = out.with_name(out.name + ".tmp")
         try:

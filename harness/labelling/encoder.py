@@ -39,6 +39,7 @@ from typing import Any
 from harness.errors import ConfigError, DataError
 from harness.labelling.base import CharacterLabel, Labeller, StoryInput, StoryLabels
 from harness.labelling.data import GoldStory, load_gold
+from harness.labelling.name_gender import DEFAULT_STRENGTH, check_pronoun_sets, female_shares, table_path
 
 DEFAULT_NAME = "encoder-minilm"
 SLOTS = ("subject_name", "subject_ref", "object_name", "object_ref")
@@ -561,11 +562,15 @@ def train_encoder(
 @dataclass(frozen=True)
 class WordDecoder:
     """Word probabilities to a story's labels (the host side of the encoder labeller; picklable, so
-    worker processes can run it). ``threshold``, ``pronoun_agreement``: see ``EncoderLabeller``."""
+    worker processes can run it). ``threshold``, ``pronoun_agreement``: see ``EncoderLabeller``;
+    ``name_table``: a first-name table path for ``name_gender.check_pronoun_sets`` (None: no check).
+    """
 
     threshold: float = 0.5
     pronoun_agreement: bool = True
     max_length: int = 384
+    name_table: str | None = None
+    name_strength: float = 0.8
 
     def _name_runs(self, e: _Encoded, word_p: list, slot: int) -> list[tuple[str, list[int], float]]:
         """Runs of name-tagged words for one slot as (identity key, word indices, score).
@@ -619,6 +624,8 @@ class WordDecoder:
             refs.reverse()
         status = "ok" if not e.truncated else f"truncated to {self.max_length} tokens"
         chars = tuple(CharacterLabel(role.key, names[r], refs[r], status) for r, role in enumerate(story.roles))
+        if self.name_table is not None:
+            chars = check_pronoun_sets(chars, story.roles, story.text, self.name_table, self.name_strength)
         return StoryLabels(story.story_id, chars, "ok" if not e.truncated else "truncated")
 
     def _references(self, e: _Encoded, word_p: list, slot: int) -> tuple[str, ...]:
@@ -663,6 +670,9 @@ class EncoderLabeller(Labeller):
         workers: processes that tokenise and decode while the model runs (default: on a GPU, one
             per spare CPU core up to 15; on CPU none, since the model needs the cores). Results do
             not depend on it.
+        name_check: swap the reference lists of two named characters when both first names
+            contradict the pronouns they were given (``harness.labelling.name_gender``).
+        name_table: the first-name table it reads (default: the identity module's, built on first use).
     """
 
     name = "encoder"
@@ -670,7 +680,7 @@ class EncoderLabeller(Labeller):
 
     def __init__(self, path: str | Path | None = None, *, device: str | None = None, quantize: bool | None = None,
                  threshold: float = 0.5, threads: int | None = None, pronoun_agreement: bool = True,
-                 workers: int | None = None) -> None:
+                 workers: int | None = None, name_check: bool = True, name_table: str | Path | None = None) -> None:
         torch = _torch()
         from transformers import AutoTokenizer
 
@@ -687,7 +697,11 @@ class EncoderLabeller(Labeller):
         self.threshold = threshold
         self.pronoun_agreement = pronoun_agreement
         self.max_length = int(self.meta.get("max_length", 384))
-        self.decoder = WordDecoder(threshold, pronoun_agreement, self.max_length)
+        self.name_check = name_check
+        table = table_path(name_table) if name_check else None
+        if table is not None:
+            female_shares(table)  # read it now (cached per process), not inside the first batch
+        self.decoder = WordDecoder(threshold, pronoun_agreement, self.max_length, table, DEFAULT_STRENGTH)
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.tokenizer = AutoTokenizer.from_pretrained(str(self.path / "encoder"))
         model = _build_model(self.path / "encoder")
@@ -714,7 +728,7 @@ class EncoderLabeller(Labeller):
         """Labeller name, weights directory, hash of the training data and inference settings."""
         return {"labeller": self.name, "path": str(self.path), "threshold": self.threshold,
                 "quantized": self.quantized, "device": self.device,
-                "pronoun_agreement": self.pronoun_agreement,
+                "pronoun_agreement": self.pronoun_agreement, "name_check": self.name_check,
                 "train_data_sha256": self.meta.get("report", {}).get("data_sha256")}
 
     def _forward(self, ids, am, tt):

@@ -32,7 +32,7 @@ def write_synthetic_sources(root: Path) -> SourceFiles:
     voter = pd.DataFrame({"name": ["TALIA", "SAMIR"], "white": [0.5, 0.0], "black": [0.2, 1.0],
                           "hispanic": [0.1, 0.0], "asian": [0.1, 0.0], "other": [0.1, 0.0]})
     nd = {
-        "Samir": {"country": {"EG": 0.5, "US": 0.3, "FR": 0.2}, "gender": {}, "rank": {}},
+        "Samir": {"country": {"EG": 0.5, "US": 0.3, "FR": 0.2}, "gender": {"F": 0.2, "M": 0.6}, "rank": {}},
         "Talia": {"country": {"FJ": 0.4, "US": 0.6}, "gender": {}, "rank": {}},
         "Zaynab": {"country": {"SA": 0.7, "IN": 0.3}, "gender": {}, "rank": {}},
         "Jose": {"country": {"US": 1.0}, "gender": {}, "rank": {}},

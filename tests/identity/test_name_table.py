@@ -141,3 +141,10 @@ def test_default_cache_location(monkeypatch, tmp_path):
     monkeypatch.delenv("HARNESS_CACHE")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert build.cache_dir() == tmp_path / "xdg" / "harness" / "names"
+
+
+def test_female_share_column(synthetic_table):
+    # names-dataset gender shares F / (F + M): Samir has F 0.2, M 0.6 -> 0.25; no shares -> NaN
+    raw = pd.read_parquet(synthetic_table).set_index("key")
+    assert raw.loc["SAMIR", "nd_female"] == pytest.approx(0.25)
+    assert np.isnan(raw.loc["TALIA", "nd_female"]) and np.isnan(raw.loc["RARE", "nd_female"])

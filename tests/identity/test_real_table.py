@@ -64,3 +64,12 @@ def test_dev_coverage(paper):
     cov = paper.coverage(names)
     assert cov.occurrences > 1000
     assert cov.occurrence_share > 0.99 and cov.distinct_share > 0.98, cov.to_dict()
+
+
+@pytest.mark.parametrize("name, female", [("Sarah", True), ("Mary", True), ("Aaliyah", True),
+                                          ("John", False), ("Jamal", False), ("Mateo", False)])
+def test_female_share_of_strongly_gendered_names(real_table, name, female):
+    from harness.labelling.name_gender import female_share
+
+    f = female_share(name, None, str(real_table))
+    assert (f >= 0.9) if female else (f <= 0.1), (name, f)

@@ -1,0 +1,102 @@
+"""The two-character pronoun check against first-name gender shares (harness.labelling.name_gender)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from harness.errors import DataError
+from harness.labelling.base import CharacterLabel, RoleSpec, StoryInput
+from harness.labelling.encoder import WordDecoder, _Encoded, split_words
+from harness.labelling.name_gender import check_pronoun_sets, female_share, female_shares
+
+ROLES = (RoleSpec("subject", "first romantic partner"), RoleSpec("object", "second romantic partner"))
+SHARES = {"SARAH": 0.99, "JOHN": 0.02, "JORDAN": 0.3, "KIM": 0.6, "ANA": 0.8, "TOM": 0.2, "NEMO": np.nan}
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory) -> str:
+    path = tmp_path_factory.mktemp("names") / "first_names.parquet"
+    pd.DataFrame({"key": list(SHARES), "nd_female": list(SHARES.values())}).to_parquet(path)
+    return str(path)
+
+
+def chars(a, a_refs, b, b_refs):
+    return CharacterLabel("subject", a, tuple(a_refs)), CharacterLabel("object", b, tuple(b_refs))
+
+
+def refs(out):
+    return [c.references for c in out]
+
+
+def test_both_names_contradict_their_pronouns_swaps_the_references(table):
+    story = "Sarah met John. He smiled at her and she waved at him."
+    out = check_pronoun_sets(chars("Sarah", ["He"], "John", ["her", "she"]), ROLES, story, table)
+    assert [c.name for c in out] == ["Sarah", "John"]  # names keep their roles
+    assert refs(out) == [("her", "she"), ("He",)]
+    # titles and surnames are parsed the way the identity module parses them
+    out = check_pronoun_sets(chars("Dr. Sarah Lee", ["He"], "John Park", ["she"]), ROLES, story, table)
+    assert refs(out) == [("she",), ("He",)]
+
+
+@pytest.mark.parametrize("a, a_refs, b, b_refs", [
+    ("Sarah", ["she"], "John", ["he"]),         # agrees already
+    ("Jordan", ["she"], "John", ["he"]),        # agrees
+    ("Sarah", ["he"], "Kim", ["she"]),          # Kim is not strongly gendered: one contradiction only
+    ("Sarah", ["he"], "Jordan", ["she"]),       # Jordan (0.3 female) with "she" is not a contradiction
+    ("Sarah", ["he"], "John", ["he"]),          # not a Male/Female pair
+    ("Sarah", ["he"], "John", []),              # one character has no gendered reference
+    ("Sarah", ["he"], "John", ["she", "he"]),   # Unsure
+    ("Sarah", ["he"], "Nemo", ["she"]),         # names-dataset has no gender shares for Nemo
+    ("Sarah", ["he"], "Xavi", ["she"]),         # not in the table
+    ("Sarah", ["he"], "Mr. John", ["she"]),     # an honorific's next token is a last name: no first name
+    ("Sarah", ["he"], None, ["she"]),           # unnamed
+])
+def test_no_swap(table, a, a_refs, b, b_refs):
+    story = "Sarah met Mr. John Jordan Kim Nemo Xavi. He and she and he."
+    given = chars(a, a_refs, b, b_refs)
+    assert check_pronoun_sets(given, ROLES, story, table) == given
+
+
+def test_strength_is_inclusive(table):
+    story = "Ana met Tom. He smiled and she waved."
+    given = chars("Ana", ["He"], "Tom", ["she"])  # Ana 0.8 female, Tom 0.2 female
+    assert refs(check_pronoun_sets(given, ROLES, story, table, strength=0.8)) == [("she",), ("He",)]
+    assert check_pronoun_sets(given, ROLES, story, table, strength=0.81) == given
+
+
+def test_one_character_stories_are_left_alone(table):
+    one = (CharacterLabel("subject", "Sarah", ("he",)),)
+    assert check_pronoun_sets(one, ROLES[:1], "Sarah laughed; he left.", table) == one
+
+
+def test_female_share_lookup(table):
+    assert female_share("Sarah", None, table) == pytest.approx(0.99)
+    assert female_share("sarah", None, table) == pytest.approx(0.99)  # keys fold case
+    assert female_share("Nemo", None, table) is None and female_share("Xavi", None, table) is None
+    assert female_share(None, None, table) is None
+    assert "NEMO" not in female_shares(table).index
+
+
+def test_a_table_without_the_column_is_a_data_error(tmp_path):
+    path = tmp_path / "old.parquet"
+    pd.DataFrame({"key": ["SARAH"], "nd_mena": [0.0]}).to_parquet(path)
+    with pytest.raises(DataError, match="harness names build --force"):
+        female_shares(str(path))
+
+
+def test_the_decoder_applies_the_check(table):
+    text = "Sarah met John at the park. She smiled and he waved."
+    words = split_words(text)
+    enc = _Encoded([], [], list(range(len(words))), words, False)
+    p = np.zeros((len(words), 4))
+    at = {w: i for i, (w, _, _) in reversed(list(enumerate(words)))}
+    # the model names both right but binds "he" to Sarah and "She" to John
+    for w, slot in (("Sarah", 0), ("he", 1), ("John", 2), ("She", 3)):
+        p[at[w], slot] = 0.9
+    story = StoryInput("x", text, ROLES)
+    plain = WordDecoder(0.5, True, 384).decode(story, enc, p)
+    checked = WordDecoder(0.5, True, 384, table).decode(story, enc, p)
+    assert [(c.name, c.references) for c in plain.characters] == [("Sarah", ("he",)), ("John", ("She",))]
+    assert [(c.name, c.references) for c in checked.characters] == [("Sarah", ("She",)), ("John", ("he",))]
