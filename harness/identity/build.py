@@ -129,6 +129,17 @@ def default_table_path() -> Path:
     return cache_dir() / f"{TABLE_STEM}-{build_fingerprint()}.parquet"
 
 
+def ensure_default_table(build_if_missing: bool = True) -> Path:
+    """The default table's path, built first if it is missing (~10 s) or, with
+    ``build_if_missing=False``, a ``DataError`` that says how to build it."""
+    path = default_table_path()
+    if not path.exists():
+        if not build_if_missing:
+            raise DataError(f"no name table at {path}; run `harness names build`")
+        build_table(path)
+    return path
+
+
 def _sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:

@@ -355,13 +355,7 @@ class NameTable:
         """Load a built table (default: the one in the user cache, built first if missing)."""
         from harness.identity import build
 
-        if path is None:
-            path = build.default_table_path()
-            if not path.exists():
-                if not build_if_missing:
-                    raise DataError(f"no name table at {path}; run `harness names build`")
-                build.build_table(path)
-        path = Path(path)
+        path = Path(path) if path is not None else build.ensure_default_table(build_if_missing)
         if not path.is_file():
             raise DataError(f"name table {path} not found; run `harness names build --out {path}`")
         raw = pd.read_parquet(path)

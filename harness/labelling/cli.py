@@ -27,6 +27,10 @@ def _fail(e: HarnessError) -> None:
     raise typer.Exit(e.exit_code)
 
 
+NAME_CHECK = typer.Option(True, "--name-check/--no-name-check",
+                          help="Encoder: swap two characters' pronouns when both first names contradict them.")
+
+
 def _labeller(name: str, model_dir: Path | None, llm_model: str, threads: int | None, name_check: bool = True):
     from harness.labelling import get_labeller
 
@@ -93,8 +97,7 @@ def eval_(
     batch_size: Optional[int] = typer.Option(None, "--batch-size", min=1),
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Score only the first N stories."),
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch CPU threads (encoder)."),
-    name_check: bool = typer.Option(True, "--name-check/--no-name-check",
-                                    help="Encoder: swap two characters' pronouns when both first names contradict them."),
+    name_check: bool = NAME_CHECK,
     as_json: bool = typer.Option(False, "--json", help="Print the overall figures as one JSON object."),
     details: Optional[Path] = typer.Option(None, "--details", help="Also write the full report as JSON here."),
     progress: bool = typer.Option(False, "--progress/--no-progress"),
@@ -131,8 +134,7 @@ def label_(
     llm_model: str = typer.Option("smollm2-135m", "--llm-model", help="Model for the llm labeller."),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", min=1),
     threads: Optional[int] = typer.Option(None, "--threads", min=1),
-    name_check: bool = typer.Option(True, "--name-check/--no-name-check",
-                                    help="Encoder: swap two characters' pronouns when both first names contradict them."),
+    name_check: bool = NAME_CHECK,
     progress: bool = typer.Option(False, "--progress/--no-progress"),
 ) -> None:
     """Label every story of a JSONL file; stories that cannot be labelled keep a reason in `status`."""

@@ -39,7 +39,7 @@ from typing import Any
 from harness.errors import ConfigError, DataError
 from harness.labelling.base import CharacterLabel, Labeller, StoryInput, StoryLabels
 from harness.labelling.data import GoldStory, load_gold
-from harness.labelling.name_gender import DEFAULT_STRENGTH, check_pronoun_sets, female_shares, table_path
+from harness.labelling.name_gender import DEFAULT_STRENGTH, check_pronoun_sets, default_table, female_shares
 
 DEFAULT_NAME = "encoder-minilm"
 SLOTS = ("subject_name", "subject_ref", "object_name", "object_ref")
@@ -570,7 +570,7 @@ class WordDecoder:
     pronoun_agreement: bool = True
     max_length: int = 384
     name_table: str | None = None
-    name_strength: float = 0.8
+    name_strength: float = DEFAULT_STRENGTH
 
     def _name_runs(self, e: _Encoded, word_p: list, slot: int) -> list[tuple[str, list[int], float]]:
         """Runs of name-tagged words for one slot as (identity key, word indices, score).
@@ -625,7 +625,7 @@ class WordDecoder:
         status = "ok" if not e.truncated else f"truncated to {self.max_length} tokens"
         chars = tuple(CharacterLabel(role.key, names[r], refs[r], status) for r, role in enumerate(story.roles))
         if self.name_table is not None:
-            chars = check_pronoun_sets(chars, story.roles, story.text, self.name_table, self.name_strength)
+            chars = check_pronoun_sets(chars, story.roles, self.name_table, self.name_strength)
         return StoryLabels(story.story_id, chars, "ok" if not e.truncated else "truncated")
 
     def _references(self, e: _Encoded, word_p: list, slot: int) -> tuple[str, ...]:
@@ -698,10 +698,10 @@ class EncoderLabeller(Labeller):
         self.pronoun_agreement = pronoun_agreement
         self.max_length = int(self.meta.get("max_length", 384))
         self.name_check = name_check
-        table = table_path(name_table) if name_check else None
+        table = (str(name_table) if name_table is not None else default_table()) if name_check else None
         if table is not None:
             female_shares(table)  # read it now (cached per process), not inside the first batch
-        self.decoder = WordDecoder(threshold, pronoun_agreement, self.max_length, table, DEFAULT_STRENGTH)
+        self.decoder = WordDecoder(threshold, pronoun_agreement, self.max_length, table)
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.tokenizer = AutoTokenizer.from_pretrained(str(self.path / "encoder"))
         model = _build_model(self.path / "encoder")

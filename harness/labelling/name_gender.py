@@ -23,9 +23,6 @@ stories, every swap right (``benchmarks/RESULTS.md``, section ``labelling-layers
 from __future__ import annotations
 
 from functools import lru_cache
-from pathlib import Path
-
-import numpy as np
 import pandas as pd
 
 from harness.errors import DataError
@@ -49,12 +46,9 @@ def female_shares(table: str) -> pd.Series:
 
 def default_table() -> str:
     """The identity module's default first-name table, built first if it is missing (~10 s)."""
-    from harness.identity import build
+    from harness.identity.build import ensure_default_table
 
-    path = build.default_table_path()
-    if not path.exists():
-        build.build_table(path)
-    return str(path)
+    return str(ensure_default_table())
 
 
 @lru_cache(maxsize=65536)
@@ -73,12 +67,12 @@ def _share_of_first(first: str, table: str) -> float | None:
     # and a corpus repeats a few thousand first names
     from harness.identity.build import name_key
 
-    v = female_shares(table).get(name_key([first]).iloc[0])
-    return None if v is None or np.isnan(v) else float(v)
+    v = female_shares(table).get(name_key([first]).iloc[0])  # the series holds no NaN
+    return None if v is None else float(v)
 
 
-def check_pronoun_sets(characters: tuple[CharacterLabel, ...], roles: tuple[RoleSpec, ...], story: str,
-                       table: str, strength: float = DEFAULT_STRENGTH) -> tuple[CharacterLabel, ...]:
+def check_pronoun_sets(characters: tuple[CharacterLabel, ...], roles: tuple[RoleSpec, ...], table: str,
+                       strength: float = DEFAULT_STRENGTH) -> tuple[CharacterLabel, ...]:
     """``characters`` with the two reference lists swapped when both names contradict their
     pronouns (see the module docstring); otherwise ``characters`` unchanged."""
     from dataclasses import replace
@@ -88,7 +82,7 @@ def check_pronoun_sets(characters: tuple[CharacterLabel, ...], roles: tuple[Role
     if len(characters) != 2 or not all(c.name for c in characters):
         return characters
     lexicon = _lexicon()
-    genders = [infer_gender(list(c.references), lexicon=lexicon) for c in characters]  # words of the story
+    genders = [infer_gender(list(c.references), lexicon=lexicon) for c in characters]
     if set(genders) != {"Male", "Female"}:
         return characters
     shares = [female_share(c.name, r.description, table) for c, r in zip(characters, roles)]
@@ -110,7 +104,3 @@ def _lexicon():
 
     return load_lexicon()  # the default (Table S6a): he/she families are Male/Female in every lexicon
 
-
-def table_path(table: str | Path | None) -> str:
-    """``table`` as a string, or the default table."""
-    return str(table) if table is not None else default_table()
