@@ -1,4 +1,5 @@
-"""The project's own labelled training stories (``harness/data/labelling/*.jsonl``) are consistent:
+"""The project's own labelled stories (``harness/data/labelling/*.jsonl`` for training and
+``heldout/*.jsonl``, never trained on) are consistent:
 every row parses, ids are unique, names and references occur in the story, and the references give
 the stated gender under the neopronoun lexicon (the conventions of that folder's README)."""
 
@@ -12,11 +13,13 @@ from harness.identity.gender import infer_gender
 from harness.identity.names import select_name
 from harness.labelling.data import builtin_training_files, load_gold
 
-ROWS = [(f.name, gs) for f in builtin_training_files() for gs in load_gold(f)]
+HELD_OUT = sorted((builtin_training_files()[0].parent / "heldout").glob("*.jsonl"))
+ROWS = [(f.name, gs) for f in builtin_training_files() + HELD_OUT for gs in load_gold(f)]
 
 
 def test_there_are_training_files_and_ids_are_unique():
-    assert len(ROWS) >= 100
+    assert len(ROWS) >= 100 and HELD_OUT
+    assert not set(HELD_OUT) & set(builtin_training_files()), "held-out stories must not be trained on"
     ids = [gs.story.story_id for _, gs in ROWS]
     dup = sorted({i for i in ids if ids.count(i) > 1})
     assert not dup, f"duplicate ids: {dup}"
