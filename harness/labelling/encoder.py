@@ -572,7 +572,7 @@ class WordDecoder:
     name_table: str | None = None
     name_strength: float = DEFAULT_STRENGTH
 
-    def _name_runs(self, e: _Encoded, word_p: list, slot: int) -> list[tuple[str, list[int], float]]:
+    def _name_runs(self, e: _Encoded, w: _Words, slot: int) -> list[tuple[str, list[int], float]]:
         """Runs of name-tagged words for one slot as (identity key, word indices, score).
 
         "." and "-" may sit inside a run; trailing lower-case words are cut (a name ends at a
@@ -580,33 +580,30 @@ class WordDecoder:
         first capitalised word that is not a title, so "Dr. Ana Ruiz" and "Ana" share it; the score
         sums the slot's probability over the run.
         """
-        thr = self.threshold
+        col = w.probs[:, slot]
         runs: list[list[int]] = []
-        for w, wp in enumerate(word_p):
-            if wp is None or not _is_word(e.words[w][0]) or wp[slot] < thr:
-                continue
-            if runs and (w == runs[-1][-1] + 1 or (w == runs[-1][-1] + 2 and e.words[w - 1][0] in ".-")):
-                runs[-1].append(w)
+        for i in (w.scored & (col >= self.threshold)).nonzero()[0].tolist():
+            if runs and (i == runs[-1][-1] + 1 or (i == runs[-1][-1] + 2 and e.words[i - 1][0] in ".-")):
+                runs[-1].append(i)
             else:
-                runs.append([w])
+                runs.append([i])
         out = []
         for run in runs:
             while run and not e.words[run[-1]][0][:1].isupper():
                 run = run[:-1]
-            caps = [w for w in run if e.words[w][0][:1].isupper()]
+            caps = [i for i in run if e.words[i][0][:1].isupper()]
             if not caps:
                 continue
-            key_word = next((w for w in caps if _norm(e.words[w][0]) not in _TITLES), caps[-1])
-            out.append((_norm(e.words[key_word][0]), run, float(sum(word_p[w][slot] for w in run))))
+            key_word = next((i for i in caps if w.keys[i] not in _TITLES), caps[-1])
+            out.append((w.keys[key_word], run, float(col[run].sum())))
         return out
 
     def decode(self, story: StoryInput, e: _Encoded, p) -> StoryLabels:
-        thr = self.threshold
-        word_p = [p[pos] if pos >= 0 else None for pos in e.word_token]
+        w = _Words.of(e, p)
         # names: each role's first run, but one character cannot fill both roles: a key both roles
         # claim goes to the role with the larger total probability for it, the other role takes its
         # next run with another key (or none)
-        runs = [self._name_runs(e, word_p, 2 * r) for r in range(len(story.roles))]
+        runs = [self._name_runs(e, w, 2 * r) for r in range(len(story.roles))]
         chosen: list[list[int] | None] = [rs[0][1] if rs else None for rs in runs]
         if len(runs) == 2 and runs[0] and runs[1] and runs[0][0][0] == runs[1][0][0]:
             key = runs[0][0][0]
@@ -614,7 +611,7 @@ class WordDecoder:
             loser = 0 if total[0] < total[1] else 1
             chosen[loser] = next((run for k, run, _ in runs[loser] if k != key), None)
         names = [story.text[e.words[run[0]][1]:e.words[run[-1]][2]] if run else None for run in chosen]
-        refs = [self._references(e, word_p, 2 * r + 1) for r in range(len(story.roles))]
+        refs = [self._references(e, w, 2 * r + 1) for r in range(len(story.roles))]
         # "first X" / "second X" (Love, power-neutral): the first character is the one the story
         # introduces first, as every such story of the training data is labelled
         if (len(story.roles) == 2 and chosen[0] and chosen[1] and chosen[1][0] < chosen[0][0]
@@ -628,31 +625,58 @@ class WordDecoder:
             chars = check_pronoun_sets(chars, story.roles, self.name_table, self.name_strength)
         return StoryLabels(story.story_id, chars, "ok" if not e.truncated else "truncated")
 
-    def _references(self, e: _Encoded, word_p: list, slot: int) -> tuple[str, ...]:
+    def _references(self, e: _Encoded, w: _Words, slot: int) -> tuple[str, ...]:
         """Word types whose mean probability over their occurrences reaches the threshold, in order
         of first use; with ``pronoun_agreement`` only the best-scoring pronoun family is kept."""
         thr = self.threshold
-        seen: dict[str, list[float]] = {}
+        total: dict[str, float] = {}
+        count: dict[str, int] = {}
         first: dict[str, str] = {}
-        for w, wp in enumerate(word_p):
-            word = e.words[w][0]
-            if wp is None or not _is_word(word):
-                continue
-            k = _norm(word)
-            seen.setdefault(k, []).append(float(wp[slot]))
-            first.setdefault(k, word)
-        score = {k: sum(v) / len(v) for k, v in seen.items()}
-        keep = [k for k, sc in score.items() if sc >= thr]
+        keys = w.keys
+        for i, pr in zip(w.scored_idx, w.probs[w.scored_idx, slot].tolist()):
+            k = keys[i]
+            if k in total:
+                total[k] += pr
+                count[k] += 1
+            else:
+                total[k], count[k], first[k] = pr, 1, e.words[i][0]
+        keep = [k for k, sc in total.items() if sc / count[k] >= thr]
         if self.pronoun_agreement:
             fams: dict[int, float] = {}
             for k in keep:
                 if k in _FAMILY:
-                    fams[_FAMILY[k]] = max(fams.get(_FAMILY[k], 0.0), score[k])
+                    fams[_FAMILY[k]] = max(fams.get(_FAMILY[k], 0.0), total[k] / count[k])
             if len(fams) > 1:
                 best = max(fams, key=fams.get)
                 keep = [k for k in keep if _FAMILY.get(k, best) == best]
         return tuple(first[k] for k in keep)
 
+
+@dataclass(frozen=True)
+class _Words:
+    """Per-word views of one story's word-piece probabilities, computed once for all four slots.
+
+    probs: (words, 4) probability of each word's first piece (zeros where truncated away);
+    scored: words that count (a first piece survives truncation, and the word is not punctuation);
+    scored_idx: their indices as a list; keys: each word case-folded (the unit of reference types).
+    """
+
+    probs: Any
+    scored: Any
+    scored_idx: list[int]
+    keys: list[str]
+
+    @classmethod
+    def of(cls, e: _Encoded, p) -> _Words:
+        import numpy as np
+
+        p = np.asarray(p)
+        tok = np.asarray(e.word_token, dtype=np.int64).reshape(-1)
+        valid = tok >= 0
+        probs = np.zeros((len(tok), p.shape[1]), dtype=np.float64)
+        probs[valid] = p[tok[valid]]
+        scored = valid & np.fromiter((_is_word(w) for w, _, _ in e.words), dtype=bool, count=len(tok))
+        return cls(probs, scored, scored.nonzero()[0].tolist(), [_norm(w) for w, _, _ in e.words])
 
 
 class EncoderLabeller(Labeller):
