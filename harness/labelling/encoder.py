@@ -640,12 +640,13 @@ class WordDecoder:
                 count[k] += 1
             else:
                 total[k], count[k], first[k] = pr, 1, e.words[i][0]
-        keep = [k for k, sc in total.items() if sc / count[k] >= thr]
+        score = {k: t / count[k] for k, t in total.items()}
+        keep = [k for k, sc in score.items() if sc >= thr]
         if self.pronoun_agreement:
             fams: dict[int, float] = {}
             for k in keep:
                 if k in _FAMILY:
-                    fams[_FAMILY[k]] = max(fams.get(_FAMILY[k], 0.0), total[k] / count[k])
+                    fams[_FAMILY[k]] = max(fams.get(_FAMILY[k], 0.0), score[k])
             if len(fams) > 1:
                 best = max(fams, key=fams.get)
                 keep = [k for k in keep if _FAMILY.get(k, best) == best]

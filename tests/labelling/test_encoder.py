@@ -100,6 +100,30 @@ def test_decode_names_references_and_pronoun_agreement():
     assert loose.character("subject").references == ("She", "he", "her")
 
 
+def test_decode_ignores_words_truncated_away():
+    import numpy as np
+
+    from harness.labelling.base import RoleSpec, StoryInput
+    from harness.labelling.encoder import _Encoded
+
+    text = "Maya sang. She bowed. Later Omar Diaz clapped and she left."
+    story = StoryInput("t", text, (RoleSpec("subject", "singer"),))
+    words = split_words(text)
+    cut = [w for w, _, _ in words].index("Later")  # everything from "Later" on lost its word pieces
+    enc = _Encoded([], [], [i if i < cut else -1 for i in range(len(words))], words, True)
+    p = np.zeros((cut, 4))
+    p[0, 0] = 0.9  # "Maya"
+    p[[w for w, _, _ in words].index("She"), 1] = 0.9
+    out = _decoder().decode(story, enc, p)
+    assert out.status == "truncated"
+    assert out.character("subject") == CharacterLabel("subject", "Maya", ("She",), "truncated to 384 tokens")
+    # the truncated "she" (a second occurrence of the type) does not dilute the mean of the kept one, and
+    # the truncated name "Omar Diaz" can never be picked up, whatever probability its pieces would have had
+    p_low = p.copy()
+    p_low[[w for w, _, _ in words].index("She"), 1] = 0.5
+    assert _decoder().decode(story, enc, p_low).character("subject").references == ("She",)
+
+
 def test_flip_gender_swaps_words_and_reference_lists():
     from harness.labelling.encoder import flip_gender, her_is_possessive
 
