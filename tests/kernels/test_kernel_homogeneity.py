@@ -301,11 +301,17 @@ def test_torch_group_stats_equals_brute_force(seed, d, chunk_rows):
     assert H.group_stats(x, g, n_groups=G, backend="auto").backend in ("torch", "triton", "cupy")
 
 
-def test_gram_frob_blocks_equal_the_full_gram():
+@pytest.mark.parametrize("shape", [(130, 70), (70, 130), (200, 200), (3, 5), (1, 384), (384, 1)])
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_gram_frob_equals_the_full_gram(shape, dtype):
+    # either orientation (A A^T or A^T A: same norm), below and above the 64-row block split
     import torch
 
-    a = torch.randn(130, 70, dtype=torch.float64)
-    np.testing.assert_allclose(H._gram_frob2(a), float((a @ a.T).square().sum()), rtol=1e-12)
+    a = torch.randn(*shape, dtype=getattr(torch, dtype), generator=torch.Generator().manual_seed(7))
+    a64 = a.double()
+    full = float((a64 @ a64.T).square().sum())
+    np.testing.assert_allclose(H._gram_frob2(a), full, rtol=1e-12 if dtype == "float64" else 2e-6)
+    np.testing.assert_allclose(H._gram_frob2(a.t()), full, rtol=1e-12 if dtype == "float64" else 2e-6)
 
 
 def test_torch_group_stats_names_the_bad_row():
