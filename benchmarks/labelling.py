@@ -152,7 +152,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     from harness.labelling import get_labeller
     from harness.labelling.data import load_gold
-    from harness.labelling.evaluate import evaluate
+    from harness.labelling.evaluate import evaluate, fmt_rate
 
     gold = load_gold(args.dev)
     if args.throughput:
@@ -201,7 +201,7 @@ def main() -> None:
              "| labeller | stories | stories/s | gender P | gender R | name P | name R | not labelled |",
              "|---|---|---|---|---|---|---|---|"]
     for name, rep, _ in sections:
-        lines.append(f"| {name} | {rep.stories} | {rep.stories_per_s:.1f} | {pct(rep.gender.precision)} | "
+        lines.append(f"| {name} | {rep.stories} | {fmt_rate(rep.stories_per_s)} | {pct(rep.gender.precision)} | "
                      f"{pct(rep.gender.recall)} | {pct(rep.name.precision)} | {pct(rep.name.recall)} | {rep.failed} |")
     if "encoder" in results:
         tr = results["encoder"]["train"]

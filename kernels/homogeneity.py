@@ -438,7 +438,12 @@ def triton_group_stats(
 
 def _gram_frob2(a) -> float:
     """||A A^T||_F^2 from three blocks of the symmetric Gram, 3/4 of its products: with
-    A = [A1; A2], the diagonal blocks A1 A1^T and A2 A2^T once and the off-diagonal A1 A2^T twice."""
+    A = [A1; A2], the diagonal blocks A1 A1^T and A2 A2^T once and the off-diagonal A1 A2^T twice.
+
+    BLAS SYRK (half the products) was tried here, through ``scipy.linalg.blas.ssyrk`` and NumPy's
+    ``a.T @ a``: alone it beats these blocks, but inside ``torch_group_stats`` it made the whole path
+    3-5x slower on 2 cores, because OpenBLAS's threads and torch's OpenMP threads, alternating call by
+    call, contend for the cores (benchmarks/kernels.py, 2026-11-23)."""
     import torch
 
     def sq(t):

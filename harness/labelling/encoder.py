@@ -696,7 +696,8 @@ class EncoderLabeller(Labeller):
             per spare CPU core up to 15; on CPU none, since the model needs the cores). Results do
             not depend on it.
         name_check: swap the reference lists of two named characters when both first names
-            contradict the pronouns they were given (``harness.labelling.name_gender``).
+            contradict the pronouns they were given, or when only one holds gendered words, its name
+            contradicts them and the other's fits them (``harness.labelling.name_gender``).
         name_table: the first-name table it reads (default: the identity module's, built on first use).
     """
 

@@ -35,6 +35,15 @@ GENDERED = ("Female", "Male", "Non-binary")
 JSON_KEYS = ("gender_precision", "gender_recall", "name_precision", "name_recall", "stories", "stories_per_s")
 
 
+def fmt_rate(per_s: float) -> str:
+    """A throughput for a table: one decimal, or two significant digits below 1/s (never "0.0").
+
+    >>> fmt_rate(65.649), fmt_rate(3178.2), fmt_rate(0.04476)
+    ('65.6', '3178.2', '0.045')
+    """
+    return f"{per_s:.1f}" if per_s >= 1 else f"{per_s:.2g}"
+
+
 @dataclass(frozen=True)
 class PR:
     """Counts behind one precision/recall pair."""
@@ -122,7 +131,7 @@ class EvalReport:
         """Markdown tables: overall and per group, then the gender confusion matrix."""
         pct = lambda x: "n/a" if x != x else f"{100 * x:.1f}%"  # noqa: E731
         lines = [f"labeller `{self.labeller}`, lexicon `{self.lexicon}`: {self.stories} stories "
-                 f"({self.failed} not labelled), {self.stories_per_s:.1f} stories/s", "",
+                 f"({self.failed} not labelled), {fmt_rate(self.stories_per_s)} stories/s", "",
                  "| group | gender P | gender R | name P | name R | characters (gender gold) |",
                  "|---|---|---|---|---|---|",
                  f"| **all** | {pct(self.gender.precision)} | {pct(self.gender.recall)} | {pct(self.name.precision)} "

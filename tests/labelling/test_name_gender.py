@@ -45,7 +45,11 @@ def test_both_names_contradict_their_pronouns_swaps_the_references(table):
     ("Sarah", ["he"], "Kim", ["she"]),          # Kim is not strongly gendered: one contradiction only
     ("Sarah", ["he"], "Jordan", ["she"]),       # Jordan (0.3 female) with "she" is not a contradiction
     ("Sarah", ["he"], "John", ["he"]),          # not a Male/Female pair
-    ("Sarah", ["he"], "John", []),              # one character has no gendered reference
+    ("Sarah", ["he"], "Kim", []),               # one-sided, but Kim is not strongly gendered
+    ("Sarah", ["he"], "Ana", []),               # one-sided, but Ana's name does not fit "he" either
+    ("Jordan", ["he"], "John", []),             # one-sided, but Jordan (0.3 female) with "he" is no contradiction
+    ("Sarah", ["he"], "John", ["they"]),        # the other character is Non-binary, not unreferenced
+    ("Sarah", ["he"], None, []),                # one-sided, other unnamed
     ("Sarah", ["he"], "John", ["she", "he"]),   # Unsure
     ("Sarah", ["he"], "Nemo", ["she"]),         # names-dataset has no gender shares for Nemo
     ("Sarah", ["he"], "Xavi", ["she"]),         # not in the table
@@ -55,6 +59,18 @@ def test_both_names_contradict_their_pronouns_swaps_the_references(table):
 def test_no_swap(table, a, a_refs, b, b_refs):
     given = chars(a, a_refs, b, b_refs)
     assert check_pronoun_sets(given, ROLES, table) == given
+
+
+@pytest.mark.parametrize("a, a_refs, b, b_refs, want", [
+    ("Sarah", ["he"], "John", [], [(), ("he",)]),       # "Sarah ... John ... since he made more money"
+    ("Sarah", [], "John", ["she", "her"], [("she", "her"), ()]),
+    ("Sarah", ["his", "man"], "Tom", ["the"], [("the",), ("his", "man")]),  # non-gendered words move too
+])
+def test_one_sided_contradiction_moves_the_references(table, a, a_refs, b, b_refs, want):
+    # only one character holds gendered words; its name contradicts them and the other's name fits them
+    out = check_pronoun_sets(chars(a, a_refs, b, b_refs), ROLES, table)
+    assert [c.name for c in out] == [a, b]  # names keep their roles
+    assert refs(out) == want
 
 
 def test_strength_is_inclusive(table):
