@@ -9,9 +9,12 @@ probabilities: subject name, subject reference, object name, object reference. M
 one word ("she" in a story of two women, "Mr" in "Mr. Patel") can belong to two slots.
 
 Decoding: a role's name is the first run of name-tagged words, cut from the story text as written
-("Dr. Sarah Kim"); its references are the word types (case-insensitive) whose mean reference
-probability over all their occurrences reaches the threshold, in order of first use, keeping only
-the best-scoring pronoun family (``PRONOUN_FAMILIES``) since one character's pronouns agree. This matches
+("Dr. Sarah Kim", with a title that stands right before the tagged words: "Mr. Thompson"). A run
+that continues the other role's run ("Carter" of "Jamal Carter") or names the same character
+("Carter" beside "Jamal Carter") cannot be the other role's name. A role's references are the word
+types (case-insensitive) whose mean reference probability over all their occurrences reaches the
+threshold, in order of first use, keeping only the best-scoring pronoun family
+(``PRONOUN_FAMILIES``) since one character's pronouns agree. This matches
 how the gold data is labelled: the published references are word lists, not spans, so training
 targets mark every occurrence of a gold reference word (``project_labels``).
 
@@ -572,44 +575,74 @@ class WordDecoder:
     name_table: str | None = None
     name_strength: float = DEFAULT_STRENGTH
 
-    def _name_runs(self, e: _Encoded, w: _Words, slot: int) -> list[tuple[str, list[int], float]]:
-        """Runs of name-tagged words for one slot as (identity key, word indices, score).
+    def _name_runs(self, e: _Encoded, w: _Words, slot: int) -> list[tuple[frozenset, list[int], float]]:
+        """Runs of name-tagged words for one slot as (name words, word indices, score).
 
-        "." and "-" may sit inside a run; trailing lower-case words are cut (a name ends at a
-        capitalised word), and a run with no capitalised word is not a name. The key is the run's
-        first capitalised word that is not a title, so "Dr. Ana Ruiz" and "Ana" share it; the score
-        sums the slot's probability over the run.
+        "-" may sit inside a run, and "." after a title or an initial ("Dr. Ana Ruiz", "J. Cole") but
+        not at the end of a sentence ("... Broussard. Chef ..." is two runs). Lower-case words at
+        either end are cut (a name starts and ends with a capitalised word), and a run with no
+        capitalised word is not a name. A capitalised title right before a run is part of the name
+        as written ("Mr. Thompson", "Chef Maria"), as the gold data writes it, even where the model
+        left it untagged: "Mr. Thompson" has no first name, "Thompson" would pass for one. The name
+        words are the run's capitalised words other than titles, case-folded ({"ana", "ruiz"} for
+        "Dr. Ana Ruiz"); the score sums the slot's probability over the tagged words of the run.
         """
         col = w.probs[:, slot]
+        words, keys = e.words, w.keys
+
+        def cap(i: int) -> bool:
+            return words[i][0][:1].isupper()
+
+        def title_or_initial(i: int) -> bool:
+            return keys[i] in _TITLES or (len(words[i][0]) == 1 and cap(i))
+
         runs: list[list[int]] = []
         for i in (w.scored & (col >= self.threshold)).nonzero()[0].tolist():
-            if runs and (i == runs[-1][-1] + 1 or (i == runs[-1][-1] + 2 and e.words[i - 1][0] in ".-")):
+            if runs and (i == runs[-1][-1] + 1 or (i == runs[-1][-1] + 2 and (
+                    words[i - 1][0] == "-" or (words[i - 1][0] == "." and title_or_initial(i - 2))))):
                 runs[-1].append(i)
             else:
                 runs.append([i])
         out = []
         for run in runs:
-            while run and not e.words[run[-1]][0][:1].isupper():
+            while run and not cap(run[-1]):
                 run = run[:-1]
-            caps = [i for i in run if e.words[i][0][:1].isupper()]
-            if not caps:
+            while run and not cap(run[0]):
+                run = run[1:]
+            if not run:
                 continue
-            key_word = next((i for i in caps if w.keys[i] not in _TITLES), caps[-1])
-            out.append((w.keys[key_word], run, float(col[run].sum())))
+            score = float(col[run].sum())
+            if keys[run[0]] not in _TITLES:
+                j = run[0] - 1
+                if j >= 1 and words[j][0] == "." and words[j - 1][2] == words[j][1]:  # "Mr." written as one
+                    j -= 1
+                if j >= 0 and cap(j) and keys[j] in _TITLES:
+                    run = [j, *run]
+            caps = [keys[i] for i in run if cap(i)]
+            out.append((frozenset(k for k in caps if k not in _TITLES) or frozenset(caps), run, score))
         return out
 
     def decode(self, story: StoryInput, e: _Encoded, p) -> StoryLabels:
         w = _Words.of(e, p)
-        # names: each role's first run, but one character cannot fill both roles: a key both roles
-        # claim goes to the role with the larger total probability for it, the other role takes its
-        # next run with another key (or none)
+        # names: each role's first run, but one character cannot fill both roles. Two runs name the
+        # same character when the name words of one are among the other's ("Ana", "Dr. Ana Ruiz";
+        # "Carter", "Jamal Carter"; not "Emma Smith", "Jack Smith"). A character both roles claim
+        # goes to the role with the larger total probability for it, the other role takes its next
+        # run that names someone else (or none)
         runs = [self._name_runs(e, w, 2 * r) for r in range(len(story.roles))]
+        if len(runs) == 2:
+            # a run right after the other role's run continues that name ("Jamal" tagged for one role,
+            # "Carter" of "Jamal Carter" for the other): it is no name of its own
+            for r in (0, 1):
+                ends = {run[-1] for _, run, _ in runs[1 - r]}
+                runs[r] = [x for x in runs[r] if x[1][0] - 1 not in ends]
         chosen: list[list[int] | None] = [rs[0][1] if rs else None for rs in runs]
-        if len(runs) == 2 and runs[0] and runs[1] and runs[0][0][0] == runs[1][0][0]:
-            key = runs[0][0][0]
-            total = [sum(sc for k, _, sc in rs if k == key) for rs in runs]
+        if len(runs) == 2 and runs[0] and runs[1] and _same_character(runs[0][0][0], runs[1][0][0]):
+            firsts = (runs[0][0][0], runs[1][0][0])
+            total = [sum(sc for k, _, sc in rs if any(_same_character(k, f) for f in firsts)) for rs in runs]
             loser = 0 if total[0] < total[1] else 1
-            chosen[loser] = next((run for k, run, _ in runs[loser] if k != key), None)
+            taken = runs[1 - loser][0][0]
+            chosen[loser] = next((run for k, run, _ in runs[loser] if not _same_character(k, taken)), None)
         names = [story.text[e.words[run[0]][1]:e.words[run[-1]][2]] if run else None for run in chosen]
         refs = [self._references(e, w, 2 * r + 1) for r in range(len(story.roles))]
         # "first X" / "second X" (Love, power-neutral): the first character is the one the story
@@ -651,6 +684,11 @@ class WordDecoder:
                 best = max(fams, key=fams.get)
                 keep = [k for k in keep if _FAMILY.get(k, best) == best]
         return tuple(first[k] for k in keep)
+
+
+def _same_character(a: frozenset, b: frozenset) -> bool:
+    """Whether two name runs' name words (see ``WordDecoder._name_runs``) can name one character."""
+    return a <= b or b <= a
 
 
 @dataclass(frozen=True)

@@ -183,3 +183,50 @@ def test_decode_first_and_second_follow_the_order_of_introduction():
     # other roles keep what the model says
     laden = StoryInput("x", text, (RoleSpec("subject", "friend who pays the bill"), RoleSpec("object", "other friend")))
     assert [c.name for c in _decoder().decode(laden, enc, p).characters] == ["Tom", "Ana"]
+
+
+def _decode_names(text, tags, roles=("doctor", "needy patient")):
+    from harness.labelling.base import RoleSpec, StoryInput
+    from harness.labelling.encoder import _Encoded
+
+    words = split_words(text)
+    enc = _Encoded([], [], list(range(len(words))), words, False)
+    story = StoryInput("x", text, tuple(RoleSpec(k, d) for k, d in zip(("subject", "object"), roles)))
+    return [c.name for c in _decoder().decode(story, enc, _probs_for(words, tags)).characters]
+
+
+@pytest.mark.parametrize("text, tags, want", [
+    # a title right before the tagged name is part of the name as written: "Mr. Thompson" has no first name
+    ("Mr. Thompson smiled.", {("Thompson", 0, 0): 0.9}, "Mr. Thompson"),
+    ("Chef Maria cooked.", {("Maria", 0, 0): 0.9}, "Chef Maria"),
+    ("Mrs Roberts smiled.", {("Roberts", 0, 0): 0.9}, "Mrs Roberts"),
+    ("Then Roberts smiled.", {("Roberts", 0, 0): 0.9}, "Roberts"),  # a capitalised word that is no title
+    ("The nurse Andre Thompson came.", {("nurse", 0, 0): 0.9, ("Andre", 0, 0): 0.9, ("Thompson", 0, 0): 0.9},
+     "Andre Thompson"),  # lower-case words at the start are cut, and a lower-case title is not prepended
+    # "." joins an initial or a title to the next word, never one sentence to the next
+    ("J. Cole sang.", {("J", 0, 0): 0.9, ("Cole", 0, 0): 0.9}, "J. Cole"),
+    ("Dr. Ana Ruiz came.", {("Dr", 0, 0): 0.9, ("Ana", 0, 0): 0.9, ("Ruiz", 0, 0): 0.9}, "Dr. Ana Ruiz"),
+    ("He met Louis Broussard. Louis laughed.", {("Louis", 0, 0): 0.9, ("Broussard", 0, 0): 0.9, ("Louis", 1, 0): 0.9},
+     "Louis Broussard"),
+])
+def test_decode_name_runs_as_written(text, tags, want):
+    assert _decode_names(text, tags)[0] == want
+
+
+def test_decode_a_name_split_between_the_roles_is_one_character():
+    # the model tags "Jamal" for the subject and "Carter" of the same "Jamal Carter" for the object
+    text = "Jamal Carter helped Nguyen Tran. Nguyen thanked Jamal."
+    tags = {("Jamal", 0, 0): 0.99, ("Carter", 0, 2): 0.96, ("Nguyen", 0, 2): 0.99, ("Tran", 0, 2): 0.98,
+            ("Jamal", 1, 0): 0.99}
+    assert _decode_names(text, tags) == ["Jamal", "Nguyen Tran"]
+
+
+def test_decode_a_surname_alone_names_the_same_character_as_the_full_name():
+    text = "Jamal Carter met the class. Carter helped Nguyen Tran."
+    tags = {("Jamal", 0, 0): 0.9, ("Carter", 0, 0): 0.9, ("Carter", 1, 2): 0.7, ("Nguyen", 0, 2): 0.9,
+            ("Tran", 0, 2): 0.9}
+    assert _decode_names(text, tags) == ["Jamal Carter", "Nguyen Tran"]
+    # two characters who share only a surname are two characters
+    text = "Emma Smith and Jack Smith went shopping."
+    tags = {("Emma", 0, 0): 0.9, ("Smith", 0, 0): 0.9, ("Jack", 0, 2): 0.9, ("Smith", 1, 2): 0.9}
+    assert _decode_names(text, tags, ("first sibling", "second sibling")) == ["Emma Smith", "Jack Smith"]
