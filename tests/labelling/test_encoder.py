@@ -230,3 +230,28 @@ def test_decode_a_surname_alone_names_the_same_character_as_the_full_name():
     text = "Emma Smith and Jack Smith went shopping."
     tags = {("Emma", 0, 0): 0.9, ("Smith", 0, 0): 0.9, ("Jack", 0, 2): 0.9, ("Smith", 1, 2): 0.9}
     assert _decode_names(text, tags, ("first sibling", "second sibling")) == ["Emma Smith", "Jack Smith"]
+
+
+def test_decode_a_role_with_no_name_run_takes_one_at_the_fallback_threshold():
+    import dataclasses
+
+    from harness.labelling.base import RoleSpec, StoryInput
+    from harness.labelling.encoder import _Encoded
+
+    text = "Sarah said to John that they would split the bills. John nodded."
+    words = split_words(text)
+    enc = _Encoded([], [], list(range(len(words))), words, False)
+    story = StoryInput("x", text, (RoleSpec("subject", "first romantic partner"),
+                                   RoleSpec("object", "second romantic partner")))
+    p = _probs_for(words, {("Sarah", 0, 0): 0.9, ("John", 0, 2): 0.3, ("John", 1, 2): 0.45, ("Sarah", 0, 2): 0.15})
+
+    def names(fallback):
+        return [c.name for c in dataclasses.replace(_decoder(), name_fallback=fallback).decode(story, enc, p).characters]
+
+    assert _decoder().name_fallback == 0.2  # the default
+    assert names(0.2) == ["Sarah", "John"]  # the first run at 0.2; "Sarah" at 0.15 stays below it
+    assert names(None) == ["Sarah", None]
+    assert names(0.35) == ["Sarah", "John"]  # the second "John" (0.45)
+    # a role that has a run at the threshold is not touched: the subject keeps "Sarah"
+    p[[w for w, _, _ in words].index("John"), 0] = 0.3
+    assert names(0.2)[0] == "Sarah"
