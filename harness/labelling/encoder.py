@@ -804,7 +804,22 @@ class EncoderLabeller(Labeller):
                 "train_data_sha256": self.meta.get("report", {}).get("data_sha256")}
 
     def _forward(self, ids, am, tt):
-        """Word-piece probabilities (batch, tokens, 4) as float32 NumPy, from collated NumPy arrays."""
+        """Word-piece probabilities (batch, tokens, 4) as float32 NumPy, from collated NumPy arrays.
+
+        Quantised, one story per forward pass, without its padding: dynamic int8 quantisation scales
+        each linear layer's input by its largest value over the whole tensor, so in a padded batch a
+        story's labels would depend on the stories beside it (a quarter to a third of 350 held-out
+        stories changed with the batch size or order; none without quantisation). Alone, a story's
+        labels are a function of the story and the model; on 2 CPU cores this costs nothing (350
+        stories, 4 interleaved runs: 70.0 stories/s alone, 68.9 in padded batches of 32).
+        """
+        if self.quantized and len(ids) > 1:
+            import numpy as np
+
+            out = np.zeros((*ids.shape, len(SLOTS)), dtype=np.float32)
+            for i, n in enumerate(am.sum(1).tolist()):
+                out[i, :n] = self._forward(ids[i:i + 1, :n], am[i:i + 1, :n], tt[i:i + 1, :n])[0]
+            return out
         torch = _torch()
         ids, am, tt = (torch.from_numpy(a) for a in (ids, am, tt))
         if self.device != "cpu":

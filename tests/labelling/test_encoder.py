@@ -47,6 +47,30 @@ def test_worker_processes_give_the_same_labels(tiny_encoder, gold):
         assert lab.label(stories, batch_size=4) == serial  # tokenised and decoded in worker processes
 
 
+@pytest.mark.parametrize("quantize", [True, False])
+def test_a_storys_probabilities_do_not_depend_on_its_batch(tiny_encoder, gold, quantize):
+    # dynamic int8 quantisation scales a layer's input over the whole tensor: batched, one story's
+    # probabilities would move with its neighbours and their padding, so quantised stories run alone
+    import numpy as np
+
+    from harness.labelling.encoder import _collate_np, _encode_many
+
+    out_dir, _ = tiny_encoder
+    lab = EncoderLabeller(out_dir, device="cpu", quantize=quantize)
+    enc = _encode_many(lab.tokenizer, [g.story for g in gold[:6]], None, lab.max_length)
+    pad = lab.tokenizer.pad_token_id
+    batch = lab._forward(*_collate_np(enc, pad))
+    for i, e in enumerate(enc):
+        alone = lab._forward(*_collate_np([e], pad))[0]
+        n = len(e.input_ids)
+        if quantize:
+            assert np.array_equal(batch[i, :n], alone)
+        else:  # float32: the same up to rounding
+            np.testing.assert_allclose(batch[i, :n], alone, atol=1e-5)
+    stories = [g.story for g in gold]
+    assert lab.label(stories, batch_size=3) == lab.label(stories[::-1], batch_size=8)[::-1]
+
+
 def test_training_loop_and_inference(tiny_encoder, gold):
     out_dir, report = tiny_encoder
     assert report.stories == 12 and report.epochs == 3 and len(report.epoch_losses) == 3
