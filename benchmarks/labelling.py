@@ -32,11 +32,27 @@ from _results import machine_description, write_section  # noqa: E402
 
 
 def rss_mib() -> float:
-    """Resident set size of this process (Linux /proc), MiB."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+    """Resident set size of this process and its child processes (the labeller's workers; Linux
+    /proc), MiB."""
+    def rss(pid) -> float:
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+        except OSError:
+            pass
+        return 0.0
+
+    me = os.getpid()
+    kids = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if int((d / "stat").read_text().rsplit(")", 1)[1].split()[1]) == me:
+                    kids.append(d.name)
+            except (OSError, ValueError, IndexError):
+                pass
+    return rss("self") + sum(rss(k) for k in kids)
 
 
 def pct(x: float) -> str:
@@ -171,10 +187,12 @@ def main() -> None:
         kwargs = {"path": args.model_dir} if name == "encoder" else {}
         lab = get_labeller(name, **kwargs)
         load_s = time.perf_counter() - t0
+        start_s = lab.start_workers() if name == "encoder" else 0.0  # before the clock, like loading
         subset = gold[: args.llm_limit] if name == "llm" else gold
         bs = 8 if name == "llm" else args.batch_size
         rep = evaluate(lab, subset, batch_size=bs)
-        res = {"load_s": load_s, "info": lab.info(), **rep.to_dict()}
+        res = {"load_s": load_s, "workers": getattr(lab, "workers", 0), "workers_start_s": start_s,
+               "info": lab.info(), **rep.to_dict()}
         print(f"{name}: {json.dumps(rep.overall())}", flush=True)
         if name == "encoder" and args.stream:
             res["stream"] = stream_memory(lab, [g.story for g in gold if g.story.text], args.stream, args.batch_size)
@@ -210,7 +228,10 @@ def main() -> None:
                       f"(`harness label train --extra ../shared/data/laissez_faire_train150.jsonl "
                       f"--epochs {tr.get('epochs')}`); int8 dynamic quantisation at inference; name check "
                       f"{'on' if results['encoder']['info'].get('name_check') else 'off'} "
-                      f"(`harness.labelling.name_gender`; its first-name table is loaded before the clock starts)."]
+                      f"(`harness.labelling.name_gender`; its first-name table is loaded before the clock starts); "
+                      + (f"{results['encoder']['workers']} worker processes with one torch thread "
+                         f"each, started in {results['encoder']['workers_start_s']:.1f} s before the clock."
+                         if results['encoder']['workers_start_s'] else "no worker processes.")]
     if "encoder" in results and "rules" in results:
         e, r = results["encoder"], results["rules"]
         lines += ["", f"Encoder vs rules throughput in this run: {e['stories_per_s'] / r['stories_per_s']:.1f}x "
@@ -219,8 +240,8 @@ def main() -> None:
     if "encoder" in results and "stream" in results["encoder"]:
         st = results["encoder"]["stream"]
         lines += ["", f"Encoder streaming {st['stories']} stories through `iter_label`: {st['stories_per_s']:.1f} "
-                      f"stories/s; resident memory {st['rss_first_mib']:.0f} MiB after the first window, "
-                      f"{st['rss_last_mib']:.0f} MiB at the end (max {st['rss_max_mib']:.0f} MiB)."]
+                      f"stories/s; resident memory (with the worker processes) {st['rss_first_mib']:.0f} MiB after the "
+                      f"first window, {st['rss_last_mib']:.0f} MiB at the end (max {st['rss_max_mib']:.0f} MiB)."]
     if "llm" in results:
         ll = results["llm"]
         lines += ["", f"LLM labeller ({ll['info'].get('model')} through the {ll['info'].get('backend')} backend, "

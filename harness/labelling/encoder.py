@@ -35,6 +35,7 @@ import re
 import time
 import warnings
 from collections.abc import Iterator, Sequence
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,8 @@ from harness.labelling.name_gender import DEFAULT_STRENGTH, check_pronoun_sets, 
 
 DEFAULT_NAME = "encoder-minilm"
 SLOTS = ("subject_name", "subject_ref", "object_name", "object_ref")
+#: Fewest stories in a window for which CPU worker processes are started (each loads the model).
+CPU_WORKER_MIN = 256
 _WORD = re.compile(r"[^\W_]+(?:[-\u2010\u2011][^\W_]+)*|['\u2019][^\W\d_]+|[^\w\s]|_")
 _TITLES = {"mr", "mrs", "ms", "miss", "mx", "dr", "chef", "nurse", "coach", "professor", "prof", "sir", "madam",
            "mister", "doctor", "officer", "captain", "judge", "uncle", "aunt"}
@@ -738,9 +741,11 @@ class EncoderLabeller(Labeller):
         pronoun_agreement: keep only the best-scoring pronoun family (he/him/his, she/her/hers,
             they/them/their, each neopronoun set) among a character's references, since one
             character's pronouns agree; other references (nouns, titles) are kept as tagged.
-        workers: processes that tokenise and decode while the model runs (default: on a GPU, one
-            per spare CPU core up to 15; on CPU none, since the model needs the cores). Results do
-            not depend on it.
+        workers: on a GPU, processes that tokenise and decode while the model runs (default: one per
+            spare CPU core up to 15). On CPU, processes that each run the whole labeller with one
+            torch thread on their share of the batches, for inputs of at least ``CPU_WORKER_MIN``
+            stories (default: one per torch thread when there are 2 or more, up to 8): small matrix
+            products use one core each better than two cores together. Results do not depend on it.
         name_check: swap the reference lists of two named characters when both first names
             contradict the pronouns they were given, or when only one holds gendered words, its name
             contradicts them and the other's fits them (``harness.labelling.name_gender``).
@@ -790,11 +795,21 @@ class EncoderLabeller(Labeller):
             model = model.to(self.device).half()
         self.model = model.to(self.device) if not self.quantized else model
         if workers is None:
-            workers = 0 if self.device == "cpu" else max(0, min(15, (os.cpu_count() or 1) - 1))
+            if self.device == "cpu":
+                n = min(torch.get_num_threads(), os.cpu_count() or 1, 8)
+                workers = n if n >= 2 else 0
+            else:
+                workers = max(0, min(15, (os.cpu_count() or 1) - 1))
         if workers < 0:
             raise ConfigError(f"workers must be >= 0, got {workers}")
         self.workers = workers
+        # "model": CPU workers run the whole labeller; "host": workers tokenise and decode for a model here
+        self._worker_mode = "model" if self.device == "cpu" else "host"
         self._pool = None
+        # what a CPU worker process needs to build the same labeller for itself
+        self._cpu_worker_args = dict(path=str(self.path), quantize=self.quantized, threshold=threshold,
+                                     pronoun_agreement=pronoun_agreement, name_check=name_check,
+                                     name_table=table)
 
     def info(self) -> dict[str, Any]:
         """Labeller name, weights directory, hash of the training data and inference settings."""
@@ -845,6 +860,14 @@ class EncoderLabeller(Labeller):
         if not self.workers or len(batches) < 2:
             yield from super()._label_batches(batches)
             return
+        if self._worker_mode == "model":
+            pool = self._worker_pool() if sum(len(b) for b in batches) >= CPU_WORKER_MIN else None
+            if pool is None:  # a small window, or the processes could not start
+                yield from super()._label_batches(batches)
+                return
+            for fut in [pool.submit(_worker_label, list(b)) for b in batches]:
+                yield fut.result()
+            return
         pool = self._worker_pool()
         encs = [pool.submit(_worker_encode, list(b)) for b in batches]
         decs = []
@@ -854,17 +877,38 @@ class EncoderLabeller(Labeller):
         for fut in decs:
             yield fut.result()
 
+    def start_workers(self) -> float:
+        """Start the worker processes now rather than on the first large input; seconds it took (0.0
+        when this labeller runs without them). Each CPU worker loads its own copy of the model."""
+        t0 = time.perf_counter()
+        if self.workers:
+            self._worker_pool()
+        return time.perf_counter() - t0 if self._pool is not None else 0.0
+
     def _worker_pool(self):
         if self._pool is None:
             import multiprocessing as mp
             from concurrent.futures import ProcessPoolExecutor
 
-            self._pool = ProcessPoolExecutor(
-                self.workers, mp_context=mp.get_context("spawn"), initializer=_worker_init,
-                initargs=(str(self.path / "encoder"), self.decoder))
+            init, args = ((_cpu_worker_init, (self._cpu_worker_args,)) if self._worker_mode == "model"
+                          else (_worker_init, (str(self.path / "encoder"), self.decoder)))
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=mp.get_context("spawn"), initializer=init,
+                                             initargs=args)
             # the executor starts processes as tasks arrive: start and initialise all of them now, so
             # no batch waits for a process to import transformers
-            list(self._pool.map(_worker_ready, range(self.workers)))
+            try:
+                list(self._pool.map(_worker_ready, range(self.workers)))
+            except BrokenProcessPool as e:
+                # e.g. a script without an `if __name__ == "__main__":` guard, which spawned processes
+                # re-run: label in this process instead (same labels, CPU model workers only)
+                self._pool.shutdown(cancel_futures=True)
+                self._pool = None
+                if self._worker_mode != "model":
+                    raise
+                warnings.warn(f"encoder labeller: worker processes could not start ({e}); labelling in this "
+                              f"process (guard the script's entry point with `if __name__ == \"__main__\":` "
+                              f"to use them)", RuntimeWarning, stacklevel=2)
+                self.workers = 0
         return self._pool
 
     def close(self) -> None:
@@ -885,9 +929,19 @@ def _worker_init(tokenizer_dir: str, decoder: WordDecoder) -> None:
     _WORKER["decoder"] = decoder
 
 
+def _cpu_worker_init(kwargs: dict[str, Any]) -> None:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    _WORKER["labeller"] = EncoderLabeller(**kwargs, device="cpu", threads=1, workers=0)
+
+
+def _worker_label(stories: list[StoryInput]) -> list[StoryLabels]:
+    """A whole batch labelled in a CPU worker process (its own model, one torch thread)."""
+    return _WORKER["labeller"]._label_batch(stories)
+
+
 def _worker_ready(_: int) -> bool:
     time.sleep(0.05)  # hold this process while the others start
-    return "tokenizer" in _WORKER
+    return "tokenizer" in _WORKER or "labeller" in _WORKER
 
 
 def _worker_encode(stories: list[StoryInput]) -> tuple[tuple, bytes]:

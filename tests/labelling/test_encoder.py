@@ -39,12 +39,22 @@ def test_missing_model_dir_is_a_config_error(tmp_path):
         EncoderLabeller(tmp_path / "none")
 
 
-def test_worker_processes_give_the_same_labels(tiny_encoder, gold):
+def test_worker_processes_give_the_same_labels(tiny_encoder, gold, monkeypatch):
+    import harness.labelling.encoder as E
+
     out_dir, _ = tiny_encoder
     stories = [g.story for g in gold]
     serial = EncoderLabeller(out_dir, device="cpu", workers=0).label(stories, batch_size=4)
     with EncoderLabeller(out_dir, device="cpu", workers=2) as lab:
-        assert lab.label(stories, batch_size=4) == serial  # tokenised and decoded in worker processes
+        lab._worker_mode = "host"  # the GPU layout: tokenised and decoded in worker processes
+        assert lab.label(stories, batch_size=4) == serial
+    with EncoderLabeller(out_dir, device="cpu", workers=2) as lab:
+        assert lab._worker_mode == "model"
+        assert lab.label(stories, batch_size=4) == serial  # below CPU_WORKER_MIN: no processes
+        assert lab._pool is None
+        monkeypatch.setattr(E, "CPU_WORKER_MIN", 1)
+        assert lab.label(stories, batch_size=4) == serial  # each process runs its own model, 1 thread
+        assert lab._pool is not None
 
 
 @pytest.mark.parametrize("quantize", [True, False])
