@@ -898,9 +898,10 @@ class EncoderLabeller(Labeller):
             # no batch waits for a process to import transformers
             try:
                 list(self._pool.map(_worker_ready, range(self.workers)))
-            except BrokenProcessPool as e:
-                # e.g. a script without an `if __name__ == "__main__":` guard, which spawned processes
-                # re-run: label in this process instead (same labels, CPU model workers only)
+            except (BrokenProcessPool, AssertionError, OSError, RuntimeError) as e:
+                # a script without an `if __name__ == "__main__":` guard (spawned processes re-run it),
+                # a daemonic parent (which may not have children): label in this process instead, which
+                # gives the same labels (CPU model workers only; the GPU layout needs its workers)
                 self._pool.shutdown(cancel_futures=True)
                 self._pool = None
                 if self._worker_mode != "model":
