@@ -110,7 +110,8 @@ def throughput(labeller, stories, n: int, batch_size: int) -> dict:
               ((i, stories[i % len(stories)]) for i in range(n))]
     gpu = labeller.device != "cpu"
     sync = torch.cuda.synchronize if gpu else (lambda: None)
-    labeller.label(corpus[: batch_size * 4], batch_size=batch_size)  # warm-up (and worker start)
+    labeller.start_workers()
+    labeller.label(corpus[: batch_size * 4], batch_size=batch_size)  # warm-up
     t0 = time.perf_counter()
     enc = [e for k in range(0, n, batch_size)
            for e in _encode_many(labeller.tokenizer, corpus[k:k + batch_size], None, labeller.max_length)]

@@ -44,7 +44,9 @@ def test_worker_processes_give_the_same_labels(tiny_encoder, gold, monkeypatch):
 
     out_dir, _ = tiny_encoder
     stories = [g.story for g in gold]
-    serial = EncoderLabeller(out_dir, device="cpu", workers=0).label(stories, batch_size=4)
+    alone = EncoderLabeller(out_dir, device="cpu", workers=0)
+    serial = alone.label(stories, batch_size=4)
+    assert alone.start_workers() == 0.0 and alone._pool is None
     with EncoderLabeller(out_dir, device="cpu", workers=2) as lab:
         lab._worker_mode = "host"  # the GPU layout: tokenised and decoded in worker processes
         assert lab.label(stories, batch_size=4) == serial
@@ -53,8 +55,8 @@ def test_worker_processes_give_the_same_labels(tiny_encoder, gold, monkeypatch):
         assert lab.label(stories, batch_size=4) == serial  # below CPU_WORKER_MIN: no processes
         assert lab._pool is None
         monkeypatch.setattr(E, "CPU_WORKER_MIN", 1)
+        assert lab.start_workers() > 0.0 and lab._pool is not None
         assert lab.label(stories, batch_size=4) == serial  # each process runs its own model, 1 thread
-        assert lab._pool is not None
 
 
 @pytest.mark.parametrize("quantize", [True, False])
