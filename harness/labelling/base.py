@@ -258,6 +258,11 @@ class Labeller(abc.ABC):
             if bar is not None:
                 bar.close()
 
+    def start_workers(self, stories: int | None = None) -> float:
+        """Start any worker processes that labelling ``stories`` stories (None: any number) would use,
+        now rather than on first use; seconds it took (0.0: none)."""
+        return 0.0
+
     def close(self) -> None:
         """Release resources (a generation backend, worker threads)."""
 

@@ -877,11 +877,13 @@ class EncoderLabeller(Labeller):
         for fut in decs:
             yield fut.result()
 
-    def start_workers(self) -> float:
-        """Start the worker processes now rather than on the first large input; seconds it took (0.0
-        when this labeller runs without them). Each CPU worker loads its own copy of the model."""
+    def start_workers(self, stories: int | None = None) -> float:
+        """Start the worker processes that labelling ``stories`` stories (None: any number) would use,
+        now rather than on the first large input; seconds it took (0.0 when none would run). Each
+        CPU worker loads its own copy of the model."""
         t0 = time.perf_counter()
-        if self.workers:
+        small = self._worker_mode == "model" and stories is not None and stories < CPU_WORKER_MIN
+        if self.workers and not small:
             self._worker_pool()
         return time.perf_counter() - t0 if self._pool is not None else 0.0
 

@@ -54,8 +54,9 @@ def test_worker_processes_give_the_same_labels(tiny_encoder, gold, monkeypatch):
         assert lab._worker_mode == "model"
         assert lab.label(stories, batch_size=4) == serial  # below CPU_WORKER_MIN: no processes
         assert lab._pool is None
+        assert lab.start_workers(len(stories)) == 0.0 and lab._pool is None  # too few to use them
         monkeypatch.setattr(E, "CPU_WORKER_MIN", 1)
-        assert lab.start_workers() > 0.0 and lab._pool is not None
+        assert lab.start_workers(len(stories)) > 0.0 and lab._pool is not None
         assert lab.label(stories, batch_size=4) == serial  # each process runs its own model, 1 thread
 
 
