@@ -32,27 +32,19 @@ from _results import machine_description, write_section  # noqa: E402
 
 
 def rss_mib() -> float:
-    """Resident set size of this process and its child processes (the labeller's workers; Linux
-    /proc), MiB."""
-    def rss(pid) -> float:
-        try:
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-        except OSError:
-            pass
-        return 0.0
+    """Resident set size of this process and its child processes (the labeller's workers), MiB.
+    psutil comes with accelerate, a dependency."""
+    import psutil
 
-    me = os.getpid()
-    kids = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                if int((d / "stat").read_text().rsplit(")", 1)[1].split()[1]) == me:
-                    kids.append(d.name)
-            except (OSError, ValueError, IndexError):
-                pass
-    return rss("self") + sum(rss(k) for k in kids)
+    me = psutil.Process()
+    procs = [me, *me.children(recursive=True)]
+    total = 0
+    for p in procs:
+        try:
+            total += p.memory_info().rss
+        except psutil.Error:  # a child that ended meanwhile
+            pass
+    return total / 2**20
 
 
 def pct(x: float) -> str:
@@ -188,7 +180,7 @@ def main() -> None:
         kwargs = {"path": args.model_dir} if name == "encoder" else {}
         lab = get_labeller(name, **kwargs)
         load_s = time.perf_counter() - t0
-        start_s = lab.start_workers() if name == "encoder" else 0.0  # before the clock, like loading
+        start_s = lab.start_workers()  # before the clock, like loading (evaluate() would start them too)
         subset = gold[: args.llm_limit] if name == "llm" else gold
         bs = 8 if name == "llm" else args.batch_size
         rep = evaluate(lab, subset, batch_size=bs)

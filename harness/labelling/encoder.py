@@ -861,7 +861,7 @@ class EncoderLabeller(Labeller):
             yield from super()._label_batches(batches)
             return
         if self._worker_mode == "model":
-            pool = self._worker_pool() if sum(len(b) for b in batches) >= CPU_WORKER_MIN else None
+            pool = self._worker_pool() if self._pool_pays(sum(len(b) for b in batches)) else None
             if pool is None:  # a small window, or the processes could not start
                 yield from super()._label_batches(batches)
                 return
@@ -882,10 +882,14 @@ class EncoderLabeller(Labeller):
         now rather than on the first large input; seconds it took (0.0 when none would run). Each
         CPU worker loads its own copy of the model."""
         t0 = time.perf_counter()
-        small = self._worker_mode == "model" and stories is not None and stories < CPU_WORKER_MIN
-        if self.workers and not small:
+        if self.workers and (stories is None or self._pool_pays(stories)):
             self._worker_pool()
         return time.perf_counter() - t0 if self._pool is not None else 0.0
+
+    def _pool_pays(self, stories: int) -> bool:
+        """Whether labelling ``stories`` stories at once is worth the workers (CPU workers each load
+        the model, so they start only for ``CPU_WORKER_MIN`` stories or more)."""
+        return self._worker_mode != "model" or stories >= CPU_WORKER_MIN
 
     def _worker_pool(self):
         if self._pool is None:

@@ -105,14 +105,13 @@ def check_pronoun_sets(characters: tuple[CharacterLabel, ...], roles: tuple[Role
     if one_sided:  # only one character holds gendered words: move them if only the other's name fits
         h = binary.index(True)
         other_gender = "Female" if genders[h] == "Male" else "Male"
-        if contradicts(genders[h], shares[h]) and contradicts(other_gender, shares[1 - h]):
-            a, b = characters
-            return replace(a, references=b.references), replace(b, references=a.references)
+        swap = contradicts(genders[h], shares[h]) and contradicts(other_gender, shares[1 - h])
+    else:
+        swap = all(contradicts(g, f) for g, f in zip(genders, shares))
+    if not swap:
         return characters
     a, b = characters
-    if all(contradicts(g, f) for g, f in zip(genders, shares)):
-        return replace(a, references=b.references), replace(b, references=a.references)
-    return characters
+    return replace(a, references=b.references), replace(b, references=a.references)
 
 
 @lru_cache(maxsize=1)
