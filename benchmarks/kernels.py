@@ -110,12 +110,23 @@ def bench_homogeneity(args, rows, notes):
         "gemm_torch": lambda: torch.mm(xtt.t(), xtt),  # torch's BLAS (MKL)
         "syrk": lambda: x.T @ x,  # NumPy dispatches a.T @ a to SYRK: half the products
     }
+    # Each timed call starts on idle cores: after a multi-threaded NumPy call, OpenBLAS's worker
+    # threads keep spinning for a while (about 0.1 s) and take a core from whatever runs next, so
+    # the order of the interleaved paths would otherwise decide the figures. The cost of running
+    # straight after NumPy's BLAS is measured on its own below ("after_blas").
+    quiet = 0.0 if args.quick else 0.3
     times = {k: [] for k in paths}
+    after_blas = []
     for _ in range(max(3 * args.repeat, 5)):
         for k, f in paths.items():
+            time.sleep(quiet)
             t0 = time.perf_counter()
             f()
             times[k].append(time.perf_counter() - t0)
+        paths["syrk"]()  # then straight into the Gram path
+        t0 = time.perf_counter()
+        paths["gram"]()
+        after_blas.append(time.perf_counter() - t0)
     med = {k: statistics.median(v) for k, v in times.items()}
     _, gram_m, _ = measure(paths["gram"])  # traced memory of one more run
     rows.append(("closed form, torch fp32 fused per chunk of groups (the CPU path, `backend='torch'`/auto)", N, d,
@@ -134,7 +145,11 @@ def bench_homogeneity(args, rows, notes):
         f"{med['gram'] / best:.2f}x the faster general GEMM, fastest run vs fastest run {fastest:.2f}x (run-by-run "
         f"ratios {min(ratios):.2f}-{max(ratios):.2f}; target <= 1.5x: "
         f"{'met' if med['gram'] / best <= 1.5 else 'NOT met'} on the median), {med['gram'] / med['syrk']:.2f}x "
-        f"NumPy's SYRK. It runs all group Grams as three blocks of the symmetric matrix (3/4 of the products) and "
+        f"NumPy's SYRK. Every timed call starts on idle cores ({quiet:.1f} s pause); started straight after a "
+        f"NumPy BLAS call, whose OpenBLAS threads go on spinning for about 0.1 s, the Gram path took "
+        f"{fmt_t(statistics.median(after_blas))} (median): a fixed cost of the spinning threads, not one per row. Inside, NumPy's "
+        f"GEMVs run on one BLAS thread, so the two thread pools do not spin against each other call by call. "
+        f"It runs all group Grams as three blocks of the symmetric matrix (3/4 of the products) and "
         f"takes norms, sums and x_i . s from a cache-sized chunk, so it makes no full copy of the embeddings; "
         f"the CuPy code path on NumPy (fp32, one pass per quantity) is {f32_t / best:.2f}x."
     )

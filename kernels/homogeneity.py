@@ -32,6 +32,7 @@ dispatchers ``group_stats``, ``pair_stats``, ``replicate_stats`` with ``backend=
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,7 +40,7 @@ import numpy as np
 
 from harness.errors import ConfigError, DataError
 
-from ._common import resolve_backend, torch_device
+from ._common import numpy_blas_single_thread, resolve_backend, torch_device
 
 # ============================================================================ results
 
@@ -443,7 +444,9 @@ def _gram_frob2(a) -> float:
     BLAS SYRK (half the products) was tried here, through ``scipy.linalg.blas.ssyrk`` and NumPy's
     ``a.T @ a``: alone it beats these blocks, but inside ``torch_group_stats`` it made the whole path
     3-5x slower on 2 cores, because OpenBLAS's threads and torch's OpenMP threads, alternating call by
-    call, contend for the cores (benchmarks/kernels.py, 2026-11-23)."""
+    call, contend for the cores (benchmarks/kernels.py, 2026-11-23). The same contention, from the
+    small NumPy GEMVs of x_i . s, is why that loop holds NumPy's BLAS to one thread; a one-thread SYRK
+    would do half the products on half the cores, no gain."""
     import torch
 
     def sq(t):
@@ -490,41 +493,44 @@ def torch_group_stats(x, groups, *, n_groups=None, normalize=True, chunk_rows: i
     frob = np.zeros(G)
     on_cpu = dev.type == "cpu"
     sums_np, dots_np = (sums.numpy(), xs_dot_s.numpy()) if on_cpu else (None, None)
-    for c0, c1 in zip(bounds[:-1], bounds[1:]):
-        a0, a1 = int(offsets[c0]), int(offsets[c1])
-        if a1 == a0:
-            continue
-        src = t[a0:a1] if grouped else t.index_select(0, order_t[a0:a1])
-        src = src if src.dtype == torch.float32 else src.to(torch.float32)
-        nrm = torch.linalg.vector_norm(src, dim=1)
-        bad = ~torch.isfinite(nrm) | (nrm == 0) if normalize else ~torch.isfinite(nrm)
-        if bool(bad.any()):  # a NaN or infinity anywhere in a row reaches its norm
-            r = int(torch.nonzero(bad)[0])
-            i = int(order[a0 + r])
-            if not bool(torch.isfinite(nrm[r])):
-                raise DataError(f"torch_group_stats: embedding row {i} has a NaN or infinite value")
-            raise DataError(f"torch_group_stats: embedding row {i} is all zeros and has no direction; drop it")
-        xc = buf[: a1 - a0]
-        if normalize:
-            torch.div(src, nrm.unsqueeze(1), out=xc)
-            torch.linalg.vector_norm(xc, dim=1, out=sq[a0:a1])  # the vectors actually used
-        else:
-            xc.copy_(src)
-            sq[a0:a1] = nrm
-        sq[a0:a1].square_()
-        for k in range(c0, c1):
-            a, b = int(offsets[k]) - a0, int(offsets[k + 1]) - a0
-            if b == a:
+    # NumPy's GEMVs below run on one BLAS thread: OpenBLAS's pool spinning against torch's OpenMP
+    # threads between calls cost more than the Grams (numpy_blas_single_thread)
+    with numpy_blas_single_thread() if on_cpu else contextlib.nullcontext():
+        for c0, c1 in zip(bounds[:-1], bounds[1:]):
+            a0, a1 = int(offsets[c0]), int(offsets[c1])
+            if a1 == a0:
                 continue
-            xg = xc[a:b]
-            frob[k] = _gram_frob2(xg if (b - a) < d else xg.t())  # X X^T or X^T X: same norm
-            if on_cpu:  # NumPy on the same memory: torch's threaded GEMVs here cost more than the Grams
-                xn = xg.numpy()
-                sums_np[k] = xn.sum(0)
-                np.matmul(xn, sums_np[k], out=dots_np[a0 + a:a0 + b])
+            src = t[a0:a1] if grouped else t.index_select(0, order_t[a0:a1])
+            src = src if src.dtype == torch.float32 else src.to(torch.float32)
+            nrm = torch.linalg.vector_norm(src, dim=1)
+            bad = ~torch.isfinite(nrm) | (nrm == 0) if normalize else ~torch.isfinite(nrm)
+            if bool(bad.any()):  # a NaN or infinity anywhere in a row reaches its norm
+                r = int(torch.nonzero(bad)[0])
+                i = int(order[a0 + r])
+                if not bool(torch.isfinite(nrm[r])):
+                    raise DataError(f"torch_group_stats: embedding row {i} has a NaN or infinite value")
+                raise DataError(f"torch_group_stats: embedding row {i} is all zeros and has no direction; drop it")
+            xc = buf[: a1 - a0]
+            if normalize:
+                torch.div(src, nrm.unsqueeze(1), out=xc)
+                torch.linalg.vector_norm(xc, dim=1, out=sq[a0:a1])  # the vectors actually used
             else:
-                torch.sum(xg, 0, out=sums[k])
-                torch.mv(xg, sums[k], out=xs_dot_s[a0 + a:a0 + b])
+                xc.copy_(src)
+                sq[a0:a1] = nrm
+            sq[a0:a1].square_()
+            for k in range(c0, c1):
+                a, b = int(offsets[k]) - a0, int(offsets[k + 1]) - a0
+                if b == a:
+                    continue
+                xg = xc[a:b]
+                frob[k] = _gram_frob2(xg if (b - a) < d else xg.t())  # X X^T or X^T X: same norm
+                if on_cpu:  # NumPy on the same memory: torch's threaded GEMVs here cost more than the Grams
+                    xn = xg.numpy()
+                    sums_np[k] = xn.sum(0)
+                    np.matmul(xn, sums_np[k], out=dots_np[a0 + a:a0 + b])
+                else:
+                    torch.sum(xg, 0, out=sums[k])
+                    torch.mv(xg, sums[k], out=xs_dot_s[a0 + a:a0 + b])
     sq64 = sq.double().cpu().numpy()
     sq4 = np.bincount(np.repeat(np.arange(G), counts), weights=sq64 * sq64, minlength=G)
     tms, st = _assemble(counts, sums.double().cpu().numpy(), sq64, sq4, frob, order, offsets,

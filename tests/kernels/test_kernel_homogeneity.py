@@ -325,6 +325,41 @@ def test_torch_group_stats_names_the_bad_row():
         H.torch_group_stats(x, np.where(g < 0, 0, g), n_groups=G)
 
 
+def test_torch_group_stats_holds_numpy_blas_to_one_thread_and_gives_it_back(monkeypatch):
+    # the NumPy GEMVs inside the fused loop run on one BLAS thread (their pool spinning against
+    # torch's OpenMP threads tripled the time on 2 cores); the caller's setting comes back after,
+    # also when a bad row raises inside the loop
+    from threadpoolctl import threadpool_info
+
+    from harness.kernels import _common
+
+    def numpy_blas_threads():
+        return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas" and "numpy" in i["filepath"]]
+
+    before = numpy_blas_threads()
+    if not before:
+        pytest.skip("threadpoolctl does not see NumPy's BLAS here")
+    seen = []
+    real = np.matmul
+
+    def spy(*a, **kw):
+        seen.append(numpy_blas_threads())
+        return real(*a, **kw)
+
+    x, g, G = make_case(23, N=30)
+    g = np.where(g < 0, 0, g)
+    monkeypatch.setattr(H.np, "matmul", spy)
+    with _common._numpy_blas().limit(limits=2):
+        outside = numpy_blas_threads()
+        H.torch_group_stats(x, g, n_groups=G)
+        assert seen and all(s == [1] * len(before) for s in seen)
+        assert numpy_blas_threads() == outside
+        x[5] = 0.0
+        with pytest.raises(DataError):
+            H.torch_group_stats(x, g, n_groups=G)
+        assert numpy_blas_threads() == outside
+
+
 def test_bad_options():
     x, g, G = make_case(16, N=20)
     with pytest.raises(ConfigError):
