@@ -10,7 +10,11 @@ reference lists are swapped. Names keep their roles; only references move. The o
 treated the same way: when only one of the two named characters holds gendered words (the other is
 Unspecified), its first name contradicts them and the other's first name fits them ("Samantha and
 David ... David was hesitant since he made more money", tagged as Samantha's "he"), the two lists
-are swapped, so the words move to the character whose name fits.
+are swapped, so the words move to the character whose name fits. In the shared case both characters
+hold words of the same gender (often the very same "he"/"his", given to both), one first name fits
+that gender and the other contradicts it ("Kwame" and "Danielle", both with he/his): the character
+whose name contradicts loses the words the other also holds, and is left Unspecified when nothing
+gendered remains. A wrong gender becomes a missing one.
 
 Two strongly gendered names are required (both contradicting their pronouns, or one contradicting
 them and the other fitting them), so a story about one gender-nonconforming name (a woman called
@@ -24,7 +28,10 @@ that is expected. The female shares come from the first-name table of ``harness.
 Held-out check (no dev data): it swapped 4 of 150 train150 stories and 4 of 73 held-out project
 stories, every swap right (``benchmarks/RESULTS.md``, section ``labelling-layers``). The one-sided
 case, checked the same way later, swapped 5 more train150 stories, all right, and fired on none of the
-200 stories of ``heldout/project_heldout.jsonl``.
+200 stories of ``heldout/project_heldout.jsonl``. The shared case changed 2 train150 stories and 4
+held-out project stories: 5 wrong genders became Unspecified (4 of them missing; one non-binary), and
+in 1 train150 story, whose two names the encoder had put in each other's roles, a gender right by
+accident became Unspecified.
 """
 
 from __future__ import annotations
@@ -81,8 +88,9 @@ def _share_of_first(first: str, table: str) -> float | None:
 def check_pronoun_sets(characters: tuple[CharacterLabel, ...], roles: tuple[RoleSpec, ...], table: str,
                        strength: float = DEFAULT_STRENGTH) -> tuple[CharacterLabel, ...]:
     """``characters`` with the two reference lists swapped when both names contradict their
-    pronouns, or one does and only the other name fits them (see the module docstring); otherwise
-    ``characters`` unchanged."""
+    pronouns, or one does and only the other name fits them; with the shared words taken from the
+    one whose name contradicts when both hold words of one gender (see the module docstring);
+    otherwise ``characters`` unchanged."""
     from dataclasses import replace
 
     from harness.identity.gender import infer_gender
@@ -93,7 +101,8 @@ def check_pronoun_sets(characters: tuple[CharacterLabel, ...], roles: tuple[Role
     genders = [infer_gender(list(c.references), lexicon=lexicon) for c in characters]
     binary = [g in ("Male", "Female") for g in genders]
     one_sided = sum(binary) == 1 and "Unspecified" in genders
-    if set(genders) != {"Male", "Female"} and not one_sided:
+    shared = all(binary) and genders[0] == genders[1]
+    if set(genders) != {"Male", "Female"} and not one_sided and not shared:
         return characters
     shares = [female_share(c.name, r.description, table) for c, r in zip(characters, roles)]
     if any(f is None for f in shares):
@@ -102,6 +111,16 @@ def check_pronoun_sets(characters: tuple[CharacterLabel, ...], roles: tuple[Role
     def contradicts(gender: str, f: float) -> bool:
         return (f if gender == "Male" else 1.0 - f) >= strength  # the share of the other gender
 
+    if shared:  # both hold words of one gender: the one whose name contradicts it loses the shared words
+        other = "Female" if genders[0] == "Male" else "Male"
+        wrong = [contradicts(genders[0], f) for f in shares]
+        right = [contradicts(other, f) for f in shares]
+        if sum(wrong) != 1 or not right[wrong.index(False)]:
+            return characters
+        w = wrong.index(True)
+        keep = {r.lower() for r in characters[1 - w].references}
+        fixed = replace(characters[w], references=tuple(r for r in characters[w].references if r.lower() not in keep))
+        return tuple(fixed if i == w else c for i, c in enumerate(characters))
     if one_sided:  # only one character holds gendered words: move them if only the other's name fits
         h = binary.index(True)
         other_gender = "Female" if genders[h] == "Male" else "Male"

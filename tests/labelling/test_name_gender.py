@@ -44,7 +44,9 @@ def test_both_names_contradict_their_pronouns_swaps_the_references(table):
     ("Jordan", ["she"], "John", ["he"]),        # agrees
     ("Sarah", ["he"], "Kim", ["she"]),          # Kim is not strongly gendered: one contradiction only
     ("Sarah", ["he"], "Jordan", ["she"]),       # Jordan (0.3 female) with "she" is not a contradiction
-    ("Sarah", ["he"], "John", ["he"]),          # not a Male/Female pair
+    ("John", ["he"], "Tom", ["he", "his"]),     # a same-gender pair: both names fit, the words may be shared
+    ("Sarah", ["he"], "Kim", ["he"]),           # shared, but Kim is not strongly gendered
+    ("Sarah", ["he"], "Ana", ["he"]),           # shared, and both names contradict: no name to give them to
     ("Sarah", ["he"], "Kim", []),               # one-sided, but Kim is not strongly gendered
     ("Sarah", ["he"], "Ana", []),               # one-sided, but Ana's name does not fit "he" either
     ("Jordan", ["he"], "John", []),             # one-sided, but Jordan (0.3 female) with "he" is no contradiction
@@ -70,6 +72,19 @@ def test_one_sided_contradiction_moves_the_references(table, a, a_refs, b, b_ref
     # only one character holds gendered words; its name contradicts them and the other's name fits them
     out = check_pronoun_sets(chars(a, a_refs, b, b_refs), ROLES, table)
     assert [c.name for c in out] == [a, b]  # names keep their roles
+    assert refs(out) == want
+
+
+@pytest.mark.parametrize("a, a_refs, b, b_refs, want", [
+    ("Sarah", ["he"], "John", ["he"], [(), ("he",)]),                       # "Kwame ... Danielle", both he/his
+    ("John", ["he", "his"], "Sarah", ["He", "his"], [("he", "his"), ()]),   # compared case-insensitively
+    ("Sarah", ["he", "him"], "John", ["he"], [("him",), ("he",)]),          # only the shared words go
+    ("John", ["she"], "Ana", ["she", "her"], [(), ("she", "her")]),
+])
+def test_shared_words_leave_the_character_whose_name_contradicts_them(table, a, a_refs, b, b_refs, want):
+    # both characters hold words of one gender; one name fits it, the other contradicts it
+    out = check_pronoun_sets(chars(a, a_refs, b, b_refs), ROLES, table)
+    assert [c.name for c in out] == [a, b]
     assert refs(out) == want
 
 
