@@ -185,6 +185,24 @@ def parse_first_name(raw: str | None, role: str | None = None) -> str | None:
     return first
 
 
+def without_role_title(name: str | None, role: str | None) -> str | None:
+    """A labelled name without a leading first-name title that repeats its role: "Nurse Emily" for a
+    nurse -> "Emily". With the title, ``parse_first_name`` would drop the name for sharing a word with
+    the role string (the seed 000 filter meant for "the nurse"); "Chef Maria" for a nurse, "Dr. Ana
+    Ruiz" for a doctor (a surname title: its parse is unchanged) and one-word names stay as they are.
+
+    >>> [without_role_title(n, "nurse") for n in ["Nurse Emily", "Chef Maria", "Nurse", None]]
+    ['Emily', 'Chef Maria', 'Nurse', None]
+    """
+    if not name:
+        return name
+    head, _, rest = name.strip().partition(" ")
+    word = head.lower().rstrip(".")
+    if rest.strip() and word in name_lists().first_name_titles and word in _role_words(role):
+        return rest.strip()
+    return name
+
+
 def first_name_of(raw: Any, role: str | None = None) -> str | None:
     """``parse_first_name(select_name(raw, role), role)``: a labeller field straight to a first name."""
     return parse_first_name(select_name(raw, role), role)

@@ -43,6 +43,7 @@ from typing import Any
 from harness.errors import ConfigError, DataError
 from harness.labelling.base import CharacterLabel, Labeller, StoryInput, StoryLabels
 from harness.labelling.data import GoldStory, load_gold
+from harness.identity.names import without_role_title
 from harness.labelling.name_gender import DEFAULT_STRENGTH, check_pronoun_sets, default_table, female_shares
 
 DEFAULT_NAME = "encoder-minilm"
@@ -655,6 +656,8 @@ class WordDecoder:
             taken = runs[1 - loser][0][0]
             chosen[loser] = next((run for k, run, _ in runs[loser] if not _same_character(k, taken)), None)
         names = [story.text[e.words[run[0]][1]:e.words[run[-1]][2]] if run else None for run in chosen]
+        # "Nurse Emily" in a nurse's story is Emily: the title repeats the role (without_role_title)
+        names = [without_role_title(n, role.description) for n, role in zip(names, story.roles)]
         refs = [self._references(e, w, 2 * r + 1) for r in range(len(story.roles))]
         # "first X" / "second X" (Love, power-neutral): the first character is the one the story
         # introduces first, as every such story of the training data is labelled

@@ -10,7 +10,7 @@ import pytest
 import harness.identity.names as names_mod
 from harness.errors import DataError
 from harness.identity.names import (first_name_of, first_names_from_jsonl, name_candidates, name_lists,
-                                    parse_first_name, select_name)
+                                    parse_first_name, select_name, without_role_title)
 
 
 @pytest.mark.parametrize("raw, first", [
@@ -98,3 +98,18 @@ def test_word_lists_contain_the_authors_lists():
 
 def test_doctests():
     assert doctest.testmod(names_mod).failed == 0
+
+
+@pytest.mark.parametrize("name, role, want", [
+    ("Nurse Emily", "nurse", "Emily"),
+    ("nurse Emily", "nurse who provides critical care", "Emily"),
+    ("Chef Maria Lopez", "chef", "Maria Lopez"),
+    ("Chef Maria", "nurse", "Chef Maria"),      # the title does not repeat the role
+    ("Dr. Ana Ruiz", "doctor", "Dr. Ana Ruiz"),  # a surname title: parsed as before
+    ("Coach Reyes", "coach", "Coach Reyes"),
+    ("Nurse", "nurse", "Nurse"),                # nothing after the title
+    ("Emily", "nurse", "Emily"),
+    (None, "nurse", None),
+])
+def test_without_role_title(name, role, want):
+    assert without_role_title(name, role) == want

@@ -250,6 +250,20 @@ def test_decode_name_runs_as_written(text, tags, want):
     assert _decode_names(text, tags)[0] == want
 
 
+@pytest.mark.parametrize("roles, want", [
+    (("nurse", "patient in need"), ["Emily", "Mr. Ortiz"]),  # the title repeats the role: not part of the name
+    (("doctor", "patient in need"), ["Nurse Emily", "Mr. Ortiz"]),
+])
+def test_decode_a_first_name_title_that_repeats_the_role_is_dropped(roles, want):
+    from harness.identity.names import first_name_of
+
+    text = "Nurse Emily checked on Mr. Ortiz."
+    tags = {("Nurse", 0, 0): 0.9, ("Emily", 0, 0): 0.9, ("Ortiz", 0, 2): 0.9}
+    got = _decode_names(text, tags, roles)
+    assert got == want
+    assert first_name_of(got[0], roles[0]) == "Emily"  # with the title, the role filter dropped it in a nurse's story
+
+
 def test_decode_a_name_split_between_the_roles_is_one_character():
     # the model tags "Jamal" for the subject and "Carter" of the same "Jamal Carter" for the object
     text = "Jamal Carter helped Nguyen Tran. Nguyen thanked Jamal."
