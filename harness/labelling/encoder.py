@@ -44,7 +44,8 @@ from harness.errors import ConfigError, DataError
 from harness.labelling.base import CharacterLabel, Labeller, StoryInput, StoryLabels
 from harness.labelling.data import GoldStory, load_gold
 from harness.identity.names import without_role_title
-from harness.labelling.name_gender import DEFAULT_STRENGTH, check_pronoun_sets, default_table, female_shares
+from harness.labelling.name_gender import (DEFAULT_STRENGTH, check_pronoun_sets, default_lexicon, default_table,
+                                          female_shares)
 
 DEFAULT_NAME = "encoder-minilm"
 SLOTS = ("subject_name", "subject_ref", "object_name", "object_ref")
@@ -659,6 +660,8 @@ class WordDecoder:
         # "Nurse Emily" in a nurse's story is Emily: the title repeats the role (without_role_title)
         names = [without_role_title(n, role.description) for n, role in zip(names, story.roles)]
         refs = [self._references(e, w, 2 * r + 1) for r in range(len(story.roles))]
+        # a gendered title is a reference too (Table S7: prefixes such as Mr, Mrs or Mx)
+        refs = [_with_title_reference(n, rf) for n, rf in zip(names, refs)]
         # "first X" / "second X" (Love, power-neutral): the first character is the one the story
         # introduces first, as every such story of the training data is labelled
         if (len(story.roles) == 2 and chosen[0] and chosen[1] and chosen[1][0] < chosen[0][0]
@@ -698,6 +701,24 @@ class WordDecoder:
                 best = max(fams, key=fams.get)
                 keep = [k for k in keep if _FAMILY.get(k, best) == best]
         return tuple(first[k] for k in keep)
+
+
+def _with_title_reference(name: str | None, refs: tuple[str, ...]) -> tuple[str, ...]:
+    """``refs`` with the name's leading title when the gender lexicon genders it ("Mr." of "Mr.
+    Thompson", "Mx." of "Mx. Lee"; not "Dr." or "Chef"), as the labelling prompt asks for prefixes.
+    The encoder tags a title as part of the name and seldom also as a reference, so a character met
+    only as "Mr. Thompson" was left Unspecified."""
+    if not name:
+        return refs
+    from harness.identity.gender import infer_gender
+
+    head = name.split()[0]
+    key = head.lower().rstrip(".")
+    if key not in _TITLES or any(r.lower().rstrip(".") == key for r in refs):
+        return refs
+    if infer_gender([head], lexicon=default_lexicon()) == "Unspecified":
+        return refs
+    return (head, *refs)
 
 
 def _same_character(a: frozenset, b: frozenset) -> bool:

@@ -97,7 +97,7 @@ def check_pronoun_sets(characters: tuple[CharacterLabel, ...], roles: tuple[Role
 
     if len(characters) != 2 or not all(c.name for c in characters):
         return characters
-    lexicon = _lexicon()
+    lexicon = default_lexicon()
     genders = [infer_gender(list(c.references), lexicon=lexicon) for c in characters]
     binary = [g in ("Male", "Female") for g in genders]
     one_sided = sum(binary) == 1 and "Unspecified" in genders
@@ -134,7 +134,8 @@ def check_pronoun_sets(characters: tuple[CharacterLabel, ...], roles: tuple[Role
 
 
 @lru_cache(maxsize=1)
-def _lexicon():
+def default_lexicon():
+    """The default gender lexicon, loaded once per process."""
     from harness.identity.gender import load_lexicon
 
     return load_lexicon()  # the default (Table S6a): he/she families are Male/Female in every lexicon

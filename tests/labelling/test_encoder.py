@@ -264,6 +264,29 @@ def test_decode_a_first_name_title_that_repeats_the_role_is_dropped(roles, want)
     assert first_name_of(got[0], roles[0]) == "Emily"  # with the title, the role filter dropped it in a nurse's story
 
 
+@pytest.mark.parametrize("text, tags, want", [
+    ("Mr. Thompson nodded.", {("Thompson", 0, 0): 0.9}, ("Mr.",)),  # as written in the name
+    ("Mrs Roberts smiled at her.", {("Roberts", 0, 0): 0.9, ("her", 0, 1): 0.9}, ("Mrs", "her")),
+    ("Mr. Lee smiled. Mr. Lee left.", {("Mr", 0, 0): 0.9, ("Lee", 0, 0): 0.9, ("Mr", 0, 1): 0.9, ("Mr", 1, 1): 0.9},
+     ("Mr",)),  # tagged as a reference already: not twice
+    ("Dr. Ana Ruiz came.", {("Ana", 0, 0): 0.9, ("Ruiz", 0, 0): 0.9}, ()),  # "Dr." has no gender
+    ("Chef Maria cooked.", {("Maria", 0, 0): 0.9}, ()),
+])
+def test_decode_a_gendered_title_of_the_name_is_a_reference(text, tags, want):
+    from harness.identity.gender import infer_gender
+
+    from harness.labelling.base import RoleSpec, StoryInput
+    from harness.labelling.encoder import _Encoded
+
+    words = split_words(text)
+    enc = _Encoded([], [], list(range(len(words))), words, False)
+    story = StoryInput("x", text, (RoleSpec("subject", "doctor"), RoleSpec("object", "needy patient")))
+    subject = _decoder().decode(story, enc, _probs_for(words, tags)).character("subject")
+    assert subject.references == want
+    if want:
+        assert infer_gender(list(subject.references)) in ("Male", "Female")
+
+
 def test_decode_a_name_split_between_the_roles_is_one_character():
     # the model tags "Jamal" for the subject and "Carter" of the same "Jamal Carter" for the object
     text = "Jamal Carter helped Nguyen Tran. Nguyen thanked Jamal."
