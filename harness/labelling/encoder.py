@@ -772,7 +772,8 @@ class EncoderLabeller(Labeller):
             products use one core each better than two cores together. Results do not depend on it.
         name_check: swap the reference lists of two named characters when both first names
             contradict the pronouns they were given, or when only one holds gendered words, its name
-            contradicts them and the other's fits them (``harness.labelling.name_gender``).
+            contradicts them and the other's fits them; when both hold words of one gender and only one
+            name fits it, the other loses the words they share (``harness.labelling.name_gender``).
         name_table: the first-name table it reads (default: the identity module's, built on first use).
     """
 
