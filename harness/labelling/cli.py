@@ -28,8 +28,8 @@ def _fail(e: HarnessError) -> None:
 
 
 NAME_CHECK = typer.Option(True, "--name-check/--no-name-check",
-                          help="Encoder: move pronouns between two named characters when their first names say they belong "
-                               "to the other (harness.labelling.name_gender).")
+                          help="Encoder: move pronouns between two named characters when their first names "
+                               "say they belong to the other (harness.labelling.name_gender).")
 
 
 def _labeller(name: str, model_dir: Path | None, llm_model: str, threads: int | None, name_check: bool = True):
