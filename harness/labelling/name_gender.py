@@ -111,10 +111,12 @@ def check_pronoun_sets(characters: tuple[CharacterLabel, ...], roles: tuple[Role
     def contradicts(gender: str, f: float) -> bool:
         return (f if gender == "Male" else 1.0 - f) >= strength  # the share of the other gender
 
+    def fits(gender: str, f: float) -> bool:
+        return contradicts("Female" if gender == "Male" else "Male", f)
+
     if shared:  # both hold words of one gender: the one whose name contradicts it loses the shared words
-        other = "Female" if genders[0] == "Male" else "Male"
         wrong = [contradicts(genders[0], f) for f in shares]
-        right = [contradicts(other, f) for f in shares]
+        right = [fits(genders[0], f) for f in shares]
         if sum(wrong) != 1 or not right[wrong.index(False)]:
             return characters
         w = wrong.index(True)
@@ -123,8 +125,7 @@ def check_pronoun_sets(characters: tuple[CharacterLabel, ...], roles: tuple[Role
         return tuple(fixed if i == w else c for i, c in enumerate(characters))
     if one_sided:  # only one character holds gendered words: move them if only the other's name fits
         h = binary.index(True)
-        other_gender = "Female" if genders[h] == "Male" else "Male"
-        swap = contradicts(genders[h], shares[h]) and contradicts(other_gender, shares[1 - h])
+        swap = contradicts(genders[h], shares[h]) and fits(genders[h], shares[1 - h])
     else:
         swap = all(contradicts(g, f) for g, f in zip(genders, shares))
     if not swap:
