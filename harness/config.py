@@ -92,6 +92,9 @@ class LabelConfig(_Strict):
     train_epochs: int = Field(8, ge=1, description="epochs of the encoder's training on first use")
     name_check: bool = Field(True, description="encoder: swap two named characters' pronouns when both first names "
                                                "contradict them (harness.labelling.name_gender)")
+    action_check: bool = Field(True, description="encoder: exchange the two characters of a power-laden Love story "
+                                                 "when the grammar says the labelled object does the subject's action "
+                                                 "(harness.labelling.role_agent)")
 
 
 class IdentityConfig(_Strict):

@@ -58,6 +58,7 @@ def make_labeller(cfg: RunConfig, *, echo=print):
                           epochs=cfg.label.train_epochs)
         kwargs["path"] = path
         kwargs["name_check"] = cfg.label.name_check
+        kwargs["action_check"] = cfg.label.action_check
     elif name == "llm":
         from harness.errors import ConfigError
         from harness.generation import load_backend

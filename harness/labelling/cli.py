@@ -32,12 +32,19 @@ NAME_CHECK = typer.Option(True, "--name-check/--no-name-check",
                                "say they belong to the other (harness.labelling.name_gender).")
 
 
-def _labeller(name: str, model_dir: Path | None, llm_model: str, threads: int | None, name_check: bool = True):
+ACTION_CHECK = typer.Option(True, "--action-check/--no-action-check",
+                            help="Encoder: exchange the two characters of a power-laden Love story when the "
+                                 "grammar says the labelled object does the subject's action "
+                                 "(harness.labelling.role_agent).")
+
+
+def _labeller(name: str, model_dir: Path | None, llm_model: str, threads: int | None, name_check: bool = True,
+              action_check: bool = True):
     from harness.labelling import get_labeller
 
     kwargs: dict[str, Any] = {}
     if name == "encoder":
-        kwargs = {"path": model_dir, "threads": threads, "name_check": name_check}
+        kwargs = {"path": model_dir, "threads": threads, "name_check": name_check, "action_check": action_check}
     elif name == "llm":
         kwargs = {"model": llm_model}
     return get_labeller(name, **kwargs)
@@ -99,6 +106,7 @@ def eval_(
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Score only the first N stories."),
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch CPU threads (encoder)."),
     name_check: bool = NAME_CHECK,
+    action_check: bool = ACTION_CHECK,
     as_json: bool = typer.Option(False, "--json", help="Print the overall figures as one JSON object."),
     details: Optional[Path] = typer.Option(None, "--details", help="Also write the full report as JSON here."),
     progress: bool = typer.Option(False, "--progress/--no-progress"),
@@ -111,7 +119,7 @@ def eval_(
         stories = load_gold(gold)
         if limit:
             stories = stories[:limit]
-        lab = _labeller(labeller, model_dir, llm_model, threads, name_check)
+        lab = _labeller(labeller, model_dir, llm_model, threads, name_check, action_check)
         try:
             rep = evaluate(lab, stories, lexicon=lexicon, batch_size=batch_size, progress=progress)
         finally:
@@ -136,6 +144,7 @@ def label_(
     batch_size: Optional[int] = typer.Option(None, "--batch-size", min=1),
     threads: Optional[int] = typer.Option(None, "--threads", min=1),
     name_check: bool = NAME_CHECK,
+    action_check: bool = ACTION_CHECK,
     progress: bool = typer.Option(False, "--progress/--no-progress"),
 ) -> None:
     """Label every story of a JSONL file; stories that cannot be labelled keep a reason in `status`."""
@@ -143,7 +152,7 @@ def label_(
 
     try:
         items = read_stories(stories)
-        lab = _labeller(labeller, model_dir, llm_model, threads, name_check)
+        lab = _labeller(labeller, model_dir, llm_model, threads, name_check, action_check)
         n_bad = 0
         tmp = out.with_name(out.name + ".tmp")
         try:

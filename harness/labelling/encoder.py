@@ -44,6 +44,7 @@ from harness.errors import ConfigError, DataError
 from harness.labelling.base import CharacterLabel, Labeller, StoryInput, StoryLabels
 from harness.labelling.data import GoldStory, load_gold
 from harness.identity.names import without_role_title
+from harness.labelling import role_agent
 from harness.labelling.name_gender import (DEFAULT_STRENGTH, check_pronoun_sets, default_lexicon, default_table,
                                           female_shares)
 
@@ -584,6 +585,7 @@ class WordDecoder:
     name_table: str | None = None
     name_strength: float = DEFAULT_STRENGTH
     name_fallback: float | None = 0.2
+    action_check: bool = True
 
     def _name_runs(self, e: _Encoded, w: _Words, slot: int, threshold: float | None = None
                    ) -> list[tuple[frozenset, list[int], float]]:
@@ -634,6 +636,35 @@ class WordDecoder:
         return out
 
     def decode(self, story: StoryInput, e: _Encoded, p) -> StoryLabels:
+        """One story's labels (``decode_many`` of one)."""
+        return self.decode_many([story], [e], [p])[0]
+
+    def decode_many(self, stories: Sequence[StoryInput], encoded: Sequence[_Encoded], probs: Sequence
+                    ) -> list[StoryLabels]:
+        """Labels of a batch: names and references per story, then the action check of power-laden
+        Love stories (``role_agent.roles_exchanged``, one parse for the batch), then the name check."""
+        parts = [self._names_and_references(s, e, p) for s, e, p in zip(stories, encoded, probs)]
+        if self.action_check:
+            asks = [(s.text, s.roles[0].description, (n[0], r[0]), (n[1], r[1])) if len(s.roles) == 2 else
+                    ("", "", (None, ()), (None, ())) for s, (n, r) in zip(stories, parts)]
+            # power-laden Love: the roles differ only by the subject's action ("pays the bill"); where
+            # the grammar says the labelled object does it and the labelled subject never does, the
+            # tagger has exchanged the two characters
+            for (names, refs), swap in zip(parts, role_agent.roles_exchanged(asks)):
+                if swap:
+                    names.reverse()
+                    refs.reverse()
+        out = []
+        for story, e, (names, refs) in zip(stories, encoded, parts):
+            status = "ok" if not e.truncated else f"truncated to {self.max_length} tokens"
+            chars = tuple(CharacterLabel(role.key, names[r], refs[r], status) for r, role in enumerate(story.roles))
+            if self.name_table is not None:
+                chars = check_pronoun_sets(chars, story.roles, self.name_table, self.name_strength)
+            out.append(StoryLabels(story.story_id, chars, "ok" if not e.truncated else "truncated"))
+        return out
+
+    def _names_and_references(self, story: StoryInput, e: _Encoded, p) -> tuple[list, list]:
+        """Each role's name (or None) and references, from one story's word-piece probabilities."""
         w = _Words.of(e, p)
         # names: each role's first run, but one character cannot fill both roles. Two runs name the
         # same character when the name words of one are among the other's ("Ana", "Dr. Ana Ruiz";
@@ -669,11 +700,7 @@ class WordDecoder:
                 and story.roles[1].description.startswith("second ")):
             names.reverse()
             refs.reverse()
-        status = "ok" if not e.truncated else f"truncated to {self.max_length} tokens"
-        chars = tuple(CharacterLabel(role.key, names[r], refs[r], status) for r, role in enumerate(story.roles))
-        if self.name_table is not None:
-            chars = check_pronoun_sets(chars, story.roles, self.name_table, self.name_strength)
-        return StoryLabels(story.story_id, chars, "ok" if not e.truncated else "truncated")
+        return names, refs
 
     def _references(self, e: _Encoded, w: _Words, slot: int) -> tuple[str, ...]:
         """Word types whose mean probability over their occurrences reaches the threshold, in order
@@ -775,6 +802,10 @@ class EncoderLabeller(Labeller):
             contradicts them and the other's fits them; when both hold words of one gender and only one
             name fits it, the other loses the words they share (``harness.labelling.name_gender``).
         name_table: the first-name table it reads (default: the identity module's, built on first use).
+        action_check: in power-laden Love stories, exchange the two characters' labels when the
+            grammar says the labelled object does the subject's action ("pays the bill") and the
+            labelled subject never does (``harness.labelling.role_agent``; needs spaCy's small English
+            pipeline, parsed only for the sentences that hold one of the action's verbs).
     """
 
     name = "encoder"
@@ -782,7 +813,8 @@ class EncoderLabeller(Labeller):
 
     def __init__(self, path: str | Path | None = None, *, device: str | None = None, quantize: bool | None = None,
                  threshold: float = 0.5, threads: int | None = None, pronoun_agreement: bool = True,
-                 workers: int | None = None, name_check: bool = True, name_table: str | Path | None = None) -> None:
+                 workers: int | None = None, name_check: bool = True, name_table: str | Path | None = None,
+                 action_check: bool = True) -> None:
         torch = _torch()
         from transformers import AutoTokenizer
 
@@ -803,7 +835,10 @@ class EncoderLabeller(Labeller):
         table = (str(name_table) if name_table is not None else default_table()) if name_check else None
         if table is not None:
             female_shares(table)  # read it now (cached per process), not inside the first batch
-        self.decoder = WordDecoder(threshold, pronoun_agreement, self.max_length, table)
+        self.action_check = action_check
+        if action_check:
+            role_agent.load()
+        self.decoder = WordDecoder(threshold, pronoun_agreement, self.max_length, table, action_check=action_check)
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.tokenizer = AutoTokenizer.from_pretrained(str(self.path / "encoder"))
         model = _build_model(self.path / "encoder")
@@ -834,14 +869,14 @@ class EncoderLabeller(Labeller):
         # what a CPU worker process needs to build the same labeller for itself
         self._cpu_worker_args = dict(path=str(self.path), quantize=self.quantized, threshold=threshold,
                                      pronoun_agreement=pronoun_agreement, name_check=name_check,
-                                     name_table=table)
+                                     action_check=action_check, name_table=table)
 
     def info(self) -> dict[str, Any]:
         """Labeller name, weights directory, hash of the training data and inference settings."""
         return {"labeller": self.name, "path": str(self.path), "threshold": self.threshold,
                 "quantized": self.quantized, "device": self.device,
                 "pronoun_agreement": self.pronoun_agreement, "name_check": self.name_check,
-                "train_data_sha256": self.meta.get("report", {}).get("data_sha256")}
+                "action_check": self.action_check, "train_data_sha256": self.meta.get("report", {}).get("data_sha256")}
 
     def _forward(self, ids, am, tt):
         """Word-piece probabilities (batch, tokens, 4) as float32 NumPy, from collated NumPy arrays.
@@ -876,7 +911,7 @@ class EncoderLabeller(Labeller):
     def _label_batch(self, stories: Sequence[StoryInput]) -> list[StoryLabels]:
         encoded = _encode_many(self.tokenizer, stories, None, self.max_length)
         probs = self._probs(encoded)
-        return [self.decoder.decode(s, e, p) for s, e, p in zip(stories, encoded, probs)]
+        return self.decoder.decode_many(stories, encoded, probs)
 
     def _label_batches(self, batches: Sequence[Sequence[StoryInput]]) -> Iterator[list[StoryLabels]]:
         """Pipelined over worker processes: every batch's tokenisation is queued at once, the model
@@ -959,6 +994,8 @@ def _worker_init(tokenizer_dir: str, decoder: WordDecoder) -> None:
 
     _WORKER["tokenizer"] = AutoTokenizer.from_pretrained(tokenizer_dir)
     _WORKER["decoder"] = decoder
+    if decoder.action_check:
+        role_agent.load()
 
 
 def _cpu_worker_init(kwargs: dict[str, Any]) -> None:
@@ -992,7 +1029,7 @@ def _worker_decode(blob: bytes, probs) -> list[StoryLabels]:
 
     stories, encoded = pickle.loads(blob)
     dec = _WORKER["decoder"]
-    return [dec.decode(s, e, probs[i, : len(e.input_ids)]) for i, (s, e) in enumerate(zip(stories, encoded))]
+    return dec.decode_many(stories, encoded, [probs[i, : len(e.input_ids)] for i, e in enumerate(encoded)])
 
 __all__ = ["DEFAULT_NAME", "EncoderLabeller", "SLOTS", "TrainReport", "WordDecoder", "base_model_path",
            "default_model_dir", "project_labels", "split_words", "train_encoder"]

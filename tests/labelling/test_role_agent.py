@@ -1,0 +1,126 @@
+"""The action check of power-laden Love stories: who does what the subject's role says."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.labelling.role_agent import action_clauses, action_for, roles_exchanged
+
+PAYS = "romantic partner who pays the bill"
+JOHN = ("John", ("he", "him", "his"))
+SARAH = ("Sarah", ("she", "her"))
+
+
+@pytest.mark.parametrize("description, key", [
+    ("romantic partner who pays the bill", "pays the bill"),
+    ("sibling who does the teaching", "does the teaching"),
+    ("friend who makes the major life decision", "makes the major life decision"),
+    ("romantic partner who covers the majority of bills", "covers the majority of bills"),
+    ("other romantic partner", None),
+    ("star student", None),
+    ("first friend", None),
+])
+def test_action_for_reads_the_love_subject_keys(description, key):
+    action = action_for(description)
+    assert (action.key if action else None) == key
+
+
+@pytest.mark.parametrize("text, want", [
+    # the grammatical subject of the action's verb, here John (0) or Sarah (1)
+    ("When the check came, Sarah let John pay.", [("pay", 0)]),
+    ("John paid for the tickets before she could argue.", [("paid", 0)]),
+    ("Her boyfriend, John, paid for dinner.", [("paid", 0)]),  # apposition
+    ("She insisted on paying for the movie.", [("paying", 1)]),  # a gerund takes the clause's subject
+    ("Sarah grabbed the check.", [("grabbed", 1)]),
+    ("Sarah grabbed her coat.", []),  # a weaker verb needs the action's noun among its own words
+    # verbs that point the other way
+    ("John smiled and thanked her.", [("thanked", 1)]),
+    ("He tried to pay, but Sarah was faster.", [("pay", 1)]),
+    ("She paid him back the next day.", [("paid", 0)]),
+    # no vote
+    ("John could not pay.", []),
+    ("They paid together.", []),  # a word neither character holds alone
+])
+def test_action_clauses_name_who_pays(text, want):
+    assert action_clauses(text, action_for(PAYS), JOHN, SARAH) == want
+
+
+@pytest.mark.parametrize("description, text, want", [
+    ("friend who does the teaching", "Sarah taught John to surf.", [("taught", 1)]),
+    ("friend who does the teaching", "John learned to surf in a week.", [("learned", 1)]),
+    ("sibling who makes the major life decision", "John did not let her decide alone.", []),
+    ("sibling who makes the major life decision", "In the end, John decided for her.", [("decided", 0)]),
+    ("romantic partner who gets a new job", "Sarah landed a job in Denver.", [("landed", 1)]),
+    ("romantic partner who makes a request for chores to be done",
+     "Sarah handed him a list of chores.", [("handed", 1)]),
+])
+def test_action_clauses_of_the_other_actions(description, text, want):
+    assert action_clauses(text, action_for(description), JOHN, SARAH) == want
+
+
+def test_roles_exchanged_only_where_the_object_alone_does_the_action():
+    story = "Sarah and John went to a diner. When the bill came, John reached for it, but Sarah paid."
+    both = "Sarah paid for the drinks and John paid for the food."
+    items = [
+        (story, PAYS, SARAH, JOHN),  # right as labelled
+        (story, PAYS, JOHN, SARAH),  # exchanged: the labelled object pays, the labelled subject never
+        (both, PAYS, JOHN, SARAH),  # both pay: left as labelled
+        (story, "first romantic partner", JOHN, SARAH),  # not power-laden Love: never
+        (story, PAYS, ("Sarah", ()), ("Sarah", ())),  # no word tells them apart
+        ("", "", (None, ()), (None, ())),
+    ]
+    assert roles_exchanged(items) == [False, True, False, False, False, False]
+
+
+def test_on_the_projects_gold_labels_it_never_exchanges_and_finds_half_the_exchanged():
+    """The project's power-laden Love stories, labelled by hand: as labelled it never exchanges them;
+    with the two labels exchanged it restores at least half (a floor: 119 of 215 when written)."""
+    from harness.labelling.data import builtin_training_files, load_gold
+
+    rows = [g for f in builtin_training_files() for g in load_gold(f)
+            if len(g.story.roles) == 2 and action_for(g.story.roles[0].description)]
+    assert len(rows) >= 150
+
+    def label(g, role):
+        c = g.characters[role]
+        return c.name, c.references or ()
+
+    right = [(g.story.text, g.story.roles[0].description, label(g, "subject"), label(g, "object")) for g in rows]
+    assert not any(roles_exchanged(right))
+    exchanged = [(t, d, o, s) for t, d, s, o in right]
+    assert sum(roles_exchanged(exchanged)) >= len(rows) // 2
+
+
+def test_the_decoder_exchanges_the_labels_and_can_be_told_not_to():
+    from harness.labelling.base import RoleSpec, StoryInput
+    from harness.labelling.encoder import WordDecoder, _Encoded, split_words
+    from tests.labelling.test_encoder import _probs_for
+
+    text = "Sarah met John for dinner. When the check came, John paid, and she thanked him."
+    words = split_words(text)
+    enc = _Encoded([], [], list(range(len(words))), words, False)
+    # the tagger puts the character named first in the subject role
+    p = _probs_for(words, {("Sarah", 0, 0): 0.9, ("she", 0, 1): 0.9, ("John", 0, 2): 0.9, ("him", 0, 3): 0.9})
+    story = StoryInput("x", text, (RoleSpec("subject", PAYS), RoleSpec("object", "other romantic partner")))
+    checked = WordDecoder(0.5, True, 384).decode(story, enc, p)
+    assert [(c.name, c.references) for c in checked.characters] == [("John", ("him",)), ("Sarah", ("she",))]
+    plain = WordDecoder(0.5, True, 384, action_check=False).decode(story, enc, p)
+    assert [c.name for c in plain.characters] == ["Sarah", "John"]
+
+
+def test_a_missing_parser_is_a_config_error(monkeypatch):
+    import spacy
+
+    from harness.errors import ConfigError
+    from harness.labelling import role_agent
+
+    def missing(*a, **k):
+        raise OSError("[E050] Can't find model")
+
+    role_agent._nlp.cache_clear()
+    monkeypatch.setattr(spacy, "load", missing)
+    try:
+        with pytest.raises(ConfigError, match="--no-action-check"):
+            role_agent.load()
+    finally:
+        role_agent._nlp.cache_clear()
