@@ -49,7 +49,7 @@ class Action:
 
 
 _MONEY = frozenset({"bill", "check", "tab", "card", "wallet", "cash", "money", "receipt", "payment", "cost",
-                    "price", "total", "register", "cashier", "waiter", "waitress", "server", "credit"})
+                    "price", "total", "register", "cashier", "waiter", "waitress", "server", "credit", "reader"})
 ACTIONS = (
     Action("pays the bill", frozenset({"pay", "treat", "cover", "foot", "settle", "splurge"}),
            frozenset({"grab", "pick", "hand", "slide", "insist", "swipe", "tap", "put"}), _MONEY, frozenset({"thank"}),
@@ -127,13 +127,15 @@ def _words(label: Character) -> set[str]:
     out = {r.lower() for r in refs}
     if name:
         out |= {w.lower().strip(".,") for w in name.split()}
+        out |= {p for w in name.split() if "-" in w for p in w.lower().strip(".,").split("-") if p}  # spaCy splits "Hye-jin"
     return out
 
 
-def _only_words(subject: Character, obj: Character) -> tuple[set[str], set[str]]:
-    """Each character's words that the other does not share (a shared "she" names neither)."""
+def _only_words(subject: Character, obj: Character) -> tuple[set[str], set[str], set[str]]:
+    """Each character's words that the other does not share (a shared "she" names neither), and
+    the words they share."""
     words = (_words(subject), _words(obj))
-    return words[0] - words[1], words[1] - words[0]
+    return words[0] - words[1], words[1] - words[0], words[0] & words[1]
 
 
 def _action_sentences(text: str, action: Action) -> list[str]:
@@ -296,6 +298,7 @@ def _doer(verb, only: tuple[set[str], set[str]]) -> int | None:
     its compound and apposition words and conjuncts ("Sarah and John" names both: no vote); a
     quoted "I" is the speaker."""
     head = verb
+    subj = []
     for _ in range(3):
         subj = [c for c in head.children if c.dep_ in _SUBJ]
         if subj:
@@ -306,16 +309,32 @@ def _doer(verb, only: tuple[set[str], set[str]]) -> int | None:
         if head.dep_ in ("xcomp", "pcomp", "advcl", "conj", "prep") and head.head is not head:
             head = head.head
         else:
-            return None
-    else:
-        return None
+            break
+    if not subj:
+        # '"My treat," she said, handing the waiter her card': the parser hangs "said" under the
+        # participle, whose doer is then the speaker
+        return _speaker(verb.sent, only) if verb.tag_ == "VBG" and not _in_quote(verb) else None
     hits = set()
     for s in subj:
         if s.dep_ == "agent":  # "paid by John"
             s = next((c for c in s.children if c.dep_ == "pobj"), s)
         if s.lower_ in ("i", "me") and _in_quote(s):  # '"I'll pay," she said': the speaker
             hits.add(_speaker(s.sent, only))
+        elif s.lower_ in only[2] and s.tag_ == "PRP":
+            hits.add(_other_than_object(verb, head, only))  # "She showed Lily how ...": not Lily
         else:
             hits.add(_named(s, only))
     hits.discard(None)
     return hits.pop() if len(hits) == 1 else None
+
+
+def _other_than_object(verb, head, only) -> int | None:
+    """For a pronoun subject that both characters hold: the character other than the one the
+    clause names as its object ("She showed Lily ...", "He paid for Sam's ticket" names no object),
+    since a pronoun subject and a name object of one clause are two people."""
+    objs = [c for v in {verb, head} for c in v.children if c.dep_ in ("dobj", "dative", "iobj")]
+    objs += [g for v in {verb, head} for c in v.children if c.dep_ == "prep" and c.lower_ in ("to", "for", "with")
+             for g in c.children if g.dep_ == "pobj"]
+    named = {_named(o, only) for o in objs}
+    named.discard(None)
+    return 1 - named.pop() if len(named) == 1 else None

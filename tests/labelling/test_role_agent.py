@@ -58,6 +58,23 @@ def test_action_clauses_of_the_other_actions(description, text, want):
     assert action_clauses(text, action_for(description), JOHN, SARAH) == want
 
 
+@pytest.mark.parametrize("text, want", [
+    # a pronoun both characters hold names the one the clause does not name as its object
+    ("She showed Lily how to cast on.", [("showed", 0)]),
+    ("She showed her how to cast on.", []),
+    # a hyphenated name, which the parser splits
+    ("Hye-jin taught Lily the chords.", [("taught", 0)]),
+])
+def test_action_clauses_of_two_women(text, want):
+    hye_jin, lily = ("Hye-jin Cho", ("she", "her")), ("Lily", ("she", "her"))
+    assert action_clauses(text, action_for("sister who does the teaching"), hye_jin, lily) == want
+
+
+def test_a_participle_after_the_verb_of_saying_is_the_speakers():
+    text = '"Early birthday present," she said, already handing her card to the cashier.'
+    assert action_clauses(text, action_for(PAYS), JOHN, SARAH) == [("handing", 1)]
+
+
 def test_roles_exchanged_only_where_the_object_alone_does_the_action():
     story = "Sarah and John went to a diner. When the bill came, John reached for it, but Sarah paid."
     both = "Sarah paid for the drinks and John paid for the food."
