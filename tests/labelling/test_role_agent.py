@@ -33,6 +33,7 @@ def test_action_for_reads_the_love_subject_keys(description, key):
     ("She insisted on paying for the movie.", [("paying", 1)]),  # a gerund takes the clause's subject
     ("Sarah grabbed the check.", [("grabbed", 1)]),
     ("Sarah grabbed her coat.", []),  # a weaker verb needs the action's noun among its own words
+    ("John took out a loan to pay for the ring.", [("pay", 0)]),  # the clause that holds "a loan"
     # verbs that point the other way
     ("John smiled and thanked her.", [("thanked", 1)]),
     ("He tried to pay, but Sarah was faster.", [("pay", 1)]),
