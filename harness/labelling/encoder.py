@@ -645,6 +645,7 @@ class WordDecoder:
         Love stories (``role_agent.roles_exchanged``, one parse for the batch), then the name check."""
         parts = [self._names_and_references(s, e, p) for s, e, p in zip(stories, encoded, probs)]
         if self.action_check:
+            # (a one-role story has no description the check knows: it asks nothing)
             asks = [(s.text, s.roles[0].description, (n[0], r[0]), (n[1], r[1])) if len(s.roles) == 2 else
                     ("", "", (None, ()), (None, ())) for s, (n, r) in zip(stories, parts)]
             # power-laden Love: the roles differ only by the subject's action ("pays the bill"); where

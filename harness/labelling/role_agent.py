@@ -17,8 +17,8 @@ clauses name the labelled object and never the labelled subject.
 Measured on the gold characters of the project's own power-laden Love stories (the training files and
 the held-out file, 215 stories): the clauses name the gold subject only in 139, the gold object only
 in none, both in 3; the other 73 have no clause it can read. On the 20 of the published train150
-set: the subject only in 13, none in 7. It cannot tell two characters apart
-that share all their words (two unnamed "she").
+set: the subject only in 13, none in 7. It cannot tell two characters apart that share all their
+words (two unnamed "she") unless the clause names one of them as its object.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from harness.errors import ConfigError
+
 
 @dataclass(frozen=True)
 class Action:
@@ -120,6 +121,8 @@ def load() -> None:
 
 #: A labelled character as this module reads it: (name or None, references).
 Character = tuple[str | None, Sequence[str]]
+#: The words only the subject holds, only the object holds, and both hold (``_only_words``).
+Split = tuple[set[str], set[str], set[str]]
 
 
 def _words(label: Character) -> set[str]:
@@ -127,11 +130,12 @@ def _words(label: Character) -> set[str]:
     out = {r.lower() for r in refs}
     if name:
         out |= {w.lower().strip(".,") for w in name.split()}
-        out |= {p for w in name.split() if "-" in w for p in w.lower().strip(".,").split("-") if p}  # spaCy splits "Hye-jin"
+        # the parser splits "Hye-jin" into "Hye", "-", "jin"
+        out |= {p for w in name.split() if "-" in w for p in w.lower().strip(".,").split("-") if p}
     return out
 
 
-def _only_words(subject: Character, obj: Character) -> tuple[set[str], set[str], set[str]]:
+def _only_words(subject: Character, obj: Character) -> Split:
     """Each character's words that the other does not share (a shared "she" names neither), and
     the words they share."""
     words = (_words(subject), _words(obj))
@@ -184,7 +188,7 @@ def roles_exchanged(items: Sequence[tuple[str, str, Character, Character]]) -> l
     return out
 
 
-def _clauses(doc, action: Action, only: tuple[set[str], set[str]]) -> Iterator[tuple[str, int]]:
+def _clauses(doc, action: Action, only: Split) -> Iterator[tuple[str, int]]:
     nouns = _noun_forms(action)
     for tok in doc:
         lemma = _verb_lemma(tok)
@@ -216,7 +220,7 @@ def _in_quote(tok) -> bool:
     return sum(t.text in _QUOTES for t in tok.sent if t.i < tok.i) % 2 == 1
 
 
-def _speaker(sent, only: tuple[set[str], set[str]]) -> int | None:
+def _speaker(sent, only: Split) -> int | None:
     """The character whom the sentence's verb of saying names as the speaker ('..., she said')."""
     found = {_named(c, only) for t in sent if _verb_lemma(t) in _SAY and not _in_quote(t)
              for c in t.children if c.dep_ == "nsubj" and not _in_quote(c)}
@@ -224,7 +228,7 @@ def _speaker(sent, only: tuple[set[str], set[str]]) -> int | None:
     return found.pop() if len(found) == 1 else None
 
 
-def _named(tok, only: tuple[set[str], set[str]]) -> int | None:
+def _named(tok, only: Split) -> int | None:
     toks = [tok, *(c for c in tok.children if c.dep_ in ("compound", "appos", "conj"))]
     hits = {r for t in toks for r in (0, 1) if t.lower_ in only[r]}
     return hits.pop() if len(hits) == 1 else None
@@ -292,7 +296,7 @@ def _verb_pattern(action: Action) -> re.Pattern:
     return re.compile(rf"\b(?:{'|'.join(sorted(map(re.escape, words)))})\b", re.IGNORECASE)
 
 
-def _doer(verb, only: tuple[set[str], set[str]]) -> int | None:
+def _doer(verb, only: Split) -> int | None:
     """Which character (0, 1) the verb's grammatical subject names; climbs from an infinitive or
     gerund ("insisted on paying") to the clause that has one. The subject's words are the subject,
     its compound and apposition words and conjuncts ("Sarah and John" names both: no vote); a
@@ -331,7 +335,7 @@ def _doer(verb, only: tuple[set[str], set[str]]) -> int | None:
     return hits.pop() if len(hits) == 1 else None
 
 
-def _other_than_object(verb, head, only) -> int | None:
+def _other_than_object(verb, head, only: Split) -> int | None:
     """For a pronoun subject that both characters hold: the character other than the one the
     clause names as its object ("She showed Lily ...", "He paid for Sam's ticket" names no object),
     since a pronoun subject and a name object of one clause are two people."""
