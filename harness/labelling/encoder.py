@@ -36,7 +36,7 @@ import time
 import warnings
 from collections.abc import Iterator, Sequence
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -641,28 +641,31 @@ class WordDecoder:
 
     def decode_many(self, stories: Sequence[StoryInput], encoded: Sequence[_Encoded], probs: Sequence
                     ) -> list[StoryLabels]:
-        """Labels of a batch: names and references per story, then the action check of power-laden
-        Love stories (``role_agent.roles_exchanged``, one parse for the batch), then the name check."""
-        parts = [self._names_and_references(s, e, p) for s, e, p in zip(stories, encoded, probs)]
-        if self.action_check:
-            # (a one-role story has no description the check knows: it asks nothing)
-            asks = [(s.text, s.roles[0].description, (n[0], r[0]), (n[1], r[1])) if len(s.roles) == 2 else
-                    ("", "", (None, ()), (None, ())) for s, (n, r) in zip(stories, parts)]
-            # power-laden Love: the roles differ only by the subject's action ("pays the bill"); where
-            # the grammar says the labelled object does it and the labelled subject never does, the
-            # tagger has exchanged the two characters
-            for (names, refs), swap in zip(parts, role_agent.roles_exchanged(asks)):
-                if swap:
-                    names.reverse()
-                    refs.reverse()
-        out = []
-        for story, e, (names, refs) in zip(stories, encoded, parts):
+        """Labels of a batch: names and references per story, the name check, then the action check
+        of power-laden Love stories (``role_agent.roles_exchanged``, one parse for the batch). The
+        action check reads names and references together, so it runs after the name check has made
+        them agree: before it, a name could sit beside the other character's pronouns."""
+        labels = []
+        for story, e, p in zip(stories, encoded, probs):
+            names, refs = self._names_and_references(story, e, p)
             status = "ok" if not e.truncated else f"truncated to {self.max_length} tokens"
             chars = tuple(CharacterLabel(role.key, names[r], refs[r], status) for r, role in enumerate(story.roles))
             if self.name_table is not None:
                 chars = check_pronoun_sets(chars, story.roles, self.name_table, self.name_strength)
-            out.append(StoryLabels(story.story_id, chars, "ok" if not e.truncated else "truncated"))
-        return out
+            labels.append(chars)
+        if self.action_check:
+            # power-laden Love: the roles differ only by the subject's action ("pays the bill"); where
+            # the grammar says the labelled object does it and the labelled subject never does, the
+            # tagger has exchanged the two characters (a one-role story asks nothing)
+            asks = [(s.text, s.roles[0].description, (c[0].name, c[0].references), (c[1].name, c[1].references))
+                    if len(c) == 2 else ("", "", (None, ()), (None, ())) for s, c in zip(stories, labels)]
+            for k, swap in enumerate(role_agent.roles_exchanged(asks)):
+                if swap:
+                    a, b = labels[k]
+                    labels[k] = (replace(a, name=b.name, references=b.references),
+                                 replace(b, name=a.name, references=a.references))
+        return [StoryLabels(s.story_id, chars, "ok" if not e.truncated else "truncated")
+                for s, e, chars in zip(stories, encoded, labels)]
 
     def _names_and_references(self, story: StoryInput, e: _Encoded, p) -> tuple[list, list]:
         """Each role's name (or None) and references, from one story's word-piece probabilities."""

@@ -128,3 +128,24 @@ def test_the_decoder_applies_the_check(table):
     checked = WordDecoder(0.5, True, 384, table).decode(story, enc, p)
     assert [(c.name, c.references) for c in plain.characters] == [("Sarah", ("he",)), ("John", ("She",))]
     assert [(c.name, c.references) for c in checked.characters] == [("Sarah", ("She",)), ("John", ("he",))]
+
+
+def test_the_action_check_reads_the_labels_after_the_name_check(table):
+    """The tagger puts John in the payer's role and crosses the pronouns (John "She", Sarah "he").
+    Read before the name check, "She paid" would count for the labelled subject, who holds "She",
+    and nothing would be exchanged; after it, "She" is Sarah's, who is in the object role, and the
+    two characters are exchanged."""
+    text = "John met Sarah for dinner. She paid the bill, and he thanked her."
+    words = split_words(text)
+    enc = _Encoded([], [], list(range(len(words))), words, False)
+    p = np.zeros((len(words), 4))
+    at = {w: i for i, (w, _, _) in reversed(list(enumerate(words)))}
+    for w, slot in (("John", 0), ("She", 1), ("Sarah", 2), ("he", 3)):
+        p[at[w], slot] = 0.9
+    story = StoryInput("x", text, (RoleSpec("subject", "romantic partner who pays the bill"),
+                                   RoleSpec("object", "other romantic partner")))
+    out = WordDecoder(0.5, True, 384, table).decode(story, enc, p)
+    assert [(c.name, c.references) for c in out.characters] == [("Sarah", ("She",)), ("John", ("he",))]
+    # without the name check, the crossed labels say the subject pays: nothing is exchanged
+    plain = WordDecoder(0.5, True, 384).decode(story, enc, p)
+    assert [(c.name, c.references) for c in plain.characters] == [("John", ("She",)), ("Sarah", ("he",))]
