@@ -17,8 +17,9 @@ clauses name the labelled object and never the labelled subject.
 Measured on the gold characters of the project's own power-laden Love stories (the training files and
 the held-out file, 215 stories): the clauses name the gold subject only in 139, the gold object only
 in none, both in 3; the other 73 have no clause it can read. On the 20 of the published train150
-set: the subject only in 13, none in 7. It cannot tell two characters apart that share all their
-words (two unnamed "she") unless the clause names one of them as its object.
+set: the subject only in 13, none in 7. On the 100 of the held-out Love set, written after it: the
+subject only in 59, the object only in 1, both in 3, none in 37. It cannot tell two characters apart
+that share all their words (two unnamed "she") unless the clause names one of them as its object.
 """
 
 from __future__ import annotations
