@@ -199,8 +199,8 @@ def _clauses(doc, action: Action, only: Split) -> Iterator[tuple[str, int]]:
         if not (receiver or lemma in action.agent or (
                 lemma in action.agent_if_noun and any(t.lower_ in nouns for t in tok.subtree))):
             continue  # a weaker verb needs its noun among its own words: "grabbed the check"
-        if _negated(tok):
-            continue  # "could not pay", "did not let her decide"
+        if not receiver and _negated(tok):
+            continue  # "could not pay", "did not let her decide"; but "had never learned" is the learner
         if any(c.dep_ == "prt" and c.lower_ == "back" for c in tok.children) or (
                 tok.dep_ == "xcomp" and _verb_lemma(tok.head) in _FAILED):
             receiver = True  # "tried to pay", "pay him back": the other character pays
@@ -280,8 +280,12 @@ def _lemma_of() -> dict[str, str]:
 
 
 def _verb_lemma(tok) -> str | None:
-    """The lemma of a word the tagger calls a verb, when it is one of the check's verbs."""
-    return _lemma_of().get(tok.lower_) if tok.tag_.startswith("VB") else None
+    """The lemma of a word the tagger calls a verb, or that has a grammatical subject ("Leo groaned."
+    alone is tagged as two names), when it is one of the check's verbs."""
+    lemma = _lemma_of().get(tok.lower_)
+    if lemma is None or tok.tag_.startswith("VB") or any(c.dep_ in _SUBJ for c in tok.children):
+        return lemma
+    return None
 
 
 @lru_cache(maxsize=None)

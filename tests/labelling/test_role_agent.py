@@ -50,6 +50,10 @@ def test_action_clauses_name_who_pays(text, want):
     ("friend who does the teaching", "Sarah taught John to surf.", [("taught", 1)]),
     ("friend who does the teaching", "John learned to surf in a week.", [("learned", 1)]),
     ("sibling who makes the major life decision", "John did not let her decide alone.", []),
+    # a receiving verb keeps its vote when negated: who never learned is the learner
+    ("friend who does the teaching", "At thirty, Sarah had never learned to swim.", [("learned", 0)]),
+    # alone, "John groaned." is tagged as two names; a word with a grammatical subject is a verb
+    ("sibling who makes a request for chores to be done", "John groaned.", [("groaned", 1)]),
     ("sibling who makes the major life decision", "In the end, John decided for her.", [("decided", 0)]),
     ("romantic partner who gets a new job", "Sarah landed a job in Denver.", [("landed", 1)]),
     ("romantic partner who makes a request for chores to be done",
