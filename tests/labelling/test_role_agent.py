@@ -84,6 +84,18 @@ def test_a_word_with_a_grammatical_subject_is_a_verb():
     assert clauses == [("groaned", 0)]  # the one who groans is asked: a vote for the other
 
 
+@pytest.mark.parametrize("description, text, want", [
+    # a quoted sentence goes on with the speaker of the sentence before it ("I make more" is a claim too)
+    ("romantic partner who covers the majority of bills", '"I make more," she said. "So I will cover the bills."',
+     [("cover", 1), ("said", 1)]),
+    # a promise for next time names the one who did not pay now
+    (PAYS, 'John smiled. "Then dessert is on me next time."', [("said", 1)]),
+    (PAYS, "He said he would pay next time.", [("pay", 1)]),
+])
+def test_action_clauses_in_dialogue(description, text, want):
+    assert action_clauses(text, action_for(description), JOHN, SARAH) == want
+
+
 def test_a_participle_after_the_verb_of_saying_is_the_speakers():
     text = '"Early birthday present," she said, already handing her card to the cashier.'
     assert action_clauses(text, action_for(PAYS), JOHN, SARAH) == [("handing", 1)]
@@ -105,7 +117,7 @@ def test_roles_exchanged_only_where_the_object_alone_does_the_action():
 
 def test_on_the_projects_gold_labels_it_never_exchanges_and_finds_half_the_exchanged():
     """The project's power-laden Love stories, labelled by hand: as labelled it never exchanges them;
-    with the two labels exchanged it restores at least half (a floor: 119 of 215 when written)."""
+    with the two labels exchanged it restores at least half (a floor: 142 of 215 when last measured)."""
     from harness.labelling.data import builtin_training_files, load_gold
 
     rows = [g for f in builtin_training_files() for g in load_gold(f)
