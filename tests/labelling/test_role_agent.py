@@ -55,6 +55,11 @@ def test_action_clauses_name_who_pays(text, want):
 
     ("sibling who makes the major life decision", "In the end, John decided for her.", [("decided", 0)]),
     ("romantic partner who gets a new job", "Sarah landed a job in Denver.", [("landed", 1)]),
+    # no character offers: the one offered the job gets it
+    ("romantic partner who gets a new job", "The symphony had offered her the principal cello position.",
+     [("offered", 1)]),
+    ("romantic partner who gets a new job", '"They offered me the job!" John shouted.', [("said", 0)]),
+    ("friend who makes the major life decision", '"Thank you for deciding," Sarah told him.', [("Thank", 0)]),
     ("romantic partner who makes a request for chores to be done",
      "Sarah handed him a list of chores.", [("handed", 1)]),
 ])
@@ -117,7 +122,7 @@ def test_roles_exchanged_only_where_the_object_alone_does_the_action():
 
 def test_on_the_projects_gold_labels_it_never_exchanges_and_finds_half_the_exchanged():
     """The project's power-laden Love stories, labelled by hand: as labelled it never exchanges them;
-    with the two labels exchanged it restores at least half (a floor: 142 of 215 when last measured)."""
+    with the two labels exchanged it restores at least half (a floor: 149 of 215 when last measured)."""
     from harness.labelling.data import builtin_training_files, load_gold
 
     rows = [g for f in builtin_training_files() for g in load_gold(f)
