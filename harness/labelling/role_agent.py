@@ -230,7 +230,7 @@ def _clauses(doc, action: Action, only: Split) -> Iterator[tuple[str, int]]:
                 tok.dep_ == "xcomp" and _verb_lemma(tok.head) in _FAILED) or _NEXT_TIME.search(tok.sent.text):
             receiver = True  # "tried to pay", "pay him back", "I'll pay next time": the other one pays now
         who = _doer(tok, only)
-        if who is None and lemma in _GIVEN:  # "The symphony offered her the chair": she gets the job
+        if who is None and lemma in _GIVEN:  # "The symphony offered her the position": she gets it
             who = _object_named(tok, only)
         if who is not None:
             yield tok.text, 1 - who if receiver else who
