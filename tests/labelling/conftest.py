@@ -35,3 +35,24 @@ def tiny_encoder(tmp_path_factory):
     report = train_encoder(builtin_training_files(), out_dir=out, epochs=3, batch_size=4, lr=3e-4, layers=2,
                            limit=12, seed=0)
     return out, report
+
+
+@pytest.fixture(scope="session")
+def tagged():
+    """``tagged(text, [(word, slot), ...])`` -> (encoding, probabilities) of a story whose words get
+    probability 0.9 in the given slots (0 subject name, 1 subject reference, 2 object name, 3 object
+    reference) at their first occurrence, and 0 elsewhere: the tagger's output, written by hand."""
+    import numpy as np
+
+    from harness.labelling.encoder import _Encoded, split_words
+
+    def make(text, tags):
+        words = split_words(text)
+        enc = _Encoded([], [], list(range(len(words))), words, False)
+        p = np.zeros((len(words), 4))
+        first = {w: i for i, (w, _, _) in reversed(list(enumerate(words)))}
+        for w, slot in tags:
+            p[first[w], slot] = 0.9
+        return enc, p
+
+    return make

@@ -8,7 +8,7 @@ import pytest
 
 from harness.errors import DataError
 from harness.labelling.base import CharacterLabel, RoleSpec, StoryInput
-from harness.labelling.encoder import WordDecoder, _Encoded, split_words
+from harness.labelling.encoder import WordDecoder
 from harness.labelling.name_gender import check_pronoun_sets, female_share, female_shares
 
 ROLES = (RoleSpec("subject", "first romantic partner"), RoleSpec("object", "second romantic partner"))
@@ -114,15 +114,10 @@ def test_a_table_without_the_column_is_a_data_error(tmp_path):
         female_shares(str(path))
 
 
-def test_the_decoder_applies_the_check(table):
+def test_the_decoder_applies_the_check(table, tagged):
     text = "Sarah met John at the park. She smiled and he waved."
-    words = split_words(text)
-    enc = _Encoded([], [], list(range(len(words))), words, False)
-    p = np.zeros((len(words), 4))
-    at = {w: i for i, (w, _, _) in reversed(list(enumerate(words)))}
     # the model names both right but binds "he" to Sarah and "She" to John
-    for w, slot in (("Sarah", 0), ("he", 1), ("John", 2), ("She", 3)):
-        p[at[w], slot] = 0.9
+    enc, p = tagged(text, [("Sarah", 0), ("he", 1), ("John", 2), ("She", 3)])
     story = StoryInput("x", text, ROLES)
     plain = WordDecoder(0.5, True, 384).decode(story, enc, p)
     checked = WordDecoder(0.5, True, 384, table).decode(story, enc, p)
@@ -130,18 +125,13 @@ def test_the_decoder_applies_the_check(table):
     assert [(c.name, c.references) for c in checked.characters] == [("Sarah", ("She",)), ("John", ("he",))]
 
 
-def test_the_action_check_reads_the_labels_after_the_name_check(table):
+def test_the_action_check_reads_the_labels_after_the_name_check(table, tagged):
     """The tagger puts John in the payer's role and crosses the pronouns (John "She", Sarah "he").
     Read before the name check, "She paid" would count for the labelled subject, who holds "She",
     and nothing would be exchanged; after it, "She" is Sarah's, who is in the object role, and the
     two characters are exchanged."""
     text = "John met Sarah for dinner. She paid the bill, and he thanked her."
-    words = split_words(text)
-    enc = _Encoded([], [], list(range(len(words))), words, False)
-    p = np.zeros((len(words), 4))
-    at = {w: i for i, (w, _, _) in reversed(list(enumerate(words)))}
-    for w, slot in (("John", 0), ("She", 1), ("Sarah", 2), ("he", 3)):
-        p[at[w], slot] = 0.9
+    enc, p = tagged(text, [("John", 0), ("She", 1), ("Sarah", 2), ("he", 3)])
     story = StoryInput("x", text, (RoleSpec("subject", "romantic partner who pays the bill"),
                                    RoleSpec("object", "other romantic partner")))
     out = WordDecoder(0.5, True, 384, table).decode(story, enc, p)

@@ -139,20 +139,13 @@ def test_on_the_projects_gold_labels_it_never_exchanges_and_finds_half_the_excha
     assert sum(roles_exchanged(exchanged)) >= len(rows) // 2
 
 
-def test_the_decoder_exchanges_the_labels_and_can_be_told_not_to():
-    import numpy as np
-
+def test_the_decoder_exchanges_the_labels_and_can_be_told_not_to(tagged):
     from harness.labelling.base import RoleSpec, StoryInput
-    from harness.labelling.encoder import WordDecoder, _Encoded, split_words
+    from harness.labelling.encoder import WordDecoder
 
     text = "Sarah met John for dinner. When the check came, John paid, and she thanked him."
-    words = split_words(text)
-    enc = _Encoded([], [], list(range(len(words))), words, False)
     # the tagger puts the character named first in the subject role
-    p = np.zeros((len(words), 4))
-    at = {w: i for i, (w, _, _) in reversed(list(enumerate(words)))}
-    for w, slot in (("Sarah", 0), ("she", 1), ("John", 2), ("him", 3)):
-        p[at[w], slot] = 0.9
+    enc, p = tagged(text, [("Sarah", 0), ("she", 1), ("John", 2), ("him", 3)])
     story = StoryInput("x", text, (RoleSpec("subject", PAYS), RoleSpec("object", "other romantic partner")))
     checked = WordDecoder(0.5, True, 384).decode(story, enc, p)
     assert [(c.name, c.references) for c in checked.characters] == [("John", ("him",)), ("Sarah", ("she",))]
