@@ -43,6 +43,7 @@ from typing import Any
 from harness.errors import ConfigError, DataError
 from harness.labelling.base import CharacterLabel, Labeller, StoryInput, StoryLabels
 from harness.labelling.data import GoldStory, load_gold
+from harness.identity.gender import infer_gender
 from harness.identity.names import without_role_title
 from harness.labelling import role_agent
 from harness.labelling.name_gender import (DEFAULT_STRENGTH, check_pronoun_sets, default_lexicon, default_table,
@@ -656,10 +657,11 @@ class WordDecoder:
         if self.action_check:
             # power-laden Love: the roles differ only by the subject's action ("pays the bill"); where
             # the grammar says the labelled object does it and the labelled subject never does, the
-            # tagger has exchanged the two characters (a one-role story asks nothing)
-            asks = [(s.text, s.roles[0].description, (c[0].name, c[0].references), (c[1].name, c[1].references))
-                    if len(c) == 2 else ("", "", (None, ()), (None, ())) for s, c in zip(stories, labels)]
-            for k, swap in enumerate(role_agent.roles_exchanged(asks)):
+            # tagger has exchanged the two characters
+            pairs = [k for k, c in enumerate(labels) if len(c) == 2]
+            asks = [(stories[k].text, stories[k].roles[0].description, (labels[k][0].name, labels[k][0].references),
+                     (labels[k][1].name, labels[k][1].references)) for k in pairs]
+            for k, swap in zip(pairs, role_agent.roles_exchanged(asks)):
                 if swap:
                     a, b = labels[k]
                     labels[k] = (replace(a, name=b.name, references=b.references),
@@ -741,8 +743,6 @@ def _with_title_reference(name: str | None, refs: tuple[str, ...]) -> tuple[str,
     only as "Mr. Thompson" was left Unspecified."""
     if not name:
         return refs
-    from harness.identity.gender import infer_gender
-
     head = name.split()[0]
     key = head.lower().rstrip(".")
     if key not in _TITLES or any(r.lower().rstrip(".") == key for r in refs):
