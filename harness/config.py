@@ -95,6 +95,9 @@ class LabelConfig(_Strict):
     action_check: bool = Field(True, description="encoder: exchange the two characters of a power-laden Love story "
                                                  "when the grammar says the labelled object does the subject's action "
                                                  "(harness.labelling.role_agent)")
+    pronoun_binding: bool = Field(True, description="encoder: give a named character left without pronouns the "
+                                                    "he/his or she/her its own sentences bind to it "
+                                                    "(harness.labelling.pronoun_binding)")
 
 
 class IdentityConfig(_Strict):

@@ -38,13 +38,20 @@ ACTION_CHECK = typer.Option(True, "--action-check/--no-action-check",
                                  "(harness.labelling.role_agent).")
 
 
+PRONOUN_BINDING = typer.Option(True, "--pronoun-binding/--no-pronoun-binding",
+                               help="Encoder: give a named character the tagger left without pronouns the "
+                                    "he/his or she/her that its own sentences bind to it "
+                                    "(harness.labelling.pronoun_binding).")
+
+
 def _labeller(name: str, model_dir: Path | None, llm_model: str, threads: int | None, name_check: bool = True,
-              action_check: bool = True):
+              action_check: bool = True, pronoun_binding: bool = True):
     from harness.labelling import get_labeller
 
     kwargs: dict[str, Any] = {}
     if name == "encoder":
-        kwargs = {"path": model_dir, "threads": threads, "name_check": name_check, "action_check": action_check}
+        kwargs = {"path": model_dir, "threads": threads, "name_check": name_check, "action_check": action_check,
+                  "pronoun_binding": pronoun_binding}
     elif name == "llm":
         kwargs = {"model": llm_model}
     return get_labeller(name, **kwargs)
@@ -107,6 +114,7 @@ def eval_(
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch CPU threads (encoder)."),
     name_check: bool = NAME_CHECK,
     action_check: bool = ACTION_CHECK,
+    pronoun_binding: bool = PRONOUN_BINDING,
     as_json: bool = typer.Option(False, "--json", help="Print the overall figures as one JSON object."),
     details: Optional[Path] = typer.Option(None, "--details", help="Also write the full report as JSON here."),
     progress: bool = typer.Option(False, "--progress/--no-progress"),
@@ -119,7 +127,7 @@ def eval_(
         stories = load_gold(gold)
         if limit:
             stories = stories[:limit]
-        lab = _labeller(labeller, model_dir, llm_model, threads, name_check, action_check)
+        lab = _labeller(labeller, model_dir, llm_model, threads, name_check, action_check, pronoun_binding)
         try:
             rep = evaluate(lab, stories, lexicon=lexicon, batch_size=batch_size, progress=progress)
         finally:
@@ -145,6 +153,7 @@ def label_(
     threads: Optional[int] = typer.Option(None, "--threads", min=1),
     name_check: bool = NAME_CHECK,
     action_check: bool = ACTION_CHECK,
+    pronoun_binding: bool = PRONOUN_BINDING,
     progress: bool = typer.Option(False, "--progress/--no-progress"),
 ) -> None:
     """Label every story of a JSONL file; stories that cannot be labelled keep a reason in `status`."""
@@ -152,7 +161,7 @@ def label_(
 
     try:
         items = read_stories(stories)
-        lab = _labeller(labeller, model_dir, llm_model, threads, name_check, action_check)
+        lab = _labeller(labeller, model_dir, llm_model, threads, name_check, action_check, pronoun_binding)
         n_bad = 0
         tmp = out.with_name(out.name + ".tmp")
         try:

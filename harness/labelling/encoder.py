@@ -41,11 +41,12 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import ConfigError, DataError
-from harness.labelling.base import CharacterLabel, Labeller, StoryInput, StoryLabels
+from harness.labelling.base import NAME_TITLES, CharacterLabel, Labeller, StoryInput, StoryLabels
 from harness.labelling.data import GoldStory, load_gold
 from harness.identity.gender import infer_gender
 from harness.identity.names import without_role_title
 from harness.labelling import role_agent
+from harness.labelling.pronoun_binding import bind_unreferenced
 from harness.labelling.name_gender import (DEFAULT_STRENGTH, check_pronoun_sets, default_lexicon, default_table,
                                           female_shares)
 
@@ -54,8 +55,7 @@ SLOTS = ("subject_name", "subject_ref", "object_name", "object_ref")
 #: Fewest stories in a window for which CPU worker processes are started (each loads the model).
 CPU_WORKER_MIN = 256
 _WORD = re.compile(r"[^\W_]+(?:[-\u2010\u2011][^\W_]+)*|['\u2019][^\W\d_]+|[^\w\s]|_")
-_TITLES = {"mr", "mrs", "ms", "miss", "mx", "dr", "chef", "nurse", "coach", "professor", "prof", "sir", "madam",
-           "mister", "doctor", "officer", "captain", "judge", "uncle", "aunt"}
+_TITLES = NAME_TITLES
 #: First names swapped into training stories (augmentation), drawn from many origins.
 _AUG_NAMES = ("Aaliyah", "Adebayo", "Aiko", "Alejandro", "Amara", "Anjali", "Arjun", "Beatriz", "Bilal", "Camila",
               "Chen", "Dakota", "Darius", "Deja", "Diego", "Elif", "Emeka", "Esperanza", "Farah", "Hana", "Hiroshi",
@@ -574,7 +574,8 @@ class WordDecoder:
     """Word probabilities to a story's labels (the host side of the encoder labeller; picklable, so
     worker processes can run it). ``threshold``, ``pronoun_agreement``: see ``EncoderLabeller``;
     ``name_table``: a first-name table path for ``name_gender.check_pronoun_sets`` (None: no check);
-    ``name_fallback``: the name threshold for a role with no name run at ``threshold`` (None: none).
+    ``name_fallback``: the name threshold for a role with no name run at ``threshold`` (None: none);
+    ``action_check``, ``pronoun_binding``: see ``EncoderLabeller``.
     The stories of the published data nearly always name both characters, and the encoder's misses
     are mostly names it gave 0.2-0.5 (held out on train150: name recall 86.5% -> 90.0% at 0.2, precision
     95.7% -> 95.8%, gender unchanged; at 0.1 gender precision starts to fall).
@@ -587,6 +588,7 @@ class WordDecoder:
     name_strength: float = DEFAULT_STRENGTH
     name_fallback: float | None = 0.2
     action_check: bool = True
+    pronoun_binding: bool = True
 
     def _name_runs(self, e: _Encoded, w: _Words, slot: int, threshold: float | None = None
                    ) -> list[tuple[frozenset, list[int], float]]:
@@ -642,7 +644,8 @@ class WordDecoder:
 
     def decode_many(self, stories: Sequence[StoryInput], encoded: Sequence[_Encoded], probs: Sequence
                     ) -> list[StoryLabels]:
-        """Labels of a batch: names and references per story, the name check, then the action check
+        """Labels of a batch: names and references per story, the name check, the pronouns a sentence
+        binds to an unreferenced named character (``pronoun_binding``), then the action check
         of power-laden Love stories (``role_agent.roles_exchanged``, one parse for the batch). The
         action check reads names and references together, so it runs after the name check has made
         them agree: before it, a name could sit beside the other character's pronouns."""
@@ -653,6 +656,9 @@ class WordDecoder:
             chars = tuple(CharacterLabel(role.key, names[r], refs[r], status) for r, role in enumerate(story.roles))
             if self.name_table is not None:
                 chars = check_pronoun_sets(chars, story.roles, self.name_table, self.name_strength)
+            if self.pronoun_binding:
+                chars = bind_unreferenced([w for w, _, _ in e.words], chars, story.roles, her_is_possessive,
+                                          self.name_table, self.name_strength)
             labels.append(chars)
         if self.action_check:
             # power-laden Love: the roles differ only by the subject's action ("pays the bill"); where
@@ -810,6 +816,10 @@ class EncoderLabeller(Labeller):
             grammar says the labelled object does the subject's action ("pays the bill") and the
             labelled subject never does (``harness.labelling.role_agent``; needs spaCy's small English
             pipeline, parsed only for the sentences that hold one of the action's verbs).
+        pronoun_binding: give a named character the tagger left without gendered words the subject,
+            possessive and reflexive pronouns that its own sentences bind to it, when the other
+            character holds that gender's pronouns ("chef Paul ... Paul finally spoke, his voice ...";
+            ``harness.labelling.pronoun_binding``; its first name vetoes when the name check is on).
     """
 
     name = "encoder"
@@ -818,7 +828,7 @@ class EncoderLabeller(Labeller):
     def __init__(self, path: str | Path | None = None, *, device: str | None = None, quantize: bool | None = None,
                  threshold: float = 0.5, threads: int | None = None, pronoun_agreement: bool = True,
                  workers: int | None = None, name_check: bool = True, name_table: str | Path | None = None,
-                 action_check: bool = True) -> None:
+                 action_check: bool = True, pronoun_binding: bool = True) -> None:
         torch = _torch()
         from transformers import AutoTokenizer
 
@@ -842,7 +852,9 @@ class EncoderLabeller(Labeller):
         self.action_check = action_check
         if action_check:
             role_agent.load()
-        self.decoder = WordDecoder(threshold, pronoun_agreement, self.max_length, table, action_check=action_check)
+        self.pronoun_binding = pronoun_binding
+        self.decoder = WordDecoder(threshold, pronoun_agreement, self.max_length, table, action_check=action_check,
+                                   pronoun_binding=pronoun_binding)
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.tokenizer = AutoTokenizer.from_pretrained(str(self.path / "encoder"))
         model = _build_model(self.path / "encoder")
@@ -873,14 +885,16 @@ class EncoderLabeller(Labeller):
         # what a CPU worker process needs to build the same labeller for itself
         self._cpu_worker_args = dict(path=str(self.path), quantize=self.quantized, threshold=threshold,
                                      pronoun_agreement=pronoun_agreement, name_check=name_check,
-                                     action_check=action_check, name_table=table)
+                                     action_check=action_check, pronoun_binding=pronoun_binding,
+                                     name_table=table)
 
     def info(self) -> dict[str, Any]:
         """Labeller name, weights directory, hash of the training data and inference settings."""
         return {"labeller": self.name, "path": str(self.path), "threshold": self.threshold,
                 "quantized": self.quantized, "device": self.device,
                 "pronoun_agreement": self.pronoun_agreement, "name_check": self.name_check,
-                "action_check": self.action_check, "train_data_sha256": self.meta.get("report", {}).get("data_sha256")}
+                "action_check": self.action_check, "pronoun_binding": self.pronoun_binding,
+                "train_data_sha256": self.meta.get("report", {}).get("data_sha256")}
 
     def _forward(self, ids, am, tt):
         """Word-piece probabilities (batch, tokens, 4) as float32 NumPy, from collated NumPy arrays.
