@@ -662,8 +662,8 @@ class WordDecoder:
             labels.append(chars)
         if self.action_check:
             # power-laden Love: the roles differ only by the subject's action ("pays the bill"); where
-            # the grammar says the labelled object does it and the labelled subject never does, the
-            # tagger has exchanged the two characters
+            # the grammar says the labelled object does it in more clauses than the labelled subject,
+            # the tagger has exchanged the two characters
             pairs = [k for k, c in enumerate(labels) if len(c) == 2]
             asks = [(stories[k].text, stories[k].roles[0].description, (labels[k][0].name, labels[k][0].references),
                      (labels[k][1].name, labels[k][1].references)) for k in pairs]
@@ -813,8 +813,8 @@ class EncoderLabeller(Labeller):
             name fits it, the other loses the words they share (``harness.labelling.name_gender``).
         name_table: the first-name table it reads (default: the identity module's, built on first use).
         action_check: in power-laden Love stories, exchange the two characters' labels when the
-            grammar says the labelled object does the subject's action ("pays the bill") and the
-            labelled subject never does (``harness.labelling.role_agent``; needs spaCy's small English
+            grammar says the labelled object does the subject's action ("pays the bill") in more
+            clauses than the labelled subject (``harness.labelling.role_agent``; needs spaCy's small English
             pipeline, parsed only for the sentences that hold one of the action's verbs).
         pronoun_binding: give a named character the tagger left without gendered words the subject,
             possessive and reflexive pronouns that its own sentences bind to it, when the other

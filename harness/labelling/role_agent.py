@@ -12,7 +12,8 @@ is the character who does it; a few verbs point the other way ("thanked him for 
 learned"). Each such clause is a vote for the character it names (by a name word or by a reference
 that only one of the two characters holds). ``action_clauses`` lists them for one story;
 ``roles_exchanged`` says, for many stories at once, where two labels should be exchanged: the
-clauses name the labelled object and never the labelled subject.
+clauses name the labelled object more often than the labelled subject (on the gold labels of the
+project's stories, a story whose clauses name both characters names its subject at least as often).
 
 Measured on the gold characters of the project's own power-laden Love stories (the training files and
 the held-out file, 215 stories): the clauses name the gold subject only in 149, the gold object only
@@ -190,8 +191,8 @@ def action_clauses(text: str, action: Action, subject: Character, obj: Character
 def roles_exchanged(items: Sequence[tuple[str, str, Character, Character]]) -> list[bool]:
     """For each (story text, subject description, labelled subject, labelled object): whether the
     two labels should be exchanged. True when the description is a power-laden Love subject key and
-    the grammar names the labelled object, never the labelled subject, as doing its action. The
-    sentences of all items are parsed in one ``nlp.pipe`` call."""
+    the grammar names the labelled object as doing its action in more clauses than the labelled
+    subject. The sentences of all items are parsed in one ``nlp.pipe`` call."""
     jobs = []
     for i, (text, description, subject, obj) in enumerate(items):
         action = action_for(description)
@@ -210,7 +211,7 @@ def roles_exchanged(items: Sequence[tuple[str, str, Character, Character]]) -> l
         for _ in sentences:
             for _, who in _clauses(next(docs), action, only):
                 votes[who] += 1
-        out[i] = votes[1] > 0 and votes[0] == 0
+        out[i] = votes[1] > votes[0]
     return out
 
 

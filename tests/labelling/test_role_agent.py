@@ -106,18 +106,21 @@ def test_a_participle_after_the_verb_of_saying_is_the_speakers():
     assert action_clauses(text, action_for(PAYS), JOHN, SARAH) == [("handing", 1)]
 
 
-def test_roles_exchanged_only_where_the_object_alone_does_the_action():
+def test_roles_exchanged_only_where_the_object_does_the_action_more_often():
     story = "Sarah and John went to a diner. When the bill came, John reached for it, but Sarah paid."
     both = "Sarah paid for the drinks and John paid for the food."
+    mostly = "Sarah paid for the drinks. John paid for the food, and later John paid the tip."
     items = [
         (story, PAYS, SARAH, JOHN),  # right as labelled
         (story, PAYS, JOHN, SARAH),  # exchanged: the labelled object pays, the labelled subject never
-        (both, PAYS, JOHN, SARAH),  # both pay: left as labelled
+        (both, PAYS, JOHN, SARAH),  # both pay as often: left as labelled
+        (mostly, PAYS, SARAH, JOHN),  # the labelled object pays twice, the labelled subject once
+        (mostly, PAYS, JOHN, SARAH),  # right as labelled
         (story, "first romantic partner", JOHN, SARAH),  # not power-laden Love: never
         (story, PAYS, ("Sarah", ()), ("Sarah", ())),  # no word tells them apart
         ("", "", (None, ()), (None, ())),
     ]
-    assert roles_exchanged(items) == [False, True, False, False, False, False]
+    assert roles_exchanged(items) == [False, True, False, True, False, False, False, False]
 
 
 def test_on_the_projects_gold_labels_it_never_exchanges_and_finds_half_the_exchanged():
