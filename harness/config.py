@@ -96,8 +96,9 @@ class LabelConfig(_Strict):
                                                  "when the grammar says the labelled object does the subject's action "
                                                  "(harness.labelling.role_agent)")
     pronoun_binding: bool = Field(True, description="encoder: give a named character left without pronouns the "
-                                                    "he/his or she/her its own sentences bind to it "
-                                                    "(harness.labelling.pronoun_binding)")
+                                                    "he/his or she/her its own sentences bind to it, or (with the "
+                                                    "name check) those of the gender nobody holds when its first "
+                                                    "name fits them (harness.labelling.pronoun_binding)")
 
 
 class IdentityConfig(_Strict):

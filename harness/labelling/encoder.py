@@ -46,7 +46,7 @@ from harness.labelling.data import GoldStory, load_gold
 from harness.identity.gender import infer_gender
 from harness.identity.names import without_role_title
 from harness.labelling import role_agent
-from harness.labelling.pronoun_binding import bind_unreferenced
+from harness.labelling.pronoun_binding import bind_unreferenced, claim_unheld
 from harness.labelling.name_gender import (DEFAULT_STRENGTH, check_pronoun_sets, default_lexicon, default_table,
                                           female_shares)
 
@@ -657,8 +657,11 @@ class WordDecoder:
             if self.name_table is not None:
                 chars = check_pronoun_sets(chars, story.roles, self.name_table, self.name_strength)
             if self.pronoun_binding:
-                chars = bind_unreferenced([w for w, _, _ in e.words], chars, story.roles, her_is_possessive,
-                                          self.name_table, self.name_strength)
+                words = [w for w, _, _ in e.words]
+                chars = bind_unreferenced(words, chars, story.roles, her_is_possessive, self.name_table,
+                                          self.name_strength)
+                if self.name_table is not None:
+                    chars = claim_unheld(words, chars, story.roles, self.name_table, self.name_strength)
             labels.append(chars)
         if self.action_check:
             # power-laden Love: the roles differ only by the subject's action ("pays the bill"); where
@@ -819,7 +822,8 @@ class EncoderLabeller(Labeller):
         pronoun_binding: give a named character the tagger left without gendered words the subject,
             possessive and reflexive pronouns that its own sentences bind to it, when the other
             character holds that gender's pronouns ("chef Paul ... Paul finally spoke, his voice ...";
-            ``harness.labelling.pronoun_binding``; its first name vetoes when the name check is on).
+            its first name vetoes when the name check is on); with the name check, also the pronouns
+            of the gender nobody holds when its first name fits them (``harness.labelling.pronoun_binding``).
     """
 
     name = "encoder"
