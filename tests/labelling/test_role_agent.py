@@ -79,6 +79,18 @@ def test_action_clauses_of_two_women(text, want):
     assert action_clauses(text, action_for("sister who does the teaching"), hye_jin, lily) == want
 
 
+@pytest.mark.parametrize("text, want", [
+    ("Sarah walked John through every step.", [("walked", 1)]),
+    ("He talked her through it, one move at a time.", [("talked", 0)]),
+    ("Sarah walked through the park with John.", []),  # no person walked through anything
+    ("Sarah talked to John for hours.", []),
+])
+def test_walking_someone_through_is_teaching(text, want):
+    assert action_clauses(text, action_for("friend who does the teaching"), JOHN, SARAH) == want
+    # and only teaching: nobody pays by walking someone through
+    assert action_clauses(text, action_for(PAYS), JOHN, SARAH) == []
+
+
 def test_a_word_with_a_grammatical_subject_is_a_verb():
     # parsed alone, "Leo groaned." is tagged as two names, but "Leo" is the subject of "groaned"
     from harness.labelling.role_agent import _nlp
