@@ -62,6 +62,10 @@ def test_action_clauses_name_who_pays(text, want):
     ("friend who makes the major life decision", '"Thank you for deciding," Sarah told him.', [("Thank", 0)]),
     ("romantic partner who makes a request for chores to be done",
      "Sarah handed him a list of chores.", [("handed", 1)]),
+    ("romantic partner who makes a request for chores to be done",
+     "Sarah wrote a list and taped it to his door.", [("wrote", 1)]),  # "it" is no list noun
+    ("romantic partner who makes a request for chores to be done", "Sarah wrote him a poem.", []),
+    ("friend who makes the major life decision", "John had made up his mind: they were moving.", [("made", 0)]),
 ])
 def test_action_clauses_of_the_other_actions(description, text, want):
     assert action_clauses(text, action_for(description), JOHN, SARAH) == want
@@ -137,7 +141,7 @@ def test_roles_exchanged_only_where_the_object_does_the_action_more_often():
 
 def test_on_the_projects_gold_labels_it_never_exchanges_and_finds_half_the_exchanged():
     """The project's power-laden Love stories, labelled by hand: as labelled it never exchanges them;
-    with the two labels exchanged it restores at least half (a floor: 149 of 215 when last measured)."""
+    with the two labels exchanged it restores at least half (a floor: 133 of 182 when last measured)."""
     from harness.labelling.data import builtin_training_files, load_gold
 
     rows = [g for f in builtin_training_files() for g in load_gold(f)
