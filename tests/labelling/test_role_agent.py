@@ -66,6 +66,11 @@ def test_action_clauses_name_who_pays(text, want):
      "Sarah wrote a list and taped it to his door.", [("wrote", 1)]),  # "it" is no list noun
     ("romantic partner who makes a request for chores to be done", "Sarah wrote him a poem.", []),
     ("friend who makes the major life decision", "John had made up his mind: they were moving.", [("made", 0)]),
+    # a claim in a quote that opened sentences earlier: its speaker is the quote's
+    ("friend who makes the major life decision",
+     'John shrugged. "I\'m booking your flight," Sarah said. "You\'re going. I\'ve decided."', [("said", 1)]),
+    ("friend who makes the major life decision",
+     '"You\'re going," John said. Sarah sighed. "Fine. I\'ve decided."', []),  # not John's: his quote closed
 ])
 def test_action_clauses_of_the_other_actions(description, text, want):
     assert action_clauses(text, action_for(description), JOHN, SARAH) == want
