@@ -68,20 +68,13 @@ def bind_unreferenced(words: Sequence[str], characters: tuple[CharacterLabel, ..
     table, strength: a first-name table and the share at which a name contradicts a gender (the veto),
     as ``name_gender.check_pronoun_sets`` takes them; no veto without a table.
     """
-    from harness.identity.gender import infer_gender
-    from harness.labelling.name_gender import DEFAULT_STRENGTH, default_lexicon, female_share
+    from harness.labelling.name_gender import DEFAULT_STRENGTH, female_share
 
-    if len(characters) != 2 or not all(c.name for c in characters):
+    found_pair = _unreferenced_beside_gendered(characters)
+    if found_pair is None:
         return characters
-    lexicon = default_lexicon()
-    genders = [infer_gender(list(c.references), lexicon=lexicon) for c in characters]
-    if "Unspecified" not in genders:
-        return characters
-    x = genders.index("Unspecified")
+    x, gender = found_pair
     y = 1 - x
-    gender = genders[y]
-    if gender not in _FAMILIES:
-        return characters
     mine, theirs = name_words(characters[x].name), name_words(characters[y].name)
     if not mine or mine & theirs:
         return characters
@@ -110,19 +103,13 @@ def claim_unheld(words: Sequence[str], characters: tuple[CharacterLabel, ...], r
     """``characters`` with the pronouns of a gender nobody holds given to the unreferenced named
     character whose first name fits that gender (the second rule of the module docstring);
     otherwise ``characters`` unchanged."""
-    from harness.identity.gender import infer_gender
-    from harness.labelling.name_gender import DEFAULT_STRENGTH, default_lexicon, female_share
+    from harness.labelling.name_gender import DEFAULT_STRENGTH, female_share
 
-    if len(characters) != 2 or not all(c.name for c in characters):
+    found_pair = _unreferenced_beside_gendered(characters)
+    if found_pair is None:
         return characters
-    lexicon = default_lexicon()
-    genders = [infer_gender(list(c.references), lexicon=lexicon) for c in characters]
-    if "Unspecified" not in genders:
-        return characters
-    x = genders.index("Unspecified")
-    if genders[1 - x] not in _FAMILIES:
-        return characters
-    gender = "Female" if genders[1 - x] == "Male" else "Male"
+    x, other = found_pair
+    gender = "Female" if other == "Male" else "Male"
     family = _FAMILIES[gender]
     if any(r.lower() in family for c in characters for r in c.references):
         return characters
@@ -130,6 +117,22 @@ def claim_unheld(words: Sequence[str], characters: tuple[CharacterLabel, ...], r
     if f is None or (f if gender == "Female" else 1.0 - f) < (strength or DEFAULT_STRENGTH):
         return characters
     return _with_words(characters, x, [w for _, w, quoted in _marked(words) if not quoted and w.lower() in family])
+
+
+def _unreferenced_beside_gendered(characters: tuple[CharacterLabel, ...]) -> tuple[int, str] | None:
+    """For two named characters, one without any gendered word and the other Male or Female by its
+    words: (the index of the first, the gender of the other); else None."""
+    from harness.identity.gender import infer_gender
+    from harness.labelling.name_gender import default_lexicon
+
+    if len(characters) != 2 or not all(c.name for c in characters):
+        return None
+    lexicon = default_lexicon()
+    genders = [infer_gender(list(c.references), lexicon=lexicon) for c in characters]
+    if "Unspecified" not in genders:
+        return None
+    x = genders.index("Unspecified")
+    return (x, genders[1 - x]) if genders[1 - x] in _FAMILIES else None
 
 
 def _marked(words: Sequence[str]) -> Iterator[tuple[int, str, bool]]:
