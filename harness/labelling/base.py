@@ -25,8 +25,8 @@ ROLE_KEYS = ("subject", "object")
 OK = "ok"
 EMPTY_STORY = "empty story"
 #: Titles written before a name ("Mr. Thompson", "Chef Maria"), case-folded without their ".": not name words.
-NAME_TITLES = frozenset({"mr", "mrs", "ms", "miss", "mx", "dr", "chef", "nurse", "coach", "professor", "prof", "sir", "madam",
-                          "mister", "doctor", "officer", "captain", "judge", "uncle", "aunt"})
+NAME_TITLES = frozenset({"mr", "mrs", "ms", "miss", "mx", "dr", "chef", "nurse", "coach", "professor", "prof", "sir",
+                         "madam", "mister", "doctor", "officer", "captain", "judge", "uncle", "aunt"})
 
 
 def _reject_unknown(cls: type, d: dict[str, Any], where: str) -> None:

@@ -118,14 +118,16 @@ def gold_named_pairs():
         names = [c.name if isinstance(c.name, str) and c.name != "Unspecified" else None for c in gold]
         if not all(names):
             continue
-        chars = tuple(CharacterLabel(r.key, n, tuple(c.references or ())) for r, n, c in zip(g.story.roles, names, gold))
-        yield g.story, [w for w, _, _ in split_words(g.story.text)], chars, [infer_gender(list(c.references))
-                                                                             for c in chars]
+        chars = tuple(CharacterLabel(r.key, n, tuple(c.references or ()))
+                      for r, n, c in zip(g.story.roles, names, gold))
+        genders = [infer_gender(list(c.references)) for c in chars]
+        yield g.story, [w for w, _, _ in split_words(g.story.text)], chars, genders
 
 
 def without_pronouns(chars, x):
     """``chars`` with character x's he/she pronouns removed."""
-    stripped = CharacterLabel(chars[x].role, chars[x].name, tuple(w for w in chars[x].references if w.lower() not in FAMILY))
+    kept = tuple(w for w in chars[x].references if w.lower() not in FAMILY)
+    stripped = CharacterLabel(chars[x].role, chars[x].name, kept)
     return tuple(stripped if i == x else c for i, c in enumerate(chars))
 
 
