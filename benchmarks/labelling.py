@@ -225,7 +225,9 @@ def main() -> None:
                       f"action check {'on' if results['encoder']['info'].get('action_check') else 'off'} "
                       f"(`harness.labelling.role_agent`; spaCy's parser is loaded before the clock starts); "
                       f"pronoun binding {'on' if results['encoder']['info'].get('pronoun_binding') else 'off'} "
-                      f"(`harness.labelling.pronoun_binding`); "
+                      f"(`harness.labelling.pronoun_binding`); apposition check "
+                      f"{'on' if results['encoder']['info'].get('apposition_check') else 'off'} "
+                      f"(`harness.labelling.role_apposition`); "
                       + (f"{results['encoder']['workers']} worker processes with one torch thread "
                          f"each, started in {results['encoder']['workers_start_s']:.1f} s before the clock."
                          if results['encoder']['workers_start_s'] else "no worker processes.")]

@@ -99,6 +99,9 @@ class LabelConfig(_Strict):
                                                     "he/his or she/her its own sentences bind to it, or (with the "
                                                     "name check) those of the gender nobody holds when its first "
                                                     "name fits them (harness.labelling.pronoun_binding)")
+    apposition_check: bool = Field(True, description="encoder: exchange the two characters when the story ties them "
+                                                     "to each other's role nouns ('an actor, Ethan Michaels') "
+                                                     "(harness.labelling.role_apposition)")
 
 
 class IdentityConfig(_Strict):

@@ -60,6 +60,7 @@ def make_labeller(cfg: RunConfig, *, echo=print):
         kwargs["name_check"] = cfg.label.name_check
         kwargs["action_check"] = cfg.label.action_check
         kwargs["pronoun_binding"] = cfg.label.pronoun_binding
+        kwargs["apposition_check"] = cfg.label.apposition_check
     elif name == "llm":
         from harness.errors import ConfigError
         from harness.generation import load_backend

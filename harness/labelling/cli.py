@@ -45,14 +45,20 @@ PRONOUN_BINDING = typer.Option(True, "--pronoun-binding/--no-pronoun-binding",
                                     "(harness.labelling.pronoun_binding).")
 
 
+APPOSITION_CHECK = typer.Option(True, "--apposition-check/--no-apposition-check",
+                                help="Encoder: exchange the two characters when the story ties them to each "
+                                     "other's role nouns ('an actor, Ethan Michaels') "
+                                     "(harness.labelling.role_apposition).")
+
+
 def _labeller(name: str, model_dir: Path | None, llm_model: str, threads: int | None, name_check: bool = True,
-              action_check: bool = True, pronoun_binding: bool = True):
+              action_check: bool = True, pronoun_binding: bool = True, apposition_check: bool = True):
     from harness.labelling import get_labeller
 
     kwargs: dict[str, Any] = {}
     if name == "encoder":
         kwargs = {"path": model_dir, "threads": threads, "name_check": name_check, "action_check": action_check,
-                  "pronoun_binding": pronoun_binding}
+                  "pronoun_binding": pronoun_binding, "apposition_check": apposition_check}
     elif name == "llm":
         kwargs = {"model": llm_model}
     return get_labeller(name, **kwargs)
@@ -116,6 +122,7 @@ def eval_(
     name_check: bool = NAME_CHECK,
     action_check: bool = ACTION_CHECK,
     pronoun_binding: bool = PRONOUN_BINDING,
+    apposition_check: bool = APPOSITION_CHECK,
     as_json: bool = typer.Option(False, "--json", help="Print the overall figures as one JSON object."),
     details: Optional[Path] = typer.Option(None, "--details", help="Also write the full report as JSON here."),
     progress: bool = typer.Option(False, "--progress/--no-progress"),
@@ -128,7 +135,8 @@ def eval_(
         stories = load_gold(gold)
         if limit:
             stories = stories[:limit]
-        lab = _labeller(labeller, model_dir, llm_model, threads, name_check, action_check, pronoun_binding)
+        lab = _labeller(labeller, model_dir, llm_model, threads, name_check, action_check, pronoun_binding,
+                        apposition_check)
         try:
             rep = evaluate(lab, stories, lexicon=lexicon, batch_size=batch_size, progress=progress)
         finally:
@@ -155,6 +163,7 @@ def label_(
     name_check: bool = NAME_CHECK,
     action_check: bool = ACTION_CHECK,
     pronoun_binding: bool = PRONOUN_BINDING,
+    apposition_check: bool = APPOSITION_CHECK,
     progress: bool = typer.Option(False, "--progress/--no-progress"),
 ) -> None:
     """Label every story of a JSONL file; stories that cannot be labelled keep a reason in `status`."""
@@ -162,7 +171,8 @@ def label_(
 
     try:
         items = read_stories(stories)
-        lab = _labeller(labeller, model_dir, llm_model, threads, name_check, action_check, pronoun_binding)
+        lab = _labeller(labeller, model_dir, llm_model, threads, name_check, action_check, pronoun_binding,
+                        apposition_check)
         n_bad = 0
         tmp = out.with_name(out.name + ".tmp")
         try:

@@ -45,7 +45,7 @@ from harness.labelling.base import NAME_TITLES, CharacterLabel, Labeller, StoryI
 from harness.labelling.data import GoldStory, load_gold
 from harness.identity.gender import infer_gender
 from harness.identity.names import without_role_title
-from harness.labelling import role_agent
+from harness.labelling import role_agent, role_apposition
 from harness.labelling.pronoun_binding import bind_unreferenced, claim_unheld
 from harness.labelling.name_gender import (DEFAULT_STRENGTH, check_pronoun_sets, default_lexicon, default_table,
                                           female_shares)
@@ -575,7 +575,7 @@ class WordDecoder:
     worker processes can run it). ``threshold``, ``pronoun_agreement``: see ``EncoderLabeller``;
     ``name_table``: a first-name table path for ``name_gender.check_pronoun_sets`` (None: no check);
     ``name_fallback``: the name threshold for a role with no name run at ``threshold`` (None: none);
-    ``action_check``, ``pronoun_binding``: see ``EncoderLabeller``.
+    ``action_check``, ``pronoun_binding``, ``apposition_check``: see ``EncoderLabeller``.
     The stories of the published data nearly always name both characters, and the encoder's misses
     are mostly names it gave 0.2-0.5 (held out on train150: name recall 86.5% -> 90.0% at 0.2, precision
     95.7% -> 95.8%, gender unchanged; at 0.1 gender precision starts to fall).
@@ -589,6 +589,7 @@ class WordDecoder:
     name_fallback: float | None = 0.2
     action_check: bool = True
     pronoun_binding: bool = True
+    apposition_check: bool = True
 
     def _name_runs(self, e: _Encoded, w: _Words, slot: int, threshold: float | None = None
                    ) -> list[tuple[frozenset, list[int], float]]:
@@ -645,8 +646,8 @@ class WordDecoder:
     def decode_many(self, stories: Sequence[StoryInput], encoded: Sequence[_Encoded], probs: Sequence
                     ) -> list[StoryLabels]:
         """Labels of a batch: names and references per story, the name check, the pronouns a sentence
-        binds to an unreferenced named character (``pronoun_binding``), then the action check
-        of power-laden Love stories (``role_agent.roles_exchanged``, one parse for the batch). The
+        binds to an unreferenced named character (``pronoun_binding``), the role nouns' appositions
+        (``role_apposition``), then the action check of power-laden Love stories (``role_agent.roles_exchanged``, one parse for the batch). The
         action check reads names and references together, so it runs after the name check has made
         them agree: before it, a name could sit beside the other character's pronouns."""
         labels = []
@@ -662,6 +663,9 @@ class WordDecoder:
                                           self.name_strength)
                 if self.name_table is not None:
                     chars = claim_unheld(words, chars, story.roles, self.name_table, self.name_strength)
+            if self.apposition_check and len(chars) == 2 and role_apposition.roles_exchanged(
+                    story.text, [r.description for r in story.roles], [c.name for c in chars]):
+                chars = _exchanged(chars)
             labels.append(chars)
         if self.action_check:
             # power-laden Love: the roles differ only by the subject's action ("pays the bill"); where
@@ -672,9 +676,7 @@ class WordDecoder:
                      (labels[k][1].name, labels[k][1].references)) for k in pairs]
             for k, swap in zip(pairs, role_agent.roles_exchanged(asks)):
                 if swap:
-                    a, b = labels[k]
-                    labels[k] = (replace(a, name=b.name, references=b.references),
-                                 replace(b, name=a.name, references=a.references))
+                    labels[k] = _exchanged(labels[k])
         return [StoryLabels(s.story_id, chars, "ok" if not e.truncated else "truncated")
                 for s, e, chars in zip(stories, encoded, labels)]
 
@@ -743,6 +745,12 @@ class WordDecoder:
                 best = max(fams, key=fams.get)
                 keep = [k for k in keep if _FAMILY.get(k, best) == best]
         return tuple(first[k] for k in keep)
+
+
+def _exchanged(chars: tuple[CharacterLabel, CharacterLabel]) -> tuple[CharacterLabel, CharacterLabel]:
+    """Two characters' labels with their names and references exchanged (roles and status stay)."""
+    a, b = chars
+    return replace(a, name=b.name, references=b.references), replace(b, name=a.name, references=a.references)
 
 
 def _with_title_reference(name: str | None, refs: tuple[str, ...]) -> tuple[str, ...]:
@@ -824,6 +832,9 @@ class EncoderLabeller(Labeller):
             character holds that gender's pronouns ("chef Paul ... Paul finally spoke, his voice ...";
             its first name vetoes when the name check is on); with the name check, also the pronouns
             of the gender nobody holds when its first name fits them (``harness.labelling.pronoun_binding``).
+        apposition_check: exchange the two characters' labels when the story ties them to each other's
+            role nouns ("a renowned actor, Ethan Michaels", "Lily, a loyal fan") more often than to
+            their own (``harness.labelling.role_apposition``; roles with different head nouns only).
     """
 
     name = "encoder"
@@ -832,7 +843,7 @@ class EncoderLabeller(Labeller):
     def __init__(self, path: str | Path | None = None, *, device: str | None = None, quantize: bool | None = None,
                  threshold: float = 0.5, threads: int | None = None, pronoun_agreement: bool = True,
                  workers: int | None = None, name_check: bool = True, name_table: str | Path | None = None,
-                 action_check: bool = True, pronoun_binding: bool = True) -> None:
+                 action_check: bool = True, pronoun_binding: bool = True, apposition_check: bool = True) -> None:
         torch = _torch()
         from transformers import AutoTokenizer
 
@@ -857,8 +868,9 @@ class EncoderLabeller(Labeller):
         if action_check:
             role_agent.load()
         self.pronoun_binding = pronoun_binding
+        self.apposition_check = apposition_check
         self.decoder = WordDecoder(threshold, pronoun_agreement, self.max_length, table, action_check=action_check,
-                                   pronoun_binding=pronoun_binding)
+                                   pronoun_binding=pronoun_binding, apposition_check=apposition_check)
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.tokenizer = AutoTokenizer.from_pretrained(str(self.path / "encoder"))
         model = _build_model(self.path / "encoder")
@@ -890,7 +902,7 @@ class EncoderLabeller(Labeller):
         self._cpu_worker_args = dict(path=str(self.path), quantize=self.quantized, threshold=threshold,
                                      pronoun_agreement=pronoun_agreement, name_check=name_check,
                                      action_check=action_check, pronoun_binding=pronoun_binding,
-                                     name_table=table)
+                                     apposition_check=apposition_check, name_table=table)
 
     def info(self) -> dict[str, Any]:
         """Labeller name, weights directory, hash of the training data and inference settings."""
@@ -898,7 +910,7 @@ class EncoderLabeller(Labeller):
                 "quantized": self.quantized, "device": self.device,
                 "pronoun_agreement": self.pronoun_agreement, "name_check": self.name_check,
                 "action_check": self.action_check, "pronoun_binding": self.pronoun_binding,
-                "train_data_sha256": self.meta.get("report", {}).get("data_sha256")}
+                "apposition_check": self.apposition_check, "train_data_sha256": self.meta.get("report", {}).get("data_sha256")}
 
     def _forward(self, ids, am, tt):
         """Word-piece probabilities (batch, tokens, 4) as float32 NumPy, from collated NumPy arrays.

@@ -1,0 +1,100 @@
+"""Which character the story calls by each role's noun: the role check of two-role stories.
+
+In power-laden Learning and Labor stories the two roles have their own nouns ("actor" and "loyal
+fan", "lawyer" and "defendant"), and stories often put a role's noun right beside a character's
+name: "a renowned American actor, Ethan Michaels", "a loyal fan named Lily", "Lily, a devoted fan".
+The encoder mostly reads these, but where the story names the object first it can still put the
+first-named character in the subject role. This check counts such appositions: a role's head noun
+followed by a name ("actor, Ethan Michaels", "fan named Lily", "Manager Tom"), or a name followed
+by a comma and, within five words and no preposition, the noun ("Lily, a loyal fan"; not "Sarah, an
+admirer of the actor"). Nouns inside quotation marks are forms of address ("Thank you, Nurse Kai")
+and do not count. The two labels are exchanged when the appositions tie the labelled characters to
+each other's roles more often than to their own.
+
+A role's head noun is the last word of its description before "who", "in", "on", "of", "at", "with"
+or "for" ("rookie in the league" -> rookie, "public relations specialist" -> specialist). Roles
+whose head nouns are the same ("star student", "struggling student in math class"; every Love key)
+are not told apart by this check.
+
+Measured on gold labels (the project's training and held-out files and train150: the power-laden
+stories with two named characters and two different role nouns, 116): the appositions tie each
+character to its own role only in 55, to the other's only in none, both ways in 1 (2 to 1 for its own);
+60 have none. Held out with the project-only encoder it exchanged 2 train150 stories: 1 fully right,
+1 half right (one role's name and the other's gender right that were wrong, one gender lost). Dev,
+once: gender 95.0/95.1 -> 95.1/95.2, names 96.6/96.2 -> 96.8/96.4 (it exchanged one story).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Sequence
+
+from harness.labelling.pronoun_binding import name_words
+
+_CUT = re.compile(r"\s(?:who|in|on|of|at|with|for)\s")
+_TOKEN = re.compile(r"[^\W\d_][\w'\u2019-]*|[,.;:!?\"\u201c\u201d]")
+_STOPS = frozenset({",", ".", ";", ":", "!", "?", '"', "\u201c", "\u201d"})
+_QUOTE = frozenset({'"', "\u201c", "\u201d"})
+#: How many words may stand between "Name," and the role noun ("Lily, a devoted young fan").
+_WITHIN = 5
+#: A noun after one of these is not the apposition's head ("Sarah, a devoted admirer of the actor").
+_PREPOSITIONS = frozenset({"of", "for", "to", "with", "at", "in", "on", "by", "from", "about", "like", "than"})
+
+
+def head_noun(description: str) -> str | None:
+    """The role's head noun: the last word of its description before a preposition or "who"."""
+    words = _CUT.split(" " + description.lower() + " ")[0].split()
+    return words[-1] if words else None
+
+
+def appositions(text: str, descriptions: Sequence[str], names: Sequence[str | None]) -> Counter | None:
+    """Counter of (role index, character index) over the appositions that tie a role's head noun to a
+    character's name (see the module docstring); None when the two roles share a head noun or lack one,
+    or the names are missing or share a word."""
+    heads = [head_noun(d) for d in descriptions]
+    words = [name_words(n) for n in names]
+    if len(heads) != 2 or None in heads or heads[0] == heads[1] or not all(words) or words[0] & words[1]:
+        return None
+    toks = _TOKEN.findall(text)
+    low = [t.lower() for t in toks]
+    quoted = []
+    inside = False
+    for t in toks:
+        quoted.append(inside)
+        if t in _QUOTE:
+            inside = (not inside) if t == '"' else t == "\u201c"
+    out: Counter = Counter()
+
+    def named(i: int) -> int | None:
+        hits = [c for c in (0, 1) if 0 <= i < len(low) and low[i] in words[c]]
+        return hits[0] if len(hits) == 1 else None
+
+    for i, t in enumerate(low):
+        role = next((r for r in (0, 1) if t in (heads[r], heads[r] + "s")), None)
+        if role is None or quoted[i]:
+            continue
+        j = i + 1 + (i + 1 < len(low) and low[i + 1] == ",")
+        j += j < len(low) and low[j] in ("named", "called")
+        c = named(j)  # "actor, Ethan Michaels", "a fan named Lily", "Manager Tom"
+        if c is not None:
+            out[(role, c)] += 1
+        k = i - 1
+        while k >= 0 and i - k <= _WITHIN and toks[k] not in _STOPS and low[k] not in _PREPOSITIONS:
+            k -= 1
+        c = named(k - 1) if k >= 1 and toks[k] == "," else None  # "Lily, a devoted fan"
+        if c is not None:
+            out[(role, c)] += 1
+    return out
+
+
+def roles_exchanged(text: str, descriptions: Sequence[str], names: Sequence[str | None]) -> bool:
+    """Whether the two labelled characters (``names``, in role order) should be exchanged: the
+    appositions tie them to each other's roles more often than to their own."""
+    votes = appositions(text, descriptions, names)
+    if not votes:
+        return False
+    return votes[(0, 1)] + votes[(1, 0)] > votes[(0, 0)] + votes[(1, 1)]
+
+
+__all__ = ["appositions", "head_noun", "roles_exchanged"]

@@ -1,0 +1,84 @@
+"""The role-noun check of two-role stories (harness.labelling.role_apposition)."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.labelling.base import RoleSpec, StoryInput
+from harness.labelling.encoder import WordDecoder
+from harness.labelling.role_apposition import appositions, head_noun, roles_exchanged
+
+FAN = ("actor", "loyal fan")
+
+
+@pytest.mark.parametrize("description, head", [
+    ("actor", "actor"), ("loyal fan", "fan"), ("rookie in the league", "rookie"),
+    ("promising employee on the team", "employee"), ("public relations specialist", "specialist"),
+    ("struggling student in math class", "student"), ("romantic partner who pays the bill", "partner"),
+    ("patient in need", "patient"), ("CEO", "ceo"),
+])
+def test_head_noun(description, head):
+    assert head_noun(description) == head
+
+
+@pytest.mark.parametrize("text, want", [
+    ("Sarah admired a renowned American actor, Ethan Michaels.", {(0, 1): 1}),
+    ("A loyal fan named Sarah waited.", {(1, 0): 1}),
+    ("Sarah, a devoted young fan, waited for Ethan.", {(1, 0): 1}),
+    ("The fans cheered when actor Ethan Michaels arrived.", {(0, 1): 1}),
+    ("Ethan, the actor, met Sarah, a fan.", {(0, 1): 1, (1, 0): 1}),
+    # in quotes, a role noun beside a name is a form of address
+    ('"Thank you, actor Ethan," Sarah said.', {}),
+    # a sentence end or more than five words between the comma and the noun: no apposition
+    ("Sarah waited. A fan could wait forever.", {}),
+    ("Sarah, who had waited in the rain for hours, was a fan.", {}),
+    # a noun after a preposition is not the apposition's head
+    ("Sarah, an admirer of the actor, waited.", {}),
+])
+def test_appositions(text, want):
+    assert dict(appositions(text, FAN, ["Sarah", "Ethan Michaels"])) == want
+
+
+def test_roles_without_two_nouns_or_names_are_not_checked():
+    text = "Star student Emily helped Maria, a struggling student."
+    assert appositions(text, ("star student", "struggling student in math class"), ["Emily", "Maria"]) is None
+    assert appositions("An actor, Ethan.", FAN, [None, "Ethan"]) is None
+    assert appositions("An actor, Ethan Cole.", FAN, ["Ethan Cole", "Ethan"]) is None  # the names share a word
+
+
+def test_roles_exchanged_when_the_appositions_say_so_more_often():
+    text = "Among the fans stood Sarah, a devoted admirer of the actor, Ethan Michaels."
+    assert roles_exchanged(text, FAN, ["Sarah", "Ethan Michaels"])  # Sarah labelled the actor
+    assert not roles_exchanged(text, FAN, ["Ethan Michaels", "Sarah"])
+    tie = "The actor, Ethan, met the actor, Sarah, and Ethan, a fan, smiled."
+    assert not roles_exchanged(tie, FAN, ["Sarah", "Ethan"])  # 2 for the labels, 1 against
+    assert not roles_exchanged("Sarah met Ethan.", FAN, ["Sarah", "Ethan"])  # no apposition
+
+
+def test_the_decoder_exchanges_both_labels(tagged):
+    text = "Among the fans stood Sarah, a loyal fan of the actor, Ethan Cole. She smiled, and he signed."
+    enc, p = tagged(text, [("Sarah", 0), ("She", 1), ("Ethan", 2), ("Cole", 2), ("he", 3)])
+    story = StoryInput("x", text, (RoleSpec("subject", "actor"), RoleSpec("object", "loyal fan")))
+    on = WordDecoder(0.5, True, 384).decode(story, enc, p)
+    off = WordDecoder(0.5, True, 384, apposition_check=False).decode(story, enc, p)
+    assert [(c.name, c.references) for c in off.characters] == [("Sarah", ("She",)), ("Ethan Cole", ("he",))]
+    assert [(c.name, c.references) for c in on.characters] == [("Ethan Cole", ("he",)), ("Sarah", ("She",))]
+    assert [c.role for c in on.characters] == ["subject", "object"]
+
+
+def test_on_the_projects_gold_labels_it_never_exchanges_and_restores_some():
+    """Reference: the project's hand-labelled stories with two role nouns and two named characters.
+    As labelled, none is exchanged; with the two labels exchanged, at least a fifth are restored
+    (11 of 39 when this was written: most such stories have no apposition)."""
+    from harness.labelling.data import builtin_training_files, load_gold
+
+    rows = []
+    for g in (g for f in builtin_training_files() for g in load_gold(f)):
+        names = [g.characters[r.key].name for r in g.story.roles]
+        names = [n if isinstance(n, str) and n != "Unspecified" else None for n in names]
+        descriptions = [r.description for r in g.story.roles]
+        if len(names) == 2 and appositions(g.story.text, descriptions, names) is not None:
+            rows.append((g.story.text, descriptions, names))
+    assert len(rows) >= 30
+    assert not any(roles_exchanged(t, d, n) for t, d, n in rows)
+    assert sum(roles_exchanged(t, d, n[::-1]) for t, d, n in rows) >= len(rows) // 5
