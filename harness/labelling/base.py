@@ -25,6 +25,22 @@ ROLE_KEYS = ("subject", "object")
 OK = "ok"
 EMPTY_STORY = "empty story"
 #: Titles written before a name ("Mr. Thompson", "Chef Maria"), case-folded without their ".": not name words.
+#: Quotation marks, straight and curly.
+QUOTES = frozenset({'"', "\u201c", "\u201d"})
+
+
+def quoted(words: Sequence[str]) -> list[bool]:
+    """For each word of a story (in order, quotation marks included), whether it stands inside a
+    quotation: straight quotes open and close by turns, curly ones by their direction."""
+    out = []
+    inside = False
+    for w in words:
+        out.append(inside)
+        if w in QUOTES:
+            inside = (not inside) if w == '"' else w == "\u201c"
+    return out
+
+
 NAME_TITLES = frozenset({"mr", "mrs", "ms", "miss", "mx", "dr", "chef", "nurse", "coach", "professor", "prof", "sir",
                          "madam", "mister", "doctor", "officer", "captain", "judge", "uncle", "aunt"})
 

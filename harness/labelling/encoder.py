@@ -55,7 +55,6 @@ SLOTS = ("subject_name", "subject_ref", "object_name", "object_ref")
 #: Fewest stories in a window for which CPU worker processes are started (each loads the model).
 CPU_WORKER_MIN = 256
 _WORD = re.compile(r"[^\W_]+(?:[-\u2010\u2011][^\W_]+)*|['\u2019][^\W\d_]+|[^\w\s]|_")
-_TITLES = NAME_TITLES
 #: First names swapped into training stories (augmentation), drawn from many origins.
 _AUG_NAMES = ("Aaliyah", "Adebayo", "Aiko", "Alejandro", "Amara", "Anjali", "Arjun", "Beatriz", "Bilal", "Camila",
               "Chen", "Dakota", "Darius", "Deja", "Diego", "Elif", "Emeka", "Esperanza", "Farah", "Hana", "Hiroshi",
@@ -143,7 +142,7 @@ def project_labels(words: Sequence[str], slot_names: dict[str, Any], slot_refs: 
                 for k in range(len(toks)):
                     targets[alnum_idx[start + k]][2 * r] = 1.0
             for t in toks:
-                if t in _TITLES or len(t) < 2:
+                if t in NAME_TITLES or len(t) < 2:
                     continue
                 for j, w in zip(alnum_idx, alnum_low):
                     if w == t and words[j][:1].isupper():
@@ -611,7 +610,7 @@ class WordDecoder:
             return words[i][0][:1].isupper()
 
         def title_or_initial(i: int) -> bool:
-            return keys[i] in _TITLES or (len(words[i][0]) == 1 and cap(i))
+            return keys[i] in NAME_TITLES or (len(words[i][0]) == 1 and cap(i))
 
         runs: list[list[int]] = []
         for i in (w.scored & (col >= (threshold or self.threshold))).nonzero()[0].tolist():
@@ -629,14 +628,14 @@ class WordDecoder:
             if not run:
                 continue
             score = float(col[run].sum())
-            if keys[run[0]] not in _TITLES:
+            if keys[run[0]] not in NAME_TITLES:
                 j = run[0] - 1
                 if j >= 1 and words[j][0] == "." and words[j - 1][2] == words[j][1]:  # "Mr." written as one
                     j -= 1
-                if j >= 0 and cap(j) and keys[j] in _TITLES:
+                if j >= 0 and cap(j) and keys[j] in NAME_TITLES:
                     run = [j, *run]
             caps = [keys[i] for i in run if cap(i)]
-            out.append((frozenset(k for k in caps if k not in _TITLES) or frozenset(caps), run, score))
+            out.append((frozenset(k for k in caps if k not in NAME_TITLES) or frozenset(caps), run, score))
         return out
 
     def decode(self, story: StoryInput, e: _Encoded, p) -> StoryLabels:
@@ -647,9 +646,10 @@ class WordDecoder:
                     ) -> list[StoryLabels]:
         """Labels of a batch: names and references per story, the name check, the pronouns a sentence
         binds to an unreferenced named character (``pronoun_binding``), the role nouns' appositions
-        (``role_apposition``), then the action check of power-laden Love stories (``role_agent.roles_exchanged``, one parse for the batch). The
-        action check reads names and references together, so it runs after the name check has made
-        them agree: before it, a name could sit beside the other character's pronouns."""
+        (``role_apposition``), then the action check of power-laden Love stories
+        (``role_agent.roles_exchanged``, one parse for the batch). The action check reads names and
+        references together, so it runs after the name check has made them agree: before it, a name
+        could sit beside the other character's pronouns."""
         labels = []
         for story, e, p in zip(stories, encoded, probs):
             names, refs = self._names_and_references(story, e, p)
@@ -657,14 +657,14 @@ class WordDecoder:
             chars = tuple(CharacterLabel(role.key, names[r], refs[r], status) for r, role in enumerate(story.roles))
             if self.name_table is not None:
                 chars = check_pronoun_sets(chars, story.roles, self.name_table, self.name_strength)
+            words = [w for w, _, _ in e.words]
             if self.pronoun_binding:
-                words = [w for w, _, _ in e.words]
                 chars = bind_unreferenced(words, chars, story.roles, her_is_possessive, self.name_table,
                                           self.name_strength)
                 if self.name_table is not None:
                     chars = claim_unheld(words, chars, story.roles, self.name_table, self.name_strength)
             if self.apposition_check and len(chars) == 2 and role_apposition.roles_exchanged(
-                    story.text, [r.description for r in story.roles], [c.name for c in chars]):
+                    words, [r.description for r in story.roles], [c.name for c in chars]):
                 chars = _exchanged(chars)
             labels.append(chars)
         if self.action_check:
@@ -762,7 +762,7 @@ def _with_title_reference(name: str | None, refs: tuple[str, ...]) -> tuple[str,
         return refs
     head = name.split()[0]
     key = head.lower().rstrip(".")
-    if key not in _TITLES or any(r.lower().rstrip(".") == key for r in refs):
+    if key not in NAME_TITLES or any(r.lower().rstrip(".") == key for r in refs):
         return refs
     if infer_gender([head], lexicon=default_lexicon()) == "Unspecified":
         return refs
@@ -864,11 +864,8 @@ class EncoderLabeller(Labeller):
         table = (str(name_table) if name_table is not None else default_table()) if name_check else None
         if table is not None:
             female_shares(table)  # read it now (cached per process), not inside the first batch
-        self.action_check = action_check
         if action_check:
             role_agent.load()
-        self.pronoun_binding = pronoun_binding
-        self.apposition_check = apposition_check
         self.decoder = WordDecoder(threshold, pronoun_agreement, self.max_length, table, action_check=action_check,
                                    pronoun_binding=pronoun_binding, apposition_check=apposition_check)
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -909,8 +906,9 @@ class EncoderLabeller(Labeller):
         return {"labeller": self.name, "path": str(self.path), "threshold": self.threshold,
                 "quantized": self.quantized, "device": self.device,
                 "pronoun_agreement": self.pronoun_agreement, "name_check": self.name_check,
-                "action_check": self.action_check, "pronoun_binding": self.pronoun_binding,
-                "apposition_check": self.apposition_check, "train_data_sha256": self.meta.get("report", {}).get("data_sha256")}
+                "action_check": self.decoder.action_check, "pronoun_binding": self.decoder.pronoun_binding,
+                "apposition_check": self.decoder.apposition_check,
+                "train_data_sha256": self.meta.get("report", {}).get("data_sha256")}
 
     def _forward(self, ids, am, tt):
         """Word-piece probabilities (batch, tokens, 4) as float32 NumPy, from collated NumPy arrays.

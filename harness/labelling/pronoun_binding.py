@@ -38,10 +38,12 @@ gold leaves unreferenced beside a gendered one, it gave words to none (held-out 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from harness.labelling.base import NAME_TITLES, CharacterLabel, RoleSpec
+from harness.identity.gender import infer_gender
+from harness.labelling.base import NAME_TITLES, QUOTES, CharacterLabel, RoleSpec, quoted
+from harness.labelling.name_gender import DEFAULT_STRENGTH, default_lexicon, female_share
 
 #: The pronouns it binds, by the gender they carry ("her" only where it is a determiner).
 BOUND = {"he": "Male", "his": "Male", "himself": "Male", "she": "Female", "her": "Female", "herself": "Female"}
@@ -68,8 +70,6 @@ def bind_unreferenced(words: Sequence[str], characters: tuple[CharacterLabel, ..
     table, strength: a first-name table and the share at which a name contradicts a gender (the veto),
     as ``name_gender.check_pronoun_sets`` takes them; no veto without a table.
     """
-    from harness.labelling.name_gender import DEFAULT_STRENGTH, female_share
-
     found_pair = _unreferenced_beside_gendered(characters)
     if found_pair is None:
         return characters
@@ -86,14 +86,15 @@ def bind_unreferenced(words: Sequence[str], characters: tuple[CharacterLabel, ..
             return characters
     found: list[str] = []
     seen_x = seen_y = False
-    for i, w, quoted in _marked(words):
+    for i, w, in_quote in _marked(words):
         if w in _SENTENCE_END:
             seen_x = seen_y = False
             continue
         k = w.lower()
         seen_x = seen_x or k in mine
         seen_y = seen_y or k in theirs
-        if seen_x and not seen_y and not quoted and BOUND.get(k) == gender and (k != "her" or possessive_her(words, i)):
+        if (seen_x and not seen_y and not in_quote and BOUND.get(k) == gender
+                and (k != "her" or possessive_her(words, i))):
             found.append(w)
     return _with_words(characters, x, found)
 
@@ -103,8 +104,6 @@ def claim_unheld(words: Sequence[str], characters: tuple[CharacterLabel, ...], r
     """``characters`` with the pronouns of a gender nobody holds given to the unreferenced named
     character whose first name fits that gender (the second rule of the module docstring);
     otherwise ``characters`` unchanged."""
-    from harness.labelling.name_gender import DEFAULT_STRENGTH, female_share
-
     found_pair = _unreferenced_beside_gendered(characters)
     if found_pair is None:
         return characters
@@ -116,15 +115,12 @@ def claim_unheld(words: Sequence[str], characters: tuple[CharacterLabel, ...], r
     f = female_share(characters[x].name, roles[x].description, table)
     if f is None or (f if gender == "Female" else 1.0 - f) < (strength or DEFAULT_STRENGTH):
         return characters
-    return _with_words(characters, x, [w for _, w, quoted in _marked(words) if not quoted and w.lower() in family])
+    return _with_words(characters, x, [w for _, w, in_quote in _marked(words) if not in_quote and w.lower() in family])
 
 
 def _unreferenced_beside_gendered(characters: tuple[CharacterLabel, ...]) -> tuple[int, str] | None:
     """For two named characters, one without any gendered word and the other Male or Female by its
     words: (the index of the first, the gender of the other); else None."""
-    from harness.identity.gender import infer_gender
-    from harness.labelling.name_gender import default_lexicon
-
     if len(characters) != 2 or not all(c.name for c in characters):
         return None
     lexicon = default_lexicon()
@@ -135,14 +131,9 @@ def _unreferenced_beside_gendered(characters: tuple[CharacterLabel, ...]) -> tup
     return (x, genders[1 - x]) if genders[1 - x] in _FAMILIES else None
 
 
-def _marked(words: Sequence[str]) -> Iterator[tuple[int, str, bool]]:
+def _marked(words: Sequence[str]) -> list[tuple[int, str, bool]]:
     """(index, word, inside quotation marks) for each word other than the quotation marks."""
-    quoted = False
-    for i, w in enumerate(words):
-        if w in ('"', "\u201c", "\u201d"):
-            quoted = (not quoted) if w == '"' else w == "\u201c"
-        else:
-            yield i, w, quoted
+    return [(i, w, q) for i, (w, q) in enumerate(zip(words, quoted(words))) if w not in QUOTES]
 
 
 def _with_words(characters: tuple[CharacterLabel, ...], x: int, found: Sequence[str]) -> tuple[CharacterLabel, ...]:

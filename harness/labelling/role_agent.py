@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from harness.errors import ConfigError
+from harness.labelling.base import QUOTES
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,6 @@ ACTIONS = (
 _SAY = frozenset({"say", "tell", "whisper", "insist", "announce", "declare", "reply", "laugh", "grin", "smile", "add",
                   "explain", "murmur", "tease", "answer", "shrug", "call", "exclaim", "shout", "wink", "joke",
                   "protest", "interrupt", "beam", "promise", "respond", "ask"})
-_QUOTES = {'"', "\u201c", "\u201d"}
 _SUBJ = {"nsubj", "nsubjpass", "csubj", "agent"}
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
 #: "X tried to pay": an attempt names the character who did not do it.
@@ -164,12 +164,12 @@ def _action_sentences(text: str, action: Action) -> list[str]:
     going. I've decided."'), and neighbours are joined."""
     sents = _SENTENCE.split(text)
     pattern = _verb_pattern(action)
-    quotes = [sum(sent.count(q) for q in _QUOTES) for sent in sents]
+    quotes = [sum(sent.count(q) for q in QUOTES) for sent in sents]
     keep = set()
     for i, sent in enumerate(sents):
         if pattern.search(sent.replace("\u2019", "'")):
             keep.add(i)
-            if i and sent[:1] in _QUOTES:
+            if i and sent[:1] in QUOTES:
                 keep.add(i - 1)
             # a sentence inside a quote that began sentences earlier: back to the sentence before it
             j = i
@@ -253,7 +253,7 @@ def _clauses(doc, action: Action, only: Split) -> Iterator[tuple[str, int]]:
     if action.claims:
         for sent in doc.sents:
             low = sent.text.lower().replace("\u2019", "'")
-            if any(c in low for c in action.claims) and any(t.text in _QUOTES for t in sent):
+            if any(c in low for c in action.claims) and any(t.text in QUOTES for t in sent):
                 who = _speaker(sent, only)
                 if who is not None:  # '"My treat," she said.'; '"Dessert is on me next time."': not now
                     yield "said", 1 - who if _NEXT_TIME.search(low) else who
@@ -261,7 +261,7 @@ def _clauses(doc, action: Action, only: Split) -> Iterator[tuple[str, int]]:
 
 def _in_quote(tok) -> bool:
     """Whether a word stands inside quotation marks in its sentence."""
-    return sum(t.text in _QUOTES for t in tok.sent if t.i < tok.i) % 2 == 1
+    return sum(t.text in QUOTES for t in tok.sent if t.i < tok.i) % 2 == 1
 
 
 def _speaker(sent, only: Split) -> int | None:
@@ -272,19 +272,19 @@ def _speaker(sent, only: Split) -> int | None:
     ('"You're going. I've decided."') has the speaker of the sentences before it, up to three back."""
     found = _speakers(sent, only)
     doc = sent.doc
-    if not found and sent[0].text in _QUOTES:
-        if len(sent) > 1 and sent[-1].text in _QUOTES and sent[-2].text in ("!", "?") and sent.end < len(doc):
+    if not found and sent[0].text in QUOTES:
+        if len(sent) > 1 and sent[-1].text in QUOTES and sent[-2].text in ("!", "?") and sent.end < len(doc):
             found = _speakers(doc[sent.end].sent, only)
         elif sent.start > 0:
             found = _speakers(doc[sent.start - 1].sent, only)
     # a sentence that a quote opened before goes on with the words of that quote's speaker
     prev = sent
     for _ in range(3):
-        if found or prev.start == 0 or sum(t.text in _QUOTES for t in doc[:prev.start]) % 2 == 0:
+        if found or prev.start == 0 or sum(t.text in QUOTES for t in doc[:prev.start]) % 2 == 0:
             break
         prev = doc[prev.start - 1].sent
         found = _speakers(prev, only)
-        if not found and prev[0].text in _QUOTES and prev.start > 0:
+        if not found and prev[0].text in QUOTES and prev.start > 0:
             found = _speakers(doc[prev.start - 1].sent, only)
     return found.pop() if len(found) == 1 else None
 

@@ -30,12 +30,11 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 
+from harness.labelling.base import QUOTES, quoted
 from harness.labelling.pronoun_binding import name_words
 
 _CUT = re.compile(r"\s(?:who|in|on|of|at|with|for)\s")
-_TOKEN = re.compile(r"[^\W\d_][\w'\u2019-]*|[,.;:!?\"\u201c\u201d]")
-_STOPS = frozenset({",", ".", ";", ":", "!", "?", '"', "\u201c", "\u201d"})
-_QUOTE = frozenset({'"', "\u201c", "\u201d"})
+_STOPS = frozenset({",", ".", ";", ":", "!", "?"}) | QUOTES
 #: How many words may stand between "Name," and the role noun ("Lily, a devoted young fan").
 _WITHIN = 5
 #: A noun after one of these is not the apposition's head ("Sarah, a devoted admirer of the actor").
@@ -48,31 +47,26 @@ def head_noun(description: str) -> str | None:
     return words[-1] if words else None
 
 
-def appositions(text: str, descriptions: Sequence[str], names: Sequence[str | None]) -> Counter | None:
+def appositions(words: Sequence[str], descriptions: Sequence[str], names: Sequence[str | None]) -> Counter | None:
     """Counter of (role index, character index) over the appositions that tie a role's head noun to a
-    character's name (see the module docstring); None when the two roles share a head noun or lack one,
-    or the names are missing or share a word."""
+    character's name (see the module docstring), in a story given as its words and punctuation in
+    order (``encoder.split_words``); None when the two roles share a head noun or lack one, or the
+    names are missing or share a word."""
     heads = [head_noun(d) for d in descriptions]
-    words = [name_words(n) for n in names]
-    if len(heads) != 2 or None in heads or heads[0] == heads[1] or not all(words) or words[0] & words[1]:
+    owned = [name_words(n) for n in names]
+    if len(heads) != 2 or None in heads or heads[0] == heads[1] or not all(owned) or owned[0] & owned[1]:
         return None
-    toks = _TOKEN.findall(text)
-    low = [t.lower() for t in toks]
-    quoted = []
-    inside = False
-    for t in toks:
-        quoted.append(inside)
-        if t in _QUOTE:
-            inside = (not inside) if t == '"' else t == "\u201c"
+    low = [w.lower() for w in words]
+    in_quote = quoted(words)
     out: Counter = Counter()
 
     def named(i: int) -> int | None:
-        hits = [c for c in (0, 1) if 0 <= i < len(low) and low[i] in words[c]]
+        hits = [c for c in (0, 1) if 0 <= i < len(low) and low[i] in owned[c]]
         return hits[0] if len(hits) == 1 else None
 
     for i, t in enumerate(low):
         role = next((r for r in (0, 1) if t in (heads[r], heads[r] + "s")), None)
-        if role is None or quoted[i]:
+        if role is None or in_quote[i]:
             continue
         j = i + 1 + (i + 1 < len(low) and low[i + 1] == ",")
         j += j < len(low) and low[j] in ("named", "called")
@@ -80,18 +74,18 @@ def appositions(text: str, descriptions: Sequence[str], names: Sequence[str | No
         if c is not None:
             out[(role, c)] += 1
         k = i - 1
-        while k >= 0 and i - k <= _WITHIN and toks[k] not in _STOPS and low[k] not in _PREPOSITIONS:
+        while k >= 0 and i - k <= _WITHIN and low[k] not in _STOPS and low[k] not in _PREPOSITIONS:
             k -= 1
-        c = named(k - 1) if k >= 1 and toks[k] == "," else None  # "Lily, a devoted fan"
+        c = named(k - 1) if k >= 1 and low[k] == "," else None  # "Lily, a devoted fan"
         if c is not None:
             out[(role, c)] += 1
     return out
 
 
-def roles_exchanged(text: str, descriptions: Sequence[str], names: Sequence[str | None]) -> bool:
+def roles_exchanged(words: Sequence[str], descriptions: Sequence[str], names: Sequence[str | None]) -> bool:
     """Whether the two labelled characters (``names``, in role order) should be exchanged: the
     appositions tie them to each other's roles more often than to their own."""
-    votes = appositions(text, descriptions, names)
+    votes = appositions(words, descriptions, names)
     if not votes:
         return False
     return votes[(0, 1)] + votes[(1, 0)] > votes[(0, 0)] + votes[(1, 1)]

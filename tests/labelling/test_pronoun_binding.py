@@ -228,3 +228,10 @@ def test_on_the_projects_gold_labels_claimed_pronouns_belong_to_the_character():
     assert right >= 0.98 * (right + wrong)
     assert restored >= 0.5 * tried
     assert given_words <= 0.05 * unreferenced
+
+
+def test_quoted_marks_words_inside_straight_and_curly_quotes():
+    from harness.labelling.base import quoted
+
+    words = ["He", "said", ",", '"', "she", '"', "and", "\u201c", "he", "\u201d", "left"]
+    assert quoted(words) == [False, False, False, False, True, True, False, False, True, True, False]

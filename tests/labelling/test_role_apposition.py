@@ -5,8 +5,23 @@ from __future__ import annotations
 import pytest
 
 from harness.labelling.base import RoleSpec, StoryInput
-from harness.labelling.encoder import WordDecoder
-from harness.labelling.role_apposition import appositions, head_noun, roles_exchanged
+from harness.labelling.encoder import WordDecoder, split_words
+from harness.labelling import role_apposition
+
+
+def words(text):
+    return [w for w, _, _ in split_words(text)]
+
+
+def appositions(text, descriptions, names):
+    return role_apposition.appositions(words(text), descriptions, names)
+
+
+def roles_exchanged(text, descriptions, names):
+    return role_apposition.roles_exchanged(words(text), descriptions, names)
+
+
+head_noun = role_apposition.head_noun
 
 FAN = ("actor", "loyal fan")
 
