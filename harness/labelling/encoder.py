@@ -572,7 +572,8 @@ def train_encoder(
 class WordDecoder:
     """Word probabilities to a story's labels (the host side of the encoder labeller; picklable, so
     worker processes can run it). ``threshold``, ``pronoun_agreement``: see ``EncoderLabeller``;
-    ``name_table``: a first-name table path for ``name_gender.check_pronoun_sets`` (None: no check);
+    ``name_table``: a first-name table path for ``name_gender.check_pronoun_sets`` and the pairing of
+    names (None: neither);
     ``name_fallback``: the name threshold for a role with no name run at ``threshold`` (None: none);
     ``action_check``, ``pronoun_binding``, ``apposition_check``: see ``EncoderLabeller``.
     The stories of the published data nearly always name both characters, and the encoder's misses
@@ -704,10 +705,27 @@ class WordDecoder:
             loser = 0 if total[0] < total[1] else 1
             taken = runs[1 - loser][0][0]
             chosen[loser] = next((run for k, run, _ in runs[loser] if not _same_character(k, taken)), None)
+        refs = [self._references(e, w, 2 * r + 1) for r in range(len(story.roles))]
+        names, refs_out = self._finish(story, e, chosen, refs)
+        if len(runs) == 2 and None in chosen and self.name_table is not None:
+            # a role left without a name: the best pair over both roles' characters, kept only where
+            # the first names then agree with the pronouns (the name check leaves the pair as it is)
+            paired = _best_pair(runs)
+            if paired != chosen:
+                alt = self._finish(story, e, paired, refs)
+                chars = tuple(CharacterLabel(r.key, n, rf) for r, n, rf in zip(story.roles, *alt))
+                if check_pronoun_sets(chars, story.roles, self.name_table, self.name_strength) == chars:
+                    return alt
+        return names, refs_out
+
+    def _finish(self, story: StoryInput, e: _Encoded, chosen: list[list[int] | None], refs: list
+                ) -> tuple[list, list]:
+        """Names (as written, without a title that repeats the role) and references for the chosen
+        name runs: a gendered title joins the references, and power-neutral Love's "first" role
+        goes to the character the story introduces first."""
         names = [story.text[e.words[run[0]][1]:e.words[run[-1]][2]] if run else None for run in chosen]
         # "Nurse Emily" in a nurse's story is Emily: the title repeats the role (without_role_title)
         names = [without_role_title(n, role.description) for n, role in zip(names, story.roles)]
-        refs = [self._references(e, w, 2 * r + 1) for r in range(len(story.roles))]
         # a gendered title is a reference too (Table S7: prefixes such as Mr, Mrs or Mx)
         refs = [_with_title_reference(n, rf) for n, rf in zip(names, refs)]
         # "first X" / "second X" (Love, power-neutral): the first character is the one the story
@@ -774,6 +792,37 @@ def _same_character(a: frozenset, b: frozenset) -> bool:
     return a <= b or b <= a
 
 
+def _best_pair(runs: list[list[tuple[frozenset, list[int], float]]]) -> list[list[int] | None]:
+    """The first runs of the two different characters (or none) that score highest over both roles.
+
+    A role's runs that name one character are one candidate, scored by the sum of their scores;
+    each role that gets a name adds 1 (the published stories nearly always name both characters).
+    The pair picked by each role's first run alone can leave a role empty: in "Owen Gallagher ...
+    Yasmin Haddad ... Owen laughed" the payer's slot tags both full names and the other slot only
+    the last "Owen", so both roles' first runs are Owen's, while the pair (Yasmin, Owen) is the one
+    both slots support."""
+    slots = []
+    for rs in runs:
+        cands: list[list] = []  # [name words, first run, summed score]
+        for key, run, score in rs:
+            c = next((c for c in cands if _same_character(key, c[0])), None)
+            if c is None:
+                cands.append([key, run, score])
+            else:
+                c[2] += score
+                c[0] = key if len(key) > len(c[0]) else c[0]
+        slots.append([*cands, None])
+    best, pair = -1.0, [None, None]
+    for a in slots[0]:
+        for b in slots[1]:
+            if a is not None and b is not None and _same_character(a[0], b[0]):
+                continue
+            score = sum(c[2] + 1.0 for c in (a, b) if c is not None)
+            if score > best:
+                best, pair = score, [a[1] if a else None, b[1] if b else None]
+    return pair
+
+
 @dataclass(frozen=True)
 class _Words:
     """Per-word views of one story's word-piece probabilities, computed once for all four slots.
@@ -822,6 +871,9 @@ class EncoderLabeller(Labeller):
             contradict the pronouns they were given, or when only one holds gendered words, its name
             contradicts them and the other's fits them; when both hold words of one gender and only one
             name fits it, the other loses the words they share (``harness.labelling.name_gender``).
+            With it, a two-role story whose name runs leave a role without a name takes the best
+            pair of different characters over both roles (``_best_pair``) where the first names then
+            agree with the pronouns.
         name_table: the first-name table it reads (default: the identity module's, built on first use).
         action_check: in power-laden Love stories, exchange the two characters' labels when the
             grammar says the labelled object does the subject's action ("pays the bill") in more

@@ -329,3 +329,62 @@ def test_decode_a_role_with_no_name_run_takes_one_at_the_fallback_threshold():
     # a role that has a run at the threshold is not touched: the subject keeps "Sarah"
     p[[w for w, _, _ in words].index("John"), 0] = 0.3
     assert names(0.2)[0] == "Sarah"
+
+
+@pytest.fixture(scope="module")
+def name_table(tmp_path_factory) -> str:
+    import pandas as pd
+
+    shares = {"OWEN": 0.01, "YASMIN": 0.99, "NOAH": 0.01, "RACHEL": 0.99, "OMAR": 0.01, "FELIX": 0.02}
+    path = tmp_path_factory.mktemp("names") / "first_names.parquet"
+    pd.DataFrame({"key": list(shares), "nd_female": list(shares.values())}).to_parquet(path)
+    return str(path)
+
+
+def _decode_pair(text, tags, table, roles=("romantic partner who pays the bill", "other romantic partner")):
+    from harness.labelling.base import RoleSpec, StoryInput
+    from harness.labelling.encoder import _Encoded
+
+    words = split_words(text)
+    enc = _Encoded([], [], list(range(len(words))), words, False)
+    story = StoryInput("x", text, tuple(RoleSpec(k, d) for k, d in zip(("subject", "object"), roles)))
+    decoder = WordDecoder(0.5, True, 384, table, action_check=False)
+    return [(c.name, c.references) for c in decoder.decode(story, enc, _probs_for(words, tags)).characters]
+
+
+def test_decode_a_role_left_without_a_name_takes_the_best_pair_of_characters(name_table):
+    # the payer's slot tags both full names, the other slot only the last "Owen": each role's first
+    # run is Owen's, and the first-come rule left the other role empty
+    text = "Owen Gallagher hated suits. Yasmin Haddad found him. She paid, and Owen laughed."
+    tags = {("Owen", 0, 0): 0.92, ("Gallagher", 0, 0): 0.86, ("Yasmin", 0, 0): 0.92, ("Haddad", 0, 0): 0.89,
+            ("Owen", 1, 2): 0.92, ("him", 0, 3): 0.99, ("She", 0, 1): 0.97}
+    assert _decode_pair(text, tags, name_table) == [("Yasmin Haddad", ("She",)), ("Owen", ("him",))]
+    # without a name table the pairing is not tried (nothing to check it against)
+    assert _decode_pair(text, tags, None)[1] == (None, ("him",))
+    # both roles named by their first runs: untouched
+    tags[("Yasmin", 0, 2)] = 0.6
+    assert [n for n, _ in _decode_pair(text, tags, name_table)] == ["Owen Gallagher", "Yasmin"]
+
+
+def test_decode_the_best_pair_is_dropped_where_the_names_contradict_the_pronouns(name_table):
+    # the best pair, (Noah, Rachel), would give Noah the sister's "She" and Rachel his "His": the
+    # first-come labels stay
+    text = "Noah Kaplan was broke. His sister, Rachel, watched him. She paid. Noah thanked Rachel."
+    tags = {("Noah", 0, 2): 0.95, ("Kaplan", 0, 0): 0.63, ("Rachel", 0, 2): 0.59, ("Noah", 1, 0): 0.85,
+            ("Rachel", 1, 2): 0.73, ("His", 0, 3): 0.99, ("him", 0, 3): 0.99, ("She", 0, 1): 0.99}
+    got = _decode_pair(text, tags, name_table, ("sibling who pays the bill", "other sibling"))
+    assert got == [(None, ("She",)), ("Noah", ("His", "him"))]
+
+
+def test_best_pair_scores_characters_over_all_their_runs():
+    from harness.labelling.encoder import _best_pair
+
+    a, b, c = frozenset({"ana"}), frozenset({"ben"}), frozenset({"cy"})
+    # subject runs: Ana (twice, 0.6 + 0.6), Ben (0.9); object runs: Ana (0.8)
+    runs = [[(a, [0], 0.6), (b, [5], 0.9), (a, [9], 0.6)], [(a, [0], 0.8)]]
+    assert _best_pair(runs) == [[5], [0]]  # Ben + Ana (0.9 + 0.8 + 2) beats Ana alone (1.2 + 1)
+    runs = [[(a, [0], 0.6)], [(c, [3], 0.7)]]
+    assert _best_pair(runs) == [[0], [3]]
+    assert _best_pair([[], []]) == [None, None]
+    # one character both roles claim goes to the role that scores it higher
+    assert _best_pair([[(frozenset({"ana", "ruiz"}), [0, 1], 1.8)], [(a, [7], 0.9)]]) == [[0, 1], None]
