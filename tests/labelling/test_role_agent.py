@@ -33,6 +33,8 @@ def test_action_for_reads_the_love_subject_keys(description, key):
     ("She insisted on paying for the movie.", [("paying", 1)]),  # a gerund takes the clause's subject
     ("Sarah grabbed the check.", [("grabbed", 1)]),
     ("Sarah grabbed her coat.", []),  # a weaker verb needs the action's noun among its own words
+    ("Sarah took the clothes to the register before he could argue.", [("took", 1)]),
+    ("Sarah took the train home.", []),
     ("John took out a loan to pay for the ring.", [("pay", 0)]),  # the clause that holds "a loan"
     # verbs that point the other way
     ("John smiled and thanked her.", [("thanked", 1)]),
