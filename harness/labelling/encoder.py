@@ -870,8 +870,9 @@ class EncoderLabeller(Labeller):
         name_check: swap the reference lists of two named characters when both first names
             contradict the pronouns they were given, or when only one holds gendered words, its name
             contradicts them and the other's fits them; when both hold words of one gender and only one
-            name fits it, the other loses the words they share (``harness.labelling.name_gender``).
-            With it, a two-role story whose name runs leave a role without a name takes the best
+            name fits it, the other loses the words they share; a lone name that contradicts its
+            own words moves to the unnamed role when that role's words do not contradict it
+            (``harness.labelling.name_gender``). With it, a two-role story whose name runs leave a role without a name takes the best
             pair of different characters over both roles (``_best_pair``) where the first names then
             agree with the pronouns.
         name_table: the first-name table it reads (default: the identity module's, built on first use).

@@ -51,12 +51,14 @@ def test_both_names_contradict_their_pronouns_swaps_the_references(table):
     ("Sarah", ["he"], "Ana", []),               # one-sided, but Ana's name does not fit "he" either
     ("Jordan", ["he"], "John", []),             # one-sided, but Jordan (0.3 female) with "he" is no contradiction
     ("Sarah", ["he"], "John", ["they"]),        # the other character is Non-binary, not unreferenced
-    ("Sarah", ["he"], None, []),                # one-sided, other unnamed
+    ("Sarah", ["he"], None, ["him"]),           # the unnamed character's words contradict Sarah too
+    ("Jordan", ["he"], None, ["she"]),          # Jordan (0.3 female) with "he" is no contradiction
+    ("Sarah", ["she"], None, ["he"]),           # agrees already
+    (None, ["he"], None, ["she"]),              # nobody named
     ("Sarah", ["he"], "John", ["she", "he"]),   # Unsure
     ("Sarah", ["he"], "Nemo", ["she"]),         # names-dataset has no gender shares for Nemo
     ("Sarah", ["he"], "Xavi", ["she"]),         # not in the table
     ("Sarah", ["he"], "Mr. John", ["she"]),     # an honorific's next token is a last name: no first name
-    ("Sarah", ["he"], None, ["she"]),           # unnamed
 ])
 def test_no_swap(table, a, a_refs, b, b_refs):
     given = chars(a, a_refs, b, b_refs)
@@ -86,6 +88,19 @@ def test_shared_words_leave_the_character_whose_name_contradicts_them(table, a, 
     out = check_pronoun_sets(chars(a, a_refs, b, b_refs), ROLES, table)
     assert [c.name for c in out] == [a, b]
     assert refs(out) == want
+
+
+@pytest.mark.parametrize("a, a_refs, b, b_refs, want", [
+    ("John", ["she", "her"], None, ["he", "him"], [None, "John"]),  # "Anthony Russo" with she/her
+    ("Sarah", ["he"], None, ["she"], [None, "Sarah"]),
+    ("Sarah", ["he"], None, [], [None, "Sarah"]),                   # the unnamed one holds nothing
+    ("Sarah", ["he"], None, ["they"], [None, "Sarah"]),             # non-binary words do not contradict
+    (None, ["she"], "Sarah", ["his"], ["Sarah", None]),             # either role
+])
+def test_a_name_that_contradicts_its_words_moves_to_the_unnamed_role(table, a, a_refs, b, b_refs, want):
+    out = check_pronoun_sets(chars(a, a_refs, b, b_refs), ROLES, table)
+    assert [c.name for c in out] == want
+    assert refs(out) == [tuple(a_refs), tuple(b_refs)]  # the words keep their roles
 
 
 def test_strength_is_inclusive(table):
