@@ -872,9 +872,9 @@ class EncoderLabeller(Labeller):
             contradicts them and the other's fits them; when both hold words of one gender and only one
             name fits it, the other loses the words they share; a lone name that contradicts its
             own words moves to the unnamed role when that role's words do not contradict it
-            (``harness.labelling.name_gender``). With it, a two-role story whose name runs leave a role without a name takes the best
-            pair of different characters over both roles (``_best_pair``) where the first names then
-            agree with the pronouns.
+            (``harness.labelling.name_gender``). With it, a two-role story whose name runs leave a
+            role without a name takes the best pair of different characters over both roles
+            (``_best_pair``) where the first names then agree with the pronouns.
         name_table: the first-name table it reads (default: the identity module's, built on first use).
         action_check: in power-laden Love stories, exchange the two characters' labels when the
             grammar says the labelled object does the subject's action ("pays the bill") in more

@@ -22,9 +22,9 @@ the unnamed character's words do not contradict that name, the *name* moves to t
 in the power-laden Love stories where this happens, the encoder has put the name, not the words, in
 the wrong role. On the gold labels of 1,041 two-role project and train150 stories it never fires.
 
-With two named characters, two strongly gendered names are required (both contradicting their pronouns, or one contradicting
-them and the other fitting them), so a story about one gender-nonconforming name (a woman called
-Jordan, a man called Kim) is left as the labeller tagged it. A story whose two characters really are
+With two named characters, two strongly gendered names are required (both contradicting their
+pronouns, or one contradicting them and the other fitting them), so a story about one
+gender-nonconforming name (a woman called Jordan, a man called Kim) is left as the labeller tagged it. A story whose two characters really are
 a trans man named Sarah and a trans woman named John, or a woman named John beside an unreferenced
 Sarah, would be mislabelled by it; switch the check
 off (``EncoderLabeller(name_check=False)``, ``harness label --no-name-check``) for corpora where
