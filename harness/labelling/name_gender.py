@@ -24,11 +24,11 @@ the wrong role. On the gold labels of 1,041 two-role project and train150 storie
 
 With two named characters, two strongly gendered names are required (both contradicting their
 pronouns, or one contradicting them and the other fitting them), so a story about one
-gender-nonconforming name (a woman called Jordan, a man called Kim) is left as the labeller tagged it. A story whose two characters really are
-a trans man named Sarah and a trans woman named John, or a woman named John beside an unreferenced
-Sarah, would be mislabelled by it; switch the check
-off (``EncoderLabeller(name_check=False)``, ``harness label --no-name-check``) for corpora where
-that is expected. The female shares come from the first-name table of ``harness.identity.build``
+gender-nonconforming name (a woman called Jordan, a man called Kim) is left as the labeller tagged it.
+A story whose two characters really are a trans man named Sarah and a trans woman named John, or a
+woman named John beside an unreferenced Sarah, would be mislabelled by it; switch the check off
+(``EncoderLabeller(name_check=False)``, ``harness label --no-name-check``) for corpora where that is
+expected. The female shares come from the first-name table of ``harness.identity.build``
 (column ``nd_female``), which is built from the installed names-dataset, never downloaded.
 
 Held-out check (no dev data): it swapped 4 of 150 train150 stories and 4 of 73 held-out project

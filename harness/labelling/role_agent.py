@@ -57,7 +57,8 @@ _MONEY = frozenset({"bill", "check", "tab", "card", "wallet", "cash", "money", "
                     "price", "total", "register", "cashier", "waiter", "waitress", "server", "credit", "reader"})
 ACTIONS = (
     Action("pays the bill", frozenset({"pay", "treat", "cover", "foot", "settle", "splurge"}),
-           frozenset({"grab", "pick", "hand", "slide", "insist", "swipe", "tap", "put", "take"}), _MONEY, frozenset({"thank"}),
+           frozenset({"grab", "pick", "hand", "slide", "insist", "swipe", "tap", "put", "take"}), _MONEY,
+           frozenset({"thank"}),
            ("my treat", "on me", "i've got it", "i got it", "i've got this", "i got this", "i'll pay", "i'll get this",
             "let me pay", "let me get", "i pay", "i'm paying", "i'm buying", "i'll buy")),
     Action("makes a request for chores to be done",
