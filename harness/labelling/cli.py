@@ -29,8 +29,9 @@ def _fail(e: HarnessError) -> None:
 
 NAME_CHECK = typer.Option(True, "--name-check/--no-name-check",
                           help="Encoder: move pronouns between two named characters when their first names "
-                               "say they belong to the other (harness.labelling.name_gender), and re-pair names that "
-                               "left a role unnamed only where the first names then fit the pronouns.")
+                               "say they belong to the other, or a lone name to the unnamed role whose pronouns fit "
+                               "it (harness.labelling.name_gender); re-pair names that left a role unnamed only "
+                               "where the first names then fit the pronouns.")
 
 
 ACTION_CHECK = typer.Option(True, "--action-check/--no-action-check",
