@@ -6,8 +6,8 @@ is the hardest part of the task for a small encoder. When a story has exactly tw
 one referred to as Male and the other as Female, and *both* first names contradict the pronouns
 they were given (the name's share of female bearers in names-dataset is at least ``strength`` for
 the character labelled Male and at most ``1 - strength`` for the one labelled Female), the two
-reference lists are swapped. Names keep their roles; only references move. The one-sided case is
-treated the same way: when only one of the two named characters holds gendered words (the other is
+reference lists are swapped. Both named, names keep their roles; only references move. The
+one-sided case is treated the same way: when only one of the two named characters holds gendered words (the other is
 Unspecified), its first name contradicts them and the other's first name fits them ("Samantha and
 David ... David was hesitant since he made more money", tagged as Samantha's "he"), the two lists
 are swapped, so the words move to the character whose name fits. In the shared case both characters
@@ -160,8 +160,9 @@ def _name_to_the_unnamed(characters: tuple[CharacterLabel, ...], roles: tuple[Ro
     f = female_share(characters[x].name, roles[x].description, table)
     if f is None or not _contradicts(genders[x], f, strength) or _contradicts(genders[1 - x], f, strength):
         return characters
-    moved = [replace(characters[x], name=None), replace(characters[1 - x], name=characters[x].name)]
-    return (moved[0], moved[1]) if x == 0 else (moved[1], moved[0])
+    out = list(characters)
+    out[x], out[1 - x] = replace(characters[x], name=None), replace(characters[1 - x], name=characters[x].name)
+    return tuple(out)
 
 
 @lru_cache(maxsize=1)
