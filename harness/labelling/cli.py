@@ -78,11 +78,14 @@ def train(
                                     "harness/data/labelling)."),
     extra: list[Path] = typer.Option(None, "--extra", help="More training JSONL, e.g. laissez_faire_train150.jsonl."),
     out: Optional[Path] = typer.Option(None, "--out", help="Model directory (default: $HARNESS_CACHE/labeller/"
-                                       "encoder-minilm)."),
+                                       "encoder-minilm, or encoder-<base>)."),
     epochs: int = typer.Option(8, "--epochs", min=1),
     batch_size: int = typer.Option(8, "--batch-size", min=1),
     lr: float = typer.Option(1e-4, "--lr"),
-    layers: Optional[int] = typer.Option(None, "--layers", min=1, max=6, help="Keep only the first N layers."),
+    layers: Optional[int] = typer.Option(None, "--layers", min=1, help="Keep only the first N layers."),
+    base: Optional[str] = typer.Option(None, "--base", help="Pretrained encoder to fine-tune: minilm (default, "
+                                       "fast) or mpnet (12 layers of width 768; needs its five weight packages, "
+                                       "see harness/labelling/bases.py). With --init-from: that model's base."),
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Use only the first N stories (quick checks)."),
     seed: int = typer.Option(0, "--seed"),
     augment: bool = typer.Option(True, "--augment/--no-augment", help="Swap first names at random while training."),
@@ -100,7 +103,7 @@ def train(
         files = list(data or builtin_training_files()) + list(extra or [])
         rep = train_encoder(files, out_dir=out, epochs=epochs, batch_size=batch_size, lr=lr, layers=layers,
                             limit=limit, seed=seed, augment=augment, threads=threads, init_from=init_from,
-                            progress=progress)
+                            progress=progress, base=base)
     except HarnessError as e:
         _fail(e)
     if as_json:

