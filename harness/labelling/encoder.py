@@ -936,8 +936,8 @@ class EncoderLabeller(Labeller):
         model = _build_model(self.path / "encoder")
         model.head.load_state_dict(torch.load(self.path / "head.pt", map_location="cpu"))
         model.eval()
-        base = base_encoder(self.meta.get("base_name", DEFAULT_BASE))
-        self.quantized = (self.device == "cpu" and base.int8) if quantize is None else quantize
+        self.base = base_encoder(self.meta.get("base_name", DEFAULT_BASE))
+        self.quantized = (self.device == "cpu" and self.base.int8) if quantize is None else quantize
         if self.quantized:
             if self.device != "cpu":
                 raise ConfigError("quantize=True needs device='cpu' (dynamic int8 runs on CPU only)")
@@ -967,8 +967,7 @@ class EncoderLabeller(Labeller):
 
     def info(self) -> dict[str, Any]:
         """Labeller name, weights directory, hash of the training data and inference settings."""
-        return {"labeller": self.name, "path": str(self.path), "base": self.meta.get("base_name", DEFAULT_BASE),
-                "threshold": self.threshold,
+        return {"labeller": self.name, "path": str(self.path), "base": self.base.name, "threshold": self.threshold,
                 "quantized": self.quantized, "device": self.device,
                 "pronoun_agreement": self.pronoun_agreement, "name_check": self.name_check,
                 "action_check": self.decoder.action_check, "pronoun_binding": self.decoder.pronoun_binding,

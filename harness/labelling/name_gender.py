@@ -7,8 +7,8 @@ one referred to as Male and the other as Female, and *both* first names contradi
 they were given (the name's share of female bearers in names-dataset is at least ``strength`` for
 the character labelled Male and at most ``1 - strength`` for the one labelled Female), the two
 reference lists are swapped. Both named, names keep their roles; only references move. The
-one-sided case is treated the same way: when only one of the two named characters holds gendered words (the other is
-Unspecified), its first name contradicts them and the other's first name fits them ("Samantha and
+one-sided case is treated the same way: when only one of the two named characters holds gendered
+words (the other is Unspecified), its first name contradicts them and the other's first name fits them ("Samantha and
 David ... David was hesitant since he made more money", tagged as Samantha's "he"), the two lists
 are swapped, so the words move to the character whose name fits. In the shared case both characters
 hold words of the same gender (often the very same "he"/"his", given to both), one first name fits
