@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # GPU checks and benchmarks in one command, for a lent CUDA machine whose image already has
 # torch, triton and cupy (see benchmarks/RESULTS.md). Usage: bash benchmarks/gpu.sh OUTDIR [STEPS]
-# STEPS: comma list of tests,labeller,kernels-quick,kernels,kernels-homogeneity,generation
+# STEPS: comma list of tests,labeller,labeller-mpnet,kernels-quick,kernels,kernels-homogeneity,generation
 # (default: tests,labeller,kernels,generation). TESTS_K: a pytest -k filter for the kernel tests.
 # Missing pure-Python dependencies travel as wheels in .whl/ (pip download ...), the fp16 labeller
-# weights and the dev stories in .gpu/ (never committed).
+# weights, the MPNet labeller's settings and the dev stories in .gpu/ (`python benchmarks/gpu_prepare.py`;
+# never committed). labeller-mpnet times MPNet-base with random weights: its model and forward stages
+# stand for the trained model's, its decode and end-to-end stages do not (random probabilities).
 set -u
 OUT=${1:?output directory}
 STEPS=${2:-tests,labeller,kernels,generation}
@@ -35,6 +37,10 @@ fi
 if has labeller; then
   timeout 100 python3 benchmarks/labelling.py --dev .gpu/laissez_faire_audit_dev.jsonl --model-dir .gpu/labeller \
     --throughput 30000 --batch-size 1024 --json "$OUT/labeller.json" 2>&1 | grep -v Loading | tail -3
+fi
+if has labeller-mpnet; then
+  timeout 300 python3 benchmarks/labelling.py --dev .gpu/laissez_faire_audit_dev.jsonl --model-dir .gpu/labeller-mpnet \
+    --random-weights --throughput 30000 --batch-size 512 --json "$OUT/labeller_mpnet.json" 2>&1 | grep -v Loading | tail -3
 fi
 if has generation; then
   timeout 240 python3 benchmarks/generation_gpu.py --tokenizer .gpu/tok --samples 256 --batch-sizes 64,256 \

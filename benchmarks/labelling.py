@@ -85,12 +85,40 @@ def stream_memory(labeller, stories, n: int, batch_size: int) -> dict:
             "rss_last_mib": samples[-1][1], "rss_max_mib": max(r for _, r in samples), "samples": samples}
 
 
+def random_model_dir(skeleton: Path, out: Path, seed: int = 0) -> Path:
+    """A labeller directory in ``out`` with the architecture, tokenizer and settings of the one in
+    ``skeleton`` but random weights, for timing only: throughput does not depend on the weights, and a
+    GPU machine that cannot receive a trained model's weights (MPNet-base: 220 MB even in fp16) can
+    still time its architecture. ``skeleton`` needs ``meta.json`` and ``encoder/`` with
+    ``config.json`` and the tokenizer files; weight files there are not read."""
+    import shutil
+
+    import torch
+    from transformers import AutoConfig, AutoModel
+
+    from harness.labelling.encoder import SLOTS
+
+    if not (skeleton / "meta.json").is_file() or not (skeleton / "encoder" / "config.json").is_file():
+        raise SystemExit(f"--random-weights: {skeleton} needs meta.json and encoder/config.json "
+                         f"(copy them and the tokenizer files from a trained labeller)")
+    (out / "encoder").mkdir(parents=True, exist_ok=True)
+    shutil.copy(skeleton / "meta.json", out / "meta.json")
+    for f in (skeleton / "encoder").iterdir():
+        if f.is_file() and f.suffix not in (".safetensors", ".bin", ".pt"):
+            shutil.copy(f, out / "encoder" / f.name)
+    torch.manual_seed(seed)
+    config = AutoConfig.from_pretrained(str(skeleton / "encoder"))
+    AutoModel.from_config(config).save_pretrained(str(out / "encoder"))
+    torch.save(torch.nn.Linear(config.hidden_size, len(SLOTS)).state_dict(), out / "head.pt")
+    return out
+
+
 def throughput(labeller, stories, n: int, batch_size: int) -> dict:
     """Stories/s of the encoder labeller on ``n`` stories (the dev stories repeated), by stage.
 
     ``encode``: tokenisation and word alignment (host, one process); ``model``: the forward pass
     on batches already on the device; ``forward``: collate, copy, model and copy back;
-    ``decode``: probabilities to names and references (host, one process); ``end_to_end``:
+    ``decode``: probabilities to names and references, one call per batch (host, one process); ``end_to_end``:
     ``label`` as a user calls it (with the labeller's worker processes, if any).
     """
     import torch
@@ -125,9 +153,8 @@ def throughput(labeller, stories, n: int, batch_size: int) -> dict:
     t_fwd = time.perf_counter() - t0
     tokens = sum(len(e.input_ids) for e in enc)
     t0 = time.perf_counter()
-    for b, p, k in zip(batches, probs, range(0, n, batch_size)):
-        for j, e in enumerate(b):
-            labeller.decoder.decode(corpus[order[k + j]], e, p[j])
+    for b, p, k in zip(batches, probs, range(0, n, batch_size)):  # one call per batch, as label() decodes
+        labeller.decoder.decode_many([corpus[i] for i in order[k:k + len(b)]], b, p)
     t_dec = time.perf_counter() - t0
     t0 = time.perf_counter()
     labeller.label(corpus, batch_size=batch_size)
@@ -152,6 +179,8 @@ def main() -> None:
     ap.add_argument("--no-write", action="store_true", help="do not touch RESULTS.md")
     ap.add_argument("--throughput", type=int, default=0,
                     help="only time the encoder by stage on this many stories (e.g. on a GPU), print JSON")
+    ap.add_argument("--random-weights", action="store_true",
+                    help="with --throughput: time --model-dir's architecture with random weights")
     ap.add_argument("--device", default=None, help="encoder device (default: cuda when available)")
     ap.add_argument("--workers", type=int, default=None, help="encoder host worker processes (default: its own)")
     args = ap.parse_args()
@@ -164,10 +193,19 @@ def main() -> None:
     from harness.labelling.evaluate import evaluate, fmt_rate
 
     gold = load_gold(args.dev)
+    if args.random_weights and not (args.throughput and args.model_dir):
+        raise SystemExit("--random-weights times an architecture: it needs --throughput N and --model-dir DIR")
     if args.throughput:
-        lab = get_labeller("encoder", path=args.model_dir, device=args.device, workers=args.workers)
+        model_dir = args.model_dir
+        if args.random_weights:
+            import tempfile
+
+            model_dir = random_model_dir(args.model_dir, Path(tempfile.mkdtemp(prefix="labeller-random-")))
+        lab = get_labeller("encoder", path=model_dir, device=args.device, workers=args.workers)
         res = throughput(lab, [g.story for g in gold if g.story.text], args.throughput, args.batch_size)
         res["machine"] = machine_description()
+        res["weights"] = "random" if args.random_weights else "trained"
+        res["base"] = lab.info()["base"]
         print(json.dumps(res), flush=True)
         lab.close()
         if args.json:

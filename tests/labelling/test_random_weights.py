@@ -1,0 +1,46 @@
+"""The labelling benchmark's random-weights labeller (timing an architecture whose trained weights
+cannot reach the GPU machine): same architecture, tokenizer and settings, other weights."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "labelling.py"
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("labelling_bench", BENCH)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_random_weights_keep_the_architecture_and_settings_and_label(tiny_encoder, gold, tmp_path):
+    import torch
+    from safetensors.torch import load_file
+
+    from harness.labelling.encoder import EncoderLabeller
+
+    trained, _ = tiny_encoder
+    skeleton = tmp_path / "skeleton"
+    shutil.copytree(trained, skeleton, ignore=shutil.ignore_patterns("*.safetensors", "*.pt"))
+    out = _bench().random_model_dir(skeleton, tmp_path / "random")
+    assert json.loads((out / "meta.json").read_text()) == json.loads((trained / "meta.json").read_text())
+    assert json.loads((out / "encoder" / "config.json").read_text())["num_hidden_layers"] == 2
+    a, b = (load_file(str(d / "encoder" / "model.safetensors")) for d in (trained, out))
+    assert a.keys() == b.keys() and all(a[k].shape == b[k].shape for k in a)
+    assert any(not torch.equal(a[k], b[k]) for k in a)
+    lab = EncoderLabeller(out, device="cpu", workers=0)
+    stories = [g.story for g in gold[:3]]
+    assert [labels.story_id for labels in lab.label(stories)] == [s.story_id for s in stories]
+
+
+def test_random_weights_need_a_config(tmp_path):
+    (tmp_path / "meta.json").write_text("{}")
+    with pytest.raises(SystemExit, match="encoder/config.json"):
+        _bench().random_model_dir(tmp_path, tmp_path / "out")
