@@ -40,7 +40,8 @@ if has labeller; then
 fi
 if has labeller-mpnet; then
   timeout 300 python3 benchmarks/labelling.py --dev .gpu/laissez_faire_audit_dev.jsonl --model-dir .gpu/labeller-mpnet \
-    --random-weights --throughput 30000 --batch-size 512 --json "$OUT/labeller_mpnet.json" 2>&1 | grep -v Loading | tail -3
+    --random-weights --throughput 30000 --batch-size 512 --json "$OUT/labeller_mpnet.json" 2>&1 \
+    | grep -v Loading | tail -3
 fi
 if has generation; then
   timeout 240 python3 benchmarks/generation_gpu.py --tokenizer .gpu/tok --samples 256 --batch-sizes 64,256 \
