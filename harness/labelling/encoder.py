@@ -611,7 +611,9 @@ class WordDecoder:
         as written ("Mr. Thompson", "Chef Maria"), as the gold data writes it, even where the model
         left it untagged: "Mr. Thompson" has no first name, "Thompson" would pass for one. The name
         words are the run's capitalised words other than titles, case-folded ({"ana", "ruiz"} for
-        "Dr. Ana Ruiz"); the score sums the slot's probability over the tagged words of the run.
+        "Dr. Ana Ruiz"); the score sums the slot's probability over the tagged words of the run. A run
+        that ends in a lone capital glued to an apostrophe and a capitalised word goes on to that word
+        ("Megan O'Brien", whose words are "Megan", "O", "'Brien").
         """
         col = w.probs[:, slot]
         words, keys = e.words, w.keys
@@ -644,6 +646,10 @@ class WordDecoder:
                     j -= 1
                 if j >= 0 and cap(j) and keys[j] in NAME_TITLES:
                     run = [j, *run]
+            k = run[-1] + 1  # "O'Brien", "D'Angelo": the words split at the apostrophe, as before "'s"
+            if (k < len(words) and len(words[k - 1][0]) == 1 and words[k][1] == words[k - 1][2]
+                    and words[k][0][:1] in "'\u2019" and words[k][0][1:2].isupper()):
+                run = [*run, k]
             caps = [keys[i] for i in run if cap(i)]
             out.append((frozenset(k for k in caps if k not in NAME_TITLES) or frozenset(caps), run, score))
         return out

@@ -245,6 +245,11 @@ def _decode_names(text, tags, roles=("doctor", "needy patient")):
     ("Dr. Ana Ruiz came.", {("Dr", 0, 0): 0.9, ("Ana", 0, 0): 0.9, ("Ruiz", 0, 0): 0.9}, "Dr. Ana Ruiz"),
     ("He met Louis Broussard. Louis laughed.", {("Louis", 0, 0): 0.9, ("Broussard", 0, 0): 0.9, ("Louis", 1, 0): 0.9},
      "Louis Broussard"),
+    # a surname with an apostrophe is split like "'s" but stays part of the name
+    ("Megan O'Brien smiled.", {("Megan", 0, 0): 0.9, ("O", 0, 0): 0.9}, "Megan O'Brien"),
+    ("Lena D\u2019Angelo smiled.", {("Lena", 0, 0): 0.9, ("D", 0, 0): 0.9}, "Lena D\u2019Angelo"),
+    ("Jake's dog barked.", {("Jake", 0, 0): 0.9}, "Jake"),
+    ("Ask Megan O 'Brien.", {("Megan", 0, 0): 0.9, ("O", 0, 0): 0.9}, "Megan O"),  # not glued: not one word
 ])
 def test_decode_name_runs_as_written(text, tags, want):
     assert _decode_names(text, tags)[0] == want
