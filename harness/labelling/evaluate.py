@@ -17,6 +17,12 @@ the story are dropped); the gold gender is the manual label.
 Characters whose gold field is missing (null) are left out of that metric. ``stories_per_s`` is
 the labelling throughput measured during the evaluation (model loading and the start of worker
 processes excluded).
+
+Each overall figure comes with a 95% interval from a story-level bootstrap
+(``harness.stats.bootstrap``): the two characters of a story are not independent (a labeller that
+exchanges two labels gets both wrong), so stories, not characters, are resampled. On the 1,000 dev
+stories the gender intervals are about +-1.2 points wide: figures of two labellers a point apart
+are not told apart by one run.
 """
 
 from __future__ import annotations
@@ -97,6 +103,8 @@ class EvalReport:
         seconds: labelling wall time; stories_per_s: stories / seconds.
         gender, name: overall counts; by_model, by_domain: the same per group.
         confusion: gold gender -> predicted gender -> characters.
+        intervals: the four overall figures' 95% story-bootstrap intervals (``figure_intervals``),
+            keyed like ``overall()``; empty when scored with ``n_boot=0``.
     """
 
     labeller: str
@@ -109,6 +117,7 @@ class EvalReport:
     by_model: dict[str, dict[str, PR]] = field(default_factory=dict)
     by_domain: dict[str, dict[str, PR]] = field(default_factory=dict)
     confusion: dict[str, dict[str, int]] = field(default_factory=dict)
+    intervals: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     @property
     def stories_per_s(self) -> float:
@@ -126,7 +135,8 @@ class EvalReport:
         grp = lambda g: {k: {m: pr.to_dict() for m, pr in v.items()} for k, v in g.items()}  # noqa: E731
         return {"labeller": self.labeller, "lexicon": self.lexicon, "failed": self.failed, "seconds": self.seconds,
                 **self.overall(), "gender": self.gender.to_dict(), "name": self.name.to_dict(),
-                "by_model": grp(self.by_model), "by_domain": grp(self.by_domain), "confusion": self.confusion}
+                "by_model": grp(self.by_model), "by_domain": grp(self.by_domain), "confusion": self.confusion,
+                "intervals": {k: list(v) for k, v in self.intervals.items()}}
 
     def summary(self) -> str:
         """Markdown tables: overall and per group, then the gender confusion matrix."""
@@ -142,6 +152,12 @@ class EvalReport:
                 d = groups[g]
                 lines.append(f"| {title} {g} | {pct(d['gender'].precision)} | {pct(d['gender'].recall)} | "
                              f"{pct(d['name'].precision)} | {pct(d['name'].recall)} | {d['gender'].n_r} |")
+        if self.intervals:
+            iv = self.intervals
+            lines += ["", "95% intervals (stories resampled, Poisson bootstrap): " + ", ".join(
+                f"{label} {pct(iv[k][0])}-{pct(iv[k][1])}" for label, k in (
+                    ("gender P", "gender_precision"), ("gender R", "gender_recall"),
+                    ("name P", "name_precision"), ("name R", "name_recall")))]
         cols = list(GENDER_LABELS)
         lines += ["", "gender confusion (rows: manual label, columns: labeller)", "",
                   "| manual \\ labeller | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
@@ -197,9 +213,44 @@ def _pr(chars: Sequence[CharacterScore]) -> dict[str, PR]:
     return {"gender": gender, "name": name}
 
 
+def _counts(chars: Sequence[CharacterScore]):
+    """(characters, 8) indicators whose column sums are ``_pr``'s counts: gender tp_p, n_p, tp_r,
+    n_r, then the same for names."""
+    import numpy as np
+
+    rows = []
+    for c in chars:
+        g = c.gold_gender is not None
+        pg, gg, hit = c.pred_gender in GENDERED, c.gold_gender in GENDERED, c.pred_gender == c.gold_gender
+        n = c.gold_name_known
+        pn, gn, nhit = c.pred_first is not None, c.gold_first is not None, c.pred_first == c.gold_first
+        rows.append((g and pg and hit, g and pg, g and gg and hit, g and gg,
+                     n and pn and nhit, n and pn, n and gn and nhit, n and gn))
+    return np.asarray(rows, dtype=float).reshape(-1, 8)
+
+
+def figure_intervals(chars: Sequence[CharacterScore], *, n_boot: int = 2000, seed: int = 0, alpha: float = 0.05
+                     ) -> dict[str, tuple[float, float]]:
+    """Percentile intervals of gender and name precision and recall, resampling stories
+    (``harness.stats.bootstrap.cluster_sums``: Poisson weights per story, keyed by seed and story)."""
+    import numpy as np
+
+    from harness.stats.bootstrap import cluster_sums, percentile_interval
+
+    if not chars:
+        return {}
+    _, story = np.unique([c.story_id for c in chars], return_inverse=True)
+    sums = cluster_sums(_counts(chars), story.reshape(-1), n_boot=n_boot, seed=seed)[1:]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratios = sums[:, 0::2] / sums[:, 1::2]
+    low, high = percentile_interval(ratios, alpha)
+    return {k: (float(lo), float(hi)) for k, lo, hi in zip(JSON_KEYS[:4], low, high)}
+
+
 def score(gold: Sequence[GoldStory], labels: Sequence[StoryLabels], *, labeller: str = "?", lexicon: Any = None,
-          seconds: float = 0.0) -> EvalReport:
-    """Table S8 figures from gold stories and the labels produced for them (same order)."""
+          seconds: float = 0.0, n_boot: int = 2000) -> EvalReport:
+    """Table S8 figures from gold stories and the labels produced for them (same order), with
+    ``n_boot`` story-bootstrap replicates for the overall figures' intervals (0: none)."""
     from harness.identity.gender import load_lexicon
 
     chars = score_characters(gold, labels, lexicon)
@@ -217,7 +268,8 @@ def score(gold: Sequence[GoldStory], labels: Sequence[StoryLabels], *, labeller:
         gender=overall["gender"], name=overall["name"],
         by_model={k: _pr(v) for k, v in groups["model"].items()},
         by_domain={k: _pr(v) for k, v in groups["domain"].items()},
-        confusion={g: dict(v) for g, v in confusion.items()})
+        confusion={g: dict(v) for g, v in confusion.items()},
+        intervals=figure_intervals(chars, n_boot=n_boot) if n_boot else {})
 
 
 def evaluate(labeller: Labeller, gold: Sequence[GoldStory], *, lexicon: Any = None, batch_size: int | None = None,
@@ -230,4 +282,5 @@ def evaluate(labeller: Labeller, gold: Sequence[GoldStory], *, lexicon: Any = No
     return score(gold, labels, labeller=labeller.name, lexicon=lexicon, seconds=seconds)
 
 
-__all__ = ["CharacterScore", "EvalReport", "GENDERED", "JSON_KEYS", "PR", "evaluate", "score", "score_characters"]
+__all__ = ["CharacterScore", "EvalReport", "GENDERED", "JSON_KEYS", "PR", "evaluate", "figure_intervals", "score",
+           "score_characters"]

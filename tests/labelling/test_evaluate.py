@@ -101,3 +101,50 @@ def test_readers(gold, tmp_path):
     p.write_text("{oops\n")
     with pytest.raises(DataError, match=r"x.jsonl:1: not valid JSON"):
         load_gold(p)
+
+
+def _scores(outcomes):
+    """CharacterScores from (story id, gender right?) pairs: every character gold Female, named "Ana"."""
+    from harness.labelling.evaluate import CharacterScore
+
+    return [CharacterScore(sid, f"r{k}", "m", "Labor", "Female", "Female" if ok else "Male", "ana",
+                           "ana" if ok else "bob", True) for k, (sid, ok) in enumerate(outcomes)]
+
+
+def test_intervals_count_what_the_figures_count():
+    from harness.labelling.evaluate import _counts, _pr, score_characters
+
+    gold, labels = _case()
+    chars = score_characters(gold, labels)
+    sums = _counts(chars).sum(0).tolist()
+    pr = _pr(chars)
+    assert sums == [pr["gender"].tp_p, pr["gender"].n_p, pr["gender"].tp_r, pr["gender"].n_r,
+                    pr["name"].tp_p, pr["name"].n_p, pr["name"].tp_r, pr["name"].n_r]
+    rep = score(gold, labels)
+    for k, (lo, hi) in rep.intervals.items():
+        assert lo <= rep.overall()[k] <= hi
+    assert "95% intervals (stories resampled" in rep.summary()
+    assert score(gold, labels, n_boot=0).intervals == {}
+
+
+def test_intervals_of_independent_characters_match_wilson():
+    """One character per story: the story bootstrap is the plain binomial bootstrap, whose
+    interval at n = 1,000 agrees with the Wilson interval to a few tenths of a point."""
+    from harness.labelling.evaluate import figure_intervals
+    from harness.stats.intervals import wilson_interval
+
+    chars = _scores([(f"s{i}", i % 20 != 0) for i in range(1000)])  # 950 of 1,000 right
+    lo, hi = figure_intervals(chars, n_boot=4000)["gender_precision"]
+    wlo, whi = wilson_interval(950, 1000)
+    assert abs(lo - wlo) < 0.004 and abs(hi - whi) < 0.004
+
+
+def test_intervals_widen_when_a_storys_characters_err_together():
+    """The same 2,000 characters as 1,000 two-character stories whose characters are both right
+    or both wrong (an exchange of two labels): the interval widens by about sqrt(2)."""
+    from harness.labelling.evaluate import figure_intervals
+
+    single = _scores([(f"s{i}", i % 20 != 0) for i in range(2000)])
+    paired = _scores([(f"s{i // 2}", (i // 2) % 20 != 0) for i in range(2000)])
+    width = [hi - lo for lo, hi in (figure_intervals(c, n_boot=4000)["gender_recall"] for c in (single, paired))]
+    assert 1.25 < width[1] / width[0] < 1.6
