@@ -229,22 +229,50 @@ def _counts(chars: Sequence[CharacterScore]):
     return np.asarray(rows, dtype=float).reshape(-1, 8)
 
 
-def figure_intervals(chars: Sequence[CharacterScore], *, n_boot: int = 2000, seed: int = 0, alpha: float = 0.05
-                     ) -> dict[str, tuple[float, float]]:
-    """Percentile intervals of gender and name precision and recall, resampling stories
-    (``harness.stats.bootstrap.cluster_sums``: Poisson weights per story, keyed by seed and story)."""
+def _figure_replicates(chars: Sequence[CharacterScore], stories: Sequence[str], n_boot: int, seed: int):
+    """(n_boot + 1, 4) gender and name precision and recall; row 0 observed, then one row per
+    story-bootstrap replicate (``harness.stats.bootstrap.cluster_sums``: Poisson weights keyed by
+    seed, replicate and the story's index in ``stories``, so two labellers scored on the same
+    stories get the same resamples)."""
     import numpy as np
 
-    from harness.stats.bootstrap import cluster_sums, percentile_interval
+    from harness.stats.bootstrap import cluster_sums
+
+    index = {sid: i for i, sid in enumerate(stories)}
+    story = np.asarray([index[c.story_id] for c in chars], dtype=np.int64)
+    # a story of ``stories`` without characters still takes its weight: pad it with zeros
+    values = np.vstack([_counts(chars), np.zeros((len(stories), 8))])
+    story = np.concatenate([story, np.arange(len(stories))])
+    sums = cluster_sums(values, story, n_boot=n_boot, seed=seed)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return sums[:, 0::2] / sums[:, 1::2]
+
+
+def figure_intervals(chars: Sequence[CharacterScore], *, n_boot: int = 2000, seed: int = 0, alpha: float = 0.05
+                     ) -> dict[str, tuple[float, float]]:
+    """Percentile intervals of gender and name precision and recall, resampling stories."""
+    from harness.stats.bootstrap import percentile_interval
 
     if not chars:
         return {}
-    _, story = np.unique([c.story_id for c in chars], return_inverse=True)
-    sums = cluster_sums(_counts(chars), story.reshape(-1), n_boot=n_boot, seed=seed)[1:]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        ratios = sums[:, 0::2] / sums[:, 1::2]
-    low, high = percentile_interval(ratios, alpha)
+    stories = sorted({c.story_id for c in chars})
+    low, high = percentile_interval(_figure_replicates(chars, stories, n_boot, seed)[1:], alpha)
     return {k: (float(lo), float(hi)) for k, lo, hi in zip(JSON_KEYS[:4], low, high)}
+
+
+def difference_intervals(a: Sequence[CharacterScore], b: Sequence[CharacterScore], *, n_boot: int = 2000,
+                         seed: int = 0, alpha: float = 0.05) -> dict[str, tuple[float, float, float]]:
+    """Labeller B's figures minus labeller A's on the same gold stories: (difference, low, high),
+    the interval from paired story resamples (every replicate weights a story alike for both), so
+    what the two get right together cancels. An interval that holds 0 does not tell them apart."""
+    from harness.stats.bootstrap import percentile_interval
+
+    stories = sorted({c.story_id for c in a})
+    if stories != sorted({c.story_id for c in b}):
+        raise ValueError("difference_intervals: the two labellers were scored on different stories")
+    diff = _figure_replicates(b, stories, n_boot, seed) - _figure_replicates(a, stories, n_boot, seed)
+    low, high = percentile_interval(diff[1:], alpha)
+    return {k: (float(d), float(lo), float(hi)) for k, d, lo, hi in zip(JSON_KEYS[:4], diff[0], low, high)}
 
 
 def score(gold: Sequence[GoldStory], labels: Sequence[StoryLabels], *, labeller: str = "?", lexicon: Any = None,
@@ -282,5 +310,5 @@ def evaluate(labeller: Labeller, gold: Sequence[GoldStory], *, lexicon: Any = No
     return score(gold, labels, labeller=labeller.name, lexicon=lexicon, seconds=seconds)
 
 
-__all__ = ["CharacterScore", "EvalReport", "GENDERED", "JSON_KEYS", "PR", "evaluate", "figure_intervals", "score",
-           "score_characters"]
+__all__ = ["CharacterScore", "EvalReport", "GENDERED", "JSON_KEYS", "PR", "difference_intervals", "evaluate",
+           "figure_intervals", "score", "score_characters"]

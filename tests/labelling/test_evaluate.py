@@ -148,3 +148,20 @@ def test_intervals_widen_when_a_storys_characters_err_together():
     paired = _scores([(f"s{i // 2}", (i // 2) % 20 != 0) for i in range(2000)])
     width = [hi - lo for lo, hi in (figure_intervals(c, n_boot=4000)["gender_recall"] for c in (single, paired))]
     assert 1.25 < width[1] / width[0] < 1.6
+
+
+def test_difference_intervals_are_paired():
+    """B fixes 15 of A's 100 wrong characters out of 1,000 (+1.5 points): the paired interval
+    excludes 0 and is narrower than the two unpaired intervals' overlap suggests; A against
+    itself differs by exactly 0 in every replicate."""
+    from harness.labelling.evaluate import difference_intervals, figure_intervals
+
+    a = _scores([(f"s{i}", i % 10 != 0) for i in range(1000)])
+    b = _scores([(f"s{i}", i % 10 != 0 or i < 150) for i in range(1000)])
+    d, lo, hi = difference_intervals(a, b)["gender_precision"]
+    assert d == pytest.approx(0.015) and 0 < lo < 0.015 < hi
+    ia, ib = figure_intervals(a)["gender_precision"], figure_intervals(b)["gender_precision"]
+    assert ib[0] < ia[1]  # unpaired, the two intervals overlap
+    assert difference_intervals(a, a)["name_recall"] == (0.0, 0.0, 0.0)
+    with pytest.raises(ValueError, match="different stories"):
+        difference_intervals(a, b[:-1])
