@@ -130,9 +130,12 @@ def eval_(
     apposition_check: bool = APPOSITION_CHECK,
     as_json: bool = typer.Option(False, "--json", help="Print the overall figures as one JSON object."),
     details: Optional[Path] = typer.Option(None, "--details", help="Also write the full report as JSON here."),
+    against: Optional[Path] = typer.Option(None, "--against", help="Also score the encoder in this directory and "
+                                           "report the differences with paired 95% intervals."),
     progress: bool = typer.Option(False, "--progress/--no-progress"),
 ) -> None:
-    """Gender and name precision/recall of a labeller against manual labels (Table S8)."""
+    """Gender and name precision/recall of a labeller against manual labels (Table S8), with 95%
+    story-bootstrap intervals; with --against, the differences from a second encoder."""
     from harness.labelling.data import load_gold
     from harness.labelling.evaluate import evaluate
 
@@ -146,14 +149,33 @@ def eval_(
             rep = evaluate(lab, stories, lexicon=lexicon, batch_size=batch_size, progress=progress)
         finally:
             lab.close()
+        base = None
+        if against is not None:
+            other = _labeller("encoder", against, llm_model, threads, name_check, action_check, pronoun_binding,
+                              apposition_check)
+            try:
+                base = evaluate(other, stories, lexicon=lexicon, batch_size=batch_size, progress=progress)
+            finally:
+                other.close()
     except HarnessError as e:
         _fail(e)
+    diff = rep.difference(base) if base is not None else None
     if details:
         details.write_text(json.dumps(rep.to_dict(), indent=2, default=_jsonable))
     if as_json:
-        typer.echo(json.dumps({k: _jsonable(v) for k, v in rep.overall().items()}))
+        out = {k: _jsonable(v) for k, v in rep.overall().items()}
+        if diff is not None:
+            out["against"] = {k: [_jsonable(x) for x in v] for k, v in diff.items()}
+        typer.echo(json.dumps(out))
     else:
         typer.echo(rep.summary())
+        if diff is not None:
+            typer.echo(f"\nagainst {against} (figures {base.gender.precision:.1%}/{base.gender.recall:.1%} gender, "
+                       f"{base.name.precision:.1%}/{base.name.recall:.1%} names), this labeller minus that one, "
+                       "in points, with 95% paired story-bootstrap intervals:")
+            for label, (d, lo, hi) in zip(("gender P", "gender R", "name P", "name R"), diff.values()):
+                shown = "n/a" if d != d else f"{100 * d:+.1f} ({100 * lo:+.1f} to {100 * hi:+.1f})"
+                typer.echo(f"  {label} {shown}")
 
 
 @app.command("label")

@@ -105,6 +105,7 @@ class EvalReport:
         confusion: gold gender -> predicted gender -> characters.
         intervals: the four overall figures' 95% story-bootstrap intervals (``figure_intervals``),
             keyed like ``overall()``; empty when scored with ``n_boot=0``.
+        characters: the scored characters (``difference`` compares two reports through them).
     """
 
     labeller: str
@@ -118,6 +119,7 @@ class EvalReport:
     by_domain: dict[str, dict[str, PR]] = field(default_factory=dict)
     confusion: dict[str, dict[str, int]] = field(default_factory=dict)
     intervals: dict[str, tuple[float, float]] = field(default_factory=dict)
+    characters: tuple[CharacterScore, ...] = field(default=(), repr=False)
 
     @property
     def stories_per_s(self) -> float:
@@ -130,8 +132,14 @@ class EvalReport:
                 "name_precision": self.name.precision, "name_recall": self.name.recall,
                 "stories": self.stories, "stories_per_s": self.stories_per_s}
 
+    def difference(self, baseline: EvalReport, *, n_boot: int = 2000, seed: int = 0
+                   ) -> dict[str, tuple[float, float, float]]:
+        """This report's four figures minus ``baseline``'s (scored on the same stories), each with a
+        95% paired story-bootstrap interval (``difference_intervals``)."""
+        return difference_intervals(baseline.characters, self.characters, n_boot=n_boot, seed=seed)
+
     def to_dict(self) -> dict[str, Any]:
-        """Everything, as plain Python."""
+        """Everything but the per-character scores, as plain Python."""
         grp = lambda g: {k: {m: pr.to_dict() for m, pr in v.items()} for k, v in g.items()}  # noqa: E731
         return {"labeller": self.labeller, "lexicon": self.lexicon, "failed": self.failed, "seconds": self.seconds,
                 **self.overall(), "gender": self.gender.to_dict(), "name": self.name.to_dict(),
@@ -297,7 +305,7 @@ def score(gold: Sequence[GoldStory], labels: Sequence[StoryLabels], *, labeller:
         by_model={k: _pr(v) for k, v in groups["model"].items()},
         by_domain={k: _pr(v) for k, v in groups["domain"].items()},
         confusion={g: dict(v) for g, v in confusion.items()},
-        intervals=figure_intervals(chars, n_boot=n_boot) if n_boot else {})
+        intervals=figure_intervals(chars, n_boot=n_boot) if n_boot else {}, characters=tuple(chars))
 
 
 def evaluate(labeller: Labeller, gold: Sequence[GoldStory], *, lexicon: Any = None, batch_size: int | None = None,

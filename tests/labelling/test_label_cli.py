@@ -33,6 +33,21 @@ def test_eval_encoder_summary_and_details(gold_path, tiny_encoder, tmp_path):
     assert d["stories"] == 5 and set(JSON_KEYS) <= set(d)
 
 
+def test_eval_against_a_second_encoder(gold_path, tiny_encoder):
+    """The same encoder against itself differs by exactly zero, with a zero-width interval."""
+    out_dir, _ = tiny_encoder
+    args = ["eval", "--gold", str(gold_path), "--model-dir", str(out_dir), "--against", str(out_dir), "--limit", "6"]
+    r = runner.invoke(app, [*args, "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    # a figure with no denominator (the tiny encoder may give no gender) is null, else zero
+    assert d["against"]["gender_recall"] == [0.0, 0.0, 0.0]
+    assert all(v in ([0.0] * 3, [None] * 3) for v in d["against"].values())
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    assert "95% intervals (stories resampled" in r.stdout and "gender R +0.0 (+0.0 to +0.0)" in r.stdout
+
+
 def test_label_command(gold_path, tmp_path):
     out = tmp_path / "labels.jsonl"
     r = runner.invoke(app, ["label", str(gold_path), "--out", str(out), "--labeller", "rules"])
