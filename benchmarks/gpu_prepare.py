@@ -40,8 +40,8 @@ def fp16_copy(src: Path, dst: Path) -> None:
 def skeleton_copy(src: Path, dst: Path) -> None:
     """A labeller directory without weights: settings, encoder config and tokenizer files."""
     if not (src / "meta.json").is_file() or not (src / "encoder" / "config.json").is_file():
-        raise SystemExit(f"{src}: needs meta.json and encoder/config.json (a labeller trained with "
-                         f"`harness label train --base mpnet`)")
+        raise SystemExit(f"{src}: needs meta.json and encoder/config.json (copy them and the tokenizer files "
+                         f"from a labeller trained with `harness label train`)")
     shutil.rmtree(dst, ignore_errors=True)
     (dst / "encoder").mkdir(parents=True)
     shutil.copy(src / "meta.json", dst / "meta.json")

@@ -91,21 +91,13 @@ def random_model_dir(skeleton: Path, out: Path, seed: int = 0) -> Path:
     GPU machine that cannot receive a trained model's weights (MPNet-base: 220 MB even in fp16) can
     still time its architecture. ``skeleton`` needs ``meta.json`` and ``encoder/`` with
     ``config.json`` and the tokenizer files; weight files there are not read."""
-    import shutil
-
     import torch
+    from gpu_prepare import skeleton_copy
     from transformers import AutoConfig, AutoModel
 
     from harness.labelling.encoder import SLOTS
 
-    if not (skeleton / "meta.json").is_file() or not (skeleton / "encoder" / "config.json").is_file():
-        raise SystemExit(f"--random-weights: {skeleton} needs meta.json and encoder/config.json "
-                         f"(copy them and the tokenizer files from a trained labeller)")
-    (out / "encoder").mkdir(parents=True, exist_ok=True)
-    shutil.copy(skeleton / "meta.json", out / "meta.json")
-    for f in (skeleton / "encoder").iterdir():
-        if f.is_file() and f.suffix not in (".safetensors", ".bin", ".pt"):
-            shutil.copy(f, out / "encoder" / f.name)
+    skeleton_copy(skeleton, out)
     torch.manual_seed(seed)
     config = AutoConfig.from_pretrained(str(skeleton / "encoder"))
     AutoModel.from_config(config).save_pretrained(str(out / "encoder"))
