@@ -163,7 +163,7 @@ class EvalReport:
         if self.intervals:
             iv = self.intervals
             lines += ["", "95% intervals (stories resampled, Poisson bootstrap): " + ", ".join(
-                f"{label} {pct(iv[k][0])}-{pct(iv[k][1])}" for label, k in (
+                f"{label} " + ("n/a" if iv[k][0] != iv[k][0] else f"{pct(iv[k][0])}-{pct(iv[k][1])}") for label, k in (
                     ("gender P", "gender_precision"), ("gender R", "gender_recall"),
                     ("name P", "name_precision"), ("name R", "name_recall")))]
         cols = list(GENDER_LABELS)
