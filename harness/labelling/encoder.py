@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import ConfigError, DataError
-from harness.labelling.base import NAME_TITLES, CharacterLabel, Labeller, StoryInput, StoryLabels
+from harness.labelling.base import NAME_TITLES, QUOTES, CharacterLabel, Labeller, StoryInput, StoryLabels
 from harness.labelling.bases import DEFAULT_BASE, base_encoder, base_model_path
 from harness.labelling.data import GoldStory, load_gold
 from harness.identity.gender import infer_gender
@@ -650,6 +650,7 @@ class WordDecoder:
             if (k < len(words) and len(words[k - 1][0]) == 1 and words[k][1] == words[k - 1][2]
                     and words[k][0][:1] in "'\u2019" and words[k][0][1:2].isupper()):
                 run = [*run, k]
+            run = _with_nickname(run, words, keys)
             caps = [keys[i] for i in run if cap(i)]
             out.append((frozenset(k for k in caps if k not in NAME_TITLES) or frozenset(caps), run, score))
         return out
@@ -778,6 +779,37 @@ class WordDecoder:
                 best = max(fams, key=fams.get)
                 keep = [k for k in keep if _FAMILY.get(k, best) == best]
         return tuple(first[k] for k in keep)
+
+
+def _quoted_capitals(words: Sequence[tuple[str, int, int]], i: int, step: int) -> int | None:
+    """From the quote mark at ``i``, the index of the matching quote mark ``step`` words on (+1 or -1)
+    with one or two capitalised words between them; None when the words there are anything else."""
+    for n in (1, 2):
+        j = i + step * (n + 1)
+        if not 0 <= j < len(words) or words[j][0] not in QUOTES:
+            continue
+        if all(words[i + step * m][0][:1].isupper() for m in range(1, n + 1)):
+            return j
+    return None
+
+
+def _with_nickname(run: list[int], words: Sequence[tuple[str, int, int]], keys: Sequence[str]) -> list[int]:
+    """A name run with the quoted nickname and the name words on its other side ('Johnny "Harmonica"
+    Mason', where the tagger often marks only "Mason" or only "Johnny": the quotes break the run)."""
+    def name_word(i: int) -> bool:
+        return 0 <= i < len(words) and words[i][0][:1].isupper() and keys[i] not in NAME_TITLES
+
+    i = run[0] - 1
+    if i >= 0 and words[i][0] in QUOTES:
+        j = _quoted_capitals(words, i, -1)
+        if j is not None and name_word(j - 1):
+            run = [*range(j - 1, i + 1), *run]
+    i = run[-1] + 1
+    if i < len(words) and words[i][0] in QUOTES:
+        j = _quoted_capitals(words, i, 1)
+        if j is not None and name_word(j + 1):
+            run = [*run, *range(i, j + 2)]
+    return run
 
 
 def _exchanged(chars: tuple[CharacterLabel, CharacterLabel]) -> tuple[CharacterLabel, CharacterLabel]:

@@ -250,6 +250,13 @@ def _decode_names(text, tags, roles=("doctor", "needy patient")):
     ("Lena D\u2019Angelo smiled.", {("Lena", 0, 0): 0.9, ("D", 0, 0): 0.9}, "Lena D\u2019Angelo"),
     ("Jake's dog barked.", {("Jake", 0, 0): 0.9}, "Jake"),
     ("Ask Megan O 'Brien.", {("Megan", 0, 0): 0.9, ("O", 0, 0): 0.9}, "Megan O"),  # not glued: not one word
+    # a quoted nickname breaks the run; the name goes on across it, either way
+    ('Johnny "Harmonica" Mason sang.', {("Mason", 0, 0): 0.9}, 'Johnny "Harmonica" Mason'),
+    ('Johnny "Harmonica" Mason sang.', {("Johnny", 0, 0): 0.9}, 'Johnny "Harmonica" Mason'),
+    ("Jaime “The Jet” Tucker ran.", {("Tucker", 0, 0): 0.9}, "Jaime “The Jet” Tucker"),
+    ('She said "Wow" Mason was late.', {("Mason", 0, 0): 0.9}, "Mason"),  # no name word before the quote
+    ('Dr. "Ace" Lee came.', {("Lee", 0, 0): 0.9}, "Lee"),  # a title is no name word
+    ('Ask Mason "Why?" Then go.', {("Mason", 0, 0): 0.9}, "Mason"),  # speech: punctuation inside the quotes
 ])
 def test_decode_name_runs_as_written(text, tags, want):
     assert _decode_names(text, tags)[0] == want
