@@ -12,9 +12,10 @@ words (the other is Unspecified), its first name contradicts them and the other'
 David ... David was hesitant since he made more money", tagged as Samantha's "he"), the two lists
 are swapped, so the words move to the character whose name fits. In the shared case both characters
 hold words of the same gender (often the very same "he"/"his", given to both), one first name fits
-that gender and the other contradicts it ("Kwame" and "Danielle", both with he/his): the character
-whose name contradicts loses the words the other also holds, and is left Unspecified when nothing
-gendered remains. A wrong gender becomes a missing one.
+that gender and the other contradicts it ("Kwame" and "Danielle", both with he/his; "John ... he"
+and "Mary ... him"): the character whose name contradicts loses its words of that gender, and is
+left Unspecified; ``pronoun_binding.claim_unheld`` may then give it the other gender's pronouns when
+nobody holds them. A wrong gender becomes a missing one, or the right one.
 
 When only one of the two characters is named and its first name contradicts its own words, while
 the unnamed character's words do not contradict that name, the *name* moves to the unnamed role
@@ -129,8 +130,8 @@ def check_pronoun_sets(characters: tuple[CharacterLabel, ...], roles: tuple[Role
         if sum(wrong) != 1 or not right[wrong.index(False)]:
             return characters
         w = wrong.index(True)
-        keep = {r.lower() for r in characters[1 - w].references}
-        fixed = replace(characters[w], references=tuple(r for r in characters[w].references if r.lower() not in keep))
+        fixed = replace(characters[w], references=tuple(
+            r for r in characters[w].references if infer_gender([r], lexicon=lexicon) != genders[0]))
         return tuple(fixed if i == w else c for i, c in enumerate(characters))
     if one_sided:  # only one character holds gendered words: move them if only the other's name fits
         h = binary.index(True)

@@ -80,7 +80,9 @@ def test_one_sided_contradiction_moves_the_references(table, a, a_refs, b, b_ref
 @pytest.mark.parametrize("a, a_refs, b, b_refs, want", [
     ("Sarah", ["he"], "John", ["he"], [(), ("he",)]),                       # "Kwame ... Danielle", both he/his
     ("John", ["he", "his"], "Sarah", ["He", "his"], [("he", "his"), ()]),   # compared case-insensitively
-    ("Sarah", ["he", "him"], "John", ["he"], [("him",), ("he",)]),          # only the shared words go
+    ("Sarah", ["he", "him"], "John", ["he"], [(), ("he",)]),                # all its words of that gender go
+    ("Sarah", ["him"], "John", ["he", "his"], [(), ("he", "his")]),         # shared gender, no shared word
+    ("Sarah", ["him", "friend"], "John", ["he"], [("friend",), ("he",)]),   # a word of no gender stays
     ("John", ["she"], "Ana", ["she", "her"], [(), ("she", "her")]),
 ])
 def test_shared_words_leave_the_character_whose_name_contradicts_them(table, a, a_refs, b, b_refs, want):

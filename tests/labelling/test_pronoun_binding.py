@@ -235,3 +235,16 @@ def test_quoted_marks_words_inside_straight_and_curly_quotes():
 
     words = ["He", "said", ",", '"', "she", '"', "and", "\u201c", "he", "\u201d", "left"]
     assert quoted(words) == [False, False, False, False, True, True, False, False, True, True, False]
+
+
+def test_decoder_a_name_that_contradicts_a_shared_gender_takes_the_pronouns_nobody_holds(tagged, table):
+    # the tagger gave Kayla Brian's "him", so both are Male: the name check takes it from her, and the
+    # "she" nobody holds is hers (a train150 story: "John offered to pay for both of them. Mary was
+    # surprised, but she accepted ... Mary would do the same for him", with "him" tagged as Mary's)
+    text = "Brian said he would pay. Kayla was surprised, but she accepted. Kayla would do the same for him."
+    enc, p = tagged(text, [("Brian", 0), ("he", 1), ("Kayla", 2), ("him", 3)])
+    story = StoryInput("x", text, ROLES)
+    got = WordDecoder(0.5, True, 384, table, action_check=False).decode(story, enc, p)
+    assert [c.references for c in got.characters] == [("he",), ("she",)]
+    plain = WordDecoder(0.5, True, 384, action_check=False).decode(story, enc, p)  # no name table: as tagged
+    assert [c.references for c in plain.characters] == [("he",), ("him",)]
