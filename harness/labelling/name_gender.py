@@ -95,8 +95,8 @@ def _share_of_first(first: str, table: str) -> float | None:
 def check_pronoun_sets(characters: tuple[CharacterLabel, ...], roles: tuple[RoleSpec, ...], table: str,
                        strength: float = DEFAULT_STRENGTH) -> tuple[CharacterLabel, ...]:
     """``characters`` with the two reference lists swapped when both names contradict their
-    pronouns, or one does and only the other name fits them; with the shared words taken from the
-    one whose name contradicts when both hold words of one gender; with the name moved to the unnamed
+    pronouns, or one does and only the other name fits them; with its words of that gender taken from
+    the one whose name contradicts when both hold words of one gender; with the name moved to the unnamed
     role when only one character is named and its name contradicts its own words but not the other
     role's (see the module docstring); otherwise ``characters`` unchanged."""
     from dataclasses import replace
