@@ -27,6 +27,7 @@ are not told apart by one run.
 
 from __future__ import annotations
 
+import math
 import re
 import time
 import unicodedata
@@ -163,7 +164,7 @@ class EvalReport:
         if self.intervals:
             iv = self.intervals
             lines += ["", "95% intervals (stories resampled, Poisson bootstrap): " + ", ".join(
-                f"{label} " + ("n/a" if iv[k][0] != iv[k][0] else f"{pct(iv[k][0])}-{pct(iv[k][1])}") for label, k in (
+                f"{label} " + ("n/a" if math.isnan(iv[k][0]) else f"{pct(iv[k][0])}-{pct(iv[k][1])}") for label, k in (
                     ("gender P", "gender_precision"), ("gender R", "gender_recall"),
                     ("name P", "name_precision"), ("name R", "name_recall")))]
         cols = list(GENDER_LABELS)
