@@ -52,7 +52,7 @@ from harness.identity.names import without_role_title
 from harness.labelling import role_agent, role_apposition
 from harness.labelling.pronoun_binding import bind_unreferenced, claim_unheld
 from harness.labelling.name_gender import (DEFAULT_STRENGTH, check_pronoun_sets, default_lexicon, default_table,
-                                          female_shares)
+                                          female_shares, names_agree)
 
 DEFAULT_NAME = "encoder-minilm"
 SLOTS = ("subject_name", "subject_ref", "object_name", "object_ref")
@@ -792,17 +792,35 @@ class WordDecoder:
                 ends = {run[-1] for _, run, _ in runs[1 - r]}
                 runs[r] = [x for x in runs[r] if x[1][0] - 1 not in ends]
         chosen: list[list[int] | None] = [rs[0][1] if rs else None for rs in runs]
+        lost = None  # (role, character) where a role's only character went to the other role
         if len(runs) == 2 and runs[0] and runs[1] and _same_character(runs[0][0][0], runs[1][0][0]):
             firsts = (runs[0][0][0], runs[1][0][0])
             total = [sum(sc for k, _, sc in rs if any(_same_character(k, f) for f in firsts)) for rs in runs]
             loser = 0 if total[0] < total[1] else 1
             taken = runs[1 - loser][0][0]
             chosen[loser] = next((run for k, run, _ in runs[loser] if not _same_character(k, taken)), None)
+            if chosen[loser] is None:
+                lost = (loser, taken)
         refs = [self._references(e, w, 2 * r + 1) for r in range(len(story.roles))]
         names, refs_out = self._finish(story, e, chosen, refs)
         if len(runs) == 2 and None in chosen and self.name_table is not None:
-            # a role left without a name: the best pair over both roles' characters, kept only where
-            # the first names then agree with the pronouns (the name check leaves the pair as it is)
+            # a role left without a name: first, where the other role won its only character, its
+            # runs at the fallback threshold, as for a role with no run at all ("Isaac ... His
+            # girlfriend, Marisol Vega": both slots tag Isaac, and only the payer's tags Marisol,
+            # weakly), kept where the name check leaves no first name contradicting its words; then
+            # the best pair over both roles' characters, kept only where the name check leaves it as
+            # it is (the first names agree with the pronouns)
+            if lost is not None and self.name_fallback:
+                r, taken = lost
+                ends = {run[-1] for _, run, _ in runs[1 - r]}
+                run = next((run for k, run, _ in self._name_runs(e, w, 2 * r, self.name_fallback)
+                            if run[0] - 1 not in ends and not _same_character(k, taken)), None)
+                if run is not None:
+                    alt = self._finish(story, e, [run if i == r else chosen[i] for i in (0, 1)], refs)
+                    chars = tuple(CharacterLabel(r.key, n, rf) for r, n, rf in zip(story.roles, *alt))
+                    checked = check_pronoun_sets(chars, story.roles, self.name_table, self.name_strength)
+                    if names_agree(checked, story.roles, self.name_table, self.name_strength):
+                        return alt
             paired = _best_pair(runs)
             if paired != chosen:
                 alt = self._finish(story, e, paired, refs)

@@ -144,6 +144,20 @@ def check_pronoun_sets(characters: tuple[CharacterLabel, ...], roles: tuple[Role
     return replace(a, references=b.references), replace(b, references=a.references)
 
 
+def names_agree(characters: tuple[CharacterLabel, ...], roles: tuple[RoleSpec, ...], table: str,
+                strength: float = DEFAULT_STRENGTH) -> bool:
+    """Whether no named character's first name contradicts the gender of its own words (a name
+    whose share is unknown contradicts nothing)."""
+    from harness.identity.gender import infer_gender
+
+    lexicon = default_lexicon()
+    for c, r in zip(characters, roles):
+        f = female_share(c.name, r.description, table) if c.name else None
+        if f is not None and _contradicts(infer_gender(list(c.references), lexicon=lexicon), f, strength):
+            return False
+    return True
+
+
 def _contradicts(gender: str, f: float, strength: float) -> bool:
     """Whether a first name's female share ``f`` contradicts a Male or Female label."""
     return gender in ("Male", "Female") and (f if gender == "Male" else 1.0 - f) >= strength

@@ -347,7 +347,8 @@ def test_decode_a_role_with_no_name_run_takes_one_at_the_fallback_threshold():
 def name_table(tmp_path_factory) -> str:
     import pandas as pd
 
-    shares = {"OWEN": 0.01, "YASMIN": 0.99, "NOAH": 0.01, "RACHEL": 0.99, "OMAR": 0.01, "FELIX": 0.02}
+    shares = {"OWEN": 0.01, "YASMIN": 0.99, "NOAH": 0.01, "RACHEL": 0.99, "OMAR": 0.01, "FELIX": 0.02,
+              "ISAAC": 0.01, "MARISOL": 0.99, "ZOE": 0.99, "ANTHONY": 0.01}
     path = tmp_path_factory.mktemp("names") / "first_names.parquet"
     pd.DataFrame({"key": list(shares), "nd_female": list(shares.values())}).to_parquet(path)
     return str(path)
@@ -386,6 +387,36 @@ def test_decode_the_best_pair_is_dropped_where_the_names_contradict_the_pronouns
             ("Rachel", 1, 2): 0.73, ("His", 0, 3): 0.99, ("him", 0, 3): 0.99, ("She", 0, 1): 0.99}
     got = _decode_pair(text, tags, name_table, ("sibling who pays the bill", "other sibling"))
     assert got == [(None, ("She",)), ("Noah", ("His", "him"))]
+
+
+def test_decode_a_role_whose_only_character_went_to_the_other_role_takes_a_fallback_run(name_table):
+    # both slots tag Isaac, the other role's more strongly; the payer's slot tags Marisol only weakly
+    text = "Isaac Goldstein played weddings. His girlfriend, Marisol Vega, had a steady job. She paid."
+    tags = {("Isaac", 0, 0): 0.6, ("Isaac", 0, 2): 0.95, ("Goldstein", 0, 2): 0.9, ("Marisol", 0, 0): 0.3,
+            ("Vega", 0, 0): 0.25, ("His", 0, 3): 0.99, ("She", 0, 1): 0.99}
+    assert _decode_pair(text, tags, name_table) == [("Marisol Vega", ("She",)), ("Isaac Goldstein", ("His",))]
+    # below the fallback threshold the role stays unnamed
+    tags[("Marisol", 0, 0)], tags[("Vega", 0, 0)] = 0.1, 0.1
+    assert _decode_pair(text, tags, name_table) == [(None, ("She",)), ("Isaac Goldstein", ("His",))]
+
+
+def test_decode_a_fallback_run_is_kept_only_where_the_names_then_fit_the_words(name_table):
+    # the weak run names Rachel for a role that holds "He", beside Isaac with words of both genders:
+    # the name check cannot repair that, so the role stays unnamed
+    text = "Isaac Goldstein, a man of few words, played weddings. His friend Rachel watched. She paid."
+    tags = {("Isaac", 0, 0): 0.6, ("Isaac", 0, 2): 0.95, ("Goldstein", 0, 2): 0.9, ("Rachel", 0, 0): 0.3,
+            ("man", 0, 3): 0.99, ("She", 0, 3): 0.99, ("His", 0, 1): 0.99}
+    assert _decode_pair(text, tags, name_table) == [(None, ("His",)), ("Isaac Goldstein", ("man", "She"))]
+    # with Isaac's words of one gender the shared case takes Rachel's "His", and the run is kept
+    del tags[("She", 0, 3)]
+    assert _decode_pair(text, tags, name_table)[0][0] == "Rachel"
+    # where the name check repairs it (both names contradict their words, so the lists are swapped),
+    # the run is kept: Zoe gets her pronouns
+    text = "Anthony Russo painted the kitchen. Zoe burst in. She got the job. He smiled."
+    tags = {("Anthony", 0, 0): 0.95, ("Russo", 0, 0): 0.9, ("Anthony", 0, 2): 0.6, ("Zoe", 0, 2): 0.4,
+            ("She", 0, 1): 0.99, ("He", 0, 3): 0.99}
+    roles = ("romantic partner who gets a new job", "other romantic partner")
+    assert _decode_pair(text, tags, name_table, roles) == [("Anthony Russo", ("He",)), ("Zoe", ("She",))]
 
 
 def test_best_pair_scores_characters_over_all_their_runs():

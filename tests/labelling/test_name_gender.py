@@ -9,7 +9,7 @@ import pytest
 from harness.errors import DataError
 from harness.labelling.base import CharacterLabel, RoleSpec, StoryInput
 from harness.labelling.encoder import WordDecoder
-from harness.labelling.name_gender import check_pronoun_sets, female_share, female_shares
+from harness.labelling.name_gender import check_pronoun_sets, female_share, female_shares, names_agree
 
 ROLES = (RoleSpec("subject", "first romantic partner"), RoleSpec("object", "second romantic partner"))
 SHARES = {"SARAH": 0.99, "JOHN": 0.02, "JORDAN": 0.3, "KIM": 0.6, "ANA": 0.8, "TOM": 0.2, "NEMO": np.nan}
@@ -156,3 +156,15 @@ def test_the_action_check_reads_the_labels_after_the_name_check(table, tagged):
     # without the name check, the crossed labels say the subject pays: nothing is exchanged
     plain = WordDecoder(0.5, True, 384).decode(story, enc, p)
     assert [(c.name, c.references) for c in plain.characters] == [("John", ("She",)), ("Sarah", ("he",))]
+
+
+def test_names_agree_when_no_first_name_contradicts_its_words(table):
+    assert names_agree(chars("Sarah", ["she"], "John", ["his"]), ROLES, table)
+    assert not names_agree(chars("Sarah", ["He"], "John", ["his"]), ROLES, table)
+    assert not names_agree(chars("Sarah", ["she"], "John", ["her"]), ROLES, table)
+    # unknown or weakly gendered names, no name, no words, mixed words: nothing to contradict
+    assert names_agree(chars("Nemo", ["he"], "Jordan", ["she"]), ROLES, table)
+    assert names_agree(chars(None, ["he"], "Sarah", []), ROLES, table)
+    assert names_agree(chars("Sarah", ["he", "she"], "John", ["they"]), ROLES, table)
+    # "Ana" (0.8) is at the strength: "he" contradicts it
+    assert not names_agree(chars("Ana", ["he"], None, []), ROLES, table)
