@@ -1020,8 +1020,9 @@ class EncoderLabeller(Labeller):
             name fits it, the other loses the words they share; a lone name that contradicts its
             own words moves to the unnamed role when that role's words do not contradict it
             (``harness.labelling.name_gender``). With it, a two-role story whose name runs leave a
-            role without a name takes the best pair of different characters over both roles
-            (``_best_pair``) where the first names then agree with the pronouns.
+            role without a name takes, where the other role won that role's only character, the role's
+            run at the fallback threshold, else the best pair of different characters over both roles
+            (``_best_pair``), each where the first names then agree with the pronouns.
         name_table: the first-name table it reads (default: the identity module's, built on first use).
         action_check: in power-laden Love stories, exchange the two characters' labels when the
             grammar says the labelled object does the subject's action ("pays the bill") in more
