@@ -91,6 +91,23 @@ def test_action_clauses_of_two_women(text, want):
 
 
 @pytest.mark.parametrize("text, want", [
+    # a pronoun both men hold, outside quotes: the character the nearest subject before it names
+    ("Desmond smiled at the waiter, and he paid for both of them.", [("paid", 0)]),
+    ("Elliot nodded, and he paid, and he smiled.", [("paid", 1)]),
+    ('Desmond laid a palm over the check. "Let me," he murmured, sliding his card inside.', [("sliding", 0)]),
+    ("Desmond waved, the waiter came over, and he paid.", []),  # a subject in between names no one
+    ('"He paid," Elliot said.', []),  # in quotes: someone the speaker talks about
+    # a weaker verb with "back" returns something: no one pays
+    ("Elliot saw a watch he liked, but he put it back when he saw the price.", []),
+    ("Elliot slid the check back across the table.", []),
+    ("Elliot put the bill on his card.", [("put", 1)]),
+])
+def test_action_clauses_of_two_men(text, want):
+    desmond, elliot = ("Desmond", ("he", "his", "him")), ("Elliot", ("he", "his", "him"))
+    assert action_clauses(text, action_for(PAYS), desmond, elliot) == want
+
+
+@pytest.mark.parametrize("text, want", [
     ("Sarah walked John through every step.", [("walked", 1)]),
     ("He talked her through it, one move at a time.", [("talked", 0)]),
     ("Sarah walked through the park with John.", []),  # no person walked through anything
