@@ -457,8 +457,9 @@ def test_text_tokenisation_equals_word_by_word(max_length):
     tok = AutoTokenizer.from_pretrained(str(base_model_path()))
     stories = [g.story for g in load_gold(builtin_training_files()[0])[:60]]
     roles = stories[0].roles
-    odd = ["Ana paid 10\u20ac for it.", "Hi \U0001F600Ana!", "Ana\u200bBen came.", "Cafe\u0301 owner Jose\u0301 smiled.",
-           "Mr.Thompson and O'Brien's dog", "a_b c", "Ana\u2014Ben \u201chi\u201d", "", "x" * 400, "word " * 300]
+    odd = ["Ana paid 10\u20ac for it.", "Hi \U0001F600Ana!", "Ana\u200bBen came.",
+           "Cafe\u0301 owner Jose\u0301 smiled.", "Mr.Thompson and O'Brien's dog", "a_b c",
+           "Ana\u2014Ben \u201chi\u201d", "", "x" * 400, "word " * 300]
     stories += [StoryInput(f"odd{i}", t, roles) for i, t in enumerate(odd)]
     assert _encode_many(tok, stories, None, max_length) == _word_by_word(tok, stories, max_length)
     enc = tok([" ".join(_prefix(s)) for s in stories[-len(odd):]], odd, truncation="only_second",
