@@ -295,8 +295,7 @@ def _speaker(sent, only: Split) -> int | None:
 
 
 def _speakers(sent, only: Split) -> set[int]:
-    found = {_named(c, only) if c.lower_ not in only[2] else _antecedent(c, only)
-             for t in sent if _verb_lemma(t) in _SAY and not _in_quote(t)
+    found = {_named_or_antecedent(c, only) for t in sent if _verb_lemma(t) in _SAY and not _in_quote(t)
              for c in t.children if c.dep_ == "nsubj" and not _in_quote(c)}
     found.discard(None)
     return found
@@ -306,6 +305,12 @@ def _named(tok, only: Split) -> int | None:
     toks = [tok, *(c for c in tok.children if c.dep_ in ("compound", "appos", "conj"))]
     hits = {r for t in toks for r in (0, 1) if t.lower_ in only[r]}
     return hits.pop() if len(hits) == 1 else None
+
+
+def _named_or_antecedent(tok, only: Split) -> int | None:
+    """``_named``, else, for a pronoun both characters hold, its ``_antecedent``."""
+    who = _named(tok, only)
+    return _antecedent(tok, only) if who is None and tok.lower_ in only[2] else who
 
 
 def _antecedent(pron, only: Split) -> int | None:
