@@ -37,6 +37,7 @@ import random
 import re
 import time
 import warnings
+import weakref
 from collections.abc import Iterator, Sequence
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass, replace
@@ -311,10 +312,14 @@ def _encoded_from(enc, i: int, words: list[tuple[str, int, int]]) -> _Encoded:
     for pos, (wid, sid) in enumerate(zip(enc.word_ids(i), enc.sequence_ids(i))):
         if sid == 1 and wid is not None and word_token[wid] < 0:
             word_token[wid] = pos
-    # words with no word piece at all (rare symbols) borrow nothing; truncation leaves -1 at the tail
-    truncated = bool(words) and word_token[-1] < 0 and any(_is_word(w) for w, _, _ in words[-3:])
     ids = enc["input_ids"][i]
-    return _Encoded(ids, _type_ids(enc, i, ids), word_token, words, truncated)
+    return _Encoded(ids, _type_ids(enc, i, ids), word_token, words, _truncated(words, word_token))
+
+
+def _truncated(words: list[tuple[str, int, int]], word_token: list[int]) -> bool:
+    """Whether truncation cut the story: its last words have no piece. Words with no word piece at all
+    (rare symbols) borrow nothing; truncation leaves -1 at the tail."""
+    return bool(words) and word_token[-1] < 0 and any(_is_word(w) for w, _, _ in words[-3:])
 
 
 def _encode(tokenizer, story: StoryInput, text: str | None = None, max_length: int = 384) -> _Encoded:
@@ -359,16 +364,17 @@ def _continuation_ids(tokenizer):
     prefix = getattr(getattr(backend, "model", None), "continuing_subword_prefix", None)
     if not prefix:
         return None
-    key = id(backend)
-    if _CONTINUATION.get("key") != key:
+    mask = _CONTINUATION.get(tokenizer)
+    if mask is None:
         vocab = backend.get_vocab()
         mask = np.zeros(max(vocab.values()) + 1, dtype=bool)
         mask[[i for t, i in vocab.items() if t.startswith(prefix)]] = True
-        _CONTINUATION.update(key=key, mask=mask)
-    return _CONTINUATION["mask"]
+        _CONTINUATION[tokenizer] = mask
+    return mask
 
 
-_CONTINUATION: dict[str, Any] = {}
+#: Each tokenizer's continuation mask, built once (its vocabulary does not change).
+_CONTINUATION: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _aligned(enc, i: int, words: list[tuple[str, int, int]], continuation) -> _Encoded | None:
@@ -402,8 +408,7 @@ def _aligned(enc, i: int, words: list[tuple[str, int, int]], continuation) -> _E
     if owned.any() and continuation[np.asarray(ids, dtype=np.int64)[pos[owned]]].any():
         return None
     word_token = pos.tolist()
-    truncated = word_token[-1] < 0 and any(_is_word(w) for w, _, _ in words[-3:])
-    return _Encoded(ids, _type_ids(enc, i, ids), word_token, words, truncated)
+    return _Encoded(ids, _type_ids(enc, i, ids), word_token, words, _truncated(words, word_token))
 
 
 def _type_ids(enc, i: int, ids: list[int]) -> list[int]:
@@ -818,14 +823,14 @@ class WordDecoder:
                             if run[0] - 1 not in ends and not _same_character(k, taken)), None)
                 if run is not None:
                     alt = self._finish(story, e, [run if i == r else chosen[i] for i in (0, 1)], refs)
-                    chars = tuple(CharacterLabel(r.key, n, rf) for r, n, rf in zip(story.roles, *alt))
-                    checked = check_pronoun_sets(chars, story.roles, self.name_table, self.name_strength)
+                    checked = check_pronoun_sets(_labels(story, alt), story.roles, self.name_table,
+                                                 self.name_strength)
                     if names_agree(checked, story.roles, self.name_table, self.name_strength):
                         return alt
             paired = _best_pair(runs)
             if paired != chosen:
                 alt = self._finish(story, e, paired, refs)
-                chars = tuple(CharacterLabel(r.key, n, rf) for r, n, rf in zip(story.roles, *alt))
+                chars = _labels(story, alt)
                 if check_pronoun_sets(chars, story.roles, self.name_table, self.name_strength) == chars:
                     return alt
         return names, refs_out
@@ -935,6 +940,11 @@ def _same_character(a: frozenset, b: frozenset) -> bool:
     return a <= b or b <= a
 
 
+def _labels(story: StoryInput, names_refs: tuple[list, list]) -> tuple[CharacterLabel, ...]:
+    """Candidate labels from ``_finish``'s names and references, for the name check to read."""
+    return tuple(CharacterLabel(role.key, n, rf) for role, n, rf in zip(story.roles, *names_refs))
+
+
 def _best_pair(runs: list[list[tuple[frozenset, list[int], float]]]) -> list[list[int] | None]:
     """The first runs of the two different characters (or none) that score highest over both roles.
 
@@ -989,12 +999,8 @@ class _Words:
         valid = tok >= 0
         probs = np.zeros((len(tok), p.shape[1]), dtype=np.float64)
         probs[valid] = p[tok[valid]]
-        # a word of ``split_words`` holds a letter or digit when it is longer than one character or
-        # is one (``_is_word`` of it, without a generator per word)
-        scored = valid & np.fromiter((len(w) > 1 or w.isalnum() for w, _, _ in e.words), dtype=bool,
-                                     count=len(tok))
-        keys = [w.casefold().replace("\u2019", "'") for w, _, _ in e.words]  # _norm, inlined
-        return cls(probs, scored, scored.nonzero()[0].tolist(), keys)
+        scored = valid & np.fromiter((_is_word(w) for w, _, _ in e.words), dtype=bool, count=len(tok))
+        return cls(probs, scored, scored.nonzero()[0].tolist(), [_norm(w) for w, _, _ in e.words])
 
 
 class EncoderLabeller(Labeller):
