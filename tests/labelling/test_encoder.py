@@ -84,6 +84,29 @@ def test_a_storys_probabilities_do_not_depend_on_its_batch(tiny_encoder, gold, q
     assert lab.label(stories, batch_size=3) == lab.label(stories[::-1], batch_size=8)[::-1]
 
 
+def test_quantised_weights_have_one_scale_per_output_channel(tiny_encoder, gold):
+    # one scale per layer rounds a layer's small rows as coarsely as its largest; per output channel,
+    # the probabilities stay nearer float32's than with one scale per layer
+    import numpy as np
+    import torch
+
+    from harness.labelling.encoder import _encode_many
+
+    out_dir, _ = tiny_encoder
+    lab = EncoderLabeller(out_dir, device="cpu", quantize=True, workers=0)
+    linears = [m for m in lab.model.modules() if type(m).__name__ == "Linear"]
+    assert linears and all(m.weight().qscheme() == torch.per_channel_affine for m in linears)
+    exact = EncoderLabeller(out_dir, device="cpu", quantize=False, workers=0)
+    per_layer = EncoderLabeller(out_dir, device="cpu", quantize=False, workers=0)
+    per_layer.model = torch.ao.quantization.quantize_dynamic(exact.model, {torch.nn.Linear}, dtype=torch.qint8)
+    enc = _encode_many(lab.tokenizer, [g.story for g in gold], None, lab.max_length)
+
+    def error(labeller):
+        return np.mean([np.abs(p - q).mean() for p, q in zip(labeller._probs(enc), exact._probs(enc))])
+
+    assert 0 < error(lab) < error(per_layer)
+
+
 def test_training_loop_and_inference(tiny_encoder, gold):
     out_dir, report = tiny_encoder
     assert report.stories == 12 and report.epochs == 3 and len(report.epoch_losses) == 3
