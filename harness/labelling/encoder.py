@@ -1021,8 +1021,9 @@ class EncoderLabeller(Labeller):
     Args:
         path: directory written by ``train_encoder`` (default ``default_model_dir()``).
         device: "cpu" or "cuda" (default: cuda when available).
-        quantize: int8 dynamic quantisation of the linear layers (default: on for CPU where the base
-            survives it, ``harness.labelling.bases.BaseEncoder.int8``).
+        quantize: int8 dynamic quantisation of the linear layers, one weight scale per output channel
+            (``quantized``; default: on for CPU where the base survives it,
+            ``harness.labelling.bases.BaseEncoder.int8``).
         threshold: probability at which a word is tagged.
         threads: torch CPU threads (default: leave torch's setting).
         pronoun_agreement: keep only the best-scoring pronoun family (he/him/his, she/her/hers,
