@@ -94,7 +94,10 @@ def test_quantised_weights_have_one_scale_per_output_channel(tiny_encoder, gold)
 
     out_dir, _ = tiny_encoder
     lab = EncoderLabeller(out_dir, device="cpu", quantize=True, workers=0)
-    linears = [m for m in lab.model.modules() if type(m).__name__ == "Linear"]
+    from torch.ao.nn.quantized.dynamic import Linear as QuantisedLinear
+
+    assert not any(type(m) is torch.nn.Linear for m in lab.model.modules())
+    linears = [m for m in lab.model.modules() if isinstance(m, QuantisedLinear)]
     assert linears and all(m.weight().qscheme() == torch.per_channel_affine for m in linears)
     exact = EncoderLabeller(out_dir, device="cpu", quantize=False, workers=0)
     per_layer = EncoderLabeller(out_dir, device="cpu", quantize=False, workers=0)
