@@ -427,12 +427,17 @@ def test_decode_a_role_whose_only_character_went_to_the_other_role_takes_a_fallb
 
 
 def test_decode_a_fallback_run_is_kept_only_where_the_names_then_fit_the_words(name_table):
-    # the weak run names Rachel for a role that holds "He", beside Isaac with words of both genders:
-    # the name check cannot repair that, so the role stays unnamed
+    # the weak run names Rachel for a role that holds "His", beside Isaac with words of both genders
+    # ("man", "She"): the name check moves the pronouns alone (a mixed list keeps its nouns), both
+    # names then fit their words, and the run is kept
     text = "Isaac Goldstein, a man of few words, played weddings. His friend Rachel watched. She paid."
     tags = {("Isaac", 0, 0): 0.6, ("Isaac", 0, 2): 0.95, ("Goldstein", 0, 2): 0.9, ("Rachel", 0, 0): 0.3,
             ("man", 0, 3): 0.99, ("She", 0, 3): 0.99, ("His", 0, 1): 0.99}
-    assert _decode_pair(text, tags, name_table) == [(None, ("His",)), ("Isaac Goldstein", ("man", "She"))]
+    assert _decode_pair(text, tags, name_table) == [("Rachel", ("She",)), ("Isaac Goldstein", ("man", "His"))]
+    # beside a first name the table does not know, the check cannot repair it: the role stays unnamed
+    unknown = {(w.replace("Isaac", "Ezra"), p, s): v for (w, p, s), v in tags.items()}
+    assert _decode_pair(text.replace("Isaac", "Ezra"), unknown, name_table) == [
+        (None, ("His",)), ("Ezra Goldstein", ("man", "She"))]
     # with Isaac's words of one gender the shared case takes Rachel's "His", and the run is kept
     del tags[("She", 0, 3)]
     assert _decode_pair(text, tags, name_table)[0][0] == "Rachel"

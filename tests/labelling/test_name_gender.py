@@ -93,6 +93,26 @@ def test_shared_words_leave_the_character_whose_name_contradicts_them(table, a, 
 
 
 @pytest.mark.parametrize("a, a_refs, b, b_refs, want", [
+    # "Destiny" with his/he/girlfriend, "Jason" with she/her: only the pronouns move
+    ("Sarah", ["His", "he", "girlfriend"], "John", ["she", "her"], [("girlfriend", "she", "her"), ("His", "he")]),
+    ("John", ["her", "boyfriend"], "Sarah", ["his"], [("boyfriend", "his"), ("her",)]),
+    # shared: "David" with she/her/boyfriend beside a woman who holds she/her
+    ("John", ["she", "her", "boyfriend"], "Sarah", ["she", "her"], [("boyfriend",), ("she", "her")]),
+    # the pronouns alone leave nothing to move, or still mix, or the names do not decide: unchanged
+    ("Sarah", ["she", "boyfriend"], "John", ["he"], None),
+    ("Sarah", ["he", "she", "girl"], "John", ["him"], None),
+    ("Jordan", ["his", "girlfriend"], "Kim", ["she"], None),
+])
+def test_a_mixed_list_moves_only_its_pronouns(table, a, a_refs, b, b_refs, want):
+    # a reference list mixing one gender's pronouns with the other's nouns (gender Unsure): the nouns sit
+    # beside the name they belong to, so the check runs on the pronouns alone and moves only those
+    given = chars(a, a_refs, b, b_refs)
+    out = check_pronoun_sets(given, ROLES, table)
+    assert [c.name for c in out] == [a, b]
+    assert refs(out) == (refs(given) if want is None else want)
+
+
+@pytest.mark.parametrize("a, a_refs, b, b_refs, want", [
     ("John", ["she", "her"], None, ["he", "him"], [None, "John"]),  # "Anthony Russo" with she/her
     ("Sarah", ["he"], None, ["she"], [None, "Sarah"]),
     ("Sarah", ["he"], None, [], [None, "Sarah"]),                   # the unnamed one holds nothing
