@@ -104,9 +104,10 @@ def check_pronoun_sets(characters: tuple[CharacterLabel, ...], roles: tuple[Role
                        strength: float = DEFAULT_STRENGTH) -> tuple[CharacterLabel, ...]:
     """``characters`` with the two reference lists swapped when both names contradict their
     pronouns, or one does and only the other name fits them; with its words of that gender taken from
-    the one whose name contradicts when both hold words of one gender; with the name moved to the unnamed
-    role when only one character is named and its name contradicts its own words but not the other
-    role's (see the module docstring); otherwise ``characters`` unchanged."""
+    the one whose name contradicts when both hold words of one gender; with only the pronouns checked and
+    moved when a list mixes genders; with the name moved to the unnamed role when only one character is
+    named and its name contradicts its own words but not the other role's (see the module docstring);
+    otherwise ``characters`` unchanged."""
     from dataclasses import replace
 
     from harness.identity.gender import infer_gender
