@@ -25,6 +25,7 @@ The gold reference lists of 928 two-named project and train150 stories never mix
 fires there; on the three held-out project files it changed 7 characters, 5 right and 2 wrong (both in
 stories whose two names the encoder had already put in each other's roles), and on dev 3 stories,
 each for the better (``benchmarks/RESULTS.md``, section ``labelling-layers``, session 15).
+
 When only one of the two characters is named and its first name contradicts its own words, while
 the unnamed character's words do not contradict that name, the *name* moves to the unnamed role
 ("Anthony Russo" tagged for the subject, who holds she/her, beside an unnamed object holding he/him):
