@@ -1038,8 +1038,8 @@ class EncoderLabeller(Labeller):
             contradict the pronouns they were given, or when only one holds gendered words, its name
             contradicts them and the other's fits them; when both hold words of one gender and only one
             name fits it, the other loses the words they share; a list that mixes one gender's pronouns
-            with the other's nouns is checked on its pronouns alone, and only they move; a lone name that contradicts its
-            own words moves to the unnamed role when that role's words do not contradict it
+            with the other's nouns is checked on its pronouns alone, and only they move; a lone name that
+            contradicts its own words moves to the unnamed role when that role's words do not contradict it
             (``harness.labelling.name_gender``). With it, a two-role story whose name runs leave a
             role without a name takes, where the other role won that role's only character, the role's
             run at the fallback threshold, else the best pair of different characters over both roles

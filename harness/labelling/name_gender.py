@@ -156,8 +156,10 @@ def check_pronoun_sets(characters: tuple[CharacterLabel, ...], roles: tuple[Role
     return replace(a, references=b.references), replace(b, references=a.references)
 
 
-#: The binary pronouns: in a reference list that mixes genders, the words the check moves.
-_PRONOUNS = frozenset({"he", "him", "his", "himself", "she", "her", "hers", "herself"})
+#: The binary pronoun families; in a reference list that mixes genders, their words are what the check moves.
+BINARY_PRONOUNS = {"Male": frozenset({"he", "him", "his", "himself"}),
+                   "Female": frozenset({"she", "her", "hers", "herself"})}
+_PRONOUNS = BINARY_PRONOUNS["Male"] | BINARY_PRONOUNS["Female"]
 
 
 def _check_mixed(characters: tuple[CharacterLabel, ...], roles: tuple[RoleSpec, ...], table: str,

@@ -43,11 +43,10 @@ from dataclasses import replace
 
 from harness.identity.gender import infer_gender
 from harness.labelling.base import NAME_TITLES, QUOTES, CharacterLabel, RoleSpec, quoted
-from harness.labelling.name_gender import DEFAULT_STRENGTH, default_lexicon, female_share
+from harness.labelling.name_gender import BINARY_PRONOUNS, DEFAULT_STRENGTH, default_lexicon, female_share
 
 #: The pronouns it binds, by the gender they carry ("her" only where it is a determiner).
 BOUND = {"he": "Male", "his": "Male", "himself": "Male", "she": "Female", "her": "Female", "herself": "Female"}
-_FAMILIES = {"Male": frozenset({"he", "him", "his", "himself"}), "Female": frozenset({"she", "her", "hers", "herself"})}
 _SENTENCE_END = frozenset({".", "!", "?"})
 _NAME_WORD = re.compile(r"[^\W\d_][\w'\u2019-]*")
 
@@ -78,7 +77,7 @@ def bind_unreferenced(words: Sequence[str], characters: tuple[CharacterLabel, ..
     mine, theirs = name_words(characters[x].name), name_words(characters[y].name)
     if not mine or mine & theirs:
         return characters
-    family = _FAMILIES[gender]
+    family = BINARY_PRONOUNS[gender]
     theirs = theirs | {r.lower() for r in characters[y].references if r.lower() not in family}
     if table is not None:
         f = female_share(characters[x].name, roles[x].description, table)
@@ -109,7 +108,7 @@ def claim_unheld(words: Sequence[str], characters: tuple[CharacterLabel, ...], r
         return characters
     x, other = found_pair
     gender = "Female" if other == "Male" else "Male"
-    family = _FAMILIES[gender]
+    family = BINARY_PRONOUNS[gender]
     if any(r.lower() in family for c in characters for r in c.references):
         return characters
     f = female_share(characters[x].name, roles[x].description, table)
@@ -128,7 +127,7 @@ def _unreferenced_beside_gendered(characters: tuple[CharacterLabel, ...]) -> tup
     if "Unspecified" not in genders:
         return None
     x = genders.index("Unspecified")
-    return (x, genders[1 - x]) if genders[1 - x] in _FAMILIES else None
+    return (x, genders[1 - x]) if genders[1 - x] in BINARY_PRONOUNS else None
 
 
 def _marked(words: Sequence[str]) -> list[tuple[int, str, bool]]:
