@@ -1,6 +1,6 @@
 """R_mrs threshold sweep with a Poisson story bootstrap: counts above every threshold.
 
-The contract (``/tmp``-free copy in ``harness.stats.sweep``, agreed in the interfaces note):
+The contract of ``harness.stats.sweep`` (whose ``SweepCounts`` and input checks this module uses):
 ``sweep_counts(likelihood, role, group, story, thresholds, *, n_groups, n_boot, seed, backend)``
 returns ``SweepCounts(above (B+1, G, R, T, 2), totals (B+1, G, 2))`` as int64, replicate 0 being
 the observed data and replicates 1..B weighting each story by a Poisson(1) draw that is a pure
@@ -19,12 +19,10 @@ Backends: ``reference`` (plain NumPy, loops over replicates, the oracle), ``nump
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
 import numpy as np
 
 from harness.errors import ConfigError, DataError
+from harness.stats.sweep import SweepCounts, validate_inputs as _validate
 
 from ._common import resolve_backend, torch_device
 
@@ -41,31 +39,6 @@ POISSON1_CDF_U32 = np.array(
     ],
     dtype=np.uint32,
 )
-
-
-@dataclass(frozen=True)
-class SweepCounts:
-    """Weighted counts of a threshold sweep (fallback twin of ``harness.stats.sweep.SweepCounts``).
-
-    ``above[b, g, r, t, k]``: characters of group g, role k (0 dominant, 1 subordinate) whose
-    race-r likelihood is above threshold t, in replicate b (0 = observed).
-    ``totals[b, g, k]``: characters of group g and role k (NaN likelihoods included).
-    """
-
-    above: np.ndarray
-    totals: np.ndarray
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"above": self.above.tolist(), "totals": self.totals.tolist()}
-
-
-def _result(above: np.ndarray, totals: np.ndarray):
-    """Wrap in the statistics module's SweepCounts when it exists, else in the local twin."""
-    try:
-        from harness.stats.sweep import SweepCounts as StatsSweepCounts
-    except ImportError:
-        return SweepCounts(above=above, totals=totals)
-    return StatsSweepCounts(above=above, totals=totals)
 
 
 # ----------------------------------------------------------------------------- hashing (NumPy)
@@ -94,51 +67,6 @@ def story_weights(seed: int, replicates, stories, xp=np):
     for k in range(len(POISSON1_CDF_U32)):
         w += (h >= cdf[k]).astype(xp.int64)
     return xp.where(reps[:, None] == 0, xp.int64(1), w)
-
-
-# ----------------------------------------------------------------------------- validation
-
-
-def _validate(likelihood, role, group, story, thresholds, n_groups, n_boot, seed):
-    lik = np.asarray(likelihood)
-    if lik.ndim != 2:
-        raise DataError(f"sweep_counts: likelihood must be (n, R), got shape {lik.shape}")
-    lik = lik.astype(np.float32, copy=False)
-    n, _ = lik.shape
-    arrays = {}
-    for name, arr, dtype in (("role", role, np.int8), ("group", group, np.int32), ("story", story, np.int64)):
-        a = np.asarray(arr)
-        if a.shape != (n,):
-            raise DataError(f"sweep_counts: {name} must have shape ({n},) like likelihood, got {a.shape}")
-        if a.size and not np.issubdtype(a.dtype, np.integer):
-            raise DataError(f"sweep_counts: {name} must be integers, got dtype {a.dtype}")
-        arrays[name] = a.astype(dtype, copy=False)
-    if not isinstance(n_groups, (int, np.integer)) or n_groups < 1:
-        raise ConfigError(f"sweep_counts: n_groups must be a positive integer, got {n_groups!r}")
-    if not isinstance(n_boot, (int, np.integer)) or n_boot < 0:
-        raise ConfigError(f"sweep_counts: n_boot must be a non-negative integer, got {n_boot!r}")
-    if not isinstance(seed, (int, np.integer)):
-        raise ConfigError(f"sweep_counts: seed must be an integer, got {seed!r}")
-    thr = np.asarray(thresholds)
-    if thr.ndim != 1 or thr.size == 0 or not np.issubdtype(thr.dtype, np.integer):
-        raise ConfigError(f"sweep_counts: thresholds must be a non-empty 1-D integer array, got {thr!r}")
-    bad = ~np.isnan(lik) & ((lik < 0) | (lik > 1))
-    if bad.any():
-        r, c = np.argwhere(bad)[0]
-        raise DataError(
-            f"sweep_counts: likelihood[{r}, {c}] = {lik[r, c]} is outside [0, 1]; pass fractions, NaN for no entry"
-        )
-    rl, g, s = arrays["role"], arrays["group"], arrays["story"]
-    if ((rl != 0) & (rl != 1)).any():
-        i = int(np.flatnonzero((rl != 0) & (rl != 1))[0])
-        raise DataError(f"sweep_counts: role[{i}] = {rl[i]}; use 0 (dominant) or 1 (subordinate)")
-    if ((g < -1) | (g >= n_groups)).any():
-        i = int(np.flatnonzero((g < -1) | (g >= n_groups))[0])
-        raise DataError(f"sweep_counts: group[{i}] = {g[i]} is outside -1..{n_groups - 1}")
-    if ((s < 0) | (s > M32)).any():
-        i = int(np.flatnonzero((s < 0) | (s > M32))[0])
-        raise DataError(f"sweep_counts: story[{i}] = {s[i]} must be in 0..2**32-1")
-    return lik, rl, g, s, thr.astype(np.int64), int(n_groups), int(n_boot), int(seed)
 
 
 def buckets(likelihood: np.ndarray) -> np.ndarray:
@@ -174,7 +102,7 @@ def reference(likelihood, role, group, story, thresholds=None, *, n_groups, n_bo
                 m = keep & (g == gi) & (rl == k)
                 totals[b, gi, k] = w[m].sum()
                 above[b, gi, :, :, k] = np.einsum("n,nrt->rt", w[m], hit[m].astype(np.int64))
-    return _result(above, totals)
+    return SweepCounts(above=above, totals=totals)
 
 
 # ----------------------------------------------------------------------------- shared host side
@@ -241,7 +169,7 @@ def numpy_sweep_counts(likelihood, role, group, story, thresholds=None, *, n_gro
     lik, rl, g, s, thr, G, B, seed = _validate(likelihood, role, group, story, thresholds, n_groups, n_boot, seed)
     key, sto, K = _items(lik, rl, g, s, G)
     hist = _xp_hist(np, key, sto, K, B, seed)
-    return _result(*_hist_to_counts(hist, G, lik.shape[1], thr))
+    return SweepCounts(*_hist_to_counts(hist, G, lik.shape[1], thr))
 
 
 def cupy_sweep_counts(likelihood, role, group, story, thresholds=None, *, n_groups, n_boot=0, seed=0):
@@ -258,7 +186,7 @@ def cupy_sweep_counts(likelihood, role, group, story, thresholds=None, *, n_grou
     lik, rl, g, s, thr, G, B, seed = _validate(likelihood, role, group, story, thresholds, n_groups, n_boot, seed)
     key, sto, K = _items(lik, rl, g, s, G)
     hist = _xp_hist(cupy, cupy.asarray(key), cupy.asarray(sto), K, B, seed)
-    return _result(*_hist_to_counts(cupy.asnumpy(hist), G, lik.shape[1], thr))
+    return SweepCounts(*_hist_to_counts(cupy.asnumpy(hist), G, lik.shape[1], thr))
 
 
 def triton_sweep_counts(
@@ -299,7 +227,7 @@ def triton_sweep_counts(
     idx = torch.as_tensor(np.clip(thr + 1, 0, N_BUCKETS), device=dev)  # above t  <=>  u >= t + 1
     above = suffix.index_select(3, idx).cpu().numpy()
     totals = h[:, G * R * N_BUCKETS * 2 :].reshape(B1, G, 2).cpu().numpy()
-    return _result(above, totals)
+    return SweepCounts(above=above, totals=totals)
 
 
 def sweep_counts(likelihood, role, group, story, thresholds=None, *, n_groups, n_boot=0, seed=0, backend="auto"):

@@ -122,7 +122,10 @@ def story_weights(seed: int, replicates, stories) -> np.ndarray:
     return w
 
 
-def _validate(likelihood, role, group, story, thresholds, n_groups, n_boot, seed):
+def validate_inputs(likelihood, role, group, story, thresholds, n_groups, n_boot, seed):
+    """Check ``sweep_counts``' arguments (one-line errors naming the argument and, for arrays, the
+    first bad row) and return them as (float32 likelihood, int8 role, int32 group, int64 story,
+    int64 thresholds, G, B, seed); every backend here and in ``harness.kernels.sweep`` uses it."""
     lik = np.asarray(likelihood)
     if lik.ndim != 2:
         raise DataError(f"sweep_counts: likelihood must be a 2-D (n, R) array, got shape {lik.shape}")
@@ -269,5 +272,5 @@ def sweep_counts(
         fn = ksweep.triton_sweep_counts if backend == "triton" else ksweep.cupy_sweep_counts
         res = fn(likelihood, role, group, story, thresholds, n_groups=n_groups, n_boot=n_boot, seed=seed)
         return res if isinstance(res, SweepCounts) else SweepCounts(np.asarray(res.above), np.asarray(res.totals))
-    args = _validate(likelihood, role, group, story, thresholds, n_groups, n_boot, seed)
+    args = validate_inputs(likelihood, role, group, story, thresholds, n_groups, n_boot, seed)
     return _numpy_sweep(*args)
