@@ -45,8 +45,28 @@ from ._common import numpy_blas_single_thread, resolve_backend, torch_device
 # ============================================================================ results
 
 
+class _PairMoments:
+    """``mean`` and ``var`` of the pairwise cosines from ``sum``, ``sumsq`` and ``n_pairs``."""
+
+    sum: np.ndarray
+    sumsq: np.ndarray
+    n_pairs: np.ndarray
+
+    @property
+    def mean(self) -> np.ndarray:
+        """Mean pairwise cosine per group or replicate (NaN where there are no pairs)."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return self.sum / self.n_pairs
+
+    @property
+    def var(self) -> np.ndarray:
+        """Population variance of the pairwise cosines per group or replicate."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return self.sumsq / self.n_pairs - self.mean**2
+
+
 @dataclass(frozen=True)
-class GroupStats:
+class GroupStats(_PairMoments):
     """Sufficient statistics of within-group pairwise cosines (pairs i < j, self-pairs excluded).
 
     ``n``: texts per group; ``n_pairs``: n (n - 1) / 2; ``sum`` / ``sumsq``: sum of pairwise
@@ -62,18 +82,6 @@ class GroupStats:
     text_mean: np.ndarray
     between: np.ndarray
     backend: str = "numpy"
-
-    @property
-    def mean(self) -> np.ndarray:
-        """Mean pairwise cosine per group (NaN for groups with fewer than two texts)."""
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return self.sum / self.n_pairs
-
-    @property
-    def var(self) -> np.ndarray:
-        """Population variance of the pairwise cosines per group."""
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return self.sumsq / self.n_pairs - self.mean**2
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -140,7 +148,7 @@ class PairStats:
 
 
 @dataclass(frozen=True)
-class ReplicateStats:
+class ReplicateStats(_PairMoments):
     """Weighted pair statistics of B replicate weightings w_b of one pool of texts.
 
     Each pair i < j counts with weight w_i w_j: ``n_pairs`` = sum w_i w_j, ``sum`` =
@@ -154,16 +162,6 @@ class ReplicateStats:
     sum: np.ndarray
     sumsq: np.ndarray
     backend: str = "numpy"
-
-    @property
-    def mean(self) -> np.ndarray:
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return self.sum / self.n_pairs
-
-    @property
-    def var(self) -> np.ndarray:
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return self.sumsq / self.n_pairs - self.mean**2
 
     def to_dict(self) -> dict[str, Any]:
         return {
