@@ -270,7 +270,6 @@ def sweep_counts(
             raise ConfigError(f"sweep_counts: backend {backend!r} needs harness.kernels.sweep ({e}); "
                               "install the kernels extra or use backend='numpy'") from None
         fn = ksweep.triton_sweep_counts if backend == "triton" else ksweep.cupy_sweep_counts
-        res = fn(likelihood, role, group, story, thresholds, n_groups=n_groups, n_boot=n_boot, seed=seed)
-        return res if isinstance(res, SweepCounts) else SweepCounts(np.asarray(res.above), np.asarray(res.totals))
+        return fn(likelihood, role, group, story, thresholds, n_groups=n_groups, n_boot=n_boot, seed=seed)
     args = validate_inputs(likelihood, role, group, story, thresholds, n_groups, n_boot, seed)
     return _numpy_sweep(*args)
