@@ -910,18 +910,13 @@ def replicate_stats(x, weights, *, normalize=True, backend="auto", **kw) -> Repl
 
 
 @dataclass(frozen=True)
-class GroupReplicates:
+class GroupReplicates(_PairMoments):
     """Replicates (B, G) of each group's weighted pair statistics (see ``ReplicateStats``)."""
 
     kind: str
     n_pairs: np.ndarray
     sum: np.ndarray
     sumsq: np.ndarray
-
-    @property
-    def mean(self) -> np.ndarray:
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return self.sum / self.n_pairs
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "n_pairs": self.n_pairs.tolist(), "sum": self.sum.tolist(),
