@@ -89,6 +89,9 @@ def train(
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Use only the first N stories (quick checks)."),
     seed: int = typer.Option(0, "--seed"),
     augment: bool = typer.Option(True, "--augment/--no-augment", help="Swap first names at random while training."),
+    occurrences: bool = typer.Option(False, "--occurrences/--word-types", help="Teach who owns each occurrence of "
+                                     "a reference word both characters hold (the stories' reference_owners; not "
+                                     "trained where a story has none), or (default) mark every occurrence for both."),
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch CPU threads."),
     init_from: Optional[Path] = typer.Option(None, "--init-from", help="Continue training a model directory "
                                              "written by this command."),
@@ -103,7 +106,7 @@ def train(
         files = list(data or builtin_training_files()) + list(extra or [])
         rep = train_encoder(files, out_dir=out, epochs=epochs, batch_size=batch_size, lr=lr, layers=layers,
                             limit=limit, seed=seed, augment=augment, threads=threads, init_from=init_from,
-                            progress=progress, base=base)
+                            progress=progress, base=base, occurrences=occurrences)
     except HarnessError as e:
         _fail(e)
     if as_json:

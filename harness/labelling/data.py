@@ -4,7 +4,10 @@ Three row formats are accepted (detected per row):
 
 * **project** (``harness/data/labelling/*.jsonl``, ``tests/labelling/data``): ``id``, ``domain``,
   ``condition``, ``love_type``, ``model``, ``roles`` ({"subject": description, "object": ...}),
-  ``text``, ``labels`` ({role: {"name": str|null, "references": [...], "gender": label}}), ``tags``.
+  ``text``, ``labels`` ({role: {"name": str|null, "references": [...], "gender": label}}), ``tags``,
+  and optionally ``reference_owners`` ({word: [owner, ...]}): for a one-word reference that both
+  characters hold ("he" in a story of two men), whom each of its occurrences in the text refers to, in
+  order ("subject", "object", "both" or "neither"), so that training can teach who owns each pronoun.
 * **train150** (``laissez_faire_train150.jsonl``): ``correct_{subject,object}_{name,references}``.
 * **audit** (``laissez_faire_audit_dev.jsonl``): ``manual_{subject,object}_{gender,name}``.
 
@@ -25,6 +28,8 @@ from harness.labelling.base import ROLE_KEYS, RoleSpec, StoryInput
 from harness.labelling.prompts import DOMAINS, roles_for_row
 
 GENDER_LABELS = ("Female", "Male", "Non-binary", "Unspecified", "Unsure")
+#: Whom one occurrence of a shared reference word refers to (``reference_owners``).
+OWNERS = ("subject", "object", "both", "neither")
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,8 @@ class GoldStory:
     love_type: str | None = None
     characters: dict[str, GoldCharacter] = field(default_factory=dict)
     tags: tuple[str, ...] = ()
+    #: For one-word references both characters hold: the owner of each occurrence, in text order.
+    reference_owners: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 def _parse_list(raw: Any, where: str) -> tuple[str, ...] | None:
@@ -74,6 +81,25 @@ def _gender(raw: Any, where: str) -> str | None:
     return raw
 
 
+def _reference_owners(raw: Any, chars: dict[str, GoldCharacter], where: str) -> dict[str, tuple[str, ...]]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise DataError(f"{where}: `reference_owners` must map a word to a list of owners, e.g. "
+                        f"{{\"he\": [\"subject\", \"object\"]}}")
+    held = [{r.casefold() for r in (c.references or ())} for c in chars.values()]
+    out = {}
+    for word, owners in raw.items():
+        key = str(word).casefold()
+        if len(held) != 2 or not all(key in h for h in held):
+            raise DataError(f"{where}: reference_owners.{word}: only a word that both characters' references "
+                            f"hold needs owners; add it to both lists or drop it here")
+        if not isinstance(owners, list) or not all(o in OWNERS for o in owners):
+            raise DataError(f"{where}: reference_owners.{word} must be a list of {', '.join(OWNERS)}, got {owners!r}")
+        out[key] = tuple(owners)
+    return out
+
+
 def parse_row(row: dict[str, Any], story_id: str, where: str) -> GoldStory:
     """One JSONL row (any of the three formats) as a ``GoldStory``."""
     if not isinstance(row, dict):
@@ -97,7 +123,8 @@ def parse_row(row: dict[str, Any], story_id: str, where: str) -> GoldStory:
         domain = DOMAINS.get(row.get("domain", ""), row.get("domain", "unknown"))
         return GoldStory(StoryInput(str(row.get("id", story_id)), text, roles), row.get("model", "hand-written"),
                          domain, row.get("condition", "unknown"), row.get("love_type"), chars,
-                         tuple(row.get("tags") or ()))
+                         tuple(row.get("tags") or ()),
+                         _reference_owners(row.get("reference_owners"), chars, where))
     if "role_category" not in row:
         raise DataError(f"{where}: neither the project format (roles, labels) nor the published one "
                         f"(role_category, subject, object, query)")
@@ -154,5 +181,5 @@ def read_stories(path: str | Path) -> list[StoryInput]:
     return out
 
 
-__all__ = ["GENDER_LABELS", "GoldCharacter", "GoldStory", "builtin_training_files", "iter_gold", "load_gold",
+__all__ = ["GENDER_LABELS", "OWNERS", "GoldCharacter", "GoldStory", "builtin_training_files", "iter_gold", "load_gold",
            "parse_row", "read_stories"]

@@ -57,6 +57,8 @@ from harness.labelling.name_gender import (DEFAULT_STRENGTH, check_pronoun_sets,
 
 DEFAULT_NAME = "encoder-minilm"
 SLOTS = ("subject_name", "subject_ref", "object_name", "object_ref")
+#: How a word type's occurrences are pooled into one score per role (``WordDecoder.reference_pool``).
+REFERENCE_POOLS = ("mean", "max")
 #: Fewest stories in a window for which CPU worker processes are started (each loads the model).
 CPU_WORKER_MIN = 256
 _WORD = re.compile(r"[^\W_]+(?:[-\u2010\u2011][^\W_]+)*|['\u2019][^\W\d_]+|[^\w\s]|_")
@@ -150,6 +152,68 @@ def project_labels(words: Sequence[str], slot_names: dict[str, Any], slot_refs: 
     return targets
 
 
+def _owner_ranks(gs: GoldStory) -> dict[int, str]:
+    """The hand-labelled owner of each occurrence of a shared reference word (``reference_owners``),
+    keyed by the occurrence's rank among the story's ``_tracked`` words, which survives the gender flip
+    and the name swap of training augmentation ("he" -> "she" keeps its rank)."""
+    if not gs.reference_owners:
+        return {}
+    words = [_norm(w) for w, _, _ in split_words(gs.story.text) if _is_word(w)]
+    tracked = _tracked(gs)
+    ranks: dict[int, str] = {}
+    seen: dict[str, int] = {}
+    for rank, w in enumerate(x for x in words if x in tracked):
+        owners = gs.reference_owners.get(w)
+        if owners is None:
+            continue
+        k = seen.get(w, 0)
+        seen[w] = k + 1
+        if k < len(owners):
+            ranks[rank] = owners[k]
+    for w, owners in gs.reference_owners.items():
+        if seen.get(w, 0) != len(owners):
+            raise DataError(f"story {gs.story.story_id!r}: reference_owners.{w} lists {len(owners)} owner(s) but "
+                            f"the text has {seen.get(w, 0)} occurrence(s) of {w!r}; give one owner per occurrence")
+    return ranks
+
+
+def _tracked(gs: GoldStory) -> frozenset[str]:
+    return _GENDERED | frozenset(gs.reference_owners)
+
+
+def occurrence_targets(words: Sequence[str], targets: list[list[float]], refs: dict[str, Sequence[str] | None],
+                       ranks: dict[int, str], tracked: frozenset[str]) -> list[list[float]]:
+    """Per-word loss weights (one row of 4, as ``project_labels``), correcting ``targets`` in place.
+
+    A one-word reference that both characters hold ("he" in a story of two men) is marked for both at
+    every occurrence by ``project_labels``. Where the story says whom each occurrence refers to
+    (``ranks``, from ``_owner_ranks``) the occurrence is marked for its owner only; where it does not
+    (the published stories label word types), the occurrence is left out of the reference loss of
+    both characters, so that the tagger learns who owns each pronoun rather than to give a shared
+    pronoun to both characters wherever it occurs.
+    """
+    low = [_norm(w) for w in words]
+    held = [{_norm(r) for r in (refs.get(k) or ()) if len(_phrase_tokens(r)) == 1} for k in ("subject", "object")]
+    shared = held[0] & held[1]
+    n_tracked = sum(1 for w in low if w in tracked)
+    if ranks and n_tracked != max(ranks) + 1 and n_tracked <= max(ranks):
+        ranks = {}  # augmentation changed the tracked words (a name that is one of them): owners unknown
+    weights = [[1.0] * 4 for _ in words]
+    rank = -1
+    for i, w in enumerate(low):
+        if w in tracked:
+            rank += 1
+        if w not in shared:
+            continue
+        owner = ranks.get(rank) if w in tracked else None
+        if owner is None:
+            weights[i][1] = weights[i][3] = 0.0
+        else:
+            targets[i][1] = float(owner in ("subject", "both"))
+            targets[i][3] = float(owner in ("object", "both"))
+    return weights
+
+
 def _prefix(story: StoryInput) -> list[str]:
     s = story.role("subject")
     o = story.role("object")
@@ -192,6 +256,8 @@ _FLIP_PAIRS = (
 )
 _FLIP = {a: b for a, b in _FLIP_PAIRS} | {b: a for a, b in _FLIP_PAIRS if b != "her"}
 _FLIP.update({"hers": "his", "mrs": "mr", "miss": "mr", "ms": "mr"})
+#: Words the gender flip rewrites (one word for one, so their order survives it).
+_GENDERED = frozenset(_FLIP) | frozenset(_FLIP.values()) | {"her", "hers"}
 
 
 def _match_case(new: str, old: str) -> str:
@@ -501,6 +567,8 @@ def _data_hash(rows: list[GoldStory]) -> str:
         for k in sorted(gs.characters):
             ch = gs.characters[k]
             h.update(json.dumps([k, str(ch.name), list(ch.references or ())]).encode())
+        if gs.reference_owners:
+            h.update(json.dumps(sorted(gs.reference_owners.items())).encode())
     return h.hexdigest()
 
 
@@ -522,6 +590,7 @@ def train_encoder(
     init_from: str | Path | None = None,
     progress: bool = False,
     base: str | None = None,
+    occurrences: bool = False,
 ) -> TrainReport:
     """Fine-tune a base encoder (all-MiniLM-L6-v2 unless ``base`` names another of
     ``harness.labelling.bases.BASES``) on labelled JSONL files and save it.
@@ -541,6 +610,11 @@ def train_encoder(
             pretrained base (more epochs without starting over).
         base: the pretrained encoder to start from (``harness.labelling.bases``; default ``minilm``, or
             the base of ``init_from``).
+        occurrences: teach who owns each occurrence of a reference word both characters hold
+            (``occurrence_targets``: the hand-labelled owner where a story gives ``reference_owners``,
+            no reference loss there where it does not). The default, False, marks every occurrence for
+            both, as the word-type labels say: on dev, two seeds per arm, owners cost about one point of
+            gender recall (section ``labelling-layers`` of ``benchmarks/RESULTS.md``, session 17).
     """
     torch = _torch()
     from transformers import AutoTokenizer
@@ -552,6 +626,7 @@ def train_encoder(
         raise ConfigError(f"epochs and batch_size must be >= 1, got {epochs}, {batch_size}")
     if threads:
         torch.set_num_threads(threads)
+    owner_ranks = [_owner_ranks(gs) for gs in rows]  # checked before any training
     rng = random.Random(seed)
     torch.manual_seed(seed)
     if init_from is not None:
@@ -597,7 +672,7 @@ def train_encoder(
         bar = tqdm(total=total, desc="train encoder", unit="step")
     for ep in range(epochs):
         examples = []
-        for gs in rows:
+        for gs, ranks in zip(rows, owner_ranks):
             refs = {k: c.references for k, c in gs.characters.items()}
             if augment:
                 text = None
@@ -610,10 +685,12 @@ def train_encoder(
                 text = gs.story.text
                 names = {k: (select_name(c.name) if c.name is not None else None) for k, c in gs.characters.items()}
             e = _encode(tok, gs.story, text, max_length)
-            tgt = project_labels([w for w, _, _ in e.words], names, refs)
-            examples.append((e, tgt))
+            words = [w for w, _, _ in e.words]
+            tgt = project_labels(words, names, refs)
+            weights = occurrence_targets(words, tgt, refs, ranks, _tracked(gs)) if occurrences else None
+            examples.append((e, tgt, weights))
         if ep == 0:
-            words_seen = sum(len(e.words) for e, _ in examples)
+            words_seen = sum(len(e.words) for e, _, _ in examples)
         # length-bucketed batches, shuffled
         order = sorted(range(len(examples)), key=lambda i: len(examples[i][0].input_ids) + rng.random() * 8)
         batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
@@ -621,16 +698,16 @@ def train_encoder(
         tot_loss, tot_n = 0.0, 0
         for b in batches:
             batch = [examples[i] for i in b]
-            ids, am, tt = _collate([e for e, _ in batch], tok.pad_token_id)
+            ids, am, tt = _collate([e for e, _, _ in batch], tok.pad_token_id)
             target = torch.zeros((len(batch), ids.shape[1], len(SLOTS)))
-            mask = torch.zeros((len(batch), ids.shape[1], 1))
-            for i, (e, tg) in enumerate(batch):
+            mask = torch.zeros((len(batch), ids.shape[1], len(SLOTS)))
+            for i, (e, tg, wt) in enumerate(batch):
                 for w, pos in enumerate(e.word_token):
                     if pos >= 0:
                         target[i, pos] = torch.tensor(tg[w])
-                        mask[i, pos] = 1.0
+                        mask[i, pos] = torch.tensor(wt[w]) if wt is not None else 1.0
             logits = model(ids, am, tt)
-            n = mask.sum().clamp(min=1.0)
+            n = (mask.sum() / len(SLOTS)).clamp(min=1.0)
             loss = (loss_fn(logits, target) * mask).sum() / n
             opt.zero_grad()
             loss.backward()
@@ -660,7 +737,8 @@ def train_encoder(
             "base": f"{spec.model} ({', '.join(spec.packages)})", "base_name": spec.name,
             "layers": len(model.encoder.encoder.layer), "files": [Path(f).name for f in files],
             "train": {"epochs": epochs, "batch_size": batch_size, "lr": lr, "head_lr_mult": head_lr_mult,
-                      "augment": augment, "flip_prob": flip_prob, "seed": seed, "limit": limit},
+                      "augment": augment, "flip_prob": flip_prob, "seed": seed, "limit": limit,
+                      "occurrences": occurrences},
             "init_from": str(init_from) if init_from else None,
             "report": report.to_dict(), "versions": {"torch": torch.__version__,
                                                       "transformers": transformers.__version__}}
@@ -679,7 +757,7 @@ class WordDecoder:
     ``name_table``: a first-name table path for ``name_gender.check_pronoun_sets`` and the pairing of
     names (None: neither);
     ``name_fallback``: the name threshold for a role with no name run at ``threshold`` (None: none);
-    ``action_check``, ``pronoun_binding``, ``apposition_check``: see ``EncoderLabeller``.
+    ``action_check``, ``pronoun_binding``, ``apposition_check``, ``reference_pool``: see ``EncoderLabeller``.
     The stories of the published data nearly always name both characters, and the encoder's misses
     are mostly names it gave 0.2-0.5 (held out on train150: name recall 86.5% -> 90.0% at 0.2, precision
     95.7% -> 95.8%, gender unchanged; at 0.1 gender precision starts to fall).
@@ -694,6 +772,7 @@ class WordDecoder:
     action_check: bool = True
     pronoun_binding: bool = True
     apposition_check: bool = True
+    reference_pool: str = "mean"
 
     def _name_runs(self, e: _Encoded, w: _Words, slot: int, threshold: float | None = None
                    ) -> list[tuple[frozenset, list[int], float]]:
@@ -867,20 +946,29 @@ class WordDecoder:
         return names, refs
 
     def _references(self, e: _Encoded, w: _Words, slot: int) -> tuple[str, ...]:
-        """Word types whose mean probability over their occurrences reaches the threshold, in order
-        of first use; with ``pronoun_agreement`` only the best-scoring pronoun family is kept."""
+        """Word types whose mean probability over their occurrences (``reference_pool="max"``: whose
+        most probable occurrence) reaches the threshold, in order of first use; with ``pronoun_agreement``
+        only the best-scoring pronoun family is kept."""
         thr = self.threshold
         total: dict[str, float] = {}
         count: dict[str, int] = {}
         first: dict[str, str] = {}
         keys = w.keys
-        for i, pr in zip(w.scored_idx, w.probs[w.scored_idx, slot].tolist()):
-            k = keys[i]
-            if k in total:
-                total[k] += pr
-                count[k] += 1
-            else:
-                total[k], count[k], first[k] = pr, 1, e.words[i][0]
+        if self.reference_pool == "max":
+            for i, pr in zip(w.scored_idx, w.probs[w.scored_idx, slot].tolist()):
+                k = keys[i]
+                if k in total:
+                    total[k] = max(total[k], pr)
+                else:
+                    total[k], count[k], first[k] = pr, 1, e.words[i][0]
+        else:
+            for i, pr in zip(w.scored_idx, w.probs[w.scored_idx, slot].tolist()):
+                k = keys[i]
+                if k in total:
+                    total[k] += pr
+                    count[k] += 1
+                else:
+                    total[k], count[k], first[k] = pr, 1, e.words[i][0]
         score = {k: t / count[k] for k, t in total.items()}
         keep = [k for k, sc in score.items() if sc >= thr]
         if self.pronoun_agreement:
@@ -1057,6 +1145,9 @@ class EncoderLabeller(Labeller):
         apposition_check: exchange the two characters' labels when the story ties them to each other's
             role nouns ("a renowned actor, Ethan Michaels", "Lily, a loyal fan") more often than to
             their own (``harness.labelling.role_apposition``; roles with different head nouns only).
+        reference_pool: how a word type's occurrences make one score per role: "mean" over them, or
+            "max" (its most probable occurrence). Default: "max" for a tagger trained on who owns each
+            occurrence (``train_encoder(occurrences=True)``, recorded in meta.json), else "mean".
     """
 
     name = "encoder"
@@ -1065,7 +1156,8 @@ class EncoderLabeller(Labeller):
     def __init__(self, path: str | Path | None = None, *, device: str | None = None, quantize: bool | None = None,
                  threshold: float = 0.5, threads: int | None = None, pronoun_agreement: bool = True,
                  workers: int | None = None, name_check: bool = True, name_table: str | Path | None = None,
-                 action_check: bool = True, pronoun_binding: bool = True, apposition_check: bool = True) -> None:
+                 action_check: bool = True, pronoun_binding: bool = True, apposition_check: bool = True,
+                 reference_pool: str | None = None) -> None:
         torch = _torch()
         from transformers import AutoTokenizer
 
@@ -1088,8 +1180,14 @@ class EncoderLabeller(Labeller):
             female_shares(table)  # read it now (cached per process), not inside the first batch
         if action_check:
             role_agent.load()
+        if reference_pool is None:
+            # a tagger taught who owns each occurrence marks a shared word only where it is the character's
+            reference_pool = "max" if self.meta.get("train", {}).get("occurrences") else "mean"
+        if reference_pool not in REFERENCE_POOLS:
+            raise ConfigError(f"reference_pool must be one of {', '.join(REFERENCE_POOLS)}, got {reference_pool!r}")
         self.decoder = WordDecoder(threshold, pronoun_agreement, self.max_length, table, action_check=action_check,
-                                   pronoun_binding=pronoun_binding, apposition_check=apposition_check)
+                                   pronoun_binding=pronoun_binding, apposition_check=apposition_check,
+                                   reference_pool=reference_pool)
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.tokenizer = AutoTokenizer.from_pretrained(str(self.path / "encoder"))
         model = _build_model(self.path / "encoder")
@@ -1122,7 +1220,8 @@ class EncoderLabeller(Labeller):
         self._cpu_worker_args = dict(path=str(self.path), quantize=self.quantized, threshold=threshold,
                                      pronoun_agreement=pronoun_agreement, name_check=name_check,
                                      action_check=action_check, pronoun_binding=pronoun_binding,
-                                     apposition_check=apposition_check, name_table=table)
+                                     apposition_check=apposition_check, name_table=table,
+                                     reference_pool=reference_pool)
 
     def info(self) -> dict[str, Any]:
         """Labeller name, weights directory, hash of the training data and inference settings."""
@@ -1130,7 +1229,7 @@ class EncoderLabeller(Labeller):
                 "quantized": self.quantized, "device": self.device,
                 "pronoun_agreement": self.pronoun_agreement, "name_check": self.name_check,
                 "action_check": self.decoder.action_check, "pronoun_binding": self.decoder.pronoun_binding,
-                "apposition_check": self.decoder.apposition_check,
+                "apposition_check": self.decoder.apposition_check, "reference_pool": self.decoder.reference_pool,
                 "train_data_sha256": self.meta.get("report", {}).get("data_sha256")}
 
     def _forward(self, ids, am, tt):

@@ -8,6 +8,7 @@ import pytest
 
 from harness.errors import ConfigError
 from harness.labelling.base import CharacterLabel
+from harness.labelling.data import builtin_training_files
 from harness.labelling.encoder import EncoderLabeller, WordDecoder, project_labels, split_words
 
 
@@ -499,3 +500,116 @@ def test_text_tokenisation_equals_word_by_word(max_length):
     assert fell_back == odd[:3]
     if max_length == 40:
         assert any(e.truncated for e in _encode_many(tok, stories, None, max_length))
+
+
+def _owned_story(owners=None):
+    from harness.labelling.data import parse_row
+
+    row = {"id": "own", "domain": "Labor", "roles": {"subject": "coach", "object": "rookie"},
+           "text": "Ben met Tom. He laughed, and he shook his hand.",
+           "labels": {"subject": {"name": "Ben", "references": ["He", "his"], "gender": "Male"},
+                      "object": {"name": "Tom", "references": ["he"], "gender": "Male"}}}
+    if owners is not None:
+        row["reference_owners"] = owners
+    return parse_row(row, "own", "stories.jsonl:1")
+
+
+def _ref_tags(words, targets, weights):
+    """(word, subject-reference target, object-reference target, trained?) for the reference slots."""
+    return [(w, t[1], t[3], wt[1] == wt[3] == 1.0) for w, t, wt in zip(words, targets, weights) if t[1] or t[3]]
+
+
+def test_occurrence_targets_mark_each_shared_word_for_its_owner_only():
+    from harness.labelling.encoder import _owner_ranks, _tracked, occurrence_targets
+
+    gs = _owned_story({"he": ["subject", "object"]})
+    words = [w for w, _, _ in split_words(gs.story.text)]
+    refs = {k: c.references for k, c in gs.characters.items()}
+    targets = project_labels(words, {"subject": "Ben", "object": "Tom"}, refs)
+    # word types: both "He" and "he" are marked for both characters
+    assert [(w, t[1], t[3]) for w, t in zip(words, targets) if t[1] or t[3]] == [
+        ("He", 1.0, 1.0), ("he", 1.0, 1.0), ("his", 1.0, 0.0)]
+    weights = occurrence_targets(words, targets, refs, _owner_ranks(gs), _tracked(gs))
+    # "He laughed" is Ben's, "he shook" Tom's; "his" only Ben holds, so it stays as labelled
+    assert _ref_tags(words, targets, weights) == [("He", 1.0, 0.0, True), ("he", 0.0, 1.0, True),
+                                                   ("his", 1.0, 0.0, True)]
+
+
+def test_occurrence_targets_leave_unowned_shared_words_out_of_the_loss():
+    from harness.labelling.encoder import _owner_ranks, _tracked, occurrence_targets
+
+    gs = _owned_story()  # word-type labels only, as the published stories have
+    words = [w for w, _, _ in split_words(gs.story.text)]
+    refs = {k: c.references for k, c in gs.characters.items()}
+    targets = project_labels(words, {"subject": "Ben", "object": "Tom"}, refs)
+    weights = occurrence_targets(words, targets, refs, _owner_ranks(gs), _tracked(gs))
+    assert _ref_tags(words, targets, weights) == [("He", 1.0, 1.0, False), ("he", 1.0, 1.0, False),
+                                                   ("his", 1.0, 0.0, True)]
+    assert [wt[0] for wt in weights] == [1.0] * len(words) and weights[words.index("He")][2] == 1.0  # names trained
+
+
+def test_occurrence_owners_survive_the_gender_flip():
+    from harness.labelling.encoder import _owner_ranks, _tracked, flip_gender, her_is_possessive, occurrence_targets
+
+    gs = _owned_story({"he": ["subject", "object"]})
+    text, refs = flip_gender(gs.story.text, {k: c.references for k, c in gs.characters.items()}, her_is_possessive)
+    assert text == "Ben met Tom. She laughed, and she shook her hand."
+    words = [w for w, _, _ in split_words(text)]
+    targets = project_labels(words, {"subject": "Ben", "object": "Tom"}, refs)
+    weights = occurrence_targets(words, targets, refs, _owner_ranks(gs), _tracked(gs))
+    assert _ref_tags(words, targets, weights) == [("She", 1.0, 0.0, True), ("she", 0.0, 1.0, True),
+                                                   ("her", 1.0, 0.0, True)]
+
+
+def test_reference_owners_that_do_not_fit_are_data_errors():
+    from harness.errors import DataError
+    from harness.labelling.encoder import _owner_ranks
+
+    with pytest.raises(DataError, match=r"stories.jsonl:1: reference_owners.his: only a word that both"):
+        _owned_story({"his": ["subject"]})
+    with pytest.raises(DataError, match=r"reference_owners.he must be a list of subject, object, both, neither"):
+        _owned_story({"he": ["subject", "Tom"]})
+    with pytest.raises(DataError, match=r"story 'own': reference_owners.he lists 1 owner\(s\) but the text has 2"):
+        _owner_ranks(_owned_story({"he": ["subject"]}))
+
+
+def test_reference_pool_max_keeps_a_word_one_occurrence_gives_the_character():
+    import numpy as np
+
+    from harness.labelling.base import RoleSpec, StoryInput
+    from harness.labelling.encoder import _Encoded
+
+    text = "Ben met Tom. He laughed, and he shook his hand."
+    story = StoryInput("x", text, (RoleSpec("subject", "coach"), RoleSpec("object", "rookie")))
+    words = split_words(text)
+    enc = _Encoded([], [], list(range(len(words))), words, False)
+    p = np.zeros((len(words), 4))
+    keys = [w for w, _, _ in words]
+    p[keys.index("Ben"), 0] = p[keys.index("Tom"), 2] = 0.9
+    p[keys.index("He"), 1], p[keys.index("he"), 1] = 0.9, 0.05  # "He" Ben's, "he" not
+    p[keys.index("He"), 3], p[keys.index("he"), 3] = 0.05, 0.9  # "he" Tom's
+    mean = WordDecoder(0.5, True, 384, action_check=False).decode(story, enc, p)
+    assert [c.references for c in mean.characters] == [(), ()]  # each mean is 0.475
+    most = WordDecoder(0.5, True, 384, action_check=False, reference_pool="max").decode(story, enc, p)
+    assert [c.references for c in most.characters] == [("He",), ("He",)]  # the type, as first written
+
+
+def test_reference_pool_follows_how_the_tagger_was_trained(tiny_encoder, tmp_path):
+    from harness.labelling.encoder import train_encoder
+
+    out_dir, _ = tiny_encoder
+    assert json.loads((out_dir / "meta.json").read_text())["train"]["occurrences"] is False  # the default
+    lab = EncoderLabeller(out_dir, device="cpu", workers=0, action_check=False)
+    assert lab.decoder.reference_pool == "mean" and lab.info()["reference_pool"] == "mean"
+    # a tagger taught owners (project_train.jsonl's 16th story, pt-015, has some) pools occurrences by max
+    owned = tmp_path / "owned"
+    report = train_encoder([builtin_training_files()[0]], out_dir=owned, epochs=1, batch_size=8, layers=1,
+                           limit=16, occurrences=True)
+    assert report.final_loss == report.final_loss > 0  # a finite loss with the owner weights
+    assert json.loads((owned / "meta.json").read_text())["train"]["occurrences"] is True
+    lab = EncoderLabeller(owned, device="cpu", workers=0, action_check=False)
+    assert lab.decoder.reference_pool == "max" and lab.info()["reference_pool"] == "max"
+    assert EncoderLabeller(owned, device="cpu", workers=0, action_check=False,
+                           reference_pool="mean").decoder.reference_pool == "mean"
+    with pytest.raises(ConfigError, match="reference_pool must be one of mean, max"):
+        EncoderLabeller(out_dir, device="cpu", workers=0, action_check=False, reference_pool="median")

@@ -1,7 +1,8 @@
 """The project's own labelled stories (``harness/data/labelling/*.jsonl`` for training and
 ``heldout/*.jsonl``, never trained on) are consistent:
-every row parses, ids are unique, names and references occur in the story, and the references give
-the stated gender under the neopronoun lexicon (the conventions of that folder's README)."""
+every row parses, ids are unique, names and references occur in the story, the references give
+the stated gender under the neopronoun lexicon (the conventions of that folder's README), and the
+hand-labelled owners of shared reference words (``reference_owners``) give one owner per occurrence."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 from harness.identity.gender import infer_gender
 from harness.identity.names import select_name
 from harness.labelling.data import builtin_training_files, load_gold
+from harness.labelling.encoder import _owner_ranks
 
 HELD_OUT = sorted((builtin_training_files()[0].parent / "heldout").glob("*.jsonl"))
 ROWS = [(f.name, gs) for f in builtin_training_files() + HELD_OUT for gs in load_gold(f)]
@@ -42,3 +44,4 @@ def test_row_is_consistent(fname, gs):
         assert ch.gender is not None, f"{where}: gender missing"
         got = infer_gender(list(ch.references), text, lexicon="neopronouns")
         assert got == ch.gender, f"{where}: references {list(ch.references)} give {got}, labelled {ch.gender}"
+    _owner_ranks(gs)  # a DataError names the word whose owners do not match its occurrences
