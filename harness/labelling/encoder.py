@@ -152,18 +152,19 @@ def project_labels(words: Sequence[str], slot_names: dict[str, Any], slot_refs: 
     return targets
 
 
-def _owner_ranks(gs: GoldStory) -> dict[int, str]:
-    """The hand-labelled owner of each occurrence of a shared reference word (``reference_owners``),
-    keyed by the occurrence's rank among the story's ``_tracked`` words, which survives the gender flip
-    and the name swap of training augmentation ("he" -> "she" keeps its rank)."""
+def _owner_ranks(gs: GoldStory) -> dict[int, str | None]:
+    """For each of the story's ``_tracked`` words by rank, the hand-labelled owner of that occurrence
+    where it is a shared reference word with ``reference_owners`` (else None). Ranks survive the gender
+    flip and the name swap of training augmentation ("he" -> "she" keeps its rank); empty without owners."""
     if not gs.reference_owners:
         return {}
     words = [_norm(w) for w, _, _ in split_words(gs.story.text) if _is_word(w)]
     tracked = _tracked(gs)
-    ranks: dict[int, str] = {}
+    ranks: dict[int, str | None] = {}
     seen: dict[str, int] = {}
     for rank, w in enumerate(x for x in words if x in tracked):
         owners = gs.reference_owners.get(w)
+        ranks[rank] = None
         if owners is None:
             continue
         k = seen.get(w, 0)
@@ -182,7 +183,7 @@ def _tracked(gs: GoldStory) -> frozenset[str]:
 
 
 def occurrence_targets(words: Sequence[str], targets: list[list[float]], refs: dict[str, Sequence[str] | None],
-                       ranks: dict[int, str], tracked: frozenset[str]) -> list[list[float]]:
+                       ranks: dict[int, str | None], tracked: frozenset[str]) -> list[list[float]]:
     """Per-word loss weights (one row of 4, as ``project_labels``), correcting ``targets`` in place.
 
     A one-word reference that both characters hold ("he" in a story of two men) is marked for both at
@@ -195,8 +196,7 @@ def occurrence_targets(words: Sequence[str], targets: list[list[float]], refs: d
     low = [_norm(w) for w in words]
     held = [{_norm(r) for r in (refs.get(k) or ()) if len(_phrase_tokens(r)) == 1} for k in ("subject", "object")]
     shared = held[0] & held[1]
-    n_tracked = sum(1 for w in low if w in tracked)
-    if ranks and n_tracked != max(ranks) + 1 and n_tracked <= max(ranks):
+    if len(ranks) != sum(1 for w in low if w in tracked):
         ranks = {}  # augmentation changed the tracked words (a name that is one of them): owners unknown
     weights = [[1.0] * 4 for _ in words]
     rank = -1

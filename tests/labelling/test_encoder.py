@@ -613,3 +613,23 @@ def test_reference_pool_follows_how_the_tagger_was_trained(tiny_encoder, tmp_pat
                            reference_pool="mean").decoder.reference_pool == "mean"
     with pytest.raises(ConfigError, match="reference_pool must be one of mean, max"):
         EncoderLabeller(out_dir, device="cpu", workers=0, action_check=False, reference_pool="median")
+
+
+def test_occurrence_owners_are_dropped_when_augmentation_changes_the_gendered_words():
+    from harness.labelling.data import parse_row
+    from harness.labelling.encoder import _owner_ranks, _tracked, occurrence_targets
+
+    # "Guy" is a gendered word (guy <-> gal) as well as this subject's name: swapping the name away
+    # removes one of the words the owners are counted along, so the owners can no longer be placed
+    row = {"id": "guy", "domain": "Labor", "roles": {"subject": "coach", "object": "rookie"},
+           "text": "Guy met Tom. He laughed, and he shook his hand.",
+           "labels": {"subject": {"name": "Guy", "references": ["He", "his"], "gender": "Male"},
+                      "object": {"name": "Tom", "references": ["he"], "gender": "Male"}},
+           "reference_owners": {"he": ["subject", "object"]}}
+    gs = parse_row(row, "guy", "stories.jsonl:1")
+    refs = {k: c.references for k, c in gs.characters.items()}
+    words = [w for w, _, _ in split_words("Omar met Tom. He laughed, and he shook his hand.")]
+    targets = project_labels(words, {"subject": "Omar", "object": "Tom"}, refs)
+    weights = occurrence_targets(words, targets, refs, _owner_ranks(gs), _tracked(gs))
+    assert _ref_tags(words, targets, weights) == [("He", 1.0, 1.0, False), ("he", 1.0, 1.0, False),
+                                                   ("his", 1.0, 0.0, True)]
