@@ -949,28 +949,17 @@ class WordDecoder:
         """Word types whose mean probability over their occurrences (``reference_pool="max"``: whose
         most probable occurrence) reaches the threshold, in order of first use; with ``pronoun_agreement``
         only the best-scoring pronoun family is kept."""
-        thr = self.threshold
-        total: dict[str, float] = {}
-        count: dict[str, int] = {}
+        occurrences: dict[str, list[float]] = {}
         first: dict[str, str] = {}
         keys = w.keys
-        if self.reference_pool == "max":
-            for i, pr in zip(w.scored_idx, w.probs[w.scored_idx, slot].tolist()):
-                k = keys[i]
-                if k in total:
-                    total[k] = max(total[k], pr)
-                else:
-                    total[k], count[k], first[k] = pr, 1, e.words[i][0]
-        else:
-            for i, pr in zip(w.scored_idx, w.probs[w.scored_idx, slot].tolist()):
-                k = keys[i]
-                if k in total:
-                    total[k] += pr
-                    count[k] += 1
-                else:
-                    total[k], count[k], first[k] = pr, 1, e.words[i][0]
-        score = {k: t / count[k] for k, t in total.items()}
-        keep = [k for k, sc in score.items() if sc >= thr]
+        for i, pr in zip(w.scored_idx, w.probs[w.scored_idx, slot].tolist()):
+            k = keys[i]
+            if k not in occurrences:
+                occurrences[k], first[k] = [], e.words[i][0]
+            occurrences[k].append(pr)
+        pool = max if self.reference_pool == "max" else (lambda ps: sum(ps) / len(ps))
+        score = {k: pool(ps) for k, ps in occurrences.items()}
+        keep = [k for k, sc in score.items() if sc >= self.threshold]
         if self.pronoun_agreement:
             fams: dict[int, float] = {}
             for k in keep:
