@@ -949,16 +949,22 @@ class WordDecoder:
         """Word types whose mean probability over their occurrences (``reference_pool="max"``: whose
         most probable occurrence) reaches the threshold, in order of first use; with ``pronoun_agreement``
         only the best-scoring pronoun family is kept."""
-        occurrences: dict[str, list[float]] = {}
+        by_max = self.reference_pool == "max"
+        total: dict[str, float] = {}  # sum of the occurrences' probabilities, or their maximum
+        count: dict[str, int] = {}  # occurrences summed (1 for the maximum)
         first: dict[str, str] = {}
         keys = w.keys
         for i, pr in zip(w.scored_idx, w.probs[w.scored_idx, slot].tolist()):
             k = keys[i]
-            if k not in occurrences:
-                occurrences[k], first[k] = [], e.words[i][0]
-            occurrences[k].append(pr)
-        pool = max if self.reference_pool == "max" else (lambda ps: sum(ps) / len(ps))
-        score = {k: pool(ps) for k, ps in occurrences.items()}
+            if k not in total:
+                total[k], count[k], first[k] = pr, 1, e.words[i][0]
+            elif by_max:
+                if pr > total[k]:
+                    total[k] = pr
+            else:
+                total[k] += pr
+                count[k] += 1
+        score = {k: t / count[k] for k, t in total.items()}
         keep = [k for k, sc in score.items() if sc >= self.threshold]
         if self.pronoun_agreement:
             fams: dict[int, float] = {}
