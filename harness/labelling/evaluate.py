@@ -92,6 +92,7 @@ class CharacterScore:
     gold_first: str | None
     pred_first: str | None
     gold_name_known: bool
+    condition: str = "unknown"
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,8 @@ class EvalReport:
         labeller: labeller name; lexicon: the gender lexicon id used.
         stories: stories scored; failed: stories the labeller returned with a non-ok status.
         seconds: labelling wall time; stories_per_s: stories / seconds.
-        gender, name: overall counts; by_model, by_domain: the same per group.
+        gender, name: overall counts; by_model, by_domain: the same per group; by_condition: per
+            domain and power condition ("Love laden", "Love neutral", ...).
         confusion: gold gender -> predicted gender -> characters.
         intervals: the four overall figures' 95% story-bootstrap intervals (``figure_intervals``),
             keyed like ``overall()``; empty when scored with ``n_boot=0``.
@@ -118,6 +120,7 @@ class EvalReport:
     name: PR
     by_model: dict[str, dict[str, PR]] = field(default_factory=dict)
     by_domain: dict[str, dict[str, PR]] = field(default_factory=dict)
+    by_condition: dict[str, dict[str, PR]] = field(default_factory=dict)
     confusion: dict[str, dict[str, int]] = field(default_factory=dict)
     intervals: dict[str, tuple[float, float]] = field(default_factory=dict)
     characters: tuple[CharacterScore, ...] = field(default=(), repr=False)
@@ -144,7 +147,8 @@ class EvalReport:
         grp = lambda g: {k: {m: pr.to_dict() for m, pr in v.items()} for k, v in g.items()}  # noqa: E731
         return {"labeller": self.labeller, "lexicon": self.lexicon, "failed": self.failed, "seconds": self.seconds,
                 **self.overall(), "gender": self.gender.to_dict(), "name": self.name.to_dict(),
-                "by_model": grp(self.by_model), "by_domain": grp(self.by_domain), "confusion": self.confusion,
+                "by_model": grp(self.by_model), "by_domain": grp(self.by_domain),
+                "by_condition": grp(self.by_condition), "confusion": self.confusion,
                 "intervals": {k: list(v) for k, v in self.intervals.items()}}
 
     def summary(self) -> str:
@@ -156,7 +160,8 @@ class EvalReport:
                  "|---|---|---|---|---|---|",
                  f"| **all** | {pct(self.gender.precision)} | {pct(self.gender.recall)} | {pct(self.name.precision)} "
                  f"| {pct(self.name.recall)} | {self.gender.n_r} |"]
-        for title, groups in (("model", self.by_model), ("domain", self.by_domain)):
+        for title, groups in (("model", self.by_model), ("domain", self.by_domain),
+                              ("condition", self.by_condition)):
             for g in sorted(groups):
                 d = groups[g]
                 lines.append(f"| {title} {g} | {pct(d['gender'].precision)} | {pct(d['gender'].recall)} | "
@@ -204,7 +209,8 @@ def score_characters(gold: Sequence[GoldStory], labels: Sequence[StoryLabels], l
             pred_first = first_name_of(pch.name, role.description) if pch is not None and pch.name else None
             gold_first = first_name_of(gch.name, role.description) if gch.name is not None else None
             out.append(CharacterScore(gs.story.story_id, role.key, gs.model, gs.domain, gch.gender, pred_gender,
-                                      _name_key(gold_first), _name_key(pred_first), gch.name is not None))
+                                      _name_key(gold_first), _name_key(pred_first), gch.name is not None,
+                                      gs.condition))
     return out
 
 
@@ -292,11 +298,12 @@ def score(gold: Sequence[GoldStory], labels: Sequence[StoryLabels], *, labeller:
 
     chars = score_characters(gold, labels, lexicon)
     overall = _pr(chars)
-    groups: dict[str, dict[str, list[CharacterScore]]] = {"model": defaultdict(list), "domain": defaultdict(list)}
+    groups: dict[str, dict[str, list[CharacterScore]]] = {g: defaultdict(list) for g in ("model", "domain", "condition")}
     confusion: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for c in chars:
         groups["model"][c.model].append(c)
         groups["domain"][c.domain].append(c)
+        groups["condition"][f"{c.domain} {c.condition}"].append(c)
         if c.gold_gender is not None:
             confusion[c.gold_gender][c.pred_gender] += 1
     return EvalReport(
@@ -305,6 +312,7 @@ def score(gold: Sequence[GoldStory], labels: Sequence[StoryLabels], *, labeller:
         gender=overall["gender"], name=overall["name"],
         by_model={k: _pr(v) for k, v in groups["model"].items()},
         by_domain={k: _pr(v) for k, v in groups["domain"].items()},
+        by_condition={k: _pr(v) for k, v in groups["condition"].items()},
         confusion={g: dict(v) for g, v in confusion.items()},
         intervals=figure_intervals(chars, n_boot=n_boot) if n_boot else {}, characters=tuple(chars))
 

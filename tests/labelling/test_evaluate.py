@@ -13,10 +13,10 @@ from harness.labelling.data import load_gold, parse_row
 from harness.labelling.evaluate import JSON_KEYS, score
 
 
-def _row(i, domain, subj, gold_s, obj=None, gold_o=None, model="m1"):
+def _row(i, domain, subj, gold_s, obj=None, gold_o=None, model="m1", condition="neutral"):
     roles = {"subject": subj} | ({"object": obj} if obj else {})
     labels = {"subject": gold_s} | ({"object": gold_o} if obj else {})
-    return parse_row({"id": f"g{i}", "domain": domain, "model": model, "roles": roles,
+    return parse_row({"id": f"g{i}", "domain": domain, "model": model, "roles": roles, "condition": condition,
                       "text": TEXTS[i], "labels": labels}, f"g{i}", f"row {i}")
 
 
@@ -33,7 +33,7 @@ TEXTS = {
 def _case():
     gold = [
         _row(0, "Labor", "doctor", {"name": "Ana Ruiz", "gender": "Female"}, "needy patient",
-             {"name": "Unspecified", "gender": "Male"}),
+             {"name": "Unspecified", "gender": "Male"}, condition="laden"),
         _row(1, "Labor", "doctor", {"name": "['Unspecified']", "gender": "Unspecified"}),
         _row(2, "Love", "first friend", {"name": "Jo", "gender": "Non-binary"}, model="m2"),
         _row(3, "Love", "first friend", {"name": "Ben", "gender": "Male"}, model="m2"),
@@ -67,10 +67,17 @@ def test_score_matches_hand_count():
     assert rep.by_model["m2"]["gender"].precision == 1.0 and rep.by_model["m2"]["gender"].recall == 0.5
     assert rep.by_domain["Learning"]["name"].n_r == 2 and rep.by_domain["Learning"]["name"].tp_r == 0
     assert math.isnan(rep.by_domain["Learning"]["gender"].precision)  # nothing predicted there
+    # per domain and condition: g0 (Labor laden) has one right gender of two predicted; g1 (Labor neutral)
+    # predicts a gender where gold has none
+    laden, neutral = rep.by_condition["Labor laden"]["gender"], rep.by_condition["Labor neutral"]["gender"]
+    assert (laden.tp_p, laden.n_p, laden.tp_r, laden.n_r) == (1, 2, 1, 2)
+    assert (neutral.tp_p, neutral.n_p, neutral.n_r) == (0, 1, 0)
+    assert set(rep.by_condition) == {"Labor laden", "Labor neutral", "Love neutral", "Learning neutral"}
     out = rep.overall()
     assert tuple(out) == JSON_KEYS and out["stories"] == 6 and out["stories_per_s"] == pytest.approx(3.0)
     json.dumps(rep.to_dict())
     assert "| **all** | 50.0% | 40.0% | 75.0% | 60.0% |" in rep.summary()
+    assert "| condition Labor laden | 50.0% | 50.0% | 50.0% | 100.0% | 2 |" in rep.summary()
 
 
 def test_score_length_mismatch():
