@@ -141,6 +141,32 @@ def test_action_clauses_in_dialogue(description, text, want):
     assert action_clauses(text, action_for(description), JOHN, SARAH) == want
 
 
+DECIDES = "friend who makes the major life decision"
+COVERS = "romantic partner who covers the majority of bills"
+
+
+@pytest.mark.parametrize("description, text, want", [
+    # a verb of saying that the parser hangs loosely on another verb has that verb's subject
+    (DECIDES, 'Sarah listened for a minute, then said, "I\'m making this decision for you."',
+     [("making", 1), ("said", 1)]),
+    # deciding on the other's behalf: a "for" the other character, by name or by a pronoun that is not
+    # reflexive (so not the clause's own subject)
+    (DECIDES, "Sarah filled out the application for him.", [("filled", 1)]),
+    (DECIDES, "John booked a flight for Sarah.", [("booked", 0)]),
+    (DECIDES, "Sarah filled out the application for herself.", []),
+    (DECIDES, "Sarah waited for him.", []),  # no object: nothing done
+    # a character's means as the grammatical subject: its possessor pays
+    (COVERS, "Her salary covers the rent.", [("covers", 1)]),
+    (COVERS, "Sarah's salary paid the mortgage.", [("paid", 1)]),
+    (COVERS, '"My paycheck covers more," John said.', [("covers", 0)]),
+    # "barely", "hardly" deny as "not" does
+    (COVERS, "His stipend barely covered groceries.", []),
+    (COVERS, "John could hardly pay the rent.", []),
+])
+def test_action_clauses_of_speakers_helpers_and_means(description, text, want):
+    assert action_clauses(text, action_for(description), JOHN, SARAH) == want
+
+
 def test_a_participle_after_the_verb_of_saying_is_the_speakers():
     text = '"Early birthday present," she said, already handing her card to the cashier.'
     assert action_clauses(text, action_for(PAYS), JOHN, SARAH) == [("handing", 1)]
