@@ -126,8 +126,8 @@ def parse_row(row: dict[str, Any], story_id: str, where: str) -> GoldStory:
                          tuple(row.get("tags") or ()),
                          _reference_owners(row.get("reference_owners"), chars, where))
     if "role_category" not in row:
-        raise DataError(f"{where}: neither the project format (roles, labels) nor the published one "
-                        f"(role_category, subject, object, query)")
+        raise DataError(f"{where}: neither the project format (roles, labels), the published one "
+                        f"(role_category, subject, object, query) nor plain stories (text, roles)")
     roles, meta = roles_for_row(row, where)
     chars = {}
     for r in roles:
@@ -166,16 +166,30 @@ def builtin_training_files() -> list[Path]:
 
 def read_stories(path: str | Path) -> list[StoryInput]:
     """Stories to label from JSONL: the project format, the published formats, or plain rows with
-    ``story_id``, ``text`` and ``roles`` ([{"key": "subject", "description": ...}, ...])."""
+    ``story_id`` (or ``id``), ``text`` and ``roles``, either [{"key": "subject", "description": ...}, ...]
+    or {"subject": description, "object": description}."""
     path = Path(path)
     out = []
     for i, row in iter_jsonl(path, what="JSONL file of stories"):
-        if isinstance(row, dict) and isinstance(row.get("roles"), list):
+        if isinstance(row, dict) and "roles" in row and not isinstance(row["roles"], (list, dict)):
+            raise DataError(f"{path}:{i}: `roles` must be a list of {{key, description}} or map subject (and "
+                            f"optionally object) to descriptions")
+        plain = isinstance(row, dict) and (isinstance(row.get("roles"), list) or (
+            isinstance(row.get("roles"), dict) and "labels" not in row))
+        if plain:
+            raw = row["roles"]
+            if isinstance(raw, dict):
+                unknown = set(raw) - set(ROLE_KEYS)
+                if unknown or "subject" not in raw:
+                    raise DataError(f"{path}:{i}: `roles` must map subject (and optionally object) to descriptions"
+                                    + (f"; unknown role(s) {', '.join(sorted(unknown))}" if unknown else ""))
+                raw = [{"key": k, "description": raw[k]} for k in ROLE_KEYS if raw.get(k)]
             try:
-                roles = tuple(RoleSpec(r["key"], r["description"]) for r in row["roles"])
+                roles = tuple(RoleSpec(r["key"], r["description"]) for r in raw)
             except (KeyError, TypeError):
                 raise DataError(f"{path}:{i}: each role needs `key` and `description`") from None
-            out.append(StoryInput(str(row.get("story_id", f"{path.stem}:{i}")), row.get("text"), roles))
+            sid = row.get("story_id", row.get("id", f"{path.stem}:{i}"))
+            out.append(StoryInput(str(sid), row.get("text"), roles))
         else:
             out.append(parse_row(row, f"{path.stem}:{i}", f"{path}:{i}").story)
     return out

@@ -56,6 +56,26 @@ def test_label_command(gold_path, tmp_path):
     assert len(rows) == 21 and rows[0].story_id == "tg-001"
 
 
+def test_label_command_reads_plain_stories(tmp_path):
+    """Stories without labels, roles as a map or a list; an empty story is kept with its reason."""
+    stories = tmp_path / "stories.jsonl"
+    rows = [{"id": "a", "text": "Ana Ruiz met Tom. She smiled.", "roles": {"subject": "doctor", "object": "patient"}},
+            {"story_id": "b", "text": None, "roles": [{"key": "subject", "description": "doctor"}]}]
+    stories.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "labels.jsonl"
+    r = runner.invoke(app, ["label", str(stories), "--out", str(out), "--labeller", "rules"])
+    assert r.exit_code == 0, r.output
+    got = [StoryLabels.from_dict(json.loads(line)) for line in out.read_text().splitlines()]
+    assert [g.story_id for g in got] == ["a", "b"] and [g.status for g in got] == ["ok", "empty story"]
+    assert [c.role for c in got[0].characters] == ["subject", "object"]
+    for bad, says in (({"subject": "doctor", "patient": "x"}, "unknown role(s) patient"),
+                      ("doctor", "`roles` must be a list of {key, description}")):
+        stories.write_text(json.dumps({"id": "c", "text": "Ana ran.", "roles": bad}) + "\n")
+        r = runner.invoke(app, ["label", str(stories), "--out", str(out), "--labeller", "rules"])
+        assert r.exit_code == 3 and "stories.jsonl:1: `roles` must" in r.output and says in r.output
+        assert len(r.output.strip().splitlines()) == 1
+
+
 def test_train_command(tmp_path):
     r = runner.invoke(app, ["train", "--limit", "4", "--epochs", "1", "--layers", "1", "--out", str(tmp_path / "m"),
                             "--json"])
