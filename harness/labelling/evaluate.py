@@ -298,7 +298,8 @@ def score(gold: Sequence[GoldStory], labels: Sequence[StoryLabels], *, labeller:
 
     chars = score_characters(gold, labels, lexicon)
     overall = _pr(chars)
-    groups: dict[str, dict[str, list[CharacterScore]]] = {g: defaultdict(list) for g in ("model", "domain", "condition")}
+    groups: dict[str, dict[str, list[CharacterScore]]] = {
+        g: defaultdict(list) for g in ("model", "domain", "condition")}
     confusion: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for c in chars:
         groups["model"][c.model].append(c)
