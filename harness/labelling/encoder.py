@@ -51,6 +51,7 @@ from harness.labelling.data import GoldStory, load_gold
 from harness.identity.gender import infer_gender
 from harness.identity.names import without_role_title
 from harness.labelling import role_agent, role_apposition
+from harness.labelling.name_completion import complete_names
 from harness.labelling.pronoun_binding import bind_unreferenced, claim_unheld
 from harness.labelling.name_gender import (DEFAULT_STRENGTH, check_pronoun_sets, default_lexicon, default_table,
                                           female_shares, names_agree)
@@ -838,7 +839,8 @@ class WordDecoder:
         """Labels of a batch: names and references per story, the name check, the pronouns a sentence
         binds to an unreferenced named character (``pronoun_binding``), the role nouns' appositions
         (``role_apposition``), then the action check of power-laden Love stories
-        (``role_agent.roles_exchanged``, one parse for the batch). The action check reads names and
+        (``role_agent.roles_exchanged``, one parse for the batch), and last the names as written for
+        their final roles (``_final_names``). The action check reads names and
         references together, so it runs after the name check has made them agree: before it, a name
         could sit beside the other character's pronouns."""
         labels = []
@@ -868,8 +870,20 @@ class WordDecoder:
             for k, swap in zip(pairs, role_agent.roles_exchanged(asks)):
                 if swap:
                     labels[k] = _exchanged(labels[k])
-        return [StoryLabels(s.story_id, chars, "ok" if not e.truncated else "truncated")
+        return [StoryLabels(s.story_id, self._final_names(s, e, chars), "ok" if not e.truncated else "truncated")
                 for s, e, chars in zip(stories, encoded, labels)]
+
+    def _final_names(self, story: StoryInput, e: _Encoded, chars: tuple[CharacterLabel, ...]
+                     ) -> tuple[CharacterLabel, ...]:
+        """The names as written for the roles they ended in: a title that repeats the role dropped
+        again (an exchange can bring "Nurse Emily" from the patient's role to the nurse's), and, with a
+        name table, a surname alone completed by the first name the story writes before it
+        (``name_completion``)."""
+        chars = tuple(c if c.name is None else replace(c, name=without_role_title(c.name, role.description))
+                      for c, role in zip(chars, story.roles))
+        if self.name_table is not None:
+            chars = complete_names(chars, story.text, e.words, self.name_table)
+        return chars
 
     def _names_and_references(self, story: StoryInput, e: _Encoded, p) -> tuple[list, list]:
         """Each role's name (or None) and references, from one story's word-piece probabilities."""

@@ -1,0 +1,95 @@
+"""A surname alone completed by the first name the story writes before it (``name_completion``)."""
+
+import pandas as pd
+import pytest
+
+from harness.labelling.base import CharacterLabel, RoleSpec, StoryInput
+from harness.labelling.encoder import WordDecoder, _Encoded, split_words
+from harness.labelling.name_completion import complete_names, completed_name
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory) -> str:
+    """A first-name table with Census counts: Robert and Will common first names, "Then" rare."""
+    rows = {"ROBERT": (2_759_332, 0.01), "WILL": (44_842, 0.02), "THEN": (139, 0.44), "EMILY": (900_000, 0.99),
+            "JOSE": (500_000, 0.01), "MONIQUE": (60_000, 0.99), "NOOR": (10_250, 0.7)}
+    path = tmp_path_factory.mktemp("names") / "first_names.parquet"
+    pd.DataFrame({"key": list(rows), "census_count": [c for c, _ in rows.values()],
+                  "nd_female": [f for _, f in rows.values()]}).to_parquet(path)
+    return str(path)
+
+
+def _complete(name, text, table, others=frozenset()):
+    return completed_name(name, text, split_words(text), set(others), table)
+
+
+@pytest.mark.parametrize("text, want", [
+    ("Jimmy finally met his idol, the actor Robert Mitchell. Mitchell smiled.", "Robert Mitchell"),
+    ("Mitchell smiled. Years before, Robert Mitchell had been a fan.", "Robert Mitchell"),  # any occurrence
+    ("Here is a story:\n\nNoor Mitchell paid.", "Noor Mitchell"),  # 10,250 bearers: at the bar
+    ("Mitchell smiled at Dr. Mitchell.", "Mitchell"),  # a title, not a first name
+    ("Mitchell waited. Then Mitchell left.", "Mitchell"),  # "Then": 139 bearers
+    ("Mitchell met Sam. Robert\nMitchell left.", "Mitchell"),  # not one space apart: not written as one name
+    ("Mitchell met Sam. ROBERT's Mitchell left.", "Mitchell"),  # "ROBERT's" is split: "s" is no name
+    ("Mitchell smiled.", "Mitchell"),  # nothing before it
+])
+def test_a_one_word_name_takes_the_common_first_name_written_before_it(table, text, want):
+    got = _complete("Mitchell", text, table)
+    assert got == want
+    assert got in text  # a cut of the story as written
+
+
+def test_names_of_more_words_and_the_other_characters_words_are_left_alone(table):
+    text = "Robert Mitchell met Emily Mitchell."
+    assert _complete("Emily Mitchell", text, table) == "Emily Mitchell"
+    assert _complete(None, text, table) is None
+    # "Robert" names the other character: it cannot be this one's first name
+    assert _complete("Mitchell", "Mitchell met Robert. Robert Mitchell? No.", table, {"robert"}) == "Mitchell"
+
+
+def test_without_census_counts_nothing_is_completed(tmp_path):
+    path = tmp_path / "shares.parquet"
+    pd.DataFrame({"key": ["ROBERT"], "nd_female": [0.01]}).to_parquet(path)
+    assert _complete("Mitchell", "The actor Robert Mitchell smiled.", str(path)) == "Mitchell"
+
+
+def test_complete_names_reads_the_other_characters_names(table):
+    text = "Jose Fontaine hugged Monique Fontaine. Fontaine laughed."
+    chars = (CharacterLabel("subject", "Fontaine", ("she",)), CharacterLabel("object", "Jose", ("he",)))
+    got = complete_names(chars, text, split_words(text), table)
+    # "Jose" is the object's name word, so the subject's "Fontaine" takes "Monique" (the next occurrence)
+    assert [c.name for c in got] == ["Monique Fontaine", "Jose"]
+    assert [c.references for c in got] == [("she",), ("he",)]
+
+
+def _probs(words, tags):
+    import numpy as np
+
+    p = np.zeros((len(words), 4))
+    for (w, k, slot), v in tags.items():
+        p[[i for i, (x, _, _) in enumerate(words) if x == w][k], slot] = v
+    return p
+
+
+def test_the_decoder_writes_names_for_the_roles_they_end_in(table):
+    # the tagger gives the nurse's slot José and the patient's slot "Nurse Emily"; the role-noun check
+    # exchanges the two ("Nurse" ties Emily to the nurse's role), and the title that repeats the
+    # nurse's role goes once "Nurse Emily" is the nurse's
+    text = "Nurse Emily sat with José. She nursed him back to health. Dr. Ruiz thanked her."
+    words = split_words(text)
+    enc = _Encoded([], [], list(range(len(words))), words, False)
+    story = StoryInput("x", text, (RoleSpec("subject", "nurse"), RoleSpec("object", "needy patient")))
+    p = _probs(words, {("José", 0, 0): 0.9, ("him", 0, 1): 0.9, ("Nurse", 0, 2): 0.9, ("Emily", 0, 2): 0.9,
+                       ("She", 0, 3): 0.9, ("her", 0, 3): 0.9})
+    out = WordDecoder(0.5, True, 384, table, action_check=False).decode(story, enc, p)
+    assert [(c.name, c.references) for c in out.characters] == [("Emily", ("She", "her")), ("José", ("him",))]
+    # a surname alone is completed in the decoder too; without a name table it stays as tagged
+    text = "The actor Robert Mitchell met Jimmy. Mitchell signed his poster."
+    words = split_words(text)
+    enc = _Encoded([], [], list(range(len(words))), words, False)
+    story = StoryInput("x", text, (RoleSpec("subject", "actor"), RoleSpec("object", "loyal fan")))
+    p = _probs(words, {("Mitchell", 1, 0): 0.9, ("Jimmy", 0, 2): 0.9, ("his", 0, 3): 0.9})
+    names = [c.name for c in WordDecoder(0.5, True, 384, table, action_check=False).decode(story, enc, p).characters]
+    assert names == ["Robert Mitchell", "Jimmy"]
+    names = [c.name for c in WordDecoder(0.5, True, 384, None, action_check=False).decode(story, enc, p).characters]
+    assert names == ["Mitchell", "Jimmy"]
