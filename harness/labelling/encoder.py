@@ -357,7 +357,9 @@ def _build_model(encoder_dir: Path, layers: int | None = None):
             h = self.encoder(input_ids=input_ids, attention_mask=attention_mask, **extra).last_hidden_state
             return self.head(self.dropout(h))
 
-    enc = AutoModel.from_pretrained(str(encoder_dir))
+    # float32 whatever the weights were saved in: a labeller stored in fp16 for a GPU (gpu_prepare.py)
+    # must also run, and train, on CPU, where the kernels and int8 quantisation take float32
+    enc = AutoModel.from_pretrained(str(encoder_dir), dtype=torch.float32)
     if layers is not None and layers < len(enc.encoder.layer):
         enc.encoder.layer = enc.encoder.layer[:layers]
         enc.config.num_hidden_layers = layers

@@ -40,6 +40,32 @@ def test_missing_model_dir_is_a_config_error(tmp_path):
         EncoderLabeller(tmp_path / "none")
 
 
+def test_a_labeller_stored_in_fp16_runs_on_cpu(tiny_encoder, gold, tmp_path):
+    # the GPU copy of a labeller (benchmarks/gpu_prepare.py) stores its encoder in fp16; on CPU it is
+    # read back as float32 and labels like the original up to fp16 rounding of the weights
+    import shutil
+
+    import numpy as np
+    import torch
+    from transformers import AutoModel
+
+    from harness.labelling.encoder import _encode_many
+
+    src, _ = tiny_encoder
+    dst = tmp_path / "fp16"
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("*.safetensors", "*.bin"))
+    AutoModel.from_pretrained(str(src / "encoder"), dtype=torch.float16).save_pretrained(str(dst / "encoder"))
+    stories = [g.story for g in gold[:6]]
+    for quantize in (False, True):
+        half = EncoderLabeller(dst, device="cpu", quantize=quantize, workers=0)
+        assert next(half.model.parameters()).dtype == torch.float32 or quantize
+        full = EncoderLabeller(src, device="cpu", quantize=quantize, workers=0)
+        enc = _encode_many(full.tokenizer, stories, None, full.max_length)
+        for a, b in zip(half._probs(enc), full._probs(enc)):
+            assert np.abs(a - b).max() < 0.05
+        assert len(half.label(stories)) == len(stories)
+
+
 def test_worker_processes_give_the_same_labels(tiny_encoder, gold, monkeypatch):
     import harness.labelling.encoder as E
 
