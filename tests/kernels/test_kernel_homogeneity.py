@@ -388,3 +388,16 @@ def test_reference_with_empty_groups_first_middle_and_last():
         iu = np.triu_indices(len(c), 1)
         assert np.isclose(stats.sum[k], c[iu].sum()) and np.isclose(stats.sumsq[k], (c[iu] ** 2).sum())
     assert stats.sum[[0, 2, 4, 5]].tolist() == [0, 0, 0, 0]
+
+
+@pytest.mark.parametrize("G", [1, 3, 256, 257, 300, 65536, 70000])
+def test_segments_order_is_the_stable_sort_of_the_ids(G):
+    # the ids are sorted as uint8/uint16 where they fit (a radix sort); the order must be the
+    # stable order of the ids as given, excluded rows (-1) left out
+    rng = np.random.default_rng(G)
+    g = rng.integers(-1, G, 5000)
+    order, counts, offsets = H._segments(g, G)
+    keep = np.flatnonzero(g >= 0)
+    assert np.array_equal(order, keep[np.argsort(g[keep], kind="mergesort")])
+    assert np.array_equal(counts, np.bincount(g[keep], minlength=G))
+    assert offsets[0] == 0 and offsets[-1] == keep.size and np.array_equal(np.diff(offsets), counts)
