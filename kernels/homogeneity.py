@@ -258,24 +258,27 @@ def _segments(g: np.ndarray, G: int):
 def _assemble(counts, sums_vec, sq_norms_sorted, sq4_by_group, frob, order, offsets, xs_dot_s, G, backend):
     """Common tail: GroupStats from group sums, diagonal terms and Frobenius norms (float64)."""
     n = counts
-    n_pairs = n * (n - 1) // 2
     # Per-group sum of squared norms; bincount handles empty groups anywhere (reduceat does not
     # accept an offset equal to the length, i.e. trailing empty groups).
     diag1 = np.bincount(np.repeat(np.arange(G), n), weights=sq_norms_sorted, minlength=G).astype(np.float64)
-    ssum = ((sums_vec**2).sum(1) - diag1) / 2
-    sumsq = (frob - sq4_by_group) / 2
-    ssum = np.where(n_pairs > 0, ssum, 0.0)
-    sumsq = np.where(n_pairs > 0, sumsq, 0.0)
     others = np.repeat(n - 1.0, n)  # per text (in group order): the other texts of its group
     with np.errstate(invalid="ignore", divide="ignore"):
         text_mean_sorted = (xs_dot_s - sq_norms_sorted) / others
-        text_mean_sorted[others <= 0] = np.nan
+    text_mean_sorted[others <= 0] = np.nan
+    return text_mean_sorted, _group_terms(n, sums_vec, diag1, sq4_by_group, frob, backend)
+
+
+def _group_terms(n, sums_vec, diag1, sq4_by_group, frob, backend) -> GroupStats:
+    """GroupStats without the per-text means, from each group's count, vector sum, sum of squared
+    norms (diag1), sum of squared squared norms (sq4) and ||X^T X||_F^2 (frob), all float64."""
+    n_pairs = n * (n - 1) // 2
+    ssum = np.where(n_pairs > 0, ((sums_vec**2).sum(1) - diag1) / 2, 0.0)
+    sumsq = np.where(n_pairs > 0, (frob - sq4_by_group) / 2, 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
         between = (sums_vec @ sums_vec.T) / np.outer(n, n)
         between = np.where(np.outer(n, n) > 0, between, np.nan)
         np.fill_diagonal(between, np.where(n_pairs > 0, ssum / np.maximum(n_pairs, 1), np.nan))
-    return text_mean_sorted, GroupStats(
-        n=n, n_pairs=n_pairs, sum=ssum, sumsq=sumsq, text_mean=None, between=between, backend=backend
-    )
+    return GroupStats(n=n, n_pairs=n_pairs, sum=ssum, sumsq=sumsq, text_mean=None, between=between, backend=backend)
 
 
 def _finish(stats: GroupStats, text_mean_sorted, order, N) -> GroupStats:
@@ -406,8 +409,13 @@ def triton_group_stats(
     n_all = _check_x_shape(x, "triton_group_stats")[0]  # a CUDA tensor is used in place
     g, G = _check_groups(groups, n_all, n_groups, "triton_group_stats")
     tdt = _torch_dtype(dtype, "triton_group_stats")
-    order, counts, offsets = _segments(g, G)
     dev = torch_device()
+    # everything of size N stays on the device: the group order (a stable sort there), the sums, the
+    # per-text means and their scatter back to input order; only G-sized terms and the N means
+    # cross to the host (sorting and assembling on the host took most of the 7 ms at N = 100,000 on
+    # an H100, around a 0.12 ms Gram kernel: benchmarks/RESULTS.md, section kernels-gpu)
+    order, counts = _segments_torch(g, G, dev)
+    offsets = np.concatenate([[0], np.cumsum(counts)])
     xs = _prep_torch(x, order, normalize, tdt, dev, "triton_group_stats")
     N, d = xs.shape
     # chunks: (group, start, end) with at most chunk_rows rows each
@@ -419,7 +427,8 @@ def triton_group_stats(
             cgroup.append(k)
     x64 = xs.to(torch.float64)
     sq = (x64 * x64).sum(1)
-    gs = torch.as_tensor(np.repeat(np.arange(G), counts), device=dev)
+    counts_t = torch.as_tensor(counts, device=dev)
+    gs = torch.repeat_interleave(torch.arange(G, device=dev), counts_t)
     sums = torch.zeros((G, d), dtype=torch.float64, device=dev).index_add_(0, gs, x64)
     xs_dot_s = (x64 * sums[gs]).sum(1)
     frob = torch.zeros(G, dtype=torch.float64, device=dev)
@@ -432,12 +441,27 @@ def triton_group_stats(
         grams = torch.zeros((G, d, d), dtype=torch.float64, device=dev)
         grams.index_add_(0, torch.as_tensor(cgroup, device=dev), partial.to(torch.float64))
         frob = (grams * grams).sum((1, 2))
+    diag1 = torch.zeros(G, dtype=torch.float64, device=dev).index_add_(0, gs, sq)
     sq4 = torch.zeros(G, dtype=torch.float64, device=dev).index_add_(0, gs, sq * sq)
-    tms, st = _assemble(
-        counts, sums.cpu().numpy(), sq.cpu().numpy(), sq4.cpu().numpy(), frob.cpu().numpy(),
-        order, offsets, xs_dot_s.cpu().numpy(), G, "triton",
-    )
-    return _finish(st, tms, order, n_all)
+    others = (counts_t - 1).to(torch.float64).repeat_interleave(counts_t)  # the other texts of each one's group
+    tm = torch.full((n_all,), float("nan"), dtype=torch.float64, device=dev)
+    tm[order] = torch.where(others > 0, (xs_dot_s - sq) / others.clamp(min=1), float("nan"))
+    st = _group_terms(counts, sums.cpu().numpy(), diag1.cpu().numpy(), sq4.cpu().numpy(), frob.cpu().numpy(),
+                      "triton")
+    return GroupStats(n=st.n, n_pairs=st.n_pairs, sum=st.sum, sumsq=st.sumsq, text_mean=tm.cpu().numpy(),
+                      between=st.between, backend=st.backend)
+
+
+def _segments_torch(g: np.ndarray, G: int, dev):
+    """``_segments`` on the device: (stable order of the non-excluded rows by group as a device
+    tensor, group counts as a NumPy array)."""
+    import torch
+
+    gt = torch.as_tensor(g, device=dev)
+    keep = torch.nonzero(gt >= 0).squeeze(1)
+    ids = gt[keep]
+    order = keep[torch.sort(ids, stable=True).indices]
+    return order, torch.bincount(ids, minlength=G).cpu().numpy().astype(np.int64)
 
 
 def _gram_frob2(a) -> float:
@@ -572,7 +596,7 @@ def _prep_torch(x, order, normalize, tdt, dev, what):
     import torch
 
     t = x if isinstance(x, torch.Tensor) else torch.as_tensor(np.asarray(x))
-    t = t.to(dev)[torch.as_tensor(order, device=dev)].to(torch.float32)
+    t = t.to(dev)[torch.as_tensor(order, device=dev)].to(torch.float32)  # order: NumPy or a device tensor
     if not torch.isfinite(t).all():
         raise DataError(f"{what}: an embedding row has a NaN or infinite value")
     if normalize:
