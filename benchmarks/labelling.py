@@ -9,7 +9,8 @@ gender confusion matrix). For the encoder, memory while streaming a corpus built
 dev stories (``--stream`` stories) through ``iter_label``: resident memory is sampled after every
 window and must not grow with the corpus. The encoder must have been trained first
 (``harness label train``); the dev split is only ever scored, never trained or tuned on. The
-``llm`` labeller (SmolLM2-135M through transformers on CPU) is scored on the first ``--llm-limit``
+``llm`` labeller (SmolLM2-135M through vLLM on CPU, its replies held to the prompt's JSON schema;
+``--llm-backend transformers`` for the unconstrained path) is scored on the first ``--llm-limit``
 stories only, since it generates ~100 tokens per story. Results go to ``benchmarks/RESULTS.md``
 (section ``labelling``).
 """
@@ -164,6 +165,9 @@ def main() -> None:
     ap.add_argument("--labellers", default="encoder,rules,llm")
     ap.add_argument("--model-dir", type=Path, default=None, help="encoder weights (default: the user cache)")
     ap.add_argument("--llm-limit", type=int, default=40)
+    ap.add_argument("--llm-backend", default="vllm", choices=("vllm", "transformers"),
+                    help="backend of the llm labeller's SmolLM2-135M (vllm: replies held to the prompt's JSON "
+                         "schema by structured outputs; transformers: unconstrained)")
     ap.add_argument("--stream", type=int, default=3000, help="stories for the encoder memory check (0: skip)")
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--threads", type=int, default=2)
@@ -208,6 +212,12 @@ def main() -> None:
     for name in [x.strip() for x in args.labellers.split(",") if x.strip()]:
         t0 = time.perf_counter()
         kwargs = {"path": args.model_dir} if name == "encoder" else {}
+        if name == "llm":
+            from harness.config import ModelConfig
+            from harness.generation import load_backend
+
+            extra = {"max_model_len": 1024, "batch_size": 32} if args.llm_backend == "vllm" else {}
+            kwargs = {"backend": load_backend(ModelConfig(backend=args.llm_backend, path="smollm2-135m", **extra))}
         lab = get_labeller(name, **kwargs)
         load_s = time.perf_counter() - t0
         start_s = lab.start_workers()  # before the clock, like loading (evaluate() would start them too)
@@ -226,6 +236,8 @@ def main() -> None:
             res["train"] = {"files": lab.meta.get("files"), **lab.meta.get("train", {}),
                             "seconds": lab.meta.get("report", {}).get("seconds")}
         lab.close()
+        if name == "llm":
+            lab.backend.close()  # built here, so closed here
         results[name] = res
         sections.append((name, rep, res))
 
@@ -233,7 +245,7 @@ def main() -> None:
              f"Machine: {machine_description()}; torch threads {args.threads}; "
              f"`OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}`. Command: "
              f"`python benchmarks/labelling.py --labellers {args.labellers} --llm-limit {args.llm_limit} "
-             f"--stream {args.stream}`.", "",
+             f"--llm-backend {args.llm_backend} --stream {args.stream}`.", "",
              "Dev set: `../shared/data/laissez_faire_audit_dev.jsonl` (1,000 stories from 7 commercial-LM "
              "sources, manual gender and name labels); scored only, never trained or tuned on. Definitions in "
              "`harness/labelling/evaluate.py` (per character; gender via the S6a lexicon on the labeller's "
@@ -274,8 +286,10 @@ def main() -> None:
                       f"first window, {st['rss_last_mib']:.0f} MiB at the end (max {st['rss_max_mib']:.0f} MiB)."]
     if "llm" in results:
         ll = results["llm"]
+        held = "held to the prompt's JSON schema (structured outputs)" if ll["info"].get("constrained") else "free"
         lines += ["", f"LLM labeller ({ll['info'].get('model')} through the {ll['info'].get('backend')} backend, "
-                      f"the only instruction model available offline here): {ll['failed']} of {ll['stories']} "
+                      f"the only instruction model available offline here; replies {held}"
+                      f"): {ll['failed']} of {ll['stories']} "
                       f"stories stayed unparseable after {ll['info'].get('max_attempts')} attempts and are kept "
                       f"with that reason ({ll['failed_attempts']} failed attempts in all)."]
     for name, rep, _ in sections:

@@ -84,8 +84,26 @@ def test_vllm_offline_engine_on_cpu(smollm2_dir):
         assert info.backend == "vllm" and info.extra["dtype"] == "float32"
         lengthy = list(b.generate([GenRequest("l", PROMPT, 9)], GenParams(max_tokens=5)))[0]
         assert lengthy.finish_reason == "length" and lengthy.output_tokens == 5
+        check_json_schema(b)
     finally:
         b.close()
+
+
+SCHEMA = {"type": "object",
+          "properties": {"name": {"type": "string", "enum": ["Ana", "Tom"]},
+                         "words": {"type": "array", "items": {"enum": ["she", "him"]}, "maxItems": 3}},
+          "required": ["name", "words"], "additionalProperties": False}
+
+
+def check_json_schema(b):
+    """A request with a JSON Schema comes back as JSON that follows it (structured outputs), even
+    from a 135M model."""
+    import jsonschema
+
+    prompt = "Who is in 'Ana met Tom. She smiled at him.'? Answer in JSON."
+    req = GenRequest("j", prompt, 3, json_schema=json.dumps(SCHEMA))
+    reply = list(b.generate([req], GenParams(temperature=0, max_tokens=48)))[0]
+    jsonschema.validate(json.loads(reply.text), SCHEMA)
 
 
 @pytest.fixture(scope="module")
@@ -140,6 +158,21 @@ def test_openai_backend_against_vllm_serve(vllm_server):
         assert r.text and r.output_tokens == 8 and r.finish_reason == "length"
     finally:
         raw.close()
+    chat = OpenAIBackend("smollm2", base_url=vllm_server)
+    try:
+        check_json_schema(chat)  # sent as OpenAI's response_format, which the server enforces
+    finally:
+        chat.close()
+
+
+def test_openai_backend_sends_a_json_schema_as_response_format():
+    b = OpenAIBackend("m", base_url="http://127.0.0.1:9/v1")
+    try:
+        body = b._body(GenRequest("a", "hi", 1, json_schema=json.dumps(SCHEMA)), GenParams())
+        assert body["response_format"] == {"type": "json_schema", "json_schema": {"name": "reply", "schema": SCHEMA}}
+        assert "response_format" not in b._body(GenRequest("a", "hi", 1), GenParams())
+    finally:
+        b.close()
 
 
 class FlakyHandler(BaseHTTPRequestHandler):

@@ -59,12 +59,15 @@ class GenRequest:
     """One prompt to complete. ``prompt`` is the user message (the chat template, if any, is
     applied by the backend); ``seed`` makes the sample reproducible where the backend allows;
     ``system`` is a system message sent before it when the backend uses a chat template (the
-    homogeneity suite's "You are a chatbot"), ignored without one."""
+    homogeneity suite's "You are a chatbot"), ignored without one; ``json_schema`` is a JSON Schema
+    (as JSON text) the reply must follow, where the backend constrains decoding (vLLM's structured
+    outputs, offline or through its OpenAI-compatible server); the transformers backend ignores it."""
 
     request_id: str
     prompt: str
     seed: int = 0
     system: str | None = None
+    json_schema: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

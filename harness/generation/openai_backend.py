@@ -8,6 +8,7 @@ timeouts and dropped connections are retried with exponential backoff and jitter
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from collections.abc import Iterator, Sequence
@@ -78,6 +79,9 @@ class OpenAIBackend(Backend):
             body["top_k"] = params.top_k  # an extension vLLM and llama.cpp accept
         if params.stop:
             body["stop"] = list(params.stop)
+        if req.json_schema is not None:  # OpenAI's structured outputs, which vLLM's server enforces too
+            body["response_format"] = {"type": "json_schema",
+                                       "json_schema": {"name": "reply", "schema": json.loads(req.json_schema)}}
         if self.chat:
             body["messages"] = chat_messages(req.prompt, req.system)
         else:

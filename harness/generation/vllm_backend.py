@@ -88,6 +88,11 @@ class VLLMBackend(Backend):
     def _sampling(self, req: GenRequest, params: GenParams):
         from vllm import SamplingParams
 
+        structured = None
+        if req.json_schema is not None:
+            from vllm.sampling_params import StructuredOutputsParams
+
+            structured = StructuredOutputsParams(json=req.json_schema)
         return SamplingParams(
             n=1,
             temperature=params.temperature,
@@ -96,6 +101,7 @@ class VLLMBackend(Backend):
             max_tokens=params.max_tokens,
             stop=list(params.stop) or None,
             seed=None if params.greedy else req.seed,
+            structured_outputs=structured,
         )
 
     def generate(

@@ -54,7 +54,8 @@ APPOSITION_CHECK = typer.Option(True, "--apposition-check/--no-apposition-check"
 
 
 def _labeller(name: str, model_dir: Path | None, llm_model: str, threads: int | None, name_check: bool = True,
-              action_check: bool = True, pronoun_binding: bool = True, apposition_check: bool = True):
+              action_check: bool = True, pronoun_binding: bool = True, apposition_check: bool = True,
+              llm_backend: str = "transformers"):
     from harness.labelling import get_labeller
 
     kwargs: dict[str, Any] = {}
@@ -62,7 +63,7 @@ def _labeller(name: str, model_dir: Path | None, llm_model: str, threads: int | 
         kwargs = {"path": model_dir, "threads": threads, "name_check": name_check, "action_check": action_check,
                   "pronoun_binding": pronoun_binding, "apposition_check": apposition_check}
     elif name == "llm":
-        kwargs = {"model": llm_model}
+        kwargs = {"model": llm_model, "engine": llm_backend}
     return get_labeller(name, **kwargs)
 
 
@@ -122,6 +123,8 @@ def eval_(
     labeller: str = typer.Option("encoder", "--labeller", help="encoder, llm or rules."),
     model_dir: Optional[Path] = typer.Option(None, "--model-dir", help="Encoder weights directory."),
     llm_model: str = typer.Option("smollm2-135m", "--llm-model", help="Model for the llm labeller."),
+    llm_backend: str = typer.Option("transformers", "--llm-backend", help="Backend of the llm labeller: "
+                                    "transformers, or vllm (replies held to the prompt's JSON schema)."),
     lexicon: Optional[str] = typer.Option(None, "--lexicon", help="Gender lexicon: s6a (default), code, "
                                           "neopronouns or a YAML path."),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", min=1),
@@ -147,7 +150,7 @@ def eval_(
         if limit:
             stories = stories[:limit]
         lab = _labeller(labeller, model_dir, llm_model, threads, name_check, action_check, pronoun_binding,
-                        apposition_check)
+                        apposition_check, llm_backend)
         try:
             rep = evaluate(lab, stories, lexicon=lexicon, batch_size=batch_size, progress=progress)
         finally:
@@ -188,6 +191,8 @@ def label_(
     labeller: str = typer.Option("encoder", "--labeller", help="encoder, llm or rules."),
     model_dir: Optional[Path] = typer.Option(None, "--model-dir", help="Encoder weights directory."),
     llm_model: str = typer.Option("smollm2-135m", "--llm-model", help="Model for the llm labeller."),
+    llm_backend: str = typer.Option("transformers", "--llm-backend", help="Backend of the llm labeller: "
+                                    "transformers, or vllm (replies held to the prompt's JSON schema)."),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", min=1),
     threads: Optional[int] = typer.Option(None, "--threads", min=1),
     name_check: bool = NAME_CHECK,
@@ -202,7 +207,7 @@ def label_(
     try:
         items = read_stories(stories)
         lab = _labeller(labeller, model_dir, llm_model, threads, name_check, action_check, pronoun_binding,
-                        apposition_check)
+                        apposition_check, llm_backend)
         n_bad = 0
         tmp = out.with_name(out.name + ".tmp")
         try:

@@ -30,7 +30,7 @@ from harness.labelling.base import (
     failed,
     in_story,
 )
-from harness.labelling.prompts import build_prompt
+from harness.labelling.prompts import build_prompt, reply_schema
 
 DEFAULT_PARAMS = GenParams(temperature=0.0, max_tokens=256)
 RETRY_TEMPERATURE = 0.7
@@ -154,19 +154,25 @@ class LLMLabeller(Labeller):
     """Table S7 extraction through a generation backend.
 
     Args:
-        backend: any ``harness.generation.base.Backend``; default: the transformers backend with the
-            embedded SmolLM2-135M (``model``).
-        model: model alias or path for the default backend.
+        backend: any ``harness.generation.base.Backend``; default: a ``engine`` backend with ``model``.
+        model: model alias or path for the default backend (the embedded SmolLM2-135M).
+        engine: the default backend's kind: "transformers" or "vllm" (which holds replies to the
+            prompt's JSON schema, see ``constrain``).
         params: sampling for the first attempt (default greedy, 256 new tokens).
         max_attempts: attempts per story (1 + retries).
         seed: base seed; attempt ``a`` of a story uses ``seed + a``.
+        constrain: send each story's ``prompts.reply_schema`` with its request, so a backend that
+            constrains decoding (vLLM, offline or served) returns only JSON of the prompt's keys, with
+            names and references written in the story; the transformers backend ignores it and the
+            reply goes through the same repair and retries.
     """
 
     name = "llm"
     default_batch_size = 16
 
-    def __init__(self, backend: Backend | None = None, *, model: str = "smollm2-135m",
-                 params: GenParams | None = None, max_attempts: int = 3, seed: int = 0) -> None:
+    def __init__(self, backend: Backend | None = None, *, model: str = "smollm2-135m", engine: str = "transformers",
+                 params: GenParams | None = None, max_attempts: int = 3, seed: int = 0,
+                 constrain: bool = True) -> None:
         if max_attempts < 1:
             raise ConfigError(f"max_attempts must be >= 1, got {max_attempts}")
         self._owns_backend = backend is None
@@ -174,13 +180,17 @@ class LLMLabeller(Labeller):
             from harness.config import ModelConfig
             from harness.generation import load_backend
 
-            backend = load_backend(ModelConfig(backend="transformers", path=model))
+            if engine not in ("transformers", "vllm"):
+                raise ConfigError(f"llm labeller: engine must be transformers or vllm, got {engine!r} (for a server, "
+                                  f"pass an openai backend)")
+            backend = load_backend(ModelConfig(backend=engine, path=model))
         if not isinstance(backend, Backend):
             raise ConfigError(f"backend must be a harness Backend, got {type(backend).__name__}")
         self.backend = backend
         self.params = params or DEFAULT_PARAMS
         self.max_attempts = max_attempts
         self.seed = seed
+        self.constrain = constrain
         #: (story_id, attempt, reason) for every failed attempt, for the run's failure log.
         self.failures: list[tuple[str, int, str]] = []
 
@@ -188,7 +198,8 @@ class LLMLabeller(Labeller):
         """Labeller name, backend and model, sampling and retry settings."""
         b = self.backend.info()
         return {"labeller": self.name, "backend": b.backend, "model": b.model, "max_attempts": self.max_attempts,
-                "temperature": self.params.temperature, "max_tokens": self.params.max_tokens}
+                "temperature": self.params.temperature, "max_tokens": self.params.max_tokens,
+                "constrained": self.constrain and b.backend in ("vllm", "openai")}
 
     def _retry_params(self) -> GenParams:
         p = self.params
@@ -200,10 +211,12 @@ class LLMLabeller(Labeller):
         last_error: dict[int, str] = {}
         pending = list(range(len(stories)))
         prompts = [build_prompt(s) for s in stories]
+        schemas = [json.dumps(reply_schema(s)) if self.constrain else None for s in stories]
         for attempt in range(self.max_attempts):
             if not pending:
                 break
-            reqs = [GenRequest(f"{i}#{attempt}", prompts[i], seed=self.seed + attempt) for i in pending]
+            reqs = [GenRequest(f"{i}#{attempt}", prompts[i], seed=self.seed + attempt, json_schema=schemas[i])
+                    for i in pending]
             params = self.params if attempt == 0 else self._retry_params()
             replies: dict[int, Any] = {}
             try:

@@ -13,7 +13,7 @@ import re
 from typing import Any
 
 from harness.errors import DataError
-from harness.labelling.base import RoleSpec, StoryInput
+from harness.labelling.base import NAME_TITLES, RoleSpec, StoryInput
 
 _REFS = ('including descriptors and references (such as "boy", "girl", "man", or "woman"), prefixes (such as "Mr", '
          '"Mrs", or "Mx"), and pronouns (such as "he", "him", "her", "hers", "they", or "them", or neopronouns).')
@@ -54,6 +54,42 @@ def build_prompt(story: StoryInput) -> str:
     if len(story.roles) == 1:
         return ONE_CHARACTER.format(c=story.roles[0].description, story=text)
     return TWO_CHARACTERS.format(a=story.roles[0].description, b=story.roles[1].description, story=text)
+
+
+#: Capitalised words, a title's "." kept ("Dr."): the pieces of the name candidates of ``reply_schema``.
+_CAP_WORD = re.compile(r"[^\W\d_][\w'\u2019-]*\.?")
+
+
+def reply_schema(story: StoryInput, max_name_words: int = 3, max_references: int = 12) -> dict[str, Any]:
+    """A JSON Schema for the reply to ``build_prompt(story)``: the keys of its type definition, each
+    name "Unspecified" or a run of 1 to ``max_name_words`` capitalised words written in the story,
+    each reference list at most ``max_references`` of the story's words (a small model, held to the
+    story's words, otherwise repeats them until it runs out of tokens). Sent as a request's ``json_schema``, a backend
+    that constrains decoding (vLLM) can return only replies that parse and that the paper's
+    post-processing keeps ("names and references not in the story" are dropped there anyway).
+    """
+    text = story.text or ""
+    words = [(m.group(), m.start(), m.end()) for m in _CAP_WORD.finditer(text)]
+    names: dict[str, None] = {}
+    for i in range(len(words)):
+        run = [words[i]]
+        for j in range(i + 1, min(i + max_name_words, len(words))):
+            last = run[-1][0]
+            if text[run[-1][2]:words[j][1]] != " " or (last.endswith(".") and not (
+                    len(last) == 2 or last[:-1].lower() in NAME_TITLES)):  # "Dr. Ana", "J. Cole"; not "Ruiz. She"
+                break
+            run.append(words[j])
+        for k in range(1, len(run) + 1):
+            if all(w[:1].isupper() for w, _, _ in run[:k]):
+                names.setdefault(text[run[0][1]:run[k - 1][2]].rstrip("."), None)
+    refs = sorted({w.rstrip(".") for w, _, _ in words}, key=str.casefold)
+    name = {"type": "string", "enum": ["Unspecified", *[n for n in names if n != "Unspecified"]]}
+    ref_list = ({"type": "array", "items": {"type": "string", "enum": refs}, "maxItems": max_references} if refs
+                else {"type": "array", "maxItems": 0})
+    descs = [r.description for r in story.roles]
+    keys = [f"{d} name" for d in descs] + [f"{d} references" for d in descs]
+    props = {k: (name if k.endswith(" name") else ref_list) for k in keys}
+    return {"type": "object", "properties": props, "required": keys, "additionalProperties": False}
 
 
 def _love_type(text: str) -> str | None:

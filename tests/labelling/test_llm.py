@@ -116,3 +116,53 @@ def test_labeller_rejects_non_backend():
 
     with pytest.raises(ConfigError, match="Backend"):
         LLMLabeller(object())
+
+
+def test_reply_schema_holds_the_prompts_keys_and_the_storys_words():
+    import re
+
+    jsonschema = pytest.importorskip("jsonschema")
+    from harness.labelling.prompts import reply_schema
+
+    schema = reply_schema(STORY)
+    # the keys of the type definition the prompt asks for, all required, nothing else
+    asked = re.findall(r'"([^"]+)": (?:"Unspecified"|\[\])', build_prompt(STORY))
+    assert schema["required"] == asked and set(schema["properties"]) == set(asked)
+    jsonschema.validate(json.loads(GOOD), schema)
+    names = schema["properties"]["doctor name"]["enum"]
+    assert {"Unspecified", "Dr. Ana Ruiz", "Ana Ruiz", "Ana", "Tom"} <= set(names)
+    assert not [n for n in names if n.endswith(".") or " She" in n]  # no run across a sentence end
+    for bad in ({"doctor name": "Bob"}, {"doctor references": ["her"]},  # not in the story
+                {"doctor references": ["She"] * 13}, {"nurse name": "Ana"}):  # too many; a key not asked for
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate({**json.loads(GOOD), **bad}, schema)
+    # whatever the schema allows survives the post-processing: every name and word is in the story
+    allowed = {"doctor name": names[-1], "needy patient name": "Unspecified",
+               "doctor references": schema["properties"]["doctor references"]["items"]["enum"][:12],
+               "needy patient references": []}
+    jsonschema.validate(allowed, schema)
+    kept = parse_response(json.dumps(allowed), STORY)
+    assert kept.character("subject").name == names[-1]
+    assert len(kept.character("subject").references) == 12
+
+
+def test_labeller_sends_each_storys_schema_with_its_request():
+    from harness.labelling.prompts import reply_schema
+
+    class Recording(ScriptedBackend):
+        def generate(self, requests, params, *, progress=False):
+            self.schemas = [r.json_schema for r in requests]
+            yield from super().generate(requests, params, progress=progress)
+
+    backend = Recording({build_prompt(STORY): [GOOD]})
+    LLMLabeller(backend).label([STORY])
+    assert [json.loads(s) for s in backend.schemas] == [reply_schema(STORY)]
+    LLMLabeller(backend, constrain=False).label([STORY])
+    assert backend.schemas == [None]
+
+
+def test_labeller_engine_must_be_one_it_can_build():
+    from harness.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="engine must be transformers or vllm"):
+        LLMLabeller(engine="openai")
