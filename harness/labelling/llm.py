@@ -154,7 +154,7 @@ class LLMLabeller(Labeller):
     """Table S7 extraction through a generation backend.
 
     Args:
-        backend: any ``harness.generation.base.Backend``; default: a ``engine`` backend with ``model``.
+        backend: any ``harness.generation.base.Backend``; default: an ``engine`` backend with ``model``.
         model: model alias or path for the default backend (the embedded SmolLM2-135M).
         engine: the default backend's kind: "transformers" or "vllm" (which holds replies to the
             prompt's JSON schema, see ``constrain``).
