@@ -56,8 +56,8 @@ def build_prompt(story: StoryInput) -> str:
     return TWO_CHARACTERS.format(a=story.roles[0].description, b=story.roles[1].description, story=text)
 
 
-#: Capitalised words, a title's "." kept ("Dr."): the pieces of the name candidates of ``reply_schema``.
-_CAP_WORD = re.compile(r"[^\W\d_][\w'\u2019-]*\.?")
+#: Words of a story, a trailing "." kept ("Dr."): the references and name pieces of ``reply_schema``.
+_STORY_WORD = re.compile(r"[^\W\d_][\w'\u2019-]*\.?")
 
 
 def reply_schema(story: StoryInput, max_name_words: int = 3, max_references: int = 12) -> dict[str, Any]:
@@ -69,7 +69,7 @@ def reply_schema(story: StoryInput, max_name_words: int = 3, max_references: int
     post-processing keeps ("names and references not in the story" are dropped there anyway).
     """
     text = story.text or ""
-    words = [(m.group(), m.start(), m.end()) for m in _CAP_WORD.finditer(text)]
+    words = [(m.group(), m.start(), m.end()) for m in _STORY_WORD.finditer(text)]
     names: dict[str, None] = {}
     for i in range(len(words)):
         run = [words[i]]
