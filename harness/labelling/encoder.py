@@ -109,6 +109,13 @@ def _is_word(w: str) -> bool:
     return any(c.isalnum() for c in w)
 
 
+def _is_split_word(w: str) -> bool:
+    """``_is_word`` for a token of ``split_words``, without its loop over the characters: those tokens
+    are words (letters or digits, "'s") or single punctuation marks, so a token of more than one
+    character, or an alphanumeric one, is a word (a decoding pass per story calls it for every token)."""
+    return len(w) > 1 or w.isalnum()
+
+
 def _phrase_tokens(phrase: str) -> list[str]:
     return [_norm(w) for w, _, _ in split_words(phrase) if _is_word(w) and not w.startswith(("'", "\u2019"))]
 
@@ -1110,7 +1117,7 @@ class _Words:
         valid = tok >= 0
         probs = np.zeros((len(tok), p.shape[1]), dtype=np.float64)
         probs[valid] = p[tok[valid]]
-        scored = valid & np.fromiter((_is_word(w) for w, _, _ in e.words), dtype=bool, count=len(tok))
+        scored = valid & np.fromiter((_is_split_word(w) for w, _, _ in e.words), dtype=bool, count=len(tok))
         return cls(probs, scored, scored.nonzero()[0].tolist(), [_norm(w) for w, _, _ in e.words])
 
 

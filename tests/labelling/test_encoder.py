@@ -19,6 +19,17 @@ def test_split_words_offsets():
     assert all(text[a:b] == w for w, a, b in words)
 
 
+def test_split_words_tokens_need_no_character_loop_to_tell_words():
+    from harness.labelling.data import builtin_training_files, load_gold
+    from harness.labelling.encoder import _is_split_word, _is_word
+
+    text = ("Hye-jin's café — “Zoë” met O’Brien_2 at 10:30; naïve 東京 x̃ e\u0301 _ … ½ ² 'tis ok!? "
+            + " ".join(g.story.text for f in builtin_training_files() for g in load_gold(f)))
+    words = [w for w, _, _ in split_words(text)]
+    assert len(words) > 10_000
+    assert [_is_split_word(w) for w in words] == [_is_word(w) for w in words]
+
+
 def test_project_labels():
     words = [w for w, _, _ in split_words("Dr. Ana Ruiz met Tom. She helped him; Ana and Tom's mom smiled.")]
     t = project_labels(words, {"subject": "Dr. Ana Ruiz", "object": "['Tom']"},
