@@ -255,9 +255,11 @@ def _segments(g: np.ndarray, G: int):
     return order, counts, offsets
 
 
-def _assemble(counts, sums_vec, sq_norms_sorted, sq4_by_group, frob, order, offsets, xs_dot_s, G, backend):
-    """Common tail: GroupStats from group sums, diagonal terms and Frobenius norms (float64)."""
+def _assemble(counts, sums_vec, sq_norms_sorted, sq4_by_group, frob, xs_dot_s, backend):
+    """Common tail: (per-text means in group order, GroupStats) from group sums, diagonal terms and
+    Frobenius norms (float64)."""
     n = counts
+    G = n.size
     # Per-group sum of squared norms; bincount handles empty groups anywhere (reduceat does not
     # accept an offset equal to the length, i.e. trailing empty groups).
     diag1 = np.bincount(np.repeat(np.arange(G), n), weights=sq_norms_sorted, minlength=G).astype(np.float64)
@@ -318,7 +320,7 @@ def _closed_form_xp(xp, xs, counts, offsets, G, backend):
         sq4[g] = float((sq[a:b] ** 2).sum())
         xs_dot_s[a:b] = Xg @ s.astype(Xg.dtype)
     to_np = (lambda v: v.get()) if xp is not np else (lambda v: v)
-    return _assemble(counts, to_np(sums), to_np(sq), sq4, frob, None, offsets, to_np(xs_dot_s), G, backend)
+    return _assemble(counts, to_np(sums), to_np(sq), sq4, frob, to_np(xs_dot_s), backend)
 
 
 def reference(x, groups, *, n_groups=None, normalize=True) -> GroupStats:
@@ -560,8 +562,8 @@ def torch_group_stats(x, groups, *, n_groups=None, normalize=True, chunk_rows: i
                     torch.mv(xg, sums[k], out=xs_dot_s[a0 + a:a0 + b])
     sq64 = sq.double().cpu().numpy()
     sq4 = np.bincount(np.repeat(np.arange(G), counts), weights=sq64 * sq64, minlength=G)
-    tms, st = _assemble(counts, sums.double().cpu().numpy(), sq64, sq4, frob, order, offsets,
-                        xs_dot_s.double().cpu().numpy(), G, "torch")
+    tms, st = _assemble(counts, sums.double().cpu().numpy(), sq64, sq4, frob, xs_dot_s.double().cpu().numpy(),
+                        "torch")
     return _finish(st, tms, order, n_all)
 
 
