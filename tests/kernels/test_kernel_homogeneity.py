@@ -301,6 +301,32 @@ def test_torch_group_stats_equals_brute_force(seed, d, chunk_rows):
     assert H.group_stats(x, g, n_groups=G, backend="auto").backend in ("torch", "triton", "cupy")
 
 
+@pytest.mark.parametrize("grouped", [True, False])
+def test_torch_group_stats_uses_unit_rows_as_given_and_normalises_the_rest(grouped, monkeypatch):
+    """Rows that are unit vectors already skip the normalising copy; a chunk holding one row that is
+    not (norm 1.01) is normalised, or its cosines would be 1% off."""
+    import torch
+
+    x, g, G = make_case(24, N=120, d=16)
+    x = (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+    if grouped:
+        order = np.argsort(np.where(g < 0, G, g), kind="stable")
+        x, g = x[order], g[order]
+    divs = []
+    real_div = torch.div
+    monkeypatch.setattr(torch, "div", lambda *a, **kw: divs.append(1) or real_div(*a, **kw))
+    unit = H.torch_group_stats(x, g, n_groups=G, chunk_rows=8)
+    assert not divs
+    assert_stats_close(unit, H.brute_force(x, g, n_groups=G), rtol=2e-5, atol=2e-5)
+    big = int(np.flatnonzero(g == 4)[0])
+    x[big] *= 1.01
+    scaled = H.torch_group_stats(x, g, n_groups=G, chunk_rows=8)
+    assert divs
+    assert_stats_close(scaled, H.brute_force(x, g, n_groups=G), rtol=2e-5, atol=2e-5)
+    raw = H.torch_group_stats(x, g, n_groups=G, normalize=False)
+    assert_stats_close(raw, H.reference(x, g, n_groups=G, normalize=False), rtol=2e-5, atol=2e-4)
+
+
 @pytest.mark.parametrize("shape", [(130, 70), (70, 130), (200, 200), (3, 5), (1, 384), (384, 1)])
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_gram_frob_equals_the_full_gram(shape, dtype):
