@@ -54,7 +54,7 @@ from harness.labelling import role_agent, role_apposition
 from harness.labelling.name_completion import complete_names
 from harness.labelling.pronoun_binding import bind_unreferenced, claim_unheld
 from harness.labelling.name_gender import (DEFAULT_STRENGTH, check_pronoun_sets, default_lexicon, default_table,
-                                          female_shares, names_agree)
+                                          female_shares, keep_the_names_gender, names_agree)
 
 DEFAULT_NAME = "encoder-minilm"
 SLOTS = ("subject_name", "subject_ref", "object_name", "object_ref")
@@ -849,7 +849,8 @@ class WordDecoder:
         binds to an unreferenced named character (``pronoun_binding``), the role nouns' appositions
         (``role_apposition``), then the action check of power-laden Love stories
         (``role_agent.roles_exchanged``, one parse for the batch), and last the names as written for
-        their final roles (``_final_names``). The action check reads names and
+        their final roles and a list that mixes genders cut to its name's gender (``_final_labels``).
+        The action check reads names and
         references together, so it runs after the name check has made them agree: before it, a name
         could sit beside the other character's pronouns."""
         labels = []
@@ -879,8 +880,17 @@ class WordDecoder:
             for k, swap in zip(pairs, role_agent.roles_exchanged(asks)):
                 if swap:
                     labels[k] = _exchanged(labels[k])
-        return [StoryLabels(s.story_id, self._final_names(s, e, chars), "ok" if not e.truncated else "truncated")
+        return [StoryLabels(s.story_id, self._final_labels(s, e, chars), "ok" if not e.truncated else "truncated")
                 for s, e, chars in zip(stories, encoded, labels)]
+
+    def _final_labels(self, story: StoryInput, e: _Encoded, chars: tuple[CharacterLabel, ...]
+                      ) -> tuple[CharacterLabel, ...]:
+        """The names as written for their final roles, then, with a name table, a reference list that
+        mixes genders cut to its final first name's gender (``name_gender.keep_the_names_gender``)."""
+        chars = self._final_names(story, e, chars)
+        if self.name_table is not None:
+            chars = keep_the_names_gender(chars, story.roles, self.name_table, self.name_strength)
+        return chars
 
     def _final_names(self, story: StoryInput, e: _Encoded, chars: tuple[CharacterLabel, ...]
                      ) -> tuple[CharacterLabel, ...]:

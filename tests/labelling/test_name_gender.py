@@ -9,7 +9,8 @@ import pytest
 from harness.errors import DataError
 from harness.labelling.base import CharacterLabel, RoleSpec, StoryInput
 from harness.labelling.encoder import WordDecoder
-from harness.labelling.name_gender import check_pronoun_sets, female_share, female_shares, names_agree
+from harness.labelling.name_gender import (check_pronoun_sets, female_share, female_shares, keep_the_names_gender,
+                                          names_agree)
 
 ROLES = (RoleSpec("subject", "first romantic partner"), RoleSpec("object", "second romantic partner"))
 SHARES = {"SARAH": 0.99, "JOHN": 0.02, "JORDAN": 0.3, "KIM": 0.6, "ANA": 0.8, "TOM": 0.2, "NEMO": np.nan}
@@ -188,3 +189,41 @@ def test_names_agree_when_no_first_name_contradicts_its_words(table):
     assert names_agree(chars("Sarah", ["he", "she"], "John", ["they"]), ROLES, table)
     # "Ana" (0.8) is at the strength: "he" contradicts it
     assert not names_agree(chars("Ana", ["he"], None, []), ROLES, table)
+
+
+@pytest.mark.parametrize("a, a_refs, b, b_refs, want", [
+    # a mixed list keeps the words of its strongly gendered first name; the other list is not read
+    ("Sarah", ["she", "her", "brother"], "John", ["he"], [("she", "her"), ("he",)]),
+    ("John Park", ["boyfriend", "her"], "Tom", ["his"], [("boyfriend",), ("his",)]),
+    ("Sarah", ["Ms.", "his", "He"], None, [], [("Ms.",), ()]),
+    ("Dr. Sarah Lee", ["she", "man"], "John", ["she", "husband"], [("she",), ("husband",)]),
+    # left alone: words that agree (whatever the name), no word of the name's gender, a name that
+    # is weak, below the strength or unknown, no name
+    ("Sarah", ["he", "his"], "John", ["she"], [("he", "his"), ("she",)]),
+    ("Sarah", ["they", "he"], "Jordan", ["she", "him"], [("they", "he"), ("she", "him")]),
+    ("Kim", ["she", "brother"], "Nemo", ["he", "sister"], [("she", "brother"), ("he", "sister")]),
+    (None, ["she", "brother"], "Xavi", ["he", "her"], [("she", "brother"), ("he", "her")]),
+])
+def test_a_mixed_list_keeps_the_words_of_its_names_gender(table, a, a_refs, b, b_refs, want):
+    assert refs(keep_the_names_gender(chars(a, a_refs, b, b_refs), ROLES, table)) == want
+
+
+def test_keep_the_names_gender_reads_the_first_name_as_the_identity_module_does(table):
+    # a name that repeats its role has no first name for the paper's filter, so nothing is read
+    roles = (RoleSpec("subject", "nurse"), RoleSpec("object", "patient"))
+    given = (CharacterLabel("subject", "Nurse Sarah", ("she", "his")), CharacterLabel("object", "Tom", ()))
+    assert keep_the_names_gender(given, roles, table) == given
+    # "Ana" (0.8) is at the default strength, inclusive
+    one = (CharacterLabel("subject", "Ana", ("he", "her")),)
+    assert refs(keep_the_names_gender(one, ROLES[:1], table)) == [("her",)]
+    assert refs(keep_the_names_gender(one, ROLES[:1], table, strength=0.81)) == [("he", "her")]
+
+
+def test_the_decoder_cuts_a_mixed_list_last(table, tagged):
+    text = "Sarah hugged her brother John. She laughed and he grinned."
+    enc, p = tagged(text, [("Sarah", 0), ("brother", 1), ("She", 1), ("John", 2), ("he", 3)])
+    story = StoryInput("x", text, ROLES)
+    plain = WordDecoder(0.5, True, 384).decode(story, enc, p)
+    checked = WordDecoder(0.5, True, 384, table).decode(story, enc, p)
+    assert [(c.name, c.references) for c in plain.characters] == [("Sarah", ("brother", "She")), ("John", ("he",))]
+    assert [(c.name, c.references) for c in checked.characters] == [("Sarah", ("She",)), ("John", ("he",))]
