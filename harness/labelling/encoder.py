@@ -52,7 +52,7 @@ from harness.identity.gender import infer_gender
 from harness.identity.names import without_role_title
 from harness.labelling import role_agent, role_apposition
 from harness.labelling.name_completion import complete_names
-from harness.labelling.pronoun_binding import bind_unreferenced, claim_unheld
+from harness.labelling.pronoun_binding import bind_singular_they, bind_unreferenced, claim_unheld
 from harness.labelling.name_gender import (DEFAULT_STRENGTH, check_pronoun_sets, default_lexicon, default_table,
                                           female_shares, keep_the_names_gender, names_agree)
 
@@ -866,6 +866,7 @@ class WordDecoder:
                                           self.name_strength)
                 if self.name_table is not None:
                     chars = claim_unheld(words, chars, story.roles, self.name_table, self.name_strength)
+                chars = bind_singular_they(words, chars, story.roles, self.name_table)
             if self.apposition_check and len(chars) == 2 and role_apposition.roles_exchanged(
                     words, [r.description for r in story.roles], [c.name for c in chars]):
                 chars = _exchanged(chars)
