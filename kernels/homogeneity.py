@@ -500,8 +500,9 @@ def torch_group_stats(x, groups, *, n_groups=None, normalize=True, chunk_rows: i
     fused by chunks of whole groups: a chunk's rows (about ``chunk_rows``, so it stays in cache)
     are gathered and, unless they are unit vectors already, normalised into one reused scratch
     buffer, never a full-size copy of the embeddings, and each of its groups' norms, sum, Gram
-    (three BLAS GEMM blocks) and x_i . s are taken from there; every total is merged in float64. The fast CPU path (compare with one GEMM of
-    the same shape in ``benchmarks/kernels.py``); ``reference`` is the float64 oracle.
+    (three BLAS GEMM blocks) and x_i . s are taken from there; every total is merged in float64.
+    The fast CPU path (compare with one GEMM of the same shape in ``benchmarks/kernels.py``);
+    ``reference`` is the float64 oracle.
     """
     import torch
 

@@ -198,4 +198,5 @@ def _with_words(characters: tuple[CharacterLabel, ...], x: int, found: Sequence[
     return tuple(bound if i == x else c for i, c in enumerate(characters))
 
 
-__all__ = ["BOUND", "SINGULAR_THEY", "THEY_VETO_STRENGTH", "bind_singular_they", "bind_unreferenced", "claim_unheld", "name_words"]
+__all__ = ["BOUND", "SINGULAR_THEY", "THEY_VETO_STRENGTH", "bind_singular_they", "bind_unreferenced", "claim_unheld",
+           "name_words"]
