@@ -399,8 +399,9 @@ def triton_group_stats(
 
     Rows are normalised (fp32), cast to ``dtype`` ("float32", "bfloat16", "float16"), sorted
     by group and cut into chunks of at most ``chunk_rows`` rows of one group. One program per
-    (chunk, upper-triangular d-tile) accumulates its tile of X^T X in fp32 with ``tl.dot``;
-    chunks are merged per group in float64. ``input_precision`` ("ieee", "tf32") applies to
+    (chunk, upper-triangular d-tile) accumulates its tile of X^T X in fp32 with ``tl.dot``; the
+    chunks of a group cut into several are added in fp32, and each group's squared Frobenius norm,
+    sums and norms are taken in fp32 on the device and merged in float64 on G-sized arrays. ``input_precision`` ("ieee", "tf32") applies to
     float32 inputs; the default is "ieee" (exact fp32 products, no tensor cores).
     """
     resolve_backend("triton", what="triton_group_stats")
@@ -427,12 +428,16 @@ def triton_group_stats(
             starts.append(s0)
             ends.append(min(s0 + chunk_rows, int(offsets[k + 1])))
             cgroup.append(k)
-    x64 = xs.to(torch.float64)
-    sq = (x64 * x64).sum(1)
+    # per-row and per-group terms in float32 from the vectors the Gram kernel reads (xs itself for
+    # float32; one float32 copy for half inputs), group sums as deterministic segment sums over the
+    # sorted rows (no atomics), merged in float64 on G-sized arrays only: session 19's version made
+    # five float64 passes over N x d and a float64 G x d x d buffer for the Grams
+    xf = xs.float()
     counts_t = torch.as_tensor(counts, device=dev)
     gs = torch.repeat_interleave(torch.arange(G, device=dev), counts_t)
-    sums = torch.zeros((G, d), dtype=torch.float64, device=dev).index_add_(0, gs, x64)
-    xs_dot_s = (x64 * sums[gs]).sum(1)
+    sq = torch.linalg.vector_norm(xf, dim=1).square()
+    sums = torch.segment_reduce(xf, "sum", lengths=counts_t, axis=0, unsafe=True)
+    xs_dot_s = torch.einsum("nd,nd->n", xf, sums[gs])
     frob = torch.zeros(G, dtype=torch.float64, device=dev)
     if starts:
         prec = input_precision or ("ieee" if tdt == torch.float32 else "tf32")
@@ -440,15 +445,18 @@ def triton_group_stats(
             xs, torch.as_tensor(starts, dtype=torch.int64, device=dev),
             torch.as_tensor(ends, dtype=torch.int64, device=dev), input_precision=prec,
         )
-        grams = torch.zeros((G, d, d), dtype=torch.float64, device=dev)
-        grams.index_add_(0, torch.as_tensor(cgroup, device=dev), partial.to(torch.float64))
-        frob = (grams * grams).sum((1, 2))
-    diag1 = torch.zeros(G, dtype=torch.float64, device=dev).index_add_(0, gs, sq)
-    sq4 = torch.zeros(G, dtype=torch.float64, device=dev).index_add_(0, gs, sq * sq)
+        cg = torch.as_tensor(cgroup, device=dev)
+        if len(set(cgroup)) < len(cgroup):  # a group cut into several chunks: add its partial Grams first
+            grams = torch.zeros((G, d, d), dtype=torch.float32, device=dev).index_add_(0, cg, partial)
+            cg = cg.unique()
+            partial = grams[cg]
+        frob.index_add_(0, cg, torch.linalg.vector_norm(partial.flatten(1), dim=1).double().square())
+    diag1 = torch.segment_reduce(sq.double(), "sum", lengths=counts_t, unsafe=True)
+    sq4 = torch.segment_reduce(sq.double().square(), "sum", lengths=counts_t, unsafe=True)
     others = (counts_t - 1).to(torch.float64).repeat_interleave(counts_t)  # the other texts of each one's group
     tm = torch.full((n_all,), float("nan"), dtype=torch.float64, device=dev)
-    tm[order] = torch.where(others > 0, (xs_dot_s - sq) / others.clamp(min=1), float("nan"))
-    st = _group_terms(counts, sums.cpu().numpy(), diag1.cpu().numpy(), sq4.cpu().numpy(), frob.cpu().numpy(),
+    tm[order] = torch.where(others > 0, (xs_dot_s.double() - sq.double()) / others.clamp(min=1), float("nan"))
+    st = _group_terms(counts, sums.double().cpu().numpy(), diag1.cpu().numpy(), sq4.cpu().numpy(), frob.cpu().numpy(),
                       "triton")
     return GroupStats(n=st.n, n_pairs=st.n_pairs, sum=st.sum, sumsq=st.sumsq, text_mean=tm.cpu().numpy(),
                       between=st.between, backend=st.backend)

@@ -62,10 +62,11 @@ def test_reference_equals_brute_force(seed, d):
     np.testing.assert_allclose([ref.mean[4], ref.var[4]], [c.mean(), c.var()], rtol=1e-10)
 
 
-def test_triton_group_stats_fp32(triton_ok):
+@pytest.mark.parametrize("chunk_rows", [16, 4096])  # groups cut into several chunks; each group one chunk
+def test_triton_group_stats_fp32(triton_ok, chunk_rows):
     x, g, G = make_case(2, N=80, d=70)
     bf = H.brute_force(x, g, n_groups=G)
-    got = H.triton_group_stats(x, g, n_groups=G, chunk_rows=16)  # several chunks per group
+    got = H.triton_group_stats(x, g, n_groups=G, chunk_rows=chunk_rows)
     assert got.backend == "triton"
     assert_stats_close(got, bf, rtol=2e-5, atol=2e-5)
 
