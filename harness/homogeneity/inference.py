@@ -100,8 +100,9 @@ def _group_means(cells: pd.DataFrame, n: np.ndarray, s: np.ndarray, by_sets) -> 
         keys = cells[list(by)].astype(str).agg(" x ".join, axis=1)
         for lv in pd.unique(keys):
             m = (keys == lv).to_numpy()
+            nm = n[:, m].sum(1)
             with np.errstate(invalid="ignore", divide="ignore"):
-                out.append((" x ".join(by), lv, s[:, m].sum(1) / n[:, m].sum(1)))
+                out.append((" x ".join(by), lv, np.where(nm > 0, s[:, m].sum(1) / nm, np.nan)))
     return out
 
 
@@ -141,7 +142,9 @@ def text_bootstrap(x, cell, cells: pd.DataFrame, suite: ModelSuite, *, n_boot: i
     st: Standardization = suite.standardization or Standardization(0, 0.0, 1.0)
     reps = np.arange(1, n_boot + 1)
     n_b, s_b = weighted_cell_sums(xu, np.asarray(cell), len(cells), lambda rows: story_weights(seed, reps, rows), n_boot)
-    z_b = (s_b - st.mean * n_b) / st.sd
+    # a cell a replicate leaves without pairs has no sum: the closed form's rounding residue over zero
+    # pairs (||sum w x||^2 - sum w^2 ||x||^2, about 1e-16) would otherwise become an infinite mean
+    z_b = np.where(n_b > 0, (s_b - st.mean * n_b) / st.sd, 0.0)
     lo, hi = alpha / 2, 1 - alpha / 2
     rows = []
     for name, model in suite.models.items():
@@ -162,9 +165,11 @@ def text_bootstrap(x, cell, cells: pd.DataFrame, suite: ModelSuite, *, n_boot: i
     boot = _group_means(cells, n_b, z_b, _GROUPINGS)
     gm = []
     for (by, lv, est), (_, _, rep) in zip(full, boot):
-        ql, qh = np.nanquantile(rep, [lo, hi])
-        gm.append({"grouping": by, "level": lv, "mean_z": float(est[0]), "se_text": float(np.nanstd(rep, ddof=1)),
-                   "ci_low_text": ql, "ci_high_text": qh})
+        rep = rep[np.isfinite(rep)]  # replicates that leave the level without pairs have no mean
+        ql, qh = np.quantile(rep, [lo, hi]) if rep.size else (np.nan, np.nan)
+        gm.append({"grouping": by, "level": lv, "mean_z": float(est[0]),
+                   "se_text": float(np.std(rep, ddof=1)) if rep.size >= 2 else np.nan,
+                   "ci_low_text": ql, "ci_high_text": qh, "n_boot_valid": int(rep.size)})
     return coefs, pd.DataFrame(gm)
 
 

@@ -77,6 +77,31 @@ def test_bootstrap_tables(fitted):
     pd.testing.assert_frame_equal(coefs, again)  # seeded
 
 
+def test_bootstrap_group_means_skip_replicates_that_leave_a_level_without_pairs():
+    """With 2 texts per cell and 2 formats, many replicates leave a race x gender level with no pair
+    (weight 0 on one of its texts in both cells). The closed-form weighted sums of such a replicate
+    leave a rounding residue over zero pairs; that must count as a replicate without a mean (left
+    out, and counted in n_boot_valid), not as an infinite one that turns the SE into NaN."""
+    x, texts = synthetic_corpus(2, n_formats=2, seed=3)
+    cells, cell, _ = cell_table(texts, x, backend="numpy")
+    suite = fit_paper_models(cells)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        _, gm = text_bootstrap(x, cell, cells, suite, n_boot=200, seed=0)
+    assert (gm["n_boot_valid"] < 200).any() and (gm["n_boot_valid"] >= 2).all()
+    assert np.isfinite(gm[["se_text", "ci_low_text", "ci_high_text"]].to_numpy()).all()
+    # the SE and interval are those of the valid replicates, recomputed here from the weighted sums
+    xu = x.astype(np.float64) / np.linalg.norm(x.astype(np.float64), axis=1, keepdims=True)
+    n_b, s_b = weighted_cell_sums(xu, cell, len(cells), lambda rows: story_weights(0, np.arange(1, 201), rows), 200)
+    st = suite.standardization
+    m = ((cells["race"] == "White") & (cells["gender"] == "woman")).to_numpy()
+    nb = n_b[:, m].sum(1)
+    rep = ((s_b[:, m] - st.mean * n_b[:, m]) / st.sd).sum(1)[nb > 0] / nb[nb > 0]
+    row = gm.set_index(["grouping", "level"]).loc[("race x gender", "White x woman")]
+    assert row["n_boot_valid"] == rep.size
+    assert row["se_text"] == pytest.approx(np.std(rep, ddof=1), rel=1e-6)
+
+
 def test_permutation_detects_a_race_effect_and_not_a_null_gender_effect():
     # race spreads differ strongly; gender has no effect at all
     x, texts = synthetic_corpus(12, n_formats=3, seed=4, race_spread={"African": 0.5, "Asian": 0.5, "Hispanic": 0.5,
