@@ -43,7 +43,8 @@ ACTION_CHECK = typer.Option(True, "--action-check/--no-action-check",
 PRONOUN_BINDING = typer.Option(True, "--pronoun-binding/--no-pronoun-binding",
                                help="Encoder: give a named character the tagger left without pronouns the "
                                     "he/his or she/her that its own sentences bind to it, or (with the name "
-                                    "check) those of the gender nobody holds when its first name fits them "
+                                    "check) those of the gender nobody holds when its first name fits them, "
+                                    "or the singular they/their/themself its sentences bind to it "
                                     "(harness.labelling.pronoun_binding).")
 
 

@@ -1170,7 +1170,9 @@ class EncoderLabeller(Labeller):
             possessive and reflexive pronouns that its own sentences bind to it, when the other
             character holds that gender's pronouns ("chef Paul ... Paul finally spoke, his voice ...";
             its first name vetoes when the name check is on); with the name check, also the pronouns
-            of the gender nobody holds when its first name fits them (``harness.labelling.pronoun_binding``).
+            of the gender nobody holds when its first name fits them; and beside a character of a binary
+            gender, the singular "they"/"their"/"themself" its sentences bind to it ("Riley adjusted their
+            glasses"; ``harness.labelling.pronoun_binding``).
         apposition_check: exchange the two characters' labels when the story ties them to each other's
             role nouns ("a renowned actor, Ethan Michaels", "Lily, a loyal fan") more often than to
             their own (``harness.labelling.role_apposition``; roles with different head nouns only).
