@@ -19,7 +19,7 @@ from typing import Annotated, Any, Optional
 import typer
 import yaml
 
-from harness.errors import ConfigError, HarnessError
+from harness.errors import ConfigError, DataError, HarnessError
 
 app = typer.Typer(
     help="Offline audit harness: generate stories with open-weight LMs, label the characters, "
@@ -193,12 +193,18 @@ def report(
     Homogeneity runs (``homogeneity/`` tables, no laissez-faire statistics) get the homogeneity report."""
     from harness.report import build_report
 
-    if all((Path(r) / "homogeneity").is_dir() and not (Path(r) / "statistics").is_dir() for r in runs):
+    homogeneity = [(Path(r) / "homogeneity").is_dir() and not (Path(r) / "statistics").is_dir() for r in runs]
+    if all(homogeneity):
         from harness.report.homogeneity import build_homogeneity_report
 
         title = "Homogeneity audit" if title == "Laissez-faire audit" else title
         typer.echo(f"report: {build_homogeneity_report(runs, out, title=title)}")
         return
+    if any(homogeneity):
+        kinds = {"homogeneity": [str(r) for r, h in zip(runs, homogeneity) if h],
+                 "laissez-faire": [str(r) for r, h in zip(runs, homogeneity) if not h]}
+        raise DataError(f"{kinds['homogeneity'][0]} is a homogeneity run and {kinds['laissez-faire'][0]} is not; "
+                        "build one report per kind of audit (`harness report` over the runs of one kind)")
     typer.echo(f"report: {build_report(runs, out, title=title)}")
 
 

@@ -179,3 +179,19 @@ def test_report_command_builds_the_homogeneity_report(tmp_path):
     assert res.exit_code == 0, res.output
     page = (tmp_path / "rep" / "index.html").read_text()
     assert "<title>Homogeneity audit</title>" in page and "Table A4" in page
+
+
+def test_report_command_refuses_to_mix_a_homogeneity_run_with_a_laissez_faire_run(tmp_path):
+    from typer.testing import CliRunner
+
+    from harness.cli import app
+
+    run = _fake_run(tmp_path / "a", "model-a", 3)
+    other = tmp_path / "b"
+    (other / "statistics").mkdir(parents=True)
+    res = CliRunner().invoke(app, ["report", str(other), str(run), "--out", str(tmp_path / "rep")])
+    from harness.errors import DataError
+
+    assert res.exit_code != 0 and isinstance(res.exception, DataError)  # `harness` prints it as one line, exit 3
+    assert f"{run} is a homogeneity run and {other} is not" in str(res.exception)
+    assert not (tmp_path / "rep" / "index.html").exists()
