@@ -54,15 +54,16 @@ class _PairMoments:
 
     @property
     def mean(self) -> np.ndarray:
-        """Mean pairwise cosine per group or replicate (NaN where there are no pairs)."""
+        """Mean pairwise cosine per group or replicate (NaN where there are no pairs: a replicate that
+        weights one text only can still carry a rounding residue in ``sum``, which is no mean)."""
         with np.errstate(invalid="ignore", divide="ignore"):
-            return self.sum / self.n_pairs
+            return np.where(np.asarray(self.n_pairs) > 0, self.sum / self.n_pairs, np.nan)
 
     @property
     def var(self) -> np.ndarray:
-        """Population variance of the pairwise cosines per group or replicate."""
+        """Population variance of the pairwise cosines per group or replicate (NaN without pairs)."""
         with np.errstate(invalid="ignore", divide="ignore"):
-            return self.sumsq / self.n_pairs - self.mean**2
+            return np.where(np.asarray(self.n_pairs) > 0, self.sumsq / self.n_pairs - self.mean**2, np.nan)
 
 
 @dataclass(frozen=True)

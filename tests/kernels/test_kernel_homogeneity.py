@@ -195,6 +195,24 @@ def test_replicate_reference_equals_weighted_pairs():
     np.testing.assert_allclose(H._replicate_stats_xp(np, x, w).sum, r.sum, rtol=1e-5, atol=1e-5)
 
 
+def test_a_replicate_without_pairs_has_no_mean(triton_ok):
+    """A replicate that weights one text only has no pair; the closed form can still leave a rounding
+    residue in its sum (1e-16 in float64, 1e-7 in the float32 kernel), which must not become an
+    infinite mean or variance."""
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(50, 24)).astype(np.float32)
+    w = np.zeros((200, 50))
+    w[np.arange(200), rng.integers(0, 50, 200)] = rng.integers(1, 4, 200)
+    w[:5] = rng.poisson(1.0, size=(5, 50))  # and a few replicates with pairs
+    for r in (H.replicate_reference(x, w), H.replicate_stats(x, w, backend="numpy"), H.triton_replicate_stats(x, w)):
+        none = r.n_pairs == 0
+        assert none.sum() >= 190 and np.isnan(r.mean[none]).all() and np.isnan(r.var[none]).all()
+        assert np.isfinite(r.mean[~none]).all() and np.isfinite(r.var[~none]).all()
+    g = np.repeat(np.arange(10), 5)
+    gr = H.group_replicates(x, g, kind="bootstrap", n_rep=300, seed=0, n_groups=10, backend="numpy")
+    assert not np.isinf(gr.mean).any() and np.array_equal(np.isnan(gr.mean), gr.n_pairs == 0)
+
+
 def test_triton_replicates(triton_ok):
     rng = np.random.default_rng(12)
     x = rng.normal(size=(40, 20)) + 0.5
