@@ -227,14 +227,16 @@ def bench_scaling(args):
         G = n // args.per_group
         t_cf, t_mm = [], []
         for _ in range(3):
-            for fn, out in ((lambda: H.torch_group_stats(x, g, n_groups=G), t_cf), (lambda: torch.mm(xt.t(), xt), t_mm)):
+            paths = ((lambda: H.torch_group_stats(x, g, n_groups=G), t_cf), (lambda: torch.mm(xt.t(), xt), t_mm))
+            for fn, out in paths:
                 time.sleep(0.0 if args.quick else 0.3)
                 t0 = time.perf_counter()
                 fn()
                 out.append(time.perf_counter() - t0)
         cf, mm = statistics.median(t_cf), statistics.median(t_mm)
         naive = args.naive_s_per_n2d * n * n * d
-        lines.append(f"| {n:,} | {d} | {fmt_t(cf)} | {fmt_t(mm)} | {cf / mm:.2f}x | ~{fmt_t(naive)} | ~{naive / cf:,.0f}x |")
+        lines.append(f"| {n:,} | {d} | {fmt_t(cf)} | {fmt_t(mm)} | {cf / mm:.2f}x | ~{fmt_t(naive)} "
+                     f"| ~{naive / cf:,.0f}x |")
         del x, g, xt
         gc.collect()
     return lines

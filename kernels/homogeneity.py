@@ -402,8 +402,9 @@ def triton_group_stats(
     by group and cut into chunks of at most ``chunk_rows`` rows of one group. One program per
     (chunk, upper-triangular d-tile) accumulates its tile of X^T X in fp32 with ``tl.dot``; the
     chunks of a group cut into several are added in fp32, and each group's squared Frobenius norm,
-    sums and norms are taken in fp32 on the device and merged in float64 on G-sized arrays. ``input_precision`` ("ieee", "tf32") applies to
-    float32 inputs; the default is "ieee" (exact fp32 products, no tensor cores).
+    sums and norms are taken in fp32 on the device and merged in float64 on G-sized arrays.
+    ``input_precision`` ("ieee", "tf32") applies to float32 inputs; the default is "ieee" (exact
+    fp32 products, no tensor cores).
     """
     resolve_backend("triton", what="triton_group_stats")
     import torch
@@ -431,8 +432,8 @@ def triton_group_stats(
             cgroup.append(k)
     # per-row and per-group terms in float32 from the vectors the Gram kernel reads (xs itself for
     # float32; one float32 copy for half inputs), group sums as deterministic segment sums over the
-    # sorted rows (no atomics), merged in float64 on G-sized arrays only: session 19's version made
-    # five float64 passes over N x d and a float64 G x d x d buffer for the Grams
+    # sorted rows (no atomics), merged in float64 on G-sized arrays only: float64 copies of N x d
+    # arrays and a float64 G x d x d buffer moved several times the bytes of the kernel's own work
     xf = xs.float()
     counts_t = torch.as_tensor(counts, device=dev)
     gs = torch.repeat_interleave(torch.arange(G, device=dev), counts_t)
