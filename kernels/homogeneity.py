@@ -376,17 +376,24 @@ def cupy_group_stats(x, groups, *, n_groups=None, normalize=True) -> GroupStats:
     return _group_stats_xp(cupy, x, groups, n_groups=n_groups, normalize=normalize)
 
 
-def _group_stats_xp(xp, x, groups, *, n_groups=None, normalize=True, dtype=np.float32) -> GroupStats:
-    """The CuPy path written against an array namespace (tests run it with NumPy)."""
-    a = _check_x(x, "cupy_group_stats")
-    g, G = _check_groups(groups, a.shape[0], n_groups, "cupy_group_stats")
+def _prep_xp(xp, x, groups, n_groups, normalize, what):
+    """(input rows, group order, counts, offsets, G, the rows in group order on ``xp`` in float32,
+    normalised when asked): the common start of the namespace paths."""
+    a = _check_x(x, what)
+    g, G = _check_groups(groups, a.shape[0], n_groups, what)
     order, counts, offsets = _segments(g, G)
     xs = xp.asarray(a[order], dtype=xp.float32)
     if normalize:
         nrm = xp.sqrt((xs * xs).sum(1, keepdims=True))
         if bool((nrm == 0).any()):
-            raise DataError("cupy_group_stats: an embedding row is all zeros and has no direction; drop it")
+            raise DataError(f"{what}: an embedding row is all zeros and has no direction; drop it")
         xs = xs / nrm
+    return a, order, counts, offsets, G, xs
+
+
+def _group_stats_xp(xp, x, groups, *, n_groups=None, normalize=True, dtype=np.float32) -> GroupStats:
+    """The CuPy path written against an array namespace (tests run it with NumPy)."""
+    a, order, counts, offsets, G, xs = _prep_xp(xp, x, groups, n_groups, normalize, "cupy_group_stats")
     xs = xs.astype(dtype)
     tms, st = _closed_form_xp(xp, xs, counts, offsets, G, "cupy" if xp is not np else "numpy-f32")
     return _finish(st, tms, order, a.shape[0])
@@ -742,15 +749,7 @@ def _pair_stats_xp(xp, x, groups, *, n_groups=None, normalize=True, n_bins=2048,
                    explicit_max_n=1000, block_rows=4096) -> PairStats:
     """The CuPy pair path against an array namespace (float32 GEMMs, fp64 reductions)."""
     _check_pair_args(n_bins, top_k, "cupy_pair_stats")
-    a = _check_x(x, "cupy_pair_stats")
-    g, G = _check_groups(groups, a.shape[0], n_groups, "cupy_pair_stats")
-    order, counts, offsets = _segments(g, G)
-    xs = xp.asarray(a[order], dtype=xp.float32)
-    if normalize:
-        nrm = xp.sqrt((xs * xs).sum(1, keepdims=True))
-        if bool((nrm == 0).any()):
-            raise DataError("cupy_pair_stats: an embedding row is all zeros and has no direction; drop it")
-        xs = xs / nrm
+    a, order, counts, offsets, G, xs = _prep_xp(xp, x, groups, n_groups, normalize, "cupy_pair_stats")
     parts = _pair_blocks_xp(xp, xs, counts, offsets, G, n_bins, top_k, explicit_max_n, block_rows, xp.float32)
     return _pair_result(parts, order, offsets, counts, a.shape[0], n_bins, "cupy" if xp is not np else "numpy-f32")
 
