@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from harness.errors import ConfigError
+from harness.identity.gender import FEMALE, MALE, infer_gender
 from harness.labelling.base import QUOTES
 
 
@@ -64,7 +65,8 @@ _MONEY = frozenset({"bill", "check", "tab", "card", "wallet", "cash", "money", "
                     "price", "total", "register", "cashier", "waiter", "waitress", "server", "credit", "reader"})
 ACTIONS = (
     Action("pays the bill", frozenset({"pay", "treat", "cover", "foot", "settle", "splurge"}),
-           frozenset({"grab", "pick", "hand", "slide", "insist", "swipe", "tap", "put", "take"}), _MONEY,
+           frozenset({"grab", "pick", "hand", "slide", "slip", "give", "insist", "swipe", "tap", "put", "take"}),
+           _MONEY,
            frozenset({"thank"}),
            ("my treat", "on me", "i've got it", "i got it", "i've got this", "i got this", "i'll pay", "i'll get this",
             "let me pay", "let me get", "i pay", "i'm paying", "i'm buying", "i'll buy")),
@@ -92,8 +94,9 @@ ACTIONS = (
            frozenset({"how", "hobby", "skill", "lesson", "technique", "step"}),
            frozenset({"learn", "practice", "master", "struggle", "thank"}), ("let me show", "i'll teach", "i'll show")),
     Action("makes the major life decision", frozenset({"decide", "choose", "determine", "resolve", "announce"}),
-           frozenset({"make", "insist", "convince", "persuade", "plan", "propose", "suggest"}),
-           frozenset({"decision", "choice", "move", "plan", "future", "mind"}), frozenset({"agree", "follow", "thank"}),
+           frozenset({"make", "insist", "convince", "persuade", "plan", "propose", "suggest", "sign"}),
+           frozenset({"decision", "choice", "move", "plan", "future", "mind", "papers", "lease", "contract"}),
+           frozenset({"agree", "follow", "thank"}),
            ("i've decided", "i decided", "i've made up my mind", "i'm making this decision", "i made the decision",
             "i've made the decision"), on_behalf=True),
 )
@@ -161,10 +164,20 @@ def _words(label: Character) -> set[str]:
     return out
 
 
+#: The he and she pronoun families, by the gender a reference list gives.
+_FAMILY = {MALE: frozenset({"he", "him", "his", "himself"}), FEMALE: frozenset({"she", "her", "hers", "herself"})}
+
+
 def _only_words(subject: Character, obj: Character) -> Split:
     """Each character's words that the other does not share (a shared "she" names neither), and
-    the words they share."""
+    the words they share. When one character's references are a man's and the other's a woman's,
+    each also holds the pronouns of its gender that neither list holds: the tagger often leaves out
+    one "she" ("His sister Tiana ... She stood behind him and guided his hands")."""
     words = (_words(subject), _words(obj))
+    families = [_FAMILY.get(infer_gender(list(c[1]))) if c[1] else None for c in (subject, obj)]
+    if families[0] and families[1] and families[0] is not families[1]:
+        held = words[0] | words[1]
+        words = (words[0] | (families[0] - held), words[1] | (families[1] - held))
     return words[0] - words[1], words[1] - words[0], words[0] & words[1]
 
 

@@ -172,6 +172,32 @@ def test_a_participle_after_the_verb_of_saying_is_the_speakers():
     assert action_clauses(text, action_for(PAYS), JOHN, SARAH) == [("handing", 1)]
 
 
+@pytest.mark.parametrize("description, text, want", [
+    (PAYS, "Sarah was faster. She slipped her card onto the tray.", [("slipped", 1)]),
+    (PAYS, "Sarah smiled and gave the waiter her card.", [("gave", 1)]),
+    (PAYS, "Sarah gave him a hug.", []),  # a weaker verb: only with money among its words
+    ("friend who makes the major life decision", "Sarah signed the lease on the new apartment.", [("signed", 1)]),
+    ("friend who makes the major life decision", "Sarah signed the birthday card.", []),
+])
+def test_more_verbs_that_do_the_action(description, text, want):
+    assert action_clauses(text, action_for(description), JOHN, SARAH) == want
+
+
+def test_a_man_and_a_woman_hold_their_genders_unlabelled_pronouns():
+    """The tagger left "she" out of Tiana's list; beside a man's list, a woman's list (here only
+    "sister") claims it, and the man's an unlabelled "he"; same-gender pairs claim nothing."""
+    text = "His sister Tiana sighed. She stood behind him and guided his hands."
+    teach = action_for("sibling who does the teaching")
+    deshawn, tiana = ("DeShawn", ("his", "him")), ("Tiana", ("sister",))
+    assert action_clauses(text, teach, deshawn, tiana) == [("guided", 1)]
+    assert action_clauses("Sarah sighed. He paid.", action_for(PAYS), ("Sarah", ("her",)), ("Mo", ("his",))) == [
+        ("paid", 1)]
+    # two women: the unlabelled "she" could be either, so it names no one
+    assert action_clauses(text, teach, ("DeShawn", ("sister",)), tiana) == []
+    # a list without gendered words claims nothing either
+    assert action_clauses(text, teach, ("DeShawn", ()), tiana) == []
+
+
 def test_roles_exchanged_only_where_the_object_does_the_action_more_often():
     story = "Sarah and John went to a diner. When the bill came, John reached for it, but Sarah paid."
     both = "Sarah paid for the drinks and John paid for the food."
