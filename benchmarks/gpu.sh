@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # GPU checks and benchmarks in one command, for a lent CUDA machine whose image already has
 # torch, triton and cupy (see benchmarks/RESULTS.md). Usage: bash benchmarks/gpu.sh OUTDIR [STEPS]
-# STEPS: comma list of tests,labeller,labeller-mpnet,kernels-quick,kernels,kernels-homogeneity,generation
+# STEPS: comma list of tests,labeller,labeller-host,labeller-mpnet,kernels-quick,kernels,
+# kernels-homogeneity,generation
 # (default: tests,labeller,kernels,generation). TESTS_K: a pytest -k filter for the kernel tests.
 # Missing pure-Python dependencies travel as wheels in .whl/ (pip download ...), the fp16 labeller
 # weights, the MPNet labeller's settings and the dev stories in .gpu/ (`python benchmarks/gpu_prepare.py`;
 # never committed). labeller-mpnet times MPNet-base with random weights: its model and forward stages
 # stand for the trained model's, its decode and end-to-end stages do not (random probabilities).
+# labeller-host times the GPU layout's host side alone on this host's cores (15 workers; the model
+# served from a table of its real probabilities): the bound that host work puts on labeller.
 set -u
 OUT=${1:?output directory}
 STEPS=${2:-tests,labeller,kernels,generation}
@@ -37,6 +40,10 @@ fi
 if has labeller; then
   timeout 100 python3 benchmarks/labelling.py --dev .gpu/laissez_faire_audit_dev.jsonl --model-dir .gpu/labeller \
     --throughput 30000 --batch-size 1024 --json "$OUT/labeller.json" 2>&1 | grep -v Loading | tail -3
+fi
+if has labeller-host; then
+  timeout 200 python3 benchmarks/labelling.py --dev .gpu/laissez_faire_audit_dev.jsonl --model-dir .gpu/labeller \
+    --host-layout 30000 --batch-size 256 --workers 15 --json "$OUT/labeller_host.json" 2>&1 | grep -v Loading | tail -3
 fi
 if has labeller-mpnet; then
   timeout 300 python3 benchmarks/labelling.py --dev .gpu/laissez_faire_audit_dev.jsonl --model-dir .gpu/labeller-mpnet \

@@ -44,3 +44,14 @@ def test_random_weights_need_a_config(tmp_path):
     (tmp_path / "meta.json").write_text("{}")
     with pytest.raises(SystemExit, match="encoder/config.json"):
         _bench().random_model_dir(tmp_path, tmp_path / "out")
+
+
+def test_the_host_layout_benchmark_labels_as_the_model_does(tiny_encoder, gold):
+    """``--host-layout``: the GPU layout's worker processes, the model served from a table of its own
+    probabilities, give the model's labels; the figures it reports are rates of that run."""
+    trained, _ = tiny_encoder
+    # the tiny encoder's probabilities stay low: a low threshold gives it labels to compare
+    res = _bench().host_layout(trained, [g.story for g in gold], 40, 8, workers=1, threshold=0.1)
+    assert res["labels_equal_the_model"] is True and res["labelled_characters"] >= 10
+    assert res["stories"] == 40 and res["workers"] == 1
+    assert res["host_per_s"] > 0 and res["main_cpu_us_per_story"] > 0 and res["lookup_us_per_story"] > 0
