@@ -12,7 +12,9 @@ window and must not grow with the corpus. The encoder must have been trained fir
 ``llm`` labeller (SmolLM2-135M through vLLM on CPU, its replies held to the prompt's JSON schema;
 ``--llm-backend transformers`` for the unconstrained path) is scored on the first ``--llm-limit``
 stories only, since it generates ~100 tokens per story. Results go to ``benchmarks/RESULTS.md``
-(section ``labelling``).
+(section ``labelling``). ``--throughput N`` times the encoder by stage (on a GPU: the ``labeller`` step
+of ``benchmarks/gpu.sh``); ``--host-layout N`` times the host side of the GPU layout on any machine, the
+model served from a table of its real probabilities.
 """
 
 from __future__ import annotations
