@@ -108,6 +108,14 @@ def random_model_dir(skeleton: Path, out: Path, seed: int = 0) -> Path:
     return out
 
 
+def repeated(stories, n: int) -> list:
+    """``n`` stories: ``stories`` repeated, each copy with an id of its own."""
+    from harness.labelling.base import StoryInput
+
+    return [StoryInput(f"{s.story_id}#{i}", s.text, s.roles) for i, s in
+            ((i, stories[i % len(stories)]) for i in range(n))]
+
+
 def throughput(labeller, stories, n: int, batch_size: int) -> dict:
     """Stories/s of the encoder labeller on ``n`` stories (the dev stories repeated), by stage.
 
@@ -118,11 +126,9 @@ def throughput(labeller, stories, n: int, batch_size: int) -> dict:
     """
     import torch
 
-    from harness.labelling.base import StoryInput
     from harness.labelling.encoder import _collate, _encode_many
 
-    corpus = [StoryInput(f"{s.story_id}#{i}", s.text, s.roles) for i, s in
-              ((i, stories[i % len(stories)]) for i in range(n))]
+    corpus = repeated(stories, n)
     gpu = labeller.device != "cpu"
     sync = torch.cuda.synchronize if gpu else (lambda: None)
     labeller.start_workers()
@@ -173,16 +179,14 @@ def host_layout(path, stories, n: int, batch_size: int, workers: int, **labeller
     import numpy as np
 
     from harness.labelling import get_labeller
-    from harness.labelling.base import StoryInput
     from harness.labelling.encoder import SLOTS, _collate_np, _encode_many
 
-    corpus = [StoryInput(f"{s.story_id}#{i}", s.text, s.roles) for i, s in
-              ((i, stories[i % len(stories)]) for i in range(n))]
+    corpus = repeated(stories, n)
     lab = get_labeller("encoder", path=path, device="cpu", workers=workers, **labeller_kwargs)
-    table = {}
-    for k in range(0, len(stories), batch_size):
-        enc = _encode_many(lab.tokenizer, stories[k:k + batch_size], None, lab.max_length)
-        table.update((np.asarray(e.input_ids, dtype=np.int64).tobytes(), p) for e, p in zip(enc, lab._probs(enc)))
+    enc = _encode_many(lab.tokenizer, stories, None, lab.max_length)
+    table = {np.asarray(e.input_ids, dtype=np.int64).tobytes(): p
+             for k in range(0, len(enc), batch_size) for e, p in zip(enc[k:k + batch_size],
+                                                                     lab._probs(enc[k:k + batch_size]))}
     check = stories[:200]
     want = lab.label(check, batch_size=batch_size)
 
@@ -192,7 +196,7 @@ def host_layout(path, stories, n: int, batch_size: int, workers: int, **labeller
             out[r, :m] = table[ids[r, :m].tobytes()]  # collated ids are int64 rows
         return out
 
-    arrays = _collate_np(_encode_many(lab.tokenizer, stories, None, lab.max_length), lab.tokenizer.pad_token_id)
+    arrays = _collate_np(enc, lab.tokenizer.pad_token_id)
     t0 = time.process_time()
     lookup(*arrays)
     lookup_us = 1e6 * (time.process_time() - t0) / len(stories)

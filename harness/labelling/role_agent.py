@@ -40,8 +40,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from harness.errors import ConfigError
-from harness.identity.gender import FEMALE, MALE, infer_gender
+from harness.identity.gender import infer_gender
 from harness.labelling.base import QUOTES
+from harness.labelling.name_gender import BINARY_PRONOUNS
 
 
 @dataclass(frozen=True)
@@ -167,17 +168,13 @@ def _words(label: Character) -> set[str]:
     return out
 
 
-#: The he and she pronoun families, by the gender a reference list gives.
-_FAMILY = {MALE: frozenset({"he", "him", "his", "himself"}), FEMALE: frozenset({"she", "her", "hers", "herself"})}
-
-
 def _only_words(subject: Character, obj: Character) -> Split:
     """Each character's words that the other does not share (a shared "she" names neither), and
     the words they share. When one character's references are a man's and the other's a woman's,
     each also holds the pronouns of its gender that neither list holds: the tagger often leaves out
     one "she" ("His sister Tiana ... She stood behind him and guided his hands")."""
     words = (_words(subject), _words(obj))
-    families = [_FAMILY.get(infer_gender(list(c[1]))) if c[1] else None for c in (subject, obj)]
+    families = [BINARY_PRONOUNS.get(infer_gender(list(c[1]))) if c[1] else None for c in (subject, obj)]
     if families[0] and families[1] and families[0] is not families[1]:
         held = words[0] | words[1]
         words = (words[0] | (families[0] - held), words[1] | (families[1] - held))
