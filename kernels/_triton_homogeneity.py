@@ -1,7 +1,11 @@
 """Triton kernels of the homogeneity statistics (imported only when the Triton backend is used).
 
-Three kernels, each with a thin launcher that allocates outputs and returns host arrays:
+Kernels, each with a thin launcher that allocates outputs:
 
+- ``_prep_rows_kernel``, ``_chunk_sums_kernel``, ``_text_means_kernel``: the O(N d) terms around
+  the segmented Gram (rows gathered into group order, normalised and cast in one pass; chunk sums
+  of rows and squared norms; each text's mean cosine to its group, written back in input order),
+  one pass over the rows each instead of a chain of torch operations and host synchronisations.
 - ``_seg_gram_kernel``: segmented d x d Gram, one program per (row chunk of one group,
   upper-triangular d-tile); the transposed copy of an off-diagonal tile is stored from the
   same accumulator, so no product is computed twice.
@@ -19,6 +23,134 @@ import triton
 import triton.language as tl
 
 from ._common import triton_interpreting
+
+
+def _row_block(d: int) -> tuple[int, int]:
+    """(rows, padded columns) of a row-wise program: whole rows of 2^k >= d columns, about 8k
+    elements a program."""
+    bd = triton.next_power_of_2(d)
+    return max(1, 8192 // bd), bd
+
+
+@triton.jit
+def _prep_rows_kernel(
+    x_ptr, order_ptr, out_ptr, sq_ptr, flag_ptr, N, D, stride_x, stride_o,
+    NORMALIZE: tl.constexpr, BR: tl.constexpr, BD: tl.constexpr,
+):
+    """out[r] = x[order[r]] (normalised when NORMALIZE) cast to out's dtype; sq[r] = ||out[r]||^2 of
+    the cast values; flag[r] = 2 for a NaN or infinite value, 1 for an all-zero row, else 0."""
+    r = tl.program_id(0) * BR + tl.arange(0, BR)
+    mr = r < N
+    src = tl.load(order_ptr + r, mask=mr, other=0).to(tl.int64)
+    c = tl.arange(0, BD)
+    m = mr[:, None] & (c < D)[None, :]
+    v = tl.load(x_ptr + src[:, None] * stride_x + c[None, :], mask=m, other=0.0).to(tl.float32)
+    finite = (v == v) & (tl.abs(v) < float("inf"))
+    bad = tl.sum(tl.where(finite, 0, 1), axis=1)
+    nrm2 = tl.sum(v * v, axis=1)
+    flag = tl.where(bad > 0, 2, 0)
+    if NORMALIZE:
+        flag = tl.where((bad == 0) & (nrm2 == 0.0), 1, flag)
+        v = v / tl.sqrt(tl.where((bad == 0) & (nrm2 > 0.0), nrm2, 1.0))[:, None]  # flagged rows left as they are
+    y = v.to(out_ptr.dtype.element_ty)
+    tl.store(out_ptr + r.to(tl.int64)[:, None] * stride_o + c[None, :], y, mask=m)
+    yf = y.to(tl.float32)
+    tl.store(sq_ptr + r, tl.sum(yf * yf, axis=1), mask=mr)
+    tl.store(flag_ptr + r, flag.to(tl.int8), mask=mr)
+
+
+def prep_rows(x: torch.Tensor, order: torch.Tensor, dtype, normalize: bool):
+    """Rows ``x[order]`` in ``dtype`` (normalised in fp32 first when ``normalize``), their squared
+    norms after the cast (fp32), and a per-row flag (int8: 2 = NaN or infinite, 1 = all zeros)."""
+    if x.stride(1) != 1:
+        x = x.contiguous()
+    n, d = order.numel(), x.shape[1]
+    out = torch.empty((n, d), dtype=dtype, device=x.device)
+    sq = torch.empty(n, dtype=torch.float32, device=x.device)
+    flag = torch.empty(n, dtype=torch.int8, device=x.device)
+    br, bd = _row_block(d)
+    if n:
+        _prep_rows_kernel[(triton.cdiv(n, br),)](x, order, out, sq, flag, n, d, x.stride(0), out.stride(0),
+                                                 NORMALIZE=bool(normalize), BR=br, BD=bd)
+    return out, sq, flag
+
+
+@triton.jit
+def _chunk_sums_kernel(
+    x_ptr, sq_ptr, start_ptr, end_ptr, out_ptr, D, stride_x, stride_o, BR: tl.constexpr, BD: tl.constexpr,
+):
+    """out[c, :D] = sum of rows start[c]..end[c] (fp32, stored as fp64), one program per (chunk,
+    column block), rows added in order (deterministic); the first column block also stores the
+    chunk's sum of sq and of sq^2 (fp64) in out[c, D] and out[c, D + 1]."""
+    pid_c = tl.program_id(0)
+    pid_d = tl.program_id(1)
+    cols = pid_d * BD + tl.arange(0, BD)
+    mc = cols < D
+    start = tl.load(start_ptr + pid_c)
+    end = tl.load(end_ptr + pid_c)
+    acc = tl.zeros((BD,), dtype=tl.float32)
+    s1 = tl.zeros((BR,), dtype=tl.float64)
+    s2 = tl.zeros((BR,), dtype=tl.float64)
+    for r0 in range(start, end, BR):
+        r = r0 + tl.arange(0, BR)
+        mr = r < end
+        v = tl.load(x_ptr + r.to(tl.int64)[:, None] * stride_x + cols[None, :], mask=mr[:, None] & mc[None, :],
+                    other=0.0)
+        acc += tl.sum(v.to(tl.float32), axis=0)
+        if pid_d == 0:
+            q = tl.load(sq_ptr + r, mask=mr, other=0.0).to(tl.float64)
+            s1 += q
+            s2 += q * q
+    base = out_ptr + pid_c.to(tl.int64) * stride_o
+    tl.store(base + cols, acc.to(tl.float64), mask=mc)
+    if pid_d == 0:
+        tl.store(base + D, tl.sum(s1, axis=0))
+        tl.store(base + D + 1, tl.sum(s2, axis=0))
+
+
+def chunk_sums(xs: torch.Tensor, sq: torch.Tensor, starts: torch.Tensor, ends: torch.Tensor):
+    """(n_chunks, d + 2) fp64: chunk c's row sum X[starts[c]:ends[c]].sum(0), then the sums of
+    ``sq`` and ``sq**2`` over its rows."""
+    n_chunks, d = starts.numel(), xs.shape[1]
+    out = torch.empty((n_chunks, d + 2), dtype=torch.float64, device=xs.device)
+    if n_chunks:
+        _chunk_sums_kernel[(n_chunks, triton.cdiv(d, 64))](xs, sq, starts, ends, out, d, xs.stride(0), out.stride(0),
+                                                           BR=64, BD=64)
+    return out
+
+
+@triton.jit
+def _text_means_kernel(
+    x_ptr, gid_ptr, s_ptr, sq_ptr, cnt_ptr, order_ptr, out_ptr, N, D, stride_x, stride_s,
+    BR: tl.constexpr, BD: tl.constexpr,
+):
+    """out[order[r]] = (x[r] . s[gid[r]] - sq[r]) / (cnt[gid[r]] - 1) in fp64, NaN for a text
+    alone in its group: each text's mean cosine to the other texts of its group."""
+    r = tl.program_id(0) * BR + tl.arange(0, BR)
+    mr = r < N
+    gid = tl.load(gid_ptr + r, mask=mr, other=0).to(tl.int64)
+    c = tl.arange(0, BD)
+    m = mr[:, None] & (c < D)[None, :]
+    v = tl.load(x_ptr + r.to(tl.int64)[:, None] * stride_x + c[None, :], mask=m, other=0.0).to(tl.float64)
+    s = tl.load(s_ptr + gid[:, None] * stride_s + c[None, :], mask=m, other=0.0)
+    dot = tl.sum(v * s, axis=1)
+    others = tl.load(cnt_ptr + gid, mask=mr, other=1).to(tl.float64) - 1.0
+    q = tl.load(sq_ptr + r, mask=mr, other=0.0).to(tl.float64)
+    mean = tl.where(others > 0.0, (dot - q) / tl.where(others > 0.0, others, 1.0), float("nan"))
+    dst = tl.load(order_ptr + r, mask=mr, other=0).to(tl.int64)
+    tl.store(out_ptr + dst, mean, mask=mr)
+
+
+def text_means(xs, gid, sums, sq, counts, order, out):
+    """Fill ``out`` (fp64, input order) at ``order`` with each sorted row's mean cosine to the rest of
+    its group, from its group's sum (row ``gid`` of ``sums``, fp64, the first d columns), its squared
+    norm ``sq`` and the group ``counts``."""
+    n, d = xs.shape
+    br, bd = _row_block(d)
+    if n:
+        _text_means_kernel[(triton.cdiv(n, br),)](xs, gid, sums, sq, counts, order, out, n, d, xs.stride(0),
+                                                  sums.stride(0), BR=br, BD=bd)
+    return out
 
 
 def _gram_configs():
@@ -65,7 +197,8 @@ def segmented_gram(xs: torch.Tensor, starts: torch.Tensor, ends: torch.Tensor, *
     """Partial Gram matrices (n_chunks, d, d) fp32: chunk c is X[starts[c]:ends[c]]^T X[...]."""
     n_chunks = starts.numel()
     D = xs.shape[1]
-    out = torch.zeros((n_chunks, D, D), dtype=torch.float32, device=xs.device)
+    # every (upper tile, its transpose) pair is stored, so no element needs zeroing first
+    out = torch.empty((n_chunks, D, D), dtype=torch.float32, device=xs.device)
     grid = lambda META: (n_chunks, triton.cdiv(D, META["BD"]) ** 2)  # noqa: E731
     _seg_gram_kernel[grid](xs, starts, ends, out, D, xs.stride(0), out.stride(0), PREC=input_precision)
     return out

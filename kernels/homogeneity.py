@@ -416,71 +416,106 @@ def triton_group_stats(
     resolve_backend("triton", what="triton_group_stats")
     import torch
 
-    from ._triton_homogeneity import segmented_gram
+    from ._triton_homogeneity import chunk_sums, prep_rows, segmented_gram, text_means
 
     n_all = _check_x_shape(x, "triton_group_stats")[0]  # a CUDA tensor is used in place
     g, G = _check_groups(groups, n_all, n_groups, "triton_group_stats")
     tdt = _torch_dtype(dtype, "triton_group_stats")
     dev = torch_device()
-    # everything of size N stays on the device: the group order (a stable sort there), the sums, the
-    # per-text means and their scatter back to input order; only G-sized terms and the N means
-    # cross to the host (sorting and assembling on the host took most of the 7 ms at N = 100,000 on
-    # an H100, around a 0.12 ms Gram kernel: benchmarks/RESULTS.md, section kernels-gpu)
-    order, counts = _segments_torch(g, G, dev)
+    # Everything of size N stays on the device, and the host waits on it twice: for the group counts
+    # (the chunk plan needs them) and for one copy of all results. Sorting, the per-row terms and
+    # the scatter back had taken 4.6 ms at N = 100,000 on an H200 around a 0.09 ms Gram kernel: a
+    # chain of ~90 torch launches with ~20 synchronisations (benchmarks/RESULTS.md, kernels-gpu).
+    order, gid, counts_t, counts = _segments_torch(g, G, dev)
     offsets = np.concatenate([[0], np.cumsum(counts)])
-    xs = _prep_torch(x, order, normalize, tdt, dev, "triton_group_stats")
+    starts, ends, cgroup = _chunk_plan(offsets, chunk_rows)
+    per_group = np.bincount(cgroup, minlength=G)  # chunks of each group, in chunk order
+    C = starts.size
+    plan = torch.as_tensor(np.concatenate([starts, ends, cgroup, per_group]), device=dev)  # one copy over
+    st_t, en_t, cg_t, pg_t = plan[:C], plan[C:2 * C], plan[2 * C:3 * C], plan[3 * C:]
+    # rows gathered into group order, normalised in fp32 and cast in one pass; sq = ||row||^2 after
+    # the cast (the vectors the Gram kernel reads); flag marks NaN/inf and all-zero rows
+    xs, sq, flag = prep_rows(_device_tensor(x, dev), order, tdt, normalize)
     N, d = xs.shape
-    # chunks: (group, start, end) with at most chunk_rows rows each
+    # per group: the vector sum, sum of sq and of sq^2 (G, d + 2), each chunk's rows added in order,
+    # then a group's chunks in order (deterministic)
+    sums = torch.segment_reduce(chunk_sums(xs, sq, st_t, en_t), "sum", lengths=pg_t, axis=0, unsafe=True)
+    frob = torch.zeros(G, dtype=torch.float64, device=dev)
+    if C:
+        prec = input_precision or ("ieee" if tdt == torch.float32 else "tf32")
+        partial = segmented_gram(xs, st_t, en_t, input_precision=prec)
+        if C > np.count_nonzero(per_group):  # a group cut into several chunks: add its partial Grams first
+            partial = torch.segment_reduce(partial, "sum", lengths=pg_t, axis=0, unsafe=True)
+            frob = torch.linalg.vector_norm(partial.flatten(1), dim=1, dtype=torch.float64).square()
+        else:
+            frob.index_copy_(0, cg_t, torch.linalg.vector_norm(partial.flatten(1), dim=1, dtype=torch.float64).square())
+    tm = torch.full((n_all,), float("nan"), dtype=torch.float64, device=dev)
+    text_means(xs, gid, sums, sq, counts_t, order, tm)
+    worst = flag.amax().double().reshape(1) if N else torch.zeros(1, dtype=torch.float64, device=dev)
+    host = _to_host(torch.cat([worst, sums.flatten(), frob, tm]))
+    if host[0] > 0:
+        _raise_bad_row(flag, order, int(host[0]), "triton_group_stats")
+    k = 1 + G * (d + 2)
+    sums_np = host[1:k].reshape(G, d + 2)
+    st = _group_terms(counts, sums_np[:, :d], sums_np[:, d], sums_np[:, d + 1], host[k:k + G], "triton")
+    return GroupStats(n=st.n, n_pairs=st.n_pairs, sum=st.sum, sumsq=st.sumsq, text_mean=host[k + G:],
+                      between=st.between, backend=st.backend)
+
+
+def _to_host(t) -> np.ndarray:
+    """A device tensor copied to a NumPy array, through page-locked memory on CUDA (torch caches
+    those buffers, so repeated calls do not pay for pinning)."""
+    import torch
+
+    if t.device.type != "cuda":
+        return t.numpy()
+    out = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+    out.copy_(t)
+    return out.numpy()
+
+
+def _chunk_plan(offsets: np.ndarray, chunk_rows: int):
+    """(starts, ends, group) int64 arrays of the chunks: each group's rows cut into runs of at most
+    ``chunk_rows``; empty groups have none."""
     starts, ends, cgroup = [], [], []
-    for k in range(G):
+    for k in range(offsets.size - 1):
         for s0 in range(int(offsets[k]), int(offsets[k + 1]), chunk_rows):
             starts.append(s0)
             ends.append(min(s0 + chunk_rows, int(offsets[k + 1])))
             cgroup.append(k)
-    # per-row and per-group terms in float32 from the vectors the Gram kernel reads (xs itself for
-    # float32; one float32 copy for half inputs), group sums as deterministic segment sums over the
-    # sorted rows (no atomics), merged in float64 on G-sized arrays only: float64 copies of N x d
-    # arrays and a float64 G x d x d buffer moved several times the bytes of the kernel's own work
-    xf = xs.float()
-    counts_t = torch.as_tensor(counts, device=dev)
-    gs = torch.repeat_interleave(torch.arange(G, device=dev), counts_t)
-    sq = torch.linalg.vector_norm(xf, dim=1).square()
-    sums = torch.segment_reduce(xf, "sum", lengths=counts_t, axis=0, unsafe=True)
-    xs_dot_s = torch.einsum("nd,nd->n", xf, sums[gs])
-    frob = torch.zeros(G, dtype=torch.float64, device=dev)
-    if starts:
-        prec = input_precision or ("ieee" if tdt == torch.float32 else "tf32")
-        partial = segmented_gram(
-            xs, torch.as_tensor(starts, dtype=torch.int64, device=dev),
-            torch.as_tensor(ends, dtype=torch.int64, device=dev), input_precision=prec,
-        )
-        cg = torch.as_tensor(cgroup, device=dev)
-        if len(set(cgroup)) < len(cgroup):  # a group cut into several chunks: add its partial Grams first
-            grams = torch.zeros((G, d, d), dtype=torch.float32, device=dev).index_add_(0, cg, partial)
-            cg = cg.unique()
-            partial = grams[cg]
-        frob.index_add_(0, cg, torch.linalg.vector_norm(partial.flatten(1), dim=1).double().square())
-    diag1 = torch.segment_reduce(sq.double(), "sum", lengths=counts_t, unsafe=True)
-    sq4 = torch.segment_reduce(sq.double().square(), "sum", lengths=counts_t, unsafe=True)
-    others = (counts_t - 1).to(torch.float64).repeat_interleave(counts_t)  # the other texts of each one's group
-    tm = torch.full((n_all,), float("nan"), dtype=torch.float64, device=dev)
-    tm[order] = torch.where(others > 0, (xs_dot_s.double() - sq.double()) / others.clamp(min=1), float("nan"))
-    st = _group_terms(counts, sums.double().cpu().numpy(), diag1.cpu().numpy(), sq4.cpu().numpy(), frob.cpu().numpy(),
-                      "triton")
-    return GroupStats(n=st.n, n_pairs=st.n_pairs, sum=st.sum, sumsq=st.sumsq, text_mean=tm.cpu().numpy(),
-                      between=st.between, backend=st.backend)
+    return (np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64), np.asarray(cgroup, dtype=np.int64))
+
+
+def _device_tensor(x, dev):
+    """``x`` as a tensor on ``dev``: a tensor already there is used in place, anything else copied once."""
+    import torch
+
+    t = x if isinstance(x, torch.Tensor) else torch.as_tensor(np.asarray(x))
+    return t.to(dev)
+
+
+def _raise_bad_row(flag, order, worst: int, what: str):
+    """The DataError for the first row (in input order) that ``prep_rows`` flagged ``worst``."""
+    i = int(order[flag == worst].min())  # order holds input row numbers
+    if worst == 2:
+        raise DataError(f"{what}: embedding row {i} has a NaN or infinite value")
+    raise DataError(f"{what}: embedding row {i} is all zeros and has no direction; drop it")
 
 
 def _segments_torch(g: np.ndarray, G: int, dev):
-    """``_segments`` on the device: (stable order of the non-excluded rows by group as a device
-    tensor, group counts as a NumPy array)."""
+    """``_segments`` on the device: the stable order of the non-excluded rows by group, each sorted
+    row's group id and the group counts (device tensors), and the counts as a NumPy array (the one
+    synchronisation). Excluded rows (-1) sort last under the key G and are cut off."""
     import torch
 
-    gt = torch.as_tensor(g, device=dev)
-    keep = torch.nonzero(gt >= 0).squeeze(1)
-    ids = gt[keep]
-    order = keep[torch.sort(ids, stable=True).indices]
-    return order, torch.bincount(ids, minlength=G).cpu().numpy().astype(np.int64)
+    small = np.int16 if G < 1 << 15 else np.int32 if G < 1 << 31 else np.int64  # fewer bytes to copy over
+    gt = torch.as_tensor(g.astype(small), device=dev)
+    key = torch.where(gt >= 0, gt, G)
+    ids, order = torch.sort(key, stable=True)
+    counts_t = torch.bincount(key, minlength=G + 1)[:G]
+    counts = counts_t.cpu().numpy().astype(np.int64)
+    n = int(counts.sum())
+    return order[:n], ids[:n], counts_t, counts
 
 
 def _gram_frob2(a) -> float:

@@ -87,6 +87,77 @@ def test_triton_paths_take_a_tensor_in_place(triton_ok):
     np.testing.assert_allclose(ps.sum, bf.sum, rtol=2e-5, atol=2e-5)
 
 
+def test_triton_row_kernels_equal_their_torch_references(triton_ok):
+    """The O(N d) kernels around the Gram: rows gathered, normalised and cast in one pass (with their
+    squared norms and bad-row flags), chunk sums, and each row's dot with its group's sum."""
+    import torch
+
+    from harness.kernels._common import torch_device
+    from harness.kernels._triton_homogeneity import chunk_sums, prep_rows, text_means
+
+    dev = torch_device()
+    rng = np.random.default_rng(30)
+    x = rng.normal(size=(53, 37))  # rows and columns that fill no block exactly
+    x[7] = 0.0
+    x[11, 5] = np.inf
+    x[12, 0] = np.nan
+    xt = torch.as_tensor(x, device=dev)  # float64 in: cast to fp32 first, as the API does
+    order = torch.as_tensor(rng.permutation(53)[:41], device=dev)
+    for normalize in (True, False):
+        out, sq, flag = prep_rows(xt, order, torch.float16, normalize)
+        rows = xt[order].float()
+        want = rows / rows.norm(dim=1, keepdim=True) if normalize else rows
+        good = torch.isfinite(rows).all(1) & (rows.norm(dim=1) > 0)
+        assert out.dtype == torch.float16 and out.shape == (41, 37)
+        torch.testing.assert_close(out[good].float(), want[good].half().float(), rtol=0, atol=0)
+        torch.testing.assert_close(sq[good], out[good].float().square().sum(1), rtol=1e-6, atol=1e-6)
+        want_flag = torch.where(~torch.isfinite(rows).all(1), 2, torch.where(rows.norm(dim=1) == 0, int(normalize), 0))
+        assert flag.tolist() == want_flag.tolist()
+    xs = torch.as_tensor(rng.normal(size=(150, 70)), dtype=torch.float32, device=dev)
+    sq = torch.as_tensor(rng.random(150), dtype=torch.float32, device=dev)
+    starts = torch.as_tensor([0, 64, 65, 140], device=dev)
+    ends = torch.as_tensor([64, 65, 140, 150], device=dev)
+    sq64 = sq.double()
+    want = torch.stack([torch.cat([xs[a:b].double().sum(0), sq64[a:b].sum()[None], sq64[a:b].square().sum()[None]])
+                        for a, b in zip(starts.tolist(), ends.tolist())])
+    got = chunk_sums(xs, sq, starts, ends)
+    assert got.shape == (4, 72) and got.dtype == torch.float64
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    # text means: sorted rows of groups of 64, 1, 75 and 10 texts, written back through `order`
+    gid = torch.repeat_interleave(torch.arange(4, device=dev), ends - starts)
+    counts = ends - starts
+    order = torch.as_tensor(rng.permutation(160)[:150], device=dev)
+    out = text_means(xs, gid, want, sq, counts, order, torch.full((160,), np.nan, dtype=torch.float64, device=dev))
+    dots = (xs.double() * want[gid, :70]).sum(1)
+    others = (counts - 1)[gid].double()
+    expect = torch.full((160,), np.nan, dtype=torch.float64, device=dev)
+    expect[order] = torch.where(others > 0, (dots - sq64) / others.clamp(min=1), np.nan)
+    torch.testing.assert_close(out, expect, rtol=1e-6, atol=1e-6, equal_nan=True)
+    assert torch.isnan(out[order[64]]) and torch.isnan(out).sum() == 11  # the lone text and the 10 not in order
+
+
+def test_triton_group_stats_names_the_bad_row_and_skips_excluded_ones(triton_ok):
+    x, g, G = make_case(31, N=40, d=12)
+    x[0, 2] = np.nan  # row 0 is excluded (group -1): not read
+    bf = H.brute_force(np.where(g[:, None] < 0, 1.0, x), g, n_groups=G)
+    assert_stats_close(H.triton_group_stats(x, g, n_groups=G), bf, rtol=2e-5, atol=2e-5)
+    x[25, 3], x[17, 1] = np.inf, np.nan
+    with pytest.raises(DataError, match="row 17 has a NaN or infinite"):
+        H.triton_group_stats(x, g, n_groups=G)
+    x[25, 3] = x[17, 1] = 1.0
+    x[30] = x[20] = 0.0
+    with pytest.raises(DataError, match="row 20 is all zeros"):
+        H.triton_group_stats(x, g, n_groups=G)
+    raw = H.triton_group_stats(x, g, n_groups=G, normalize=False)  # the vectors as given: zeros are fine
+    assert_stats_close(raw, H.reference(np.where(g[:, None] < 0, 1.0, x), g, n_groups=G, normalize=False),
+                       rtol=2e-5, atol=2e-4)
+
+
+def test_triton_group_stats_with_every_row_excluded(triton_ok):
+    got = H.triton_group_stats(np.ones((4, 3)), np.full(4, -1), n_groups=2)
+    assert got.n.tolist() == [0, 0] and got.sum.tolist() == [0.0, 0.0] and np.isnan(got.text_mean).all()
+
+
 @pytest.mark.parametrize("dtype, tol", [("float16", 4e-3), ("bfloat16", 3e-2)])
 def test_triton_group_stats_half(triton_ok, dtype, tol):
     if dtype == "bfloat16" and os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
