@@ -2,7 +2,7 @@
 # GPU checks and benchmarks in one command, for a lent CUDA machine whose image already has
 # torch, triton and cupy (see benchmarks/RESULTS.md). Usage: bash benchmarks/gpu.sh OUTDIR [STEPS]
 # STEPS: comma list of tests,labeller,labeller-host,labeller-mpnet,kernels-quick,kernels,
-# kernels-homogeneity,generation
+# kernels-homogeneity,kernels-profile,generation
 # (default: tests,labeller,kernels,generation). TESTS_K: a pytest -k filter for the kernel tests.
 # Missing pure-Python dependencies travel as wheels in .whl/ (pip download ...) or packed in .gpu/site.tar.xz;
 # the fp16 labeller weights, the first-name table, the MPNet labeller's settings and the dev stories in .gpu/
@@ -45,6 +45,10 @@ fi
 if has kernels-homogeneity; then
   timeout 300 python3 benchmarks/kernels_gpu.py --only homogeneity --out "$OUT/kernels_h.md" --json "$OUT/kernels_h.json" 2>&1 \
     | tee "$OUT/kernels_h.log" | grep -v '^{' | tail -45
+fi
+if has kernels-profile; then  # where a call of the closed form spends its time at N = 100,000
+  timeout 120 python3 benchmarks/kernels_gpu.py --profile 100000,384,104 --out "$OUT/profile.txt" >"$OUT/profile.log" 2>&1
+  head -3 "$OUT/profile.txt"
 fi
 if has labeller; then
   timeout 100 python3 benchmarks/labelling.py --dev .gpu/laissez_faire_audit_dev.jsonl --model-dir .gpu/labeller \

@@ -328,6 +328,42 @@ def render(rows, peak, gbs, args):
     return "\n".join(md)
 
 
+def profile_group_stats(torch, N: int, d: int, G: int, out: Path | None) -> None:
+    """Where one call of ``triton_group_stats`` spends its time, on embeddings already on the GPU:
+    wall and CUDA-event medians for bf16 and fp32, then ``torch.profiler`` tables (5 calls, bf16) by
+    host time and by device time. The closed form is host-bound at N = 100,000 (RESULTS.md,
+    kernels-gpu): the first table says which launches and waits cost."""
+    import triton
+    from torch.profiler import ProfilerActivity, profile
+
+    x, g = make_embeddings(G, N, d)
+    xdev = torch.as_tensor(x, device="cuda")
+    lines = [f"triton_group_stats, N={N:,}, d={d}, {G} groups, input on the GPU"]
+    for dt in ("bfloat16", "float32"):
+        run = lambda: H.triton_group_stats(xdev, g, n_groups=G, dtype=dt)  # noqa: E731
+        run()
+        ms = triton.testing.do_bench(run, warmup=3, rep=30, return_mode="median")
+        walls = []
+        for _ in range(20):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            run()
+            torch.cuda.synchronize()
+            walls.append(1e3 * (time.perf_counter() - t0))
+        lines.append(f"{dt}: do_bench median {ms:.3f} ms, wall median {np.median(walls):.3f} ms")
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(5):
+            H.triton_group_stats(xdev, g, n_groups=G, dtype="bfloat16")
+        torch.cuda.synchronize()
+    table = prof.key_averages()
+    for key in ("self_cpu_time_total", "self_device_time_total"):
+        lines.append(table.table(sort_by=key, row_limit=20, max_name_column_width=60))
+    text = "\n".join(lines)
+    if out:  # first: a reader that stops early (| head) must not cost the file
+        out.write_text(text + "\n")
+    print(text)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true")
@@ -335,11 +371,16 @@ def main(argv=None):
     p.add_argument("--json", type=Path, default=None, help="write the rows as JSON here")
     p.add_argument("--write", action="store_true", help="store the section in benchmarks/RESULTS.md")
     p.add_argument("--only", default="homogeneity,replicates,sweep")
+    p.add_argument("--profile", default=None, metavar="N,d,G",
+                   help="only profile triton_group_stats at this size (e.g. 100000,384,104), print the tables")
     args = p.parse_args(argv)
     import torch
 
     if not torch.cuda.is_available():
         raise SystemExit("kernels_gpu.py: no CUDA device here; run benchmarks/kernels.py for the CPU figures")
+    if args.profile:
+        N, d, G = (int(v) for v in args.profile.split(","))
+        return profile_group_stats(torch, N, d, G, args.out)
     import triton
 
     peak, gbs = ceilings(torch, triton)
