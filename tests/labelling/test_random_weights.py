@@ -55,3 +55,24 @@ def test_the_host_layout_benchmark_labels_as_the_model_does(tiny_encoder, gold):
     assert res["labels_equal_the_model"] is True and res["labelled_characters"] >= 10
     assert res["stories"] == 40 and res["workers"] == 1
     assert res["host_per_s"] > 0 and res["main_cpu_us_per_story"] > 0 and res["lookup_us_per_story"] > 0
+
+
+def test_the_packed_gpu_labeller_unpacks_to_the_fp16_labeller(tiny_encoder, gold, tmp_path):
+    """benchmarks/gpu_prepare.py packs the fp16 labeller for the GPU machine and gpu.sh unpacks it with
+    tar into .gpu/labeller: the unpacked directory labels as the fp16 copy does."""
+    import subprocess
+
+    from harness.labelling.encoder import EncoderLabeller
+
+    spec = importlib.util.spec_from_file_location("gpu_prepare", BENCH.parent / "gpu_prepare.py")
+    prep = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(prep)
+    trained, _ = tiny_encoder
+    prep.fp16_copy(trained, tmp_path / "fp16")
+    prep.pack(tmp_path / "fp16", tmp_path / "labeller.tar.xz", "labeller")
+    (tmp_path / "gpu").mkdir()
+    subprocess.run(["tar", "-xJf", str(tmp_path / "labeller.tar.xz"), "-C", str(tmp_path / "gpu")], check=True)
+    stories = [g.story for g in gold[:4]]
+    want = EncoderLabeller(tmp_path / "fp16", device="cpu", workers=0).label(stories)
+    got = EncoderLabeller(tmp_path / "gpu" / "labeller", device="cpu", workers=0).label(stories)
+    assert [s.characters for s in got] == [s.characters for s in want]
