@@ -216,14 +216,14 @@ def _check_groups(groups, n: int, n_groups, what: str) -> tuple[np.ndarray, int]
         raise DataError(f"{what}: groups must have shape ({n},) like the embeddings, got {g.shape}")
     if g.size and not np.issubdtype(g.dtype, np.integer):
         raise DataError(f"{what}: groups must be integer ids (0..G-1, -1 = excluded), got dtype {g.dtype}")
-    g = g.astype(np.int64)
+    g = g.astype(np.int64, copy=False)
+    lo, hi = (int(g.min()), int(g.max())) if g.size else (0, -1)
     if n_groups is None:
-        n_groups = int(g.max()) + 1 if g.size else 0
+        n_groups = hi + 1 if g.size else 0
     if not isinstance(n_groups, (int, np.integer)) or n_groups < 1:
         raise ConfigError(f"{what}: n_groups must be a positive integer, got {n_groups!r}")
-    bad = (g < -1) | (g >= n_groups)
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
+    if lo < -1 or hi >= n_groups:  # two passes over the ids when they are all in range
+        i = int(np.flatnonzero((g < -1) | (g >= n_groups))[0])
         raise DataError(f"{what}: groups[{i}] = {g[i]} is outside -1..{n_groups - 1}")
     return g, int(n_groups)
 
@@ -271,14 +271,17 @@ def _assemble(counts, sums_vec, sq_norms_sorted, sq4_by_group, frob, xs_dot_s, b
     return text_mean_sorted, _group_terms(n, sums_vec, diag1, sq4_by_group, frob, backend)
 
 
-def _group_terms(n, sums_vec, diag1, sq4_by_group, frob, backend) -> GroupStats:
+def _group_terms(n, sums_vec, diag1, sq4_by_group, frob, backend, dots=None) -> GroupStats:
     """GroupStats without the per-text means, from each group's count, vector sum, sum of squared
-    norms (diag1), sum of squared squared norms (sq4) and ||X^T X||_F^2 (frob), all float64."""
+    norms (diag1), sum of squared squared norms (sq4) and ||X^T X||_F^2 (frob), all float64.
+    ``dots``: the G x G products of the group sums, when the device took them (then ``sums_vec`` is
+    not read)."""
     n_pairs = n * (n - 1) // 2
-    ssum = np.where(n_pairs > 0, ((sums_vec**2).sum(1) - diag1) / 2, 0.0)
+    norms = (sums_vec**2).sum(1) if dots is None else np.diag(dots)
+    ssum = np.where(n_pairs > 0, (norms - diag1) / 2, 0.0)
     sumsq = np.where(n_pairs > 0, (frob - sq4_by_group) / 2, 0.0)
     with np.errstate(invalid="ignore", divide="ignore"):
-        between = (sums_vec @ sums_vec.T) / np.outer(n, n)
+        between = (sums_vec @ sums_vec.T if dots is None else dots) / np.outer(n, n)
         between = np.where(np.outer(n, n) > 0, between, np.nan)
         np.fill_diagonal(between, np.where(n_pairs > 0, ssum / np.maximum(n_pairs, 1), np.nan))
     return GroupStats(n=n, n_pairs=n_pairs, sum=ssum, sumsq=sumsq, text_mean=None, between=between, backend=backend)
@@ -452,13 +455,15 @@ def triton_group_stats(
     tm = torch.full((n_all,), float("nan"), dtype=torch.float64, device=dev)
     text_means(xs, gid, sums, sq, counts_t, order, tm)
     worst = flag.amax().double().reshape(1) if N else torch.zeros(1, dtype=torch.float64, device=dev)
-    host = _to_host(torch.cat([worst, sums.flatten(), frob, tm]))
+    dots = sums[:, :d] @ sums[:, :d].T  # G x G products of the group sums: fewer bytes back than the sums
+    host = _to_host(torch.cat([worst, dots.flatten(), sums[:, d:].T.flatten(), frob, tm]))
     if host[0] > 0:
         _raise_bad_row(flag, order, int(host[0]), "triton_group_stats")
-    k = 1 + G * (d + 2)
-    sums_np = host[1:k].reshape(G, d + 2)
-    st = _group_terms(counts, sums_np[:, :d], sums_np[:, d], sums_np[:, d + 1], host[k:k + G], "triton")
-    return GroupStats(n=st.n, n_pairs=st.n_pairs, sum=st.sum, sumsq=st.sumsq, text_mean=host[k + G:],
+    k = 1 + G * G
+    diag = host[k:k + 2 * G].reshape(2, G)
+    st = _group_terms(counts, None, diag[0], diag[1], host[k + 2 * G:k + 3 * G], "triton",
+                      dots=host[1:k].reshape(G, G))
+    return GroupStats(n=st.n, n_pairs=st.n_pairs, sum=st.sum, sumsq=st.sumsq, text_mean=host[k + 3 * G:],
                       between=st.between, backend=st.backend)
 
 
@@ -477,13 +482,12 @@ def _to_host(t) -> np.ndarray:
 def _chunk_plan(offsets: np.ndarray, chunk_rows: int):
     """(starts, ends, group) int64 arrays of the chunks: each group's rows cut into runs of at most
     ``chunk_rows``; empty groups have none."""
-    starts, ends, cgroup = [], [], []
-    for k in range(offsets.size - 1):
-        for s0 in range(int(offsets[k]), int(offsets[k + 1]), chunk_rows):
-            starts.append(s0)
-            ends.append(min(s0 + chunk_rows, int(offsets[k + 1])))
-            cgroup.append(k)
-    return (np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64), np.asarray(cgroup, dtype=np.int64))
+    offsets = np.asarray(offsets, dtype=np.int64)
+    per_group = -(-np.diff(offsets) // chunk_rows)  # chunks of each group
+    cgroup = np.repeat(np.arange(per_group.size, dtype=np.int64), per_group)
+    within = np.arange(cgroup.size, dtype=np.int64) - np.repeat(np.cumsum(per_group) - per_group, per_group)
+    starts = offsets[cgroup] + within * chunk_rows
+    return starts, np.minimum(starts + chunk_rows, offsets[cgroup + 1]), cgroup
 
 
 def _device_tensor(x, dev):

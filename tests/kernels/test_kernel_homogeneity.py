@@ -153,6 +153,13 @@ def test_triton_group_stats_names_the_bad_row_and_skips_excluded_ones(triton_ok)
                        rtol=2e-5, atol=2e-4)
 
 
+def test_chunk_plan_cuts_each_group_into_runs():
+    # groups of 0, 5, 0 and 7 rows in chunks of at most 4
+    starts, ends, groups = H._chunk_plan(np.array([0, 0, 5, 5, 12]), 4)
+    assert starts.tolist() == [0, 4, 5, 9] and ends.tolist() == [4, 5, 9, 12] and groups.tolist() == [1, 1, 3, 3]
+    assert [a.size for a in H._chunk_plan(np.array([0, 0]), 4)] == [0, 0, 0]
+
+
 def test_triton_group_stats_with_every_row_excluded(triton_ok):
     got = H.triton_group_stats(np.ones((4, 3)), np.full(4, -1), n_groups=2)
     assert got.n.tolist() == [0, 0] and got.sum.tolist() == [0.0, 0.0] and np.isnan(got.text_mean).all()
