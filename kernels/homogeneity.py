@@ -408,11 +408,13 @@ def triton_group_stats(
 ) -> GroupStats:
     """Group statistics with the Triton segmented Gram kernel.
 
-    Rows are normalised (fp32), cast to ``dtype`` ("float32", "bfloat16", "float16"), sorted
-    by group and cut into chunks of at most ``chunk_rows`` rows of one group. One program per
-    (chunk, upper-triangular d-tile) accumulates its tile of X^T X in fp32 with ``tl.dot``; the
-    chunks of a group cut into several are added in fp32, and each group's squared Frobenius norm,
-    sums and norms are taken in fp32 on the device and merged in float64 on G-sized arrays.
+    Rows are sorted by group on the device, normalised (fp32) and cast to ``dtype`` ("float32",
+    "bfloat16", "float16") in one pass (``prep_rows``), and cut into chunks of at most ``chunk_rows``
+    rows of one group. One program per (chunk, upper-triangular d-tile) accumulates its tile of
+    X^T X in fp32 with ``tl.dot``; the chunks of a group cut into several are added in fp32. The
+    group sums and the sums of squared norms (``chunk_sums``), each text's mean cosine to its group
+    (``text_means``) and the G x G products of the group sums are taken on the device; the host
+    merges G-sized terms in float64.
     ``input_precision`` ("ieee", "tf32") applies to float32 inputs; the default is "ieee" (exact
     fp32 products, no tensor cores).
     """
@@ -469,7 +471,7 @@ def triton_group_stats(
 
 def _to_host(t) -> np.ndarray:
     """A device tensor copied to a NumPy array, through page-locked memory on CUDA (torch caches
-    those buffers, so repeated calls do not pay for pinning)."""
+    those buffers, so repeated calls do not pay for pinning; the array keeps its buffer alive)."""
     import torch
 
     if t.device.type != "cuda":
