@@ -663,8 +663,7 @@ def _prep_torch(x, order, normalize, tdt, dev, what):
     """Rows sorted by group on the kernel device, normalised in fp32, cast to ``tdt``."""
     import torch
 
-    t = x if isinstance(x, torch.Tensor) else torch.as_tensor(np.asarray(x))
-    t = t.to(dev)[torch.as_tensor(order, device=dev)].to(torch.float32)  # order: NumPy or a device tensor
+    t = _device_tensor(x, dev)[torch.as_tensor(order, device=dev)].to(torch.float32)  # order: NumPy or on the device
     if not torch.isfinite(t).all():
         raise DataError(f"{what}: an embedding row has a NaN or infinite value")
     if normalize:

@@ -185,13 +185,12 @@ def test_report_command_refuses_to_mix_a_homogeneity_run_with_a_laissez_faire_ru
     from typer.testing import CliRunner
 
     from harness.cli import app
+    from harness.errors import DataError
 
     run = _fake_run(tmp_path / "a", "model-a", 3)
     other = tmp_path / "b"
     (other / "statistics").mkdir(parents=True)
     res = CliRunner().invoke(app, ["report", str(other), str(run), "--out", str(tmp_path / "rep")])
-    from harness.errors import DataError
-
     assert res.exit_code != 0 and isinstance(res.exception, DataError)  # `harness` prints it as one line, exit 3
     assert f"{run} is a homogeneity run and {other} is not" in str(res.exception)
     assert not (tmp_path / "rep" / "index.html").exists()
