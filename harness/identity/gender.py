@@ -76,7 +76,13 @@ def normalise_token(token: str) -> str:
 
 def reference_tokens(reference: str) -> list[str]:
     """The normalised, non-empty tokens of one reference."""
-    return [n for n in (normalise_token(t) for t in _SPLIT.split(reference)) if n]
+    return list(_tokens_of(reference))
+
+
+@lru_cache(maxsize=1 << 16)
+def _tokens_of(reference: str) -> tuple[str, ...]:
+    """``reference_tokens``, remembered: a labeller asks for the same few pronouns millions of times."""
+    return tuple(n for n in (normalise_token(t) for t in _SPLIT.split(reference)) if n)
 
 
 def _alpha_tokens(text: str) -> list[str]:
@@ -204,10 +210,13 @@ def load_lexicon(lexicon: str | Path | GenderLexicon | None = None) -> GenderLex
     if lexicon is None:
         lexicon = DEFAULT_LEXICON
     if isinstance(lexicon, str) and lexicon in BUILTIN_LEXICONS:
-        path = _lexicon_dir() / BUILTIN_LEXICONS[lexicon]
-    else:
-        path = Path(lexicon)
-    return _load_cached(path.resolve())
+        return _load_builtin(lexicon)
+    return _load_cached(Path(lexicon).resolve())
+
+
+@lru_cache(maxsize=None)
+def _load_builtin(name: str) -> GenderLexicon:
+    return _load_cached((_lexicon_dir() / BUILTIN_LEXICONS[name]).resolve())
 
 
 def filter_references(references: Sequence[str], story: str) -> tuple[list[str], list[str]]:
@@ -266,7 +275,7 @@ def explain_gender(references: Sequence[str] | str | None, story: str | None = N
         refs, dropped = filter_references(refs, story)
     matches = []
     for ref in refs:
-        for tok in reference_tokens(ref):
+        for tok in _tokens_of(ref):
             cat = lex._index.get(tok)
             if cat is not None:
                 matches.append((cat, tok))

@@ -105,6 +105,14 @@ def _norm(w: str) -> str:
     return w.casefold().replace("\u2019", "'")
 
 
+def _norm_all(words: Sequence[str]) -> list[str]:
+    """``_norm`` of each word, in one pass over their text: case folding maps each character on its own,
+    so folding the words joined by NUL and splitting again gives each word's folding (a story with a
+    NUL of its own is folded word by word)."""
+    out = "\0".join(words).casefold().replace("\u2019", "'").split("\0")
+    return out if len(out) == len(words) and words else [_norm(w) for w in words]
+
+
 def _is_word(w: str) -> bool:
     return any(c.isalnum() for c in w)
 
@@ -1128,8 +1136,9 @@ class _Words:
         valid = tok >= 0
         probs = np.zeros((len(tok), p.shape[1]), dtype=np.float64)
         probs[valid] = p[tok[valid]]
-        scored = valid & np.fromiter((_is_split_word(w) for w, _, _ in e.words), dtype=bool, count=len(tok))
-        return cls(probs, scored, scored.nonzero()[0].tolist(), [_norm(w) for w, _, _ in e.words])
+        words = [w for w, _, _ in e.words]
+        scored = valid & np.fromiter((_is_split_word(w) for w in words), dtype=bool, count=len(tok))
+        return cls(probs, scored, scored.nonzero()[0].tolist(), _norm_all(words))
 
 
 class EncoderLabeller(Labeller):

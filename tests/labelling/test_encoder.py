@@ -30,6 +30,15 @@ def test_split_words_tokens_need_no_character_loop_to_tell_words():
     assert [_is_split_word(w) for w in words] == [_is_word(w) for w in words]
 
 
+def test_words_folded_together_as_one_by_one():
+    from harness.labelling.encoder import _norm, _norm_all
+
+    for text in ("Straße DON’T İstanbul ﬁne ŉ Hye-jin's", "a\0b \0 c", "x", ""):
+        words = [w for w, _, _ in split_words(text)]
+        assert _norm_all(words) == [_norm(w) for w in words]
+    assert _norm_all(["Straße", "DON", "’T"]) == ["strasse", "don", "'t"]
+
+
 def test_project_labels():
     words = [w for w, _, _ in split_words("Dr. Ana Ruiz met Tom. She helped him; Ana and Tom's mom smiled.")]
     t = project_labels(words, {"subject": "Dr. Ana Ruiz", "object": "['Tom']"},
