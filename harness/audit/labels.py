@@ -42,7 +42,8 @@ def make_labeller(cfg: RunConfig, *, echo=print):
         from pathlib import Path
 
         from harness.labelling.data import builtin_training_files
-        from harness.labelling.encoder import default_model_dir, train_encoder
+        from harness.labelling.encoder import default_model_dir
+        from harness.labelling.training import train_encoder
 
         from harness.errors import ConfigError
 

@@ -3,7 +3,8 @@
 Three labellers behind one interface (``harness.labelling.base.Labeller``), registered by name:
 
 * ``encoder`` (default): all-MiniLM-L6-v2 fine-tuned for role-conditioned word tagging
-  (``harness.labelling.encoder``); ``harness label train`` trains it.
+  (``harness.labelling.encoder``; its decoder ``harness.labelling.decoder``); ``harness label train``
+  trains it (``harness.labelling.training``).
 * ``llm``: the paper's method, the Table S7 prompts sent through any generation backend, with JSON
   repair and retries (``harness.labelling.llm``).
 * ``rules``: spaCy PERSON entities plus pronoun and title heuristics (``harness.labelling.rules``).

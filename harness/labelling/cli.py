@@ -102,7 +102,7 @@ def train(
 ) -> None:
     """Fine-tune the encoder labeller on hand-labelled stories."""
     from harness.labelling.data import builtin_training_files
-    from harness.labelling.encoder import train_encoder
+    from harness.labelling.training import train_encoder
 
     try:
         files = list(data or builtin_training_files()) + list(extra or [])

@@ -28,7 +28,7 @@ def tiny_encoder(tmp_path_factory):
     import torch
 
     from harness.labelling.data import builtin_training_files
-    from harness.labelling.encoder import train_encoder
+    from harness.labelling.training import train_encoder
 
     torch.manual_seed(0)
     out = tmp_path_factory.mktemp("encoder")
@@ -44,7 +44,8 @@ def tagged():
     reference) at their first occurrence, and 0 elsewhere: the tagger's output, written by hand."""
     import numpy as np
 
-    from harness.labelling.encoder import _Encoded, split_words
+    from harness.labelling.encoder import _Encoded
+    from harness.labelling.words import split_words
 
     def make(text, tags):
         words = split_words(text)

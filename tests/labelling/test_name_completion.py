@@ -4,7 +4,9 @@ import pandas as pd
 import pytest
 
 from harness.labelling.base import CharacterLabel, RoleSpec, StoryInput
-from harness.labelling.encoder import WordDecoder, _Encoded, split_words
+from harness.labelling.decoder import WordDecoder
+from harness.labelling.encoder import _Encoded
+from harness.labelling.words import split_words
 from harness.labelling.name_completion import complete_names, completed_name
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from harness.errors import DataError
 from harness.labelling.base import CharacterLabel, RoleSpec, StoryInput
-from harness.labelling.encoder import WordDecoder
+from harness.labelling.decoder import WordDecoder
 from harness.labelling.name_gender import (check_pronoun_sets, female_share, female_shares, keep_the_names_gender,
                                           names_agree)
 

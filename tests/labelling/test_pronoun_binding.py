@@ -7,7 +7,8 @@ import pytest
 
 from harness.identity.gender import infer_gender
 from harness.labelling.base import CharacterLabel, RoleSpec, StoryInput
-from harness.labelling.encoder import WordDecoder, her_is_possessive, split_words
+from harness.labelling.decoder import WordDecoder
+from harness.labelling.words import her_is_possessive, split_words
 from harness.labelling.pronoun_binding import (THEY_VETO_STRENGTH, bind_singular_they, bind_unreferenced,
                                                claim_unheld, name_words)
 

@@ -264,10 +264,12 @@ def test_skipping_sentences_without_a_clause_changes_no_clause(monkeypatch):
     rows = [g for f in builtin_training_files() for g in load_gold(f)
             if len(g.story.roles) == 2 and action_for(g.story.roles[0].description)][:120]
 
+    def label(g, role):
+        return g.characters[role].name, g.characters[role].references or ()
+
     def clauses():
-        return [action_clauses(g.story.text, action_for(g.story.roles[0].description),
-                               *((g.characters[r].name, g.characters[r].references or ()) for r in ("subject", "object")))
-                for g in rows]
+        return [action_clauses(g.story.text, action_for(g.story.roles[0].description), label(g, "subject"),
+                               label(g, "object")) for g in rows]
 
     chosen = clauses()
     assert sum(map(len, chosen)) >= 100
@@ -284,7 +286,7 @@ def test_skipping_sentences_without_a_clause_changes_no_clause(monkeypatch):
 
 def test_the_decoder_exchanges_the_labels_and_can_be_told_not_to(tagged):
     from harness.labelling.base import RoleSpec, StoryInput
-    from harness.labelling.encoder import WordDecoder
+    from harness.labelling.decoder import WordDecoder
 
     text = "Sarah met John for dinner. When the check came, John paid, and she thanked him."
     # the tagger puts the character named first in the subject role

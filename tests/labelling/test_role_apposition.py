@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from harness.labelling.base import RoleSpec, StoryInput
-from harness.labelling.encoder import WordDecoder, split_words
+from harness.labelling.decoder import WordDecoder
+from harness.labelling.words import split_words
 from harness.labelling import role_apposition
 
 

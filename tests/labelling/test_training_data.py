@@ -13,7 +13,7 @@ import pytest
 from harness.identity.gender import infer_gender
 from harness.identity.names import select_name
 from harness.labelling.data import builtin_training_files, load_gold
-from harness.labelling.encoder import _owner_ranks
+from harness.labelling.training import _owner_ranks
 
 HELD_OUT = sorted((builtin_training_files()[0].parent / "heldout").glob("*.jsonl"))
 ROWS = [(f.name, gs) for f in builtin_training_files() + HELD_OUT for gs in load_gold(f)]

@@ -1,0 +1,422 @@
+"""Word probabilities to labels: the host side of the encoder labeller (``WordDecoder``).
+
+A role's name is the first run of name-tagged words, cut from the story text as written ("Dr. Sarah
+Kim", with a title that stands right before the tagged words: "Mr. Thompson"). A run that continues
+the other role's run ("Carter" of "Jamal Carter") or names the same character ("Carter" beside
+"Jamal Carter") cannot be the other role's name. A role's references are the word types
+(case-insensitive) whose reference probability, pooled over all their occurrences
+(``REFERENCE_POOLS``), reaches the threshold, in order of first use, keeping only the best-scoring
+pronoun family (``PRONOUN_FAMILIES``) since one character's pronouns agree. This matches how the
+gold data is labelled: the published references are word lists, not spans. The checks that follow
+(names against pronouns, pronoun binding, appositions, the action check of power-laden Love) are
+listed in ``WordDecoder.decode_many``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from harness.identity.gender import infer_gender
+from harness.identity.names import without_role_title
+from harness.labelling import role_agent, role_apposition
+from harness.labelling.base import NAME_TITLES, QUOTES, CharacterLabel, StoryInput, StoryLabels
+from harness.labelling.name_completion import complete_names
+from harness.labelling.name_gender import (DEFAULT_STRENGTH, check_pronoun_sets, default_lexicon,
+                                          keep_the_names_gender, names_agree)
+from harness.labelling.pronoun_binding import bind_singular_they, bind_unreferenced, claim_unheld
+from harness.labelling.words import _is_split_word, _norm_all, her_is_possessive
+
+if TYPE_CHECKING:
+    from harness.labelling.encoder import _Encoded
+
+#: How a word type's occurrences are pooled into one score per role (``WordDecoder.reference_pool``).
+REFERENCE_POOLS = ("mean", "max")
+#: Pronoun families: a character's pronouns agree, so decoding keeps one family per character.
+PRONOUN_FAMILIES = (
+    ("he", "him", "his", "himself"),
+    ("she", "her", "hers", "herself"),
+    ("they", "them", "their", "theirs", "themself", "themselves"),
+    ("xe", "xem", "xyr", "xyrs", "xemself"),
+    ("ze", "zie", "hir", "hirs", "hirself", "zir", "zirs", "zirself"),
+    ("ey", "em", "eir", "eirs", "emself"),
+    ("fae", "faer", "faers", "faerself"),
+)
+_FAMILY = {w: i for i, fam in enumerate(PRONOUN_FAMILIES) for w in fam}
+
+
+@dataclass(frozen=True)
+class WordDecoder:
+    """Word probabilities to a story's labels (the host side of the encoder labeller; picklable, so
+    worker processes can run it). ``threshold``, ``pronoun_agreement``: see ``EncoderLabeller``;
+    ``name_table``: a first-name table path for ``name_gender.check_pronoun_sets`` and the pairing of
+    names (None: neither);
+    ``name_fallback``: the name threshold for a role with no name run at ``threshold`` (None: none);
+    ``action_check``, ``pronoun_binding``, ``apposition_check``, ``reference_pool``: see ``EncoderLabeller``.
+    The stories of the published data nearly always name both characters, and the encoder's misses
+    are mostly names it gave 0.2-0.5 (held out on train150: name recall 86.5% -> 90.0% at 0.2, precision
+    95.7% -> 95.8%, gender unchanged; at 0.1 gender precision starts to fall).
+    """
+
+    threshold: float = 0.5
+    pronoun_agreement: bool = True
+    max_length: int = 384
+    name_table: str | None = None
+    name_strength: float = DEFAULT_STRENGTH
+    name_fallback: float | None = 0.2
+    action_check: bool = True
+    pronoun_binding: bool = True
+    apposition_check: bool = True
+    reference_pool: str = "mean"
+
+    def _name_runs(self, e: _Encoded, w: _Words, slot: int, threshold: float | None = None
+                   ) -> list[tuple[frozenset, list[int], float]]:
+        """Runs of name-tagged words for one slot as (name words, word indices, score).
+
+        "-" may sit inside a run, and "." after a title or an initial ("Dr. Ana Ruiz", "J. Cole") but
+        not at the end of a sentence ("... Broussard. Chef ..." is two runs). Lower-case words at
+        either end are cut (a name starts and ends with a capitalised word), and a run with no
+        capitalised word is not a name. A capitalised title right before a run is part of the name
+        as written ("Mr. Thompson", "Chef Maria"), as the gold data writes it, even where the model
+        left it untagged: "Mr. Thompson" has no first name, "Thompson" would pass for one. The name
+        words are the run's capitalised words other than titles, case-folded ({"ana", "ruiz"} for
+        "Dr. Ana Ruiz"); the score sums the slot's probability over the tagged words of the run. A run
+        that ends in a lone capital glued to an apostrophe and a capitalised word goes on to that word
+        ("Megan O'Brien", whose words are "Megan", "O", "'Brien").
+        """
+        col = w.probs[:, slot]
+        words, keys = e.words, w.keys
+
+        def cap(i: int) -> bool:
+            return words[i][0][:1].isupper()
+
+        def title_or_initial(i: int) -> bool:
+            return keys[i] in NAME_TITLES or (len(words[i][0]) == 1 and cap(i))
+
+        runs: list[list[int]] = []
+        for i in (w.scored & (col >= (threshold or self.threshold))).nonzero()[0].tolist():
+            if runs and (i == runs[-1][-1] + 1 or (i == runs[-1][-1] + 2 and (
+                    words[i - 1][0] == "-" or (words[i - 1][0] == "." and title_or_initial(i - 2))))):
+                runs[-1].append(i)
+            else:
+                runs.append([i])
+        out = []
+        for run in runs:
+            while run and not cap(run[-1]):
+                run = run[:-1]
+            while run and not cap(run[0]):
+                run = run[1:]
+            if not run:
+                continue
+            score = float(col[run].sum())
+            if keys[run[0]] not in NAME_TITLES:
+                j = run[0] - 1
+                if j >= 1 and words[j][0] == "." and words[j - 1][2] == words[j][1]:  # "Mr." written as one
+                    j -= 1
+                if j >= 0 and cap(j) and keys[j] in NAME_TITLES:
+                    run = [j, *run]
+            k = run[-1] + 1  # "O'Brien", "D'Angelo": the words split at the apostrophe, as before "'s"
+            if (k < len(words) and len(words[k - 1][0]) == 1 and words[k][1] == words[k - 1][2]
+                    and words[k][0][:1] in "'\u2019" and words[k][0][1:2].isupper()):
+                run = [*run, k]
+            run = _with_nickname(run, words, keys)
+            caps = [keys[i] for i in run if cap(i)]
+            out.append((frozenset(k for k in caps if k not in NAME_TITLES) or frozenset(caps), run, score))
+        return out
+
+    def decode(self, story: StoryInput, e: _Encoded, p) -> StoryLabels:
+        """One story's labels (``decode_many`` of one)."""
+        return self.decode_many([story], [e], [p])[0]
+
+    def decode_many(self, stories: Sequence[StoryInput], encoded: Sequence[_Encoded], probs: Sequence
+                    ) -> list[StoryLabels]:
+        """Labels of a batch: names and references per story, the name check, the pronouns a sentence
+        binds to an unreferenced named character (``pronoun_binding``), the role nouns' appositions
+        (``role_apposition``), then the action check of power-laden Love stories
+        (``role_agent.roles_exchanged``, one parse for the batch), and last the names as written for
+        their final roles and a list that mixes genders cut to its name's gender (``_final_labels``).
+        The action check reads names and
+        references together, so it runs after the name check has made them agree: before it, a name
+        could sit beside the other character's pronouns."""
+        labels = []
+        for story, e, p in zip(stories, encoded, probs):
+            names, refs = self._names_and_references(story, e, p)
+            status = "ok" if not e.truncated else f"truncated to {self.max_length} tokens"
+            chars = tuple(CharacterLabel(role.key, names[r], refs[r], status) for r, role in enumerate(story.roles))
+            if self.name_table is not None:
+                chars = check_pronoun_sets(chars, story.roles, self.name_table, self.name_strength)
+            words = [w for w, _, _ in e.words]
+            if self.pronoun_binding:
+                chars = bind_unreferenced(words, chars, story.roles, her_is_possessive, self.name_table,
+                                          self.name_strength)
+                if self.name_table is not None:
+                    chars = claim_unheld(words, chars, story.roles, self.name_table, self.name_strength)
+                chars = bind_singular_they(words, chars, story.roles, self.name_table)
+            if self.apposition_check and len(chars) == 2 and role_apposition.roles_exchanged(
+                    words, [r.description for r in story.roles], [c.name for c in chars]):
+                chars = _exchanged(chars)
+            labels.append(chars)
+        if self.action_check:
+            # power-laden Love: the roles differ only by the subject's action ("pays the bill"); where
+            # the grammar says the labelled object does it in more clauses than the labelled subject,
+            # the tagger has exchanged the two characters
+            pairs = [k for k, c in enumerate(labels) if len(c) == 2]
+            asks = [(stories[k].text, stories[k].roles[0].description, (labels[k][0].name, labels[k][0].references),
+                     (labels[k][1].name, labels[k][1].references)) for k in pairs]
+            for k, swap in zip(pairs, role_agent.roles_exchanged(asks)):
+                if swap:
+                    labels[k] = _exchanged(labels[k])
+        return [StoryLabels(s.story_id, self._final_labels(s, e, chars), "ok" if not e.truncated else "truncated")
+                for s, e, chars in zip(stories, encoded, labels)]
+
+    def _final_labels(self, story: StoryInput, e: _Encoded, chars: tuple[CharacterLabel, ...]
+                      ) -> tuple[CharacterLabel, ...]:
+        """The names as written for their final roles, then, with a name table, a reference list that
+        mixes genders cut to its final first name's gender (``name_gender.keep_the_names_gender``)."""
+        chars = self._final_names(story, e, chars)
+        if self.name_table is not None:
+            chars = keep_the_names_gender(chars, story.roles, self.name_table, self.name_strength)
+        return chars
+
+    def _final_names(self, story: StoryInput, e: _Encoded, chars: tuple[CharacterLabel, ...]
+                     ) -> tuple[CharacterLabel, ...]:
+        """The names as written for the roles they ended in: a title that repeats the role dropped
+        again (an exchange can bring "Nurse Emily" from the patient's role to the nurse's), and, with a
+        name table, a surname alone completed by the first name the story writes before it
+        (``name_completion``)."""
+        chars = tuple(c if c.name is None else replace(c, name=without_role_title(c.name, role.description))
+                      for c, role in zip(chars, story.roles))
+        if self.name_table is not None:
+            chars = complete_names(chars, story.text, e.words, self.name_table)
+        return chars
+
+    def _names_and_references(self, story: StoryInput, e: _Encoded, p) -> tuple[list, list]:
+        """Each role's name (or None) and references, from one story's word-piece probabilities."""
+        w = _Words.of(e, p)
+        # names: each role's first run, but one character cannot fill both roles. Two runs name the
+        # same character when the name words of one are among the other's ("Ana", "Dr. Ana Ruiz";
+        # "Carter", "Jamal Carter"; not "Emma Smith", "Jack Smith"). A character both roles claim
+        # goes to the role with the larger total probability for it, the other role takes its next
+        # run that names someone else (or none)
+        runs = [self._name_runs(e, w, 2 * r) for r in range(len(story.roles))]
+        if self.name_fallback:
+            runs = [rs or self._name_runs(e, w, 2 * r, self.name_fallback) for r, rs in enumerate(runs)]
+        if len(runs) == 2:
+            # a run right after the other role's run continues that name ("Jamal" tagged for one role,
+            # "Carter" of "Jamal Carter" for the other): it is no name of its own
+            for r in (0, 1):
+                ends = {run[-1] for _, run, _ in runs[1 - r]}
+                runs[r] = [x for x in runs[r] if x[1][0] - 1 not in ends]
+        chosen: list[list[int] | None] = [rs[0][1] if rs else None for rs in runs]
+        lost = None  # (role, character) where a role's only character went to the other role
+        if len(runs) == 2 and runs[0] and runs[1] and _same_character(runs[0][0][0], runs[1][0][0]):
+            firsts = (runs[0][0][0], runs[1][0][0])
+            total = [sum(sc for k, _, sc in rs if any(_same_character(k, f) for f in firsts)) for rs in runs]
+            loser = 0 if total[0] < total[1] else 1
+            taken = runs[1 - loser][0][0]
+            chosen[loser] = next((run for k, run, _ in runs[loser] if not _same_character(k, taken)), None)
+            if chosen[loser] is None:
+                lost = (loser, taken)
+        refs = [self._references(e, w, 2 * r + 1) for r in range(len(story.roles))]
+        names, refs_out = self._finish(story, e, chosen, refs)
+        if len(runs) == 2 and None in chosen and self.name_table is not None:
+            # a role left without a name: first, where the other role won its only character, its
+            # runs at the fallback threshold, as for a role with no run at all ("Isaac ... His
+            # girlfriend, Marisol Vega": both slots tag Isaac, and only the payer's tags Marisol,
+            # weakly), kept where the name check leaves no first name contradicting its words; then
+            # the best pair over both roles' characters, kept only where the name check leaves it as
+            # it is (the first names agree with the pronouns)
+            if lost is not None and self.name_fallback:
+                r, taken = lost
+                ends = {run[-1] for _, run, _ in runs[1 - r]}
+                run = next((run for k, run, _ in self._name_runs(e, w, 2 * r, self.name_fallback)
+                            if run[0] - 1 not in ends and not _same_character(k, taken)), None)
+                if run is not None:
+                    alt = self._finish(story, e, [run if i == r else chosen[i] for i in (0, 1)], refs)
+                    checked = check_pronoun_sets(_labels(story, alt), story.roles, self.name_table,
+                                                 self.name_strength)
+                    if names_agree(checked, story.roles, self.name_table, self.name_strength):
+                        return alt
+            paired = _best_pair(runs)
+            if paired != chosen:
+                alt = self._finish(story, e, paired, refs)
+                chars = _labels(story, alt)
+                if check_pronoun_sets(chars, story.roles, self.name_table, self.name_strength) == chars:
+                    return alt
+        return names, refs_out
+
+    def _finish(self, story: StoryInput, e: _Encoded, chosen: list[list[int] | None], refs: list
+                ) -> tuple[list, list]:
+        """Names (as written, without a title that repeats the role) and references for the chosen
+        name runs: a gendered title joins the references, and power-neutral Love's "first" role
+        goes to the character the story introduces first."""
+        names = [story.text[e.words[run[0]][1]:e.words[run[-1]][2]] if run else None for run in chosen]
+        # "Nurse Emily" in a nurse's story is Emily: the title repeats the role (without_role_title)
+        names = [without_role_title(n, role.description) for n, role in zip(names, story.roles)]
+        # a gendered title is a reference too (Table S7: prefixes such as Mr, Mrs or Mx)
+        refs = [_with_title_reference(n, rf) for n, rf in zip(names, refs)]
+        # "first X" / "second X" (Love, power-neutral): the first character is the one the story
+        # introduces first, as every such story of the training data is labelled
+        if (len(story.roles) == 2 and chosen[0] and chosen[1] and chosen[1][0] < chosen[0][0]
+                and story.roles[0].description.startswith("first ")
+                and story.roles[1].description.startswith("second ")):
+            names.reverse()
+            refs.reverse()
+        return names, refs
+
+    def _references(self, e: _Encoded, w: _Words, slot: int) -> tuple[str, ...]:
+        """Word types whose mean probability over their occurrences (``reference_pool="max"``: whose
+        most probable occurrence) reaches the threshold, in order of first use; with ``pronoun_agreement``
+        only the best-scoring pronoun family is kept."""
+        by_max = self.reference_pool == "max"
+        total: dict[str, float] = {}  # sum of the occurrences' probabilities, or their maximum
+        count: dict[str, int] = {}  # occurrences summed (1 for the maximum)
+        first: dict[str, str] = {}
+        keys = w.keys
+        for i, pr in zip(w.scored_idx, w.probs[w.scored_idx, slot].tolist()):
+            k = keys[i]
+            if k not in total:
+                total[k], count[k], first[k] = pr, 1, e.words[i][0]
+            elif by_max:
+                if pr > total[k]:
+                    total[k] = pr
+            else:
+                total[k] += pr
+                count[k] += 1
+        score = {k: t / count[k] for k, t in total.items()}
+        keep = [k for k, sc in score.items() if sc >= self.threshold]
+        if self.pronoun_agreement:
+            fams: dict[int, float] = {}
+            for k in keep:
+                if k in _FAMILY:
+                    fams[_FAMILY[k]] = max(fams.get(_FAMILY[k], 0.0), score[k])
+            if len(fams) > 1:
+                best = max(fams, key=fams.get)
+                keep = [k for k in keep if _FAMILY.get(k, best) == best]
+        return tuple(first[k] for k in keep)
+
+
+def _quoted_capitals(words: Sequence[tuple[str, int, int]], i: int, step: int) -> int | None:
+    """From the quote mark at ``i``, the index of the matching quote mark ``step`` words on (+1 or -1)
+    with one or two capitalised words between them; None when the words there are anything else."""
+    for n in (1, 2):
+        j = i + step * (n + 1)
+        if not 0 <= j < len(words) or words[j][0] not in QUOTES:
+            continue
+        if all(words[i + step * m][0][:1].isupper() for m in range(1, n + 1)):
+            return j
+    return None
+
+
+def _with_nickname(run: list[int], words: Sequence[tuple[str, int, int]], keys: Sequence[str]) -> list[int]:
+    """A name run with the quoted nickname and the name words on its other side ('Johnny "Harmonica"
+    Mason', where the tagger often marks only "Mason" or only "Johnny": the quotes break the run)."""
+    def name_word(i: int) -> bool:
+        return 0 <= i < len(words) and words[i][0][:1].isupper() and keys[i] not in NAME_TITLES
+
+    i = run[0] - 1
+    if i >= 0 and words[i][0] in QUOTES:
+        j = _quoted_capitals(words, i, -1)
+        if j is not None and name_word(j - 1):
+            run = [*range(j - 1, i + 1), *run]
+    i = run[-1] + 1
+    if i < len(words) and words[i][0] in QUOTES:
+        j = _quoted_capitals(words, i, 1)
+        if j is not None and name_word(j + 1):
+            run = [*run, *range(i, j + 2)]
+    return run
+
+
+def _exchanged(chars: tuple[CharacterLabel, CharacterLabel]) -> tuple[CharacterLabel, CharacterLabel]:
+    """Two characters' labels with their names and references exchanged (roles and status stay)."""
+    a, b = chars
+    return replace(a, name=b.name, references=b.references), replace(b, name=a.name, references=a.references)
+
+
+def _with_title_reference(name: str | None, refs: tuple[str, ...]) -> tuple[str, ...]:
+    """``refs`` with the name's leading title when the gender lexicon genders it ("Mr." of "Mr.
+    Thompson", "Mx." of "Mx. Lee"; not "Dr." or "Chef"), as the labelling prompt asks for prefixes.
+    The encoder tags a title as part of the name and seldom also as a reference, so a character met
+    only as "Mr. Thompson" was left Unspecified."""
+    if not name:
+        return refs
+    head = name.split()[0]
+    key = head.lower().rstrip(".")
+    if key not in NAME_TITLES or any(r.lower().rstrip(".") == key for r in refs):
+        return refs
+    if infer_gender([head], lexicon=default_lexicon()) == "Unspecified":
+        return refs
+    return (head, *refs)
+
+
+def _same_character(a: frozenset, b: frozenset) -> bool:
+    """Whether two name runs' name words (see ``WordDecoder._name_runs``) can name one character."""
+    return a <= b or b <= a
+
+
+def _labels(story: StoryInput, names_refs: tuple[list, list]) -> tuple[CharacterLabel, ...]:
+    """Candidate labels from ``_finish``'s names and references, for the name check to read."""
+    return tuple(CharacterLabel(role.key, n, rf) for role, n, rf in zip(story.roles, *names_refs))
+
+
+def _best_pair(runs: list[list[tuple[frozenset, list[int], float]]]) -> list[list[int] | None]:
+    """The first runs of the two different characters (or none) that score highest over both roles.
+
+    A role's runs that name one character are one candidate, scored by the sum of their scores;
+    each role that gets a name adds 1 (the published stories nearly always name both characters).
+    The pair picked by each role's first run alone can leave a role empty: in "Owen Gallagher ...
+    Yasmin Haddad ... Owen laughed" the payer's slot tags both full names and the other slot only
+    the last "Owen", so both roles' first runs are Owen's, while the pair (Yasmin, Owen) is the one
+    both slots support."""
+    slots = []
+    for rs in runs:
+        cands: list[list] = []  # [name words, first run, summed score]
+        for key, run, score in rs:
+            c = next((c for c in cands if _same_character(key, c[0])), None)
+            if c is None:
+                cands.append([key, run, score])
+            else:
+                c[2] += score
+                c[0] = key if len(key) > len(c[0]) else c[0]
+        slots.append([*cands, None])
+    best, pair = -1.0, [None, None]
+    for a in slots[0]:
+        for b in slots[1]:
+            if a is not None and b is not None and _same_character(a[0], b[0]):
+                continue
+            score = sum(c[2] + 1.0 for c in (a, b) if c is not None)
+            if score > best:
+                best, pair = score, [a[1] if a else None, b[1] if b else None]
+    return pair
+
+
+@dataclass(frozen=True)
+class _Words:
+    """Per-word views of one story's word-piece probabilities, computed once for all four slots.
+
+    probs: (words, 4) probability of each word's first piece (zeros where truncated away);
+    scored: words that count (a first piece survives truncation, and the word is not punctuation);
+    scored_idx: their indices as a list; keys: each word case-folded (the unit of reference types).
+    """
+
+    probs: Any
+    scored: Any
+    scored_idx: list[int]
+    keys: list[str]
+
+    @classmethod
+    def of(cls, e: _Encoded, p) -> _Words:
+        import numpy as np
+
+        p = np.asarray(p)
+        tok = np.asarray(e.word_token, dtype=np.int64).reshape(-1)
+        valid = tok >= 0
+        probs = np.zeros((len(tok), p.shape[1]), dtype=np.float64)
+        probs[valid] = p[tok[valid]]
+        words = [w for w, _, _ in e.words]
+        scored = valid & np.fromiter((_is_split_word(w) for w in words), dtype=bool, count=len(tok))
+        return cls(probs, scored, scored.nonzero()[0].tolist(), _norm_all(words))
+
+
+__all__ = ["PRONOUN_FAMILIES", "REFERENCE_POOLS", "WordDecoder"]

@@ -1,0 +1,452 @@
+"""Training the encoder labeller (``train_encoder``, ``harness label train``).
+
+Gold labels become per-word targets: every occurrence of a gold reference word is marked
+(``project_labels``), since the published references are word lists, not spans; where a story says
+whom each occurrence of a shared word refers to, only its owner is (``occurrence_targets``). Each
+epoch augments the stories: first names swapped for names of many origins (``_swap_names``) and, in
+a share of them, every binary gendered word flipped (``flip_gender``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.errors import ConfigError, DataError
+from harness.labelling.base import NAME_TITLES
+from harness.labelling.bases import DEFAULT_BASE, base_encoder, base_model_path
+from harness.labelling.data import GoldStory, load_gold
+from harness.labelling.encoder import DEFAULT_NAME, SLOTS, _build_model, _collate, _encode, _torch, default_model_dir
+from harness.labelling.words import _find_all, _is_word, _norm, _phrase_tokens, her_is_possessive, split_words
+
+#: First names swapped into training stories (augmentation), drawn from many origins.
+_AUG_NAMES = ("Aaliyah", "Adebayo", "Aiko", "Alejandro", "Amara", "Anjali", "Arjun", "Beatriz", "Bilal", "Camila",
+              "Chen", "Dakota", "Darius", "Deja", "Diego", "Elif", "Emeka", "Esperanza", "Farah", "Hana", "Hiroshi",
+              "Imani", "Ivan", "Jamal", "Jun", "Kai", "Kalani", "Keanu", "Laila", "Leilani", "Luis", "Mai", "Malik",
+              "Mateo", "Mei", "Nadia", "Nia", "Omar", "Priya", "Quinn", "Rahul", "Rosa", "Rowan", "Sakura", "Santiago",
+              "Sora", "Tariq", "Thandiwe", "Tomas", "Wei", "Ximena", "Yara", "Yusuf", "Zainab", "Zeynep", "Ezra",
+              "Morgan", "Riley", "Avery", "Harper", "Noah", "Ethan", "Olivia", "Sophia", "Liam", "Grace", "Owen")
+
+
+def project_labels(words: Sequence[str], slot_names: dict[str, Any], slot_refs: dict[str, Sequence[str]]
+                   ) -> list[list[float]]:
+    """Word-level targets (one row of 4 per word) from a gold name and reference list per role.
+
+    Every occurrence of a reference (case-insensitive, as a word sequence) is marked; for names the
+    full name and each of its non-title words, matched case-sensitively after the first letter.
+    """
+    from harness.identity.names import select_name
+
+    low = [_norm(w) for w in words]
+    alnum_idx = [i for i, w in enumerate(words) if _is_word(w)]
+    alnum_low = [low[i] for i in alnum_idx]
+    targets = [[0.0] * 4 for _ in words]
+    for r, role in enumerate(("subject", "object")):
+        raw = slot_names.get(role)
+        name = select_name(raw) if raw is not None else None
+        if name:
+            toks = _phrase_tokens(name)
+            for start in _find_all(alnum_low, toks):
+                for k in range(len(toks)):
+                    targets[alnum_idx[start + k]][2 * r] = 1.0
+            for t in toks:
+                if t in NAME_TITLES or len(t) < 2:
+                    continue
+                for j, w in zip(alnum_idx, alnum_low):
+                    if w == t and words[j][:1].isupper():
+                        targets[j][2 * r] = 1.0
+        for ref in slot_refs.get(role) or ():
+            toks = _phrase_tokens(ref)
+            for start in _find_all(alnum_low, toks):
+                for k in range(len(toks)):
+                    targets[alnum_idx[start + k]][2 * r + 1] = 1.0
+    return targets
+
+
+def _owner_ranks(gs: GoldStory) -> dict[int, str | None]:
+    """For each of the story's ``_tracked`` words by rank, the hand-labelled owner of that occurrence
+    where it is a shared reference word with ``reference_owners`` (else None). Ranks survive the gender
+    flip and the name swap of training augmentation ("he" -> "she" keeps its rank); empty without owners."""
+    if not gs.reference_owners:
+        return {}
+    words = [_norm(w) for w, _, _ in split_words(gs.story.text) if _is_word(w)]
+    tracked = _tracked(gs)
+    ranks: dict[int, str | None] = {}
+    seen: dict[str, int] = {}
+    for rank, w in enumerate(x for x in words if x in tracked):
+        owners = gs.reference_owners.get(w)
+        ranks[rank] = None
+        if owners is None:
+            continue
+        k = seen.get(w, 0)
+        seen[w] = k + 1
+        if k < len(owners):
+            ranks[rank] = owners[k]
+    for w, owners in gs.reference_owners.items():
+        if seen.get(w, 0) != len(owners):
+            raise DataError(f"story {gs.story.story_id!r}: reference_owners.{w} lists {len(owners)} owner(s) but "
+                            f"the text has {seen.get(w, 0)} occurrence(s) of {w!r}; give one owner per occurrence")
+    return ranks
+
+
+def _tracked(gs: GoldStory) -> frozenset[str]:
+    return _GENDERED | frozenset(gs.reference_owners)
+
+
+def occurrence_targets(words: Sequence[str], targets: list[list[float]], refs: dict[str, Sequence[str] | None],
+                       ranks: dict[int, str | None], tracked: frozenset[str]) -> list[list[float]]:
+    """Per-word loss weights (one row of 4, as ``project_labels``), correcting ``targets`` in place.
+
+    A one-word reference that both characters hold ("he" in a story of two men) is marked for both at
+    every occurrence by ``project_labels``. Where the story says whom each occurrence refers to
+    (``ranks``, from ``_owner_ranks``) the occurrence is marked for its owner only; where it does not
+    (the published stories label word types), the occurrence is left out of the reference loss of
+    both characters, so that the tagger learns who owns each pronoun rather than to give a shared
+    pronoun to both characters wherever it occurs.
+    """
+    low = [_norm(w) for w in words]
+    held = [{_norm(r) for r in (refs.get(k) or ()) if len(_phrase_tokens(r)) == 1} for k in ("subject", "object")]
+    shared = held[0] & held[1]
+    if len(ranks) != sum(1 for w in low if w in tracked):
+        ranks = {}  # augmentation changed the tracked words (a name that is one of them): owners unknown
+    weights = [[1.0] * 4 for _ in words]
+    rank = -1
+    for i, w in enumerate(low):
+        if w in tracked:
+            rank += 1
+        if w not in shared:
+            continue
+        owner = ranks.get(rank) if w in tracked else None
+        if owner is None:
+            weights[i][1] = weights[i][3] = 0.0
+        else:
+            targets[i][1] = float(owner in ("subject", "both"))
+            targets[i][3] = float(owner in ("object", "both"))
+    return weights
+
+
+def _swap_names(gs: GoldStory, rng: random.Random, text: str | None = None) -> tuple[str, dict[str, Any]]:
+    """Replace each gold first name in text and labels by a random one (training augmentation)."""
+    from harness.identity.names import parse_first_name, select_name
+
+    text = gs.story.text if text is None else text
+    names: dict[str, Any] = {}
+    used: set[str] = set()
+    for k, ch in gs.characters.items():
+        raw = select_name(ch.name) if ch.name is not None else None
+        names[k] = raw
+        first = parse_first_name(raw) if raw else None
+        if not first or rng.random() < 0.3:
+            continue
+        new = rng.choice([n for n in _AUG_NAMES if n not in used and n != first])
+        used.add(new)
+        text = re.sub(rf"\b{re.escape(first)}\b", new, text)
+        names[k] = re.sub(rf"\b{re.escape(first)}\b", new, raw)
+    return text, names
+
+
+#: Gendered words and their counterparts (lower case); "her" is resolved by its part of speech.
+_FLIP_PAIRS = (
+    ("he", "she"), ("him", "her"), ("his", "her"), ("himself", "herself"), ("man", "woman"), ("men", "women"),
+    ("boy", "girl"), ("boys", "girls"), ("gentleman", "lady"), ("father", "mother"), ("dad", "mom"),
+    ("brother", "sister"), ("son", "daughter"), ("husband", "wife"), ("boyfriend", "girlfriend"),
+    ("grandfather", "grandmother"), ("grandpa", "grandma"), ("uncle", "aunt"), ("nephew", "niece"),
+    ("king", "queen"), ("mr", "ms"), ("sir", "madam"), ("guy", "gal"), ("actor", "actress"),
+    ("waiter", "waitress"), ("businessman", "businesswoman"), ("policeman", "policewoman"),
+    ("fiancé", "fiancée"), ("groom", "bride"), ("prince", "princess"), ("hero", "heroine"),
+)
+_FLIP = {a: b for a, b in _FLIP_PAIRS} | {b: a for a, b in _FLIP_PAIRS if b != "her"}
+_FLIP.update({"hers": "his", "mrs": "mr", "miss": "mr", "ms": "mr"})
+#: Words the gender flip rewrites (one word for one, so their order survives it).
+_GENDERED = frozenset(_FLIP) | frozenset(_FLIP.values()) | {"her", "hers"}
+
+
+def _match_case(new: str, old: str) -> str:
+    if old.isupper() and len(old) > 1:
+        return new.upper()
+    return new[:1].upper() + new[1:] if old[:1].isupper() else new
+
+
+def flip_gender(text: str, refs: dict[str, Sequence[str] | None], her_is_possessive) -> tuple[str, dict[str, Any]]:
+    """The story with every binary gendered word swapped (she <-> he, woman <-> man, Ms <-> Mr, ...)
+    and the reference lists mapped the same way (training augmentation: the model must bind
+    pronouns to characters by context, not by which gender a role usually has).
+
+    ``her_is_possessive(words, i)`` tells whether the ``i``-th word "her" is a determiner
+    ("her book" -> "his book") or an object ("saw her" -> "saw him").
+    """
+    words = split_words(text)
+    toks = [w for w, _, _ in words]
+    out, pos = [], 0
+    seen: dict[str, set[str]] = {}
+    for i, (w, a, b) in enumerate(words):
+        low = _norm(w)
+        new = None
+        if low == "her":
+            new = "his" if her_is_possessive(toks, i) else "him"
+        elif low == "his" and (i + 1 >= len(toks) or not _is_word(toks[i + 1])):
+            new = "hers"
+        elif low in _FLIP:
+            new = _FLIP[low]
+        out.append(text[pos:a])
+        if new is None:
+            out.append(w)
+        else:
+            new = _match_case(new, w)
+            out.append(new)
+            seen.setdefault(low, set()).add(new)
+        pos = b
+    out.append(text[pos:])
+    new_refs: dict[str, Any] = {}
+    for k, lst in refs.items():
+        if lst is None:
+            new_refs[k] = None
+            continue
+        mapped: list[str] = []
+        for r in lst:
+            toks_r = [t for t in r.split()]
+            if len(toks_r) == 1 and _norm(r.strip(".")) in seen:
+                mapped.extend(sorted(seen[_norm(r.strip("."))]))
+            else:
+                mapped.append(" ".join(_match_case(_FLIP[_norm(t.strip("."))], t) if _norm(t.strip(".")) in _FLIP
+                                       and _norm(t.strip(".")) != "her" else t for t in toks_r))
+        new_refs[k] = list(dict.fromkeys(mapped))
+    return "".join(out), new_refs
+
+
+@dataclass(frozen=True)
+class TrainReport:
+    """What ``train_encoder`` did.
+
+    Attributes:
+        out_dir: where the model was saved.
+        stories: training stories used; words: story words seen per epoch.
+        epochs, seconds: training length and wall time; final_loss: mean loss of the last epoch;
+        epoch_losses: mean loss (per tagged word) of every epoch.
+        data_sha256: hash of the training rows (text and labels), recorded in ``meta.json``.
+    """
+
+    out_dir: str
+    stories: int
+    words: int
+    epochs: int
+    seconds: float
+    final_loss: float
+    data_sha256: str
+    epoch_losses: tuple[float, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-Python form for JSON."""
+        return asdict(self)
+
+
+def _training_rows(files: Sequence[str | Path]) -> list[GoldStory]:
+    rows: list[GoldStory] = []
+    for f in files:
+        for gs in load_gold(f):
+            if not gs.story.text or not gs.characters:
+                continue
+            if all(ch.references is None for ch in gs.characters.values()):
+                raise DataError(f"{f}: story {gs.story.story_id!r} has no reference labels; training needs "
+                                f"references (the project format or train150), not audit rows")
+            rows.append(gs)
+    if not rows:
+        raise DataError(f"no labelled stories in {', '.join(map(str, files))}")
+    return rows
+
+
+def _data_hash(rows: list[GoldStory]) -> str:
+    h = hashlib.sha256()
+    for gs in rows:
+        h.update(gs.story.text.encode())
+        for k in sorted(gs.characters):
+            ch = gs.characters[k]
+            h.update(json.dumps([k, str(ch.name), list(ch.references or ())]).encode())
+        if gs.reference_owners:
+            h.update(json.dumps(sorted(gs.reference_owners.items())).encode())
+    return h.hexdigest()
+
+
+def train_encoder(
+    files: Sequence[str | Path],
+    *,
+    out_dir: str | Path | None = None,
+    epochs: int = 8,
+    batch_size: int = 8,
+    lr: float = 1e-4,
+    head_lr_mult: float = 10.0,
+    layers: int | None = None,
+    max_length: int = 384,
+    augment: bool = True,
+    flip_prob: float = 0.5,
+    seed: int = 0,
+    limit: int | None = None,
+    threads: int | None = None,
+    init_from: str | Path | None = None,
+    progress: bool = False,
+    base: str | None = None,
+    occurrences: bool = False,
+) -> TrainReport:
+    """Fine-tune a base encoder (all-MiniLM-L6-v2 unless ``base`` names another of
+    ``harness.labelling.bases.BASES``) on labelled JSONL files and save it.
+
+    Args:
+        files: JSONL files in the project or train150 format (references are required).
+        out_dir: where to save (default ``default_model_dir()``, or ``default_model_dir("encoder-<base>")``
+            for another base).
+        epochs, batch_size, lr: optimisation (AdamW, linear warm-up over 10% then decay); the new
+            head's learning rate is ``lr * head_lr_mult``.
+        layers: keep only the first ``layers`` transformer layers (faster; default all of them).
+        augment: swap first names for random ones in 70% of the named characters each epoch, and
+            swap every binary gendered word (``flip_gender``) in a ``flip_prob`` share of the stories.
+        limit: use only the first ``limit`` stories (quick checks and tests).
+        threads: torch CPU threads (default: leave torch's setting).
+        init_from: continue from a model directory written by this function instead of the
+            pretrained base (more epochs without starting over).
+        base: the pretrained encoder to start from (``harness.labelling.bases``; default ``minilm``, or
+            the base of ``init_from``).
+        occurrences: teach who owns each occurrence of a reference word both characters hold
+            (``occurrence_targets``: the hand-labelled owner where a story gives ``reference_owners``,
+            no reference loss there where it does not). The default, False, marks every occurrence for
+            both, as the word-type labels say: on dev, two seeds per arm, owners cost about one point of
+            gender recall (section ``labelling-layers`` of ``benchmarks/RESULTS.md``, session 17).
+    """
+    torch = _torch()
+    from transformers import AutoTokenizer
+
+    rows = _training_rows(files)
+    if limit is not None:
+        rows = rows[:limit]
+    if epochs < 1 or batch_size < 1:
+        raise ConfigError(f"epochs and batch_size must be >= 1, got {epochs}, {batch_size}")
+    if threads:
+        torch.set_num_threads(threads)
+    owner_ranks = [_owner_ranks(gs) for gs in rows]  # checked before any training
+    rng = random.Random(seed)
+    torch.manual_seed(seed)
+    if init_from is not None:
+        init = Path(init_from)
+        if not (init / "meta.json").is_file():
+            raise ConfigError(f"init_from={init}: no trained encoder there (meta.json missing)")
+        started = json.loads((init / "meta.json").read_text()).get("base_name", DEFAULT_BASE)
+        if base is not None and base != started:
+            raise ConfigError(f"init_from={init}: that encoder was fine-tuned from base {started!r}, not {base!r}; "
+                              f"leave out the base to continue it")
+        spec = base_encoder(started)
+        tok = AutoTokenizer.from_pretrained(str(init / "encoder"))  # the base's own, saved beside it
+        model = _build_model(init / "encoder", layers)
+        model.head.load_state_dict(torch.load(init / "head.pt", map_location="cpu"))
+    else:
+        spec = base_encoder(base or DEFAULT_BASE)
+        base_dir = base_model_path(spec.name)
+        tok = AutoTokenizer.from_pretrained(str(base_dir))
+        model = _build_model(base_dir, layers)
+    # the 30k-word embedding table stays as trained (a few hundred stories cannot improve
+    # it, and it is half of the optimiser's work)
+    model.encoder.embeddings.word_embeddings.weight.requires_grad_(False)
+    model.train()
+    steps_per_epoch = math.ceil(len(rows) / batch_size)
+    total = steps_per_epoch * epochs
+    head_params = list(model.head.parameters())
+    body = [p for n, p in model.named_parameters() if p.requires_grad and not n.startswith("head.")]
+    # the fresh head learns faster than the pretrained body
+    opt = torch.optim.AdamW([{"params": body, "lr": lr}, {"params": head_params, "lr": lr * head_lr_mult}],
+                            weight_decay=0.01)
+    warm = max(1, total // 10)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min((s + 1) / warm, max(0.0, (total - s) / (total - warm + 1))))
+    loss_fn = torch.nn.BCEWithLogitsLoss(reduction="none")
+    t0 = time.perf_counter()
+    last = float("nan")
+    words_seen = 0
+    losses: list[float] = []
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=total, desc="train encoder", unit="step")
+    for ep in range(epochs):
+        examples = []
+        for gs, ranks in zip(rows, owner_ranks):
+            refs = {k: c.references for k, c in gs.characters.items()}
+            if augment:
+                text = None
+                if rng.random() < flip_prob:
+                    text, refs = flip_gender(gs.story.text, refs, her_is_possessive)
+                text, names = _swap_names(gs, rng, text)
+            else:
+                from harness.identity.names import select_name
+
+                text = gs.story.text
+                names = {k: (select_name(c.name) if c.name is not None else None) for k, c in gs.characters.items()}
+            e = _encode(tok, gs.story, text, max_length)
+            words = [w for w, _, _ in e.words]
+            tgt = project_labels(words, names, refs)
+            weights = occurrence_targets(words, tgt, refs, ranks, _tracked(gs)) if occurrences else None
+            examples.append((e, tgt, weights))
+        if ep == 0:
+            words_seen = sum(len(e.words) for e, _, _ in examples)
+        # length-bucketed batches, shuffled
+        order = sorted(range(len(examples)), key=lambda i: len(examples[i][0].input_ids) + rng.random() * 8)
+        batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+        rng.shuffle(batches)
+        tot_loss, tot_n = 0.0, 0
+        for b in batches:
+            batch = [examples[i] for i in b]
+            ids, am, tt = _collate([e for e, _, _ in batch], tok.pad_token_id)
+            target = torch.zeros((len(batch), ids.shape[1], len(SLOTS)))
+            mask = torch.zeros((len(batch), ids.shape[1], len(SLOTS)))
+            for i, (e, tg, wt) in enumerate(batch):
+                for w, pos in enumerate(e.word_token):
+                    if pos >= 0:
+                        target[i, pos] = torch.tensor(tg[w])
+                        mask[i, pos] = torch.tensor(wt[w]) if wt is not None else 1.0
+            logits = model(ids, am, tt)
+            n = (mask.sum() / len(SLOTS)).clamp(min=1.0)
+            loss = (loss_fn(logits, target) * mask).sum() / n
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            sched.step()
+            tot_loss += loss.item() * n.item()
+            tot_n += int(n.item())
+            if bar is not None:
+                bar.update(1)
+        last = tot_loss / max(tot_n, 1)
+        losses.append(round(last, 5))
+    if bar is not None:
+        bar.close()
+    seconds = time.perf_counter() - t0
+    name = DEFAULT_NAME if spec.name == DEFAULT_BASE else f"encoder-{spec.name}"
+    out = Path(out_dir) if out_dir else default_model_dir(name)
+    out.mkdir(parents=True, exist_ok=True)
+    model.encoder.save_pretrained(str(out / "encoder"))
+    tok.save_pretrained(str(out / "encoder"))
+    torch.save(model.head.state_dict(), out / "head.pt")
+    report = TrainReport(str(out), len(rows), words_seen, epochs, round(seconds, 2), round(last, 5), _data_hash(rows),
+                         tuple(losses))
+    import transformers
+
+    meta = {"format": 1, "slots": list(SLOTS), "max_length": max_length,
+            "base": f"{spec.model} ({', '.join(spec.packages)})", "base_name": spec.name,
+            "layers": len(model.encoder.encoder.layer), "files": [Path(f).name for f in files],
+            "train": {"epochs": epochs, "batch_size": batch_size, "lr": lr, "head_lr_mult": head_lr_mult,
+                      "augment": augment, "flip_prob": flip_prob, "seed": seed, "limit": limit,
+                      "occurrences": occurrences},
+            "init_from": str(init_from) if init_from else None,
+            "report": report.to_dict(), "versions": {"torch": torch.__version__,
+                                                      "transformers": transformers.__version__}}
+    (out / "meta.json").write_text(json.dumps(meta, indent=2))
+    return report
+
+
+__all__ = ["TrainReport", "flip_gender", "occurrence_targets", "project_labels", "train_encoder"]
