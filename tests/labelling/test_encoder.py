@@ -515,41 +515,34 @@ def test_best_pair_scores_characters_over_all_their_runs():
     assert _best_pair([[(frozenset({"ana", "ruiz"}), [0, 1], 1.8)], [(a, [7], 0.9)]]) == [[0, 1], None]
 
 
-def _word_by_word(tokenizer, stories, max_length):
-    """The reference encoding: each story's words given to the tokenizer one by one, as in training."""
-    from harness.labelling.encoder import _encoded_from, _prefix
-
-    words = [split_words(s.text) for s in stories]
-    enc = tokenizer([_prefix(s) for s in stories], [[w for w, _, _ in ws] for ws in words],
-                    is_split_into_words=True, truncation="only_second", max_length=max_length)
-    return [_encoded_from(enc, i, ws) for i, ws in enumerate(words)]
-
-
-@pytest.mark.parametrize("max_length", [384, 40])
-def test_text_tokenisation_equals_word_by_word(max_length):
-    # the fast path tokenises the raw text with offsets; where a word boundary would fall inside a word
-    # piece ("10€": one word for the tokenizer, two for the splitter) the story goes word by word
+@pytest.mark.parametrize("max_length", [384, 64, 40])
+def test_remembered_word_pieces_encode_as_the_tokenizer_word_by_word(max_length):
+    # a story's encoding is built from each word's remembered pieces inside its prefix's frame; it must
+    # equal the tokenizer's own call over the words, truncation included (mid-word, at the story's end)
     from transformers import AutoTokenizer
 
     from harness.labelling.base import StoryInput
     from harness.labelling.bases import base_model_path
     from harness.labelling.data import builtin_training_files, load_gold
-    from harness.labelling.encoder import _aligned, _continuation_ids, _encode_many, _prefix
+    from harness.labelling.encoder import _WordPieces, _encode_many, _encode_word_by_word, _prefix
 
     tok = AutoTokenizer.from_pretrained(str(base_model_path()))
     stories = [g.story for g in load_gold(builtin_training_files()[0])[:60]]
     roles = stories[0].roles
     odd = ["Ana paid 10\u20ac for it.", "Hi \U0001F600Ana!", "Ana\u200bBen came.",
-           "Cafe\u0301 owner Jose\u0301 smiled.", "Mr.Thompson and O'Brien's dog", "a_b c",
-           "Ana\u2014Ben \u201chi\u201d", "", "x" * 400, "word " * 300]
+           "Cafe\u0301 owner Jose\u0301 smiled.", "Mr.Thompson and O'Brien's dog", "a_b c", "\x00 a\x00b",
+           "Ana\u2014Ben \u201chi\u201d", "", "x" * 400, "word " * 300, "unbelievably " * 30, "\u6771\u4eac Ana"]
     stories += [StoryInput(f"odd{i}", t, roles) for i, t in enumerate(odd)]
-    assert _encode_many(tok, stories, None, max_length) == _word_by_word(tok, stories, max_length)
-    enc = tok([" ".join(_prefix(s)) for s in stories[-len(odd):]], odd, truncation="only_second",
-              max_length=384, return_offsets_mapping=True)
-    fell_back = [t for i, t in enumerate(odd) if _aligned(enc, i, split_words(t), _continuation_ids(tok)) is None]
-    assert fell_back == odd[:3]
-    if max_length == 40:
-        assert any(e.truncated for e in _encode_many(tok, stories, None, max_length))
+    stories += [StoryInput("one", "Ana paid.", stories[-1].roles[:1])]
+    first = _encode_many(tok, stories, None, max_length)  # before any call of the tokenizer sets its state
+    want = _encode_word_by_word(tok, stories, [s.text for s in stories], max_length)
+    assert first == want
+    assert _encode_many(tok, stories, None, max_length) == want  # the words remembered
+    small = _WordPieces(tok, capacity=50)  # emptied again and again
+    assert [small.encode(_prefix(s), split_words(s.text), max_length) for s in stories] == want
+    assert len(small.pieces) <= max(50, *(len({w for w, _, _ in split_words(s.text)}) for s in stories))
+    if max_length < 384:
+        assert sum(e.truncated for e in want) >= 3
 
 
 def _owned_story(owners=None):
