@@ -297,7 +297,7 @@ class EncoderLabeller(Labeller):
         action_check: in power-laden Love stories, exchange the two characters' labels when the
             grammar says the labelled object does the subject's action ("pays the bill") in more
             clauses than the labelled subject (``harness.labelling.role_agent``; needs spaCy's small English
-            pipeline, parsed only for the sentences that hold one of the action's verbs).
+            pipeline, parsed only for the sentences where the action can have a clause).
         pronoun_binding: give a named character the tagger left without gendered words the subject,
             possessive and reflexive pronouns that its own sentences bind to it, when the other
             character holds that gender's pronouns ("chef Paul ... Paul finally spoke, his voice ...";

@@ -215,7 +215,7 @@ def action_clauses(text: str, action: Action, subject: Character, obj: Character
     """Clauses in which one of two labelled characters does ``action``: (verb as written, 0 for the
     subject or 1 for the object).
 
-    Only sentences that hold one of the action's verbs are parsed. A character is named by the
+    Only sentences where the action can have a clause are parsed (``_worth_parsing``). A character is named by the
     clause's grammatical subject when that word (or a word of its compound name or apposition)
     belongs to the character's name or references and not to the other's; a clause with a receiving
     verb ("thanked", "learned", "tried to pay", "paid him back") names the other character.
