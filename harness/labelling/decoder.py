@@ -26,7 +26,7 @@ from harness.labelling.name_completion import complete_names
 from harness.labelling.name_gender import (DEFAULT_STRENGTH, check_pronoun_sets, default_lexicon,
                                           keep_the_names_gender, names_agree)
 from harness.labelling.pronoun_binding import bind_singular_they, bind_unreferenced, claim_unheld
-from harness.labelling.words import _is_split_word, _norm_all, her_is_possessive
+from harness.labelling.words import fold_words, her_is_possessive, is_split_word
 
 if TYPE_CHECKING:
     from harness.labelling.encoder import _Encoded
@@ -415,8 +415,8 @@ class _Words:
         probs = np.zeros((len(tok), p.shape[1]), dtype=np.float64)
         probs[valid] = p[tok[valid]]
         words = [w for w, _, _ in e.words]
-        scored = valid & np.fromiter((_is_split_word(w) for w in words), dtype=bool, count=len(tok))
-        return cls(probs, scored, scored.nonzero()[0].tolist(), _norm_all(words))
+        scored = valid & np.fromiter((is_split_word(w) for w in words), dtype=bool, count=len(tok))
+        return cls(probs, scored, scored.nonzero()[0].tolist(), fold_words(words))
 
 
 __all__ = ["PRONOUN_FAMILIES", "REFERENCE_POOLS", "WordDecoder"]

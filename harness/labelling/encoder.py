@@ -39,7 +39,7 @@ from harness.labelling.base import Labeller, StoryInput, StoryLabels
 from harness.labelling.bases import DEFAULT_BASE, base_encoder
 from harness.labelling.decoder import REFERENCE_POOLS, WordDecoder
 from harness.labelling.name_gender import default_table, female_shares
-from harness.labelling.words import _is_word, split_words
+from harness.labelling.words import is_word, split_words
 
 DEFAULT_NAME = "encoder-minilm"
 SLOTS = ("subject_name", "subject_ref", "object_name", "object_ref")
@@ -120,7 +120,7 @@ def _encoded_from(enc, i: int, words: list[tuple[str, int, int]]) -> _Encoded:
 def _truncated(words: list[tuple[str, int, int]], word_token: list[int]) -> bool:
     """Whether truncation cut the story: its last words have no piece. Words with no word piece at all
     (rare symbols) borrow nothing; truncation leaves -1 at the tail."""
-    return bool(words) and word_token[-1] < 0 and any(_is_word(w) for w, _, _ in words[-3:])
+    return bool(words) and word_token[-1] < 0 and any(is_word(w) for w, _, _ in words[-3:])
 
 
 def _encode(tokenizer, story: StoryInput, text: str | None = None, max_length: int = 384) -> _Encoded:

@@ -25,7 +25,8 @@ from harness.labelling.base import NAME_TITLES
 from harness.labelling.bases import DEFAULT_BASE, base_encoder, base_model_path
 from harness.labelling.data import GoldStory, load_gold
 from harness.labelling.encoder import DEFAULT_NAME, SLOTS, _build_model, _collate, _encode, _torch, default_model_dir
-from harness.labelling.words import _find_all, _is_word, _norm, _phrase_tokens, her_is_possessive, split_words
+from harness.labelling.words import (find_all, fold_word, her_is_possessive, is_word, phrase_tokens,
+                                     split_words)
 
 #: First names swapped into training stories (augmentation), drawn from many origins.
 _AUG_NAMES = ("Aaliyah", "Adebayo", "Aiko", "Alejandro", "Amara", "Anjali", "Arjun", "Beatriz", "Bilal", "Camila",
@@ -45,16 +46,16 @@ def project_labels(words: Sequence[str], slot_names: dict[str, Any], slot_refs: 
     """
     from harness.identity.names import select_name
 
-    low = [_norm(w) for w in words]
-    alnum_idx = [i for i, w in enumerate(words) if _is_word(w)]
+    low = [fold_word(w) for w in words]
+    alnum_idx = [i for i, w in enumerate(words) if is_word(w)]
     alnum_low = [low[i] for i in alnum_idx]
     targets = [[0.0] * 4 for _ in words]
     for r, role in enumerate(("subject", "object")):
         raw = slot_names.get(role)
         name = select_name(raw) if raw is not None else None
         if name:
-            toks = _phrase_tokens(name)
-            for start in _find_all(alnum_low, toks):
+            toks = phrase_tokens(name)
+            for start in find_all(alnum_low, toks):
                 for k in range(len(toks)):
                     targets[alnum_idx[start + k]][2 * r] = 1.0
             for t in toks:
@@ -64,8 +65,8 @@ def project_labels(words: Sequence[str], slot_names: dict[str, Any], slot_refs: 
                     if w == t and words[j][:1].isupper():
                         targets[j][2 * r] = 1.0
         for ref in slot_refs.get(role) or ():
-            toks = _phrase_tokens(ref)
-            for start in _find_all(alnum_low, toks):
+            toks = phrase_tokens(ref)
+            for start in find_all(alnum_low, toks):
                 for k in range(len(toks)):
                     targets[alnum_idx[start + k]][2 * r + 1] = 1.0
     return targets
@@ -77,7 +78,7 @@ def _owner_ranks(gs: GoldStory) -> dict[int, str | None]:
     flip and the name swap of training augmentation ("he" -> "she" keeps its rank); empty without owners."""
     if not gs.reference_owners:
         return {}
-    words = [_norm(w) for w, _, _ in split_words(gs.story.text) if _is_word(w)]
+    words = [fold_word(w) for w, _, _ in split_words(gs.story.text) if is_word(w)]
     tracked = _tracked(gs)
     ranks: dict[int, str | None] = {}
     seen: dict[str, int] = {}
@@ -112,8 +113,8 @@ def occurrence_targets(words: Sequence[str], targets: list[list[float]], refs: d
     both characters, so that the tagger learns who owns each pronoun rather than to give a shared
     pronoun to both characters wherever it occurs.
     """
-    low = [_norm(w) for w in words]
-    held = [{_norm(r) for r in (refs.get(k) or ()) if len(_phrase_tokens(r)) == 1} for k in ("subject", "object")]
+    low = [fold_word(w) for w in words]
+    held = [{fold_word(r) for r in (refs.get(k) or ()) if len(phrase_tokens(r)) == 1} for k in ("subject", "object")]
     shared = held[0] & held[1]
     if len(ranks) != sum(1 for w in low if w in tracked):
         ranks = {}  # augmentation changed the tracked words (a name that is one of them): owners unknown
@@ -188,11 +189,11 @@ def flip_gender(text: str, refs: dict[str, Sequence[str] | None], her_is_possess
     out, pos = [], 0
     seen: dict[str, set[str]] = {}
     for i, (w, a, b) in enumerate(words):
-        low = _norm(w)
+        low = fold_word(w)
         new = None
         if low == "her":
             new = "his" if her_is_possessive(toks, i) else "him"
-        elif low == "his" and (i + 1 >= len(toks) or not _is_word(toks[i + 1])):
+        elif low == "his" and (i + 1 >= len(toks) or not is_word(toks[i + 1])):
             new = "hers"
         elif low in _FLIP:
             new = _FLIP[low]
@@ -213,11 +214,12 @@ def flip_gender(text: str, refs: dict[str, Sequence[str] | None], her_is_possess
         mapped: list[str] = []
         for r in lst:
             toks_r = [t for t in r.split()]
-            if len(toks_r) == 1 and _norm(r.strip(".")) in seen:
-                mapped.extend(sorted(seen[_norm(r.strip("."))]))
+            if len(toks_r) == 1 and fold_word(r.strip(".")) in seen:
+                mapped.extend(sorted(seen[fold_word(r.strip("."))]))
             else:
-                mapped.append(" ".join(_match_case(_FLIP[_norm(t.strip("."))], t) if _norm(t.strip(".")) in _FLIP
-                                       and _norm(t.strip(".")) != "her" else t for t in toks_r))
+                folded = [fold_word(t.strip(".")) for t in toks_r]
+                mapped.append(" ".join(_match_case(_FLIP[f], t) if f in _FLIP and f != "her" else t
+                                       for t, f in zip(toks_r, folded)))
         new_refs[k] = list(dict.fromkeys(mapped))
     return "".join(out), new_refs
 

@@ -1,5 +1,5 @@
 """Story words as the labellers read them: split with character offsets (``split_words``), case-folded
-(``_norm``, ``_norm_all``), and whether a "her" is a determiner (``her_is_possessive``), which the
+(``fold_word``, ``fold_words``), and whether a "her" is a determiner (``her_is_possessive``), which the
 gender flip of training and the pronoun binding of decoding both ask."""
 
 from __future__ import annotations
@@ -15,34 +15,39 @@ def split_words(text: str) -> list[tuple[str, int, int]]:
     return [(m.group(), m.start(), m.end()) for m in _WORD.finditer(text)]
 
 
-def _norm(w: str) -> str:
+def fold_word(w: str) -> str:
+    """A word as reference types compare it: case-folded, a curly apostrophe made straight."""
     return w.casefold().replace("\u2019", "'")
 
 
-def _norm_all(words: Sequence[str]) -> list[str]:
-    """``_norm`` of each word, in one pass over their text: case folding maps each character on its own,
-    so folding the words joined by NUL and splitting again gives each word's folding (a story with a
-    NUL of its own is folded word by word)."""
+def fold_words(words: Sequence[str]) -> list[str]:
+    """``fold_word`` of each word, in one pass over their text: case folding maps each character on its
+    own, so folding the words joined by NUL and splitting again gives each word's folding (a story
+    with a NUL of its own is folded word by word)."""
     out = "\0".join(words).casefold().replace("\u2019", "'").split("\0")
-    return out if len(out) == len(words) and words else [_norm(w) for w in words]
+    return out if len(out) == len(words) and words else [fold_word(w) for w in words]
 
 
-def _is_word(w: str) -> bool:
+def is_word(w: str) -> bool:
+    """Whether a token holds a letter or digit (not punctuation alone)."""
     return any(c.isalnum() for c in w)
 
 
-def _is_split_word(w: str) -> bool:
-    """``_is_word`` for a token of ``split_words``, without its loop over the characters: those tokens
+def is_split_word(w: str) -> bool:
+    """``is_word`` for a token of ``split_words``, without its loop over the characters: those tokens
     are words (letters or digits, "'s") or single punctuation marks, so a token of more than one
     character, or an alphanumeric one, is a word (a decoding pass per story calls it for every token)."""
     return len(w) > 1 or w.isalnum()
 
 
-def _phrase_tokens(phrase: str) -> list[str]:
-    return [_norm(w) for w, _, _ in split_words(phrase) if _is_word(w) and not w.startswith(("'", "\u2019"))]
+def phrase_tokens(phrase: str) -> list[str]:
+    """A name or reference as the folded words to look for in a story ("Dr. Ana Ruiz" -> dr, ana, ruiz),
+    without a clitic ending ("'s"; so "O'Brien" is "o")."""
+    return [fold_word(w) for w, _, _ in split_words(phrase) if is_word(w) and not w.startswith(("'", "\u2019"))]
 
 
-def _find_all(words: list[str], seq: list[str]) -> list[int]:
+def find_all(words: list[str], seq: list[str]) -> list[int]:
+    """Every index at which ``seq`` occurs in ``words`` (none for an empty ``seq``)."""
     n = len(seq)
     return [i for i in range(len(words) - n + 1) if n and words[i:i + n] == seq]
 
@@ -56,7 +61,8 @@ _AFTER_OBJECT_HER = frozenset(
 
 def her_is_possessive(words: Sequence[str], i: int) -> bool:
     """Whether ``words[i]`` ("her") is a determiner: a word follows and it is not a function word."""
-    return i + 1 < len(words) and _is_word(words[i + 1]) and _norm(words[i + 1]) not in _AFTER_OBJECT_HER
+    return i + 1 < len(words) and is_word(words[i + 1]) and fold_word(words[i + 1]) not in _AFTER_OBJECT_HER
 
 
-__all__ = ["her_is_possessive", "split_words"]
+__all__ = ["find_all", "fold_word", "fold_words", "her_is_possessive", "is_split_word", "is_word", "phrase_tokens",
+           "split_words"]

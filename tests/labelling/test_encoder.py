@@ -24,22 +24,22 @@ def test_split_words_offsets():
 
 def test_split_words_tokens_need_no_character_loop_to_tell_words():
     from harness.labelling.data import builtin_training_files, load_gold
-    from harness.labelling.words import _is_split_word, _is_word
+    from harness.labelling.words import is_split_word, is_word
 
     text = ("Hye-jin's café — “Zoë” met O’Brien_2 at 10:30; naïve 東京 x̃ e\u0301 _ … ½ ² 'tis ok!? "
             + " ".join(g.story.text for f in builtin_training_files() for g in load_gold(f)))
     words = [w for w, _, _ in split_words(text)]
     assert len(words) > 10_000
-    assert [_is_split_word(w) for w in words] == [_is_word(w) for w in words]
+    assert [is_split_word(w) for w in words] == [is_word(w) for w in words]
 
 
 def test_words_folded_together_as_one_by_one():
-    from harness.labelling.words import _norm, _norm_all
+    from harness.labelling.words import fold_word, fold_words
 
     for text in ("Straße DON’T İstanbul ﬁne ŉ Hye-jin's", "a\0b \0 c", "x", ""):
         words = [w for w, _, _ in split_words(text)]
-        assert _norm_all(words) == [_norm(w) for w in words]
-    assert _norm_all(["Straße", "DON", "’T"]) == ["strasse", "don", "'t"]
+        assert fold_words(words) == [fold_word(w) for w in words]
+    assert fold_words(["Straße", "DON", "’T"]) == ["strasse", "don", "'t"]
 
 
 def test_project_labels():
