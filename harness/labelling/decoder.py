@@ -81,9 +81,11 @@ class WordDecoder:
         as written ("Mr. Thompson", "Chef Maria"), as the gold data writes it, even where the model
         left it untagged: "Mr. Thompson" has no first name, "Thompson" would pass for one. The name
         words are the run's capitalised words other than titles, case-folded ({"ana", "ruiz"} for
-        "Dr. Ana Ruiz"); the score sums the slot's probability over the tagged words of the run. A run
-        that ends in a lone capital glued to an apostrophe and a capitalised word goes on to that word
-        ("Megan O'Brien", whose words are "Megan", "O", "'Brien").
+        "Dr. Ana Ruiz"); the score sums the slot's probability over the tagged words of the run. A
+        name part glued to the run's last word by an apostrophe belongs to the name, as word splitting
+        cuts it like "'s" ("Megan O'Brien", "Ja'Nae Williams", "De'shawn": ``_glued_name_part``); the
+        model never saw such a part tagged, and a name cut short there is another name to the race
+        tables ("De" is mostly Asian in the Census counts, "DeShawn" mostly Black).
         """
         col = w.probs[:, slot]
         words, keys = e.words, w.keys
@@ -97,7 +99,8 @@ class WordDecoder:
         runs: list[list[int]] = []
         for i in (w.scored & (col >= (threshold or self.threshold))).nonzero()[0].tolist():
             if runs and (i == runs[-1][-1] + 1 or (i == runs[-1][-1] + 2 and (
-                    words[i - 1][0] == "-" or (words[i - 1][0] == "." and title_or_initial(i - 2))))):
+                    words[i - 1][0] == "-" or (words[i - 1][0] == "." and title_or_initial(i - 2))
+                    or (cap(i - 2) and _glued_name_part(words, i - 1))))):
                 runs[-1].append(i)
             else:
                 runs.append([i])
@@ -116,10 +119,8 @@ class WordDecoder:
                     j -= 1
                 if j >= 0 and cap(j) and keys[j] in NAME_TITLES:
                     run = [j, *run]
-            k = run[-1] + 1  # "O'Brien", "D'Angelo": the words split at the apostrophe, as before "'s"
-            if (k < len(words) and len(words[k - 1][0]) == 1 and words[k][1] == words[k - 1][2]
-                    and words[k][0][:1] in "'\u2019" and words[k][0][1:2].isupper()):
-                run = [*run, k]
+            if _glued_name_part(words, run[-1] + 1):  # "O'Brien", "Ja'Nae": split at the apostrophe
+                run = [*run, run[-1] + 1]
             run = _with_nickname(run, words, keys)
             caps = [keys[i] for i in run if cap(i)]
             out.append((frozenset(k for k in caps if k not in NAME_TITLES) or frozenset(caps), run, score))
@@ -295,6 +296,21 @@ class WordDecoder:
                 best = max(fams, key=fams.get)
                 keep = [k for k in keep if _FAMILY.get(k, best) == best]
         return tuple(first[k] for k in keep)
+
+
+#: What an apostrophe glues to a word without making a name of it ("Maya's", "can't", "ma'am").
+_CLITICS = frozenset({"s", "t", "d", "m", "ll", "re", "ve", "em", "n", "am", "til", "cause", "all"})
+
+
+def _glued_name_part(words: Sequence[tuple[str, int, int]], k: int) -> bool:
+    """Whether word ``k`` is the rest of a name that an apostrophe splits ("'Brien" of "O'Brien",
+    "'Nae" of "Ja'Nae", "'shawn" of "De'shawn"): an apostrophe and letters, written right after the
+    word before it, which is capitalised, and no clitic ending ("'s", "'ll", "'t", ...)."""
+    if not 0 < k < len(words):
+        return False
+    w, start, _ = words[k]
+    return (w[:1] in "'\u2019" and start == words[k - 1][2] and words[k - 1][0][:1].isupper()
+            and w[1:].casefold() not in _CLITICS)
 
 
 def _quoted_capitals(words: Sequence[tuple[str, int, int]], i: int, step: int) -> int | None:
