@@ -132,8 +132,8 @@ def _encode_many(tokenizer, stories: Sequence[StoryInput], texts: Sequence[str |
     """Tokenise stories as the model reads them: the role prefix and the story's words given one by
     one (``is_split_into_words``), truncated to ``max_length`` word pieces (``_encode_word_by_word``
     is the tokenizer's own call). Built from each word's remembered pieces (``_WordPieces``), which
-    gives the same encodings about three times faster; a tokenizer without a Rust backend takes the
-    tokenizer's call."""
+    gives the same encodings two (every word new) to four (words seen before) times faster; a
+    tokenizer without a Rust backend takes the tokenizer's call."""
     texts = [s.text if t is None else t for s, t in zip(stories, texts or [None] * len(stories))]
     pieces = _word_pieces(tokenizer)
     if pieces is None:
@@ -156,8 +156,9 @@ class _WordPieces:
     split at punctuation, WordPiece), so each is tokenised once per process, and a story's encoding
     is its frame around its words' pieces, cut to ``max_length`` at the end of the story as the
     tokenizer's "only_second" truncation cuts it. Stories share most words ("she", "the"): one
-    thread tokenises a story in about a third of the time of the tokenizer's call. The memory of
-    words is emptied when it reaches ``capacity`` words."""
+    thread tokenises a story in a half to a quarter of the time of the tokenizer's call
+    (benchmarks/RESULTS.md, session 23). The memory of words is emptied when it reaches ``capacity``
+    words."""
 
     def __init__(self, tokenizer, capacity: int = 1 << 17) -> None:
         from tokenizers import Tokenizer
