@@ -119,7 +119,7 @@ def repeated(stories, n: int) -> list:
 def throughput(labeller, stories, n: int, batch_size: int) -> dict:
     """Stories/s of the encoder labeller on ``n`` stories (the dev stories repeated), by stage.
 
-    ``encode``: tokenisation and word alignment (host, one process); ``model``: the forward pass
+    ``encode``: word splitting and tokenisation (host, one process); ``model``: the forward pass
     on batches already on the device; ``forward``: collate, copy, model and copy back;
     ``decode``: probabilities to names and references, one call per batch (host, one process); ``end_to_end``:
     ``label`` as a user calls it (with the labeller's worker processes, if any).

@@ -100,7 +100,7 @@ class WordDecoder:
         for i in (w.scored & (col >= (threshold or self.threshold))).nonzero()[0].tolist():
             if runs and (i == runs[-1][-1] + 1 or (i == runs[-1][-1] + 2 and (
                     words[i - 1][0] == "-" or (words[i - 1][0] == "." and title_or_initial(i - 2))
-                    or (cap(i - 2) and _glued_name_part(words, i - 1))))):
+                    or _glued_name_part(words, i - 1)))):
                 runs[-1].append(i)
             else:
                 runs.append([i])
