@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU checks and benchmarks in one command, for a lent CUDA machine whose image already has
 # torch, triton and cupy (see benchmarks/RESULTS.md). Usage: bash benchmarks/gpu.sh OUTDIR [STEPS]
-# STEPS: comma list of tests,labeller,labeller-host,labeller-mpnet,kernels-quick,kernels,
+# STEPS: comma list of tests,labeller,labeller-e2e,labeller-host,labeller-scaling,labeller-cores,labeller-mpnet,kernels-quick,kernels,
 # kernels-homogeneity,kernels-profile,generation
 # (default: tests,labeller,kernels,generation). TESTS_K: a pytest -k filter for the kernel tests.
 # Missing pure-Python dependencies travel as wheels in .whl/ (pip download ...) or packed in .gpu/site.tar.xz;
@@ -10,6 +10,10 @@
 # stand for the trained model's, its decode and end-to-end stages do not (random probabilities).
 # labeller-host times the GPU layout's host side alone on this host's cores (15 workers; the model
 # served from a table of its real probabilities): the bound that host work puts on labeller.
+# labeller-scaling repeats it for 1, 4, 8 and 15 workers (SCALING_WORKERS), then 15 with every BLAS/OpenMP
+# pool at one thread: whether a worker slows as more of them run, and why. labeller-cores runs
+# benchmarks/host_scaling.py: the same host work in independent processes, nothing moved between them.
+# HOST_N and HOST_BATCHES: labeller-host's stories and batch sizes (default 30000 and 256).
 set -u
 OUT=${1:?output directory}
 STEPS=${2:-tests,labeller,kernels,generation}
@@ -51,13 +55,39 @@ if has kernels-profile; then  # where a call of the closed form spends its time 
   head -3 "$OUT/profile.txt"
 fi
 if has labeller; then
-  timeout 100 python3 benchmarks/labelling.py --dev .gpu/laissez_faire_audit_dev.jsonl --model-dir .gpu/labeller \
-    --throughput 30000 --batch-size 1024 "${NAMES[@]}" --json "$OUT/labeller.json" 2>&1 | grep -v Loading | tail -3
+  timeout 240 python3 benchmarks/labelling.py --dev .gpu/laissez_faire_audit_dev.jsonl --model-dir .gpu/labeller \
+    --throughput 30000 --batch-size 1024 "${NAMES[@]}" --json "$OUT/labeller.json" 2>&1 | tee "$OUT/labeller.log" \
+    | grep -v Loading | tail -3
+fi
+if has labeller-e2e; then  # label() alone, on E2E_N stories, for each of E2E_BATCHES
+  for B in ${E2E_BATCHES:-256 1024}; do
+    timeout 120 python3 benchmarks/labelling.py --dev .gpu/laissez_faire_audit_dev.jsonl --model-dir .gpu/labeller \
+      --throughput "${E2E_N:-60000}" --end-to-end-only --batch-size "$B" "${NAMES[@]}" --json "$OUT/labeller_e2e_b$B.json" \
+      2>&1 | grep '^{'
+  done
 fi
 if has labeller-host; then
-  timeout 200 python3 benchmarks/labelling.py --dev .gpu/laissez_faire_audit_dev.jsonl --model-dir .gpu/labeller \
-    --host-layout 30000 --batch-size 256 --workers 15 "${NAMES[@]}" --json "$OUT/labeller_host.json" 2>&1 \
-    | grep -v Loading | tail -3
+  for B in ${HOST_BATCHES:-256}; do
+    timeout 200 python3 benchmarks/labelling.py --dev .gpu/laissez_faire_audit_dev.jsonl --model-dir .gpu/labeller \
+      --host-layout "${HOST_N:-30000}" --batch-size "$B" --workers 15 "${NAMES[@]}" --json "$OUT/labeller_host_b$B.json" \
+      2>&1 | grep -v Loading | grep '^{'
+  done
+fi
+if has labeller-cores; then
+  timeout 200 python3 benchmarks/host_scaling.py --dev .gpu/laissez_faire_audit_dev.jsonl --model-dir .gpu/labeller \
+    --workers 1,4,8,12,15 --seconds 5 "${NAMES[@]}" --json "$OUT/host_scaling.json" 2>&1 | grep '^{'
+fi
+if has labeller-scaling; then
+  cat /sys/devices/system/cpu/cpu0/topology/thread_siblings_list
+  lscpu | grep -E "Model name|^CPU\(s\)|Thread|Core|Socket|MHz|L2|L3|NUMA node\(s\)"
+  for W in ${SCALING_WORKERS:-1 4 8 15}; do
+    timeout 150 python3 benchmarks/labelling.py --dev .gpu/laissez_faire_audit_dev.jsonl --model-dir .gpu/labeller \
+      --host-layout $((W < 4 ? 3000 : 1000 * W)) --batch-size 256 --workers "$W" "${NAMES[@]}" \
+      --json "$OUT/scaling_w$W.json" 2>&1 | grep -v Loading | grep '^{' | cut -c1-150
+  done
+  OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 timeout 150 python3 benchmarks/labelling.py \
+    --dev .gpu/laissez_faire_audit_dev.jsonl --model-dir .gpu/labeller --host-layout 15000 --batch-size 256 \
+    --workers 15 "${NAMES[@]}" --json "$OUT/scaling_w15_one_thread.json" 2>&1 | grep '^{' | cut -c1-150
 fi
 if has labeller-mpnet; then
   timeout 300 python3 benchmarks/labelling.py --dev .gpu/laissez_faire_audit_dev.jsonl --model-dir .gpu/labeller-mpnet \

@@ -116,7 +116,7 @@ def repeated(stories, n: int) -> list:
             ((i, stories[i % len(stories)]) for i in range(n))]
 
 
-def throughput(labeller, stories, n: int, batch_size: int) -> dict:
+def throughput(labeller, stories, n: int, batch_size: int, end_to_end_only: bool = False) -> dict:
     """Stories/s of the encoder labeller on ``n`` stories (the dev stories repeated), by stage.
 
     ``encode``: word splitting and tokenisation (host, one process); ``model``: the forward pass
@@ -133,6 +133,12 @@ def throughput(labeller, stories, n: int, batch_size: int) -> dict:
     sync = torch.cuda.synchronize if gpu else (lambda: None)
     labeller.start_workers()
     labeller.label(corpus[: batch_size * 4], batch_size=batch_size)  # warm-up
+    if end_to_end_only:
+        t0 = time.perf_counter()
+        labeller.label(corpus, batch_size=batch_size)
+        sync()
+        return {"stories": n, "batch_size": batch_size, "device": labeller.device, "workers": labeller.workers,
+                "end_to_end_per_s": n / (time.perf_counter() - t0)}
     t0 = time.perf_counter()
     enc = [e for k in range(0, n, batch_size)
            for e in _encode_many(labeller.tokenizer, corpus[k:k + batch_size], None, labeller.max_length)]
@@ -167,13 +173,26 @@ def throughput(labeller, stories, n: int, batch_size: int) -> dict:
             "end_to_end_per_s": n / t_all}
 
 
+def _cpu_seconds(pids: list[int]) -> float | None:
+    """CPU seconds (user + system) the processes ``pids`` have used so far (Linux; None elsewhere)."""
+    import os
+
+    try:
+        fields = [Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split() for p in pids]
+    except OSError:
+        return None
+    return sum(int(f[11]) + int(f[12]) for f in fields) / os.sysconf("SC_CLK_TCK") if pids else None
+
+
 def host_layout(path, stories, n: int, batch_size: int, workers: int, **labeller_kwargs) -> dict:
     """The GPU labeller's host side, timed on any machine: ``label`` in the layout the encoder uses
     beside a GPU (worker processes tokenise and decode, the main process collates and runs the model),
     with the model replaced by a lookup of the real probabilities, computed first, of each story. So
     the stories/s are what the host work alone allows (``workers`` processes on this machine's cores),
     and ``main_cpu_us_per_story`` is the main process's own share (the lookup included), which must
-    stay far below 1e6 / target for one GPU to reach the target. Labels equal the real model's
+    stay far below 1e6 / target for one GPU to reach the target. ``worker_busy_share`` is the workers' CPU
+    time over their wall time (1.0: never waiting for work), ``worker_cpu_us_per_story`` their CPU per story,
+    transfers included. Labels equal the real model's
     (checked on the first 200 stories; ``labelled_characters`` of them have a name or references).
     """
     import numpy as np
@@ -205,13 +224,19 @@ def host_layout(path, stories, n: int, batch_size: int, workers: int, **labeller
     # warm-up in the layout (several batches, so the workers take them), and the labels checked
     got = lab.label(check + corpus[: batch_size * 4], batch_size=batch_size)[: len(check)]
     same = [x.characters for x in got] == [x.characters for x in want]
+    pids = lab._pool.pids if hasattr(lab._pool, "pids") else list(getattr(lab._pool, "_processes", None) or {})
+    w0 = _cpu_seconds(pids)
     c0, t0 = time.process_time(), time.perf_counter()
     lab.label(corpus, batch_size=batch_size)
     c1, t1 = time.process_time(), time.perf_counter()
+    w1 = _cpu_seconds(pids)
     lab.close()
+    busy = (w1 - w0) if w0 is not None and w1 is not None else None
     return {"stories": n, "batch_size": batch_size, "workers": lab.workers, "host_per_s": n / (t1 - t0),
             "host_per_worker_per_s": n / (t1 - t0) / max(lab.workers, 1),
             "main_cpu_us_per_story": 1e6 * (c1 - c0) / n, "lookup_us_per_story": lookup_us,
+            "worker_cpu_us_per_story": None if busy is None else 1e6 * busy / n,
+            "worker_busy_share": None if busy is None else busy / ((t1 - t0) * max(lab.workers, 1)),
             "labels_equal_the_model": same,
             "labelled_characters": sum(1 for x in want for c in x.characters if c.name or c.references)}
 
@@ -232,6 +257,8 @@ def main() -> None:
     ap.add_argument("--no-write", action="store_true", help="do not touch RESULTS.md")
     ap.add_argument("--throughput", type=int, default=0,
                     help="only time the encoder by stage on this many stories (e.g. on a GPU), print JSON")
+    ap.add_argument("--end-to-end-only", action="store_true",
+                    help="with --throughput: time only label() as a user calls it, not the stages one by one")
     ap.add_argument("--random-weights", action="store_true",
                     help="with --throughput: time --model-dir's architecture with random weights")
     ap.add_argument("--device", default=None, help="encoder device (default: cuda when available)")
@@ -270,7 +297,8 @@ def main() -> None:
             model_dir = random_model_dir(args.model_dir, Path(tempfile.mkdtemp(prefix="labeller-random-")))
         lab = get_labeller("encoder", path=model_dir, device=args.device, workers=args.workers,
                            name_table=args.name_table)
-        res = throughput(lab, [g.story for g in gold if g.story.text], args.throughput, args.batch_size)
+        res = throughput(lab, [g.story for g in gold if g.story.text], args.throughput, args.batch_size,
+                         args.end_to_end_only)
         res["machine"] = machine_description()
         res["weights"] = "random" if args.random_weights else "trained"
         res["base"] = lab.info()["base"]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import abc
 import re
 import unicodedata
+from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
@@ -202,8 +203,9 @@ class Labeller(abc.ABC):
     def _label_batch(self, stories: Sequence[StoryInput]) -> list[StoryLabels]:
         """Label non-empty stories, returning one result per input in the same order."""
 
-    def _label_batches(self, batches: Sequence[Sequence[StoryInput]]) -> Iterator[list[StoryLabels]]:
-        """Label a window's batches in order; a labeller may override this to overlap them."""
+    def _label_batches(self, batches: Iterable[Sequence[StoryInput]], stories: int) -> Iterator[list[StoryLabels]]:
+        """Label batches in order (``stories``: how many stories they hold in all); a labeller may override
+        this to overlap them. ``batches`` is lazy: take a batch only when ready to work on it."""
         for b in batches:
             yield self._label_batch(b)
 
@@ -250,7 +252,12 @@ class Labeller(abc.ABC):
             from tqdm.auto import tqdm
 
             bar = tqdm(total=len(stories), desc=f"label ({self.name})", unit="story")
-        try:
+        # windows waiting for their labels, oldest first: [stories, results, batches still to label];
+        # the batches of every window stream to _label_batches, so a pipelined labeller never drains
+        windows: deque[list] = deque()
+        owners: deque[tuple[list, list[int]]] = deque()  # per batch handed out: its window and positions
+
+        def batches() -> Iterator[list[StoryInput]]:
             for start in range(0, len(stories), window):
                 chunk = stories[start:start + window]
                 results: list[StoryLabels | None] = [None] * len(chunk)
@@ -262,17 +269,34 @@ class Labeller(abc.ABC):
                         todo.append(j)
                 todo.sort(key=lambda j: len(chunk[j].text), reverse=True)
                 groups = [todo[b:b + bs] for b in range(0, len(todo), bs)]
-                for idx, labels in zip(groups, self._label_batches([[chunk[j] for j in ix] for ix in groups])):
-                    if len(labels) != len(idx):
-                        raise RuntimeError(f"{self.name} labeller returned {len(labels)} results "
-                                           f"for {len(idx)} stories")
-                    for j, lab in zip(idx, labels):
-                        results[j] = lab
-                    if bar is not None:
-                        bar.update(len(idx))
+                win = [chunk, results, len(groups)]
+                windows.append(win)
                 if bar is not None:
                     bar.update(len(chunk) - len(todo))
-                yield from results  # type: ignore[misc]
+                for ix in groups:
+                    owners.append((win, ix))
+                    yield [chunk[j] for j in ix]
+
+        def finished() -> Iterator[StoryLabels]:
+            while windows and windows[0][2] == 0:
+                yield from windows.popleft()[1]
+
+        labelled = sum(1 for s in stories if s.text and s.text.strip())
+        try:
+            for labels in self._label_batches(batches(), labelled):
+                win, idx = owners.popleft()
+                if len(labels) != len(idx):
+                    raise RuntimeError(f"{self.name} labeller returned {len(labels)} results "
+                                       f"for {len(idx)} stories")
+                for j, lab in zip(idx, labels):
+                    win[1][j] = lab
+                win[2] -= 1
+                if bar is not None:
+                    bar.update(len(idx))
+                yield from finished()
+            yield from finished()  # windows with no story to label
+            if windows or owners:
+                raise RuntimeError(f"{self.name} labeller stopped before labelling every batch")
         finally:
             if bar is not None:
                 bar.close()

@@ -27,7 +27,7 @@ import os
 import time
 import warnings
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +38,7 @@ from harness.labelling import role_agent
 from harness.labelling.base import Labeller, StoryInput, StoryLabels
 from harness.labelling.bases import DEFAULT_BASE, base_encoder
 from harness.labelling.decoder import REFERENCE_POOLS, WordDecoder
+from harness.labelling.host_pool import HostPool
 from harness.labelling.name_gender import default_table, female_shares
 from harness.labelling.words import is_word, split_words
 
@@ -353,6 +354,10 @@ class EncoderLabeller(Labeller):
                                    pronoun_binding=pronoun_binding, apposition_check=apposition_check,
                                    reference_pool=reference_pool)
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        if self.device != "cpu":
+            # beside a GPU the host workers take whole batches: fewer, larger messages (H100 host, host side
+            # alone: batch 256 10,228 stories/s, 1,024 10,000/s; benchmarks/RESULTS.md, labelling on the GPU)
+            self.default_batch_size = 256
         self.tokenizer = AutoTokenizer.from_pretrained(str(self.path / "encoder"))
         model = _build_model(self.path / "encoder")
         model.head.load_state_dict(torch.load(self.path / "head.pt", map_location="cpu"))
@@ -431,29 +436,33 @@ class EncoderLabeller(Labeller):
         probs = self._probs(encoded)
         return self.decoder.decode_many(stories, encoded, probs)
 
-    def _label_batches(self, batches: Sequence[Sequence[StoryInput]]) -> Iterator[list[StoryLabels]]:
-        """Pipelined over worker processes: every batch's tokenisation is queued at once, the model
-        takes the batches in order as they arrive, and each batch's decoding runs while the model
-        works on the next ones."""
-        if not self.workers or len(batches) < 2:
-            yield from super()._label_batches(batches)
-            return
-        if self._worker_mode == "model":
-            pool = self._worker_pool() if self._pool_pays(sum(len(b) for b in batches)) else None
-            if pool is None:  # a small window, or the processes could not start
-                yield from super()._label_batches(batches)
-                return
-            for fut in [pool.submit(_worker_label, list(b)) for b in batches]:
-                yield fut.result()
+    def _label_batches(self, batches: Iterable[Sequence[StoryInput]], stories: int) -> Iterator[list[StoryLabels]]:
+        """Pipelined over worker processes. Beside a GPU, workers tokenise and decode
+        (``harness.labelling.host_pool``) while this process runs the model on each batch as its
+        tokenisation arrives; on CPU, each worker labels whole batches with a model of its own, a few
+        batches ahead of the one being yielded."""
+        if not self.workers or not stories or not self._pool_pays(stories):
+            yield from super()._label_batches(batches, stories)
             return
         pool = self._worker_pool()
-        encs = [pool.submit(_worker_encode, list(b)) for b in batches]
-        decs = []
-        for fut in encs:
-            arrays, blob = fut.result()
-            decs.append(pool.submit(_worker_decode, blob, self._forward(*arrays)))
-        for fut in decs:
-            yield fut.result()
+        if pool is None:  # the processes could not start
+            yield from super()._label_batches(batches, stories)
+        elif self._worker_mode == "host":
+            try:
+                yield from pool.label(batches, self._forward)
+            except BaseException:
+                self._pool = None  # the host pool closed itself; the next call starts a new one
+                raise
+        else:
+            from collections import deque
+
+            ahead: deque = deque()
+            for b in batches:
+                ahead.append(pool.submit(_worker_label, list(b)))
+                if len(ahead) > 2 * self.workers:
+                    yield ahead.popleft().result()
+            while ahead:
+                yield ahead.popleft().result()
 
     def start_workers(self, stories: int | None = None) -> float:
         """Start the worker processes that labelling ``stories`` stories (None: any number) would use,
@@ -470,14 +479,14 @@ class EncoderLabeller(Labeller):
         return self._worker_mode != "model" or stories >= CPU_WORKER_MIN
 
     def _worker_pool(self):
-        if self._pool is None:
+        if self._pool is None and self._worker_mode == "host":
+            self._pool = HostPool(self.workers, str(self.path / "encoder"), self.decoder)
+        elif self._pool is None:
             import multiprocessing as mp
             from concurrent.futures import ProcessPoolExecutor
 
-            init, args = ((_cpu_worker_init, (self._cpu_worker_args,)) if self._worker_mode == "model"
-                          else (_worker_init, (str(self.path / "encoder"), self.decoder)))
-            self._pool = ProcessPoolExecutor(self.workers, mp_context=mp.get_context("spawn"), initializer=init,
-                                             initargs=args)
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=mp.get_context("spawn"),
+                                             initializer=_cpu_worker_init, initargs=(self._cpu_worker_args,))
             # the executor starts processes as tasks arrive: start and initialise all of them now, so
             # no batch waits for a process to import transformers
             try:
@@ -488,8 +497,6 @@ class EncoderLabeller(Labeller):
                 # gives the same labels (CPU model workers only; the GPU layout needs its workers)
                 self._pool.shutdown(cancel_futures=True)
                 self._pool = None
-                if self._worker_mode != "model":
-                    raise
                 warnings.warn(f"encoder labeller: worker processes could not start ({e}); labelling in this "
                               f"process (guard the script's entry point with `if __name__ == \"__main__\":` "
                               f"to use them)", RuntimeWarning, stacklevel=2)
@@ -497,23 +504,16 @@ class EncoderLabeller(Labeller):
         return self._pool
 
     def close(self) -> None:
-        if self._pool is not None:
+        if isinstance(self._pool, HostPool):
+            self._pool.close()
+        elif self._pool is not None:
             self._pool.shutdown(cancel_futures=True)
-            self._pool = None
+        self._pool = None
 
 
-# host-side work in worker processes (state set once per process by _worker_init)
+# CPU worker processes, each with a labeller of its own (set once per process by _cpu_worker_init); the
+# host workers beside a GPU are harness.labelling.host_pool's
 _WORKER: dict[str, Any] = {}
-
-
-def _worker_init(tokenizer_dir: str, decoder: WordDecoder) -> None:
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    from transformers import AutoTokenizer
-
-    _WORKER["tokenizer"] = AutoTokenizer.from_pretrained(tokenizer_dir)
-    _WORKER["decoder"] = decoder
-    if decoder.action_check:
-        role_agent.load()
 
 
 def _cpu_worker_init(kwargs: dict[str, Any]) -> None:
@@ -528,26 +528,7 @@ def _worker_label(stories: list[StoryInput]) -> list[StoryLabels]:
 
 def _worker_ready(_: int) -> bool:
     time.sleep(0.05)  # hold this process while the others start
-    return "tokenizer" in _WORKER or "labeller" in _WORKER
-
-
-def _worker_encode(stories: list[StoryInput]) -> tuple[tuple, bytes]:
-    """Tokenise and collate a batch. What the model process needs comes back as three NumPy arrays;
-    the stories and their encodings, which only the decoding needs, come back pickled once as
-    bytes that the model process hands on untouched (it never unpickles or re-pickles them)."""
-    import pickle
-
-    tok = _WORKER["tokenizer"]
-    encoded = _encode_many(tok, stories, None, _WORKER["decoder"].max_length)
-    return _collate_np(encoded, tok.pad_token_id), pickle.dumps((stories, encoded), pickle.HIGHEST_PROTOCOL)
-
-
-def _worker_decode(blob: bytes, probs) -> list[StoryLabels]:
-    import pickle
-
-    stories, encoded = pickle.loads(blob)
-    dec = _WORKER["decoder"]
-    return dec.decode_many(stories, encoded, [probs[i, : len(e.input_ids)] for i, e in enumerate(encoded)])
+    return "labeller" in _WORKER
 
 
 __all__ = ["DEFAULT_NAME", "EncoderLabeller", "SLOTS", "default_model_dir"]

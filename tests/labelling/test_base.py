@@ -76,3 +76,56 @@ def test_registry():
     assert LABELLERS.names() == ["encoder", "llm", "rules"]
     with pytest.raises(ConfigError, match="available: encoder, llm, rules"):
         get_labeller("nope")
+
+
+class AheadLabeller(LengthLabeller):
+    """Takes up to ``ahead`` batches before returning the first one's labels, as a pipelined labeller does;
+    records how many batches it had taken when each result was yielded."""
+
+    def __init__(self, ahead):
+        super().__init__()
+        self.ahead, self.taken_at_yield = ahead, []
+
+    def _label_batches(self, batches, stories):
+        from collections import deque
+
+        held, taken = deque(), 0
+        for b in batches:
+            held.append(b)
+            taken += 1
+            if len(held) > self.ahead:
+                self.taken_at_yield.append(taken)
+                yield self._label_batch(held.popleft())
+        while held:
+            self.taken_at_yield.append(taken)
+            yield self._label_batch(held.popleft())
+
+
+@pytest.mark.parametrize("ahead", [0, 1, 5, 200])
+def test_batches_stream_across_windows_and_results_keep_the_callers_order(ahead):
+    # batch_size 1: windows of 64 stories; window 2 (stories 64-127) holds only empty stories
+    texts = ["x" * (1 + i % 7) if not 64 <= i < 128 and i % 9 else "" for i in range(200)]
+    stories = [_story(i, t, two=i % 3 == 0) for i, t in enumerate(texts)]
+    lab = AheadLabeller(ahead)
+    got = list(lab.iter_label(stories, batch_size=1))
+    assert [o.story_id for o in got] == [s.story_id for s in stories]
+    assert [o.status for o in got] == ["ok" if t else "empty story" for t in texts]
+    assert [o.characters[0].name for o in got if o.status == "ok"] == [str(len(t)) for t in texts if t]
+    assert lab.taken_at_yield[0] == min(ahead + 1, sum(1 for t in texts if t))  # lazy: only what it asked for
+    windows = [[s.story_id for s in stories[k:k + 64] if s.text] for k in range(0, 200, 64)]
+    assert [b[0] for b in lab.batches] == [i for w in windows for i in sorted(w, key=lambda i: -len(texts[int(i[1:])]))]
+
+
+def test_a_labeller_that_stops_early_is_an_error():
+    class Short(LengthLabeller):
+        def _label_batches(self, batches, stories):
+            yield self._label_batch(next(iter(batches)))
+
+    with pytest.raises(RuntimeError, match="stopped before labelling every batch"):
+        Short().label([_story(i, "ab") for i in range(3)], batch_size=1)
+
+
+def test_only_empty_stories_need_no_batch():
+    lab = AheadLabeller(3)
+    assert [o.status for o in lab.label([_story(i, "") for i in range(130)], batch_size=1)] == ["empty story"] * 130
+    assert lab.batches == []

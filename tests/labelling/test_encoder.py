@@ -110,6 +110,41 @@ def test_worker_processes_give_the_same_labels(tiny_encoder, gold, monkeypatch):
         assert lab.label(stories, batch_size=4) == serial  # each process runs its own model, 1 thread
 
 
+def test_host_workers_stream_windows_and_a_failure_closes_them(tiny_encoder, gold):
+    # the GPU layout's workers (harness.labelling.host_pool), with the model run in this process on CPU
+    import os
+    import signal
+
+    from harness.labelling.host_pool import HostPool, HostWorkerError
+
+    out_dir, _ = tiny_encoder
+    stories = [g.story for g in gold]
+    many = [stories[i % len(stories)] for i in range(150)]  # batch 1: three windows of 64, each batch a worker task
+    serial = EncoderLabeller(out_dir, device="cpu", workers=0).label(stories, batch_size=1)
+    want = [serial[i % len(stories)] for i in range(150)]
+    with EncoderLabeller(out_dir, device="cpu", workers=2) as lab:
+        lab._worker_mode = "host"
+        assert lab.label(many, batch_size=1) == want
+        pool = lab._pool
+        assert isinstance(pool, HostPool) and len(pool.pids) == 2
+        forward = lab._forward
+        lab._forward = lambda ids, am, tt: None  # probabilities a worker cannot read: its error reaches us
+        with pytest.raises(TypeError):
+            lab.label(many, batch_size=4)
+        assert lab._pool is None and pool.pids == []  # closed: nothing of that call can reach the next
+        lab._forward = forward
+        assert lab.label(stories, batch_size=4) == serial  # a new pool
+        it = lab.iter_label(many, batch_size=2)
+        assert next(it) == want[0]
+        it.close()  # the caller stopped early: the workers and their queued batches go
+        assert lab._pool is None
+        assert lab.label(stories, batch_size=4) == serial
+        os.kill(lab._pool.pids[0], signal.SIGKILL)
+        with pytest.raises(HostWorkerError, match="exited with code -9"):
+            lab.label(many, batch_size=4)
+        assert lab.label(stories, batch_size=4) == serial
+
+
 @pytest.mark.parametrize("quantize", [True, False])
 def test_a_storys_probabilities_do_not_depend_on_its_batch(tiny_encoder, gold, quantize):
     # dynamic int8 quantisation scales a layer's input over the whole tensor: batched, one story's

@@ -1,0 +1,183 @@
+"""The host side of the encoder labeller beside a GPU: worker processes that tokenise and decode.
+
+The model process (the caller's) runs only the forward pass; ``HostPool.label`` streams batches through the
+workers. Each worker has an inbox of its own, and the worker that tokenised a batch also decodes it: it keeps the
+batch's stories and encodings in between, so only the model's input arrays come to the model process and only
+its probabilities go back. (Through a shared process pool, each batch's stories and encodings were pickled to the
+model process and back to whichever worker decoded them: about 90 us per story on a 2-core Xeon, a tenth of the
+host work.) Every worker holds up to ``DEPTH`` batches, so while work remains it never waits for the model
+process, and batches flow on across the caller's windows without the pool draining between them.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import queue
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from harness.labelling.base import StoryInput, StoryLabels
+
+#: batches a worker holds at once (tokenised or waiting to be, waiting for probabilities, or decoding)
+DEPTH = 3
+#: seconds to wait for a worker to start (it imports transformers and loads spaCy's parser)
+START_TIMEOUT_S = 300.0
+
+
+class HostWorkerError(RuntimeError):
+    """A host worker process failed or exited; the pool is closed and the next call starts a new one."""
+
+
+class HostPool:
+    """``workers`` processes, each tokenising with the tokenizer in ``tokenizer_dir`` and decoding with
+    ``decoder`` (a ``WordDecoder``)."""
+
+    def __init__(self, workers: int, tokenizer_dir: str, decoder: Any) -> None:
+        import multiprocessing as mp
+
+        if workers < 1:
+            raise ValueError(f"a host pool needs at least one worker, got {workers}")
+        ctx = mp.get_context("spawn")
+        self._results = ctx.Queue()
+        self._inboxes = [ctx.Queue() for _ in range(workers)]
+        self._procs = [ctx.Process(target=_serve, args=(i, tokenizer_dir, decoder, inbox, self._results),
+                                   daemon=True, name=f"harness-host-{i}") for i, inbox in enumerate(self._inboxes)]
+        try:
+            for p in self._procs:
+                p.start()
+            for _ in self._procs:
+                self._receive(START_TIMEOUT_S)
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def pids(self) -> list[int]:
+        """The worker processes' ids (for benchmarks that read their CPU time)."""
+        return [p.pid for p in self._procs if p.pid is not None]
+
+    def label(self, batches: Iterable[list[StoryInput]],
+              forward: Callable[..., Any]) -> Iterator[list[StoryLabels]]:
+        """Labels of each batch, in order. ``forward(ids, attention_mask, token_type_ids)`` maps a batch's
+        collated NumPy arrays to its (batch, tokens, slots) probabilities; it runs in this process, on
+        each batch as its tokenisation arrives. On any failure the pool closes (no result of an unfinished
+        call can reach a later one)."""
+        todo = iter(batches)
+        owner: dict[int, int] = {}  # batch -> the worker that holds it
+        done: dict[int, list[StoryLabels]] = {}
+        sent = yielded = 0
+        more = True
+        finished = False
+
+        def give(w: int) -> None:
+            nonlocal sent, more
+            batch = next(todo, None) if more else None
+            if batch is None:
+                more = False
+                return
+            self._inboxes[w].put(("encode", sent, list(batch)))
+            owner[sent] = w
+            sent += 1
+
+        try:
+            for _ in range(DEPTH):
+                for w in range(len(self._procs)):
+                    give(w)
+            while yielded < sent:
+                kind, bid, payload = self._receive()
+                w = owner[bid]
+                if kind == "encoded":
+                    self._inboxes[w].put(("decode", bid, forward(*payload)))
+                    continue
+                del owner[bid]
+                done[bid] = payload
+                give(w)
+                while yielded in done:
+                    yield done.pop(yielded)
+                    yielded += 1
+            finished = True
+        finally:
+            if not finished:  # an error here, in a worker, or the caller stopped early
+                self.close()
+
+    def _receive(self, timeout: float | None = None) -> tuple[str, int, Any]:
+        """The next message of any worker; raises if a worker reported an error or exited."""
+        waited = 0.0
+        while True:
+            try:
+                kind, bid, payload = self._results.get(timeout=1.0)
+            except queue.Empty:
+                dead = [p for p in self._procs if not p.is_alive()]
+                if dead:
+                    raise HostWorkerError(f"encoder labeller: host worker {dead[0].name} exited with code "
+                                          f"{dead[0].exitcode}") from None
+                waited += 1.0
+                if timeout is not None and waited >= timeout:
+                    raise HostWorkerError(f"encoder labeller: host workers sent nothing for {timeout:.0f} s") from None
+                continue
+            if kind == "error":
+                raise payload
+            return kind, bid, payload
+
+    def close(self) -> None:
+        for inbox, p in zip(self._inboxes, self._procs):
+            if p.is_alive():
+                try:
+                    inbox.put(None)
+                except (OSError, ValueError):
+                    pass
+        for p in self._procs:
+            if p.pid is not None:
+                p.join(timeout=5)
+                if p.is_alive():
+                    p.terminate()
+                    p.join(timeout=5)
+        for q in (*self._inboxes, self._results):
+            q.cancel_join_thread()
+            q.close()
+        self._procs = []
+
+
+def _portable(exc: BaseException) -> BaseException:
+    """``exc`` if it survives pickling, else a ``HostWorkerError`` carrying its text."""
+    try:
+        pickle.loads(pickle.dumps(exc))
+        return exc
+    except Exception:
+        return HostWorkerError(f"{type(exc).__name__}: {exc}")
+
+
+def _serve(index: int, tokenizer_dir: str, decoder: Any, inbox: Any, results: Any) -> None:
+    """A worker: tokenise batches, keep them, decode each when its probabilities come."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    try:
+        from transformers import AutoTokenizer
+
+        from harness.labelling import role_agent
+        from harness.labelling.encoder import _collate_np, _encode_many
+
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+        if decoder.action_check:
+            role_agent.load()
+    except BaseException as e:  # noqa: BLE001 - reported to the model process, which raises it
+        results.put(("error", -1, _portable(e)))
+        return
+    results.put(("ready", -1, index))
+    held: dict[int, tuple[list[StoryInput], list]] = {}
+    while (msg := inbox.get()) is not None:
+        kind, bid, payload = msg
+        try:
+            if kind == "encode":
+                encoded = _encode_many(tokenizer, payload, None, decoder.max_length)
+                held[bid] = (payload, encoded)
+                results.put(("encoded", bid, _collate_np(encoded, tokenizer.pad_token_id)))
+            else:
+                stories, encoded = held.pop(bid)
+                probs = [payload[i, : len(e.input_ids)] for i, e in enumerate(encoded)]
+                results.put(("labels", bid, decoder.decode_many(stories, encoded, probs)))
+        except Exception as e:  # noqa: BLE001 - reported to the model process, which raises it
+            results.put(("error", bid, _portable(e)))
+
+
+__all__ = ["DEPTH", "HostPool", "HostWorkerError"]
