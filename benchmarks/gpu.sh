@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # GPU checks and benchmarks in one command, for a lent CUDA machine whose image already has
 # torch, triton and cupy (see benchmarks/RESULTS.md). Usage: bash benchmarks/gpu.sh OUTDIR [STEPS]
-# STEPS: comma list of tests,labeller,labeller-e2e,labeller-host,labeller-scaling,labeller-cores,labeller-mpnet,kernels-quick,kernels,
-# kernels-homogeneity,kernels-profile,generation
+# STEPS: comma list of tests,labeller,labeller-e2e,labeller-host,labeller-scaling,labeller-cores,labeller-mpnet,
+# kernels-quick,kernels,kernels-homogeneity,kernels-profile,generation
 # (default: tests,labeller,kernels,generation). TESTS_K: a pytest -k filter for the kernel tests.
 # Missing pure-Python dependencies travel as wheels in .whl/ (pip download ...) or packed in .gpu/site.tar.xz;
 # the fp16 labeller weights, the first-name table, the MPNet labeller's settings and the dev stories in .gpu/
@@ -13,7 +13,8 @@
 # labeller-scaling repeats it for 1, 4, 8 and 15 workers (SCALING_WORKERS), then 15 with every BLAS/OpenMP
 # pool at one thread: whether a worker slows as more of them run, and why. labeller-cores runs
 # benchmarks/host_scaling.py: the same host work in independent processes, nothing moved between them.
-# HOST_N and HOST_BATCHES: labeller-host's stories and batch sizes (default 30000 and 256).
+# HOST_N and HOST_BATCHES: labeller-host's stories and batch sizes (default 30000 and 256). labeller-e2e times
+# label() alone with the GPU model, on E2E_N stories (default 60000) for each of E2E_BATCHES (default 256 1024).
 set -u
 OUT=${1:?output directory}
 STEPS=${2:-tests,labeller,kernels,generation}
@@ -62,15 +63,15 @@ fi
 if has labeller-e2e; then  # label() alone, on E2E_N stories, for each of E2E_BATCHES
   for B in ${E2E_BATCHES:-256 1024}; do
     timeout 120 python3 benchmarks/labelling.py --dev .gpu/laissez_faire_audit_dev.jsonl --model-dir .gpu/labeller \
-      --throughput "${E2E_N:-60000}" --end-to-end-only --batch-size "$B" "${NAMES[@]}" --json "$OUT/labeller_e2e_b$B.json" \
-      2>&1 | grep '^{'
+      --throughput "${E2E_N:-60000}" --end-to-end-only --batch-size "$B" "${NAMES[@]}" \
+      --json "$OUT/labeller_e2e_b$B.json" 2>&1 | grep '^{'
   done
 fi
 if has labeller-host; then
   for B in ${HOST_BATCHES:-256}; do
     timeout 200 python3 benchmarks/labelling.py --dev .gpu/laissez_faire_audit_dev.jsonl --model-dir .gpu/labeller \
-      --host-layout "${HOST_N:-30000}" --batch-size "$B" --workers 15 "${NAMES[@]}" --json "$OUT/labeller_host_b$B.json" \
-      2>&1 | grep -v Loading | grep '^{'
+      --host-layout "${HOST_N:-30000}" --batch-size "$B" --workers 15 "${NAMES[@]}" \
+      --json "$OUT/labeller_host_b$B.json" 2>&1 | grep '^{'
   done
 fi
 if has labeller-cores; then
