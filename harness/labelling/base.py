@@ -54,6 +54,13 @@ def _reject_unknown(cls: type, d: dict[str, Any], where: str) -> None:
                         f"allowed: {', '.join(sorted(names))}")
 
 
+def _by_constructor(self) -> tuple:
+    """Pickle a slotted dataclass as its constructor call. Dataclasses' own pickling of slotted classes looks the
+    fields up again for every object: labels crossing between the labeller's processes unpickled at 5.9 us per
+    story that way, 1.7 this way."""
+    return type(self), tuple(getattr(self, n) for n in self.__slots__)
+
+
 @dataclass(frozen=True, slots=True)
 class RoleSpec:
     """One character the prompt asks for.
@@ -66,6 +73,7 @@ class RoleSpec:
 
     key: str
     description: str
+    __reduce__ = _by_constructor
 
     def __post_init__(self) -> None:
         if self.key not in ROLE_KEYS:
@@ -81,6 +89,7 @@ class StoryInput:
     story_id: str
     text: str
     roles: tuple[RoleSpec, ...]
+    __reduce__ = _by_constructor
 
     def __post_init__(self) -> None:
         roles = tuple(self.roles)
@@ -113,6 +122,7 @@ class CharacterLabel:
     name: str | None
     references: tuple[str, ...] = ()
     status: str = OK
+    __reduce__ = _by_constructor
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-Python form for JSON and Parquet."""
@@ -132,6 +142,7 @@ class StoryLabels:
     story_id: str
     characters: tuple[CharacterLabel, ...]
     status: str = OK
+    __reduce__ = _by_constructor
 
     def character(self, key: str) -> CharacterLabel | None:
         """The label of role ``key``, or None."""

@@ -129,3 +129,15 @@ def test_only_empty_stories_need_no_batch():
     lab = AheadLabeller(3)
     assert [o.status for o in lab.label([_story(i, "") for i in range(130)], batch_size=1)] == ["empty story"] * 130
     assert lab.batches == []
+
+
+def test_labels_and_stories_pickle_as_their_constructor_calls():
+    import pickle
+
+    story = StoryInput("s1", "Ana met Bo.", (RoleSpec("subject", "doctor"), RoleSpec("object", "needy patient")))
+    ana, nobody = CharacterLabel("subject", "Ana", ("she", "her")), CharacterLabel("object", None, (), "bad")
+    labels = StoryLabels("s1", (ana, nobody), "ok")
+    for x in (story, labels, story.roles[0], labels.characters[1]):
+        assert pickle.loads(pickle.dumps(x, pickle.HIGHEST_PROTOCOL)) == x
+        assert type(x).__reduce__(x)[0] is type(x)  # rebuilt through __init__, so its checks run again
+    assert pickle.loads(pickle.dumps(story)).roles[1].description == "needy patient"
