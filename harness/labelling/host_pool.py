@@ -98,8 +98,8 @@ class HostPool:
                     yielded += 1
             finished = True
         finally:
-            if not finished:  # an error here, in a worker, or the caller stopped early
-                self.close()
+            if not finished:  # an error here, in a worker, or the caller stopped early: nothing to wait for
+                self.close(wait=False)
 
     def _receive(self, timeout: float | None = None) -> tuple[str, int, Any]:
         """The next message of any worker; raises if a worker reported an error or exited."""
@@ -120,16 +120,17 @@ class HostPool:
                 raise payload
             return kind, bid, payload
 
-    def close(self) -> None:
+    def close(self, wait: bool = True) -> None:
+        """Stop the workers: after the batches they hold (``wait``), or at once."""
         for inbox, p in zip(self._inboxes, self._procs):
-            if p.is_alive():
+            if wait and p.is_alive():
                 try:
                     inbox.put(None)
                 except (OSError, ValueError):
                     pass
         for p in self._procs:
             if p.pid is not None:
-                p.join(timeout=5)
+                p.join(timeout=5 if wait else 0)
                 if p.is_alive():
                     p.terminate()
                     p.join(timeout=5)
