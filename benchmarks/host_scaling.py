@@ -68,6 +68,36 @@ def _host_work(state_file: str, seconds: float, batch_size: int, start, out) -> 
     out.put((work, i / (time.perf_counter() - t0)))
 
 
+def scaling(model_dir, stories, workers: list[int], seconds: float, batch_size: int, **labeller_kwargs) -> list[dict]:
+    """One row per W of ``workers``: the host work's stories/s per process with W processes at once."""
+    from harness.labelling import get_labeller
+    from harness.labelling.encoder import _encode_many
+
+    lab = get_labeller("encoder", path=model_dir, workers=0, **labeller_kwargs)
+    enc = _encode_many(lab.tokenizer, stories, None, lab.max_length)
+    probs = [p for k in range(0, len(enc), 64) for p in lab._probs(enc[k:k + 64])]
+    state = Path(tempfile.mkdtemp(prefix="host-scaling-")) / "state.pkl"
+    state.write_bytes(pickle.dumps((str(lab.path / "encoder"), lab.decoder, stories, probs)))
+    ctx = mp.get_context("spawn")
+    rows, loop1 = [], None
+    for w in workers:
+        start, out = ctx.Barrier(w), ctx.Queue()
+        procs = [ctx.Process(target=_host_work, args=(str(state), seconds, batch_size, start, out)) for _ in range(w)]
+        for p in procs:
+            p.start()
+        res = [out.get() for _ in procs]
+        for p in procs:
+            p.join()
+        work = [r[0] for r in res]
+        loop = sum(r[1] for r in res) / w
+        loop1 = loop1 or loop
+        rows.append({"processes": w, "stories_per_s_per_process": sum(work) / w, "lowest": min(work),
+                     "all_processes_per_s": sum(work), "python_loop_vs_one_process": loop / loop1})
+    state.unlink()
+    state.parent.rmdir()
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dev", type=Path, default=ROOT.parent / "shared" / "data" / "laissez_faire_audit_dev.jsonl")
@@ -79,33 +109,12 @@ def main() -> None:
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
 
-    from harness.labelling import get_labeller
     from harness.labelling.data import load_gold
-    from harness.labelling.encoder import _encode_many
 
     stories = [g.story for g in load_gold(args.dev) if g.story.text]
-    lab = get_labeller("encoder", path=args.model_dir, workers=0, name_table=args.name_table)
-    enc = _encode_many(lab.tokenizer, stories, None, lab.max_length)
-    probs = [p for k in range(0, len(enc), 64) for p in lab._probs(enc[k:k + 64])]
-    state = Path(tempfile.mkdtemp(prefix="host-scaling-")) / "state.pkl"
-    state.write_bytes(pickle.dumps((str(lab.path / "encoder"), lab.decoder, stories, probs)))
-    ctx = mp.get_context("spawn")
-    rows, loop1 = [], None
-    for w in [int(x) for x in args.workers.split(",")]:
-        start, out = ctx.Barrier(w), ctx.Queue()
-        procs = [ctx.Process(target=_host_work, args=(str(state), args.seconds, args.batch_size, start, out))
-                 for _ in range(w)]
-        for p in procs:
-            p.start()
-        res = [out.get() for _ in procs]
-        for p in procs:
-            p.join()
-        work = [r[0] for r in res]
-        loop = sum(r[1] for r in res) / w
-        loop1 = loop1 or loop
-        row = {"processes": w, "stories_per_s_per_process": sum(work) / w, "lowest": min(work),
-               "all_processes_per_s": sum(work), "python_loop_vs_one_process": loop / loop1}
-        rows.append(row)
+    rows = scaling(args.model_dir, stories, [int(x) for x in args.workers.split(",")], args.seconds, args.batch_size,
+                   name_table=args.name_table)
+    for row in rows:
         print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}), flush=True)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))

@@ -55,6 +55,7 @@ def test_the_host_layout_benchmark_labels_as_the_model_does(tiny_encoder, gold):
     assert res["labels_equal_the_model"] is True and res["labelled_characters"] >= 10
     assert res["stories"] == 40 and res["workers"] == 1
     assert res["host_per_s"] > 0 and res["main_cpu_us_per_story"] > 0 and res["lookup_us_per_story"] > 0
+    assert res["worker_cpu_us_per_story"] >= 0 and res["worker_busy_share"] >= 0  # read from /proc on Linux
 
 
 def test_the_packed_gpu_labeller_unpacks_to_the_fp16_labeller(tiny_encoder, gold, tmp_path):
@@ -76,3 +77,15 @@ def test_the_packed_gpu_labeller_unpacks_to_the_fp16_labeller(tiny_encoder, gold
     want = EncoderLabeller(tmp_path / "fp16", device="cpu", workers=0).label(stories)
     got = EncoderLabeller(tmp_path / "gpu" / "labeller", device="cpu", workers=0).label(stories)
     assert [s.characters for s in got] == [s.characters for s in want]
+
+
+def test_the_host_scaling_benchmark_runs_processes_side_by_side(tiny_encoder, gold, monkeypatch):
+    """benchmarks/host_scaling.py: W processes at once, each doing the host work alone; rates of that run."""
+    monkeypatch.syspath_prepend(str(BENCH.parent))  # spawned processes import its worker function by name
+    mod = importlib.import_module("host_scaling")
+    trained, _ = tiny_encoder
+    rows = mod.scaling(trained, [g.story for g in gold], [1, 2], 0.3, 8)
+    assert [r["processes"] for r in rows] == [1, 2]
+    assert all(0 < r["lowest"] <= r["stories_per_s_per_process"] for r in rows)
+    assert rows[1]["all_processes_per_s"] == pytest.approx(2 * rows[1]["stories_per_s_per_process"])
+    assert rows[0]["python_loop_vs_one_process"] == 1.0
