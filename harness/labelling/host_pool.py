@@ -49,7 +49,7 @@ class HostPool:
             for _ in self._procs:
                 self._receive(START_TIMEOUT_S)
         except BaseException:
-            self.close()
+            self.close(wait=False)
             raise
 
     @property
@@ -141,12 +141,17 @@ class HostPool:
 
 
 def _portable(exc: BaseException) -> BaseException:
-    """``exc`` if it survives pickling, else a ``HostWorkerError`` carrying its text."""
+    """``exc`` with the worker's traceback as a note, if it survives pickling; else a ``HostWorkerError``
+    carrying its text."""
+    import traceback
+
+    where = "in a host worker process:\n" + "".join(traceback.format_exception(exc)).rstrip()
     try:
+        exc.add_note(where)
         pickle.loads(pickle.dumps(exc))
         return exc
     except Exception:
-        return HostWorkerError(f"{type(exc).__name__}: {exc}")
+        return HostWorkerError(f"{type(exc).__name__}: {exc}\n{where}")
 
 
 def _serve(index: int, tokenizer_dir: str, decoder: Any, inbox: Any, results: Any) -> None:

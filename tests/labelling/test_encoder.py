@@ -129,8 +129,9 @@ def test_host_workers_stream_windows_and_a_failure_closes_them(tiny_encoder, gol
         assert isinstance(pool, HostPool) and len(pool.pids) == 2
         forward = lab._forward
         lab._forward = lambda ids, am, tt: None  # probabilities a worker cannot read: its error reaches us
-        with pytest.raises(TypeError):
+        with pytest.raises(TypeError) as err:
             lab.label(many, batch_size=4)
+        assert "in a host worker process" in "".join(err.value.__notes__)  # with the worker's traceback
         assert lab._pool is None and pool.pids == []  # closed: nothing of that call can reach the next
         lab._forward = forward
         assert lab.label(stories, batch_size=4) == serial  # a new pool
