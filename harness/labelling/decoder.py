@@ -270,32 +270,28 @@ class WordDecoder:
         """Word types whose mean probability over their occurrences (``reference_pool="max"``: whose
         most probable occurrence) reaches the threshold, in order of first use; with ``pronoun_agreement``
         only the best-scoring pronoun family is kept."""
-        by_max = self.reference_pool == "max"
-        total: dict[str, float] = {}  # sum of the occurrences' probabilities, or their maximum
-        count: dict[str, int] = {}  # occurrences summed (1 for the maximum)
-        first: dict[str, str] = {}
-        keys = w.keys
-        for i, pr in zip(w.scored_idx, w.probs[w.scored_idx, slot].tolist()):
-            k = keys[i]
-            if k not in total:
-                total[k], count[k], first[k] = pr, 1, e.words[i][0]
-            elif by_max:
-                if pr > total[k]:
-                    total[k] = pr
-            else:
-                total[k] += pr
-                count[k] += 1
-        score = {k: t / count[k] for k, t in total.items()}
-        keep = [k for k, sc in score.items() if sc >= self.threshold]
+        import numpy as np
+
+        if not w.types:
+            return ()
+        ids, n = w.type_ids, len(w.types)
+        pr = w.probs[w.scored_idx, slot]
+        if self.reference_pool == "max":
+            score = np.full(n, -np.inf)
+            np.maximum.at(score, ids, pr)
+        else:  # occurrences summed in order, as a loop over them would (bincount adds in index order)
+            score = np.bincount(ids, weights=pr, minlength=n) / np.bincount(ids, minlength=n)
+        keep = np.flatnonzero(score >= self.threshold).tolist()  # type ids run in order of first use
         if self.pronoun_agreement:
             fams: dict[int, float] = {}
-            for k in keep:
-                if k in _FAMILY:
-                    fams[_FAMILY[k]] = max(fams.get(_FAMILY[k], 0.0), score[k])
+            for t in keep:
+                f = _FAMILY.get(w.types[t])
+                if f is not None:
+                    fams[f] = max(fams.get(f, 0.0), float(score[t]))
             if len(fams) > 1:
                 best = max(fams, key=fams.get)
-                keep = [k for k in keep if _FAMILY.get(k, best) == best]
-        return tuple(first[k] for k in keep)
+                keep = [t for t in keep if _FAMILY.get(w.types[t], best) == best]
+        return tuple(w.first[t] for t in keep)
 
 
 #: What an apostrophe glues to a word without making a name of it ("Maya's", "can't", "ma'am").
@@ -413,13 +409,18 @@ class _Words:
 
     probs: (words, 4) probability of each word's first piece (zeros where truncated away);
     scored: words that count (a first piece survives truncation, and the word is not punctuation);
-    scored_idx: their indices as a list; keys: each word case-folded (the unit of reference types).
+    scored_idx: their indices as a list; keys: each word case-folded (the unit of reference types);
+    types: the scored words' reference types in order of first use; type_ids: each scored word's type (an index
+    into types); first: each type as its first occurrence is written.
     """
 
     probs: Any
     scored: Any
     scored_idx: list[int]
     keys: list[str]
+    types: list[str]
+    type_ids: Any
+    first: list[str]
 
     @classmethod
     def of(cls, e: _Encoded, p) -> _Words:
@@ -431,8 +432,18 @@ class _Words:
         probs = np.zeros((len(tok), p.shape[1]), dtype=np.float64)
         probs[valid] = p[tok[valid]]
         words = [w for w, _, _ in e.words]
-        scored = valid & np.fromiter((is_split_word(w) for w in words), dtype=bool, count=len(tok))
-        return cls(probs, scored, scored.nonzero()[0].tolist(), fold_words(words))
+        scored = valid & np.array(list(map(is_split_word, words)), dtype=bool).reshape(-1)
+        idx = scored.nonzero()[0].tolist()
+        keys = fold_words(words)
+        types: dict[str, int] = {}
+        ids = [types.setdefault(keys[i], len(types)) for i in idx]
+        first: list[str] = []  # each type as its first occurrence is written
+        seen = 0
+        for i, t in zip(idx, ids):
+            if t == seen:  # a type's first occurrence: ids are handed out in order
+                first.append(words[i])
+                seen += 1
+        return cls(probs, scored, idx, keys, list(types), np.asarray(ids, dtype=np.intp), first)
 
 
 __all__ = ["PRONOUN_FAMILIES", "REFERENCE_POOLS", "WordDecoder"]

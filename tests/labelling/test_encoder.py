@@ -720,3 +720,55 @@ def test_occurrence_owners_are_dropped_when_augmentation_changes_the_gendered_wo
     weights = occurrence_targets(words, targets, refs, _owner_ranks(gs), _tracked(gs))
     assert _ref_tags(words, targets, weights) == [("He", 1.0, 1.0, False), ("he", 1.0, 1.0, False),
                                                    ("his", 1.0, 0.0, True)]
+
+
+def _references_by_loop(words, probs, threshold, by_max, agreement):
+    """Reference types as a plain loop over the occurrences computes them (the decoder's first version)."""
+    from harness.labelling.decoder import _FAMILY
+    from harness.labelling.words import fold_word, is_split_word
+
+    total, count, first = {}, {}, {}
+    for w, pr in zip(words, probs):
+        if pr is None or not is_split_word(w):
+            continue
+        k = fold_word(w)
+        if k not in total:
+            total[k], count[k], first[k] = pr, 1, w
+        elif by_max:
+            total[k] = max(total[k], pr)
+        else:
+            total[k] += pr
+            count[k] += 1
+    score = {k: t / count[k] for k, t in total.items()}
+    keep = [k for k, sc in score.items() if sc >= threshold]
+    fams = {}
+    for k in keep:
+        if k in _FAMILY:
+            fams[_FAMILY[k]] = max(fams.get(_FAMILY[k], 0.0), score[k])
+    if agreement and len(fams) > 1:
+        best = max(fams, key=fams.get)
+        keep = [k for k in keep if _FAMILY.get(k, best) == best]
+    return tuple(first[k] for k in keep)
+
+
+@pytest.mark.parametrize("pool", ["mean", "max"])
+@pytest.mark.parametrize("agreement", [True, False])
+def test_reference_types_equal_a_loop_over_their_occurrences(pool, agreement):
+    import numpy as np
+
+    from harness.labelling.decoder import _Words
+    from harness.labelling.encoder import _Encoded
+
+    rng = np.random.default_rng(0)
+    vocab = ["She", "she", "her", "He", "him", "his", "they", "Ana", "the", "doctor", ",", ".", "Dr", "\u2019s", "Her"]
+    for trial in range(40):
+        words = [str(x) for x in rng.choice(vocab, size=int(rng.integers(0, 60)))]
+        cut = int(rng.integers(0, len(words) + 1))  # truncation: words from here on have no word piece
+        token = [i + 1 if i < cut else -1 for i in range(len(words))]
+        p = rng.random((len(words) + 2, 4)) ** 0.5
+        e = _Encoded(list(range(len(words) + 2)), [0] * (len(words) + 2), token, [(w, 0, 0) for w in words], False)
+        dec = WordDecoder(0.5, agreement, 384, action_check=False, reference_pool=pool)
+        for slot in (1, 3):
+            occ = [float(p[t, slot]) if t >= 0 else None for t in token]
+            want = _references_by_loop(words, occ, 0.5, pool == "max", agreement)
+            assert dec._references(e, _Words.of(e, p), slot) == want, (trial, slot)
