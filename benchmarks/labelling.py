@@ -224,7 +224,7 @@ def host_layout(path, stories, n: int, batch_size: int, workers: int, **labeller
     # warm-up in the layout (several batches, so the workers take them), and the labels checked
     got = lab.label(check + corpus[: batch_size * 4], batch_size=batch_size)[: len(check)]
     same = [x.characters for x in got] == [x.characters for x in want]
-    pids = lab._pool.pids if hasattr(lab._pool, "pids") else list(getattr(lab._pool, "_processes", None) or {})
+    pids = lab._pool.pids
     w0 = _cpu_seconds(pids)
     c0, t0 = time.process_time(), time.perf_counter()
     lab.label(corpus, batch_size=batch_size)

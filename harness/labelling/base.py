@@ -54,6 +54,11 @@ def _reject_unknown(cls: type, d: dict[str, Any], where: str) -> None:
                         f"allowed: {', '.join(sorted(names))}")
 
 
+def _has_text(story: StoryInput) -> bool:
+    """Whether a story has text to label (an empty one is kept with the reason ``EMPTY_STORY``)."""
+    return bool(story.text and story.text.strip())
+
+
 def _by_constructor(self) -> tuple:
     """Pickle a slotted dataclass as its constructor call. Dataclasses' own pickling of slotted classes looks the
     fields up again for every object: labels crossing between the labeller's processes unpickled at 5.9 us per
@@ -274,7 +279,7 @@ class Labeller(abc.ABC):
                 results: list[StoryLabels | None] = [None] * len(chunk)
                 todo = []
                 for j, s in enumerate(chunk):
-                    if not s.text or not s.text.strip():
+                    if not _has_text(s):
                         results[j] = failed(s, EMPTY_STORY)
                     else:
                         todo.append(j)
@@ -292,7 +297,7 @@ class Labeller(abc.ABC):
             while windows and windows[0][2] == 0:
                 yield from windows.popleft()[1]
 
-        labelled = sum(1 for s in stories if s.text and s.text.strip())
+        labelled = sum(map(_has_text, stories))
         try:
             for labels in self._label_batches(batches(), labelled):
                 win, idx = owners.popleft()

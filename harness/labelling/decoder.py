@@ -219,7 +219,7 @@ class WordDecoder:
             chosen[loser] = next((run for k, run, _ in runs[loser] if not _same_character(k, taken)), None)
             if chosen[loser] is None:
                 lost = (loser, taken)
-        refs = [self._references(e, w, 2 * r + 1) for r in range(len(story.roles))]
+        refs = [self._references(w, 2 * r + 1) for r in range(len(story.roles))]
         names, refs_out = self._finish(story, e, chosen, refs)
         if len(runs) == 2 and None in chosen and self.name_table is not None:
             # a role left without a name: first, where the other role won its only character, its
@@ -266,7 +266,7 @@ class WordDecoder:
             refs.reverse()
         return names, refs
 
-    def _references(self, e: _Encoded, w: _Words, slot: int) -> tuple[str, ...]:
+    def _references(self, w: _Words, slot: int) -> tuple[str, ...]:
         """Word types whose mean probability over their occurrences (``reference_pool="max"``: whose
         most probable occurrence) reaches the threshold, in order of first use; with ``pronoun_agreement``
         only the best-scoring pronoun family is kept."""
@@ -432,17 +432,17 @@ class _Words:
         probs = np.zeros((len(tok), p.shape[1]), dtype=np.float64)
         probs[valid] = p[tok[valid]]
         words = [w for w, _, _ in e.words]
-        scored = valid & np.array(list(map(is_split_word, words)), dtype=bool).reshape(-1)
+        scored = valid & np.array(list(map(is_split_word, words)), dtype=bool)
         idx = scored.nonzero()[0].tolist()
         keys = fold_words(words)
         types: dict[str, int] = {}
-        ids = [types.setdefault(keys[i], len(types)) for i in idx]
-        first: list[str] = []  # each type as its first occurrence is written
-        seen = 0
-        for i, t in zip(idx, ids):
-            if t == seen:  # a type's first occurrence: ids are handed out in order
+        ids, first = [], []  # first: each type as its first occurrence is written
+        for i in idx:
+            t = types.get(keys[i])
+            if t is None:
+                t = types[keys[i]] = len(types)
                 first.append(words[i])
-                seen += 1
+            ids.append(t)
         return cls(probs, scored, idx, keys, list(types), np.asarray(ids, dtype=np.intp), first)
 
 

@@ -41,7 +41,7 @@ class HostPool:
         ctx = mp.get_context("spawn")
         self._results = ctx.Queue()
         self._inboxes = [ctx.Queue() for _ in range(workers)]
-        self._procs = [ctx.Process(target=_serve, args=(i, tokenizer_dir, decoder, inbox, self._results),
+        self._procs = [ctx.Process(target=_serve, args=(tokenizer_dir, decoder, inbox, self._results),
                                    daemon=True, name=f"harness-host-{i}") for i, inbox in enumerate(self._inboxes)]
         try:
             for p in self._procs:
@@ -154,7 +154,7 @@ def _portable(exc: BaseException) -> BaseException:
         return HostWorkerError(f"{type(exc).__name__}: {exc}\n{where}")
 
 
-def _serve(index: int, tokenizer_dir: str, decoder: Any, inbox: Any, results: Any) -> None:
+def _serve(tokenizer_dir: str, decoder: Any, inbox: Any, results: Any) -> None:
     """A worker: tokenise batches, keep them, decode each when its probabilities come."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
@@ -169,7 +169,7 @@ def _serve(index: int, tokenizer_dir: str, decoder: Any, inbox: Any, results: An
     except BaseException as e:  # noqa: BLE001 - reported to the model process, which raises it
         results.put(("error", -1, _portable(e)))
         return
-    results.put(("ready", -1, index))
+    results.put(("ready", -1, None))
     held: dict[int, tuple[list[StoryInput], list]] = {}
     while (msg := inbox.get()) is not None:
         kind, bid, payload = msg

@@ -771,4 +771,4 @@ def test_reference_types_equal_a_loop_over_their_occurrences(pool, agreement):
         for slot in (1, 3):
             occ = [float(p[t, slot]) if t >= 0 else None for t in token]
             want = _references_by_loop(words, occ, 0.5, pool == "max", agreement)
-            assert dec._references(e, _Words.of(e, p), slot) == want, (trial, slot)
+            assert dec._references(_Words.of(e, p), slot) == want, (trial, slot)
