@@ -284,6 +284,51 @@ def test_skipping_sentences_without_a_clause_changes_no_clause(monkeypatch):
     assert clauses() == chosen
 
 
+@pytest.mark.parametrize("trans1, trans2", [(False, False), (True, False), (False, True), (True, True)])
+def test_blas_products_equal_thincs(trans1, trans2):
+    import numpy as np
+    from thinc.api import NumpyOps
+
+    from harness.labelling.role_agent import _blas_ops
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((7, 5) if trans1 else (5, 7)).astype("float32")
+    y = rng.standard_normal((3, 7) if trans2 else (7, 3)).astype("float32")
+    want = NumpyOps().gemm(x, y, trans1=trans1, trans2=trans2)
+    ops = _blas_ops()
+    got = ops.gemm(x, y, trans1=trans1, trans2=trans2)
+    assert got.shape == (5, 3) and got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    out = np.zeros((5, 3), dtype="float32")
+    assert ops.gemm(x, y, out=out, trans1=trans1, trans2=trans2) is out
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+
+
+def test_the_parse_on_blas_products_equals_spacys_own():
+    """The check's pipeline (layers on ``_blas_ops``) tags and parses the action sentences of the
+    project's gold power-laden Love stories as spaCy's default (BLIS) pipeline does."""
+    import spacy
+
+    from harness.labelling import role_agent
+    from harness.labelling.data import builtin_training_files, load_gold
+
+    nlp = role_agent._nlp()
+    layers = [node for _, pipe in nlp.pipeline for node in pipe.model.walk()]
+    assert sum(node.ops.name == "numpy-blas" for node in layers) > len(layers) // 2
+    plain = spacy.load(role_agent.SPACY_MODEL, exclude=["ner", "attribute_ruler", "lemmatizer"])
+    assert all(node.ops.name == "numpy" for _, pipe in plain.pipeline for node in pipe.model.walk())
+    rows = [g for f in builtin_training_files() for g in load_gold(f)
+            if len(g.story.roles) == 2 and action_for(g.story.roles[0].description)][:60]
+    texts = [s for g in rows
+             for s in role_agent._action_sentences(g.story.text, action_for(g.story.roles[0].description))]
+    assert len(texts) >= 40
+
+    def parses(pipeline):
+        return [[(t.tag_, t.dep_, t.head.i) for t in doc] for doc in pipeline.pipe(texts, batch_size=256)]
+
+    assert parses(nlp) == parses(plain)
+
+
 def test_the_decoder_exchanges_the_labels_and_can_be_told_not_to(tagged):
     from harness.labelling.base import RoleSpec, StoryInput
     from harness.labelling.decoder import WordDecoder
