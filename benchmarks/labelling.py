@@ -134,11 +134,8 @@ def throughput(labeller, stories, n: int, batch_size: int, end_to_end_only: bool
     labeller.start_workers()
     labeller.label(corpus[: batch_size * 4], batch_size=batch_size)  # warm-up
     if end_to_end_only:
-        t0 = time.perf_counter()
-        labeller.label(corpus, batch_size=batch_size)
-        sync()
         return {"stories": n, "batch_size": batch_size, "device": labeller.device, "workers": labeller.workers,
-                "end_to_end_per_s": n / (time.perf_counter() - t0)}
+                **end_to_end(labeller, corpus, batch_size, sync)}
     t0 = time.perf_counter()
     enc = [e for k in range(0, n, batch_size)
            for e in _encode_many(labeller.tokenizer, corpus[k:k + batch_size], None, labeller.max_length)]
@@ -163,14 +160,62 @@ def throughput(labeller, stories, n: int, batch_size: int, end_to_end_only: bool
     for b, p, k in zip(batches, probs, range(0, n, batch_size)):  # one call per batch, as label() decodes
         labeller.decoder.decode_many([corpus[i] for i in order[k:k + len(b)]], b, p)
     t_dec = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    labeller.label(corpus, batch_size=batch_size)
-    sync()
-    t_all = time.perf_counter() - t0
     return {"stories": n, "batch_size": batch_size, "device": labeller.device, "workers": labeller.workers,
             "tokens_per_story": tokens / n, "encode_per_s": n / t_enc, "model_per_s": n / t_model,
             "model_tokens_per_s": tokens / t_model, "forward_per_s": n / t_fwd, "decode_per_s": n / t_dec,
-            "end_to_end_per_s": n / t_all}
+            **end_to_end(labeller, corpus, batch_size, sync)}
+
+
+def end_to_end(labeller, corpus, batch_size: int, sync) -> dict:
+    """``label`` on ``corpus`` as a user calls it, and where its time went: ``end_to_end_per_s``;
+    ``main_cpu_us_per_story``, this process's CPU per story; ``main_forward_share``, the share of the
+    wall time this process spent in the model's forward pass (on a GPU, waiting for it included:
+    the forward runs between the workers' messages, so near 1.0 the model bounds the run); and, with
+    worker processes, their CPU per story and busy share, as ``host_layout`` reports them."""
+    in_forward, depth = [0.0], [0]
+    forward = labeller._forward
+
+    def timed(*arrays):  # the outermost call only: the quantised forward calls itself per story
+        depth[0] += 1
+        t = time.perf_counter()
+        try:
+            return forward(*arrays)
+        finally:
+            depth[0] -= 1
+            if not depth[0]:
+                in_forward[0] += time.perf_counter() - t
+
+    own = vars(labeller).get("_forward")  # a forward set on the instance (host_layout's table), else the method
+    labeller._forward = timed
+    pids = _worker_pids(labeller)
+    w0 = _cpu_seconds(pids)
+    c0, t0 = time.process_time(), time.perf_counter()
+    try:
+        labeller.label(corpus, batch_size=batch_size)
+        sync()
+    finally:
+        if own is None:
+            del labeller._forward
+        else:
+            labeller._forward = own
+    c1, t1 = time.process_time(), time.perf_counter()
+    w1 = _cpu_seconds(pids)
+    n, wall = len(corpus), t1 - t0
+    busy = (w1 - w0) if pids and w0 is not None and w1 is not None else None
+    return {"end_to_end_per_s": n / wall, "main_cpu_us_per_story": 1e6 * (c1 - c0) / n,
+            "main_forward_share": in_forward[0] / wall,
+            "worker_cpu_us_per_story": None if busy is None else 1e6 * busy / n,
+            "worker_busy_share": None if busy is None else busy / (wall * len(pids))}
+
+
+def _worker_pids(labeller) -> list[int]:
+    """The labeller's worker processes (host pool or CPU process pool), started; none without workers."""
+    pool = getattr(labeller, "_pool", None)
+    if pool is None:
+        return []
+    if hasattr(pool, "pids"):
+        return pool.pids
+    return [p.pid for p in getattr(pool, "_processes", {}).values() if p.pid is not None]
 
 
 def _cpu_seconds(pids: list[int]) -> float | None:

@@ -58,6 +58,25 @@ def test_the_host_layout_benchmark_labels_as_the_model_does(tiny_encoder, gold):
     assert res["worker_cpu_us_per_story"] >= 0 and res["worker_busy_share"] >= 0  # read from /proc on Linux
 
 
+def test_the_end_to_end_benchmark_says_where_the_time_went(tiny_encoder, gold):
+    """``--end-to-end-only``: ``label`` timed as a user calls it, with the share of the wall time in the
+    model's forward pass, and the labeller's forward left as it was (the method, or one set on it)."""
+    from harness.labelling.encoder import EncoderLabeller
+
+    trained, _ = tiny_encoder
+    lab = EncoderLabeller(trained, device="cpu", workers=0)
+    res = _bench().throughput(lab, [g.story for g in gold], 24, 8, end_to_end_only=True)
+    assert res["stories"] == 24 and res["workers"] == 0 and res["end_to_end_per_s"] > 0
+    assert 0 < res["main_forward_share"] <= 1 and res["main_cpu_us_per_story"] > 0
+    assert res["worker_cpu_us_per_story"] is None and res["worker_busy_share"] is None
+    assert "_forward" not in vars(lab)
+    calls = []
+    forward = lab._forward
+    lab._forward = own = lambda *a: calls.append(len(a[0])) or forward(*a)
+    _bench().end_to_end(lab, [g.story for g in gold][:8], 8, lambda: None)
+    assert lab._forward is own and calls
+
+
 def test_the_packed_gpu_labeller_unpacks_to_the_fp16_labeller(tiny_encoder, gold, tmp_path):
     """benchmarks/gpu_prepare.py packs the fp16 labeller for the GPU machine and gpu.sh unpacks it with
     tar into .gpu/labeller: the unpacked directory labels as the fp16 copy does."""
