@@ -50,6 +50,12 @@ def rss_mib() -> float:
     return total / 2**20
 
 
+#: How section labelling describes the encoder's arithmetic (``EncoderLabeller.precision``).
+PRECISION_TEXT = {"int8": "int8 dynamic quantisation (one weight scale per output channel, one story per forward pass)",
+                  "bfloat16": "bfloat16 weights (this CPU has bfloat16 in hardware; padded batches)",
+                  "float32": "float32", "float16": "float16"}
+
+
 def pct(x: float) -> str:
     return "n/a" if x != x else f"{100 * x:.1f}%"
 
@@ -246,7 +252,8 @@ def host_layout(path, stories, n: int, batch_size: int, workers: int, **labeller
     from harness.labelling.encoder import SLOTS, _collate_np, _encode_many
 
     corpus = repeated(stories, n)
-    lab = get_labeller("encoder", path=path, device="cpu", workers=workers, **labeller_kwargs)
+    # int8: batches collated to their longest story as beside a GPU (a float model on CPU pads to PAD_MULTIPLE)
+    lab = get_labeller("encoder", path=path, device="cpu", workers=workers, **{"precision": "int8", **labeller_kwargs})
     enc = _encode_many(lab.tokenizer, stories, None, lab.max_length)
     table = {np.asarray(e.input_ids, dtype=np.int64).tobytes(): p
              for k in range(0, len(enc), batch_size) for e, p in zip(enc[k:k + batch_size],
@@ -403,11 +410,12 @@ def main() -> None:
                      f"{pct(rep.gender.recall)} | {pct(rep.name.precision)} | {pct(rep.name.recall)} | {rep.failed} |")
     if "encoder" in results:
         tr = results["encoder"]["train"]
+        precision = str(results["encoder"]["info"].get("precision"))
         lines += ["", f"Encoder weights: trained on {', '.join(tr['files'] or [])} for {tr.get('epochs')} epochs "
                       f"(batch {tr.get('batch_size')}, lr {tr.get('lr')}) in {tr.get('seconds')} s on this CPU "
                       f"(`harness label train --extra ../shared/data/laissez_faire_train150.jsonl "
-                      f"--epochs {tr.get('epochs')}`); int8 dynamic quantisation at inference (one weight scale per "
-                      f"output channel); name check "
+                      f"--epochs {tr.get('epochs')}`); {PRECISION_TEXT.get(precision, precision)} at inference; "
+                      f"name check "
                       f"{'on' if results['encoder']['info'].get('name_check') else 'off'} "
                       f"(`harness.labelling.name_gender`; its first-name table is loaded before the clock starts); "
                       f"action check {'on' if results['encoder']['info'].get('action_check') else 'off'} "

