@@ -33,6 +33,19 @@ def test_eval_encoder_summary_and_details(gold_path, tiny_encoder, tmp_path):
     assert d["stories"] == 5 and set(JSON_KEYS) <= set(d)
 
 
+def test_label_command_takes_the_encoders_precision(gold_path, tiny_encoder, tmp_path):
+    out_dir, _ = tiny_encoder
+    out = tmp_path / "labels.jsonl"
+    r = runner.invoke(app, ["label", str(gold_path), "--out", str(out), "--model-dir", str(out_dir),
+                            "--precision", "int8"])
+    assert r.exit_code == 0, r.output
+    assert len(out.read_text().splitlines()) == 21
+    r = runner.invoke(app, ["eval", "--gold", str(gold_path), "--model-dir", str(out_dir), "--precision", "float16"])
+    assert r.exit_code != 0
+    err = r.stderr.strip().splitlines()[-1]  # after the model loader's progress lines
+    assert err.startswith("error: precision 'float16' is not one of bfloat16, int8, float32 on cpu")
+
+
 def test_eval_against_a_second_encoder(gold_path, tiny_encoder):
     """The same encoder against itself differs by exactly zero, with a zero-width interval."""
     out_dir, _ = tiny_encoder
