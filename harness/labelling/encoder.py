@@ -439,11 +439,6 @@ class EncoderLabeller(Labeller):
                 "train_data_sha256": self.meta.get("report", {}).get("data_sha256")}
 
     @property
-    def _pad_multiple(self) -> int:
-        """Tokens a padded batch's length is a multiple of (``PAD_MULTIPLE`` for a float model on CPU, else 1)."""
-        return PAD_MULTIPLE if self.device == "cpu" and not self.quantized else 1
-
-    @property
     def quantized(self) -> bool:
         """Whether the model runs in int8 (``precision == "int8"``)."""
         return self.precision == "int8"
@@ -476,7 +471,8 @@ class EncoderLabeller(Labeller):
 
     def _probs(self, encoded: list[_Encoded]) -> list:
         """Per story, its (tokens, 4) word-piece probabilities (float32 NumPy)."""
-        p = self._forward(*_collate_np(encoded, self.tokenizer.pad_token_id, self._pad_multiple))
+        multiple = PAD_MULTIPLE if self.device == "cpu" and not self.quantized else 1  # PAD_MULTIPLE says why
+        p = self._forward(*_collate_np(encoded, self.tokenizer.pad_token_id, multiple))
         return [p[i, : len(e.input_ids)] for i, e in enumerate(encoded)]
 
     def _label_batch(self, stories: Sequence[StoryInput]) -> list[StoryLabels]:
@@ -528,7 +524,7 @@ class EncoderLabeller(Labeller):
 
     def _worker_pool(self):
         if self._pool is None and self._worker_mode == "host":
-            self._pool = HostPool(self.workers, str(self.path / "encoder"), self.decoder, self._pad_multiple)
+            self._pool = HostPool(self.workers, str(self.path / "encoder"), self.decoder)
         elif self._pool is None:
             import multiprocessing as mp
             from concurrent.futures import ProcessPoolExecutor

@@ -30,10 +30,10 @@ class HostWorkerError(RuntimeError):
 
 
 class HostPool:
-    """``workers`` processes, each tokenising with the tokenizer in ``tokenizer_dir`` (batches padded to a
-    multiple of ``pad_multiple`` tokens) and decoding with ``decoder`` (a ``WordDecoder``)."""
+    """``workers`` processes, each tokenising with the tokenizer in ``tokenizer_dir`` and decoding with
+    ``decoder`` (a ``WordDecoder``)."""
 
-    def __init__(self, workers: int, tokenizer_dir: str, decoder: Any, pad_multiple: int = 1) -> None:
+    def __init__(self, workers: int, tokenizer_dir: str, decoder: Any) -> None:
         import multiprocessing as mp
 
         if workers < 1:
@@ -41,7 +41,7 @@ class HostPool:
         ctx = mp.get_context("spawn")
         self._results = ctx.Queue()
         self._inboxes = [ctx.Queue() for _ in range(workers)]
-        self._procs = [ctx.Process(target=_serve, args=(tokenizer_dir, decoder, pad_multiple, inbox, self._results),
+        self._procs = [ctx.Process(target=_serve, args=(tokenizer_dir, decoder, inbox, self._results),
                                    daemon=True, name=f"harness-host-{i}") for i, inbox in enumerate(self._inboxes)]
         try:
             for p in self._procs:
@@ -154,7 +154,7 @@ def _portable(exc: BaseException) -> BaseException:
         return HostWorkerError(f"{type(exc).__name__}: {exc}\n{where}")
 
 
-def _serve(tokenizer_dir: str, decoder: Any, pad_multiple: int, inbox: Any, results: Any) -> None:
+def _serve(tokenizer_dir: str, decoder: Any, inbox: Any, results: Any) -> None:
     """A worker: tokenise batches, keep them, decode each when its probabilities come."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
@@ -177,7 +177,7 @@ def _serve(tokenizer_dir: str, decoder: Any, pad_multiple: int, inbox: Any, resu
             if kind == "encode":
                 encoded = _encode_many(tokenizer, payload, None, decoder.max_length)
                 held[bid] = (payload, encoded)
-                results.put(("encoded", bid, _collate_np(encoded, tokenizer.pad_token_id, pad_multiple)))
+                results.put(("encoded", bid, _collate_np(encoded, tokenizer.pad_token_id)))
             else:
                 stories, encoded = held.pop(bid)
                 probs = [payload[i, : len(e.input_ids)] for i, e in enumerate(encoded)]
