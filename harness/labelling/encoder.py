@@ -390,9 +390,10 @@ class EncoderLabeller(Labeller):
                                    reference_pool=reference_pool)
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         if self.device != "cpu":
-            # beside a GPU the host workers take whole batches: fewer, larger messages (H100 host, host side
-            # alone: batch 256 10,228 stories/s, 1,024 10,000/s; benchmarks/RESULTS.md, labelling on the GPU)
-            self.default_batch_size = 256
+            # beside a GPU the host workers take whole batches: fewer, larger messages (label() on an H100,
+            # 90,000 stories: batch 256 9,000 and 11,167 stories/s, 1,024 12,308 and 12,908, 2,048 14,682 once;
+            # benchmarks/RESULTS.md, labelling on the GPU). A window of 64 batches is then 65,536 stories.
+            self.default_batch_size = 1024
         self.tokenizer = AutoTokenizer.from_pretrained(str(self.path / "encoder"))
         model = _build_model(self.path / "encoder")
         model.head.load_state_dict(torch.load(self.path / "head.pt", map_location="cpu"))
