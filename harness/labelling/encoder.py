@@ -391,7 +391,7 @@ class EncoderLabeller(Labeller):
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         if self.device != "cpu":
             # beside a GPU the host workers take whole batches: fewer, larger messages (label() on an H100,
-            # 90,000 stories: batch 256 9,000 and 11,167 stories/s, 1,024 12,308 and 12,908, 2,048 14,682 once;
+            # 90,000 stories: batch 256 9,000 and 11,167 stories/s, 1,024 12,309 and 12,908, 2,048 14,682 once;
             # benchmarks/RESULTS.md, labelling on the GPU). A window of 64 batches is then 65,536 stories.
             self.default_batch_size = 1024
         self.tokenizer = AutoTokenizer.from_pretrained(str(self.path / "encoder"))
