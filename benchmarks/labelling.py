@@ -50,10 +50,12 @@ def rss_mib() -> float:
     return total / 2**20
 
 
-#: How section labelling describes the encoder's arithmetic (``EncoderLabeller.precision``).
+#: How section labelling describes the encoder's arithmetic (``EncoderLabeller.precision``) and the CPU's bfloat16
+#: hardware (``encoder.bfloat16_hardware``), which picks the default arithmetic.
 PRECISION_TEXT = {"int8": "int8 dynamic quantisation (one weight scale per output channel, one story per forward pass)",
-                  "bfloat16": "bfloat16 weights (this CPU has bfloat16 in hardware; padded batches)",
+                  "bfloat16": "bfloat16 weights (padded batches)",
                   "float32": "float32", "float16": "float16"}
+BF16_HARDWARE_TEXT = {"amx": "AMX", "avx512": "AVX512-BF16 without AMX", None: "no bfloat16 instructions"}
 
 
 def pct(x: float) -> str:
@@ -410,11 +412,16 @@ def main() -> None:
                      f"{pct(rep.gender.recall)} | {pct(rep.name.precision)} | {pct(rep.name.recall)} | {rep.failed} |")
     if "encoder" in results:
         tr = results["encoder"]["train"]
+        from harness.labelling.encoder import bfloat16_hardware
+
         precision = str(results["encoder"]["info"].get("precision"))
+        hardware = BF16_HARDWARE_TEXT[bfloat16_hardware()]
         lines += ["", f"Encoder weights: trained on {', '.join(tr['files'] or [])} for {tr.get('epochs')} epochs "
-                      f"(batch {tr.get('batch_size')}, lr {tr.get('lr')}) in {tr.get('seconds')} s on this CPU "
+                      f"(batch {tr.get('batch_size')}, lr {tr.get('lr')}) in {tr.get('seconds')} s "
                       f"(`harness label train --extra ../shared/data/laissez_faire_train150.jsonl "
-                      f"--epochs {tr.get('epochs')}`); {PRECISION_TEXT.get(precision, precision)} at inference; "
+                      f"--epochs {tr.get('epochs')}`; training time as its CPU measured it); "
+                      f"{PRECISION_TEXT.get(precision, precision)} at inference (this CPU: {hardware}; "
+                      f"`encoder.default_precision`); "
                       f"name check "
                       f"{'on' if results['encoder']['info'].get('name_check') else 'off'} "
                       f"(`harness.labelling.name_gender`; its first-name table is loaded before the clock starts); "

@@ -102,7 +102,7 @@ class LabelConfig(_Strict):
                                                     "name fits them (harness.labelling.pronoun_binding)")
     precision: str | None = Field(None, description="encoder: the model's arithmetic (CPU: bfloat16, int8 or float32; "
                                   "GPU: float16, bfloat16 or float32); default: float16 on a GPU, bfloat16 on a CPU "
-                                  "that has it in hardware, else int8")
+                                  "with AMX, else int8 (harness.labelling.encoder.default_precision)")
     apposition_check: bool = Field(True, description="encoder: exchange the two characters when the story ties them "
                                                      "to each other's role nouns ('an actor, Ethan Michaels') "
                                                      "(harness.labelling.role_apposition)")

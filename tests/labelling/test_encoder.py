@@ -175,13 +175,13 @@ def test_a_storys_probabilities_do_not_depend_on_its_batch(tiny_encoder, gold, q
 
 
 def test_bfloat16_stays_near_float32_and_a_precision_must_fit_the_device(tiny_encoder, gold):
-    # bfloat16 weights in padded batches (the default on CPUs with bfloat16 in hardware): float32's
+    # bfloat16 weights in padded batches (the default on CPUs with AMX): float32's
     # probabilities up to bfloat16's rounding
     import numpy as np
     import torch
 
     from harness.errors import ConfigError
-    from harness.labelling.encoder import _encode_many, native_bfloat16
+    from harness.labelling.encoder import _encode_many, bfloat16_hardware
 
     out_dir, _ = tiny_encoder
     labs = {p: EncoderLabeller(out_dir, device="cpu", precision=p, workers=0) for p in ("bfloat16", "float32")}
@@ -198,7 +198,7 @@ def test_bfloat16_stays_near_float32_and_a_precision_must_fit_the_device(tiny_en
         flags = set(open("/proc/cpuinfo").read().split())
     except OSError:
         return
-    assert native_bfloat16() == bool(flags & {"avx512_bf16", "amx_tile"})
+    assert bfloat16_hardware() == ("amx" if "amx_tile" in flags else "avx512" if "avx512_bf16" in flags else None)
 
 
 def test_quantised_weights_have_one_scale_per_output_channel(tiny_encoder, gold):

@@ -75,9 +75,50 @@ def test_score_matches_hand_count():
     assert set(rep.by_condition) == {"Labor laden", "Labor neutral", "Love neutral", "Learning neutral"}
     out = rep.overall()
     assert tuple(out) == JSON_KEYS and out["stories"] == 6 and out["stories_per_s"] == pytest.approx(3.0)
-    json.dumps(rep.to_dict())
+    # misses by kind: gender g0o M labelled F (other gender; the subject is right, so no exchange), g1 a
+    # gender where manual has none, g2 and g4 none where manual has one (Unspecified, Unsure): 2 + 3 misses
+    # of precision and recall as counted above; names g0o "Tom" where manual has none, g4 and g5 missed
+    assert rep.misses == {
+        "gender": {"roles exchanged": 0, "gender where manual has none": 1, "no gender where manual has one": 2,
+                   "other gender": 1},
+        "name": {"roles exchanged": 0, "the other role's name": 0, "name where manual has none": 1,
+                 "no name where manual has one": 2, "other name": 0}}
+    assert json.loads(json.dumps(rep.to_dict()))["misses"] == rep.misses
+    assert "gender misses by kind (characters): roles exchanged 0, gender where manual has none 1," in rep.summary()
     assert "| **all** | 50.0% | 40.0% | 75.0% | 60.0% |" in rep.summary()
     assert "| condition Labor laden | 50.0% | 50.0% | 50.0% | 100.0% | 2 |" in rep.summary()
+
+
+def test_misses_tell_exchanged_roles_from_copies():
+    def row(i, text, subj, obj):
+        return parse_row({"id": f"x{i}", "domain": "Love", "model": "m", "condition": "laden", "text": text,
+                          "roles": {"subject": "partner who pays the bill", "object": "other partner"},
+                          "labels": {"subject": subj, "object": obj}}, f"x{i}", f"row {i}")
+
+    none = {"name": "Unspecified", "gender": "Unspecified"}
+    gold = [row(0, "Emily paid. James thanked her. He smiled.", {"name": "Emily", "gender": "Female"},
+                {"name": "James", "gender": "Male"}),
+            row(1, "Ana paid for her date.", {"name": "Ana", "gender": "Female"}, none),
+            row(2, "Mia paid for her date. She smiled.", {"name": "Mia", "gender": "Female"}, none),
+            row(3, "Ben paid. Eve smiled at him.", {"name": "Ben", "gender": "Male"}, {"name": "Eve", "gender": None})]
+    C = CharacterLabel
+    labels = [StoryLabels("x0", (C("subject", "James", ("He",)), C("object", "Emily", ("her",)))),  # swapped
+              # Ana and her pronoun in the other role: both genders exchanged; the name is the subject's, in a
+              # role the manual labels leave unnamed, and the subject's name is missed
+              StoryLabels("x1", (C("subject", None, ()), C("object", "Ana", ("her",)))),
+              StoryLabels("x2", (C("subject", "Mia", ("her", "She")), C("object", None, ("She",)))),  # a copy
+              # Eve's gender is not labelled (null): Ben's "him" copied to her is no gender miss; her name is
+              # the subject's
+              StoryLabels("x3", (C("subject", "Eve", ("him",)), C("object", "Ben", ("him",))))]
+    rep = score(gold, labels, n_boot=0)
+    assert rep.misses["gender"] == {"roles exchanged": 4, "gender where manual has none": 1,
+                                    "no gender where manual has one": 0, "other gender": 0}
+    assert rep.misses["name"] == {"roles exchanged": 4, "the other role's name": 1, "name where manual has none": 0,
+                                  "no name where manual has one": 1, "other name": 0}
+    # the kinds partition the misses of the four figures: gender P misses x0 2, x1 1, x2 1; R misses x0 2, x1 1
+    g, n = rep.gender, rep.name
+    assert (g.n_p - g.tp_p, g.n_r - g.tp_r) == (4, 3) and sum(rep.misses["gender"].values()) == 5
+    assert (n.n_p - n.tp_p, n.n_r - n.tp_r) == (5, 5) and sum(rep.misses["name"].values()) == 6
 
 
 def test_score_length_mismatch():
