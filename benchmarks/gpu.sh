@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # GPU checks and benchmarks in one command, for a lent CUDA machine whose image already has
 # torch, triton and cupy (see benchmarks/RESULTS.md). Usage: bash benchmarks/gpu.sh OUTDIR [STEPS]
-# STEPS: comma list of tests,labeller,labeller-dev,labeller-e2e,labeller-host,labeller-scaling,labeller-cores,labeller-mpnet,
+# STEPS: comma list of tests,labeller,labeller-dev,labeller-train,labeller-e2e,labeller-host,labeller-scaling,labeller-cores,labeller-mpnet,
 # kernels-quick,kernels,kernels-homogeneity,kernels-profile,generation
-# (default: tests,labeller,kernels,generation). labeller-dev scores the GPU labeller on the dev stories. TESTS_K: a pytest -k filter for the kernel tests.
+# (default: tests,labeller,kernels,generation). labeller-dev scores the GPU labeller on the dev stories. labeller-train times
+# training on the GPU (TRAIN_EPOCHS, default 3) against one epoch on the host's CPU (benchmarks/training.py). TESTS_K: a pytest -k filter for the kernel tests.
 # Missing pure-Python dependencies travel as wheels in .whl/ (pip download ...) or packed in .gpu/site.tar.xz;
 # the fp16 labeller weights, the first-name table, the MPNet labeller's settings and the dev stories in .gpu/
 # (`python benchmarks/gpu_prepare.py --site`; never committed). labeller-mpnet times MPNet-base with random weights: its model and forward stages
@@ -59,6 +60,10 @@ if has labeller; then
   timeout 240 python3 benchmarks/labelling.py --dev .gpu/laissez_faire_audit_dev.jsonl --model-dir .gpu/labeller \
     --throughput 30000 --batch-size 1024 "${NAMES[@]}" --json "$OUT/labeller.json" 2>&1 | tee "$OUT/labeller.log" \
     | grep -v Loading | tail -3
+fi
+if has labeller-train; then  # training on the GPU against this host's CPU, continuing the packed labeller
+  timeout 400 python3 benchmarks/training.py --init-from .gpu/labeller --epochs "${TRAIN_EPOCHS:-3}" --cpu-epochs 1 \
+    --json "$OUT/labeller_train.json" 2>&1 | tee "$OUT/labeller_train.log" | grep -v -e Loading -e 'Writing model' | tail -4
 fi
 if has labeller-dev; then  # dev precision/recall with the GPU's fp16 weights and batches (no RESULTS.md write)
   timeout 200 python3 benchmarks/labelling.py --dev .gpu/laissez_faire_audit_dev.jsonl --model-dir .gpu/labeller \

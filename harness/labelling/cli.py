@@ -102,6 +102,7 @@ def train(
                                      "a reference word both characters hold (the stories' reference_owners; not "
                                      "trained where a story has none), or (default) mark every occurrence for both."),
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch CPU threads."),
+    device: Optional[str] = typer.Option(None, "--device", help="cpu or cuda (default: cuda when available)."),
     init_from: Optional[Path] = typer.Option(None, "--init-from", help="Continue training a model directory "
                                              "written by this command."),
     as_json: bool = typer.Option(False, "--json", help="Print the training report as JSON."),
@@ -115,14 +116,14 @@ def train(
         files = list(data or builtin_training_files()) + list(extra or [])
         rep = train_encoder(files, out_dir=out, epochs=epochs, batch_size=batch_size, lr=lr, layers=layers,
                             limit=limit, seed=seed, augment=augment, threads=threads, init_from=init_from,
-                            progress=progress, base=base, occurrences=occurrences)
+                            progress=progress, base=base, occurrences=occurrences, device=device)
     except HarnessError as e:
         _fail(e)
     if as_json:
         typer.echo(json.dumps(rep.to_dict()))
     else:
         typer.echo(f"trained on {rep.stories} stories ({rep.words} words) for {rep.epochs} epochs in "
-                   f"{rep.seconds:.0f} s; final loss {rep.final_loss:.4f}; saved to {rep.out_dir}")
+                   f"{rep.seconds:.0f} s on {rep.device}; final loss {rep.final_loss:.4f}; saved to {rep.out_dir}")
 
 
 @app.command("eval")

@@ -234,6 +234,7 @@ class TrainReport:
         epochs, seconds: training length and wall time; final_loss: mean loss of the last epoch;
         epoch_losses: mean loss (per tagged word) of every epoch.
         data_sha256: hash of the training rows (text and labels), recorded in ``meta.json``.
+        device: where it trained ("cpu" or "cuda").
     """
 
     out_dir: str
@@ -244,6 +245,7 @@ class TrainReport:
     final_loss: float
     data_sha256: str
     epoch_losses: tuple[float, ...] = ()
+    device: str = "cpu"
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-Python form for JSON."""
@@ -296,6 +298,7 @@ def train_encoder(
     progress: bool = False,
     base: str | None = None,
     occurrences: bool = False,
+    device: str | None = None,
 ) -> TrainReport:
     """Fine-tune a base encoder (all-MiniLM-L6-v2 unless ``base`` names another of
     ``harness.labelling.bases.BASES``) on labelled JSONL files and save it.
@@ -320,6 +323,9 @@ def train_encoder(
             no reference loss there where it does not). The default, False, marks every occurrence for
             both, as the word-type labels say: on dev, two seeds per arm, owners cost about one point of
             gender recall (section ``labelling-layers`` of ``benchmarks/RESULTS.md``, session 17).
+        device: "cpu" or "cuda" (default: cuda when available), in float32 either way. The saved model is
+            the same kind of file from both and labels on either; a GPU's arithmetic rounds differently, so
+            the weights are not bit-equal to a CPU run's.
     """
     torch = _torch()
     from transformers import AutoTokenizer
@@ -331,6 +337,11 @@ def train_encoder(
         raise ConfigError(f"epochs and batch_size must be >= 1, got {epochs}, {batch_size}")
     if threads:
         torch.set_num_threads(threads)
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device not in ("cpu", "cuda"):
+        raise ConfigError(f"device={device!r}: train on cpu or cuda")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device='cuda' but torch sees no GPU here; leave the device out to train on the CPU")
     owner_ranks = [_owner_ranks(gs) for gs in rows]  # checked before any training
     rng = random.Random(seed)
     torch.manual_seed(seed)
@@ -354,6 +365,7 @@ def train_encoder(
     # the 30k-word embedding table stays as trained (a few hundred stories cannot improve
     # it, and it is half of the optimiser's work)
     model.encoder.embeddings.word_embeddings.weight.requires_grad_(False)
+    model.to(device)
     model.train()
     steps_per_epoch = math.ceil(len(rows) / batch_size)
     total = steps_per_epoch * epochs
@@ -411,6 +423,8 @@ def train_encoder(
                     if pos >= 0:
                         target[i, pos] = torch.tensor(tg[w])
                         mask[i, pos] = torch.tensor(wt[w]) if wt is not None else 1.0
+            if device != "cpu":
+                ids, am, tt, target, mask = (t.to(device, non_blocking=True) for t in (ids, am, tt, target, mask))
             logits = model(ids, am, tt)
             n = (mask.sum() / len(SLOTS)).clamp(min=1.0)
             loss = (loss_fn(logits, target) * mask).sum() / n
@@ -433,9 +447,9 @@ def train_encoder(
     out.mkdir(parents=True, exist_ok=True)
     model.encoder.save_pretrained(str(out / "encoder"))
     tok.save_pretrained(str(out / "encoder"))
-    torch.save(model.head.state_dict(), out / "head.pt")
+    torch.save({k: v.cpu() for k, v in model.head.state_dict().items()}, out / "head.pt")
     report = TrainReport(str(out), len(rows), words_seen, epochs, round(seconds, 2), round(last, 5), _data_hash(rows),
-                         tuple(losses))
+                         tuple(losses), device)
     import transformers
 
     meta = {"format": 1, "slots": list(SLOTS), "max_length": max_length,
@@ -443,7 +457,7 @@ def train_encoder(
             "layers": len(model.encoder.encoder.layer), "files": [Path(f).name for f in files],
             "train": {"epochs": epochs, "batch_size": batch_size, "lr": lr, "head_lr_mult": head_lr_mult,
                       "augment": augment, "flip_prob": flip_prob, "seed": seed, "limit": limit,
-                      "occurrences": occurrences},
+                      "occurrences": occurrences, "device": device},
             "init_from": str(init_from) if init_from else None,
             "report": report.to_dict(), "versions": {"torch": torch.__version__,
                                                       "transformers": transformers.__version__}}

