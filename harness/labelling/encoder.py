@@ -63,6 +63,13 @@ def bfloat16_hardware() -> str | None:
     return "amx" if has("_is_amx_tile_supported") else "avx512" if has("_is_avx512_bf16_supported") else None
 
 
+def default_device() -> str:
+    """Where the labeller runs and trains unless told otherwise: "cuda" where torch sees a GPU, else "cpu"."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def default_precision(device: str, int8_ok: bool) -> str:
     """The labeller's arithmetic on ``device`` unless told otherwise: float16 on a GPU; on a CPU bfloat16 where it
     has AMX, else int8 where the base survives it (``int8_ok``), else bfloat16 where it has AVX512-BF16, else
@@ -395,7 +402,7 @@ class EncoderLabeller(Labeller):
         self.decoder = WordDecoder(threshold, pronoun_agreement, self.max_length, table, action_check=action_check,
                                    pronoun_binding=pronoun_binding, apposition_check=apposition_check,
                                    reference_pool=reference_pool)
-        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.device = device or default_device()
         if self.device != "cpu":
             # beside a GPU the host workers take whole batches: fewer, larger messages (label() on an H100,
             # 90,000 stories: batch 256 9,000 and 11,167 stories/s, 1,024 12,309 and 12,908, 2,048 14,682 once;

@@ -24,7 +24,8 @@ from harness.errors import ConfigError, DataError
 from harness.labelling.base import NAME_TITLES
 from harness.labelling.bases import DEFAULT_BASE, base_encoder, base_model_path
 from harness.labelling.data import GoldStory, load_gold
-from harness.labelling.encoder import DEFAULT_NAME, SLOTS, _build_model, _collate, _encode, _torch, default_model_dir
+from harness.labelling.encoder import (DEFAULT_NAME, SLOTS, _build_model, _collate, _encode, _torch, default_device,
+                                       default_model_dir)
 from harness.labelling.words import (find_all, fold_word, her_is_possessive, is_word, phrase_tokens,
                                      split_words)
 
@@ -337,10 +338,10 @@ def train_encoder(
         raise ConfigError(f"epochs and batch_size must be >= 1, got {epochs}, {batch_size}")
     if threads:
         torch.set_num_threads(threads)
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = device or default_device()
     if device not in ("cpu", "cuda"):
         raise ConfigError(f"device={device!r}: train on cpu or cuda")
-    if device == "cuda" and not torch.cuda.is_available():
+    if device == "cuda" and default_device() != "cuda":
         raise ConfigError("device='cuda' but torch sees no GPU here; leave the device out to train on the CPU")
     owner_ranks = [_owner_ranks(gs) for gs in rows]  # checked before any training
     rng = random.Random(seed)

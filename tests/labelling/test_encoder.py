@@ -180,7 +180,6 @@ def test_bfloat16_stays_near_float32_and_a_precision_must_fit_the_device(tiny_en
     import numpy as np
     import torch
 
-    from harness.errors import ConfigError
     from harness.labelling.encoder import _encode_many, bfloat16_hardware
 
     out_dir, _ = tiny_encoder
