@@ -63,7 +63,7 @@ if has labeller; then
 fi
 if has labeller-train; then  # training on the GPU against this host's CPU, continuing the packed labeller
   timeout 400 python3 benchmarks/training.py --init-from .gpu/labeller --epochs "${TRAIN_EPOCHS:-3}" --cpu-epochs 1 \
-    --json "$OUT/labeller_train.json" 2>&1 | tee "$OUT/labeller_train.log" | grep -v -e Loading -e 'Writing model' | tail -4
+    "${NAMES[@]}" --json "$OUT/labeller_train.json" 2>&1 | tee "$OUT/labeller_train.log" | grep -v -e Loading -e 'Writing model' | tail -4
 fi
 if has labeller-dev; then  # dev precision/recall with the GPU's fp16 weights and batches (no RESULTS.md write)
   timeout 200 python3 benchmarks/labelling.py --dev .gpu/laissez_faire_audit_dev.jsonl --model-dir .gpu/labeller \

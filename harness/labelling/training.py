@@ -73,6 +73,24 @@ def project_labels(words: Sequence[str], slot_names: dict[str, Any], slot_refs: 
     return targets
 
 
+def _token_targets(batch: Sequence[tuple[Any, list[list[float]], list[list[float]] | None]], length: int
+                   ) -> tuple[Any, Any]:
+    """A batch's word-level targets and loss weights placed on each word's first token (float32 arrays of
+    shape (stories, length, slots)); tokens that start no word, and words cut off by truncation, weigh 0."""
+    import numpy as np
+
+    target = np.zeros((len(batch), length, len(SLOTS)), dtype=np.float32)
+    mask = np.zeros_like(target)
+    for i, (e, tg, wt) in enumerate(batch):
+        pos = np.asarray(e.word_token, dtype=np.int64)
+        kept = pos >= 0
+        if not kept.any():
+            continue
+        target[i, pos[kept]] = np.asarray(tg, dtype=np.float32)[kept]
+        mask[i, pos[kept]] = np.asarray(wt, dtype=np.float32)[kept] if wt is not None else 1.0
+    return target, mask
+
+
 def _owner_ranks(gs: GoldStory) -> dict[int, str | None]:
     """For each of the story's ``_tracked`` words by rank, the hand-labelled owner of that occurrence
     where it is a shared reference word with ``reference_owners`` (else None). Ranks survive the gender
@@ -417,13 +435,7 @@ def train_encoder(
         for b in batches:
             batch = [examples[i] for i in b]
             ids, am, tt = _collate([e for e, _, _ in batch], tok.pad_token_id)
-            target = torch.zeros((len(batch), ids.shape[1], len(SLOTS)))
-            mask = torch.zeros((len(batch), ids.shape[1], len(SLOTS)))
-            for i, (e, tg, wt) in enumerate(batch):
-                for w, pos in enumerate(e.word_token):
-                    if pos >= 0:
-                        target[i, pos] = torch.tensor(tg[w])
-                        mask[i, pos] = torch.tensor(wt[w]) if wt is not None else 1.0
+            target, mask = (torch.from_numpy(a) for a in _token_targets(batch, ids.shape[1]))
             if device != "cpu":
                 ids, am, tt, target, mask = (t.to(device, non_blocking=True) for t in (ids, am, tt, target, mask))
             logits = model(ids, am, tt)
@@ -434,11 +446,12 @@ def train_encoder(
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             sched.step()
-            tot_loss += loss.item() * n.item()
-            tot_n += int(n.item())
+            # summed on the device: reading a GPU figure back every step would stall the host
+            tot_loss = tot_loss + loss.detach() * n
+            tot_n = tot_n + n.detach()
             if bar is not None:
                 bar.update(1)
-        last = tot_loss / max(tot_n, 1)
+        last = float(tot_loss) / max(float(tot_n), 1.0)
         losses.append(round(last, 5))
     if bar is not None:
         bar.close()

@@ -58,6 +58,24 @@ def test_project_labels_unspecified_and_missing():
     assert project_labels(words, {"subject": "Unspecified", "object": None}, {"subject": None}) == [[0.0] * 4] * 4
 
 
+def test_token_targets_sit_on_each_words_first_token():
+    from types import SimpleNamespace
+
+    from harness.labelling.training import _token_targets
+
+    # story 0: three words on tokens 1, 3 and (cut off by truncation) none; story 1: one word, with weights
+    a = SimpleNamespace(word_token=[1, 3, -1])
+    b = SimpleNamespace(word_token=[2])
+    rows_a = [[1.0, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, 1.0], [0.0, 0.0, 1.0, 0.0]]
+    target, mask = _token_targets([(a, rows_a, None), (b, [[0.0, 0.0, 1.0, 1.0]], [[1.0, 0.0, 1.0, 0.5]])], 5)
+    assert target.shape == mask.shape == (2, 5, 4) and str(target.dtype) == "float32"
+    assert target[0, 1].tolist() == rows_a[0] and target[0, 3].tolist() == rows_a[1]
+    assert target[0].sum() == 3.0  # the truncated word's 1.0 is nowhere
+    assert mask[0].sum(axis=1).tolist() == [0.0, 4.0, 0.0, 4.0, 0.0]
+    assert target[1, 2].tolist() == [0.0, 0.0, 1.0, 1.0] and mask[1, 2].tolist() == [1.0, 0.0, 1.0, 0.5]
+    assert mask[1].sum() == 2.5
+
+
 def test_missing_model_dir_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match="harness label train"):
         EncoderLabeller(tmp_path / "none")
