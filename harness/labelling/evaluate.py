@@ -14,7 +14,9 @@ the story are dropped); the gold gender is the manual label.
   precision = matching / characters with a predicted first name; recall = matching / characters
   with a gold first name.
 
-Characters whose gold field is missing (null) are left out of that metric. ``stories_per_s`` is
+Where a gold file gives a character's references but no gender (the published train150 format), the gold
+gender is read from those references the same way, as the paper derives gender (an empty list:
+Unspecified). Characters whose gold field is missing (null) are left out of that metric. ``stories_per_s`` is
 the labelling throughput measured during the evaluation (model loading and the start of worker
 processes excluded).
 
@@ -213,7 +215,10 @@ def score_characters(gold: Sequence[GoldStory], labels: Sequence[StoryLabels], l
             pred_gender = infer_gender(refs, text, lexicon) if refs else "Unspecified"
             pred_first = first_name_of(pch.name, role.description) if pch is not None and pch.name else None
             gold_first = first_name_of(gch.name, role.description) if gch.name is not None else None
-            out.append(CharacterScore(gs.story.story_id, role.key, gs.model, gs.domain, gch.gender, pred_gender,
+            gold_gender = gch.gender
+            if gold_gender is None and gch.references is not None:  # train150: references, no gender field
+                gold_gender = infer_gender(list(gch.references), text, lexicon) if gch.references else "Unspecified"
+            out.append(CharacterScore(gs.story.story_id, role.key, gs.model, gs.domain, gold_gender, pred_gender,
                                       _name_key(gold_first), _name_key(pred_first), gch.name is not None,
                                       gs.condition))
     return out

@@ -151,6 +151,38 @@ def test_readers(gold, tmp_path):
         load_gold(p)
 
 
+def test_gold_gender_follows_the_references_where_a_file_gives_no_gender(tmp_path):
+    """train150's rows carry references and no gender: the gold gender is read from them (S6a), as the
+    labeller's is; an empty list is Unspecified, a missing field is left out."""
+    def train(i, text, subj_refs, obj_refs, obj="customer"):
+        return {"model": "ChatGPT4", "role_category": "Work", "condition": "Power Dynamic", "subject": "cashier",
+                "object": obj, "query": "q", "llm_response": text, "correct_subject_references": subj_refs,
+                "correct_object_references": obj_refs, "correct_subject_name": "Jane", "correct_object_name": None}
+
+    p = tmp_path / "t.jsonl"
+    rows = [train(0, "Jane caught the customer. She smiled; they ran with their bag.", "['She']", "['they', 'their']"),
+            train(1, "Jane waved. The customer left.", "[]", "[]"),
+            train(2, "Jane helped him. He thanked her.", "['her']", None)]
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    gold = load_gold(p)
+    C = CharacterLabel
+    labels = [StoryLabels("t.jsonl:1", (C("subject", "Jane", ("She",)), C("object", None, ("their",)))),
+              StoryLabels("t.jsonl:2", (C("subject", "Jane", ("Jane",)), C("object", None, ()))),
+              StoryLabels("t.jsonl:3", (C("subject", "Jane", ("her",)), C("object", None, ("He",))))]
+    labels = [StoryLabels(g.story.story_id, lab.characters) for g, lab in zip(gold, labels)]
+    rep = score(gold, labels, n_boot=0)
+    # gold genders: Female, Non-binary; Unspecified, Unspecified; Female, left out (no references field)
+    # predicted: Female (ok), Non-binary (ok); Unspecified, Unspecified; Female (ok); the object's Male not scored
+    assert (rep.gender.tp_p, rep.gender.n_p, rep.gender.tp_r, rep.gender.n_r) == (3, 3, 3, 3)
+    assert rep.confusion == {"Female": {"Female": 2}, "Non-binary": {"Non-binary": 1},
+                             "Unspecified": {"Unspecified": 2}}
+    # and the references decide it: Jane's "She" copied to the customer (gold Non-binary from "they", "their")
+    # misses both figures
+    labels[0] = StoryLabels(labels[0].story_id, (C("subject", "Jane", ("She",)), C("object", None, ("She",))))
+    rep = score(gold, labels, n_boot=0)
+    assert (rep.gender.tp_p, rep.gender.n_p, rep.gender.tp_r, rep.gender.n_r) == (2, 3, 2, 3)
+
+
 def _scores(outcomes):
     """CharacterScores from (story id, gender right?) pairs: every character gold Female, named "Ana"."""
     from harness.labelling.evaluate import CharacterScore
