@@ -2,7 +2,7 @@
 
 Unit: one character (subject and object scored separately). Gender comes from the labeller's
 references through ``harness.identity.gender.infer_gender`` (story given, so references absent from
-the story are dropped); the gold gender is the manual label.
+the story are dropped); the gold gender is the manual label (or its references' gender, below).
 
 * gender precision = correct / characters the labeller gives a gender (Female, Male, Non-binary);
   a predicted gender where the manual label is Unspecified or Unsure counts against it.
@@ -203,6 +203,9 @@ def score_characters(gold: Sequence[GoldStory], labels: Sequence[StoryLabels], l
 
     if len(gold) != len(labels):
         raise ValueError(f"{len(gold)} gold stories but {len(labels)} label sets")
+    def gender_of(refs: Sequence[str], text: str) -> str:
+        return infer_gender(list(refs), text, lexicon) if refs else "Unspecified"
+
     out = []
     for gs, lab in zip(gold, labels):
         text = gs.story.text or ""
@@ -211,13 +214,12 @@ def score_characters(gold: Sequence[GoldStory], labels: Sequence[StoryLabels], l
             if gch is None:
                 continue
             pch = lab.character(role.key)
-            refs = list(pch.references) if pch is not None else []
-            pred_gender = infer_gender(refs, text, lexicon) if refs else "Unspecified"
+            pred_gender = gender_of(pch.references if pch is not None else (), text)
             pred_first = first_name_of(pch.name, role.description) if pch is not None and pch.name else None
             gold_first = first_name_of(gch.name, role.description) if gch.name is not None else None
             gold_gender = gch.gender
             if gold_gender is None and gch.references is not None:  # train150: references, no gender field
-                gold_gender = infer_gender(list(gch.references), text, lexicon) if gch.references else "Unspecified"
+                gold_gender = gender_of(gch.references, text)
             out.append(CharacterScore(gs.story.story_id, role.key, gs.model, gs.domain, gold_gender, pred_gender,
                                       _name_key(gold_first), _name_key(pred_first), gch.name is not None,
                                       gs.condition))
