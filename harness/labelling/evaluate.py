@@ -96,6 +96,17 @@ class CharacterScore:
     gold_name_known: bool
     condition: str = "unknown"
 
+    @property
+    def gender_missed(self) -> bool:
+        """Whether this character counts against gender precision, recall or both."""
+        return self.gold_gender is not None and self.pred_gender != self.gold_gender and (
+            self.pred_gender in GENDERED or self.gold_gender in GENDERED)
+
+    @property
+    def name_missed(self) -> bool:
+        """Whether this character counts against name precision, recall or both."""
+        return self.gold_name_known and self.pred_first != self.gold_first
+
 
 @dataclass(frozen=True)
 class EvalReport:
@@ -232,15 +243,6 @@ NAME_MISSES = ("roles exchanged", "the other role's name", "name where manual ha
                "other name")
 
 
-def _gender_missed(c: CharacterScore) -> bool:
-    return c.gold_gender is not None and c.pred_gender != c.gold_gender and (
-        c.pred_gender in GENDERED or c.gold_gender in GENDERED)
-
-
-def _name_missed(c: CharacterScore) -> bool:
-    return c.gold_name_known and c.pred_first != c.gold_first
-
-
 def miss_kinds(chars: Sequence[CharacterScore]) -> dict[str, dict[str, int]]:
     """The characters that count against a figure, by kind of miss: ``{"gender": {kind: n}, "name": {kind: n}}``.
 
@@ -264,15 +266,15 @@ def miss_kinds(chars: Sequence[CharacterScore]) -> dict[str, dict[str, int]]:
         a, b = cs if len(cs) == 2 else (None, None)
         for c in cs:
             other = (b if c is a else a) if a is not None else None
-            if _gender_missed(c):
+            if c.gender_missed:
                 gender[_gender_miss(c, other)] += 1
-            if _name_missed(c):
+            if c.name_missed:
                 name[_name_miss(c, other)] += 1
     return {"gender": gender, "name": name}
 
 
 def _gender_miss(c: CharacterScore, other: CharacterScore | None) -> str:
-    if (other is not None and _gender_missed(other) and c.pred_gender == other.gold_gender
+    if (other is not None and other.gender_missed and c.pred_gender == other.gold_gender
             and other.pred_gender == c.gold_gender):
         return "roles exchanged"
     if c.gold_gender not in GENDERED:
@@ -282,7 +284,7 @@ def _gender_miss(c: CharacterScore, other: CharacterScore | None) -> str:
 
 def _name_miss(c: CharacterScore, other: CharacterScore | None) -> str:
     if other is not None and c.pred_first is not None and c.pred_first == other.gold_first:
-        exchanged = _name_missed(other) and c.gold_first is not None and other.pred_first == c.gold_first
+        exchanged = other.name_missed and c.gold_first is not None and other.pred_first == c.gold_first
         return "roles exchanged" if exchanged else "the other role's name"
     if c.gold_first is None:
         return "name where manual has none"
