@@ -104,8 +104,9 @@ def main() -> None:
     import torch
 
     from harness.labelling.data import builtin_training_files, load_gold
+    from harness.labelling.encoder import default_device
 
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = args.device or default_device()
     golds = args.gold or sorted((ROOT / "harness" / "data" / "labelling" / "heldout").glob("*.jsonl"))
     stories = {g.name: load_gold(g)[:args.gold_limit] for g in golds}
     files = list(builtin_training_files()) + args.extra

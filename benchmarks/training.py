@@ -3,8 +3,8 @@
     python benchmarks/training.py --init-from DIR [--epochs 2] [--cpu-epochs 1] [--devices cuda,cpu] [--json F]
 
 Continues a trained labeller (``--init-from``: a directory written by ``harness label train``, such as the
-fp16 copy ``gpu_prepare.py`` packs into ``.gpu/labeller``; a GPU host reaches no model hub and has no base
-weights) on the project's own training stories (``harness/data/labelling``, plus ``--extra`` files), once per
+fp16 copy ``gpu_prepare.py`` packs into ``.gpu/labeller``; a GPU host reaches no model hub, and has base
+weights only where ``gpu_prepare.py --base`` packed them, for ``benchmarks/seeds.py``) on the project's own training stories (``harness/data/labelling``, plus ``--extra`` files), once per
 device, and reports seconds per epoch and training stories per second; the GPU's figure is also given as a
 ratio against the CPU's from the same run. Each trained model then labels ``--check`` of the project's gold
 test stories on the CPU, so a GPU-trained model is known to load and label there. Nothing is written to
