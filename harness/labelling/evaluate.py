@@ -114,7 +114,8 @@ class EvalReport:
 
     Attributes:
         labeller: labeller name; lexicon: the gender lexicon id used.
-        stories: stories scored; failed: stories the labeller returned with a non-ok status.
+        stories: stories scored; failed: stories the labeller returned with a status other than ok or
+            an empty story (a reply that did not parse, a story cut at the model's length).
         seconds: labelling wall time; stories_per_s: stories / seconds.
         gender, name: overall counts; by_model, by_domain: the same per group; by_condition: per
             domain and power condition ("Love laden", "Love neutral", ...).
@@ -170,7 +171,7 @@ class EvalReport:
         """Markdown tables: overall and per group, then the gender confusion matrix."""
         pct = lambda x: "n/a" if x != x else f"{100 * x:.1f}%"  # noqa: E731
         lines = [f"labeller `{self.labeller}`, lexicon `{self.lexicon}`: {self.stories} stories "
-                 f"({self.failed} not labelled), {fmt_rate(self.stories_per_s)} stories/s", "",
+                 f"({self.failed} not fully labelled: their status says why), {fmt_rate(self.stories_per_s)} stories/s", "",
                  "| group | gender P | gender R | name P | name R | characters (gender gold) |",
                  "|---|---|---|---|---|---|",
                  f"| **all** | {pct(self.gender.precision)} | {pct(self.gender.recall)} | {pct(self.name.precision)} "

@@ -81,8 +81,9 @@ def test_mpnet_without_its_packages_names_them(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("kind", ["bert", "mpnet"])
 def test_the_tagger_runs_encoders_with_and_without_segment_ids(tmp_path, kind):
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
+    import torch
+    import transformers
+
     from harness.labelling.encoder import SLOTS, _build_model
 
     small = dict(vocab_size=64, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32)

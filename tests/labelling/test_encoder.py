@@ -81,7 +81,7 @@ def test_missing_model_dir_is_a_config_error(tmp_path):
         EncoderLabeller(tmp_path / "none")
 
 
-def test_a_labeller_stored_in_fp16_runs_on_cpu(tiny_encoder, gold, tmp_path):
+def test_a_labeller_stored_in_fp16_runs_on_cpu(tiny_encoder, gold, labelled, tmp_path):
     # the GPU copy of a labeller (benchmarks/gpu_prepare.py) stores its encoder in fp16; on CPU it is
     # read back as float32 and labels like the original up to fp16 rounding of the weights
     import shutil
@@ -96,18 +96,21 @@ def test_a_labeller_stored_in_fp16_runs_on_cpu(tiny_encoder, gold, tmp_path):
     dst = tmp_path / "fp16"
     shutil.copytree(src, dst, ignore=shutil.ignore_patterns("*.safetensors", "*.bin"))
     AutoModel.from_pretrained(str(src / "encoder"), dtype=torch.float16).save_pretrained(str(dst / "encoder"))
-    stories = [g.story for g in gold[:6]]
-    for precision in ("float32", "int8"):
+    stories = [g.story for g in gold]
+    # float32: the fp16 rounding of the weights alone; int8: two quantisations of slightly different weights
+    for precision, tolerance in (("float32", 0.01), ("int8", 0.15)):
         half = EncoderLabeller(dst, device="cpu", precision=precision, workers=0)
         assert next(half.model.parameters()).dtype == torch.float32 or precision == "int8"
         full = EncoderLabeller(src, device="cpu", precision=precision, workers=0)
         enc = _encode_many(full.tokenizer, stories, None, full.max_length)
         for a, b in zip(half._probs(enc), full._probs(enc)):
-            assert np.abs(a - b).max() < 0.05
-        assert len(half.label(stories)) == len(stories)
+            assert np.abs(a - b).max() < tolerance
+        got, want = half.label(stories), full.label(stories)
+        assert labelled(want) >= 10
+        assert sum(g == w for g, w in zip(got, want)) >= len(stories) - 2  # a story near the threshold may move
 
 
-def test_worker_processes_give_the_same_labels(tiny_encoder, gold, monkeypatch):
+def test_worker_processes_give_the_same_labels(tiny_encoder, gold, labelled, monkeypatch):
     import harness.labelling.encoder as E
 
     out_dir, _ = tiny_encoder
@@ -115,6 +118,7 @@ def test_worker_processes_give_the_same_labels(tiny_encoder, gold, monkeypatch):
     # int8 (one story per pass): labels that never depend on the batch, so the layouts compare exactly
     alone = EncoderLabeller(out_dir, device="cpu", precision="int8", workers=0)
     serial = alone.label(stories, batch_size=4)
+    assert labelled(serial) >= 10  # labels to compare, not empty lists
     assert alone.start_workers() == 0.0 and alone._pool is None
     with EncoderLabeller(out_dir, device="cpu", precision="int8", workers=2) as lab:
         lab._worker_mode = "host"  # the GPU layout: tokenised and decoded in worker processes
@@ -129,7 +133,7 @@ def test_worker_processes_give_the_same_labels(tiny_encoder, gold, monkeypatch):
         assert lab.label(stories, batch_size=4) == serial  # each process runs its own model, 1 thread
 
 
-def test_host_workers_stream_windows_and_a_failure_closes_them(tiny_encoder, gold):
+def test_host_workers_stream_windows_and_a_failure_closes_them(tiny_encoder, gold, labelled):
     # the GPU layout's workers (harness.labelling.host_pool), with the model run in this process on CPU
     import os
     import signal
@@ -142,6 +146,7 @@ def test_host_workers_stream_windows_and_a_failure_closes_them(tiny_encoder, gol
     # int8: labels that never depend on the batch, so batches of 1 and of 4 compare exactly
     serial = EncoderLabeller(out_dir, device="cpu", precision="int8", workers=0).label(stories, batch_size=1)
     want = [serial[i % len(stories)] for i in range(150)]
+    assert labelled(serial) >= 10
     with EncoderLabeller(out_dir, device="cpu", precision="int8", workers=2) as lab:
         lab._worker_mode = "host"
         assert lab.label(many, batch_size=1) == want
@@ -167,7 +172,7 @@ def test_host_workers_stream_windows_and_a_failure_closes_them(tiny_encoder, gol
 
 
 @pytest.mark.parametrize("quantize", [True, False])
-def test_a_storys_probabilities_do_not_depend_on_its_batch(tiny_encoder, gold, quantize):
+def test_a_storys_probabilities_do_not_depend_on_its_batch(tiny_encoder, gold, labelled, quantize):
     # dynamic int8 quantisation scales a layer's input over the whole tensor: batched, one story's
     # probabilities would move with its neighbours and their padding, so quantised stories run alone
     import numpy as np
@@ -189,7 +194,9 @@ def test_a_storys_probabilities_do_not_depend_on_its_batch(tiny_encoder, gold, q
         else:  # float32: the same up to rounding
             np.testing.assert_allclose(batch[i, :n], alone, atol=1e-5)
     stories = [g.story for g in gold]
-    assert lab.label(stories, batch_size=3) == lab.label(stories[::-1], batch_size=8)[::-1]
+    forward = lab.label(stories, batch_size=3)
+    assert labelled(forward) >= 10
+    assert forward == lab.label(stories[::-1], batch_size=8)[::-1]
 
 
 def test_bfloat16_stays_near_float32_and_a_precision_must_fit_the_device(tiny_encoder, gold):
@@ -244,7 +251,7 @@ def test_quantised_weights_have_one_scale_per_output_channel(tiny_encoder, gold)
     assert 0 < error(lab) < error(per_layer)
 
 
-def test_training_loop_and_inference(tiny_encoder, gold):
+def test_training_loop_and_inference(tiny_encoder, gold, labelled):
     out_dir, report = tiny_encoder
     assert report.stories == 12 and report.epochs == 3 and len(report.epoch_losses) == 3
     assert report.epoch_losses[-1] < report.epoch_losses[0]  # the loop learns
@@ -258,6 +265,7 @@ def test_training_loop_and_inference(tiny_encoder, gold):
         lab = EncoderLabeller(out_dir, device="cpu", precision=precision)
         stories = [g.story for g in gold]
         out = lab.label(stories, batch_size=5)
+        assert labelled(out) >= 10  # so the checks below have names and references to check
         assert [o.story_id for o in out] == [s.story_id for s in stories]
         for o, s in zip(out, stories):
             assert [c.role for c in o.characters] == [r.key for r in s.roles]

@@ -191,6 +191,36 @@ def _scores(outcomes):
                            "ana" if ok else "bob", True) for k, (sid, ok) in enumerate(outcomes)]
 
 
+def test_difference_is_this_report_minus_the_baseline():
+    """``EvalReport.difference``: this labeller's figures minus the baseline's, signed (hand count: the
+    fixed labels of g1 and g4 take gender P 2/4 -> 3/4, g0's object still Female for Male, and R 2/5 -> 3/5)."""
+    gold, labels = _case()
+    C = CharacterLabel
+    fixed = list(labels)
+    fixed[1] = StoryLabels("g1", (C("subject", None, ()),))  # no gender where gold has none
+    fixed[4] = StoryLabels("g4", (C("subject", "Mia", ("Her",)),))  # Female and Mia, as gold
+    base, better = score(gold, labels, n_boot=0), score(gold, fixed, n_boot=0)
+    diff = better.difference(base, n_boot=200)
+    assert diff["gender_precision"][0] == pytest.approx(3 / 4 - 2 / 4)
+    assert diff["gender_recall"][0] == pytest.approx(3 / 5 - 2 / 5)
+    assert diff["name_precision"][0] == pytest.approx(4 / 5 - 3 / 4)  # Mia right: 4 of 5 predicted names
+    assert diff["name_recall"][0] == pytest.approx(4 / 5 - 3 / 5)
+    assert base.difference(better, n_boot=200)["gender_recall"][0] == pytest.approx(-0.2)
+
+
+def test_failed_counts_stories_not_fully_labelled():
+    """``failed``: stories whose status is neither ok nor an empty story (an LLM reply that did not parse, a
+    story cut at the encoder's length); the summary says so."""
+    gold, labels = _case()
+    labels = list(labels)
+    labels[1] = StoryLabels("g1", labels[1].characters, "truncated")
+    labels[2] = StoryLabels("g2", labels[2].characters, "parse error: no JSON object")
+    labels[5] = StoryLabels("g5", labels[5].characters, "empty story")
+    rep = score(gold, labels, n_boot=0)
+    assert rep.failed == 2 and score(*_case(), n_boot=0).failed == 0
+    assert "6 stories (2 not fully labelled" in rep.summary()
+
+
 def test_intervals_count_what_the_figures_count():
     from harness.labelling.evaluate import _counts, _pr, score_characters
 
@@ -213,10 +243,15 @@ def test_intervals_of_independent_characters_match_wilson():
     from harness.labelling.evaluate import figure_intervals
     from harness.stats.intervals import wilson_interval
 
+    from scipy.stats import norm
+
     chars = _scores([(f"s{i}", i % 20 != 0) for i in range(1000)])  # 950 of 1,000 right
-    lo, hi = figure_intervals(chars, n_boot=4000)["gender_precision"]
-    wlo, whi = wilson_interval(950, 1000)
-    assert abs(lo - wlo) < 0.004 and abs(hi - whi) < 0.004
+    for alpha in (0.05, 0.10):  # 95% by default; 90% on request, about 0.84 of the 95% width
+        kw = {"alpha": alpha} if alpha != 0.05 else {}
+        lo, hi = figure_intervals(chars, n_boot=4000, **kw)["gender_precision"]
+        wlo, whi = wilson_interval(950, 1000, z=norm.ppf(1 - alpha / 2))
+        assert abs(lo - wlo) < 0.004 and abs(hi - whi) < 0.004
+        assert 0.95 < (hi - lo) / (whi - wlo) < 1.05  # the width, so a 90% or 98% default fails
 
 
 def test_intervals_widen_when_a_storys_characters_err_together():
@@ -239,7 +274,9 @@ def test_difference_intervals_are_paired():
     a = _scores([(f"s{i}", i % 10 != 0) for i in range(1000)])
     b = _scores([(f"s{i}", i % 10 != 0 or i < 150) for i in range(1000)])
     d, lo, hi = difference_intervals(a, b)["gender_precision"]
-    assert d == pytest.approx(0.015) and 0 < lo < 0.015 < hi
+    # the paired Wald interval of 15 discordant characters of 1,000, all one way:
+    # 0.015 +- 1.96 sqrt(15 / 1000^2 - 0.015^2 / 1000) = (0.0075, 0.0225)
+    assert d == pytest.approx(0.015) and abs(lo - 0.0075) < 0.0015 and abs(hi - 0.0225) < 0.0015
     ia, ib = figure_intervals(a)["gender_precision"], figure_intervals(b)["gender_precision"]
     assert ib[0] < ia[1]  # unpaired, the two intervals overlap
     assert difference_intervals(a, a)["name_recall"] == (0.0, 0.0, 0.0)

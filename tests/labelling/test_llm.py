@@ -121,7 +121,7 @@ def test_labeller_rejects_non_backend():
 def test_reply_schema_holds_the_prompts_keys_and_the_storys_words():
     import re
 
-    jsonschema = pytest.importorskip("jsonschema")
+    import jsonschema
     from harness.labelling.prompts import reply_schema
 
     schema = reply_schema(STORY)

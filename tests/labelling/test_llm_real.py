@@ -19,11 +19,12 @@ def test_llm_labeller_with_smollm2(gold):
         lab.close()
     assert lab.info()["backend"] == "transformers"
     assert [o.story_id for o in out] == [s.story_id for s in stories]
-    for o, s in zip(out, stories):
-        assert [c.role for c in o.characters] == [r.key for r in s.roles]
-        # either parsed (everything kept occurs in the story) or kept with the recorded reason
-        if o.status == "ok":
-            for c in o.characters:
-                assert c.name is None or all(t.lower() in s.text.lower() for t in c.name.split())
-        else:
-            assert o.status.startswith("llm: ") and "attempt" in o.status
+    # greedy decoding of the Fiona Walsh story: SmolLM2 replies with JSON that parses, giving the subject
+    # references that are words of the story (it gives "She"; her name is beyond this 135M model)
+    (o,), (s,) = out, stories
+    assert [c.role for c in o.characters] == [r.key for r in s.roles]
+    assert o.status == "ok", o.status
+    (c,) = o.characters
+    words = set(s.text.replace(".", " ").replace(",", " ").split())
+    assert c.references and set(c.references) <= words
+    assert c.name is None or all(t in words for t in c.name.split())

@@ -50,7 +50,7 @@ def test_the_host_layout_benchmark_labels_as_the_model_does(tiny_encoder, gold):
     """``--host-layout``: the GPU layout's worker processes, the model served from a table of its own
     probabilities, give the model's labels; the figures it reports are rates of that run."""
     trained, _ = tiny_encoder
-    # the tiny encoder's probabilities stay low: a low threshold gives it labels to compare
+    # a low threshold gives the tiny encoder more labels to compare
     res = _bench().host_layout(trained, [g.story for g in gold], 40, 8, workers=1, threshold=0.1)
     assert res["labels_equal_the_model"] is True and res["labelled_characters"] >= 10
     assert res["stories"] == 40 and res["workers"] == 1
@@ -77,7 +77,7 @@ def test_the_end_to_end_benchmark_says_where_the_time_went(tiny_encoder, gold):
     assert lab._forward is own and calls
 
 
-def test_the_packed_gpu_labeller_unpacks_to_the_fp16_labeller(tiny_encoder, gold, tmp_path):
+def test_the_packed_gpu_labeller_unpacks_to_the_fp16_labeller(tiny_encoder, gold, labelled, tmp_path):
     """benchmarks/gpu_prepare.py packs the fp16 labeller for the GPU machine and gpu.sh unpacks it with
     tar into .gpu/labeller: the unpacked directory labels as the fp16 copy does."""
     import subprocess
@@ -92,9 +92,10 @@ def test_the_packed_gpu_labeller_unpacks_to_the_fp16_labeller(tiny_encoder, gold
     prep.pack(tmp_path / "fp16", tmp_path / "labeller.tar.xz", "labeller")
     (tmp_path / "gpu").mkdir()
     subprocess.run(["tar", "-xJf", str(tmp_path / "labeller.tar.xz"), "-C", str(tmp_path / "gpu")], check=True)
-    stories = [g.story for g in gold[:4]]
+    stories = [g.story for g in gold]
     want = EncoderLabeller(tmp_path / "fp16", device="cpu", workers=0).label(stories)
     got = EncoderLabeller(tmp_path / "gpu" / "labeller", device="cpu", workers=0).label(stories)
+    assert labelled(want) >= 10
     assert [s.characters for s in got] == [s.characters for s in want]
 
 
