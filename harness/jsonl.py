@@ -18,10 +18,17 @@ def iter_jsonl(path: str | Path, *, what: str = "JSONL file") -> Iterator[tuple[
     the fix; ``what`` says what the file should hold ("JSONL file of labelled stories").
     """
     path = Path(path)
+    if path.is_dir():
+        raise DataError(f"{path}: a directory; pass a {what}")
     if not path.is_file():
         raise DataError(f"{path}: file not found; pass a {what}")
-    with open(path, encoding="utf-8") as f:
-        for i, line in enumerate(f, 1):
+    with open(path, "rb") as f:
+        for i, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise DataError(f"{path}:{i}: not UTF-8 text (byte {raw[e.start]:#04x} at column {e.start + 1}); "
+                                f"save the file as UTF-8") from None
             if not line.strip():
                 continue
             try:

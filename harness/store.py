@@ -168,9 +168,12 @@ class RunStore:
             return pd.DataFrame(columns=columns or list(key))
         frames = []
         for p in paths:
-            names = pq.read_schema(p).names
-            cols = None if columns is None else list(dict.fromkeys(columns + [k for k in (*key, STATUS) if k in names]))
-            frames.append(pq.read_table(p, columns=cols).to_pandas())
+            try:
+                names = pq.read_schema(p).names
+                cols = None if columns is None else list(dict.fromkeys(columns + [k for k in (*key, STATUS) if k in names]))
+                frames.append(pq.read_table(p, columns=cols).to_pandas())
+            except (pa.ArrowInvalid, OSError) as e:
+                raise DataError(f"{p}: unreadable shard ({e}); delete it and rerun to regenerate its rows") from None
         df = pd.concat(frames, ignore_index=True)
         key = [k for k in key if k in df.columns]
         if STATUS in df.columns:

@@ -89,6 +89,57 @@ def test_generate_writes_every_key_once_with_metadata(tmp_path):
     assert m["throughput"]["stories"] == 12
 
 
+def test_the_label_stage_labels_retried_generations_and_resumes(tmp_path, monkeypatch):
+    """A failed generation (no story) is not labelled but counted; once generate has retried it, the label
+    stage labels it. A killed label stage keeps its committed shards and a rerun labels only the rest."""
+    import harness.audit.labels as L
+    from harness.errors import DataError
+
+    c = cfg(tmp_path, label={"labeller": "rules", "shard_rows": 4})
+    store = RunStore(c.output_dir)
+    with pytest.raises(DataError, match="no generated stories to label; run the generate stage first"):
+        L.label_run(c, store, progress=False)
+    generate_run(c, backend=EchoBackend(fail_ids={"labor-laden-02#1"}), progress=False)
+    assert L.label_run(c, store, progress=False) == (11, 11, 0, 1)
+    assert L.label_run(c, store, progress=False) == (0, 11, 0, 1)
+    generate_run(c, backend=EchoBackend(), progress=False)  # the retry
+    assert L.label_run(c, store, progress=False) == (1, 12, 0, 0)
+    labels = store.read_stage(L.LABELS, key=("prompt_id", "sample_idx", "role"))
+    assert len(labels[(labels.prompt_id == "labor-laden-02") & (labels.sample_idx == 1)]) == 2  # both roles
+
+    # killed after 7 stories: the shards committed before then stay, the rerun labels the rest
+    c2 = cfg(tmp_path, label={"labeller": "rules", "shard_rows": 4}, output_dir=str(tmp_path / "run2"))
+    generate_run(c2, backend=EchoBackend(), progress=False)
+    real = L.make_labeller
+
+    def killed_after_7(cfg, echo=print):
+        lab = real(cfg, echo=echo)
+        inner = lab.iter_label
+
+        def iter_label(stories, **kw):
+            for k, res in enumerate(inner(stories, **kw)):
+                if k == 7:
+                    raise KeyboardInterrupt
+                yield res
+        lab.iter_label = iter_label
+        return lab
+
+    monkeypatch.setattr(L, "make_labeller", killed_after_7)
+    store2 = RunStore(c2.output_dir)
+    with pytest.raises(KeyboardInterrupt):
+        L.label_run(c2, store2, progress=False)
+    kept = len(store2.read_keys(L.LABELS))
+    assert 0 < kept < 7
+    monkeypatch.setattr(L, "make_labeller", real)
+    assert L.label_run(c2, store2, progress=False)[:2] == (12 - kept, 12)
+    every = store2.read_stage(L.LABELS, key=("prompt_id", "sample_idx", "role"))
+    assert len(pd.concat([pd.read_parquet(p) for p in store2.shard_paths(L.LABELS)])) == len(every)  # none twice
+    # a generations shard that does not read: named, with the fix
+    store2.shard_paths(GENERATIONS)[0].write_bytes(b"not parquet")
+    with pytest.raises(DataError, match=r"generations/.*\.parquet: unreadable shard .*delete it and rerun"):
+        L.label_run(c2, store2, progress=False)
+
+
 def test_interrupted_run_resumes_only_missing_keys(tmp_path):
     c = cfg(tmp_path)
     with pytest.raises(KeyboardInterrupt):

@@ -4,6 +4,8 @@ Rows: prompt_id, sample_idx, role ("subject"/"object"), role_description, name, 
 status ("ok" or why the character could not be labelled), labeller. Stories are labelled in
 chunks and each chunk is committed as a Parquet shard, so a killed stage resumes where it
 stopped. A story the labeller cannot handle keeps its rows, with the reason in ``status``.
+A failed generation (``finish_reason`` "error": no story was written) is not labelled: the
+stage counts it, and once a rerun of generate has retried it, the next label stage labels it.
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ from typing import Any
 import pyarrow as pa
 
 from harness.config import RunConfig
+from harness.errors import ConfigError, DataError
 from harness.pipeline import GENERATIONS
-from harness.store import KEY, RunStore, shard_of
+from harness.store import ERROR, KEY, STATUS, RunStore, shard_of
 
 LABELS = "labels"
 LABEL_SCHEMA = pa.schema(
@@ -45,8 +48,6 @@ def make_labeller(cfg: RunConfig, *, echo=print):
         from harness.labelling.encoder import default_model_dir
         from harness.labelling.training import train_encoder
 
-        from harness.errors import ConfigError
-
         path = cfg.label.model_dir or default_model_dir()
         if not (Path(path) / "meta.json").is_file():
             missing = [f for f in cfg.label.train_extra if not Path(f).is_file()]
@@ -64,33 +65,44 @@ def make_labeller(cfg: RunConfig, *, echo=print):
         kwargs["apposition_check"] = cfg.label.apposition_check
         kwargs["precision"] = cfg.label.precision
     elif name == "llm":
-        from harness.errors import ConfigError
         from harness.generation import load_backend
 
         if cfg.label.llm is None:
             raise ConfigError("label.llm: the llm labeller needs a model block (backend, path) under label.llm")
         kwargs["backend"] = load_backend(cfg.label.llm, seed=cfg.seed)
-    return get_labeller(name, **kwargs)
+    try:
+        return get_labeller(name, **kwargs)
+    except ConfigError as e:  # name the config block the setting came from
+        raise ConfigError(f"label ({name} labeller): {e}") from None
 
 
-def label_run(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int] = (0, 1), progress: bool = True, echo=print) -> tuple[int, int, int]:
+def label_run(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int] = (0, 1), progress: bool = True,
+              echo=print) -> tuple[int, int, int, int]:
     """Label every story of this shard that has no labels yet. Returns (labelled now, stories
-    labelled in all, characters with a failure status in this call)."""
+    labelled in all, characters with a failure status in this call, failed generations of this
+    shard left unlabelled until generate retries them)."""
     from harness.labelling import RoleSpec, StoryInput
     from harness.suites import get_suite
 
     store.clean_partial(LABELS)
-    gens = store.read_stage(GENERATIONS, columns=["prompt_id", "sample_idx", "text_clean"])
+    if not store.shard_paths(GENERATIONS):
+        raise DataError(f"{store.stage_dir(GENERATIONS)}: no generated stories to label; run the generate stage "
+                        f"first (harness run CONFIG --stages generate)")
+    gens = store.read_stage(GENERATIONS, columns=["prompt_id", "sample_idx", "text_clean", STATUS])
     done = store.read_keys(LABELS, KEY)
     prompts = get_suite(cfg.suite, cfg.wording).by_id()
     i, n = shard
-    todo = [
-        (pid, int(idx), text)
-        for pid, idx, text in zip(gens.prompt_id, gens.sample_idx, gens.text_clean)
-        if (pid, int(idx)) not in done and (n == 1 or shard_of(pid, int(idx), n) == i)
-    ]
+    failed_gen = gens[STATUS].eq(ERROR).tolist() if STATUS in gens.columns else [False] * len(gens)
+    todo, unretried = [], 0
+    for pid, idx, text, bad in zip(gens.prompt_id, gens.sample_idx, gens.text_clean, failed_gen):
+        if (pid, int(idx)) in done or not (n == 1 or shard_of(pid, int(idx), n) == i):
+            continue
+        if bad:
+            unretried += 1
+        else:
+            todo.append((pid, int(idx), text))
     if not todo:
-        return 0, len(done), 0
+        return 0, len(done), 0, unretried
     labeller = make_labeller(cfg, echo=echo)
     failed = 0
     try:
@@ -115,4 +127,4 @@ def label_run(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int] = (0, 1
             store.write_shard(LABELS, rows, f"labels-{i}of{n}", LABEL_SCHEMA)
     finally:
         labeller.close()
-    return len(todo), len(store.read_keys(LABELS, KEY)), failed
+    return len(todo), len(store.read_keys(LABELS, KEY)), failed, unretried

@@ -97,9 +97,10 @@ def stage_label(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int], prog
     from harness.audit.labels import label_run
 
     t = time.perf_counter()
-    n_new, n_total, failed = label_run(cfg, store, shard=shard, progress=progress)
+    n_new, n_total, failed, unretried = label_run(cfg, store, shard=shard, progress=progress)
+    retry = f"; {unretried} failed generations not labelled (rerun generate to retry them)" if unretried else ""
     return StageResult("label", "done" if n_new else "skipped (current)", time.perf_counter() - t,
-                       f"{n_new} stories labelled now, {n_total} in all, {failed} with a failure reason")
+                       f"{n_new} stories labelled now, {n_total} in all, {failed} with a failure reason{retry}")
 
 
 def stage_identities(cfg: RunConfig, store: RunStore, **_: Any) -> StageResult:

@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 import typer
 
-from harness.errors import HarnessError
+from harness.errors import ConfigError, HarnessError
 
 app = typer.Typer(help="Label characters (name and references) in stories; train and evaluate labellers.",
                   no_args_is_help=True)
@@ -73,6 +73,41 @@ def _labeller(name: str, model_dir: Path | None, llm_model: str, threads: int | 
     elif name == "llm":
         kwargs = {"model": llm_model, "engine": llm_backend}
     return get_labeller(name, **kwargs)
+
+
+def _output_file(path: Path, option: str) -> Path:
+    """An output file's path, checked before any work: not a directory, its folder made."""
+    if path.is_dir():
+        raise ConfigError(f"{option} {path}: a directory; give a file path")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"{option} {path}: cannot make its folder ({e.strerror}); give another path") from None
+    return path
+
+
+def _labelled_already(tmp: Path, items: list) -> int:
+    """How many of ``items`` a killed ``harness label label`` wrote to ``tmp`` already, in order: a rerun
+    goes on after them. A torn last line is cut off; a file of other stories counts 0."""
+    if not tmp.is_file():
+        return 0
+    from harness.labelling.base import StoryLabels
+
+    data = tmp.read_bytes()
+    whole = data[: data.rfind(b"\n") + 1]
+    done = 0
+    for line in whole.decode("utf-8", errors="replace").splitlines():
+        try:
+            sid = StoryLabels.from_dict(json.loads(line)).story_id
+        except (ValueError, KeyError, TypeError, HarnessError):
+            return 0
+        if done >= len(items) or sid != items[done].story_id:
+            return 0
+        done += 1
+    if len(whole) < len(data):
+        with open(tmp, "r+b") as f:
+            f.truncate(len(whole))
+    return done
 
 
 def _jsonable(x: Any) -> Any:
@@ -156,7 +191,11 @@ def eval_(
     from harness.labelling.evaluate import evaluate
 
     try:
+        if details is not None:
+            _output_file(details, "--details")
         stories = load_gold(gold)
+        if not stories:
+            raise ConfigError(f"{gold}: no stories to score; pass a JSONL file with one labelled story per line")
         if limit:
             stories = stories[:limit]
         lab = _labeller(labeller, model_dir, llm_model, threads, name_check, action_check, pronoun_binding,
@@ -212,26 +251,33 @@ def label_(
     precision: Optional[str] = PRECISION,
     progress: bool = typer.Option(False, "--progress/--no-progress"),
 ) -> None:
-    """Label every story of a JSONL file; stories that cannot be labelled keep a reason in `status`."""
+    """Label every story of a JSONL file; stories that cannot be labelled keep a reason in `status`.
+    The labels go to OUT.tmp as they come and OUT at the end; a killed run's rerun goes on where it stopped."""
     from harness.labelling.data import read_stories
 
     try:
+        _output_file(out, "--out")
         items = read_stories(stories)
+        tmp = out.with_name(out.name + ".tmp")
+        done = _labelled_already(tmp, items)
+        if done:
+            typer.echo(f"resuming: {done} stories already labelled in {tmp}", err=True)
         lab = _labeller(labeller, model_dir, llm_model, threads, name_check, action_check, pronoun_binding,
                         apposition_check, llm_backend, precision)
         n_bad = 0
-        tmp = out.with_name(out.name + ".tmp")
         try:
-            with open(tmp, "w", encoding="utf-8") as f:
-                for res in lab.iter_label(items, batch_size=batch_size, progress=progress):
+            with open(tmp, "a" if done else "w", encoding="utf-8") as f:
+                for res in lab.iter_label(items[done:], batch_size=batch_size, progress=progress):
                     n_bad += res.status != "ok"
                     f.write(json.dumps(res.to_dict(), ensure_ascii=False) + "\n")
+                    f.flush()
         finally:
             lab.close()
         tmp.replace(out)
     except HarnessError as e:
         _fail(e)
-    typer.echo(f"labelled {len(items)} stories ({n_bad} with a non-ok status) -> {out}")
+    typer.echo(f"labelled {len(items) - done} stories ({n_bad} with a non-ok status)"
+               f"{f', {done} before' if done else ''} -> {out}")
 
 
 __all__ = ["app"]

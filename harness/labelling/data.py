@@ -73,6 +73,33 @@ def _parse_list(raw: Any, where: str) -> tuple[str, ...] | None:
     raise DataError(f"{where}: references must be a list of strings, got {type(raw).__name__}")
 
 
+def _name(raw: Any, where: str) -> Any:
+    """The raw name field, once it reads as the identity module reads names (a DataError naming the
+    row and field otherwise)."""
+    from harness.identity.names import name_candidates
+
+    try:
+        name_candidates(raw)
+    except DataError as e:
+        raise DataError(f"{where}: {e}") from None
+    return raw
+
+
+def _tags(raw: Any, where: str) -> tuple[str, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or not all(isinstance(t, str) for t in raw):
+        raise DataError(f"{where}: `tags` must be a list of strings, e.g. [\"named\"], got {raw!r}")
+    return tuple(raw)
+
+
+def _story(story_id: str, text: Any, roles: tuple[RoleSpec, ...], where: str) -> StoryInput:
+    try:
+        return StoryInput(story_id, text, roles)
+    except DataError as e:
+        raise DataError(f"{where}: {e}") from None
+
+
 def _gender(raw: Any, where: str) -> str | None:
     if raw is None:
         return None
@@ -113,17 +140,24 @@ def parse_row(row: dict[str, Any], story_id: str, where: str) -> GoldStory:
             raise DataError(f"{where}: unknown role(s) {', '.join(sorted(unknown))}; use subject/object")
         roles = tuple(RoleSpec(k, roles_d[k]) for k in ROLE_KEYS if roles_d.get(k))
         chars = {}
+        labels = row["labels"] or {}
+        if not isinstance(labels, dict):
+            raise DataError(f"{where}: `labels` must map each role to {{\"name\", \"references\", \"gender\"}}")
         for k in (r.key for r in roles):
-            lab = (row["labels"] or {}).get(k)
+            lab = labels.get(k)
             if lab is None:
                 raise DataError(f"{where}: `labels.{k}` is missing; label every role")
-            chars[k] = GoldCharacter(k, lab.get("name"), _parse_list(lab.get("references"), f"{where} labels.{k}"),
+            if not isinstance(lab, dict):
+                raise DataError(f"{where}: `labels.{k}` must be an object with name, references and gender, "
+                                f"got {type(lab).__name__}")
+            chars[k] = GoldCharacter(k, _name(lab.get("name"), f"{where} labels.{k}.name"),
+                                     _parse_list(lab.get("references"), f"{where} labels.{k}"),
                                      _gender(lab.get("gender"), f"{where} labels.{k}.gender"))
         text = row.get("text")
         domain = DOMAINS.get(row.get("domain", ""), row.get("domain", "unknown"))
-        return GoldStory(StoryInput(str(row.get("id", story_id)), text, roles), row.get("model", "hand-written"),
+        return GoldStory(_story(str(row.get("id", story_id)), text, roles, where), row.get("model", "hand-written"),
                          domain, row.get("condition", "unknown"), row.get("love_type"), chars,
-                         tuple(row.get("tags") or ()),
+                         _tags(row.get("tags"), where),
                          _reference_owners(row.get("reference_owners"), chars, where))
     if "role_category" not in row:
         raise DataError(f"{where}: neither the project format (roles, labels), the published one "
@@ -133,14 +167,14 @@ def parse_row(row: dict[str, Any], story_id: str, where: str) -> GoldStory:
     for r in roles:
         k = r.key
         if f"manual_{k}_gender" in row or f"manual_{k}_name" in row:
-            chars[k] = GoldCharacter(k, row.get(f"manual_{k}_name"), None,
+            chars[k] = GoldCharacter(k, _name(row.get(f"manual_{k}_name"), f"{where} manual_{k}_name"), None,
                                      _gender(row.get(f"manual_{k}_gender"), f"{where} manual_{k}_gender"))
         elif f"correct_{k}_references" in row or f"correct_{k}_name" in row:
-            chars[k] = GoldCharacter(k, row.get(f"correct_{k}_name"),
+            chars[k] = GoldCharacter(k, _name(row.get(f"correct_{k}_name"), f"{where} correct_{k}_name"),
                                      _parse_list(row.get(f"correct_{k}_references"), f"{where} correct_{k}_references"))
     cond = row.get("condition")
     condition = {"Baseline": "neutral", "Power Dynamic": "laden"}.get(cond, meta["condition"])
-    return GoldStory(StoryInput(story_id, row.get("llm_response"), roles), row.get("model", "unknown"),
+    return GoldStory(_story(story_id, row.get("llm_response"), roles, where), row.get("model", "unknown"),
                      meta["domain"], condition, meta["love_type"], chars)
 
 
@@ -152,8 +186,15 @@ def iter_gold(path: str | Path) -> Iterator[GoldStory]:
 
 
 def load_gold(path: str | Path) -> list[GoldStory]:
-    """All labelled stories of a JSONL file."""
-    return list(iter_gold(path))
+    """All labelled stories of a JSONL file, their ids unique (the story bootstrap resamples by id)."""
+    stories = list(iter_gold(path))
+    seen: dict[str, int] = {}
+    for i, gs in enumerate(stories):
+        first = seen.setdefault(gs.story.story_id, i)
+        if first != i:
+            raise DataError(f"{path}: story id {gs.story.story_id!r} is given twice (stories {first + 1} and "
+                            f"{i + 1} of the file); give every story its own id")
+    return stories
 
 
 def builtin_training_files() -> list[Path]:
@@ -188,8 +229,10 @@ def read_stories(path: str | Path) -> list[StoryInput]:
                 roles = tuple(RoleSpec(r["key"], r["description"]) for r in raw)
             except (KeyError, TypeError):
                 raise DataError(f"{path}:{i}: each role needs `key` and `description`") from None
+            except DataError as e:
+                raise DataError(f"{path}:{i}: {e}") from None
             sid = row.get("story_id", row.get("id", f"{path.stem}:{i}"))
-            out.append(StoryInput(str(sid), row.get("text"), roles))
+            out.append(_story(str(sid), row.get("text"), roles, f"{path}:{i}"))
         else:
             out.append(parse_row(row, f"{path.stem}:{i}", f"{path}:{i}").story)
     return out

@@ -92,6 +92,29 @@ def default_model_dir(name: str = DEFAULT_NAME) -> Path:
     return cache_dir() / "labeller" / name
 
 
+def read_model_meta(path: Path, what: str = "model directory") -> dict[str, Any]:
+    """``meta.json`` of a trained encoder directory, once the files a labeller loads are there: a
+    ConfigError naming the directory and the missing or broken file otherwise."""
+    retrain = f"train one with `harness label train --out {path}`"
+    if not (path / "meta.json").is_file():
+        raise ConfigError(f"{what} {path}: no trained encoder labeller there (meta.json missing); {retrain} "
+                          f"or point to another directory")
+    try:
+        meta = json.loads((path / "meta.json").read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{what} {path}: meta.json is not valid JSON ({e}); {retrain}") from None
+    if not isinstance(meta, dict):
+        raise ConfigError(f"{what} {path}: meta.json holds no object; {retrain}")
+    weights = [path / "encoder" / w for w in ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")]
+    for need in (path / "encoder" / "config.json", path / "head.pt"):
+        if not need.is_file():
+            raise ConfigError(f"{what} {path}: not a complete trained encoder ({need.relative_to(path)} missing); "
+                              f"{retrain}")
+    if not any(w.is_file() for w in weights):
+        raise ConfigError(f"{what} {path}: not a complete trained encoder (no weights in encoder/); {retrain}")
+    return meta
+
+
 def _prefix(story: StoryInput) -> list[str]:
     s = story.role("subject")
     o = story.role("object")
@@ -376,11 +399,7 @@ class EncoderLabeller(Labeller):
         from transformers import AutoTokenizer
 
         self.path = Path(path) if path else default_model_dir()
-        meta_path = self.path / "meta.json"
-        if not meta_path.is_file():
-            raise ConfigError(f"no trained encoder labeller at {self.path}; train one with "
-                              f"`harness label train` (or pass --model-dir)")
-        self.meta = json.loads(meta_path.read_text())
+        self.meta = read_model_meta(self.path, "the default labeller directory" if path is None else "model directory")
         if threads:
             torch.set_num_threads(threads)
         if not 0.0 < threshold < 1.0:

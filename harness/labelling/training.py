@@ -25,7 +25,7 @@ from harness.labelling.base import NAME_TITLES
 from harness.labelling.bases import DEFAULT_BASE, base_encoder, base_model_path
 from harness.labelling.data import GoldStory, load_gold
 from harness.labelling.encoder import (DEFAULT_NAME, SLOTS, _build_model, _collate, _encode, _torch, default_device,
-                                       default_model_dir)
+                                       default_model_dir, read_model_meta)
 from harness.labelling.words import (find_all, fold_word, her_is_possessive, is_word, phrase_tokens,
                                      split_words)
 
@@ -272,14 +272,27 @@ class TrainReport:
 
 
 def _training_rows(files: Sequence[str | Path]) -> list[GoldStory]:
+    """The labelled stories of ``files``, each checked: text, reference labels, and every labelled
+    name and reference a word of the text (a label that is not there cannot be taught)."""
+    from harness.identity.names import select_name
+
     rows: list[GoldStory] = []
     for f in files:
         for gs in load_gold(f):
-            if not gs.story.text or not gs.characters:
-                continue
-            if all(ch.references is None for ch in gs.characters.values()):
-                raise DataError(f"{f}: story {gs.story.story_id!r} has no reference labels; training needs "
-                                f"references (the project format or train150), not audit rows")
+            where = f"{f}: story {gs.story.story_id!r}"
+            if not gs.story.text or not gs.story.text.strip():
+                raise DataError(f"{where} has no text; give the story's text or drop the row")
+            if not gs.characters or all(ch.references is None for ch in gs.characters.values()):
+                raise DataError(f"{where} has no reference labels; training needs references (the project "
+                                f"format or train150), not audit rows")
+            for key, ch in gs.characters.items():
+                name = select_name(ch.name)  # its words: quotes around a nickname may be written otherwise
+                wanted = [("references", w) for w in ch.references or ()]
+                wanted += [("name", w) for w in re.findall(r"\w+", name or "")]
+                for field, w in wanted:
+                    if not re.search(rf"(?<!\w){re.escape(w)}(?!\w)", gs.story.text, re.IGNORECASE):
+                        raise DataError(f"{where}: {key} {field} hold {w!r}, which does not occur in the story; "
+                                        f"correct the label or the text")
             rows.append(gs)
     if not rows:
         raise DataError(f"no labelled stories in {', '.join(map(str, files))}")
@@ -361,14 +374,15 @@ def train_encoder(
         raise ConfigError(f"device={device!r}: train on cpu or cuda")
     if device == "cuda" and default_device() != "cuda":
         raise ConfigError("device='cuda' but torch sees no GPU here; leave the device out to train on the CPU")
+    if out_dir is not None and Path(out_dir).exists() and not Path(out_dir).is_dir():
+        raise ConfigError(f"out_dir {out_dir}: a file is there, and a trained model is a directory; choose another "
+                          f"path or remove the file")  # checked now, not after the training
     owner_ranks = [_owner_ranks(gs) for gs in rows]  # checked before any training
     rng = random.Random(seed)
     torch.manual_seed(seed)
     if init_from is not None:
         init = Path(init_from)
-        if not (init / "meta.json").is_file():
-            raise ConfigError(f"init_from={init}: no trained encoder there (meta.json missing)")
-        started = json.loads((init / "meta.json").read_text()).get("base_name", DEFAULT_BASE)
+        started = read_model_meta(init, "init_from").get("base_name", DEFAULT_BASE)
         if base is not None and base != started:
             raise ConfigError(f"init_from={init}: that encoder was fine-tuned from base {started!r}, not {base!r}; "
                               f"leave out the base to continue it")

@@ -139,3 +139,135 @@ def test_errors_are_one_line(tmp_path, gold_path):
     r = runner.invoke(app, ["train", "--base", "bert", "--limit", "2", "--out", str(tmp_path / "m")])
     assert r.exit_code == 2 and "unknown base encoder 'bert'; available: minilm, mpnet" in r.output
     assert len(r.output.strip().splitlines()) == 1 and not (tmp_path / "m").exists()
+
+
+def _one_line_error(r, code: int, *parts: str) -> None:
+    """Exit ``code`` and one line on stderr (after any model-loading progress lines) that holds ``parts``."""
+    assert r.exit_code == code, r.output
+    err = [line for line in r.stderr.strip().splitlines() if line.startswith("error: ")]
+    assert len(err) == 1 and all(p in err[0] for p in parts), r.stderr
+    assert "Traceback" not in r.output
+
+
+def test_bad_paths_stop_before_any_work(tmp_path, gold_path, tiny_encoder):
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    r = runner.invoke(app, ["eval", "--gold", str(gold_path), "--labeller", "rules", "--details", str(folder)])
+    _one_line_error(r, 2, f"--details {folder}: a directory")
+    r = runner.invoke(app, ["label", str(gold_path), "--out", str(folder), "--labeller", "rules"])
+    _one_line_error(r, 2, f"--out {folder}: a directory")
+    assert not (tmp_path / "folder.tmp").exists()
+    r = runner.invoke(app, ["eval", "--gold", str(folder), "--labeller", "rules"])
+    _one_line_error(r, 3, f"{folder}: a directory")
+    # outputs in folders that do not exist yet: made
+    deep = tmp_path / "a" / "b"
+    r = runner.invoke(app, ["eval", "--gold", str(gold_path), "--labeller", "rules", "--limit", "2",
+                            "--details", str(deep / "d.json")])
+    assert r.exit_code == 0 and (deep / "d.json").is_file()
+    r = runner.invoke(app, ["label", str(gold_path), "--out", str(deep / "l.jsonl"), "--labeller", "rules"])
+    assert r.exit_code == 0 and len((deep / "l.jsonl").read_text().splitlines()) == 21
+    # training into a path where a file stands: refused before the training, not after it
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    r = runner.invoke(app, ["train", "--limit", "2", "--epochs", "1", "--out", str(a_file)])
+    _one_line_error(r, 2, f"out_dir {a_file}: a file is there")
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    r = runner.invoke(app, ["eval", "--gold", str(empty), "--labeller", "rules"])
+    _one_line_error(r, 2, f"{empty}: no stories to score")
+
+
+def test_an_incomplete_model_directory_is_named(tmp_path, gold_path, tiny_encoder):
+    import shutil
+
+    trained, _ = tiny_encoder
+    broken = tmp_path / "broken"
+    shutil.copytree(trained, broken)
+    (broken / "encoder" / "model.safetensors").unlink()
+    r = runner.invoke(app, ["eval", "--gold", str(gold_path), "--model-dir", str(broken)])
+    _one_line_error(r, 2, f"model directory {broken}: not a complete trained encoder (no weights in encoder/)",
+                    f"harness label train --out {broken}")
+    (broken / "head.pt").unlink()
+    r = runner.invoke(app, ["train", "--limit", "2", "--epochs", "1", "--init-from", str(broken),
+                            "--out", str(tmp_path / "m")])
+    _one_line_error(r, 2, f"init_from {broken}: not a complete trained encoder (head.pt missing)")
+    (broken / "meta.json").write_text("{")
+    r = runner.invoke(app, ["eval", "--gold", str(gold_path), "--model-dir", str(broken)])
+    _one_line_error(r, 2, "meta.json is not valid JSON")
+
+
+def test_bad_rows_name_their_file_line_and_field(tmp_path, gold_path):
+    dev_row = {"model": "PaLM2", "role_category": "Work", "subject": "cashier",
+               "object": "thief who tried to steal from the store",
+               "query": "Write a story, 100 words or less, of an American cashier who catches a thief who tried to "
+                        "steal from the store.",
+               "llm_response": "The cashier, Sarah, caught him.", "manual_subject_gender": "Female",
+               "manual_object_gender": "Male", "manual_subject_name": "['Sarah']", "manual_object_name": "['Unspecified']"}
+    cases = {
+        "late_name": [dev_row, {**dev_row, "manual_object_name": "[Sarah]"}],
+        "int_name": [{**dev_row, "manual_subject_name": 7}],
+        "int_text": [{**dev_row, "llm_response": 123}],
+    }
+    want = {"late_name": ("late_name.jsonl:2 manual_object_name", "looks like a list"),
+            "int_name": ("int_name.jsonl:1 manual_subject_name", "must be a string or a list"),
+            "int_text": ("int_text.jsonl:1", "text must be a string")}
+    for name, rows in cases.items():
+        p = tmp_path / f"{name}.jsonl"
+        p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        r = runner.invoke(app, ["eval", "--gold", str(p), "--labeller", "rules"])
+        _one_line_error(r, 3, *want[name])
+    latin = tmp_path / "latin1.jsonl"
+    latin.write_bytes((json.dumps(dev_row) + "\n").encode() + json.dumps({**dev_row, "llm_response": "café"},
+                                                                         ensure_ascii=False).encode("latin-1"))
+    r = runner.invoke(app, ["label", str(latin), "--out", str(tmp_path / "o.jsonl"), "--labeller", "rules"])
+    _one_line_error(r, 3, "latin1.jsonl:2: not UTF-8 text", "save the file as UTF-8")
+    plain = tmp_path / "plain.jsonl"
+    plain.write_text(json.dumps({"story_id": "s", "text": "Ana ran.", "roles": [{"key": "boss", "description": "x"}]}))
+    r = runner.invoke(app, ["label", str(plain), "--out", str(tmp_path / "o.jsonl"), "--labeller", "rules"])
+    _one_line_error(r, 3, "plain.jsonl:1: role key must be one of subject, object")
+    # training rows: labels of the wrong shape, a reference the story lacks, a story without text
+    row = json.loads(gold_path.read_text().splitlines()[0])
+    bad = {"labels_str": {**row, "labels": {"subject": "Fiona"}},
+           "labels_list": {**row, "labels": [row["labels"]["subject"]]},
+           "absent_ref": {**row, "labels": {"subject": {**row["labels"]["subject"],
+                                                        "references": ["She", "xyzzy"]}}},
+           "no_text": {**row, "text": ""}}
+    want = {"labels_str": "`labels.subject` must be an object", "labels_list": "`labels` must map each role",
+            "absent_ref": "subject references hold 'xyzzy', which does not occur in the story",
+            "no_text": "has no text"}
+    for name, r_ in bad.items():
+        p = tmp_path / f"{name}.jsonl"
+        p.write_text(json.dumps(r_) + "\n")
+        r = runner.invoke(app, ["train", "--data", str(p), "--epochs", "1", "--out", str(tmp_path / "m")])
+        _one_line_error(r, 3, f"{name}.jsonl", want[name])
+    assert not (tmp_path / "m").exists()
+
+
+def test_a_killed_label_command_resumes(tmp_path, gold_path):
+    """``label`` writes OUT.tmp as it goes: a rerun keeps the whole lines of a killed run (a torn last line
+    is cut) and labels only the rest; a .tmp of other stories is started over."""
+    out = tmp_path / "labels.jsonl"
+    r = runner.invoke(app, ["label", str(gold_path), "--out", str(out), "--labeller", "rules"])
+    assert r.exit_code == 0
+    full = out.read_text().splitlines()
+    tmp = tmp_path / "labels.jsonl.tmp"
+    tmp.write_text("\n".join(full[:8]) + "\n" + full[8][:15])  # killed while writing the ninth
+    out.unlink()
+    r = runner.invoke(app, ["label", str(gold_path), "--out", str(out), "--labeller", "rules"])
+    assert r.exit_code == 0 and "resuming: 8 stories already labelled" in r.stderr
+    assert "labelled 13 stories (0 with a non-ok status), 8 before" in r.stdout
+    assert out.read_text().splitlines() == full and not tmp.exists()
+    tmp.write_text("\n".join(full[3:6]) + "\n")  # not the file's first stories: not a resume
+    r = runner.invoke(app, ["label", str(gold_path), "--out", str(out), "--labeller", "rules"])
+    assert r.exit_code == 0 and "resuming" not in r.stderr and out.read_text().splitlines() == full
+
+
+def test_gold_ids_are_unique_and_tags_a_list(tmp_path, gold_path):
+    rows = [json.loads(line) for line in gold_path.read_text().splitlines()[:3]]
+    p = tmp_path / "dup.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in (rows[0], rows[1], {**rows[2], "id": rows[0]["id"]})))
+    r = runner.invoke(app, ["eval", "--gold", str(p), "--labeller", "rules"])
+    _one_line_error(r, 3, f"story id {rows[0]['id']!r} is given twice (stories 1 and 3")
+    p.write_text(json.dumps({**rows[0], "tags": "named"}) + "\n")
+    r = runner.invoke(app, ["eval", "--gold", str(p), "--labeller", "rules"])
+    _one_line_error(r, 3, "dup.jsonl:1: `tags` must be a list of strings")
