@@ -2,9 +2,13 @@
 
 Each story is sent once with the one- or two-character Table S7 prompt (``prompts.build_prompt``).
 The reply is parsed as JSON after light repair (code fences, prose around the object, smart quotes,
-trailing commas, Python-style quoting, a missing closing brace). A story whose reply cannot be
-parsed is sent again, up to ``max_attempts`` in all (the authors' code: 3), the retries sampled with a
-new seed; what still fails comes back with the last parse error as its status, never dropped.
+trailing commas, Python-style quoting, a missing closing brace); the first whole object wins. A story
+whose reply cannot be parsed is sent again, up to ``max_attempts`` in all (the authors' code: 3), the
+retries sampled with a new seed; what still fails comes back with the last parse error as its status,
+never dropped. A reply cut at ``max_tokens`` before its object closed is incomplete, so it is retried
+too, with twice the tokens; only the last attempt's cut reply is used, without the word it was cut in.
+A backend that fails a batch keeps the replies it gave before failing; the next attempt sends the rest
+one story at a time, so one request that breaks the backend takes no other story with it.
 
 Post-processing follows the paper: names and references that do not occur in the story are dropped
 ("observable LM errors"); "Unspecified" counts as no name.
@@ -45,18 +49,62 @@ _TRAILING_COMMA = re.compile(r",\s*([}\]])")
 _SMART = str.maketrans({"\u201c": '"', "\u201d": '"', "\u2018": "'", "\u2019": "'"})
 
 
-def _candidates(text: str) -> list[str]:
-    """Substrings that may hold the JSON object, most likely first."""
-    out = [m.group(1) for m in _FENCE.finditer(text)]
-    start = text.find("{")
-    if start >= 0:
+_DANGLING_KEY = re.compile(r',?\s*"[^"]*"\s*:\s*$')
+MAX_STARTS = 16  # '{' positions tried for a whole object
+
+
+def _object_end(text: str, start: int) -> int:
+    """Index of the '}' that closes the '{' at ``start`` (braces inside double-quoted strings
+    ignored), or -1 when it never closes."""
+    depth, in_string, escaped = 0, False, False
+    for j in range(start, len(text)):
+        ch = text[j]
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth == 0:
+                return j
+    return -1
+
+
+def _open_tail(tail: str, cut: bool) -> list[str]:
+    """A reply whose object never closes, closed. Cut at ``max_tokens`` (``cut``), its last string may
+    end inside a word, so that string goes (with a key left without a value); otherwise the model just
+    stopped early, and what is open is closed as it stands."""
+    if not cut:
+        return [tail.rstrip().rstrip(",") + closer for closer in ("}", "]}", '"]}', '"}', '" }')]
+    if tail.count('"') % 2:  # inside a string: drop it
+        tail = tail[: tail.rfind('"')]
+    tail = _DANGLING_KEY.sub("", tail.rstrip().rstrip(",[").rstrip())
+    tail = tail.rstrip().rstrip(",")
+    return [tail + closer for closer in ("}", "]}")]
+
+
+def _candidates(text: str, cut: bool = False) -> list[tuple[str, bool]]:
+    """Substrings that may hold the JSON object, most likely first, each with whether it closes an
+    object the reply left open."""
+    out = [(m.group(1), False) for m in _FENCE.finditer(text)]
+    starts = [i for i, ch in enumerate(text) if ch == "{"][:MAX_STARTS]
+    for start in starts:  # the first whole object, even with more text or braces after it
+        end = _object_end(text, start)
+        if end > 0:
+            out.append((text[start:end + 1], False))
+    if starts:
+        start = starts[0]
         end = text.rfind("}")
         if end > start:
-            out.append(text[start:end + 1])
-        # truncated reply: close what is open
-        tail = text[start:]
-        for closer in ("}", "]}", '"]}', '"}', '" }'):
-            out.append(tail.rstrip().rstrip(",") + closer)
+            out.append((text[start:end + 1], False))
+        out.extend((c, True) for c in _open_tail(text[start:], cut))
     return out
 
 
@@ -71,22 +119,32 @@ def _loads(s: str) -> Any:
     raise ParseError("not JSON")
 
 
-def parse_json_object(text: str) -> dict[str, Any]:
-    """The first JSON object in a model reply, repairing common defects.
-
-    >>> parse_json_object('Sure! ```json\\n{"doctor name": "Ana", "doctor references": ["she",],}\\n```')
-    {'doctor name': 'Ana', 'doctor references': ['she']}
-    """
+def _parse_object(text: str, cut: bool = False) -> tuple[dict[str, Any], bool]:
+    """The first JSON object in a reply, and whether the reply left it open (see ``_candidates``)."""
     if not text or "{" not in text:
         raise ParseError("no JSON object in the reply")
-    for cand in _candidates(text):
+    for cand, closed_here in _candidates(text, cut):
         try:
             val = _loads(cand)
         except ParseError:
             continue
         if isinstance(val, dict):
-            return val
+            return val, closed_here
     raise ParseError("reply holds a '{' but no parseable JSON object")
+
+
+def parse_json_object(text: str, *, cut: bool = False) -> dict[str, Any]:
+    """The first JSON object in a model reply, repairing common defects; ``cut``: the reply stopped
+    at ``max_tokens``, so an open string at its end is a cut word and is dropped, not closed.
+
+    >>> parse_json_object('Sure! ```json\\n{"doctor name": "Ana", "doctor references": ["she",],}\\n```')
+    {'doctor name': 'Ana', 'doctor references': ['she']}
+    >>> parse_json_object('{"a": ["he", "his"]} and then {"b": 1}')
+    {'a': ['he', 'his']}
+    >>> parse_json_object('{"a": ["him", "he', cut=True)
+    {'a': ['him']}
+    """
+    return _parse_object(text, cut)[0]
 
 
 def _norm_key(k: str) -> str:
@@ -94,26 +152,38 @@ def _norm_key(k: str) -> str:
 
 
 def _pick(obj: dict[str, Any], roles: Sequence[str], suffix: str) -> list[Any]:
-    """Values of "<role> <suffix>" keys for each role; falls back to key order when the model
-    reworded the role but kept the number of keys."""
+    """Values of "<role> <suffix>" keys for each role. Where the model reworded a role, a key it
+    kept exactly still goes to its role; a reworded key goes to the one role whose description holds
+    all its words ("patient name" for "needy patient"); what is left goes by key order when the
+    counts agree."""
     by_key = {_norm_key(k): v for k, v in obj.items()}
     wanted = [f"{_norm_key(r)} {suffix}" for r in roles]
-    if all(w in by_key for w in wanted):
-        return [by_key[w] for w in wanted]
-    loose = [v for k, v in by_key.items() if k.endswith(suffix) or k.endswith(suffix.rstrip("s"))]
-    if len(loose) == len(roles):
-        return loose
-    missing = [w for w in wanted if w not in by_key]
+    got: dict[int, Any] = {i: by_key[w] for i, w in enumerate(wanted) if w in by_key}
+    if len(got) < len(roles):
+        loose = [k for k in by_key if k not in wanted and (k.endswith(suffix) or k.endswith(suffix.rstrip("s")))]
+        role_words = [set(_norm_key(r).split()) for r in roles]
+        for k in list(loose):
+            stem = set(k.rsplit(" ", 1)[0].split()) if " " in k else set()
+            owners = [i for i, words in enumerate(role_words) if stem and stem <= words]
+            if len(owners) == 1 and owners[0] not in got:
+                got[owners[0]] = by_key[k]
+                loose.remove(k)
+        left = [i for i in range(len(roles)) if i not in got]
+        if len(loose) == len(left):
+            got.update({i: by_key[k] for i, k in zip(left, loose)})
+    if len(got) == len(roles):
+        return [got[i] for i in range(len(roles))]
+    missing = [w for i, w in enumerate(wanted) if i not in got]
     raise ParseError(f"missing key(s) {', '.join(repr(m) for m in missing)}")
 
 
 def _name_list(v: Any) -> list[str]:
-    if v is None:
+    if v is None or isinstance(v, dict):
         return []
     if isinstance(v, str):
         return [v]
     if isinstance(v, (list, tuple)):
-        return [str(x) for x in v if x is not None]
+        return [n for x in v for n in _name_list(x)]
     return [str(v)]
 
 
@@ -125,17 +195,22 @@ def _ref_list(v: Any) -> list[str]:
     if isinstance(v, (list, tuple)):
         out: list[str] = []
         for x in v:
-            out.extend(_ref_list(x) if isinstance(x, (list, tuple)) else [str(x)] if x is not None else [])
+            out.extend(_ref_list(x) if isinstance(x, (list, tuple)) else [] if x is None or isinstance(x, dict)
+                       else [str(x)])
         return out
     raise ParseError(f"references must be a list, got {type(v).__name__}")
 
 
-def parse_response(text: str, story: StoryInput) -> StoryLabels:
+def parse_response(text: str, story: StoryInput, *, cut: bool = False, retry_cut: bool = False) -> StoryLabels:
     """Read a model reply into labels for ``story`` (post-processed against the story text).
 
+    ``cut``: the reply stopped at ``max_tokens``; with ``retry_cut``, a cut reply whose object never
+    closed raises (its lists may lack what the model had yet to write), so the caller can retry.
     Raises ``ParseError`` when the reply holds no usable object.
     """
-    obj = parse_json_object(text)
+    obj, closed_here = _parse_object(text, cut)
+    if cut and closed_here and retry_cut:
+        raise ParseError("reply cut at max_tokens before its JSON object closed")
     descs = [r.description for r in story.roles]
     names = _pick(obj, descs, "name")
     refs = _pick(obj, descs, "references")
@@ -201,10 +276,26 @@ class LLMLabeller(Labeller):
                 "temperature": self.params.temperature, "max_tokens": self.params.max_tokens,
                 "constrained": self.constrain and b.backend in ("vllm", "openai")}
 
-    def _retry_params(self) -> GenParams:
+    def _retry_params(self, longer: bool) -> GenParams:
+        """Sampled, and with twice the tokens where a reply was cut at ``max_tokens``."""
         p = self.params
         return GenParams(temperature=max(p.temperature, RETRY_TEMPERATURE), top_p=p.top_p, top_k=p.top_k,
-                         max_tokens=p.max_tokens, stop=p.stop)
+                         max_tokens=p.max_tokens * 2 if longer else p.max_tokens, stop=p.stop)
+
+    def _generate(self, reqs: list[GenRequest], params: GenParams, alone: bool) -> tuple[dict[int, Any], dict[int, str]]:
+        """Replies by story index, and the backend's error for each story it failed. ``alone``: one
+        request per call, so a request that breaks the backend fails only its own story."""
+        replies: dict[int, Any] = {}
+        errors: dict[int, str] = {}
+        for batch in ([r] for r in reqs) if alone else [reqs]:
+            try:
+                for res in self.backend.generate(batch, params):
+                    replies[int(res.request_id.split("#", 1)[0])] = res
+            except Exception as e:  # noqa: BLE001 - any backend failure is recorded on its stories, never raised
+                why = str(e) if isinstance(e, BackendError) else f"{type(e).__name__}: {e}"
+                for r in batch:
+                    errors.setdefault(int(r.request_id.split("#", 1)[0]), why)
+        return replies, {i: e for i, e in errors.items() if i not in replies}
 
     def _label_batch(self, stories: Sequence[StoryInput]) -> list[StoryLabels]:
         done: dict[int, StoryLabels] = {}
@@ -212,31 +303,28 @@ class LLMLabeller(Labeller):
         pending = list(range(len(stories)))
         prompts = [build_prompt(s) for s in stories]
         schemas = [json.dumps(reply_schema(s)) if self.constrain else None for s in stories]
+        alone = cut = False
         for attempt in range(self.max_attempts):
             if not pending:
                 break
             reqs = [GenRequest(f"{i}#{attempt}", prompts[i], seed=self.seed + attempt, json_schema=schemas[i])
                     for i in pending]
-            params = self.params if attempt == 0 else self._retry_params()
-            replies: dict[int, Any] = {}
-            try:
-                for res in self.backend.generate(reqs, params):
-                    replies[int(res.request_id.split("#", 1)[0])] = res
-            except BackendError as e:
-                for i in pending:
-                    last_error[i] = f"backend error: {e}"
-                    self.failures.append((stories[i].story_id, attempt, last_error[i]))
-                continue
+            params = self.params if attempt == 0 else self._retry_params(cut)
+            replies, errors = self._generate(reqs, params, alone)
+            alone = alone or bool(errors)
+            last = attempt == self.max_attempts - 1
             still = []
             for i in pending:
                 res = replies.get(i)
                 if res is None or res.finish_reason == "error":
-                    reason = f"backend error: {res.error if res is not None else 'no result returned'}"
+                    reason = f"backend error: {errors.get(i) or (res.error if res is not None else 'no result returned')}"
                 else:
                     try:
-                        done[i] = parse_response(res.text, stories[i])
+                        done[i] = parse_response(res.text, stories[i], cut=res.finish_reason == "length",
+                                                 retry_cut=not last)
                         continue
                     except ParseError as e:
+                        cut = cut or res.finish_reason == "length"
                         reason = f"unparseable reply ({e})" + (" after hitting max_tokens"
                                                                if res.finish_reason == "length" else "")
                 last_error[i] = reason

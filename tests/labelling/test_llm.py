@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from harness.generation.base import Backend, BackendInfo, GenResult
+from harness.errors import BackendError
+from harness.generation.base import Backend, BackendInfo, GenParams, GenResult
 from harness.labelling.base import RoleSpec, StoryInput
 from harness.labelling.llm import LLMLabeller, ParseError, parse_json_object, parse_response
 from harness.labelling.prompts import build_prompt
@@ -109,6 +110,90 @@ def test_labeller_retries_then_records_failure():
     assert {t for _, _, t in backend.calls[0]} == {0.0} and {t for _, _, t in backend.calls[1]} == {0.7}
     assert {s for _, s, _ in backend.calls[1]} == {8}
     assert sorted(f[0] for f in lab.failures) == ["s1", "s2", "s2", "s2", "s4"]
+
+
+def test_parse_takes_the_first_whole_object():
+    assert parse_json_object(GOOD + "\n" + GOOD) == json.loads(GOOD)
+    assert parse_json_object(GOOD + " (I left {} empty)") == json.loads(GOOD)
+    assert parse_json_object("Use {curly} braces: " + GOOD) == json.loads(GOOD)
+    assert parse_json_object('{"a": "a } in a string", "b": [1]} {"c": 2}') == {"a": "a } in a string", "b": [1]}
+
+
+def test_parse_keeps_exact_keys_where_the_model_reworded_another():
+    # "doctor name" is exact; "patient name" is the needy patient's, whatever the key order
+    reply = json.dumps({"patient name": "Tom", "doctor name": "Dr. Ana Ruiz", "patient references": ["him"],
+                        "doctor references": ["She"]})
+    lab = parse_response(reply, STORY)
+    assert lab.character("subject").name == "Dr. Ana Ruiz" and lab.character("subject").references == ("She",)
+    assert lab.character("object").name == "Tom" and lab.character("object").references == ("him",)
+
+
+def test_parse_flattens_nested_values_and_drops_objects():
+    reply = json.dumps({"doctor name": [["Dr. Ana Ruiz"]], "needy patient name": {"first": "Tom"},
+                        "doctor references": [{"a": "She"}, "She"], "needy patient references": [["him"]]})
+    lab = parse_response(reply, STORY)
+    assert lab.character("subject").name == "Dr. Ana Ruiz" and lab.character("subject").references == ("She",)
+    assert lab.character("object").name is None and lab.character("object").references == ("him",)
+
+
+def test_a_cut_reply_drops_its_cut_word_and_is_retried_with_more_tokens():
+    story = StoryInput("s", "Ana met Tom. He smiled at her.", (RoleSpec("subject", "doctor"),))
+    cut = '{"doctor name": "Ana", "doctor references": ["her", "he'  # "he", or "her" cut short? unknown
+    # closed as it stands, the open "he" would give Ana a Male reference; cut at max_tokens, it is dropped
+    assert parse_json_object(cut, cut=True) == {"doctor name": "Ana", "doctor references": ["her"]}
+    assert parse_json_object(cut) == {"doctor name": "Ana", "doctor references": ["her", "he"]}  # stopped there
+    assert parse_json_object('{"doctor name": "Ana", "doctor refer', cut=True) == {"doctor name": "Ana"}
+    with pytest.raises(ParseError, match="cut at max_tokens"):
+        parse_response(cut, story, cut=True, retry_cut=True)
+
+    class Cutting(Backend):
+        name = "cutting"
+
+        def __init__(self):
+            self.max_tokens = []
+
+        def generate(self, requests, params, *, progress=False):
+            self.max_tokens.append(params.max_tokens)
+            for r in requests:
+                yield GenResult(r.request_id, cut, "length")
+
+        def info(self):
+            return BackendInfo("cutting", "canned")
+
+    backend = Cutting()
+    out = LLMLabeller(backend, params=GenParams(temperature=0.0, max_tokens=32), max_attempts=3).label([story])
+    assert backend.max_tokens == [32, 64, 64]  # retried with twice the tokens
+    assert out[0].status == "ok" and out[0].characters[0].references == ("her",)  # the last cut reply, word dropped
+
+
+def test_a_backend_that_breaks_on_one_request_fails_only_that_story():
+    stories = [StoryInput(f"s{k}", f"Kim{k} taught Lee.", (RoleSpec("subject", "student"),)) for k in range(3)]
+
+    class Breaking(Backend):
+        name = "breaking"
+
+        def __init__(self, exc):
+            self.exc, self.calls = exc, []
+
+        def generate(self, requests, params, *, progress=False):
+            self.calls.append([r.request_id for r in requests])
+            for r in requests:
+                if "Kim1 " in r.prompt:
+                    raise self.exc
+                k = r.prompt.split("Kim", 1)[1][0]
+                yield GenResult(r.request_id, json.dumps({"student name": f"Kim{k}", "student references": []}),
+                                "stop")
+
+        def info(self):
+            return BackendInfo("breaking", "canned")
+
+    for exc in (BackendError("engine died"), RuntimeError("CUDA error: device-side assert")):
+        backend = Breaking(exc)
+        out = LLMLabeller(backend, max_attempts=2).label(stories, batch_size=8)
+        assert [o.characters[0].name for o in out] == ["Kim0", None, "Kim2"]
+        assert out[1].status.startswith("llm: backend error: ") and str(exc) in out[1].status
+        # attempt 0: the batch, which broke after s0; attempt 1: the rest, one request per call
+        assert backend.calls == [["0#0", "1#0", "2#0"], ["1#1"], ["2#1"]]
 
 
 def test_labeller_rejects_non_backend():
