@@ -66,6 +66,21 @@ def _by_constructor(self) -> tuple:
     return type(self), tuple(getattr(self, n) for n in self.__slots__)
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def valid_text(text: str) -> str:
+    """``text`` with each lone surrogate (a JSON escape such as "\\ud83d" without its pair: no character,
+    and nothing a tokenizer or a UTF-8 file takes) replaced by U+FFFD, one for one, so offsets hold."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return _SURROGATE.sub("\ufffd", text)
+    return text
+
+
 @dataclass(frozen=True, slots=True)
 class RoleSpec:
     """One character the prompt asks for.
@@ -85,6 +100,7 @@ class RoleSpec:
             raise DataError(f"role key must be one of {', '.join(ROLE_KEYS)}, got {self.key!r}")
         if not isinstance(self.description, str) or not self.description.strip():
             raise DataError(f"role {self.key!r}: description must be a non-empty string, got {self.description!r}")
+        object.__setattr__(self, "description", valid_text(self.description))
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +122,8 @@ class StoryInput:
             raise DataError(f"story {self.story_id!r}: roles must be (subject) or (subject, object), got {keys}")
         if self.text is not None and not isinstance(self.text, str):
             raise DataError(f"story {self.story_id!r}: text must be a string, got {type(self.text).__name__}")
+        if self.text is not None:
+            object.__setattr__(self, "text", valid_text(self.text))
 
     def role(self, key: str) -> RoleSpec | None:
         """The role with this key, or None."""
@@ -333,4 +351,4 @@ class Labeller(abc.ABC):
 
 
 __all__ = ["CharacterLabel", "EMPTY_STORY", "Labeller", "OK", "ROLE_KEYS", "RoleSpec", "StoryInput", "StoryLabels",
-           "alpha_tokens", "dedupe", "failed", "in_story"]
+           "alpha_tokens", "dedupe", "failed", "in_story", "valid_text"]

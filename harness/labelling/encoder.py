@@ -36,7 +36,7 @@ from typing import Any
 
 from harness.errors import ConfigError
 from harness.labelling import role_agent
-from harness.labelling.base import Labeller, StoryInput, StoryLabels
+from harness.labelling.base import Labeller, StoryInput, StoryLabels, failed
 from harness.labelling.bases import DEFAULT_BASE, base_encoder
 from harness.labelling.decoder import REFERENCE_POOLS, WordDecoder
 from harness.labelling.host_pool import HostPool
@@ -115,11 +115,16 @@ def read_model_meta(path: Path, what: str = "model directory") -> dict[str, Any]
     return meta
 
 
+#: Words of a role description the model reads (the suites' longest has 9): a description of hundreds of words
+#: would leave no room for the story, or overflow the model's positions.
+MAX_ROLE_WORDS = 32
+
+
 def _prefix(story: StoryInput) -> list[str]:
     s = story.role("subject")
     o = story.role("object")
-    return ["subject", ":", *s.description.split(), ";", "object", ":",
-            *(o.description.split() if o else ["none"])]
+    return ["subject", ":", *s.description.split()[:MAX_ROLE_WORDS], ";", "object", ":",
+            *(o.description.split()[:MAX_ROLE_WORDS] if o else ["none"])]
 
 
 def _torch():
@@ -179,9 +184,13 @@ def _encoded_from(enc, i: int, words: list[tuple[str, int, int]]) -> _Encoded:
 
 
 def _truncated(words: list[tuple[str, int, int]], word_token: list[int]) -> bool:
-    """Whether truncation cut the story: its last words have no piece. Words with no word piece at all
-    (rare symbols) borrow nothing; truncation leaves -1 at the tail."""
-    return bool(words) and word_token[-1] < 0 and any(is_word(w) for w, _, _ in words[-3:])
+    """Whether truncation cut the story: a word (not punctuation alone: "...", emoji) comes after the
+    last word the model read. Words with no word piece at all (rare symbols) borrow nothing; truncation
+    leaves -1 at the tail."""
+    if not words or word_token[-1] >= 0:
+        return False
+    last = next((k for k in range(len(word_token) - 1, -1, -1) if word_token[k] >= 0), -1)
+    return any(is_word(w) for w, _, _ in words[last + 1:])
 
 
 def _encode(tokenizer, story: StoryInput, text: str | None = None, max_length: int = 384) -> _Encoded:
@@ -510,9 +519,13 @@ class EncoderLabeller(Labeller):
         return [p[i, : len(e.input_ids)] for i, e in enumerate(encoded)]
 
     def _label_batch(self, stories: Sequence[StoryInput]) -> list[StoryLabels]:
-        encoded = _encode_many(self.tokenizer, stories, None, self.max_length)
-        probs = self._probs(encoded)
-        return self.decoder.decode_many(stories, encoded, probs)
+        try:
+            encoded = _encode_many(self.tokenizer, stories, None, self.max_length)
+            return self.decoder.decode_many(stories, encoded, self._probs(encoded))
+        except Exception as e:  # noqa: BLE001 - one story the model cannot take must not sink its batch
+            if len(stories) > 1:
+                return [lab for s in stories for lab in self._label_batch([s])]
+            return [failed(stories[0], f"labeller error: {type(e).__name__}: {e}"[:300])]
 
     def _label_batches(self, batches: Iterable[Sequence[StoryInput]], stories: int) -> Iterator[list[StoryLabels]]:
         """Pipelined over worker processes. Beside a GPU, workers tokenise and decode

@@ -212,6 +212,11 @@ def _only_words(subject: Character, obj: Character) -> Split:
     return words[0] - words[1], words[1] - words[0], words[0] & words[1]
 
 
+#: Longest stretch of text parsed at once: stories run to about 1,000 characters, and spaCy refuses a text of
+#: 1,000,000 (its memory grows with the length), so a longer "sentence" is not a story's and is left unread.
+MAX_PARSE_CHARS = 20_000
+
+
 def _action_sentences(text: str, action: Action) -> list[str]:
     """The sentences in which the action can have a clause (``_worth_parsing``), as chunks to parse: a quoted
     sentence is parsed with the sentence before it, where its speaker is often named
@@ -231,13 +236,14 @@ def _action_sentences(text: str, action: Action) -> list[str]:
             while j > 0 and i - j < 3 and sum(quotes[:j]) % 2 == 1:
                 j -= 1
                 keep.update((j, j - 1) if j else (j,))
+    keep = {i for i in keep if len(sents[i]) <= MAX_PARSE_CHARS}
     chunks: list[list[str]] = []
     for i in sorted(keep):
         if chunks and i - 1 in keep:
             chunks[-1].append(sents[i])
         else:
             chunks.append([sents[i]])
-    return [" ".join(c) for c in chunks]
+    return [chunk for chunk in (" ".join(c) for c in chunks) if len(chunk) <= MAX_PARSE_CHARS]
 
 
 def action_clauses(text: str, action: Action, subject: Character, obj: Character) -> list[tuple[str, int]]:

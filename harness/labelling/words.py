@@ -7,7 +7,11 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-_WORD = re.compile(r"[^\W_]+(?:[-\u2010\u2011][^\W_]+)*|['\u2019][^\W\d_]+|[^\w\s]|_")
+# inside a word: combining accents (text in decomposed form: "Garci" + U+0301 + "a") and invisible format marks
+# (soft hyphen, zero-width space and joiners, word joiner), which a word never starts with
+_INNER = "\u00ad\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f\u200b-\u200d\u2060"
+_PART = rf"[^\W_]+(?:[{_INNER}]+[^\W_]*)*"
+_WORD = re.compile(rf"{_PART}(?:[-\u2010\u2011]{_PART})*|['\u2019][^\W\d_]+(?:[{_INNER}]+[^\W_]*)*|[^\w\s]|_")
 
 
 def split_words(text: str) -> list[tuple[str, int, int]]:

@@ -858,3 +858,69 @@ def test_reference_types_equal_a_loop_over_their_occurrences(pool, agreement):
             occ = [float(p[t, slot]) if t >= 0 else None for t in token]
             want = _references_by_loop(words, occ, 0.5, pool == "max", agreement)
             assert dec._references(_Words.of(e, p), slot) == want, (trial, slot)
+
+
+def test_words_keep_combining_accents_and_invisible_marks():
+    # text in decomposed form (macOS writes it) and soft hyphens: the word as written, not a piece of it
+    import unicodedata
+
+    text = unicodedata.normalize("NFD", "Ms. García taught Zoë Nguyễn.") + " Rive\u00adra met Ri\u200bvera."
+    words = [w for w, _, _ in split_words(text)]
+    assert words == ["Ms", ".", unicodedata.normalize("NFD", "García"), "taught", unicodedata.normalize("NFD", "Zoë"),
+                     unicodedata.normalize("NFD", "Nguyễn"), ".", "Rive\u00adra", "met", "Ri\u200bvera", "."]
+    assert all(text[a:b] == w for w, a, b in split_words(text))
+    # a mark never starts a word, and the splits of plain text are as before
+    assert [w for w, _, _ in split_words("\u0301a Mary-Kate's O'Brien")] == ["\u0301", "a", "Mary-Kate", "'s", "O",
+                                                                              "'Brien"]
+
+
+def test_truncation_is_told_after_trailing_punctuation_and_emoji():
+    from harness.labelling.encoder import _truncated
+
+    for end in ("waited.", "waited...", 'asked "why?!"', "Bye \U0001F60A\U0001F60A\U0001F60A"):
+        words = split_words("Ms. Rivera taught Daniel. Daniel " + end)
+        read = [i if i < 4 else -1 for i in range(len(words))]  # the model read "Ms . Rivera taught"
+        assert _truncated(words, read), end
+        assert not _truncated(words, list(range(len(words))))
+    words = split_words("Ana sang ...")
+    assert not _truncated(words, [0, 1, -1, -1, -1])  # only punctuation after the last word read
+
+
+def test_a_story_the_model_cannot_take_is_kept_with_a_reason(tiny_encoder, gold, monkeypatch):
+    """Lone surrogates (JSON escapes without their pair) and role descriptions of hundreds of words are
+    labelled; a story that still breaks the model is labelled alone and kept with its error, and the
+    rest of its batch is labelled as before."""
+    import harness.labelling.encoder as E
+    from harness.labelling.base import RoleSpec, StoryInput
+
+    out_dir, _ = tiny_encoder
+    lab = EncoderLabeller(out_dir, device="cpu", precision="int8", workers=0)
+    good = [g.story for g in gold[:4]]
+    want = lab.label(good)
+    odd = [StoryInput("sur", "Daniel \ud83d smiled at Ana.", (RoleSpec("subject", "teacher \udc80"),)),
+           StoryInput("long", "Ms. Rivera taught Daniel.", (RoleSpec("subject", "teacher " * 600),))]
+    assert odd[0].text == "Daniel \ufffd smiled at Ana." and odd[0].roles[0].description == "teacher \ufffd"
+    got = lab.label(good[:2] + odd + good[2:], batch_size=8)
+    assert got[:2] + got[4:] == want and [g.status for g in got[2:4]] == ["ok", "ok"]
+    encode = E._encode_many
+
+    def breaks_on(tokenizer, stories, texts=None, max_length=384):
+        if any(s.story_id == "long" for s in stories):
+            raise RuntimeError("The size of tensor a (609) must match the size of tensor b (512)")
+        return encode(tokenizer, stories, texts, max_length)
+
+    monkeypatch.setattr(E, "_encode_many", breaks_on)
+    got = lab.label(good[:2] + odd + good[2:], batch_size=8)
+    assert got[:2] + got[4:] == want and got[2].status == "ok"
+    assert got[3].status == "labeller error: RuntimeError: The size of tensor a (609) must match the size of tensor b (512)"
+    assert all(c.name is None and c.status == got[3].status for c in got[3].characters)
+
+
+def test_the_action_check_leaves_a_sentence_too_long_to_parse():
+    from harness.labelling import role_agent
+
+    role_agent.load()
+    action = role_agent.action_for("romantic partner who pays the bill")
+    text = "Ana Lopez met Ben Cho. Ana paid the bill " + "and smiled " * 110_000 + ". Ben paid the bill."
+    chunks = role_agent._action_sentences(text, action)
+    assert chunks == ["Ben paid the bill."]  # spaCy refuses 1,000,000 characters; no story holds such a sentence
