@@ -16,7 +16,7 @@ import abc
 import re
 import unicodedata
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -223,6 +223,20 @@ def dedupe(words: Iterable[str]) -> tuple[str, ...]:
 # the labeller interface
 
 
+def label_or_keep(label: Callable[[Sequence[Any]], list[StoryLabels]], items: Sequence[Any],
+                  story: Callable[[Any], StoryInput] = lambda item: item) -> list[StoryLabels]:
+    """``label(items)``, where an item that breaks the labeller (a text spaCy refuses, an input the model
+    cannot take) is labelled alone and kept with the error as its status, and the rest of its batch is
+    labelled as it would have been. ``story`` gives an item's story (items may carry more, as a
+    decoder's story, encoding and probabilities do)."""
+    try:
+        return label(items)
+    except Exception as e:  # noqa: BLE001 - kept on the story, never raised past it
+        if len(items) > 1:
+            return [lab for item in items for lab in label_or_keep(label, [item], story)]
+        return [failed(story(items[0]), f"labeller error: {type(e).__name__}: {e}"[:300])]
+
+
 class Labeller(abc.ABC):
     """Base class of every labeller; subclasses implement ``_label_batch``.
 
@@ -241,7 +255,11 @@ class Labeller(abc.ABC):
         """Label batches in order (``stories``: how many stories they hold in all); a labeller may override
         this to overlap them. ``batches`` is lazy: take a batch only when ready to work on it."""
         for b in batches:
-            yield self._label_batch(b)
+            yield self._label_or_keep(b)
+
+    def _label_or_keep(self, stories: Sequence[StoryInput]) -> list[StoryLabels]:
+        """``_label_batch``, with ``label_or_keep``'s guard."""
+        return label_or_keep(self._label_batch, stories)
 
     def info(self) -> dict[str, Any]:
         """What the run manifest records about this labeller (name, weights, versions)."""
@@ -351,4 +369,4 @@ class Labeller(abc.ABC):
 
 
 __all__ = ["CharacterLabel", "EMPTY_STORY", "Labeller", "OK", "ROLE_KEYS", "RoleSpec", "StoryInput", "StoryLabels",
-           "alpha_tokens", "dedupe", "failed", "in_story", "valid_text"]
+           "alpha_tokens", "dedupe", "failed", "in_story", "label_or_keep", "valid_text"]

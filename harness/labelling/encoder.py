@@ -36,7 +36,7 @@ from typing import Any
 
 from harness.errors import ConfigError
 from harness.labelling import role_agent
-from harness.labelling.base import Labeller, StoryInput, StoryLabels, failed
+from harness.labelling.base import Labeller, StoryInput, StoryLabels
 from harness.labelling.bases import DEFAULT_BASE, base_encoder
 from harness.labelling.decoder import REFERENCE_POOLS, WordDecoder
 from harness.labelling.host_pool import HostPool
@@ -519,13 +519,8 @@ class EncoderLabeller(Labeller):
         return [p[i, : len(e.input_ids)] for i, e in enumerate(encoded)]
 
     def _label_batch(self, stories: Sequence[StoryInput]) -> list[StoryLabels]:
-        try:
-            encoded = _encode_many(self.tokenizer, stories, None, self.max_length)
-            return self.decoder.decode_many(stories, encoded, self._probs(encoded))
-        except Exception as e:  # noqa: BLE001 - one story the model cannot take must not sink its batch
-            if len(stories) > 1:
-                return [lab for s in stories for lab in self._label_batch([s])]
-            return [failed(stories[0], f"labeller error: {type(e).__name__}: {e}"[:300])]
+        encoded = _encode_many(self.tokenizer, stories, None, self.max_length)
+        return self.decoder.decode_many(stories, encoded, self._probs(encoded))
 
     def _label_batches(self, batches: Iterable[Sequence[StoryInput]], stories: int) -> Iterator[list[StoryLabels]]:
         """Pipelined over worker processes. Beside a GPU, workers tokenise and decode
@@ -614,7 +609,7 @@ def _cpu_worker_init(kwargs: dict[str, Any]) -> None:
 
 def _worker_label(stories: list[StoryInput]) -> list[StoryLabels]:
     """A whole batch labelled in a CPU worker process (its own model, one torch thread)."""
-    return _WORKER["labeller"]._label_batch(stories)
+    return _WORKER["labeller"]._label_or_keep(stories)
 
 
 def _worker_ready(_: int) -> bool:

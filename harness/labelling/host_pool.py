@@ -15,9 +15,10 @@ import os
 import pickle
 import queue
 from collections.abc import Callable, Iterable, Iterator
+from operator import itemgetter
 from typing import Any
 
-from harness.labelling.base import StoryInput, StoryLabels
+from harness.labelling.base import StoryInput, StoryLabels, label_or_keep
 
 #: batches a worker holds at once (tokenised or waiting to be, waiting for probabilities, or decoding)
 DEPTH = 3
@@ -180,8 +181,9 @@ def _serve(tokenizer_dir: str, decoder: Any, inbox: Any, results: Any) -> None:
                 results.put(("encoded", bid, _collate_np(encoded, tokenizer.pad_token_id)))
             else:
                 stories, encoded = held.pop(bid)
-                probs = [payload[i, : len(e.input_ids)] for i, e in enumerate(encoded)]
-                results.put(("labels", bid, decoder.decode_many(stories, encoded, probs)))
+                items = [(s, e, payload[i, : len(e.input_ids)]) for i, (s, e) in enumerate(zip(stories, encoded))]
+                labels = label_or_keep(lambda its: decoder.decode_many(*map(list, zip(*its))), items, itemgetter(0))
+                results.put(("labels", bid, labels))
         except Exception as e:  # noqa: BLE001 - reported to the model process, which raises it
             results.put(("error", bid, _portable(e)))
 

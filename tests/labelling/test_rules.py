@@ -53,3 +53,20 @@ def test_batch_order(rules, gold):
     out = rules.label(stories, batch_size=4)
     assert [o.story_id for o in out] == [s.story_id for s in stories]
     assert all(len(o.characters) == len(s.roles) for o, s in zip(out, stories))
+
+
+def test_a_story_spacy_refuses_is_kept_with_its_error():
+    """A text over spaCy's 1,000,000 characters: that story keeps the error as its status, the rest of
+    its batch is labelled as alone (``base.label_or_keep``)."""
+    from harness.labelling.base import RoleSpec, StoryInput
+    from harness.labelling.rules import RulesLabeller
+
+    lab = RulesLabeller()
+    roles = (RoleSpec("subject", "teacher"), RoleSpec("object", "student"))
+    ok = StoryInput("ok", "Mr. Chen taught Aisha. He praised her.", roles)
+    big = StoryInput("big", "Ana Lopez met Ben Cho. " + "She smiled. " * 90_000, roles)
+    alone = lab.label([ok])
+    got = lab.label([ok, big, ok], batch_size=4)
+    assert got[0] == got[2] == alone[0] and alone[0].status == "ok"
+    assert got[1].status.startswith("labeller error: ValueError: [E088] Text of length 1080023 exceeds")
+    assert [c.name for c in got[1].characters] == [None, None]
