@@ -97,8 +97,9 @@ def _candidates(text: str, cut: bool = False) -> list[tuple[str, bool]]:
     starts = [i for i, ch in enumerate(text) if ch == "{"][:MAX_STARTS]
     for start in starts:  # the first whole object, even with more text or braces after it
         end = _object_end(text, start)
-        if end > 0:
-            out.append((text[start:end + 1], False))
+        if end < 0:  # open to the end: later braces are inside it
+            break
+        out.append((text[start:end + 1], False))
     if starts:
         start = starts[0]
         end = text.rfind("}")

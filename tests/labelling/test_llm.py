@@ -251,3 +251,8 @@ def test_labeller_engine_must_be_one_it_can_build():
 
     with pytest.raises(ConfigError, match="engine must be transformers or vllm"):
         LLMLabeller(engine="openai")
+
+
+def test_an_open_object_is_not_mistaken_for_the_object_inside_it():
+    reply = '{"doctor name": {"first": "Ana"}, "doctor references": ["She"'
+    assert parse_json_object(reply) == {"doctor name": {"first": "Ana"}, "doctor references": ["She"]}
