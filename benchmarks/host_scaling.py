@@ -26,6 +26,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def _host_work(state_file: str, seconds: float, batch_size: int, start, out) -> None:
@@ -114,10 +115,14 @@ def main() -> None:
     stories = [g.story for g in load_gold(args.dev) if g.story.text]
     rows = scaling(args.model_dir, stories, [int(x) for x in args.workers.split(",")], args.seconds, args.batch_size,
                    name_table=args.name_table)
+    from _results import machine_description
+
+    machine = machine_description()
+    print(json.dumps({"machine": machine}), flush=True)
     for row in rows:
         print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}), flush=True)
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=2))
+        args.json.write_text(json.dumps({"machine": machine, "rows": rows}, indent=2))
 
 
 if __name__ == "__main__":

@@ -6,8 +6,9 @@
 For each labeller: stories/s while labelling the dev stories (model loading excluded) and the
 evaluation figures (gender and name precision/recall, overall, per source model and domain, and the
 gender confusion matrix). For the encoder, memory while streaming a corpus built by repeating the
-dev stories (``--stream`` stories) through ``iter_label``: resident memory is sampled after every
-window and must not grow with the corpus. The encoder must have been trained first
+dev stories (``--stream`` stories) through ``iter_label``: resident memory is sampled every 128 stories
+as the labels arrive and must not grow with the corpus (the section says whether the second half's
+peak stayed within 64 MiB or 3% of the first half's). The encoder must have been trained first
 (``harness label train``); the dev split is only ever scored, never trained or tuned on. The
 ``llm`` labeller (SmolLM2-135M through vLLM on CPU, its replies held to the prompt's JSON schema;
 ``--llm-backend transformers`` for the unconstrained path) is scored on the first ``--llm-limit``
@@ -58,12 +59,40 @@ PRECISION_TEXT = {"int8": "int8 dynamic quantisation (one weight scale per outpu
 BF16_HARDWARE_TEXT = {"amx": "AMX", "avx512": "AVX512-BF16 without AMX", None: "no bfloat16 instructions"}
 
 
+def training_text(train: dict, base: str | None) -> str:
+    """How the encoder's weights were trained, from its ``meta.json`` (``train``, with its ``files`` and
+    ``seconds``): data, recipe, the device that timed it."""
+    extra = " and ".join(f for f in train.get("files") or [] if not f.startswith("project_"))
+    layers = f", {train['layers']} layers" if train.get("layers") else ""
+    start = f", continued from {train['init_from']}" if train.get("init_from") else ""
+    return (f"{base or 'the default base'}{layers}{start}, fine-tuned on {', '.join(train.get('files') or [])} "
+            f"for {train.get('epochs')} epochs (batch {train.get('batch_size')}, lr {train.get('lr')}, seed "
+            f"{train.get('seed')}) in {train.get('seconds')} s on {train.get('device', 'cpu')} (as that machine "
+            f"measured it; `harness label train{' --extra ' + extra if extra else ''} --epochs {train.get('epochs')}"
+            f"{' --lr ' + str(train['lr']) if train.get('lr') not in (None, 1e-4) else ''}`)")
+
+
 def pct(x: float) -> str:
     return "n/a" if x != x else f"{100 * x:.1f}%"
 
 
+SAMPLE_EVERY = 128  # stories between two readings of resident memory while streaming
+
+
+def memory_flat(samples: list[tuple[int, float]]) -> tuple[float, bool]:
+    """Growth of the peak resident memory from the first half of ``samples`` to the second (MiB), and
+    whether it stayed within 64 MiB or 3% (allocator noise): a labeller whose memory grows with the
+    corpus fails on a long enough stream. Needs at least four samples."""
+    if len(samples) < 4:
+        raise ValueError(f"{len(samples)} memory samples: stream more stories to judge the growth")
+    half = len(samples) // 2
+    first, second = max(r for _, r in samples[:half]), max(r for _, r in samples[half:])
+    return second - first, second - first <= max(64.0, 0.03 * first)
+
+
 def stream_memory(labeller, stories, n: int, batch_size: int) -> dict:
-    """Label ``n`` stories (the dev stories repeated) through ``iter_label``; sample RSS as it goes."""
+    """Label ``n`` stories (the dev stories repeated) through ``iter_label``; sample RSS every
+    ``SAMPLE_EVERY`` labels as they arrive."""
     from harness.labelling.base import StoryInput
 
     def corpus():
@@ -78,22 +107,21 @@ def stream_memory(labeller, stories, n: int, batch_size: int) -> dict:
     done = 0
     # iter_label takes a sequence; feed it window by window so the corpus is never materialised
     window = batch_size * 64
-    buf = []
-    for s in corpus():
-        buf.append(s)
-        if len(buf) == window:
+    buf: list = []
+    for s in [*corpus(), None]:
+        if s is not None:
+            buf.append(s)
+        if len(buf) == window or (s is None and buf):
             for _ in labeller.iter_label(buf, batch_size=batch_size):
                 done += 1
+                if done % SAMPLE_EVERY == 0 or done == n:
+                    samples.append((done, rss_mib()))
             buf = []
-            samples.append((done, rss_mib()))
-    if buf:
-        for _ in labeller.iter_label(buf, batch_size=batch_size):
-            done += 1
-        samples.append((done, rss_mib()))
     secs = time.perf_counter() - t0
-    first = samples[0][1]
-    return {"stories": done, "seconds": secs, "stories_per_s": done / secs, "rss_first_mib": first,
-            "rss_last_mib": samples[-1][1], "rss_max_mib": max(r for _, r in samples), "samples": samples}
+    growth, flat = memory_flat(samples)
+    return {"stories": done, "seconds": secs, "stories_per_s": done / secs, "rss_first_mib": samples[0][1],
+            "rss_last_mib": samples[-1][1], "rss_max_mib": max(r for _, r in samples), "rss_growth_mib": growth,
+            "memory_flat": flat, "samples": samples}
 
 
 def random_model_dir(skeleton: Path, out: Path, seed: int = 0) -> Path:
@@ -388,6 +416,7 @@ def main() -> None:
             res["failed_attempts"] = len(lab.failures)
         if name == "encoder":
             res["train"] = {"files": lab.meta.get("files"), **lab.meta.get("train", {}),
+                            "layers": lab.meta.get("layers"), "init_from": lab.meta.get("init_from"),
                             "seconds": lab.meta.get("report", {}).get("seconds")}
         lab.close()
         if name == "llm":
@@ -399,13 +428,15 @@ def main() -> None:
              f"Machine: {machine_description()}; torch threads {args.threads}; "
              f"`OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}`. Command: "
              f"`python benchmarks/labelling.py --labellers {args.labellers} --llm-limit {args.llm_limit} "
-             f"--llm-backend {args.llm_backend} --stream {args.stream}`.", "",
+             f"--llm-backend {args.llm_backend} --stream {args.stream} --batch-size {args.batch_size}"
+             + (f" --model-dir {args.model_dir}" if args.model_dir else "")
+             + (f" --name-table {args.name_table}" if args.name_table else "") + "`.", "",
              "Dev set: `../shared/data/laissez_faire_audit_dev.jsonl` (1,000 stories from 7 commercial-LM "
              "sources, manual gender and name labels); scored only, never trained or tuned on. Definitions in "
              "`harness/labelling/evaluate.py` (per character; gender via the S6a lexicon on the labeller's "
              "references; names compared as parsed first names). Paper targets (Table S8b, fine-tuned "
              "GPT-3.5): gender P 98.0%, R 97.0%, name P 98.1%, R 99.3%.", "",
-             "| labeller | stories | stories/s | gender P | gender R | name P | name R | not labelled |",
+             "| labeller | stories | stories/s | gender P | gender R | name P | name R | not fully labelled |",
              "|---|---|---|---|---|---|---|---|"]
     for name, rep, _ in sections:
         lines.append(f"| {name} | {rep.stories} | {fmt_rate(rep.stories_per_s)} | {pct(rep.gender.precision)} | "
@@ -416,10 +447,7 @@ def main() -> None:
 
         precision = str(results["encoder"]["info"].get("precision"))
         hardware = BF16_HARDWARE_TEXT[bfloat16_hardware()]
-        lines += ["", f"Encoder weights: trained on {', '.join(tr['files'] or [])} for {tr.get('epochs')} epochs "
-                      f"(batch {tr.get('batch_size')}, lr {tr.get('lr')}) in {tr.get('seconds')} s "
-                      f"(`harness label train --extra ../shared/data/laissez_faire_train150.jsonl "
-                      f"--epochs {tr.get('epochs')}`; training time as its CPU measured it); "
+        lines += ["", f"Encoder weights: {training_text(tr, results['encoder']['info'].get('base'))}; "
                       f"{PRECISION_TEXT.get(precision, precision)} at inference (this CPU: {hardware}; "
                       f"`encoder.default_precision`); "
                       f"name check "
@@ -443,7 +471,10 @@ def main() -> None:
         st = results["encoder"]["stream"]
         lines += ["", f"Encoder streaming {st['stories']} stories through `iter_label`: {st['stories_per_s']:.1f} "
                       f"stories/s; resident memory (with the worker processes) {st['rss_first_mib']:.0f} MiB after the "
-                      f"first window, {st['rss_last_mib']:.0f} MiB at the end (max {st['rss_max_mib']:.0f} MiB)."]
+                      f"first {SAMPLE_EVERY} stories, {st['rss_last_mib']:.0f} MiB at the end (max "
+                      f"{st['rss_max_mib']:.0f} MiB, read every {SAMPLE_EVERY} stories); the second half's peak "
+                      f"{st['rss_growth_mib']:+.0f} MiB from the first half's: memory flat "
+                      f"{'met' if st['memory_flat'] else 'NOT met'}."]
     if "llm" in results:
         ll = results["llm"]
         held = "held to the prompt's JSON schema (structured outputs)" if ll["info"].get("constrained") else "free"

@@ -3,8 +3,9 @@
     python benchmarks/seeds.py --seeds 0,1,2,3,4 [--epochs 16] [--extra FILE ...] [--gold FILE ...]
         [--device cuda] [--name-table F] [--json F]
 
-Trains one labeller per seed with the default recipe (``harness label train``: the project's training files
-plus ``--extra`` files, 16 epochs, batch 8, augmentation; only the seed differs), scores each on every
+Trains one labeller per seed with the recipe of the shipped labeller (``harness label train --extra
+laissez_faire_train150.jsonl --epochs 16``: the project's training files plus ``--extra`` files, 16 epochs where
+the command's default is 8, batch 8, augmentation; only the seed differs), scores each on every
 ``--gold`` file (default: the project's held-out files, which no labeller trains on), and reports for each
 file and figure the mean, the standard deviation and the range over the seeds beside each seed's figures,
 and how many characters each number of seeds misses (``misses_by_seeds``).

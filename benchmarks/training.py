@@ -21,6 +21,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def run(device: str, files: list[Path], init_from: Path, epochs: int, limit: int | None, check: int,
@@ -62,7 +63,9 @@ def main() -> None:
     from harness.labelling.data import builtin_training_files
 
     files = list(builtin_training_files()) + args.extra
-    out = {"host_threads": torch.get_num_threads(),
+    from _results import machine_description
+
+    out = {"machine": machine_description(), "host_threads": torch.get_num_threads(),
            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None, "runs": []}
     for device in args.devices.split(","):
         epochs = args.cpu_epochs if device == "cpu" else args.epochs

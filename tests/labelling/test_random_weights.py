@@ -109,3 +109,26 @@ def test_the_host_scaling_benchmark_runs_processes_side_by_side(tiny_encoder, go
     assert all(0 < r["lowest"] <= r["stories_per_s_per_process"] for r in rows)
     assert rows[1]["all_processes_per_s"] == pytest.approx(2 * rows[1]["stories_per_s_per_process"])
     assert rows[0]["python_loop_vs_one_process"] == 1.0
+
+
+def test_the_stream_benchmark_reads_memory_as_it_goes_and_judges_the_growth(tiny_encoder, gold):
+    from harness.labelling.encoder import EncoderLabeller
+
+    bench = _bench()
+    assert bench.memory_flat([(128, 1000.0), (256, 1040.0), (384, 1020.0), (512, 1050.0)]) == (10.0, True)
+    assert bench.memory_flat([(128, 1000.0), (256, 1000.0), (384, 1200.0), (512, 1300.0)]) == (300.0, False)
+    with pytest.raises(ValueError, match="stream more stories"):
+        bench.memory_flat([(128, 1.0), (256, 1.0)])
+    trained, _ = tiny_encoder
+    lab = EncoderLabeller(trained, device="cpu", workers=0)
+    res = bench.stream_memory(lab, [g.story for g in gold], 520, 8)
+    assert res["stories"] == 520 and [k for k, _ in res["samples"]] == [128, 256, 384, 512, 520]
+    assert res["memory_flat"] is True and res["rss_max_mib"] >= res["rss_first_mib"] > 0
+
+
+def test_the_section_says_how_the_weights_were_trained():
+    text = _bench().training_text({"files": ["project_train.jsonl", "laissez_faire_train150.jsonl"], "epochs": 16,
+                                   "batch_size": 8, "lr": 3e-4, "seed": 1, "layers": 6, "init_from": None,
+                                   "device": "cuda", "seconds": 36.0}, "all-MiniLM-L6-v2")
+    assert "on cuda" in text and "seed 1" in text and "lr 0.0003" in text and "--lr 0.0003" in text
+    assert "`harness label train --extra laissez_faire_train150.jsonl --epochs 16 --lr 0.0003`" in text
