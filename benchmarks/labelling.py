@@ -21,6 +21,7 @@ model served from a table of its real probabilities.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -108,7 +109,7 @@ def stream_memory(labeller, stories, n: int, batch_size: int) -> dict:
     # iter_label takes a sequence; feed it window by window so the corpus is never materialised
     window = batch_size * 64
     buf: list = []
-    for s in [*corpus(), None]:
+    for s in itertools.chain(corpus(), [None]):  # None: the end, to label the last part-window
         if s is not None:
             buf.append(s)
         if len(buf) == window or (s is None and buf):

@@ -68,6 +68,10 @@ def atomic_write_text(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def _unreadable(path: Path, e: Exception) -> DataError:
+    return DataError(f"{path}: unreadable shard ({e}); delete it and rerun to regenerate its rows")
+
+
 class RunStore:
     """Reads and writes one run directory."""
 
@@ -146,7 +150,7 @@ class RunStore:
                 has_status = STATUS in pq.read_schema(p).names
                 t = pq.read_table(p, columns=list(key) + ([STATUS] if has_status else []))
             except (pa.ArrowInvalid, OSError) as e:
-                raise DataError(f"{p}: unreadable shard ({e}); delete it and rerun to regenerate its rows") from None
+                raise _unreadable(p, e) from None
             cols = [t.column(k).to_pylist() for k in key]
             if has_status:
                 ok = [r != ERROR for r in t.column(STATUS).to_pylist()]
@@ -173,7 +177,7 @@ class RunStore:
                 cols = None if columns is None else list(dict.fromkeys(columns + [k for k in (*key, STATUS) if k in names]))
                 frames.append(pq.read_table(p, columns=cols).to_pandas())
             except (pa.ArrowInvalid, OSError) as e:
-                raise DataError(f"{p}: unreadable shard ({e}); delete it and rerun to regenerate its rows") from None
+                raise _unreadable(p, e) from None
         df = pd.concat(frames, ignore_index=True)
         key = [k for k in key if k in df.columns]
         if STATUS in df.columns:
