@@ -45,3 +45,16 @@ def test_row_is_consistent(fname, gs):
         got = infer_gender(list(ch.references), text, lexicon="neopronouns")
         assert got == ch.gender, f"{where}: references {list(ch.references)} give {got}, labelled {ch.gender}"
     _owner_ranks(gs)  # a DataError names the word whose owners do not match its occurrences
+
+
+def test_every_pronoun_family_the_decoder_knows_is_taught():
+    """Each pronoun family of the decoder (he, she, they, xe, ze/zie, ey, fae) is among the references of at least
+    ten characters of the training files: a family the tagger never saw gets no references at all (the Spivak
+    ey/em/eir set before project_train_5.jsonl, where "Ey" was even taken for a name)."""
+    from harness.labelling.decoder import PRONOUN_FAMILIES
+
+    training = [gs for f in builtin_training_files() for gs in load_gold(f)]
+    for family in PRONOUN_FAMILIES:
+        taught = sum(any(r.lower() in family for r in ch.references or ())
+                     for gs in training for ch in gs.characters.values())
+        assert taught >= 10, f"{family[0]}/{family[1]}: only {taught} training characters use this family"
