@@ -447,9 +447,11 @@ def main() -> None:
         from harness.labelling.encoder import bfloat16_hardware
 
         precision = str(results["encoder"]["info"].get("precision"))
-        hardware = BF16_HARDWARE_TEXT[bfloat16_hardware()]
+        device = str(results["encoder"]["info"].get("device", "cpu"))
+        hardware = ("a GPU" if device.startswith("cuda")
+                    else f"this CPU: {BF16_HARDWARE_TEXT[bfloat16_hardware()]}")
         lines += ["", f"Encoder weights: {training_text(tr, results['encoder']['info'].get('base'))}; "
-                      f"{PRECISION_TEXT.get(precision, precision)} at inference (this CPU: {hardware}; "
+                      f"{PRECISION_TEXT.get(precision, precision)} at inference ({hardware}; "
                       f"`encoder.default_precision`); "
                       f"name check "
                       f"{'on' if results['encoder']['info'].get('name_check') else 'off'} "
