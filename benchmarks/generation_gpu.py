@@ -29,6 +29,9 @@ from _results import machine_description, write_section  # noqa: E402
 
 #: Published shapes (config.json of the original checkpoints); vocab_size comes from the tokenizer.
 ARCHS = {
+    "smollm2-135m": dict(model_type="llama", hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                         num_attention_heads=9, num_key_value_heads=3, rope_theta=100000.0, rms_norm_eps=1e-5,
+                         max_position_embeddings=8192, tie_word_embeddings=True),
     "llama-3-8b": dict(model_type="llama", hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
                        num_attention_heads=32, num_key_value_heads=8, rope_theta=500000.0, rms_norm_eps=1e-5,
                        max_position_embeddings=8192, tie_word_embeddings=False),
@@ -38,13 +41,14 @@ ARCHS = {
 }
 
 
-def build(arch: str, tokenizer_dir: Path, where: Path):
-    """(model on the GPU with random bf16 weights, tokenizer, directory holding config + tokenizer)."""
+def build(arch: str | dict, tokenizer_dir: Path, where: Path, device: str = "cuda", dtype: str = "bfloat16"):
+    """(model with random weights on ``device``, tokenizer, parameter count); ``where`` receives its
+    config and tokenizer. ``arch``: a name of ``ARCHS`` or a shape of the same form."""
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
     tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
-    shape = dict(ARCHS[arch])
+    shape = dict(ARCHS[arch] if isinstance(arch, str) else arch)
     shape.pop("model_type")
     cfg = LlamaConfig(vocab_size=len(tok), bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
                       pad_token_id=tok.pad_token_id, **shape)
@@ -53,9 +57,9 @@ def build(arch: str, tokenizer_dir: Path, where: Path):
     tok.save_pretrained(where)
     torch.manual_seed(0)
     prev = torch.get_default_dtype()
-    torch.set_default_dtype(torch.bfloat16)
+    torch.set_default_dtype(getattr(torch, dtype))
     try:
-        with torch.device("cuda"):
+        with torch.device(device):
             model = LlamaForCausalLM(cfg)
     finally:
         torch.set_default_dtype(prev)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU checks and benchmarks in one command, for a lent CUDA machine whose image already has
 # torch, triton and cupy (see benchmarks/RESULTS.md). Usage: bash benchmarks/gpu.sh OUTDIR [STEPS]
-# STEPS: comma list of tests,labeller,labeller-dev,labeller-train,labeller-seeds,labeller-e2e,labeller-host,labeller-scaling,labeller-cores,labeller-mpnet,
+# STEPS: comma list of tests,labeller,labeller-dev,labeller-train,labeller-seeds,labeller-e2e,labeller-host,labeller-scaling,labeller-cores,labeller-mpnet,labeller-llm,
 # kernels-quick,kernels,kernels-homogeneity,kernels-profile,generation
 # (default: tests,labeller,kernels,generation). labeller-dev scores the GPU labeller on the dev stories. labeller-train times
 # training on the GPU (TRAIN_EPOCHS, default 3) against one epoch on the host's CPU (benchmarks/training.py). TESTS_K: a pytest -k filter for the kernel tests.
@@ -19,6 +19,8 @@
 # benchmarks/host_scaling.py: the same host work in independent processes, nothing moved between them.
 # HOST_N and HOST_BATCHES: labeller-host's stories and batch sizes (default 30000 and 256). labeller-e2e times
 # label() alone with the GPU model, on E2E_N stories (default 60000) for each of E2E_BATCHES (default 256 1024).
+# labeller-llm times the LLM labeller end to end on random-weight models of LLM_ARCHS (default smollm2-135m,llama-3-8b;
+# benchmarks/labelling_llm_gpu.py, LLM_STORIES dev stories, default 512, batches LLM_BATCHES, default 64,256; needs .gpu/tok).
 set -u
 OUT=${1:?output directory}
 STEPS=${2:-tests,labeller,kernels,generation}
@@ -112,6 +114,11 @@ if has labeller-scaling; then
   OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 timeout 150 python3 benchmarks/labelling.py \
     --dev .gpu/laissez_faire_audit_dev.jsonl --model-dir .gpu/labeller --host-layout 15000 --batch-size 256 \
     --workers 15 "${NAMES[@]}" --json "$OUT/scaling_w15_one_thread.json" 2>&1 | grep '^{' | cut -c1-150
+fi
+if has labeller-llm; then
+  timeout "${LLM_TIMEOUT:-400}" python3 benchmarks/labelling_llm_gpu.py --tokenizer .gpu/tok --dev .gpu/laissez_faire_audit_dev.jsonl \
+    --archs "${LLM_ARCHS:-smollm2-135m,llama-3-8b}" --stories "${LLM_STORIES:-512}" --batch-sizes "${LLM_BATCHES:-64,256}" \
+    --json "$OUT/labeller_llm.json" --out "$OUT/labeller_llm.md" 2>&1 | grep -v -e Warning -e Loading | tail -12
 fi
 if has labeller-mpnet; then
   timeout 300 python3 benchmarks/labelling.py --dev .gpu/laissez_faire_audit_dev.jsonl --model-dir .gpu/labeller-mpnet \
