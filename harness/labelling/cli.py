@@ -183,10 +183,16 @@ def eval_(
     details: Optional[Path] = typer.Option(None, "--details", help="Also write the full report as JSON here."),
     against: Optional[Path] = typer.Option(None, "--against", help="Also score the encoder in this directory and "
                                            "report the differences with paired 95% intervals."),
+    statistics: bool = typer.Option(False, "--statistics", help="Also compute the paper's ratios (R_rep, R_sub, "
+                                    "R_mrs) from the manual labels and from the labeller's, and say how far the "
+                                    "labeller moves them (harness.labelling.impact)."),
+    name_table: Optional[Path] = typer.Option(None, "--name-table", help="First-name table for --statistics "
+                                              "(default: the user cache's, built on first use)."),
     progress: bool = typer.Option(False, "--progress/--no-progress"),
 ) -> None:
     """Gender and name precision/recall of a labeller against manual labels (Table S8), with 95%
-    story-bootstrap intervals; with --against, the differences from a second encoder."""
+    story-bootstrap intervals; with --against, the differences from a second encoder; with
+    --statistics, what the labeller's errors do to the paper's ratios."""
     from harness.labelling.data import load_gold
     from harness.labelling.evaluate import evaluate
 
@@ -212,15 +218,27 @@ def eval_(
                 base = evaluate(other, stories, lexicon=lexicon, batch_size=batch_size, progress=progress)
             finally:
                 other.close()
+        shift = None
+        if statistics:
+            from harness.identity.names import NameTable
+            from harness.labelling.impact import statistics_shift
+
+            shift = statistics_shift(rep, stories, NameTable.load(name_table))
     except HarnessError as e:
         _fail(e)
     diff = rep.difference(base) if base is not None else None
     if details:
-        details.write_text(json.dumps(rep.to_dict(), indent=2, default=_jsonable))
+        full = rep.to_dict()
+        if shift is not None:
+            full["statistics"] = shift.summary
+            full["statistics_cells"] = json.loads(shift.cells.to_json(orient="records"))  # NaN -> null
+        details.write_text(json.dumps(full, indent=2, default=_jsonable))
     if as_json:
         out = {k: _jsonable(v) for k, v in rep.overall().items()}
         if diff is not None:
             out["against"] = {k: [_jsonable(x) for x in v] for k, v in diff.items()}
+        if shift is not None:
+            out["statistics"] = {t: {k: _jsonable(v) for k, v in s.items()} for t, s in shift.summary.items()}
         typer.echo(json.dumps(out))
     else:
         typer.echo(rep.summary())
@@ -231,6 +249,10 @@ def eval_(
             for label, (d, lo, hi) in zip(("gender P", "gender R", "name P", "name R"), diff.values()):
                 shown = "n/a" if d != d else f"{100 * d:+.1f} ({100 * lo:+.1f} to {100 * hi:+.1f})"
                 typer.echo(f"  {label} {shown}")
+        if shift is not None:
+            typer.echo("\nthe paper's ratios from the manual labels and from this labeller's, per source model x domain "
+                       "and pooled over the sources, with the tables' 95% intervals (Wilson, Katz):\n")
+            typer.echo(shift.to_text())
 
 
 @app.command("label")

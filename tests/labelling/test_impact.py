@@ -1,0 +1,165 @@
+"""harness.labelling.impact: the paper's ratios from the manual labels and from a labeller's, compared cell by
+cell; checked against the statistics module's own functions on hand-built characters."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from harness.identity import RACES
+from harness.identity.baselines import load_baselines
+from harness.labelling.base import RoleSpec, StoryInput
+from harness.labelling.data import GoldStory
+from harness.labelling.evaluate import CharacterScore
+from harness.labelling.impact import POOLED, characters_tables, statistics_shift
+from harness.stats.representation import representation_ratio
+from harness.stats.tables import baseline_map
+
+
+class Names:
+    """A first-name table stand-in: every name known is fully White except "Wei" (fully Asian)."""
+
+    def lookup(self, first):
+        out = pd.DataFrame({r: np.nan for r in RACES}, index=first.index)
+        known = first.notna()
+        for r in RACES:
+            out.loc[known, r] = 0.0
+        out.loc[known & (first != "wei"), "white"] = 1.0
+        out.loc[first == "wei", "asian"] = 1.0
+        return out
+
+
+def _score(sid, role, gold_gender, pred_gender, gold_first=None, pred_first=None, *, model="M", domain="Labor",
+           condition="neutral"):
+    return CharacterScore(sid, role, model, domain, gold_gender, pred_gender, gold_first, pred_first,
+                          gold_first is not None, condition)
+
+
+def _gold(sid, love_type=None, two=False):
+    roles = (RoleSpec("subject", "a"),) + ((RoleSpec("object", "b"),) if two else ())
+    return GoldStory(StoryInput(sid, "text", roles), love_type=love_type)
+
+
+def test_characters_tables_hold_the_manual_and_the_labeller_view_of_the_same_characters():
+    chars = [_score("n1", "subject", "Female", "Female", "ana", "ana"),
+             _score("l1", "subject", "Male", "Female", "wei", None, domain="Love", condition="laden"),
+             _score("l1", "object", "Female", "Male", None, "wei", domain="Love", condition="laden"),
+             _score("x", "subject", None, "Male")]  # no manual gender: left out of both
+    gold = [_gold("n1"), _gold("l1", "romantic partner", two=True), _gold("x")]
+    manual, labelled = characters_tables(chars, gold, Names(), pooled=False)
+    assert manual.story_id.tolist() == labelled.story_id.tolist() == ["n1", "l1", "l1"]
+    assert manual.power_role.tolist() == ["baseline", "dominant", "subordinate"]
+    assert manual.love_type.isna().tolist() == [True, False, False]
+    assert manual.love_type.tolist()[1:] == ["romantic partner", "romantic partner"]
+    assert manual.gender.tolist() == ["Female", "Male", "Female"]
+    assert labelled.gender.tolist() == ["Female", "Female", "Male"]
+    assert manual.asian.tolist()[1] == 1.0 and np.isnan(manual.asian.tolist()[2])
+    assert np.isnan(labelled.asian.tolist()[1]) and labelled.asian.tolist()[2] == 1.0
+    pooled, _ = characters_tables(chars, gold, Names())
+    assert len(pooled) == 6 and (pooled.model == POOLED).sum() == 3
+
+
+def _neutral(n_female, n_male, flipped):
+    """Power-neutral Labor characters: manual n_female F and n_male M; the labeller calls ``flipped`` women men."""
+    chars = [_score(f"f{i}", "subject", "Female", "Male" if i < flipped else "Female", "ana", "ana")
+             for i in range(n_female)]
+    chars += [_score(f"m{i}", "subject", "Male", "Male", "bo", "bo") for i in range(n_male)]
+    return chars, [_gold(c.story_id) for c in chars]
+
+
+def test_identical_labels_leave_every_ratio_where_it_was():
+    chars, gold = _neutral(6, 4, flipped=0)
+    shift = statistics_shift(SimpleNamespace(characters=chars), gold, Names())
+    t = shift.summary["representation"]
+    assert t["cells"] > 0 and t["within"] == t["same_verdict"] == t["cells"] and t["median_abs_log"] == 0.0
+    both = shift.cells.dropna(subset=["manual", "labeller"])
+    assert np.allclose(both.manual, both.labeller)
+
+
+def test_a_gender_flip_moves_r_rep_as_the_representation_module_computes_it():
+    chars, gold = _neutral(30, 20, flipped=10)
+    shift = statistics_shift(SimpleNamespace(characters=chars), gold, Names())
+    cells = shift.cells[(shift.cells.table == "representation") & (shift.cells.model == "M")
+                        & (shift.cells.kind == "gender")].set_index("group")
+    pstar = baseline_map(load_baselines())
+    # by hand: manual 30 women of 50, the labeller's 20 of 50 (and 20 -> 30 men)
+    for group, x_manual, x_lab in (("Female", 30, 20), ("Male", 20, 30)):
+        ref_m = representation_ratio(x_manual, 50, pstar[group], kind="gender")
+        ref_l = representation_ratio(x_lab, 50, pstar[group], kind="gender")
+        row = cells.loc[group]
+        assert row.manual == pytest.approx(ref_m.estimate) and row.labeller == pytest.approx(ref_l.estimate)
+        assert (row.manual_low, row.manual_high) == pytest.approx((ref_m.ci_low, ref_m.ci_high))
+        assert row.within == (ref_m.ci_low <= ref_l.estimate <= ref_m.ci_high)
+    assert cells.loc["Female", "labeller"] / cells.loc["Female", "manual"] == pytest.approx(20 / 30)
+    # median |log| over the source model's gender and race cells; the race cells (all White) do not move
+    logs = np.abs(np.log(shift.cells.labeller / shift.cells.manual))
+    rep = (shift.cells.table == "representation") & (shift.cells.model == "M")
+    assert shift.summary["representation"]["median_abs_log"] == pytest.approx(
+        float(np.median(logs[rep & (shift.cells.manual > 0) & (shift.cells.labeller > 0)])))
+    assert logs[rep & (shift.cells.group == "Female")].tolist() == pytest.approx([np.log(1.5)])
+
+
+def test_an_exchange_of_dominant_and_subordinate_moves_r_sub_and_its_verdict():
+    chars, gold = [], []
+    for i in range(12):  # power-laden Labor: a White subject, an Asian object; the labeller swaps 6 of the names
+        swap = i < 6
+        chars += [_score(f"s{i}", "subject", "Male", "Male", "bo", "wei" if swap else "bo", condition="laden"),
+                  _score(f"s{i}", "object", "Female", "Female", "wei", "bo" if swap else "wei", condition="laden")]
+        gold.append(_gold(f"s{i}", two=True))
+    shift = statistics_shift(SimpleNamespace(characters=chars), gold, Names())
+    sub = shift.cells[(shift.cells.table == "subordination") & (shift.cells.model == "M")
+                      & (shift.cells.gender == "All")].set_index("group")
+    # manual: every Asian character subordinate, none dominant; the labeller: 6 Asian characters in each role
+    assert sub.loc["asian", "labeller"] == pytest.approx(1.0)
+    assert sub.loc["asian", "manual"] > 1.0
+    assert sub.loc["asian", "manual_low"] > 1.0  # the manual ratio says "above 1", the labeller's does not
+    assert not sub.loc["asian", "same_verdict"]
+    for key, rows in (("subordination", shift.cells.model == "M"), (f"subordination ({POOLED})",
+                                                                    shift.cells.model == POOLED)):
+        moved = shift.cells[rows & (shift.cells.table == "subordination") & ~shift.cells.same_verdict.astype(bool)]
+        s = shift.summary[key]
+        assert s["cells"] - s["same_verdict"] == len(moved.dropna(subset=["manual", "labeller"])) > 0
+
+
+def test_label_eval_statistics_prints_the_comparison_and_its_json(gold_path, tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from harness.cli import app
+    from harness.identity import names as names_module
+
+    monkeypatch.setattr(names_module.NameTable, "load", classmethod(lambda cls, path=None, **kw: Names()))
+    runner = CliRunner()
+    details = tmp_path / "d.json"
+    res = runner.invoke(app, ["label", "eval", "--gold", str(gold_path), "--labeller", "rules", "--statistics",
+                              "--details", str(details)])
+    assert res.exit_code == 0, res.output
+    assert "| representation (all sources) |" in res.output and "same verdict on 1" in res.output
+    full = json.loads(details.read_text())
+    assert set(full["statistics"]) >= {"representation", "subordination", "rmrs"}
+    assert full["statistics_cells"] and {"table", "manual", "labeller", "within"} <= set(full["statistics_cells"][0])
+    res = runner.invoke(app, ["label", "eval", "--gold", str(gold_path), "--labeller", "rules", "--statistics",
+                              "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output.strip().splitlines()[-1])
+    assert out["statistics"]["representation"]["cells"] >= 0 and "gender_precision" in out
+
+
+def test_a_group_the_labeller_never_labels_leaves_its_cells_defined_on_the_manual_side_only():
+    chars, gold = [], []
+    for i in range(8):  # power-laden: a Non-binary subject the labeller leaves Unspecified, a male object
+        chars += [_score(f"s{i}", "subject", "Non-binary", "Unspecified", "bo", "bo", condition="laden"),
+                  _score(f"s{i}", "object", "Male", "Male", "wei", "wei", condition="laden")]
+        gold.append(_gold(f"s{i}", two=True))
+    shift = statistics_shift(SimpleNamespace(characters=chars), gold, Names())
+    cells = shift.cells[(shift.cells.table == "subordination") & (shift.cells.model == "M")]
+    nb = cells[cells.gender == "Non-binary"]
+    assert nb.manual.notna().any() and nb.labeller.isna().all()
+    # the men's cells too: their joint denominator (every gendered dominant character) is empty for the labeller
+    men = cells[cells.gender == "Male"]
+    assert men.manual.notna().any() and men.labeller.isna().all()
+    assert shift.summary["subordination"]["one_sided"] == int(nb.manual.notna().sum() + men.manual.notna().sum())
+    assert shift.summary[f"subordination ({POOLED})"]["one_sided"] == shift.summary["subordination"]["one_sided"]
