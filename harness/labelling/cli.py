@@ -116,6 +116,10 @@ def _jsonable(x: Any) -> Any:
     return x
 
 
+def _summary_json(shift: Any) -> dict[str, dict[str, Any]]:
+    return {t: {k: _jsonable(v) for k, v in s.items()} for t, s in shift.summary.items()}
+
+
 @app.command()
 def train(
     data: list[Path] = typer.Option(None, "--data", help="Training JSONL (default: the project's own stories in "
@@ -199,6 +203,13 @@ def eval_(
     try:
         if details is not None:
             _output_file(details, "--details")
+        if name_table is not None and not statistics:
+            raise ConfigError("--name-table is read by --statistics only; add --statistics or drop --name-table")
+        if statistics:  # the table is read before the labelling, so a bad path costs nothing
+            from harness.identity.names import NameTable
+            from harness.labelling.impact import statistics_shift
+
+            names = NameTable.load(name_table)
         stories = load_gold(gold)
         if not stories:
             raise ConfigError(f"{gold}: no stories to score; pass a JSONL file with one labelled story per line")
@@ -218,19 +229,14 @@ def eval_(
                 base = evaluate(other, stories, lexicon=lexicon, batch_size=batch_size, progress=progress)
             finally:
                 other.close()
-        shift = None
-        if statistics:
-            from harness.identity.names import NameTable
-            from harness.labelling.impact import statistics_shift
-
-            shift = statistics_shift(rep, stories, NameTable.load(name_table))
+        shift = statistics_shift(rep, stories, names) if statistics else None
     except HarnessError as e:
         _fail(e)
     diff = rep.difference(base) if base is not None else None
     if details:
         full = rep.to_dict()
         if shift is not None:
-            full["statistics"] = shift.summary
+            full["statistics"] = _summary_json(shift)
             full["statistics_cells"] = json.loads(shift.cells.to_json(orient="records"))  # NaN -> null
         details.write_text(json.dumps(full, indent=2, default=_jsonable))
     if as_json:
@@ -238,7 +244,7 @@ def eval_(
         if diff is not None:
             out["against"] = {k: [_jsonable(x) for x in v] for k, v in diff.items()}
         if shift is not None:
-            out["statistics"] = {t: {k: _jsonable(v) for k, v in s.items()} for t, s in shift.summary.items()}
+            out["statistics"] = _summary_json(shift)
         typer.echo(json.dumps(out))
     else:
         typer.echo(rep.summary())

@@ -163,3 +163,21 @@ def test_a_group_the_labeller_never_labels_leaves_its_cells_defined_on_the_manua
     assert men.manual.notna().any() and men.labeller.isna().all()
     assert shift.summary["subordination"]["one_sided"] == int(nb.manual.notna().sum() + men.manual.notna().sum())
     assert shift.summary[f"subordination ({POOLED})"]["one_sided"] == shift.summary["subordination"]["one_sided"]
+
+
+def test_label_eval_statistics_names_a_missing_name_table_before_labelling(gold_path, tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from harness.cli import app
+    from harness.labelling import cli as label_cli
+
+    def no_labelling(*a, **kw):
+        raise AssertionError("labelled before the name table was checked")
+
+    monkeypatch.setattr(label_cli, "_labeller", no_labelling)
+    runner = CliRunner()
+    missing = tmp_path / "nope.parquet"
+    res = runner.invoke(app, ["label", "eval", "--gold", str(gold_path), "--statistics", "--name-table", str(missing)])
+    assert res.exit_code != 0 and str(missing) in res.output and "Traceback" not in res.output
+    res = runner.invoke(app, ["label", "eval", "--gold", str(gold_path), "--name-table", str(missing)])
+    assert res.exit_code != 0 and "--statistics" in res.output
