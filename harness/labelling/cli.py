@@ -192,6 +192,9 @@ def eval_(
                                     "labeller moves them (harness.labelling.impact)."),
     name_table: Optional[Path] = typer.Option(None, "--name-table", help="First-name table for --statistics "
                                               "(default: the user cache's, built on first use)."),
+    statistics_boot: int = typer.Option(0, "--statistics-boot", min=0, help="With --statistics: paired story "
+                                        "resamples for each ratio's shift interval (0: none; about 0.5 s each on "
+                                        "1,000 stories)."),
     progress: bool = typer.Option(False, "--progress/--no-progress"),
 ) -> None:
     """Gender and name precision/recall of a labeller against manual labels (Table S8), with 95%
@@ -203,8 +206,9 @@ def eval_(
     try:
         if details is not None:
             _output_file(details, "--details")
-        if name_table is not None and not statistics:
-            raise ConfigError("--name-table is read by --statistics only; add --statistics or drop --name-table")
+        for given, flag in ((name_table is not None, "--name-table"), (statistics_boot > 0, "--statistics-boot")):
+            if given and not statistics:
+                raise ConfigError(f"{flag} is read by --statistics only; add --statistics or drop {flag}")
         if statistics:  # the table is read before the labelling, so a bad path costs nothing
             from harness.identity.names import NameTable
             from harness.labelling.impact import statistics_shift
@@ -229,7 +233,7 @@ def eval_(
                 base = evaluate(other, stories, lexicon=lexicon, batch_size=batch_size, progress=progress)
             finally:
                 other.close()
-        shift = statistics_shift(rep, stories, names) if statistics else None
+        shift = statistics_shift(rep, stories, names, n_boot=statistics_boot) if statistics else None
     except HarnessError as e:
         _fail(e)
     diff = rep.difference(base) if base is not None else None

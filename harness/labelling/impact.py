@@ -20,7 +20,10 @@ a ratio of 0, a group the labels omit, counts), those defined under one only, an
 * ``median_abs_log``: the median of |log(labeller / manual)| over the cells where both are above 0
   (0.1 is about a 10% shift).
 
-This compares intervals; it is not a test of the difference (the two estimates share their stories).
+The interval comparison is not a test of the difference (the two estimates share their stories).
+With ``n_boot``, each cell also gets a paired story-bootstrap interval of log(labeller / manual):
+every resample of the stories is applied to both labellings, so the interval is of the shift the
+labeller causes; ``shift_excludes_0`` counts the cells where it excludes 0.
 """
 
 from __future__ import annotations
@@ -73,9 +76,7 @@ def characters_tables(characters: Sequence[Any], gold: Sequence[Any], names: Any
         lik = names.lookup(df["first_name"])
         for race in RACES:
             df[race] = lik[race].to_numpy(dtype=np.float64)
-        if pooled:
-            df = pd.concat([df, df.assign(model=POOLED)], ignore_index=True)
-        out.append(df)
+        out.append(_pool(df) if pooled else df)
     return out[0], out[1]
 
 
@@ -99,23 +100,29 @@ class StatisticsShift:
     Attributes:
         cells: one row per cell: ``table``, the table's keys, ``manual``, ``manual_low``,
             ``manual_high``, ``labeller``, ``labeller_low``, ``labeller_high``, ``within``,
-            ``same_verdict`` (NaN-free rows only carry the last two).
+            ``same_verdict``; with ``n_boot``, also ``log_shift`` (log(labeller / manual)) and its
+            paired bootstrap interval ``log_shift_low``, ``log_shift_high``.
         summary: ``{table: {"cells", "one_sided", "within", "same_verdict", "median_abs_log"}}`` over the
-            source models' cells, and the same for the pooled cells (``"<table> (all sources)"``).
+            source models' cells, and the same for the pooled cells (``"<table> (all sources)"``); with
+            ``n_boot``, also ``"shift_tested"`` (cells with an interval) and ``"shift_excludes_0"``.
+        n_boot: the paired story resamples behind the intervals (0: none).
     """
 
     cells: pd.DataFrame
     summary: dict[str, dict[str, Any]]
+    n_boot: int = 0
 
     def to_text(self) -> str:
         """The summary as a markdown table."""
+        boot = f" | shift's paired 95% interval excludes 0 ({self.n_boot} resamples)" if self.n_boot else ""
         lines = ["| table | cells defined under both | under one only | labeller inside the manual 95% interval | "
-                 "same verdict on 1 | median abs log ratio |", "|---|---|---|---|---|---|"]
+                 "same verdict on 1 | median abs log ratio" + boot + " |", "|---" * (7 if boot else 6) + "|"]
         for name, s in self.summary.items():
             n = s["cells"]
             pct = (lambda k: f"{s[k]} ({s[k] / n:.0%})") if n else (lambda k: "n/a")
             med = "n/a" if math.isnan(s["median_abs_log"]) else f"{s['median_abs_log']:.3f}"
-            lines.append(f"| {name} | {n} | {s['one_sided']} | {pct('within')} | {pct('same_verdict')} | {med} |")
+            tail = f" | {s['shift_excludes_0']} of {s['shift_tested']}" if boot else ""
+            lines.append(f"| {name} | {n} | {s['one_sided']} | {pct('within')} | {pct('same_verdict')} | {med}{tail} |")
         return "\n".join(lines)
 
 
@@ -129,25 +136,53 @@ def _summary(cells: pd.DataFrame) -> dict[str, Any]:
     ok = cells[m & lab]
     pos = ok[(ok.manual > 0) & (ok.labeller > 0)]
     logs = np.abs(np.log(pos.labeller.to_numpy(float) / pos.manual.to_numpy(float)))
-    return {"cells": len(ok), "one_sided": int((m != lab).sum()), "within": int(ok.within.sum()),
-            "same_verdict": int(ok.same_verdict.sum()),
-            "median_abs_log": float(np.median(logs)) if len(pos) else float("nan")}
+    out = {"cells": len(ok), "one_sided": int((m != lab).sum()), "within": int(ok.within.sum()),
+           "same_verdict": int(ok.same_verdict.sum()),
+           "median_abs_log": float(np.median(logs)) if len(pos) else float("nan")}
+    if "log_shift_low" in cells:
+        tested = cells.dropna(subset=["log_shift_low", "log_shift_high"])
+        out["shift_tested"] = len(tested)
+        out["shift_excludes_0"] = int(((tested.log_shift_low > 0) | (tested.log_shift_high < 0)).sum())
+    return out
 
 
-def statistics_shift(report: Any, gold: Sequence[Any], names: Any = None) -> StatisticsShift:
+def statistics_shift(report: Any, gold: Sequence[Any], names: Any = None, *, n_boot: int = 0, seed: int = 0,
+                     alpha: float = 0.05) -> StatisticsShift:
     """Compare the statistics of the manual labels and the labeller's (module docstring).
 
     Args:
         report: an ``EvalReport`` of the labeller on ``gold`` (its ``characters``).
         gold: the gold stories it scored.
         names: a ``NameTable`` (default: ``NameTable.load()``, the user cache's table).
+        n_boot: paired story resamples for each cell's interval of log(labeller / manual) (0: none;
+            about 0.5 s each on the 1,000 dev stories).
+        seed, alpha: the resampling seed and the intervals' level.
     """
     if names is None:
         from harness.identity.names import NameTable
 
         names = NameTable.load()
-    manual, labelled = characters_tables(report.characters, gold, names)
-    a, b = _tables(manual), _tables(labelled)
+    manual, labelled = characters_tables(report.characters, gold, names, pooled=False)
+    cells = _cells(_tables(_pool(manual)), _tables(_pool(labelled)))
+    if n_boot:
+        log_shift = cells.labeller.where(cells.labeller > 0) / cells.manual.where(cells.manual > 0)
+        cells["log_shift"] = np.log(log_shift.to_numpy(float))
+        low, high = _paired_intervals(manual, labelled, cells, n_boot, seed, alpha)
+        cells["log_shift_low"], cells["log_shift_high"] = low, high
+    summary = {}
+    for name in TABLES:
+        t = cells[cells.table == name]
+        summary[name] = _summary(t[t.model != POOLED])
+        summary[f"{name} ({POOLED})"] = _summary(t[t.model == POOLED])
+    return StatisticsShift(cells, summary, n_boot)
+
+
+def _pool(chars: pd.DataFrame) -> pd.DataFrame:
+    return pd.concat([chars, chars.assign(model=POOLED)], ignore_index=True)
+
+
+def _cells(a: dict[str, pd.DataFrame], b: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """Every cell of the manual tables ``a`` beside the labeller's ``b``."""
     frames = []
     for name in TABLES:
         keys = KEYS[name]
@@ -160,13 +195,45 @@ def statistics_shift(report: Any, gold: Sequence[Any], names: Any = None) -> Sta
         both["same_verdict"] = (_verdict(both.manual_low, both.manual_high)
                                 == _verdict(both.labeller_low, both.labeller_high))
         frames.append(both)
-    cells = pd.concat(frames, ignore_index=True)
-    summary = {}
-    for name in TABLES:
-        t = cells[cells.table == name]
-        summary[name] = _summary(t[t.model != POOLED])
-        summary[f"{name} ({POOLED})"] = _summary(t[t.model == POOLED])
-    return StatisticsShift(cells, summary)
+    return pd.concat(frames, ignore_index=True)
+
+
+def _cell_ids(cells: pd.DataFrame) -> pd.Index:
+    cols = ["table", "model", "domain", "kind", "gender", "group"]
+    return pd.Index(["|".join(str(v) for v in row) for row in cells.reindex(columns=cols).fillna("").to_numpy()])
+
+
+def _paired_intervals(manual: pd.DataFrame, labelled: pd.DataFrame, cells: pd.DataFrame, n_boot: int, seed: int,
+                      alpha: float) -> tuple[np.ndarray, np.ndarray]:
+    """Percentile intervals of log(labeller / manual) per cell over ``n_boot`` story resamples, each drawn
+    once and applied to both labellings (so the interval is of the shift, not of either ratio). A cell
+    whose shift is undefined (a ratio of 0 or none) in more than 10% of the resamples gets none."""
+    codes, uniques = pd.factorize(manual.story_id)
+    order = np.argsort(codes, kind="stable")
+    starts = np.searchsorted(codes[order], np.arange(len(uniques) + 1))
+    rng = np.random.default_rng(seed)
+    ids = _cell_ids(cells)
+    reps = np.full((n_boot, len(cells)), np.nan)
+    for r in range(n_boot):
+        pick = rng.integers(0, len(uniques), len(uniques))
+        sizes = starts[pick + 1] - starts[pick]
+        rows = order[np.concatenate([np.arange(starts[i], starts[i + 1]) for i in pick])]
+        story = np.repeat(np.arange(len(pick)), sizes).astype(str)
+
+        def draw(chars: pd.DataFrame) -> pd.DataFrame:
+            return _pool(chars.iloc[rows].assign(story_id=story))
+
+        rep = _cells(_tables(draw(manual)), _tables(draw(labelled)))
+        ratio = rep.labeller.where(rep.labeller > 0) / rep.manual.where(rep.manual > 0)
+        reps[r] = pd.Series(np.log(ratio.to_numpy(float)), index=_cell_ids(rep)).reindex(ids).to_numpy()
+    finite = np.isfinite(reps)
+    enough = finite.mean(axis=0) >= 0.9
+    low = np.full(len(cells), np.nan)
+    high = np.full(len(cells), np.nan)
+    if enough.any():
+        low[enough] = [np.quantile(reps[finite[:, j], j], alpha / 2) for j in np.flatnonzero(enough)]
+        high[enough] = [np.quantile(reps[finite[:, j], j], 1 - alpha / 2) for j in np.flatnonzero(enough)]
+    return low, high
 
 
 __all__ = ["POOLED", "StatisticsShift", "characters_tables", "statistics_shift"]

@@ -142,10 +142,12 @@ def test_label_eval_statistics_prints_the_comparison_and_its_json(gold_path, tmp
     assert set(full["statistics"]) >= {"representation", "subordination", "rmrs"}
     assert full["statistics_cells"] and {"table", "manual", "labeller", "within"} <= set(full["statistics_cells"][0])
     res = runner.invoke(app, ["label", "eval", "--gold", str(gold_path), "--labeller", "rules", "--statistics",
-                              "--json"])
+                              "--statistics-boot", "3", "--json"])
     assert res.exit_code == 0, res.output
     out = json.loads(res.output.strip().splitlines()[-1])
-    assert out["statistics"]["representation"]["cells"] >= 0 and "gender_precision" in out
+    assert out["statistics"]["representation"]["shift_tested"] >= 0 and "gender_precision" in out
+    res = runner.invoke(app, ["label", "eval", "--gold", str(gold_path), "--statistics-boot", "3"])
+    assert res.exit_code != 0 and "--statistics" in res.output
 
 
 def test_a_group_the_labeller_never_labels_leaves_its_cells_defined_on_the_manual_side_only():
@@ -181,3 +183,21 @@ def test_label_eval_statistics_names_a_missing_name_table_before_labelling(gold_
     assert res.exit_code != 0 and str(missing) in res.output and "Traceback" not in res.output
     res = runner.invoke(app, ["label", "eval", "--gold", str(gold_path), "--name-table", str(missing)])
     assert res.exit_code != 0 and "--statistics" in res.output
+
+
+def test_the_paired_bootstrap_brackets_a_real_shift_and_finds_none_where_the_labels_agree():
+    chars, gold = _neutral(30, 20, flipped=10)
+    shift = statistics_shift(SimpleNamespace(characters=chars), gold, Names(), n_boot=40, seed=1)
+    female = shift.cells[(shift.cells.table == "representation") & (shift.cells.kind == "gender")
+                         & (shift.cells.group == "Female")]
+    assert female.log_shift.tolist() == pytest.approx([np.log(20 / 30)] * 2)
+    # every resample keeps a third of its women flipped: the shift is negative in all of them
+    assert (female.log_shift_high < 0).all() and (female.log_shift_low < female.log_shift).all()
+    s = shift.summary["representation"]
+    assert s["shift_tested"] > 0 and s["shift_excludes_0"] == 2  # the model's Female and Male cells
+    assert "excludes 0 (40 resamples)" in shift.to_text()
+    same, gold = _neutral(30, 20, flipped=0)
+    flat = statistics_shift(SimpleNamespace(characters=same), gold, Names(), n_boot=20)
+    tested = flat.cells.dropna(subset=["log_shift_low"])
+    assert len(tested) > 0 and (tested.log_shift_low == 0).all() and (tested.log_shift_high == 0).all()
+    assert all(v.get("shift_excludes_0", 0) == 0 for v in flat.summary.values())
