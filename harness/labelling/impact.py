@@ -37,6 +37,7 @@ import numpy as np
 import pandas as pd
 
 from harness.identity import RACES
+from harness.stats.bootstrap import percentile_interval
 
 POOLED = "all sources"
 TABLES = ("representation", "subordination", "rmrs")
@@ -134,11 +135,11 @@ def _defined(cells: pd.DataFrame, who: str) -> pd.Series:
 def _summary(cells: pd.DataFrame) -> dict[str, Any]:
     m, lab = _defined(cells, "manual"), _defined(cells, "labeller")
     ok = cells[m & lab]
-    pos = ok[(ok.manual > 0) & (ok.labeller > 0)]
-    logs = np.abs(np.log(pos.labeller.to_numpy(float) / pos.manual.to_numpy(float)))
+    logs = np.abs(_log_shift(ok))
+    logs = logs[np.isfinite(logs)]
     out = {"cells": len(ok), "one_sided": int((m != lab).sum()), "within": int(ok.within.sum()),
            "same_verdict": int(ok.same_verdict.sum()),
-           "median_abs_log": float(np.median(logs)) if len(pos) else float("nan")}
+           "median_abs_log": float(np.median(logs)) if len(logs) else float("nan")}
     if "log_shift_low" in cells:
         tested = cells.dropna(subset=["log_shift_low", "log_shift_high"])
         out["shift_tested"] = len(tested)
@@ -165,8 +166,7 @@ def statistics_shift(report: Any, gold: Sequence[Any], names: Any = None, *, n_b
     manual, labelled = characters_tables(report.characters, gold, names, pooled=False)
     cells = _cells(_tables(_pool(manual)), _tables(_pool(labelled)))
     if n_boot:
-        log_shift = cells.labeller.where(cells.labeller > 0) / cells.manual.where(cells.manual > 0)
-        cells["log_shift"] = np.log(log_shift.to_numpy(float))
+        cells["log_shift"] = _log_shift(cells)
         low, high = _paired_intervals(manual, labelled, cells, n_boot, seed, alpha)
         cells["log_shift_low"], cells["log_shift_high"] = low, high
     summary = {}
@@ -175,6 +175,12 @@ def statistics_shift(report: Any, gold: Sequence[Any], names: Any = None, *, n_b
         summary[name] = _summary(t[t.model != POOLED])
         summary[f"{name} ({POOLED})"] = _summary(t[t.model == POOLED])
     return StatisticsShift(cells, summary, n_boot)
+
+
+def _log_shift(cells: pd.DataFrame) -> np.ndarray:
+    """log(labeller / manual) per cell; NaN where either ratio is 0 or undefined."""
+    ratio = cells.labeller.where(cells.labeller > 0) / cells.manual.where(cells.manual > 0)
+    return np.log(ratio.to_numpy(float))
 
 
 def _pool(chars: pd.DataFrame) -> pd.DataFrame:
@@ -224,16 +230,8 @@ def _paired_intervals(manual: pd.DataFrame, labelled: pd.DataFrame, cells: pd.Da
             return _pool(chars.iloc[rows].assign(story_id=story))
 
         rep = _cells(_tables(draw(manual)), _tables(draw(labelled)))
-        ratio = rep.labeller.where(rep.labeller > 0) / rep.manual.where(rep.manual > 0)
-        reps[r] = pd.Series(np.log(ratio.to_numpy(float)), index=_cell_ids(rep)).reindex(ids).to_numpy()
-    finite = np.isfinite(reps)
-    enough = finite.mean(axis=0) >= 0.9
-    low = np.full(len(cells), np.nan)
-    high = np.full(len(cells), np.nan)
-    if enough.any():
-        low[enough] = [np.quantile(reps[finite[:, j], j], alpha / 2) for j in np.flatnonzero(enough)]
-        high[enough] = [np.quantile(reps[finite[:, j], j], 1 - alpha / 2) for j in np.flatnonzero(enough)]
-    return low, high
+        reps[r] = pd.Series(_log_shift(rep), index=_cell_ids(rep)).reindex(ids).to_numpy()
+    return percentile_interval(reps, alpha, min_finite=math.ceil(0.9 * n_boot))
 
 
 __all__ = ["POOLED", "StatisticsShift", "characters_tables", "statistics_shift"]
