@@ -85,6 +85,9 @@ class LabelConfig(_Strict):
     batch_size: int | None = Field(None, ge=1, description="stories per batch; default: the labeller's own "
                                    "(encoder: 32 on CPU, 256 beside a GPU; rules 64; llm 16)")
     model_dir: str | None = Field(None, description="encoder weights; default: the user cache, trained on first use")
+    train_if_missing: bool | None = Field(
+        None, description="train the encoder when its directory holds none; default: only for the user cache, so "
+                          "a mistyped model_dir stops the run instead of training a new model there")
     llm: ModelConfig | None = Field(None, description="labeller llm: the model that extracts characters")
     shard_rows: int = Field(2000, ge=1)
     train_extra: list[str] = Field(

@@ -34,9 +34,30 @@ LABEL_SCHEMA = pa.schema(
 )
 
 
+def encoder_dir(cfg: RunConfig):
+    """The encoder's directory for this config: ``label.model_dir`` or the user cache. A ConfigError,
+    before any stage runs, where it holds no trained encoder and may not be trained there on first use
+    (``label.train_if_missing``, default: only the user cache): a mistyped ``model_dir`` should stop the
+    run, not train a new model in its place."""
+    from pathlib import Path
+
+    from harness.labelling.encoder import default_model_dir
+
+    path = Path(cfg.label.model_dir) if cfg.label.model_dir else default_model_dir()
+    train = cfg.label.train_if_missing
+    if train is None:
+        train = cfg.label.model_dir is None
+    if not train and not (path / "meta.json").is_file():
+        where = "label.model_dir" if cfg.label.model_dir else "label.train_if_missing is false and the user cache"
+        raise ConfigError(f"{where}: {path} holds no trained encoder (meta.json missing); correct the path, train "
+                          f"one there with `harness label train --out {path}`, or set label.train_if_missing: true "
+                          f"to train it on first use")
+    return path
+
+
 def make_labeller(cfg: RunConfig, *, echo=print):
-    """The labeller the config names; the default encoder is trained on first use from the
-    project's own labelled stories when no trained weights are found."""
+    """The labeller the config names; the encoder is trained on first use from the project's own
+    labelled stories when its directory holds no trained weights and ``encoder_dir`` allows it."""
     from harness.labelling import get_labeller
 
     name = cfg.label.labeller
@@ -45,10 +66,9 @@ def make_labeller(cfg: RunConfig, *, echo=print):
         from pathlib import Path
 
         from harness.labelling.data import builtin_training_files
-        from harness.labelling.encoder import default_model_dir
         from harness.labelling.training import train_encoder
 
-        path = cfg.label.model_dir or default_model_dir()
+        path = encoder_dir(cfg)
         if not (Path(path) / "meta.json").is_file():
             missing = [f for f in cfg.label.train_extra if not Path(f).is_file()]
             if missing:

@@ -201,6 +201,10 @@ def run_stages(
         raise ConfigError(f"--stages: unknown stage(s) {', '.join(unknown)}; choose from {', '.join(STAGES)}")
     if shard != (0, 1) and any(s in wanted for s in ("identities", "statistics", "report")):
         raise ConfigError("--shard applies to generate and label only; run identities, statistics and report once, unsharded")
+    if "label" in wanted and cfg.label.labeller == "encoder":
+        from harness.audit.labels import encoder_dir
+
+        encoder_dir(cfg)  # a mistyped label.model_dir stops the run before generation, not after it
     store = RunStore(cfg.output_dir)
     results = []
     for stage in STAGES:

@@ -143,8 +143,7 @@ class WordDecoder:
         labels = []
         for story, e, p in zip(stories, encoded, probs):
             names, refs = self._names_and_references(story, e, p)
-            status = "ok" if not e.truncated else f"truncated to {self.max_length} tokens"
-            chars = tuple(CharacterLabel(role.key, names[r], refs[r], status) for r, role in enumerate(story.roles))
+            chars = tuple(CharacterLabel(role.key, names[r], refs[r], self._status(e)) for r, role in enumerate(story.roles))
             if self.name_table is not None:
                 chars = check_pronoun_sets(chars, story.roles, self.name_table, self.name_strength)
             words = [w for w, _, _ in e.words]
@@ -168,8 +167,12 @@ class WordDecoder:
             for k, swap in zip(pairs, role_agent.roles_exchanged(asks)):
                 if swap:
                     labels[k] = _exchanged(labels[k])
-        return [StoryLabels(s.story_id, self._final_labels(s, e, chars), "ok" if not e.truncated else "truncated")
+        return [StoryLabels(s.story_id, self._final_labels(s, e, chars), self._status(e))
                 for s, e, chars in zip(stories, encoded, labels)]
+
+    def _status(self, e: _Encoded) -> str:
+        """A story's status and each of its characters': one string, so a report counts them alike."""
+        return "ok" if not e.truncated else f"truncated to {self.max_length} tokens"
 
     def _final_labels(self, story: StoryInput, e: _Encoded, chars: tuple[CharacterLabel, ...]
                       ) -> tuple[CharacterLabel, ...]:

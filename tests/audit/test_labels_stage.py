@@ -13,10 +13,61 @@ def test_missing_extra_training_file_stops_before_training(tmp_path):
     cfg = parse_config({
         "model": {"backend": "transformers", "path": "smollm2-135m"},
         "output_dir": str(tmp_path / "run"),
-        "label": {"labeller": "encoder", "model_dir": str(tmp_path / "enc"),
+        "label": {"labeller": "encoder", "model_dir": str(tmp_path / "enc"), "train_if_missing": True,
                   "train_extra": [str(tmp_path / "nope.jsonl")], "train_epochs": 2},
     })
     assert cfg.label.train_epochs == 2
     with pytest.raises(ConfigError, match=r"label\.train_extra: .*nope\.jsonl not found"):
         make_labeller(cfg, echo=lambda s: None)
     assert not (tmp_path / "enc").exists()  # nothing was trained or written
+
+
+def _config(tmp_path, **label):
+    return parse_config({
+        "model": {"backend": "transformers", "path": "smollm2-135m"},
+        "output_dir": str(tmp_path / "run"),
+        "label": {"labeller": "encoder", "train_extra": [str(tmp_path / "nope.jsonl")], **label},
+    })
+
+
+def test_a_model_dir_without_an_encoder_stops_the_run_instead_of_training_there(tmp_path):
+    """A mistyped ``label.model_dir`` must not train a new model in its place: the run stops, naming the
+    setting, the path and the three ways out, and writes nothing."""
+    cfg = _config(tmp_path, model_dir=str(tmp_path / "encodr"))
+    with pytest.raises(ConfigError) as e:
+        make_labeller(cfg, echo=lambda s: None)
+    msg = str(e.value)
+    assert msg.startswith(f"label.model_dir: {tmp_path / 'encodr'} holds no trained encoder")
+    assert f"harness label train --out {tmp_path / 'encodr'}" in msg and "label.train_if_missing: true" in msg
+    assert "\n" not in msg
+    assert not (tmp_path / "encodr").exists()
+
+
+def test_the_user_cache_is_trained_on_first_use_unless_told_not_to(tmp_path, monkeypatch):
+    monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))
+    # default: the user cache goes on to training, which here stops at the missing extra file
+    with pytest.raises(ConfigError, match=r"label\.train_extra: .*nope\.jsonl not found"):
+        make_labeller(_config(tmp_path), echo=lambda s: None)
+    with pytest.raises(ConfigError, match=r"label\.train_if_missing is false and the user cache: .*cache"):
+        make_labeller(_config(tmp_path, train_if_missing=False), echo=lambda s: None)
+
+
+def test_run_stops_on_a_missing_model_dir_before_generating(tmp_path, monkeypatch):
+    """The check runs before the first stage: hours of generation are not spent before the label stage
+    finds its model directory missing. A run without the label stage, or with another labeller, goes on."""
+    from harness.audit import stages
+    from harness.audit.stages import StageResult, run_stages
+
+    ran = []
+    for name in stages.RUNNERS:
+        monkeypatch.setitem(stages.RUNNERS, name,
+                            lambda cfg, store, name=name, **kw: ran.append(name) or StageResult(name, "done", 0.0))
+    cfg = _config(tmp_path, model_dir=str(tmp_path / "encodr"))
+    with pytest.raises(ConfigError, match=r"^label\.model_dir: "):
+        run_stages(cfg, stages=["generate", "label"], progress=False, echo=lambda s: None)
+    assert ran == [] and not (tmp_path / "run").exists()
+    run_stages(cfg, stages=["generate"], progress=False, echo=lambda s: None)
+    assert ran == ["generate"]
+    rules = parse_config({**cfg.model_dump(mode="json"), "label": {"labeller": "rules"}})
+    run_stages(rules, stages=["generate", "label"], progress=False, echo=lambda s: None)
+    assert ran == ["generate", "generate", "label"]

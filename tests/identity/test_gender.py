@@ -65,6 +65,9 @@ def test_neopronoun_extension_is_opt_in():
     assert infer_gender(["xe", "xem"], lexicon="neopronouns") == "Non-binary"
     assert infer_gender(["xe", "she"], lexicon="neopronouns") == "Unsure"
     assert load_lexicon("neopronouns").categories["Female"] == load_lexicon().categories["Female"]
+    # the singular they's reflexive, which S6a (the paper) leaves out beside "themselves"
+    assert infer_gender(["themself"]) == "Unspecified"
+    assert infer_gender(["themself"], lexicon="neopronouns") == "Non-binary"
 
 
 def test_hallucinated_references_are_dropped_before_inference():

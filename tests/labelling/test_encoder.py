@@ -352,7 +352,7 @@ def test_decode_ignores_words_truncated_away():
     p[0, 0] = 0.9  # "Maya"
     p[[w for w, _, _ in words].index("She"), 1] = 0.9
     out = _decoder().decode(story, enc, p)
-    assert out.status == "truncated"
+    assert out.status == "truncated to 384 tokens"  # the story's status is its characters'
     assert out.character("subject") == CharacterLabel("subject", "Maya", ("She",), "truncated to 384 tokens")
     # the truncated "she" (a second occurrence of the type) does not dilute the mean of the kept one, and
     # the truncated name "Omar Diaz" can never be picked up, whatever probability its pieces would have had
