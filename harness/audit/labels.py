@@ -10,6 +10,7 @@ stage counts it, and once a rerun of generate has retried it, the next label sta
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -34,13 +35,11 @@ LABEL_SCHEMA = pa.schema(
 )
 
 
-def encoder_dir(cfg: RunConfig):
+def encoder_dir(cfg: RunConfig) -> Path:
     """The encoder's directory for this config: ``label.model_dir`` or the user cache. A ConfigError,
     before any stage runs, where it holds no trained encoder and may not be trained there on first use
     (``label.train_if_missing``, default: only the user cache): a mistyped ``model_dir`` should stop the
     run, not train a new model in its place."""
-    from pathlib import Path
-
     from harness.labelling.encoder import default_model_dir
 
     path = Path(cfg.label.model_dir) if cfg.label.model_dir else default_model_dir()
@@ -63,8 +62,6 @@ def make_labeller(cfg: RunConfig, *, echo=print):
     name = cfg.label.labeller
     kwargs: dict[str, Any] = {}
     if name == "encoder":
-        from pathlib import Path
-
         from harness.labelling.data import builtin_training_files
         from harness.labelling.training import train_encoder
 

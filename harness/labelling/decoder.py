@@ -143,7 +143,8 @@ class WordDecoder:
         labels = []
         for story, e, p in zip(stories, encoded, probs):
             names, refs = self._names_and_references(story, e, p)
-            chars = tuple(CharacterLabel(role.key, names[r], refs[r], self._status(e)) for r, role in enumerate(story.roles))
+            status = self._status(e)
+            chars = tuple(CharacterLabel(role.key, names[r], refs[r], status) for r, role in enumerate(story.roles))
             if self.name_table is not None:
                 chars = check_pronoun_sets(chars, story.roles, self.name_table, self.name_strength)
             words = [w for w, _, _ in e.words]
