@@ -66,7 +66,7 @@ def make_labeller(cfg: RunConfig, *, echo=print):
         from harness.labelling.training import train_encoder
 
         path = encoder_dir(cfg)
-        if not (Path(path) / "meta.json").is_file():
+        if not (path / "meta.json").is_file():
             missing = [f for f in cfg.label.train_extra if not Path(f).is_file()]
             if missing:
                 raise ConfigError(f"label.train_extra: {missing[0]} not found; give a labelled JSONL file that exists "
