@@ -11,7 +11,7 @@ as the labels arrive and must not grow with the corpus (the section says whether
 peak stayed within 64 MiB or 3% of the first half's). The encoder must have been trained first
 (``harness label train``); the dev split is only ever scored, never trained or tuned on. The
 ``llm`` labeller (SmolLM2-135M through vLLM on CPU, its replies held to the prompt's JSON schema;
-``--llm-backend transformers`` for the unconstrained path) is scored on the first ``--llm-limit``
+``--llm-backend transformers`` runs it through transformers, held to the same schema by xgrammar) is scored on the first ``--llm-limit``
 stories only, since it generates ~100 tokens per story. Results go to ``benchmarks/RESULTS.md``
 (section ``labelling``). ``--throughput N`` times the encoder by stage (on a GPU: the ``labeller`` step
 of ``benchmarks/gpu.sh``); ``--host-layout N`` times the host side of the GPU layout on any machine, the
@@ -331,8 +331,8 @@ def main() -> None:
     ap.add_argument("--model-dir", type=Path, default=None, help="encoder weights (default: the user cache)")
     ap.add_argument("--llm-limit", type=int, default=40)
     ap.add_argument("--llm-backend", default="vllm", choices=("vllm", "transformers"),
-                    help="backend of the llm labeller's SmolLM2-135M (vllm: replies held to the prompt's JSON "
-                         "schema by structured outputs; transformers: unconstrained)")
+                    help="backend of the llm labeller's SmolLM2-135M; both hold replies to the prompt's JSON "
+                         "schema (vllm: structured outputs; transformers: xgrammar's logits mask)")
     ap.add_argument("--stream", type=int, default=3000, help="stories for the encoder memory check (0: skip)")
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--threads", type=int, default=2)
@@ -480,7 +480,7 @@ def main() -> None:
                       f"{'met' if st['memory_flat'] else 'NOT met'}."]
     if "llm" in results:
         ll = results["llm"]
-        held = "held to the prompt's JSON schema (structured outputs)" if ll["info"].get("constrained") else "free"
+        held = "held to the prompt's JSON schema" if ll["info"].get("constrained") else "free"
         lines += ["", f"LLM labeller ({ll['info'].get('model')} through the {ll['info'].get('backend')} backend, "
                       f"the only instruction model available offline here; replies {held}"
                       f"): {ll['failed']} of {ll['stories']} "

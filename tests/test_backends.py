@@ -46,6 +46,7 @@ def test_transformers_backend_gguf_and_safetensors(smollm2_dir):
     try:
         out = check_seeded(gguf)
         assert gguf.info().extra["dtype"] == "float32"
+        check_json_schema(gguf)
     finally:
         gguf.close()
     # ...and the prepared safetensors directory hold the same weights: same greedy text.
@@ -323,3 +324,90 @@ def test_system_message_reaches_chat_templates_and_openai_bodies():
         b.close()
     assert body["messages"][0] == {"role": "system", "content": "You are a chatbot"}
 
+
+
+def _char_model(seed: int = 0):
+    """A one-layer Llama with random weights over a character vocabulary with no whitespace, and
+    its tokenizer: whatever it writes under a schema has a bounded length."""
+    import string
+
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    vocab = {"<unk>": 0, "</s>": 1, **{c: i + 2 for i, c in enumerate('{}[]":,' + string.ascii_letters)}}
+    tk = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tk.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+    tk.decoder = decoders.Fuse()
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="<unk>", eos_token="</s>", pad_token="</s>")
+    cfg = LlamaConfig(vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=256,
+                      bos_token_id=1, eos_token_id=1, pad_token_id=1)
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(cfg), tok
+
+
+def _follows(text: str, schema: dict) -> bool:
+    import jsonschema
+
+    try:
+        jsonschema.validate(json.loads(text), schema)
+    except (ValueError, jsonschema.ValidationError):
+        return False
+    return True
+
+
+def test_transformers_backend_holds_replies_to_their_json_schema(tmp_path):
+    """xgrammar's mask in the transformers backend: a random model's every reply, greedy or sampled,
+    parses and follows its schema and ends by itself; a request without a schema in the same batch
+    writes what it writes alone; a schema that cannot compile fails its batch with one line."""
+    import jsonschema
+
+    from harness.errors import BackendError
+    from harness.generation.hf import TransformersBackend
+    from harness.models import ResolvedModel
+
+    model, tok = _char_model()
+    b = TransformersBackend.from_loaded(model, tok, ResolvedModel("char", tmp_path), chat_template=False,
+                                        batch_size=8, max_model_len=256)
+    schema = json.dumps(SCHEMA)
+    free = GenRequest("free", "AnametTom", 5)
+    for params in (GenParams(temperature=0, max_tokens=80), GenParams(temperature=1.0, max_tokens=80)):
+        reqs = [GenRequest(f"j{s}", "AnametTom", s, json_schema=schema) for s in range(6)] + [free]
+        out = {r.request_id: r for r in b.generate(reqs, params)}
+        for s in range(6):
+            r = out[f"j{s}"]
+            assert r.finish_reason == "stop", r
+            jsonschema.validate(json.loads(r.text), SCHEMA)
+        if not params.greedy:  # six seeds, not one reply six times
+            assert len({out[f"j{s}"].text for s in range(6)}) > 1
+        alone = list(b.generate([free], params))[0]
+        assert out["free"].text == alone.text
+        # Without the mask the same requests write no valid reply: the mask did the work.
+        loose = b.generate([GenRequest(r.request_id, r.prompt, r.seed) for r in reqs[:6]], params)
+        assert not any(_follows(r.text, SCHEMA) for r in loose)
+    with pytest.raises(BackendError, match="json_schema could not be compiled"):
+        list(b.generate([GenRequest("bad", "Ana", 0, json_schema="{not json")], GenParams(temperature=0)))
+
+
+def test_schema_mask_is_the_same_with_the_kernel_used_beside_a_gpu(tmp_path):
+    """Beside a GPU the mask is applied by xgrammar's pure-torch kernel (no Triton or CUDA compiler
+    needed); on the same rows it masks exactly what the CPU kernel masks, step after step, and leaves
+    a row without a schema untouched."""
+    import torch
+
+    from harness.generation.hf import TransformersBackend
+    from harness.models import ResolvedModel
+
+    model, tok = _char_model()
+    b = TransformersBackend.from_loaded(model, tok, ResolvedModel("char", tmp_path), chat_template=False)
+    schemas = [json.dumps(SCHEMA), None, json.dumps(SCHEMA)]
+    procs = [b._schema_grammars().processor(schemas, kernel=k) for k in ("cpu", "torch_native")]
+    ids = torch.zeros(3, 1, dtype=torch.long)
+    for step, text in enumerate('{"name":"Ana"'):
+        scores = torch.randn(3, len(tok), generator=torch.Generator().manual_seed(step))
+        a, c = (p(ids, scores.clone()) for p in procs)
+        assert torch.equal(a, c) and torch.equal(a[1], scores[1])
+        allowed = torch.isfinite(a[0]).nonzero().flatten().tolist()
+        assert tok.convert_tokens_to_ids(text) in allowed and len(allowed) < len(tok) / 2
+        ids = torch.cat([ids, torch.full((3, 1), tok.convert_tokens_to_ids(text))], dim=1)

@@ -60,8 +60,9 @@ class GenRequest:
     applied by the backend); ``seed`` makes the sample reproducible where the backend allows;
     ``system`` is a system message sent before it when the backend uses a chat template (the
     homogeneity suite's "You are a chatbot"), ignored without one; ``json_schema`` is a JSON Schema
-    (as JSON text) the reply must follow, where the backend constrains decoding (vLLM's structured
-    outputs, offline or through its OpenAI-compatible server); the transformers backend ignores it."""
+    (as JSON text) the reply must follow. Every backend here constrains decoding to it: vLLM
+    offline through its structured outputs, the openai backend as ``response_format`` (which vLLM's
+    server enforces), and the transformers backend with xgrammar, the grammar engine vLLM uses."""
 
     request_id: str
     prompt: str

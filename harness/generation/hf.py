@@ -1,5 +1,8 @@
 """The transformers backend: batched, left-padded ``generate`` on CPU or GPU.
 
+A request's ``json_schema`` is enforced while decoding, with the grammar engine of vLLM's
+structured outputs (``harness.generation.json_constraint``).
+
 Sampling is done per request with its own ``torch.Generator`` seeded from the request seed, by
 a logits processor that draws the next token for each row and masks every other token. A
 story therefore depends on its seed, not on which batch it lands in (up to floating-point
@@ -15,6 +18,7 @@ import torch
 from harness.errors import BackendError
 from harness.generation.base import Backend, BackendInfo, GenParams, GenRequest, GenResult
 from harness.generation.chat import cut_at_stop, render_prompt
+from harness.generation.json_constraint import SchemaGrammars
 from harness.models import ResolvedModel, offline_env
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -132,9 +136,11 @@ class TransformersBackend(Backend):
         enc = self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
         prompt_len = enc["input_ids"].shape[1]
         max_new = min(params.max_tokens, max(1, self.max_model_len - prompt_len))
-        processors = LogitsProcessorList() if params.greedy else LogitsProcessorList(
-            [SeededSampler([r.seed for r in batch], params)]
-        )
+        processors = LogitsProcessorList()
+        if any(r.json_schema is not None for r in batch):  # the schema's mask first, then the draw
+            processors.append(self._schema_grammars().processor([r.json_schema for r in batch]))
+        if not params.greedy:
+            processors.append(SeededSampler([r.seed for r in batch], params))
         out = self.model.generate(
             **enc,
             max_new_tokens=max_new,
@@ -145,8 +151,7 @@ class TransformersBackend(Backend):
             top_p=None,
             top_k=None,
         )
-        eos = self.model.generation_config.eos_token_id
-        eos_ids = set(eos if isinstance(eos, list) else [eos]) | {self.tokenizer.eos_token_id}
+        eos_ids = self._eos_ids()
         results = []
         prompt_tokens = enc["attention_mask"].sum(dim=1).tolist()
         for req, ids, n_prompt in zip(batch, out[:, prompt_len:].tolist(), prompt_tokens):
@@ -161,6 +166,20 @@ class TransformersBackend(Backend):
             reason = "stop" if hit_eos or hit_stop else ("length" if n >= max_new else "stop")
             results.append(GenResult(req.request_id, text, reason, int(n_prompt), n + int(hit_eos)))
         return results
+
+    def _eos_ids(self) -> set[int]:
+        """The tokens that end a reply: the generation config's and the tokenizer's end of sequence."""
+        eos = self.model.generation_config.eos_token_id
+        ids = [*(eos if isinstance(eos, list) else [eos]), self.tokenizer.eos_token_id]
+        return {int(t) for t in ids if t is not None}
+
+    def _schema_grammars(self) -> SchemaGrammars:
+        """The compiler of requests' JSON Schemas for this model, made on first use."""
+        if getattr(self, "_grammars", None) is None:
+            head = self.model.get_output_embeddings()  # the logits' width, padding included
+            vocab = head.weight.shape[0] if head is not None else len(self.tokenizer)
+            self._grammars = SchemaGrammars(self.tokenizer, vocab, self._eos_ids())
+        return self._grammars
 
     def generate(
         self, requests: Sequence[GenRequest], params: GenParams, *, progress: bool = False

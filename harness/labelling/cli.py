@@ -27,6 +27,9 @@ def _fail(e: HarnessError) -> None:
     raise typer.Exit(e.exit_code)
 
 
+LLM_BACKEND = typer.Option("transformers", "--llm-backend",
+                           help="Backend of the llm labeller: transformers or vllm; both hold each reply to the "
+                                "prompt's JSON schema.")
 NAME_CHECK = typer.Option(True, "--name-check/--no-name-check",
                           help="Encoder: move pronouns between two named characters when their first names "
                                "say they belong to the other, or a lone name to the unnamed role whose pronouns fit "
@@ -171,8 +174,7 @@ def eval_(
     labeller: str = typer.Option("encoder", "--labeller", help="encoder, llm or rules."),
     model_dir: Optional[Path] = typer.Option(None, "--model-dir", help="Encoder weights directory."),
     llm_model: str = typer.Option("smollm2-135m", "--llm-model", help="Model for the llm labeller."),
-    llm_backend: str = typer.Option("transformers", "--llm-backend", help="Backend of the llm labeller: "
-                                    "transformers, or vllm (replies held to the prompt's JSON schema)."),
+    llm_backend: str = LLM_BACKEND,
     lexicon: Optional[str] = typer.Option(None, "--lexicon", help="Gender lexicon: s6a (default), code, "
                                           "neopronouns or a YAML path."),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", min=1),
@@ -272,8 +274,7 @@ def label_(
     labeller: str = typer.Option("encoder", "--labeller", help="encoder, llm or rules."),
     model_dir: Optional[Path] = typer.Option(None, "--model-dir", help="Encoder weights directory."),
     llm_model: str = typer.Option("smollm2-135m", "--llm-model", help="Model for the llm labeller."),
-    llm_backend: str = typer.Option("transformers", "--llm-backend", help="Backend of the llm labeller: "
-                                    "transformers, or vllm (replies held to the prompt's JSON schema)."),
+    llm_backend: str = LLM_BACKEND,
     batch_size: Optional[int] = typer.Option(None, "--batch-size", min=1),
     threads: Optional[int] = typer.Option(None, "--threads", min=1),
     name_check: bool = NAME_CHECK,

@@ -232,15 +232,16 @@ class LLMLabeller(Labeller):
     Args:
         backend: any ``harness.generation.base.Backend``; default: an ``engine`` backend with ``model``.
         model: model alias or path for the default backend (the embedded SmolLM2-135M).
-        engine: the default backend's kind: "transformers" or "vllm" (which holds replies to the
+        engine: the default backend's kind: "transformers" or "vllm" (both hold replies to the
             prompt's JSON schema, see ``constrain``).
         params: sampling for the first attempt (default greedy, 256 new tokens).
         max_attempts: attempts per story (1 + retries).
         seed: base seed; attempt ``a`` of a story uses ``seed + a``.
         constrain: send each story's ``prompts.reply_schema`` with its request, so a backend that
-            constrains decoding (vLLM, offline or served) returns only JSON of the prompt's keys, with
-            names and references written in the story; the transformers backend ignores it and the
-            reply goes through the same repair and retries.
+            constrains decoding (vLLM offline or served, and transformers through xgrammar) returns
+            only JSON of the prompt's keys, with names and references written in the story. A reply
+            cut at ``max_tokens`` or from a backend that does not constrain goes through the same
+            repair and retries.
     """
 
     name = "llm"
@@ -275,7 +276,7 @@ class LLMLabeller(Labeller):
         b = self.backend.info()
         return {"labeller": self.name, "backend": b.backend, "model": b.model, "max_attempts": self.max_attempts,
                 "temperature": self.params.temperature, "max_tokens": self.params.max_tokens,
-                "constrained": self.constrain and b.backend in ("vllm", "openai")}
+                "constrained": self.constrain and b.backend in ("vllm", "openai", "transformers")}
 
     def _retry_params(self, longer: bool) -> GenParams:
         """Sampled, and with twice the tokens where a reply was cut at ``max_tokens``."""

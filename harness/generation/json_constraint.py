@@ -1,0 +1,102 @@
+"""JSON-Schema-constrained decoding for the transformers backend.
+
+vLLM holds a request with a ``json_schema`` to it through its structured outputs, whose default
+grammar engine is xgrammar. This module gives the transformers backend the same engine: the schema
+is compiled once against the model's tokenizer, and a logits processor masks, at every step and for
+every row of the batch, the tokens that cannot continue a reply the schema accepts. A small model
+(the embedded SmolLM2-135M) then writes JSON that parses and follows the schema, where unconstrained
+it mostly does not.
+
+Rows of a batch without a schema are left as they are, so one ``generate`` call may mix them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import torch
+
+from harness.errors import BackendError
+
+
+class SchemaGrammars:
+    """JSON Schemas compiled against one tokenizer (xgrammar's compiler keeps each schema it has seen).
+
+    Args:
+        tokenizer: the model's Hugging Face tokenizer.
+        vocab_size: the model's logits width (it may exceed the tokenizer's vocabulary by padding).
+        stop_token_ids: the tokens that end generation; a reply may end only where the schema is complete.
+    """
+
+    def __init__(self, tokenizer: Any, vocab_size: int, stop_token_ids: Iterable[int]) -> None:
+        try:
+            import xgrammar as xgr
+        except ImportError:  # pragma: no cover - xgrammar is a dependency of the package
+            raise BackendError("a request's json_schema needs xgrammar for the transformers backend; "
+                               "install it with `pip install xgrammar`") from None
+        self._xgr = xgr
+        self.vocab_size = int(vocab_size)
+        info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=self.vocab_size,
+                                                  stop_token_ids=sorted({int(t) for t in stop_token_ids}))
+        self._compiler = xgr.GrammarCompiler(info, max_threads=1)
+
+    def compile(self, schema: str) -> Any:
+        """The compiled grammar of one JSON Schema (as JSON text)."""
+        try:
+            return self._compiler.compile_json_schema(schema)
+        except Exception as e:  # noqa: BLE001 - xgrammar raises several types for a bad schema
+            raise BackendError(f"json_schema could not be compiled: {e}".splitlines()[0]) from None
+
+    def processor(self, schemas: Sequence[str | None], kernel: str | None = None) -> SchemaConstraint:
+        """A logits processor for one ``generate`` call over rows with these schemas (None: free)."""
+        return SchemaConstraint([None if s is None else self.compile(s) for s in schemas], self.vocab_size, kernel)
+
+
+class SchemaConstraint:
+    """A transformers logits processor that holds each row to its compiled grammar.
+
+    Stateful, like xgrammar's own Hugging Face processor: make one per ``generate`` call. At each
+    step after the first it advances every row's matcher by the token the row drew last, then sets
+    the logits of every token the grammar forbids to -inf. A row whose grammar has accepted a stop
+    token is finished; transformers pads it from then on, and its matcher is left alone.
+    ``kernel`` names xgrammar's masking kernel; None picks it by the logits' device.
+    """
+
+    def __init__(self, grammars: Sequence[Any | None], vocab_size: int, kernel: str | None = None) -> None:
+        import xgrammar as xgr
+
+        self._xgr = xgr
+        self.rows = [i for i, g in enumerate(grammars) if g is not None]
+        self.matchers = {i: xgr.GrammarMatcher(grammars[i]) for i in self.rows}
+        self.bitmask = xgr.allocate_token_bitmask(len(grammars), vocab_size)
+        self.vocab_size = vocab_size
+        self.kernel = kernel
+        self._started = False
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if not self.rows:
+            return scores
+        live = []
+        for i in self.rows:
+            m = self.matchers[i]
+            if self._started and not m.is_terminated():
+                token = int(input_ids[i, -1])
+                if not m.accept_token(token):
+                    raise BackendError(f"row {i} drew token {token}, which its json_schema forbids")
+            if not m.is_terminated():
+                m.fill_next_token_bitmask(self.bitmask, i)
+                live.append(i)
+        self._started = True
+        if not live:
+            return scores
+        # xgrammar's C++ kernel on CPU; elsewhere its pure-torch one, which needs no Triton or CUDA
+        # compiler on the host and costs little beside a model's forward pass.
+        kernel = self.kernel or ("cpu" if scores.device.type == "cpu" else "torch_native")
+        self._xgr.apply_token_bitmask_inplace(scores, self.bitmask.to(scores.device),
+                                              vocab_size=min(self.vocab_size, scores.shape[-1]), indices=live,
+                                              backend=kernel)
+        return scores
+
+
+__all__ = ["SchemaConstraint", "SchemaGrammars"]
