@@ -65,9 +65,9 @@ def reply_schema(story: StoryInput, max_name_words: int = 3, max_references: int
     name "Unspecified" or a run of 1 to ``max_name_words`` capitalised words written in the story,
     each reference list at most ``max_references`` of the story's words (a small model, held to the
     story's words, otherwise repeats them until it runs out of tokens). Sent as a request's
-    ``json_schema``, a backend that constrains decoding (all of harness's) can return only replies that parse and
-    that the paper's post-processing keeps ("names and references not in the story" are dropped
-    there anyway).
+    ``json_schema``, a backend that constrains decoding (each of harness's) can return only replies
+    that parse and that the paper's post-processing keeps ("names and references not in the story"
+    are dropped there anyway).
     """
     text = story.text or ""
     words = [(m.group(), m.start(), m.end()) for m in _STORY_WORD.finditer(text)]
