@@ -28,8 +28,11 @@ def _fail(e: HarnessError) -> None:
 
 
 LLM_BACKEND = typer.Option("transformers", "--llm-backend",
-                           help="Backend of the llm labeller: transformers or vllm; both hold each reply to the "
-                                "prompt's JSON schema.")
+                           help="Backend of the llm labeller: transformers, vllm, or openai (a server at "
+                                "--llm-base-url serving --llm-model); each holds replies to the prompt's JSON schema "
+                                "(a server where it enforces response_format, as vLLM's does).")
+LLM_BASE_URL = typer.Option(None, "--llm-base-url", help="The llm labeller's server, for --llm-backend openai "
+                                                         "(e.g. http://127.0.0.1:8000/v1).")
 NAME_CHECK = typer.Option(True, "--name-check/--no-name-check",
                           help="Encoder: move pronouns between two named characters when their first names "
                                "say they belong to the other, or a lone name to the unnamed role whose pronouns fit "
@@ -66,7 +69,7 @@ PRECISION = typer.Option(None, "--precision",
 
 def _labeller(name: str, model_dir: Path | None, llm_model: str, threads: int | None, name_check: bool = True,
               action_check: bool = True, pronoun_binding: bool = True, apposition_check: bool = True,
-              llm_backend: str = "transformers", precision: str | None = None):
+              llm_backend: str = "transformers", precision: str | None = None, llm_base_url: str | None = None):
     from harness.labelling import get_labeller
 
     kwargs: dict[str, Any] = {}
@@ -74,7 +77,13 @@ def _labeller(name: str, model_dir: Path | None, llm_model: str, threads: int | 
         kwargs = {"path": model_dir, "threads": threads, "name_check": name_check, "action_check": action_check,
                   "pronoun_binding": pronoun_binding, "apposition_check": apposition_check, "precision": precision}
     elif name == "llm":
+        if (llm_backend == "openai") != bool(llm_base_url):
+            raise ConfigError("--llm-base-url: --llm-backend openai needs the server's URL, e.g. "
+                              "http://127.0.0.1:8000/v1" if llm_backend == "openai" else
+                              f"--llm-base-url: a server's URL is for --llm-backend openai, not {llm_backend}")
         kwargs = {"model": llm_model, "engine": llm_backend}
+        if llm_base_url:
+            kwargs["base_url"] = llm_base_url
     return get_labeller(name, **kwargs)
 
 
@@ -175,6 +184,7 @@ def eval_(
     model_dir: Optional[Path] = typer.Option(None, "--model-dir", help="Encoder weights directory."),
     llm_model: str = typer.Option("smollm2-135m", "--llm-model", help="Model for the llm labeller."),
     llm_backend: str = LLM_BACKEND,
+    llm_base_url: Optional[str] = LLM_BASE_URL,
     lexicon: Optional[str] = typer.Option(None, "--lexicon", help="Gender lexicon: s6a (default), code, "
                                           "neopronouns or a YAML path."),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", min=1),
@@ -222,7 +232,7 @@ def eval_(
         if limit:
             stories = stories[:limit]
         lab = _labeller(labeller, model_dir, llm_model, threads, name_check, action_check, pronoun_binding,
-                        apposition_check, llm_backend, precision)
+                        apposition_check, llm_backend, precision, llm_base_url)
         try:
             rep = evaluate(lab, stories, lexicon=lexicon, batch_size=batch_size, progress=progress)
         finally:
@@ -275,6 +285,7 @@ def label_(
     model_dir: Optional[Path] = typer.Option(None, "--model-dir", help="Encoder weights directory."),
     llm_model: str = typer.Option("smollm2-135m", "--llm-model", help="Model for the llm labeller."),
     llm_backend: str = LLM_BACKEND,
+    llm_base_url: Optional[str] = LLM_BASE_URL,
     batch_size: Optional[int] = typer.Option(None, "--batch-size", min=1),
     threads: Optional[int] = typer.Option(None, "--threads", min=1),
     name_check: bool = NAME_CHECK,
@@ -296,7 +307,7 @@ def label_(
         if done:
             typer.echo(f"resuming: {done} stories already labelled in {tmp}", err=True)
         lab = _labeller(labeller, model_dir, llm_model, threads, name_check, action_check, pronoun_binding,
-                        apposition_check, llm_backend, precision)
+                        apposition_check, llm_backend, precision, llm_base_url)
         n_bad = 0
         try:
             with open(tmp, "a" if done else "w", encoding="utf-8") as f:

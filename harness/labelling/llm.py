@@ -232,8 +232,10 @@ class LLMLabeller(Labeller):
     Args:
         backend: any ``harness.generation.base.Backend``; default: an ``engine`` backend with ``model``.
         model: model alias or path for the default backend (the embedded SmolLM2-135M).
-        engine: the default backend's kind: "transformers" or "vllm" (both hold replies to the
-            prompt's JSON schema, see ``constrain``).
+        engine: the default backend's kind: "transformers", "vllm" or "openai" (a server at
+            ``base_url`` serving ``model``); each holds replies to the prompt's JSON schema, see
+            ``constrain`` (a server only where it enforces ``response_format``, as vLLM's does).
+        base_url: the server's URL for the "openai" engine, e.g. http://127.0.0.1:8000/v1.
         params: sampling for the first attempt (default greedy, 256 new tokens).
         max_attempts: attempts per story (1 + retries).
         seed: base seed; attempt ``a`` of a story uses ``seed + a``.
@@ -248,7 +250,7 @@ class LLMLabeller(Labeller):
     default_batch_size = 16
 
     def __init__(self, backend: Backend | None = None, *, model: str = "smollm2-135m", engine: str = "transformers",
-                 params: GenParams | None = None, max_attempts: int = 3, seed: int = 0,
+                 base_url: str | None = None, params: GenParams | None = None, max_attempts: int = 3, seed: int = 0,
                  constrain: bool = True) -> None:
         if max_attempts < 1:
             raise ConfigError(f"max_attempts must be >= 1, got {max_attempts}")
@@ -257,10 +259,13 @@ class LLMLabeller(Labeller):
             from harness.config import ModelConfig
             from harness.generation import load_backend
 
-            if engine not in ("transformers", "vllm"):
-                raise ConfigError(f"llm labeller: engine must be transformers or vllm, got {engine!r} (for a server, "
-                                  f"pass an openai backend)")
-            backend = load_backend(ModelConfig(backend=engine, path=model))
+            if engine not in ("transformers", "vllm", "openai"):
+                raise ConfigError(f"llm labeller: engine must be transformers, vllm or openai, got {engine!r}")
+            if (engine == "openai") != (base_url is not None):
+                raise ConfigError("llm labeller: the openai engine needs base_url, the server's URL (e.g. "
+                                  "http://127.0.0.1:8000/v1)" if engine == "openai" else
+                                  f"llm labeller: base_url is for the openai engine, not {engine}")
+            backend = load_backend(ModelConfig(backend=engine, path=model, base_url=base_url))
         if not isinstance(backend, Backend):
             raise ConfigError(f"backend must be a harness Backend, got {type(backend).__name__}")
         self.backend = backend

@@ -271,3 +271,54 @@ def test_gold_ids_are_unique_and_tags_a_list(tmp_path, gold_path):
     p.write_text(json.dumps({**rows[0], "tags": "named"}) + "\n")
     r = runner.invoke(app, ["eval", "--gold", str(p), "--labeller", "rules"])
     _one_line_error(r, 3, "dup.jsonl:1: `tags` must be a list of strings")
+
+
+def test_label_command_with_an_llm_served_over_http(tmp_path):
+    """`--llm-backend openai --llm-base-url`: the Table S7 prompt goes to an OpenAI-compatible server
+    with the reply's JSON schema as response_format, and its JSON reply becomes the labels. Without
+    a URL, or with one for another backend, the command stops with one line before any request."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    seen: list[dict] = []
+    reply = {"doctor name": "Ana Ruiz", "patient name": "Tom", "doctor references": ["She"], "patient references": []}
+
+    class Server(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            seen.append(json.loads(self.rfile.read(int(self.headers["content-length"]))))
+            data = json.dumps({"choices": [{"message": {"content": json.dumps(reply)}, "finish_reason": "stop"}],
+                               "usage": {"prompt_tokens": 9, "completion_tokens": 9}}).encode()
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    stories = tmp_path / "stories.jsonl"
+    stories.write_text(json.dumps({"id": "a", "text": "Ana Ruiz met Tom. She smiled.",
+                                   "roles": {"subject": "doctor", "object": "patient"}}) + "\n")
+    out = tmp_path / "labels.jsonl"
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Server)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    try:
+        r = runner.invoke(app, ["label", str(stories), "--out", str(out), "--labeller", "llm",
+                                "--llm-backend", "openai", "--llm-base-url", url, "--llm-model", "served-model"])
+    finally:
+        server.shutdown()
+    assert r.exit_code == 0, r.output
+    (body,) = seen
+    assert body["model"] == "served-model" and "Ana Ruiz met Tom" in body["messages"][-1]["content"]
+    schema = body["response_format"]["json_schema"]["schema"]
+    assert set(schema["required"]) == set(reply)
+    (got,) = [StoryLabels.from_dict(json.loads(line)) for line in out.read_text().splitlines()]
+    assert got.status == "ok"
+    assert [(c.role, c.name, c.references) for c in got.characters] == [
+        ("subject", "Ana Ruiz", ("She",)), ("object", "Tom", ())]
+    for args, says in ((["--llm-backend", "openai"], "--llm-backend openai needs the server's URL"),
+                       (["--llm-base-url", url], "is for --llm-backend openai, not transformers")):
+        r = runner.invoke(app, ["label", str(stories), "--out", str(out), "--labeller", "llm", *args])
+        assert r.exit_code == 2 and says in r.output and len(r.output.strip().splitlines()) == 1, r.output

@@ -249,8 +249,15 @@ def test_labeller_sends_each_storys_schema_with_its_request():
 def test_labeller_engine_must_be_one_it_can_build():
     from harness.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="engine must be transformers or vllm"):
+    with pytest.raises(ConfigError, match="engine must be transformers, vllm or openai, got 'tgi'"):
+        LLMLabeller(engine="tgi")
+    with pytest.raises(ConfigError, match="the openai engine needs base_url"):
         LLMLabeller(engine="openai")
+    with pytest.raises(ConfigError, match="base_url is for the openai engine, not vllm"):
+        LLMLabeller(engine="vllm", base_url="http://127.0.0.1:8000/v1")
+    lab = LLMLabeller(engine="openai", model="m", base_url="http://127.0.0.1:9/v1")  # no request until labelling
+    assert lab.info()["backend"] == "openai" and lab.info()["constrained"]
+    lab.close()
 
 
 def test_an_open_object_is_not_mistaken_for_the_object_inside_it():
