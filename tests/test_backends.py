@@ -411,3 +411,23 @@ def test_schema_mask_is_the_same_with_the_kernel_used_beside_a_gpu(tmp_path):
         allowed = torch.isfinite(a[0]).nonzero().flatten().tolist()
         assert tok.convert_tokens_to_ids(text) in allowed and len(allowed) < len(tok) / 2
         ids = torch.cat([ids, torch.full((3, 1), tok.convert_tokens_to_ids(text))], dim=1)
+
+
+def test_schema_compiler_keeps_a_bounded_cache(tmp_path, monkeypatch):
+    """The labeller sends a new schema with every story; the compiled grammars xgrammar keeps stay
+    under ``CACHE_BYTES`` however many it has compiled (unbounded, 1,000 dev stories' schemas kept
+    about 200 MiB with SmolLM2's tokenizer)."""
+    import harness.generation.json_constraint as jc
+    from harness.generation.hf import TransformersBackend
+    from harness.models import ResolvedModel
+
+    monkeypatch.setattr(jc, "CACHE_BYTES", 256 << 10)
+    model, tok = _char_model()
+    grammars = TransformersBackend.from_loaded(model, tok, ResolvedModel("char", tmp_path))._schema_grammars()
+    sizes = []
+    for i in range(300):
+        schema = {**SCHEMA, "properties": {**SCHEMA["properties"], "name": {"enum": ["Ana", "Tom", f"Zed{i}"]}}}
+        grammars.compile(json.dumps(schema))
+        sizes.append(grammars._compiler.get_cache_size_bytes())
+    assert max(sizes) <= 256 << 10 and sizes[-1] > 0
+    assert sizes[100] > sizes[10]  # it does keep grammars, up to the bound

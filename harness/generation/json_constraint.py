@@ -19,6 +19,9 @@ import torch
 
 from harness.errors import BackendError
 
+#: The most memory xgrammar's compiler keeps for grammars it has compiled already.
+CACHE_BYTES = 64 << 20
+
 
 class SchemaGrammars:
     """JSON Schemas compiled against one tokenizer (xgrammar's compiler keeps each schema it has seen).
@@ -39,7 +42,8 @@ class SchemaGrammars:
         self.vocab_size = int(vocab_size)
         info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=self.vocab_size,
                                                   stop_token_ids=sorted({int(t) for t in stop_token_ids}))
-        self._compiler = xgr.GrammarCompiler(info, max_threads=1)
+        # The labeller's schemas differ story by story: a bounded cache keeps memory flat over a corpus.
+        self._compiler = xgr.GrammarCompiler(info, max_threads=1, cache_limit_bytes=CACHE_BYTES)
 
     def compile(self, schema: str) -> Any:
         """The compiled grammar of one JSON Schema (as JSON text)."""
@@ -50,7 +54,8 @@ class SchemaGrammars:
 
     def processor(self, schemas: Sequence[str | None], kernel: str | None = None) -> SchemaConstraint:
         """A logits processor for one ``generate`` call over rows with these schemas (None: free)."""
-        return SchemaConstraint([None if s is None else self.compile(s) for s in schemas], self.vocab_size, kernel)
+        compiled = {s: self.compile(s) for s in dict.fromkeys(schemas) if s is not None}
+        return SchemaConstraint([compiled.get(s) if s is not None else None for s in schemas], self.vocab_size, kernel)
 
 
 class SchemaConstraint:
