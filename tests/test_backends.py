@@ -365,15 +365,16 @@ def test_transformers_backend_holds_replies_to_their_json_schema(tmp_path):
 
     from harness.errors import BackendError
     from harness.generation.hf import TransformersBackend
+    from harness.generation.json_constraint import SchemaGrammars
     from harness.models import ResolvedModel
 
     model, tok = _char_model()
     b = TransformersBackend.from_loaded(model, tok, ResolvedModel("char", tmp_path), chat_template=False,
                                         batch_size=8, max_model_len=256)
     schema = json.dumps(SCHEMA)
-    free = GenRequest("free", "AnametTom", 5)
+    free = GenRequest("free", "AnametTomatthedoor", 5)  # the longest prompt: the others are left-padded
     for params in (GenParams(temperature=0, max_tokens=80), GenParams(temperature=1.0, max_tokens=80)):
-        reqs = [GenRequest(f"j{s}", "AnametTom", s, json_schema=schema) for s in range(6)] + [free]
+        reqs = [GenRequest(f"j{s}", "Ana" + "met" * s + "Tom", s, json_schema=schema) for s in range(6)] + [free]
         out = {r.request_id: r for r in b.generate(reqs, params)}
         for s in range(6):
             r = out[f"j{s}"]
@@ -386,14 +387,16 @@ def test_transformers_backend_holds_replies_to_their_json_schema(tmp_path):
         # Without the mask the same requests write no valid reply: the mask did the work.
         loose = b.generate([GenRequest(r.request_id, r.prompt, r.seed) for r in reqs[:6]], params)
         assert not any(_follows(r.text, SCHEMA) for r in loose)
-    with pytest.raises(BackendError, match="json_schema could not be compiled"):
+    with pytest.raises(BackendError, match="request bad: json_schema could not be compiled"):
         list(b.generate([GenRequest("bad", "Ana", 0, json_schema="{not json")], GenParams(temperature=0)))
+    with pytest.raises(BackendError, match="no end-of-sequence token"):
+        SchemaGrammars(tok, len(tok), [])
 
 
-def test_schema_mask_is_the_same_with_the_kernel_used_beside_a_gpu(tmp_path):
-    """Beside a GPU the mask is applied by xgrammar's pure-torch kernel (no Triton or CUDA compiler
-    needed); on the same rows it masks exactly what the CPU kernel masks, step after step, and leaves
-    a row without a schema untouched."""
+def test_schema_mask_of_the_pure_torch_kernel_matches_the_cpu_kernel(tmp_path):
+    """Off the CPU the mask is applied by xgrammar's pure-torch kernel (no Triton or CUDA compiler
+    needed). Run here on CPU tensors (no GPU in CI), it masks exactly what the CPU kernel masks, step
+    after step, and leaves a row without a schema untouched."""
     import torch
 
     from harness.generation.hf import TransformersBackend

@@ -138,12 +138,14 @@ class TransformersBackend(Backend):
         max_new = min(params.max_tokens, max(1, self.max_model_len - prompt_len))
         processors = LogitsProcessorList()
         if any(r.json_schema is not None for r in batch):  # the schema's mask first, then the draw
-            processors.append(self._schema_grammars().processor([r.json_schema for r in batch]))
+            processors.append(self._schema_grammars().processor([r.json_schema for r in batch],
+                                                                ids=[r.request_id for r in batch]))
         if not params.greedy:
             processors.append(SeededSampler([r.seed for r in batch], params))
         out = self.model.generate(
             **enc,
             max_new_tokens=max_new,
+            eos_token_id=sorted(self._eos_ids()) or None,  # a row ends on any of them, as its text and grammar do
             do_sample=False,
             logits_processor=processors,
             pad_token_id=self.tokenizer.pad_token_id,
@@ -176,8 +178,11 @@ class TransformersBackend(Backend):
     def _schema_grammars(self) -> SchemaGrammars:
         """The compiler of requests' JSON Schemas for this model, made on first use."""
         if getattr(self, "_grammars", None) is None:
-            head = self.model.get_output_embeddings()  # the logits' width, padding included
-            vocab = head.weight.shape[0] if head is not None else len(self.tokenizer)
+            # The logits' width, padding included: the head's, else the config's, else the tokenizer's.
+            head = self.model.get_output_embeddings()
+            text_config = self.model.config.get_text_config()
+            vocab = (getattr(head, "out_features", None) or getattr(text_config, "vocab_size", None)
+                     or len(self.tokenizer))
             self._grammars = SchemaGrammars(self.tokenizer, vocab, self._eos_ids())
         return self._grammars
 

@@ -40,22 +40,32 @@ class SchemaGrammars:
                                "install it with `pip install xgrammar`") from None
         self._xgr = xgr
         self.vocab_size = int(vocab_size)
-        info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=self.vocab_size,
-                                                  stop_token_ids=sorted({int(t) for t in stop_token_ids}))
+        stops = sorted({int(t) for t in stop_token_ids})
+        if not stops:
+            raise BackendError("json_schema: the model has no end-of-sequence token (neither its generation config "
+                               "nor its tokenizer names one), so no reply could end; set the tokenizer's eos_token")
+        info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=self.vocab_size, stop_token_ids=stops)
         # The labeller's schemas differ story by story: a bounded cache keeps memory flat over a corpus.
         self._compiler = xgr.GrammarCompiler(info, max_threads=1, cache_limit_bytes=CACHE_BYTES)
 
-    def compile(self, schema: str) -> Any:
-        """The compiled grammar of one JSON Schema (as JSON text)."""
+    def compile(self, schema: str, where: str = "json_schema") -> Any:
+        """The compiled grammar of one JSON Schema (as JSON text); ``where`` names it in an error."""
         try:
             return self._compiler.compile_json_schema(schema)
         except Exception as e:  # noqa: BLE001 - xgrammar raises several types for a bad schema
-            raise BackendError(f"json_schema could not be compiled: {e}".splitlines()[0]) from None
+            raise BackendError(f"{where} could not be compiled: {e}".splitlines()[0]) from None
 
-    def processor(self, schemas: Sequence[str | None], kernel: str | None = None) -> SchemaConstraint:
-        """A logits processor for one ``generate`` call over rows with these schemas (None: free)."""
-        compiled = {s: self.compile(s) for s in dict.fromkeys(schemas) if s is not None}
-        return SchemaConstraint([compiled.get(s) if s is not None else None for s in schemas], self.vocab_size, kernel)
+    def processor(self, schemas: Sequence[str | None], kernel: str | None = None,
+                  ids: Sequence[str] | None = None) -> SchemaConstraint:
+        """A logits processor for one ``generate`` call over rows with these schemas (None: free);
+        ``ids`` (the requests' ids) name a row in an error."""
+        names = list(ids) if ids is not None else [f"row {i}" for i in range(len(schemas))]
+        compiled: dict[str, Any] = {}
+        for s, name in zip(schemas, names):
+            if s is not None and s not in compiled:
+                compiled[s] = self.compile(s, f"request {name}: json_schema")
+        return SchemaConstraint([compiled.get(s) if s is not None else None for s in schemas], self.vocab_size,
+                                kernel, names)
 
 
 class SchemaConstraint:
@@ -68,7 +78,8 @@ class SchemaConstraint:
     ``kernel`` names xgrammar's masking kernel; None picks it by the logits' device.
     """
 
-    def __init__(self, grammars: Sequence[Any | None], vocab_size: int, kernel: str | None = None) -> None:
+    def __init__(self, grammars: Sequence[Any | None], vocab_size: int, kernel: str | None = None,
+                 names: Sequence[str] | None = None) -> None:
         import xgrammar as xgr
 
         self._xgr = xgr
@@ -77,18 +88,19 @@ class SchemaConstraint:
         self.bitmask = xgr.allocate_token_bitmask(len(grammars), vocab_size)
         self.vocab_size = vocab_size
         self.kernel = kernel
+        self.names = list(names) if names is not None else [f"row {i}" for i in range(len(grammars))]
         self._started = False
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         if not self.rows:
             return scores
         live = []
+        last = input_ids[:, -1].tolist() if self._started else []  # one device-to-host copy per step
         for i in self.rows:
             m = self.matchers[i]
             if self._started and not m.is_terminated():
-                token = int(input_ids[i, -1])
-                if not m.accept_token(token):
-                    raise BackendError(f"row {i} drew token {token}, which its json_schema forbids")
+                if not m.accept_token(last[i]):
+                    raise BackendError(f"{self.names[i]} drew token {last[i]}, which its json_schema forbids")
             if not m.is_terminated():
                 m.fill_next_token_bitmask(self.bitmask, i)
                 live.append(i)

@@ -309,6 +309,7 @@ def test_label_command_with_an_llm_served_over_http(tmp_path):
                                 "--llm-backend", "openai", "--llm-base-url", url, "--llm-model", "served-model"])
     finally:
         server.shutdown()
+        server.server_close()
     assert r.exit_code == 0, r.output
     (body,) = seen
     assert body["model"] == "served-model" and "Ana Ruiz met Tom" in body["messages"][-1]["content"]
