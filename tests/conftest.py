@@ -27,6 +27,44 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.fixture
+def json_server():
+    """Starts loopback HTTP servers that answer each POST with ``answer(body) -> (status, json
+    object[, headers])``, ``body`` being the request's parsed JSON; returns each server's
+    ``http://127.0.0.1:PORT/v1``. Servers stop when the test ends."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    servers = []
+
+    def start(answer) -> str:
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802
+                status, obj, *headers = answer(json.loads(self.rfile.read(int(self.headers["content-length"]))))
+                data = json.dumps(obj).encode()
+                self.send_response(status)
+                for k, v in (headers[0] if headers else {}).items():
+                    self.send_header(k, v)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return f"http://127.0.0.1:{server.server_address[1]}/v1"
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
 def pytest_collection_modifyitems(config, items):
     """GPU tests skip with a reason when no CUDA device is present."""
     try:

@@ -176,54 +176,29 @@ def test_openai_backend_sends_a_json_schema_as_response_format():
         b.close()
 
 
-class FlakyHandler(BaseHTTPRequestHandler):
-    """A loopback server that answers 429, then 503, then a valid completion; 400 for 'bad'."""
-
+def test_openai_backend_retries_429_and_5xx_and_records_failures(json_server):
+    """A server that answers 429, then 503, then a valid completion; 400 for 'bad'."""
     calls: list[str] = []
 
-    def do_POST(self):  # noqa: N802
-        body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+    def answer(body):
         prompt = body["messages"][0]["content"]
-        FlakyHandler.calls.append(prompt)
-        n = FlakyHandler.calls.count(prompt)
+        calls.append(prompt)
         if prompt == "bad":
-            self._send(400, {"error": "bad request"})
-        elif n == 1:
-            self._send(429, {"error": "slow down"}, {"Retry-After": "0"})
-        elif n == 2:
-            self._send(503, {"error": "busy"})
-        else:
-            self._send(200, {"choices": [{"message": {"content": f"ok {body['seed']}"}, "finish_reason": "stop"}],
-                             "usage": {"prompt_tokens": 3, "completion_tokens": 2}})
+            return 400, {"error": "bad request"}
+        return {1: (429, {"error": "slow down"}, {"Retry-After": "0"}), 2: (503, {"error": "busy"})}.get(
+            calls.count(prompt),
+            (200, {"choices": [{"message": {"content": f"ok {body['seed']}"}, "finish_reason": "stop"}],
+                   "usage": {"prompt_tokens": 3, "completion_tokens": 2}}))
 
-    def _send(self, code, obj, headers=None):
-        data = json.dumps(obj).encode()
-        self.send_response(code)
-        for k, v in (headers or {}).items():
-            self.send_header(k, v)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
-
-
-def test_openai_backend_retries_429_and_5xx_and_records_failures():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), FlakyHandler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    base = f"http://127.0.0.1:{server.server_address[1]}/v1"
-    b = OpenAIBackend("m", base_url=base, concurrency=2, backoff_s=0.01, max_retries=3)
+    b = OpenAIBackend("m", base_url=json_server(answer), concurrency=2, backoff_s=0.01, max_retries=3)
     try:
         out = {r.request_id: r for r in b.generate([GenRequest("a", "hello", 7), GenRequest("b", "bad", 1)], GenParams())}
     finally:
         b.close()
-        server.shutdown()
     assert out["a"].text == "ok 7" and out["a"].finish_reason == "stop" and out["a"].output_tokens == 2
-    assert FlakyHandler.calls.count("hello") == 3  # 429, 503, 200
+    assert calls.count("hello") == 3  # 429, 503, 200
     assert out["b"].finish_reason == "error" and "HTTP 400" in out["b"].error
-    assert FlakyHandler.calls.count("bad") == 1  # a 4xx other than 429 is not retried
+    assert calls.count("bad") == 1  # a 4xx other than 429 is not retried
     assert b.retries == 2
 
 

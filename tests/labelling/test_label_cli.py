@@ -273,43 +273,25 @@ def test_gold_ids_are_unique_and_tags_a_list(tmp_path, gold_path):
     _one_line_error(r, 3, "dup.jsonl:1: `tags` must be a list of strings")
 
 
-def test_label_command_with_an_llm_served_over_http(tmp_path):
+def test_label_command_with_an_llm_served_over_http(tmp_path, json_server):
     """`--llm-backend openai --llm-base-url`: the Table S7 prompt goes to an OpenAI-compatible server
     with the reply's JSON schema as response_format, and its JSON reply becomes the labels. Without
     a URL, or with one for another backend, the command stops with one line before any request."""
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
     seen: list[dict] = []
     reply = {"doctor name": "Ana Ruiz", "patient name": "Tom", "doctor references": ["She"], "patient references": []}
 
-    class Server(BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802
-            seen.append(json.loads(self.rfile.read(int(self.headers["content-length"]))))
-            data = json.dumps({"choices": [{"message": {"content": json.dumps(reply)}, "finish_reason": "stop"}],
-                               "usage": {"prompt_tokens": 9, "completion_tokens": 9}}).encode()
-            self.send_response(200)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, *args):
-            pass
+    def answer(body):
+        seen.append(body)
+        return 200, {"choices": [{"message": {"content": json.dumps(reply)}, "finish_reason": "stop"}],
+                     "usage": {"prompt_tokens": 9, "completion_tokens": 9}}
 
     stories = tmp_path / "stories.jsonl"
     stories.write_text(json.dumps({"id": "a", "text": "Ana Ruiz met Tom. She smiled.",
                                    "roles": {"subject": "doctor", "object": "patient"}}) + "\n")
     out = tmp_path / "labels.jsonl"
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Server)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}/v1"
-    try:
-        r = runner.invoke(app, ["label", str(stories), "--out", str(out), "--labeller", "llm",
-                                "--llm-backend", "openai", "--llm-base-url", url, "--llm-model", "served-model"])
-    finally:
-        server.shutdown()
-        server.server_close()
+    url = json_server(answer)
+    r = runner.invoke(app, ["label", str(stories), "--out", str(out), "--labeller", "llm",
+                            "--llm-backend", "openai", "--llm-base-url", url, "--llm-model", "served-model"])
     assert r.exit_code == 0, r.output
     (body,) = seen
     assert body["model"] == "served-model" and "Ana Ruiz met Tom" in body["messages"][-1]["content"]
