@@ -369,9 +369,9 @@ def test_transformers_backend_holds_replies_to_their_json_schema(tmp_path):
 
 
 def test_schema_mask_of_the_pure_torch_kernel_matches_the_cpu_kernel(tmp_path):
-    """Off the CPU the mask is applied by xgrammar's pure-torch kernel (no Triton or CUDA compiler
-    needed). Run here on CPU tensors (no GPU in CI), it masks exactly what the CPU kernel masks, step
-    after step, and leaves a row without a schema untouched."""
+    """The mask is applied by xgrammar's pure-torch kernel (no Triton or CUDA compiler needed beside
+    a GPU). It masks exactly what xgrammar's C++ CPU kernel masks, step after step, with a row left
+    out by indices, and leaves a row without a schema untouched."""
     import torch
 
     from harness.generation.hf import TransformersBackend
@@ -380,7 +380,7 @@ def test_schema_mask_of_the_pure_torch_kernel_matches_the_cpu_kernel(tmp_path):
     model, tok = _char_model()
     b = TransformersBackend.from_loaded(model, tok, ResolvedModel("char", tmp_path), chat_template=False)
     schemas = [json.dumps(SCHEMA), None, json.dumps(SCHEMA)]
-    procs = [b._schema_grammars().processor(schemas, kernel=k) for k in ("cpu", "torch_native")]
+    procs = [b._schema_grammars().processor(schemas, kernel=k) for k in ("cpu", None)]
     ids = torch.zeros(3, 1, dtype=torch.long)
     for step, text in enumerate('{"name":"Ana"'):
         scores = torch.randn(3, len(tok), generator=torch.Generator().manual_seed(step))

@@ -75,7 +75,7 @@ class SchemaConstraint:
     step after the first it advances every row's matcher by the token the row drew last, then sets
     the logits of every token the grammar forbids to -inf. A row whose grammar has accepted a stop
     token is finished; transformers pads it from then on, and its matcher is left alone.
-    ``kernel`` names xgrammar's masking kernel; None picks it by the logits' device.
+    ``kernel`` names xgrammar's masking kernel (default: its pure-torch one, see ``__call__``).
     """
 
     def __init__(self, grammars: Sequence[Any | None], vocab_size: int, kernel: str | None = None,
@@ -107,12 +107,13 @@ class SchemaConstraint:
         self._started = True
         if not live:
             return scores
-        # xgrammar's C++ kernel on CPU; elsewhere its pure-torch one, which needs no Triton or CUDA
-        # compiler on the host and costs little beside a model's forward pass.
-        kernel = self.kernel or ("cpu" if scores.device.type == "cpu" else "torch_native")
+        # xgrammar's pure-torch kernel by default, on every device: it needs no Triton or CUDA compiler
+        # beside a GPU, and on CPU it beat xgrammar's C++ kernel (64 rows of a 49,152-token vocabulary:
+        # 2.8 ms against 9.6 ms on the 2-core EPYC); with every row live it goes faster without indices.
         self._xgr.apply_token_bitmask_inplace(scores, self.bitmask.to(scores.device),
-                                              vocab_size=min(self.vocab_size, scores.shape[-1]), indices=live,
-                                              backend=kernel)
+                                              vocab_size=min(self.vocab_size, scores.shape[-1]),
+                                              indices=None if len(live) == scores.shape[0] else live,
+                                              backend=self.kernel or "torch_native")
         return scores
 
 
