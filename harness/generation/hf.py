@@ -136,6 +136,7 @@ class TransformersBackend(Backend):
         enc = self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
         prompt_len = enc["input_ids"].shape[1]
         max_new = min(params.max_tokens, max(1, self.max_model_len - prompt_len))
+        eos_ids = self._eos_ids()
         processors = LogitsProcessorList()
         if any(r.json_schema is not None for r in batch):  # the schema's mask first, then the draw
             processors.append(self._schema_grammars().processor([r.json_schema for r in batch],
@@ -145,7 +146,7 @@ class TransformersBackend(Backend):
         out = self.model.generate(
             **enc,
             max_new_tokens=max_new,
-            eos_token_id=sorted(self._eos_ids()) or None,  # a row ends on any of them, as its text and grammar do
+            eos_token_id=sorted(eos_ids) or None,  # a row ends on any of them, as its text and grammar do
             do_sample=False,
             logits_processor=processors,
             pad_token_id=self.tokenizer.pad_token_id,
@@ -153,7 +154,6 @@ class TransformersBackend(Backend):
             top_p=None,
             top_k=None,
         )
-        eos_ids = self._eos_ids()
         results = []
         prompt_tokens = enc["attention_mask"].sum(dim=1).tolist()
         for req, ids, n_prompt in zip(batch, out[:, prompt_len:].tolist(), prompt_tokens):

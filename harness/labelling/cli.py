@@ -77,13 +77,7 @@ def _labeller(name: str, model_dir: Path | None, llm_model: str, threads: int | 
         kwargs = {"path": model_dir, "threads": threads, "name_check": name_check, "action_check": action_check,
                   "pronoun_binding": pronoun_binding, "apposition_check": apposition_check, "precision": precision}
     elif name == "llm":
-        if (llm_backend == "openai") != bool(llm_base_url):
-            raise ConfigError("--llm-base-url: --llm-backend openai needs the server's URL, e.g. "
-                              "http://127.0.0.1:8000/v1" if llm_backend == "openai" else
-                              f"--llm-base-url: a server's URL is for --llm-backend openai, not {llm_backend}")
-        kwargs = {"model": llm_model, "engine": llm_backend}
-        if llm_base_url:
-            kwargs["base_url"] = llm_base_url
+        kwargs = {"model": llm_model, "engine": llm_backend, "base_url": llm_base_url}
     return get_labeller(name, **kwargs)
 
 

@@ -261,10 +261,11 @@ class LLMLabeller(Labeller):
 
             if engine not in ("transformers", "vllm", "openai"):
                 raise ConfigError(f"llm labeller: engine must be transformers, vllm or openai, got {engine!r}")
-            if (engine == "openai") != (base_url is not None):
-                raise ConfigError("llm labeller: the openai engine needs base_url, the server's URL (e.g. "
-                                  "http://127.0.0.1:8000/v1)" if engine == "openai" else
-                                  f"llm labeller: base_url is for the openai engine, not {engine}")
+            if (engine == "openai") != bool(base_url):  # the flags' names too, for `harness label`
+                raise ConfigError("llm labeller: the openai engine (--llm-backend openai) needs base_url "
+                                  "(--llm-base-url), the server's URL, e.g. http://127.0.0.1:8000/v1"
+                                  if engine == "openai" else
+                                  f"llm labeller: base_url (--llm-base-url) is for the openai engine, not {engine}")
             backend = load_backend(ModelConfig(backend=engine, path=model, base_url=base_url))
         if not isinstance(backend, Backend):
             raise ConfigError(f"backend must be a harness Backend, got {type(backend).__name__}")

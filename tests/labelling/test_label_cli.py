@@ -301,7 +301,7 @@ def test_label_command_with_an_llm_served_over_http(tmp_path, json_server):
     assert got.status == "ok"
     assert [(c.role, c.name, c.references) for c in got.characters] == [
         ("subject", "Ana Ruiz", ("She",)), ("object", "Tom", ())]
-    for args, says in ((["--llm-backend", "openai"], "--llm-backend openai needs the server's URL"),
-                       (["--llm-base-url", url], "is for --llm-backend openai, not transformers")):
+    for args, says in ((["--llm-backend", "openai"], "(--llm-backend openai) needs base_url (--llm-base-url)"),
+                       (["--llm-base-url", url], "base_url (--llm-base-url) is for the openai engine, not transformers")):
         r = runner.invoke(app, ["label", str(stories), "--out", str(out), "--labeller", "llm", *args])
         assert r.exit_code == 2 and says in r.output and len(r.output.strip().splitlines()) == 1, r.output

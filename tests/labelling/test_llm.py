@@ -251,9 +251,9 @@ def test_labeller_engine_must_be_one_it_can_build():
 
     with pytest.raises(ConfigError, match="engine must be transformers, vllm or openai, got 'tgi'"):
         LLMLabeller(engine="tgi")
-    with pytest.raises(ConfigError, match="the openai engine needs base_url"):
+    with pytest.raises(ConfigError, match=r"the openai engine \(--llm-backend openai\) needs base_url \(--llm-base-url\)"):
         LLMLabeller(engine="openai")
-    with pytest.raises(ConfigError, match="base_url is for the openai engine, not vllm"):
+    with pytest.raises(ConfigError, match=r"base_url \(--llm-base-url\) is for the openai engine, not vllm"):
         LLMLabeller(engine="vllm", base_url="http://127.0.0.1:8000/v1")
     lab = LLMLabeller(engine="openai", model="m", base_url="http://127.0.0.1:9/v1")  # no request until labelling
     assert lab.info()["backend"] == "openai" and lab.info()["constrained"]
