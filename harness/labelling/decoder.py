@@ -26,7 +26,7 @@ from harness.labelling.name_completion import complete_names
 from harness.labelling.name_gender import (DEFAULT_STRENGTH, check_pronoun_sets, default_lexicon,
                                           keep_the_names_gender, names_agree)
 from harness.labelling.pronoun_binding import bind_singular_they, bind_unreferenced, claim_unheld
-from harness.labelling.words import fold_words, her_is_possessive, is_split_word
+from harness.labelling.words import fold_words, her_is_possessive, is_split_word, starts_capitalised
 
 if TYPE_CHECKING:
     from harness.labelling.encoder import _Encoded
@@ -91,7 +91,7 @@ class WordDecoder:
         words, keys = e.words, w.keys
 
         def cap(i: int) -> bool:
-            return words[i][0][:1].isupper()
+            return starts_capitalised(words[i][0])
 
         def title_or_initial(i: int) -> bool:
             return keys[i] in NAME_TITLES or (len(words[i][0]) == 1 and cap(i))
@@ -309,7 +309,7 @@ def _glued_name_part(words: Sequence[tuple[str, int, int]], k: int) -> bool:
     if not 0 < k < len(words):
         return False
     w, start, _ = words[k]
-    return (w[:1] in "'\u2019" and start == words[k - 1][2] and words[k - 1][0][:1].isupper()
+    return (w[:1] in "'\u2019" and start == words[k - 1][2] and starts_capitalised(words[k - 1][0])
             and w[1:].casefold() not in _CLITICS)
 
 
@@ -320,7 +320,7 @@ def _quoted_capitals(words: Sequence[tuple[str, int, int]], i: int, step: int) -
         j = i + step * (n + 1)
         if not 0 <= j < len(words) or words[j][0] not in QUOTES:
             continue
-        if all(words[i + step * m][0][:1].isupper() for m in range(1, n + 1)):
+        if all(starts_capitalised(words[i + step * m][0]) for m in range(1, n + 1)):
             return j
     return None
 
@@ -329,7 +329,7 @@ def _with_nickname(run: list[int], words: Sequence[tuple[str, int, int]], keys: 
     """A name run with the quoted nickname and the name words on its other side ('Johnny "Harmonica"
     Mason', where the tagger often marks only "Mason" or only "Johnny": the quotes break the run)."""
     def name_word(i: int) -> bool:
-        return 0 <= i < len(words) and words[i][0][:1].isupper() and keys[i] not in NAME_TITLES
+        return 0 <= i < len(words) and starts_capitalised(words[i][0]) and keys[i] not in NAME_TITLES
 
     i = run[0] - 1
     if i >= 0 and words[i][0] in QUOTES:

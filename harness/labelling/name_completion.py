@@ -33,6 +33,7 @@ from functools import lru_cache
 import pandas as pd
 
 from harness.labelling.base import NAME_TITLES, CharacterLabel
+from harness.labelling.words import starts_capitalised
 
 #: Bearers a word needs in the Census 2020 first-name counts to count as a first name here (Robert
 #: 2.8 M, Jimmy 173 k, Mitchell 124 k; "The" 3,185, "Then" 139). Set before any measurement.
@@ -84,7 +85,7 @@ def completed_name(name: str | None, text: str, words: Sequence[tuple[str, int, 
         if w != name:
             continue
         prev, p_start, p_end = words[i - 1]
-        if (not prev[:1].isupper() or not prev.isalpha() or text[p_end:start] != " "
+        if (not starts_capitalised(prev) or not prev.isalpha() or text[p_end:start] != " "
                 or prev.lower() in _titles() or prev.lower() in others):
             continue
         if _bearers(prev, table) >= min_count:

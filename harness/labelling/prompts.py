@@ -14,6 +14,7 @@ from typing import Any
 
 from harness.errors import DataError
 from harness.labelling.base import NAME_TITLES, RoleSpec, StoryInput
+from harness.labelling.words import starts_capitalised
 
 _REFS = ('including descriptors and references (such as "boy", "girl", "man", or "woman"), prefixes (such as "Mr", '
          '"Mrs", or "Mx"), and pronouns (such as "he", "him", "her", "hers", "they", or "them", or neopronouns).')
@@ -81,7 +82,7 @@ def reply_schema(story: StoryInput, max_name_words: int = 3, max_references: int
                 break
             run.append(words[j])
         for k in range(1, len(run) + 1):
-            if all(w[:1].isupper() for w, _, _ in run[:k]):
+            if all(starts_capitalised(w) for w, _, _ in run[:k]):
                 names.setdefault(text[run[0][1]:run[k - 1][2]].rstrip("."), None)
     refs = sorted({w.rstrip(".") for w, _, _ in words}, key=str.casefold)
     name = {"type": "string", "enum": ["Unspecified", *[n for n in names if n != "Unspecified"]]}

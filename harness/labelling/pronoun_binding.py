@@ -44,6 +44,7 @@ from dataclasses import replace
 from harness.identity.gender import infer_gender
 from harness.labelling.base import NAME_TITLES, QUOTES, CharacterLabel, RoleSpec, quoted
 from harness.labelling.name_gender import BINARY_PRONOUNS, DEFAULT_STRENGTH, default_lexicon, female_share
+from harness.labelling.words import starts_capitalised
 
 #: The pronouns it binds, by the gender they carry ("her" only where it is a determiner).
 BOUND = {"he": "Male", "his": "Male", "himself": "Male", "she": "Female", "her": "Female", "herself": "Female"}
@@ -55,7 +56,7 @@ def name_words(name: str | None) -> frozenset[str]:
     """A name's capitalised words other than titles, case-folded ("Dr. Ana Ruiz" -> {"ana", "ruiz"})."""
     if not name:
         return frozenset()
-    return frozenset(w.lower() for w in _NAME_WORD.findall(name) if w[:1].isupper() and w.lower() not in NAME_TITLES)
+    return frozenset(w.lower() for w in _NAME_WORD.findall(name) if starts_capitalised(w) and w.lower() not in NAME_TITLES)
 
 
 def bind_unreferenced(words: Sequence[str], characters: tuple[CharacterLabel, ...], roles: tuple[RoleSpec, ...],

@@ -27,7 +27,7 @@ from harness.labelling.data import GoldStory, load_gold
 from harness.labelling.encoder import (DEFAULT_NAME, SLOTS, _build_model, _collate, _encode, _torch, default_device,
                                        default_model_dir, read_model_meta)
 from harness.labelling.words import (find_all, fold_word, her_is_possessive, is_word, phrase_tokens,
-                                     split_words)
+                                     split_words, starts_capitalised)
 
 #: First names swapped into training stories (augmentation), drawn from many origins.
 _AUG_NAMES = ("Aaliyah", "Adebayo", "Aiko", "Alejandro", "Amara", "Anjali", "Arjun", "Beatriz", "Bilal", "Camila",
@@ -63,7 +63,7 @@ def project_labels(words: Sequence[str], slot_names: dict[str, Any], slot_refs: 
                 if t in NAME_TITLES or len(t) < 2:
                     continue
                 for j, w in zip(alnum_idx, alnum_low):
-                    if w == t and words[j][:1].isupper():
+                    if w == t and starts_capitalised(words[j]):
                         targets[j][2 * r] = 1.0
         for ref in slot_refs.get(role) or ():
             toks = phrase_tokens(ref)

@@ -32,6 +32,18 @@ def fold_words(words: Sequence[str]) -> list[str]:
     return out if len(out) == len(words) and words else [fold_word(w) for w in words]
 
 
+def starts_capitalised(w: str) -> bool:
+    """Whether a word starts as a name does: with a capital letter ("Ana", "Юлия"), or with a letter of a
+    script that has no case (Chinese, Japanese, Korean, Arabic, Hebrew, Devanagari, Thai: "李明", "محمد"),
+    whose names a capital cannot mark.
+
+    >>> [starts_capitalised(w) for w in ["Ana", "ana", "Юлия", "李明", "محمد", "ß", "42", "'s", ""]]
+    [True, False, True, True, True, False, False, False, False]
+    """
+    c = w[:1]
+    return c.isupper() or (c.isalpha() and not c.islower())
+
+
 def is_word(w: str) -> bool:
     """Whether a token holds a letter or digit (not punctuation alone)."""
     return any(c.isalnum() for c in w)

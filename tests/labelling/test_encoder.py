@@ -465,6 +465,12 @@ def _decode_names(text, tags, roles=("doctor", "needy patient")):
     ('She said "Wow" Mason was late.', {("Mason", 0, 0): 0.9}, "Mason"),  # no name word before the quote
     ('Dr. "Ace" Lee came.', {("Lee", 0, 0): 0.9}, "Lee"),  # a title is no name word
     ('Ask Mason "Why?" Then go.', {("Mason", 0, 0): 0.9}, "Mason"),  # speech: punctuation inside the quotes
+    # scripts without case: no capital marks their names, and none may be asked of them
+    ("Then 李明 smiled.", {("李明", 0, 0): 0.9}, "李明"),
+    ("Dr. 李明 smiled.", {("李明", 0, 0): 0.9}, "Dr. 李明"),
+    ("Then محمد علي smiled.", {("محمد", 0, 0): 0.9, ("علي", 0, 0): 0.9}, "محمد علي"),
+    ("Then Юлия smiled.", {("Юлия", 0, 0): 0.9}, "Юлия"),
+    ("Then 李明 smiled.", {("李明", 0, 0): 0.9, ("smiled", 0, 0): 0.9}, "李明"),  # a lower-case end is still cut
 ])
 def test_decode_name_runs_as_written(text, tags, want):
     assert _decode_names(text, tags)[0] == want

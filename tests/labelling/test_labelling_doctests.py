@@ -7,7 +7,7 @@ import importlib
 
 import pytest
 
-MODULES = ["harness.labelling", "harness.labelling.evaluate", "harness.labelling.llm"]
+MODULES = ["harness.labelling", "harness.labelling.evaluate", "harness.labelling.llm", "harness.labelling.words"]
 
 
 @pytest.mark.parametrize("name", MODULES)
