@@ -409,6 +409,7 @@ class NameTable:
         if names.empty:
             return Coverage(0, 0, 0, 0)
         keys = name_key(names)
+        keys = keys.where(keys != "", names.str.casefold())  # no letter A-Z ("李明", "Юлия"): each name its own
         matched = self.lookup(names)["matched"].to_numpy()
         per_key = pd.DataFrame({"key": keys, "name": names, "m": matched})
         counts = per_key.groupby("key").agg(n=("m", "size"), m=("m", "first"), name=("name", "first"))
