@@ -56,7 +56,8 @@ def name_words(name: str | None) -> frozenset[str]:
     """A name's capitalised words other than titles, case-folded ("Dr. Ana Ruiz" -> {"ana", "ruiz"})."""
     if not name:
         return frozenset()
-    return frozenset(w.lower() for w in _NAME_WORD.findall(name) if starts_capitalised(w) and w.lower() not in NAME_TITLES)
+    return frozenset(w.lower() for w in _NAME_WORD.findall(name)
+                     if starts_capitalised(w) and w.lower() not in NAME_TITLES)
 
 
 def bind_unreferenced(words: Sequence[str], characters: tuple[CharacterLabel, ...], roles: tuple[RoleSpec, ...],

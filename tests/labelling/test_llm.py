@@ -237,7 +237,8 @@ def test_reply_schema_offers_names_written_in_a_script_without_case():
     story = StoryInput("s2", "Dr. 李明 met Omar, a needy patient. 李明 helped him.", STORY.roles)
     names = reply_schema(story)["properties"]["doctor name"]["enum"]
     assert {"Dr. 李明", "李明", "Omar"} <= set(names) and "a" not in names
-    reply = {"doctor name": "李明", "needy patient name": "Omar", "doctor references": [], "needy patient references": ["him"]}
+    reply = {"doctor name": "李明", "needy patient name": "Omar", "doctor references": [],
+             "needy patient references": ["him"]}
     assert parse_response(json.dumps(reply, ensure_ascii=False), story).character("subject").name == "李明"
 
 
