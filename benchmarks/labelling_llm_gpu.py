@@ -2,7 +2,7 @@
 
     python benchmarks/labelling_llm_gpu.py --tokenizer DIR --dev FILE [--archs smollm2-135m,llama-3-8b]
                                            [--stories 512] [--batch-sizes 64,256] [--reply-tokens N]
-                                           [--json FILE] [--out FILE]
+                                           [--schema-mask off|on|both] [--json FILE] [--out FILE]
 
 The LLM labeller (`harness.labelling.llm`: the Table S7 prompts through a generation backend) costs
 what its model costs to write the replies. No checkpoint reaches the GPU machine, so, as in
@@ -16,11 +16,20 @@ what a model that answers right writes. The labeller makes one attempt per story
 model pays its retries on top. Stories: the dev stories' texts and roles (no label is read).
 Each row times `LLMLabeller.label` end to end (prompts, chat template, generation, parsing),
 warmed up on one batch first.
+
+`--schema-mask on` sends each story's reply schema with its request, as the labeller does by default:
+the transformers backend compiles it with xgrammar (on the host) and masks every step's logits
+(`harness.generation.json_constraint`). Under the mask random weights write JSON of the schema's
+words, and a reply may close before the fixed length; a batch still runs while any of its replies is
+open, so the two rows of a (model, batch) pair do the same number of steps where every batch has a
+reply at the limit, and the ratio of their times is the mask's cost (grammar compiles included).
+`both` times each pair in the same process, the mask off first.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import statistics
 import sys
@@ -62,9 +71,10 @@ def reply_lengths(tokenizer, golds) -> list[int]:
 
 
 def time_labeller(model, tok, model_dir: Path, stories, batch_size: int, reply_tokens: int,
-                  max_model_len: int = 2048) -> dict:
-    """``LLMLabeller.label`` on ``stories`` with replies of ``reply_tokens`` tokens, after one warm-up
-    batch: stories/s, output tokens/s, and how many replies ran to the limit."""
+                  max_model_len: int = 2048, schema_mask: bool = False) -> dict:
+    """``LLMLabeller.label`` on ``stories`` with replies of at most ``reply_tokens`` tokens (all of
+    them without the mask), after one warm-up batch: stories/s, output tokens/s (where every reply ran
+    to the limit, so the count is exact), and how many replies ran to the limit."""
     from harness.generation.base import GenParams
     from harness.generation.hf import TransformersBackend
     from harness.labelling.llm import LLMLabeller
@@ -73,7 +83,7 @@ def time_labeller(model, tok, model_dir: Path, stories, batch_size: int, reply_t
     backend = TransformersBackend.from_loaded(model, tok, ResolvedModel(str(model_dir), model_dir),
                                               batch_size=batch_size, max_model_len=max_model_len)
     lab = LLMLabeller(backend, params=GenParams(temperature=0.0, max_tokens=reply_tokens), max_attempts=1,
-                      constrain=False)
+                      constrain=schema_mask)
     lab.label(stories[:batch_size], batch_size=batch_size)
     lab.failures.clear()
     sync = _synchronize(model)
@@ -83,8 +93,10 @@ def time_labeller(model, tok, model_dir: Path, stories, batch_size: int, reply_t
     sync()
     seconds = time.perf_counter() - t0
     cut = sum("max_tokens" in why for _, _, why in lab.failures)
-    return {"batch_size": batch_size, "stories": len(labels), "seconds": seconds,
-            "stories_per_s": len(labels) / seconds, "output_tok_s": len(labels) * reply_tokens / seconds,
+    return {"batch_size": batch_size, "schema_mask": lab.info()["constrained"], "stories": len(labels),
+            "seconds": seconds,
+            "stories_per_s": len(labels) / seconds,
+            "output_tok_s": len(labels) * reply_tokens / seconds if cut == len(labels) else None,
             "replies_cut_at_limit": cut, "kept_as_failed": sum(lb.status != "ok" for lb in labels)}
 
 
@@ -106,8 +118,8 @@ def prompt_lengths(tok, stories) -> list[int]:
 
 
 def run(archs, tokenizer_dir: Path, stories, golds, batch_sizes, reply_tokens: int | None = None,
-        device: str = "cuda", dtype: str = "bfloat16") -> dict:
-    """Every (arch, batch size) row, with the reply length and prompt lengths they share."""
+        device: str = "cuda", dtype: str = "bfloat16", schema_masks: tuple[bool, ...] = (False,)) -> dict:
+    """Every (arch, batch size, schema mask) row, with the reply length and prompt lengths they share."""
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
@@ -127,10 +139,12 @@ def run(archs, tokenizer_dir: Path, stories, golds, batch_sizes, reply_tokens: i
             model, _, n_params = build(arch, tokenizer_dir, where, device=device, dtype=dtype)
             build_s = time.perf_counter() - t0
             for bs in batch_sizes:
-                row = {"arch": arch if isinstance(arch, str) else "custom", "parameters": n_params,
-                       "build_s": build_s, **time_labeller(model, tok, where, stories, bs, reply)}
-                out["rows"].append(row)
-                print(json.dumps(row), flush=True)
+                for mask in schema_masks:
+                    row = {"arch": arch if isinstance(arch, str) else "custom", "parameters": n_params,
+                           "build_s": build_s,
+                           **time_labeller(model, tok, where, stories, bs, reply, schema_mask=mask)}
+                    out["rows"].append(row)
+                    print(json.dumps(row), flush=True)
             del model
             if device == "cuda":
                 import torch
@@ -146,14 +160,22 @@ def markdown(res: dict) -> str:
         f"chat template), random {res['dtype']} weights of each architecture on {res['device']}, greedy, every reply "
         f"{res['reply_tokens']} tokens (the median correct reply"
         + (f" of {res['reply_tokens_from']} labelled project stories; 90th percentile {res['reply_p90']}"
-           if res["reply_tokens_from"] else "") + "), one attempt per story, warmed up on one batch.", "",
-        "| architecture | parameters | batch | stories/s | output tok/s | replies at the limit |",
-        "|---|---|---|---|---|---|"]
+           if res["reply_tokens_from"] else "") + "; under the schema mask at most that), one attempt per story, "
+        "warmed up on one batch.", "",
+        "| architecture | parameters | batch | schema mask | stories/s | output tok/s | replies at the limit |",
+        "|---|---|---|---|---|---|---|"]
     for r in res["rows"]:
         size = f"{r['parameters'] / 1e9:.2f} B" if r["parameters"] >= 1e9 else f"{r['parameters'] / 1e6:.0f} M"
-        lines.append(f"| {r['arch']} | {size} | {r['batch_size']} | "
-                     f"{r['stories_per_s']:.1f} | {r['output_tok_s']:.0f} | {r['replies_cut_at_limit']} of "
-                     f"{r['stories']} |")
+        tok_s = "-" if r["output_tok_s"] is None else f"{r['output_tok_s']:.0f}"
+        lines.append(f"| {r['arch']} | {size} | {r['batch_size']} | {'on' if r['schema_mask'] else 'off'} | "
+                     f"{r['stories_per_s']:.1f} | {tok_s} | {r['replies_cut_at_limit']} of {r['stories']} |")
+    pairs = {}
+    for r in res["rows"]:
+        pairs.setdefault((r["arch"], r["batch_size"]), {})[r["schema_mask"]] = r
+    ratios = [f"{arch} at batch {bs}: {p[True]['seconds'] / p[False]['seconds']:.2f}x"
+              for (arch, bs), p in pairs.items() if len(p) == 2]
+    if ratios:
+        lines += ["", "Time with the schema mask over time without it, same process: " + "; ".join(ratios) + "."]
     return "\n".join(lines)
 
 
@@ -166,6 +188,9 @@ def main(argv=None):
     ap.add_argument("--batch-sizes", default="64,256")
     ap.add_argument("--reply-tokens", type=int, default=None,
                     help="reply length (default: the median correct reply of the project's labelled stories)")
+    ap.add_argument("--schema-mask", choices=("off", "on", "both"), default="off",
+                    help="send each story's reply schema (the labeller's default; on the transformers backend an "
+                         "xgrammar mask); both: each row pair in the same process")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--out", type=Path, default=None, help="also write the markdown here")
     args = ap.parse_args(argv)
@@ -182,8 +207,12 @@ def main(argv=None):
         raise SystemExit(f"--archs: unknown {', '.join(unknown)}; choose from {', '.join(sorted(ARCHS))}")
     stories = [g.story for g in load_gold(args.dev) if g.story.text][:args.stories]
     golds = [g for f in builtin_training_files() for g in load_gold(f)]
+    masks = {"off": (False,), "on": (True,), "both": (False, True)}[args.schema_mask]
+    if True in masks and importlib.util.find_spec("xgrammar") is None:
+        raise SystemExit(f"--schema-mask {args.schema_mask}: the mask needs xgrammar, which is not installed here; carry "
+                         ".gpu/site.tar.xz (python benchmarks/gpu_prepare.py --site), or pass --schema-mask off")
     res = run(archs, args.tokenizer, stories, golds, [int(b) for b in args.batch_sizes.split(",")],
-              args.reply_tokens)
+              args.reply_tokens, schema_masks=masks)
     res["machine"] = machine_description()
     text = markdown(res)
     print(text)

@@ -80,4 +80,21 @@ def test_rows_time_the_labeller_with_every_reply_at_the_fixed_length(bench, smol
         assert r["kept_as_failed"] == 5
         assert r["output_tok_s"] == pytest.approx(r["stories_per_s"] * 6)
     table = bench.markdown(res)
-    assert "| custom | 3 M | 2 |" in table and "every reply 6 tokens" in table
+    assert "| custom | 3 M | 2 | off |" in table and "every reply 6 tokens" in table
+
+
+def test_rows_with_the_schema_mask_pair_with_rows_without(bench, smollm2_dir):
+    stories = [StoryInput(f"s{i}", f"Ana hired Tom on day {i}. She trusted him.",
+                          (RoleSpec("subject", "CEO"), RoleSpec("object", "new employee"))) for i in range(3)]
+    res = bench.run([TINY], smollm2_dir, stories, [], [2], reply_tokens=6, device="cpu", dtype="float32",
+                    schema_masks=(False, True))
+    off, on = res["rows"]
+    assert (off["schema_mask"], on["schema_mask"]) == (False, True)  # as the labeller reports it
+    # six tokens cannot close the reply's object: every reply runs to the limit, so the token count is exact
+    assert on["replies_cut_at_limit"] == 3 and on["output_tok_s"] == pytest.approx(on["stories_per_s"] * 6)
+    table = bench.markdown(res)
+    assert "| custom | 3 M | 2 | on |" in table
+    ratio = on["seconds"] / off["seconds"]
+    assert f"same process: custom at batch 2: {ratio:.2f}x." in table
+    # a masked reply that closed early makes the token count unknown, not a guess
+    assert "| - |" in bench.markdown({**res, "rows": [off, {**on, "output_tok_s": None}]})
