@@ -391,6 +391,45 @@ def test_schema_mask_of_the_pure_torch_kernel_matches_the_cpu_kernel(tmp_path):
         ids = torch.cat([ids, torch.full((3, 1), tok.convert_tokens_to_ids(text))], dim=1)
 
 
+def test_a_batchs_schemas_compile_on_threads_as_they_compile_one_by_one(tmp_path, monkeypatch):
+    """A batch's distinct schemas compile on ``COMPILE_THREADS`` threads, each once, each row getting
+    its own schema's grammar (the masks equal those of one-by-one compiles); of two schemas that cannot
+    compile, the error names the batch's first."""
+    import torch
+
+    import harness.generation.json_constraint as jc
+    from harness.errors import BackendError
+    from harness.generation.hf import TransformersBackend
+    from harness.models import ResolvedModel
+
+    model, tok = _char_model()
+    grammars = TransformersBackend.from_loaded(model, tok, ResolvedModel("char", tmp_path))._schema_grammars()
+    schemas = [json.dumps({**SCHEMA, "properties": {**SCHEMA["properties"], "name": {"enum": [n]}}})
+               for n in ("Ana", "Tom", "Zed", "Bo")]
+    rows = [schemas[0], schemas[1], None, schemas[0], schemas[2], schemas[3], schemas[1]]
+    ids = [f"r{i}" for i in range(len(rows))]
+    compiled = []
+    real = grammars.compile
+    monkeypatch.setattr(grammars, "compile", lambda s, where: compiled.append(where) or real(s, where))
+    procs = {}
+    for threads in (1, 4):
+        monkeypatch.setattr(jc, "COMPILE_THREADS", threads)
+        compiled.clear()
+        procs[threads] = grammars.processor(rows, ids=ids)
+        assert sorted(compiled) == [f"request {r}: json_schema" for r in ("r0", "r1", "r4", "r5")]
+    prompt = torch.zeros(len(rows), 1, dtype=torch.long)
+    for text in '{"name":"':
+        scores = torch.randn(len(rows), len(tok))
+        one, pooled = (procs[t](prompt, scores.clone()) for t in (1, 4))
+        assert torch.equal(one, pooled)
+        prompt = torch.cat([prompt, torch.full((len(rows), 1), tok.convert_tokens_to_ids(text))], dim=1)
+    scores = procs[4](prompt, torch.zeros(len(rows), len(tok)))  # each row may start only its own name
+    assert [tok.convert_ids_to_tokens(torch.isfinite(r).nonzero().flatten().tolist()) for r in scores[[0, 1, 4, 5]]] \
+        == [["A"], ["T"], ["Z"], ["B"]]
+    with pytest.raises(BackendError, match="request b1: json_schema could not be compiled"):
+        grammars.processor([schemas[0], "{not json", schemas[1], "[also not"], ids=["g0", "b1", "g2", "b3"])
+
+
 def test_schema_compiler_keeps_a_bounded_cache(tmp_path, monkeypatch):
     """The labeller sends a new schema with every story; the compiled grammars xgrammar keeps stay
     under ``CACHE_BYTES`` however many it has compiled (unbounded, 1,000 dev stories' schemas kept
