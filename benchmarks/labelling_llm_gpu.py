@@ -94,8 +94,7 @@ def time_labeller(model, tok, model_dir: Path, stories, batch_size: int, reply_t
     seconds = time.perf_counter() - t0
     cut = sum("max_tokens" in why for _, _, why in lab.failures)
     return {"batch_size": batch_size, "schema_mask": lab.info()["constrained"], "stories": len(labels),
-            "seconds": seconds,
-            "stories_per_s": len(labels) / seconds,
+            "seconds": seconds, "stories_per_s": len(labels) / seconds,
             "output_tok_s": len(labels) * reply_tokens / seconds if cut == len(labels) else None,
             "replies_cut_at_limit": cut, "kept_as_failed": sum(lb.status != "ok" for lb in labels)}
 

@@ -70,11 +70,8 @@ class SchemaGrammars:
         for s, name in zip(schemas, names):
             if s is not None:
                 todo.setdefault(s, f"request {name}: json_schema")
-        if len(todo) > 1 and COMPILE_THREADS > 1:
-            with ThreadPoolExecutor(min(COMPILE_THREADS, len(todo))) as pool:
-                compiled = dict(zip(todo, pool.map(self.compile, todo, todo.values())))
-        else:
-            compiled = {s: self.compile(s, where) for s, where in todo.items()}
+        with ThreadPoolExecutor(max(1, min(COMPILE_THREADS, len(todo)))) as pool:  # in order: the first error raises
+            compiled = dict(zip(todo, pool.map(self.compile, todo, todo.values())))
         return SchemaConstraint([compiled.get(s) if s is not None else None for s in schemas], self.vocab_size,
                                 kernel, names)
 
