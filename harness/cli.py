@@ -169,8 +169,9 @@ def run(
     output_dir: OutOpt = None,
     progress: ProgressOpt = True,
 ) -> None:
-    """Run the audit: generate -> label -> identities -> statistics -> report (each resumable,
-    skipped when its outputs are current)."""
+    """Run the audit: generate -> label -> identities -> statistics -> report.
+
+    Each stage resumes what is on disk and is skipped when its outputs are current."""
     from harness.audit.stages import REPORT, run_stages
     from harness.config import load_config
     from harness.store import parse_shard
@@ -190,7 +191,8 @@ def report(
     title: Annotated[str, typer.Option(help="report title")] = "Laissez-faire audit",
 ) -> None:
     """Build one report over several runs (e.g. several models), as the paper compares five.
-    Homogeneity runs (``homogeneity/`` tables, no laissez-faire statistics) get the homogeneity report."""
+
+    Homogeneity runs (a homogeneity/ folder, no laissez-faire statistics) get the homogeneity report."""
     from harness.report import build_report
 
     homogeneity = [(Path(r) / "homogeneity").is_dir() and not (Path(r) / "statistics").is_dir() for r in runs]

@@ -203,9 +203,11 @@ def eval_(
                                         "1,000 stories)."),
     progress: bool = typer.Option(False, "--progress/--no-progress"),
 ) -> None:
-    """Gender and name precision/recall of a labeller against manual labels (Table S8), with 95%
-    story-bootstrap intervals; with --against, the differences from a second encoder; with
-    --statistics, what the labeller's errors do to the paper's ratios."""
+    """Gender and name precision/recall of a labeller against manual labels (Table S8).
+
+    Precision and recall come with 95% story-bootstrap intervals.
+    --against adds the differences from a second encoder.
+    --statistics adds what the labeller's errors do to the paper's ratios."""
     from harness.labelling.data import load_gold
     from harness.labelling.evaluate import evaluate
 
@@ -290,6 +292,7 @@ def label_(
     progress: bool = typer.Option(False, "--progress/--no-progress"),
 ) -> None:
     """Label every story of a JSONL file; stories that cannot be labelled keep a reason in `status`.
+
     The labels go to OUT.tmp as they come and OUT at the end; a killed run's rerun goes on where it stopped."""
     from harness.labelling.data import read_stories
 
