@@ -21,8 +21,9 @@ Sources (all read straight from the installed packages' data files; nothing is d
   plays no part in the race likelihoods.
 
 The table stores the raw source values, one row per normalised key (``name_key``: accents
-folded, upper case, letters A-Z only); ``harness.identity.names.NameTable`` derives the seven
-likelihood columns from them at load time, in either combination mode (see that module).
+folded, letters such as "Ł", "ø" and "æ" written plainly, upper case, letters A-Z only);
+``harness.identity.names.NameTable`` derives the seven likelihood columns from them at load time, in
+either combination mode (see that module).
 Provenance (package versions, sha256 of every source file, builder version, country lists) goes
 in the Parquet schema metadata under ``harness.provenance`` and in a sidecar ``.json``.
 """
@@ -50,7 +51,7 @@ import yaml
 from harness.errors import ConfigError, DataError
 
 #: Bump when the table layout or the way sources are read changes.
-BUILDER_VERSION = "2"
+BUILDER_VERSION = "3"
 TABLE_STEM = "first_names"
 
 CENSUS_COLUMNS = {"pctwhite": "census_white", "pctblack": "census_black", "pctapi": "census_api",
@@ -61,13 +62,21 @@ TABLE_COLUMNS = ("key", "census_count", *CENSUS_COLUMNS.values(), *VOTER_COLUMNS
                  "nd_female")
 
 
+#: Latin letters that carry no separable accent, so NFKD leaves them whole and the A-Z filter would
+#: drop them ("Łukasz" -> "UKASZ", "Søren" -> "SREN"): written as the plain letters they are read as.
+_PLAIN_LETTERS = str.maketrans({"Ł": "L", "ł": "l", "Ø": "O", "ø": "o", "Đ": "D", "đ": "d", "Ð": "D", "ð": "d",
+                                "ı": "i", "Æ": "AE", "æ": "ae", "Œ": "OE", "œ": "oe", "ß": "ss", "ẞ": "SS",
+                                "Þ": "TH", "þ": "th", "Ħ": "H", "ħ": "h", "Ŧ": "T", "ŧ": "t"})
+
+
 def name_key(names: pd.Series | list | np.ndarray) -> pd.Series:
-    """Normalised lookup keys: NFKD accents dropped, upper case, only A-Z kept ("José" -> "JOSE",
-    "DaShawn" -> "DASHAWN", "D'Andre" -> "DANDRE"). Non-strings give ""."""
+    """Normalised lookup keys: NFKD accents dropped, letters without a separable accent written
+    plainly, upper case, only A-Z kept ("José" -> "JOSE", "Łukasz" -> "LUKASZ", "DaShawn" ->
+    "DASHAWN", "D'Andre" -> "DANDRE"). Non-strings give ""."""
     s = pd.Series(names, dtype=object)
     s = s.where(s.map(lambda v: isinstance(v, str)), "")
-    return (s.astype(str).str.normalize("NFKD").str.encode("ascii", "ignore").str.decode("ascii")
-            .str.upper().str.replace(r"[^A-Z]+", "", regex=True))
+    return (s.astype(str).str.translate(_PLAIN_LETTERS).str.normalize("NFKD").str.encode("ascii", "ignore")
+            .str.decode("ascii").str.upper().str.replace(r"[^A-Z]+", "", regex=True))
 
 
 def _package_dir(name: str) -> Path:

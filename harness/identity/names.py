@@ -6,10 +6,14 @@ Parsing (digest section 4, "Post-processing"; word lists in ``harness/data/names
 word with the role string, names containing "American" and known false positives ("young woman",
 "the", ...); drop "Unspecified" when another name exists; take the first. ``parse_first_name``
 then takes the first name: at most three tokens; a surname title (Mr, Mrs, Ms, Miss, Mx, Dr, and
-ours: Doctor, Professor, Coach, ...) means the next token is a surname unless a third token
-follows ("Dr. Smith" -> None, "Dr. Sarah Smith" -> "Sarah"); "Chef"/"Nurse" are followed by a first
-name; otherwise the first token. Possessives and edge punctuation are removed, and non-names
-(the authors' list: Coach, Mom, Little, ...; plus ours, and any single letter) give None.
+ours: Doctor, Professor, Coach, Pastor, Sheriff, Lt, ...) means the next token is a surname unless a
+third token follows ("Dr. Smith" -> None, "Dr. Sarah Smith" -> "Sarah"); "Chef"/"Nurse" are followed
+by a first name; otherwise the first token. Possessives and edge punctuation are removed, and
+non-names (the authors' list: Coach, Mom, Little, ...; plus ours, and any single letter) give None.
+Ours too: trailing suffixes (Jr, Sr, III, PhD, ...) are dropped before the tokens are counted, so
+"Dr. Smith Jr." has no first name where the authors' parser took "Smith"; a title is recognised
+behind quotes or markdown ("**Dr. Sarah Smith**"); and the name is read in Unicode's composed form
+(NFC), so a decomposed "José" keeps its accent.
 
 Likelihoods and how the sources combine
 ---------------------------------------
@@ -49,6 +53,7 @@ Privacy: ``redact`` withholds the likelihoods of names whose population (Census 
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -87,6 +92,7 @@ class NameLists:
     non_first_names: frozenset[str]
     surname_titles: frozenset[str]
     first_name_titles: frozenset[str]
+    name_suffixes: frozenset[str] = frozenset()
 
 
 @lru_cache(maxsize=1)
@@ -97,7 +103,7 @@ def name_lists() -> NameLists:
     low = lambda *keys: frozenset(str(w).lower() for k in keys for w in d.get(k, []))  # noqa: E731
     return NameLists(str(d["version"]), low("false_positives", "false_positives_added"),
                      low("non_first_names", "non_first_names_added"), low("surname_titles"),
-                     low("first_name_titles"))
+                     low("first_name_titles"), low("name_suffixes"))
 
 
 def _role_words(role: str | None) -> set[str]:
@@ -157,18 +163,23 @@ def parse_first_name(raw: str | None, role: str | None = None) -> str | None:
 
     >>> [parse_first_name(n) for n in ["Dr. Smith", "Dr. Sarah Johnson", "Chef Maria", "John Smith", "Mom"]]
     [None, 'Sarah', 'Maria', 'John', None]
+    >>> [parse_first_name(n) for n in ["Dr. Smith Jr.", "John Smith, Jr.", "**Dr. Sarah Smith**", "Pastor Mike"]]
+    [None, 'John', 'Sarah', None]
     """
     if _is_missing(raw):
         return None
     if not isinstance(raw, str):
         raise DataError(f"name must be a string, got {type(raw).__name__} {raw!r}")
+    raw = unicodedata.normalize("NFC", raw)
     if not _keep_name(raw, _role_words(role)) or raw.strip().lower() == UNSPECIFIED.lower():
         return None
+    lists = name_lists()
     tokens = [t for t in raw.split() if _EDGE.sub("", t)]
+    while len(tokens) > 1 and _clean_token(tokens[-1]).lower() in lists.name_suffixes:
+        tokens.pop()
     if not tokens or len(tokens) > 3:
         return None
-    lists = name_lists()
-    head = tokens[0].lower().rstrip(".")
+    head = _clean_token(tokens[0]).lower()
     if head in lists.surname_titles:
         first = tokens[1] if len(tokens) == 3 else None
     elif head in lists.first_name_titles:
@@ -180,7 +191,8 @@ def parse_first_name(raw: str | None, role: str | None = None) -> str | None:
     first = _clean_token(first)
     if len(first) < 2 or any(c.isdigit() for c in first) or not any(c.isalpha() for c in first):
         return None
-    if first.lower() in lists.non_first_names or first.lower().rstrip(".") in lists.surname_titles:
+    low = first.lower().rstrip(".")
+    if first.lower() in lists.non_first_names or low in lists.surname_titles or low in lists.name_suffixes:
         return None
     return first
 

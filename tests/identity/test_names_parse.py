@@ -37,7 +37,15 @@ from harness.identity.names import (first_name_of, first_names_from_jsonl, name_
     ("young woman", None), ("the", None), ("mark's daughter", None),                    # authors' false positives
     ("Unspecified", None), ("", None), (None, None),
     ("B", None),                             # single letter
-    ("Agent 47", "Agent"), ("R2D2", None),
+    ("Agent 47", None), ("R2D2", None),      # a title, then a number: no first name
+    ("Dr. Smith Jr.", None),                 # a suffix is no word of the name: still Dr + surname
+    ("Mr. Smith III", None), ("Dr. Brown, PhD", None),
+    ("John Smith, Jr.", "John"), ("Dr. Sarah Smith Jr.", "Sarah"), ("Jr.", None), ("Sr. Maria", None),
+    ("Father John", None), ("Mother Teresa", None),  # like the authors' Sister/Brother
+    ("Pastor Mike", None), ("Sheriff Brown", None), ("Lt. Dan Taylor", "Dan"),  # surname titles
+    ("**Dr. Sarah Smith**", "Sarah"), ("\"Dr. Sarah Smith\"", "Sarah"),   # a title behind markdown or quotes
+    ("\u200bDr. Sarah Smith", "Sarah"), ("**Chef Maria**", "Maria"),
+    ("Jose\u0301", "Jos\u00e9"), ("Zoe\u0308", "Zo\u00eb"),  # decomposed accents kept, in composed form
 ])
 def test_parse_first_name(raw, first):
     assert parse_first_name(raw) == first

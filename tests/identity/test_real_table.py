@@ -58,6 +58,13 @@ def test_paper_values_match_the_census_source(paper):
     assert jamal.black == pytest.approx(0.7346)
 
 
+def test_letters_without_a_separable_accent_meet_their_plain_spelling(paper):
+    # "Łukasz" used to fold to UKASZ, a names-dataset row with no U.S. source: White was unknown.
+    lukasz, plain, soren = paper.lookup(["Łukasz", "Lukasz", "Søren"]).itertuples()
+    assert lukasz.white == plain.white > 0.9 and lukasz.population == plain.population
+    assert soren.matched and soren.white > 0.5
+
+
 @pytest.mark.skipif(not DEV.exists(), reason="../shared/data not beside the repo")
 def test_dev_coverage(paper):
     names = first_names_from_jsonl(DEV)

@@ -14,7 +14,8 @@ from harness.labelling.name_completion import complete_names, completed_name
 def table(tmp_path_factory) -> str:
     """A first-name table with Census counts: Robert and Will common first names, "Then" rare."""
     rows = {"ROBERT": (2_759_332, 0.01), "WILL": (44_842, 0.02), "THEN": (139, 0.44), "EMILY": (900_000, 0.99),
-            "JOSE": (500_000, 0.01), "MONIQUE": (60_000, 0.99), "NOOR": (10_250, 0.7)}
+            "JOSE": (500_000, 0.01), "MONIQUE": (60_000, 0.99), "NOOR": (10_250, 0.7), "MARYJANE": (25_540, 0.99),
+            "SEAN": (400_000, 0.01)}
     path = tmp_path_factory.mktemp("names") / "first_names.parquet"
     pd.DataFrame({"key": list(rows), "census_count": [c for c, _ in rows.values()],
                   "nd_female": [f for _, f in rows.values()]}).to_parquet(path)
@@ -39,6 +40,18 @@ def test_a_one_word_name_takes_the_common_first_name_written_before_it(table, te
     got = _complete("Mitchell", text, table)
     assert got == want
     assert got in text  # a cut of the story as written
+
+
+@pytest.mark.parametrize("name, text, want", [
+    ("Mitchell", "Mary-Jane Mitchell waved. Mitchell left.", "Mary-Jane Mitchell"),  # a hyphenated first name
+    ("Mitchell", "Jose\u0301 Mitchell waved. Mitchell left.", "Jose\u0301 Mitchell"),  # a decomposed accent
+    ("O'Brien", "Sean O'Brien waved. O'Brien left.", "Sean O'Brien"),  # a surname the splitter cuts in two
+    ("O\u2019Brien", "Sean O\u2019Brien waved.", "Sean O\u2019Brien"),
+    ("O'Brien", "Robert O'Briens waved. O'Brien left.", "O'Brien"),  # a longer word is no occurrence
+    ("Mitchell", "Mary- Mitchell waved.", "Mitchell"),  # a hyphen with nothing after it is no name word
+])
+def test_first_names_and_surnames_beyond_plain_letters(table, name, text, want):
+    assert _complete(name, text, table) == want
 
 
 def test_names_of_more_words_and_the_other_characters_words_are_left_alone(table):
