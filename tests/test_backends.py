@@ -391,6 +391,25 @@ def test_schema_mask_of_the_pure_torch_kernel_matches_the_cpu_kernel(tmp_path):
         ids = torch.cat([ids, torch.full((3, 1), tok.convert_tokens_to_ids(text))], dim=1)
 
 
+def test_schema_mask_forbids_the_padding_columns_of_a_wider_output_layer(tmp_path):
+    """An output layer padded past the tokenizer's vocabulary (as many models' are, to a multiple of 64)
+    gives logits the grammar knows nothing of: a row under a schema can never draw them, a row without
+    one keeps them."""
+    import torch
+
+    from harness.generation.hf import TransformersBackend
+    from harness.models import ResolvedModel
+
+    model, tok = _char_model()
+    b = TransformersBackend.from_loaded(model, tok, ResolvedModel("char", tmp_path), chat_template=False)
+    proc = b._schema_grammars().processor([json.dumps(SCHEMA), None])
+    scores = torch.randn(2, len(tok) + 8, generator=torch.Generator().manual_seed(0))
+    scores[:, len(tok):] = 100.0  # the padding would win every draw
+    out = proc(torch.zeros(2, 1, dtype=torch.long), scores.clone())
+    assert torch.isneginf(out[0, len(tok):]).all() and torch.isfinite(out[0, :len(tok)]).any()
+    assert torch.equal(out[1], scores[1])
+
+
 def test_a_batchs_schemas_compile_on_threads_as_they_compile_one_by_one(tmp_path, monkeypatch):
     """A batch's distinct schemas compile on ``COMPILE_THREADS`` threads, each once, each row getting
     its own schema's grammar (the masks equal those of one-by-one compiles); of two schemas that cannot

@@ -122,6 +122,8 @@ class SchemaConstraint:
                                               vocab_size=min(self.vocab_size, scores.shape[-1]),
                                               indices=None if len(live) == scores.shape[0] else live,
                                               backend=self.kernel or "torch_native")
+        if scores.shape[-1] > self.vocab_size:  # columns past the grammar's vocabulary (a padded output layer)
+            scores[live, self.vocab_size:] = float("-inf")
         return scores
 
 

@@ -7,8 +7,9 @@ whose reply cannot be parsed is sent again, up to ``max_attempts`` in all (the a
 retries sampled with a new seed; what still fails comes back with the last parse error as its status,
 never dropped. A reply cut at ``max_tokens`` before its object closed is incomplete, so it is retried
 too, with twice the tokens; only the last attempt's cut reply is used, without the word it was cut in.
-A backend that fails a batch keeps the replies it gave before failing; the next attempt sends the rest
-one story at a time, so one request that breaks the backend takes no other story with it.
+A backend that fails a batch keeps the replies it gave before failing and is sent the rest one story
+at a time, in the same attempt with the same settings (and so for the story's later attempts), so one
+request that breaks the backend takes no other story with it.
 
 Post-processing follows the paper: names and references that do not occur in the story are dropped
 ("observable LM errors"); "Unspecified" counts as no name.
@@ -33,6 +34,7 @@ from harness.labelling.base import (
     dedupe,
     failed,
     in_story,
+    valid_text,
 )
 from harness.labelling.prompts import build_prompt, reply_schema
 
@@ -95,9 +97,12 @@ def _candidates(text: str, cut: bool = False) -> list[tuple[str, bool]]:
     object the reply left open."""
     out = [(m.group(1), False) for m in _FENCE.finditer(text)]
     starts = [i for i, ch in enumerate(text) if ch == "{"][:MAX_STARTS]
+    inside_open: list[tuple[str, bool]] = []
     for start in starts:  # the first whole object, even with more text or braces after it
         end = _object_end(text, start)
-        if end < 0:  # open to the end: later braces are inside it
+        if end < 0:  # open to the end: later braces may be inside it, or it was a stray "{"
+            inside_open = [(text[s:e + 1], False) for s in starts if s > start
+                           for e in [_object_end(text, s)] if e >= 0]
             break
         out.append((text[start:end + 1], False))
     if starts:
@@ -106,7 +111,7 @@ def _candidates(text: str, cut: bool = False) -> list[tuple[str, bool]]:
         if end > start:
             out.append((text[start:end + 1], False))
         out.extend((c, True) for c in _open_tail(text[start:], cut))
-    return out
+    return out + inside_open  # after the open object's repairs, so a cut reply's inner object never wins
 
 
 def _loads(s: str) -> Any:
@@ -202,6 +207,12 @@ def _ref_list(v: Any) -> list[str]:
     raise ParseError(f"references must be a list, got {type(v).__name__}")
 
 
+def _text_of(value: str) -> str:
+    """A name or reference as the model wrote it, without a lone surrogate (a JSON escape such as
+    "\\ud83d" without its pair, which no UTF-8 file takes) and surrounding space."""
+    return valid_text(value).replace("\ufffd", "").strip()
+
+
 def parse_response(text: str, story: StoryInput, *, cut: bool = False, retry_cut: bool = False) -> StoryLabels:
     """Read a model reply into labels for ``story`` (post-processed against the story text).
 
@@ -218,12 +229,17 @@ def parse_response(text: str, story: StoryInput, *, cut: bool = False, retry_cut
     story_tokens = set(alpha_tokens(story.text or ""))
     chars = []
     for role, nv, rv in zip(story.roles, names, refs):
-        cands = [n.strip() for n in _name_list(nv) if n and n.strip()]
+        cands = [c for c in (_text_of(n) for n in _name_list(nv)) if c]
         real = [n for n in cands if n.casefold() != "unspecified" and in_story(n, story_tokens)]
         name = real[0] if real else None
-        kept = [r for r in _ref_list(rv) if in_story(r, story_tokens)]
+        kept = [r for r in (_text_of(r) for r in _ref_list(rv)) if in_story(r, story_tokens)]
         chars.append(CharacterLabel(role.key, name, dedupe(kept)))
     return StoryLabels(story.story_id, tuple(chars))
+
+
+def _story_index(request_id: str) -> int:
+    """The story's index in its batch, from a request id "<index>#<attempt>"."""
+    return int(request_id.split("#", 1)[0])
 
 
 class LLMLabeller(Labeller):
@@ -290,20 +306,38 @@ class LLMLabeller(Labeller):
         return GenParams(temperature=max(p.temperature, RETRY_TEMPERATURE), top_p=p.top_p, top_k=p.top_k,
                          max_tokens=p.max_tokens * 2 if longer else p.max_tokens, stop=p.stop)
 
-    def _generate(self, reqs: list[GenRequest], params: GenParams, alone: bool) -> tuple[dict[int, Any], dict[int, str]]:
-        """Replies by story index, and the backend's error for each story it failed. ``alone``: one
-        request per call, so a request that breaks the backend fails only its own story."""
+    def _generate(self, reqs: list[GenRequest], params: GenParams, alone: bool
+                  ) -> tuple[dict[int, Any], dict[int, str], bool]:
+        """Replies by story index, the backend's error for each story it failed, and whether a call of
+        several requests failed. ``alone``: one request per call. When a call of several fails, the
+        requests it left without a reply are sent again one per call, in the same attempt with the same
+        settings, so a request that breaks the backend fails only its own story and costs the others
+        neither an attempt nor their greedy reply."""
         replies: dict[int, Any] = {}
         errors: dict[int, str] = {}
-        for batch in ([r] for r in reqs) if alone else [reqs]:
+
+        def send(batch: list[GenRequest]) -> None:
             try:
                 for res in self.backend.generate(batch, params):
-                    replies[int(res.request_id.split("#", 1)[0])] = res
+                    replies[_story_index(res.request_id)] = res
             except Exception as e:  # noqa: BLE001 - any backend failure is recorded on its stories, never raised
                 why = str(e) if isinstance(e, BackendError) else f"{type(e).__name__}: {e}"
                 for r in batch:
-                    errors.setdefault(int(r.request_id.split("#", 1)[0]), why)
-        return replies, {i: e for i, e in errors.items() if i not in replies}
+                    errors.setdefault(_story_index(r.request_id), why)
+
+        broke = False
+        if alone or len(reqs) == 1:
+            for r in reqs:
+                send([r])
+        else:
+            send(reqs)
+            rest = [r for r in reqs if _story_index(r.request_id) not in replies]
+            broke = bool(errors)
+            if broke:
+                errors.clear()
+                for r in rest:
+                    send([r])
+        return replies, {i: e for i, e in errors.items() if i not in replies}, broke
 
     def _label_batch(self, stories: Sequence[StoryInput]) -> list[StoryLabels]:
         done: dict[int, StoryLabels] = {}
@@ -318,8 +352,8 @@ class LLMLabeller(Labeller):
             reqs = [GenRequest(f"{i}#{attempt}", prompts[i], seed=self.seed + attempt, json_schema=schemas[i])
                     for i in pending]
             params = self.params if attempt == 0 else self._retry_params(cut)
-            replies, errors = self._generate(reqs, params, alone)
-            alone = alone or bool(errors)
+            replies, errors, broke = self._generate(reqs, params, alone)
+            alone = alone or broke
             last = attempt == self.max_attempts - 1
             still = []
             for i in pending:

@@ -14,7 +14,7 @@ from typing import Any
 
 from harness.errors import DataError
 from harness.labelling.base import NAME_TITLES, RoleSpec, StoryInput
-from harness.labelling.words import starts_capitalised
+from harness.labelling.words import COMBINING_MARKS, starts_capitalised
 
 _REFS = ('including descriptors and references (such as "boy", "girl", "man", or "woman"), prefixes (such as "Mr", '
          '"Mrs", or "Mx"), and pronouns (such as "he", "him", "her", "hers", "they", or "them", or neopronouns).')
@@ -57,14 +57,16 @@ def build_prompt(story: StoryInput) -> str:
     return TWO_CHARACTERS.format(a=story.roles[0].description, b=story.roles[1].description, story=text)
 
 
-#: Words of a story, a trailing "." kept ("Dr."): the references and name pieces of ``reply_schema``.
-_STORY_WORD = re.compile(r"[^\W\d_][\w'\u2019-]*\.?")
+#: Words of a story, a trailing "." kept ("Dr."), combining marks inside ("José" written decomposed,
+#: "प्रिया"): the references and name pieces of ``reply_schema``.
+_STORY_WORD = re.compile(rf"[^\W\d_][\w{COMBINING_MARKS}'\u2019-]*\.?")
+_POSSESSIVE = re.compile(r"\w['\u2019]s$")
 
 
 def reply_schema(story: StoryInput, max_name_words: int = 3, max_references: int = 12) -> dict[str, Any]:
     """A JSON Schema for the reply to ``build_prompt(story)``: the keys of its type definition, each
-    name "Unspecified" or a run of 1 to ``max_name_words`` capitalised words written in the story,
-    each reference list at most ``max_references`` of the story's words (a small model, held to the
+    name "Unspecified" or a run of 1 to ``max_name_words`` capitalised words written in the story (one
+    written only as a possessive, "Maria's", also without its "'s"), each reference list at most ``max_references`` of the story's words (a small model, held to the
     story's words, otherwise repeats them until it runs out of tokens). Sent as a request's
     ``json_schema``, a backend that constrains decoding (each of harness's) can return only replies
     that parse and that the paper's post-processing keeps ("names and references not in the story"
@@ -83,7 +85,10 @@ def reply_schema(story: StoryInput, max_name_words: int = 3, max_references: int
             run.append(words[j])
         for k in range(1, len(run) + 1):
             if all(starts_capitalised(w) for w, _, _ in run[:k]):
-                names.setdefault(text[run[0][1]:run[k - 1][2]].rstrip("."), None)
+                name = text[run[0][1]:run[k - 1][2]].rstrip(".")
+                names.setdefault(name, None)
+                if _POSSESSIVE.search(name):  # "Maria's students": the name is "Maria"
+                    names.setdefault(name[:-2], None)
     refs = sorted({w.rstrip(".") for w, _, _ in words}, key=str.casefold)
     name = {"type": "string", "enum": ["Unspecified", *[n for n in names if n != "Unspecified"]]}
     ref_list = ({"type": "array", "items": {"type": "string", "enum": refs}, "maxItems": max_references} if refs

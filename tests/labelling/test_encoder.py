@@ -22,6 +22,18 @@ def test_split_words_offsets():
     assert all(text[a:b] == w for w, a, b in words)
 
 
+def test_split_words_keeps_the_combining_marks_of_any_script_inside_a_word():
+    # Devanagari vowel signs and virama, Thai vowels and tones, a decomposed Latin accent: none is a
+    # letter to ``re``, and each used to cut its name into letters and "punctuation"
+    text = "प्रिया met สมศักดิ์ and José, مُحَمَّد."
+    words = split_words(text)
+    assert [w for w, _, _ in words] == ["प्रिया", "met",
+                                         "สมศักดิ์", "and", "José", ",",
+                                         "مُحَمَّد", "."]
+    assert all(text[a:b] == w for w, a, b in words)
+    assert split_words("́x")[0][0] == "́"  # a mark never starts a word
+
+
 def test_split_words_tokens_need_no_character_loop_to_tell_words():
     from harness.labelling.data import builtin_training_files, load_gold
     from harness.labelling.words import is_split_word, is_word

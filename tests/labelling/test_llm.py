@@ -49,6 +49,8 @@ class ScriptedBackend(Backend):
     GOOD[:-1] + ",}",  # trailing comma
     GOOD.replace('"Tom"', "\u201cTom\u201d"),  # smart quotes
     GOOD[:-3],  # truncated: closing '"]}' missing
+    "{\n" + GOOD,  # a stray "{" that never closes, before the object
+    "Use the format {name: ...\n" + GOOD,
 ])
 def test_parse_repairs(reply):
     lab = parse_response(reply, STORY)
@@ -173,10 +175,11 @@ def test_a_backend_that_breaks_on_one_request_fails_only_that_story():
         name = "breaking"
 
         def __init__(self, exc):
-            self.exc, self.calls = exc, []
+            self.exc, self.calls, self.temperatures = exc, [], []
 
         def generate(self, requests, params, *, progress=False):
             self.calls.append([r.request_id for r in requests])
+            self.temperatures.append(params.temperature)
             for r in requests:
                 if "Kim1 " in r.prompt:
                     raise self.exc
@@ -189,11 +192,18 @@ def test_a_backend_that_breaks_on_one_request_fails_only_that_story():
 
     for exc in (BackendError("engine died"), RuntimeError("CUDA error: device-side assert")):
         backend = Breaking(exc)
-        out = LLMLabeller(backend, max_attempts=2).label(stories, batch_size=8)
+        labeller = LLMLabeller(backend, max_attempts=2)
+        out = labeller.label(stories, batch_size=8)
         assert [o.characters[0].name for o in out] == ["Kim0", None, "Kim2"]
         assert out[1].status.startswith("llm: backend error: ") and str(exc) in out[1].status
-        # attempt 0: the batch, which broke after s0; attempt 1: the rest, one request per call
-        assert backend.calls == [["0#0", "1#0", "2#0"], ["1#1"], ["2#1"]]
+        # attempt 0: the batch, which broke after s0, then the rest one request per call, greedy as
+        # the batch was; attempt 1: only the story that broke it, alone
+        assert backend.calls == [["0#0", "1#0", "2#0"], ["1#0"], ["2#0"], ["1#1"]]
+        assert backend.temperatures == [0.0, 0.0, 0.0, 0.7]
+        assert [sid for sid, _, _ in labeller.failures] == ["s1", "s1"]  # s2 was charged no attempt
+    # with a single attempt, the stories the broken request shared a call with are still labelled
+    out = LLMLabeller(Breaking(BackendError("engine died")), max_attempts=1).label(stories, batch_size=8)
+    assert [o.characters[0].name for o in out] == ["Kim0", None, "Kim2"] and out[2].status == "ok"
 
 
 def test_labeller_rejects_non_backend():
@@ -240,6 +250,29 @@ def test_reply_schema_offers_names_written_in_a_script_without_case():
     reply = {"doctor name": "李明", "needy patient name": "Omar", "doctor references": [],
              "needy patient references": ["him"]}
     assert parse_response(json.dumps(reply, ensure_ascii=False), story).character("subject").name == "李明"
+
+
+def test_a_lone_surrogate_in_a_reply_never_reaches_the_labels():
+    # "\ud83d" is half an emoji: no character, and nothing a UTF-8 file can hold
+    reply = GOOD.replace('"Dr. Ana Ruiz"', '"Dr. Ana Ruiz \\ud83d"').replace('["She"]', '["She\\ud83d", "\\ud83d"]')
+    lab = parse_response(reply, STORY)
+    assert lab.character("subject").name == "Dr. Ana Ruiz" and lab.character("subject").references == ("She",)
+    json.dumps(lab.to_dict(), ensure_ascii=False).encode("utf-8")
+
+
+@pytest.mark.parametrize("text, name", [
+    ("प्रिया met Omar, a needy patient. She helped him.", "प्रिया"),
+    ("José Ruiz met Omar, a needy patient. He helped him.", "José Ruiz"),  # decomposed accent
+    ("Maria's clinic took in Omar, a needy patient. She helped him.", "Maria"),  # only ever a possessive
+])
+def test_reply_schema_offers_whole_names_with_marks_and_without_a_possessive(text, name):
+    from harness.labelling.prompts import reply_schema
+
+    story = StoryInput("s3", text, STORY.roles)
+    assert name in reply_schema(story)["properties"]["doctor name"]["enum"]
+    reply = {"doctor name": name, "needy patient name": "Omar", "doctor references": [],
+             "needy patient references": ["him"]}
+    assert parse_response(json.dumps(reply, ensure_ascii=False), story).character("subject").name == name
 
 
 def test_labeller_sends_each_storys_schema_with_its_request():
