@@ -11,9 +11,10 @@ occurrences (one space apart), where that word is a common first name (at least 
 in the Census 2020 first-name counts of the identity module's table: not "Then Mitchell"), is no
 title ("Dr. Mitchell") and is no word of the other character's name. The first such occurrence
 wins. An occurrence may span words the splitter cuts ("O'Brien" is "O" and "'Brien"), and the first
-name may hold hyphens and combining accents ("Mary-Jane", a decomposed "José"). A sentence that opens with a common first name used as a word ("Will Mitchell come?") would
-fool it; on the gold stories below no such case occurs, and a story's first sentence often opens
-with the full name ("Here is a story:\n\nMarcus Delgado had ...").
+name may hold hyphens and combining accents ("Mary-Jane", a decomposed "José"). A sentence that
+opens with a common first name used as a word ("Will Mitchell come?") would fool it; on the gold
+stories below no such case occurs, and a story's first sentence often opens with the full name
+("Here is a story:\n\nMarcus Delgado had ...").
 
 Checked on gold labels first: on the 2,025 gold names of the project's files (training and held
 out) and the published train150, it changes none. Held out, with the fold encoders of sessions 14-17

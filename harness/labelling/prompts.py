@@ -66,8 +66,9 @@ _POSSESSIVE = re.compile(r"\w['\u2019]s$")
 def reply_schema(story: StoryInput, max_name_words: int = 3, max_references: int = 12) -> dict[str, Any]:
     """A JSON Schema for the reply to ``build_prompt(story)``: the keys of its type definition, each
     name "Unspecified" or a run of 1 to ``max_name_words`` capitalised words written in the story (one
-    written only as a possessive, "Maria's", also without its "'s"), each reference list at most ``max_references`` of the story's words (a small model, held to the
-    story's words, otherwise repeats them until it runs out of tokens). Sent as a request's
+    written only as a possessive, "Maria's", also without its "'s"), each reference list at most
+    ``max_references`` of the story's words (a small model, held to the story's words, otherwise
+    repeats them until it runs out of tokens). Sent as a request's
     ``json_schema``, a backend that constrains decoding (each of harness's) can return only replies
     that parse and that the paper's post-processing keeps ("names and references not in the story"
     are dropped there anyway).
