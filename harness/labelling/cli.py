@@ -117,8 +117,13 @@ def _labelled_already(tmp: Path, items: list) -> int:
 
 
 def _jsonable(x: Any) -> Any:
-    if isinstance(x, float) and math.isnan(x):
+    """``x`` with every NaN or infinity, however deep in dicts and lists, as None: strict JSON has neither."""
+    if isinstance(x, float) and not math.isfinite(x):
         return None
+    if isinstance(x, dict):
+        return {k: _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
     return x
 
 
@@ -250,7 +255,7 @@ def eval_(
         if shift is not None:
             full["statistics"] = _summary_json(shift)
             full["statistics_cells"] = json.loads(shift.cells.to_json(orient="records"))  # NaN -> null
-        details.write_text(json.dumps(full, indent=2, default=_jsonable))
+        details.write_text(json.dumps(_jsonable(full), indent=2, allow_nan=False))
     if as_json:
         out = {k: _jsonable(v) for k, v in rep.overall().items()}
         if diff is not None:

@@ -34,12 +34,21 @@ OWNERS = ("subject", "object", "both", "neither")
 
 @dataclass(frozen=True)
 class GoldCharacter:
-    """Hand labels for one role. ``None`` fields were not labelled in the source."""
+    """Hand labels for one role. ``None`` fields were not labelled in the source, but for a name in the
+    project format, where ``"name": null`` is a character without a name (``name_labelled``)."""
 
     role: str
     name: Any = None  # raw name field: a name, "Unspecified", a list, or a list string
     references: tuple[str, ...] | None = None
     gender: str | None = None
+    #: Whether the source labels the name at all; None: where ``name`` is given. The project format
+    #: labels every name, null for none; the published formats leave a null name unlabelled.
+    name_labelled: bool | None = None
+
+    @property
+    def name_known(self) -> bool:
+        """Whether the name was labelled (a name, "Unspecified", or the project format's null)."""
+        return self.name is not None if self.name_labelled is None else self.name_labelled
 
 
 @dataclass(frozen=True)
@@ -152,7 +161,8 @@ def parse_row(row: dict[str, Any], story_id: str, where: str) -> GoldStory:
                                 f"got {type(lab).__name__}")
             chars[k] = GoldCharacter(k, _name(lab.get("name"), f"{where} labels.{k}.name"),
                                      _parse_list(lab.get("references"), f"{where} labels.{k}"),
-                                     _gender(lab.get("gender"), f"{where} labels.{k}.gender"))
+                                     _gender(lab.get("gender"), f"{where} labels.{k}.gender"),
+                                     name_labelled="name" in lab)
         text = row.get("text")
         domain = DOMAINS.get(row.get("domain", ""), row.get("domain", "unknown"))
         return GoldStory(_story(str(row.get("id", story_id)), text, roles, where), row.get("model", "hand-written"),

@@ -220,6 +220,9 @@ def score_characters(gold: Sequence[GoldStory], labels: Sequence[StoryLabels], l
 
     out = []
     for gs, lab in zip(gold, labels):
+        if lab.story_id != gs.story.story_id:
+            raise ValueError(f"labels of story {lab.story_id!r} given for gold story {gs.story.story_id!r}: "
+                             "labels must come in the gold stories' order")
         text = gs.story.text or ""
         for role in gs.story.roles:
             gch = gs.characters.get(role.key)
@@ -227,13 +230,14 @@ def score_characters(gold: Sequence[GoldStory], labels: Sequence[StoryLabels], l
                 continue
             pch = lab.character(role.key)
             pred_gender = gender_of(pch.references if pch is not None else (), text)
-            pred_first = first_name_of(pch.name, role.description) if pch is not None and pch.name else None
+            # a labeller's name is one plain string ("[Emily]" is no list of names), as the audit reads it
+            pred_first = first_name_of([pch.name], role.description) if pch is not None and pch.name else None
             gold_first = first_name_of(gch.name, role.description) if gch.name is not None else None
             gold_gender = gch.gender
             if gold_gender is None and gch.references is not None:  # train150: references, no gender field
                 gold_gender = gender_of(gch.references, text)
             out.append(CharacterScore(gs.story.story_id, role.key, gs.model, gs.domain, gold_gender, pred_gender,
-                                      _name_key(gold_first), _name_key(pred_first), gch.name is not None,
+                                      _name_key(gold_first), _name_key(pred_first), gch.name_known,
                                       gs.condition))
     return out
 

@@ -121,6 +121,42 @@ def test_misses_tell_exchanged_roles_from_copies():
     assert (n.n_p - n.tp_p, n.n_r - n.tp_r) == (5, 5) and sum(rep.misses["name"].values()) == 6
 
 
+def test_an_unnamed_character_of_the_project_format_counts_against_name_precision():
+    # the project format labels every name, null for a character without one: a name the labeller gives
+    # "the doctor" is a miss of precision, as with "Unspecified"; a row without the key labels no name
+    for name in (None, "Unspecified"):
+        gold = [_row(1, "Labor", "doctor", {"name": name, "gender": "Male"})]
+        rep = score(gold, [StoryLabels("g1", (CharacterLabel("subject", "Tom", ("He",)),))], n_boot=0)
+        assert (rep.name.tp_p, rep.name.n_p, rep.name.tp_r, rep.name.n_r) == (0, 1, 0, 0), name
+        assert rep.misses["name"]["name where manual has none"] == 1
+    gold = [_row(1, "Labor", "doctor", {"gender": "Male"})]
+    rep = score(gold, [StoryLabels("g1", (CharacterLabel("subject", "Tom", ("He",)),))], n_boot=0)
+    assert rep.name.n_p == 0 and rep.gender.n_p == 1
+
+
+def test_a_labellers_name_is_one_plain_string_never_a_list():
+    # "[Emily]" read as a list string raised for the whole evaluation; the audit reads it as one name
+    gold = [_row(0, "Labor", "doctor", {"name": "Emily", "gender": "Female"})]
+    rep = score(gold, [StoryLabels("g0", (CharacterLabel("subject", "[Emily]", ("She",)),))], n_boot=0)
+    assert (rep.name.tp_p, rep.name.n_p) == (1, 1)
+
+
+def test_labels_of_another_story_are_refused():
+    gold, labels = _case()
+    with pytest.raises(ValueError, match="labels of story 'g1' given for gold story 'g0'"):
+        score(gold, [labels[1], labels[0], *labels[2:]])
+
+
+def test_the_reports_details_are_strict_json():
+    # `harness label eval --details` writes this: a figure with no denominator is null, never NaN
+    from harness.labelling.cli import _jsonable
+
+    gold, labels = _case()
+    d = score(gold, labels, n_boot=0).to_dict()
+    assert math.isnan(d["by_domain"]["Learning"]["gender"]["precision"])
+    assert json.loads(json.dumps(_jsonable(d), allow_nan=False))["by_domain"]["Learning"]["gender"]["precision"] is None
+
+
 def test_score_length_mismatch():
     gold, labels = _case()
     with pytest.raises(ValueError):
