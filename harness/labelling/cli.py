@@ -9,6 +9,7 @@ The lead mounts ``app`` into the main command (``app.add_typer(label_app, name="
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from pathlib import Path
@@ -90,6 +91,23 @@ def _output_file(path: Path, option: str) -> Path:
     except OSError as e:
         raise ConfigError(f"{option} {path}: cannot make its folder ({e.strerror}); give another path") from None
     return path
+
+
+def _run_fingerprint(items: list, info: dict[str, Any]) -> str:
+    """What a ``harness label label`` run's labels depend on: every story (id, text, roles) and the
+    labeller's settings (``Labeller.info()``)."""
+    h = hashlib.sha256(json.dumps(info, sort_keys=True, default=str).encode())
+    for s in items:
+        h.update(json.dumps([s.story_id, s.text, [[r.key, r.description] for r in s.roles]]).encode())
+    return h.hexdigest()
+
+
+def _resumable(tmp: Path, meta: Path, fingerprint: str) -> bool:
+    """Whether ``tmp`` was written by a run of the same stories and labeller (its sidecar ``meta`` says so)."""
+    try:
+        return json.loads(meta.read_text()).get("fingerprint") == fingerprint
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def _labelled_already(tmp: Path, items: list) -> int:
@@ -298,20 +316,33 @@ def label_(
 ) -> None:
     """Label every story of a JSONL file; stories that cannot be labelled keep a reason in `status`.
 
-    The labels go to OUT.tmp as they come and OUT at the end; a killed run's rerun goes on where it stopped."""
+    The labels go to OUT.tmp as they come and OUT at the end; a killed run's rerun goes on where it stopped
+    (only a run of the same stories and labeller settings: OUT.tmp.json says whose they are)."""
     from harness.labelling.data import read_stories
 
     try:
         _output_file(out, "--out")
+        if out.resolve() == stories.resolve():
+            raise ConfigError(f"--out {out} is the stories file itself; give another path for the labels")
         items = read_stories(stories)
         tmp = out.with_name(out.name + ".tmp")
-        done = _labelled_already(tmp, items)
-        if done:
-            typer.echo(f"resuming: {done} stories already labelled in {tmp}", err=True)
+        meta = out.with_name(out.name + ".tmp.json")  # what tmp's labels are of: a rerun resumes only the same run
         lab = _labeller(labeller, model_dir, llm_model, threads, name_check, action_check, pronoun_binding,
                         apposition_check, llm_backend, precision, llm_base_url)
         n_bad = 0
         try:
+            fingerprint = _run_fingerprint(items, lab.info())
+            done = 0
+            if tmp.is_file() and tmp.stat().st_size:
+                if _resumable(tmp, meta, fingerprint):
+                    done = _labelled_already(tmp, items)
+                else:
+                    typer.echo(f"{tmp} holds labels of other stories or another labeller's; starting over", err=True)
+            if done:
+                typer.echo(f"resuming: {done} stories already labelled in {tmp}", err=True)
+            else:
+                meta.write_text(json.dumps({"fingerprint": fingerprint, "stories": str(stories), "labeller": lab.info()},
+                                           default=str))
             with open(tmp, "a" if done else "w", encoding="utf-8") as f:
                 for res in lab.iter_label(items[done:], batch_size=batch_size, progress=progress):
                     n_bad += res.status != "ok"
@@ -320,6 +351,7 @@ def label_(
         finally:
             lab.close()
         tmp.replace(out)
+        meta.unlink(missing_ok=True)
     except HarnessError as e:
         _fail(e)
     typer.echo(f"labelled {len(items) - done} stories ({n_bad} with a non-ok status)"

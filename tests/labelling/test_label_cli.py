@@ -246,23 +246,68 @@ def test_bad_rows_name_their_file_line_and_field(tmp_path, gold_path):
     assert not (tmp_path / "m").exists()
 
 
-def test_a_killed_label_command_resumes(tmp_path, gold_path):
+def test_a_killed_label_command_resumes(tmp_path, gold_path, monkeypatch):
     """``label`` writes OUT.tmp as it goes: a rerun keeps the whole lines of a killed run (a torn last line
-    is cut) and labels only the rest; a .tmp of other stories is started over."""
+    is cut) and labels only the rest; a .tmp of other stories, or of the same stories as other stories' run
+    or another labeller's, is started over."""
+    from harness.labelling.rules import RulesLabeller
+
     out = tmp_path / "labels.jsonl"
-    r = runner.invoke(app, ["label", str(gold_path), "--out", str(out), "--labeller", "rules"])
+    args = ["label", str(gold_path), "--out", str(out), "--labeller", "rules"]
+    r = runner.invoke(app, args)
     assert r.exit_code == 0
     full = out.read_text().splitlines()
-    tmp = tmp_path / "labels.jsonl.tmp"
-    tmp.write_text("\n".join(full[:8]) + "\n" + full[8][:15])  # killed while writing the ninth
     out.unlink()
-    r = runner.invoke(app, ["label", str(gold_path), "--out", str(out), "--labeller", "rules"])
+    tmp, meta = tmp_path / "labels.jsonl.tmp", tmp_path / "labels.jsonl.tmp.json"
+
+    def killed_after(n):
+        real = RulesLabeller.iter_label
+
+        def dies(self, items, **kw):
+            for k, res in enumerate(real(self, items, **kw)):
+                if k == n:
+                    raise RuntimeError("killed")
+                yield res
+
+        monkeypatch.setattr(RulesLabeller, "iter_label", dies)
+        r = runner.invoke(app, args)
+        monkeypatch.undo()
+        assert isinstance(r.exception, RuntimeError) and meta.is_file()
+        assert tmp.read_text().splitlines() == full[:n]
+
+    killed_after(8)
+    with open(tmp, "a") as f:
+        f.write(full[8][:15])  # killed while writing the ninth
+    r = runner.invoke(app, args)
     assert r.exit_code == 0 and "resuming: 8 stories already labelled" in r.stderr
     assert "labelled 13 stories (0 with a non-ok status), 8 before" in r.stdout
-    assert out.read_text().splitlines() == full and not tmp.exists()
+    assert out.read_text().splitlines() == full and not tmp.exists() and not meta.exists()
+
+    killed_after(5)
     tmp.write_text("\n".join(full[3:6]) + "\n")  # not the file's first stories: not a resume
-    r = runner.invoke(app, ["label", str(gold_path), "--out", str(out), "--labeller", "rules"])
+    r = runner.invoke(app, args)
     assert r.exit_code == 0 and "resuming" not in r.stderr and out.read_text().splitlines() == full
+
+    # the same story ids with other texts (two files both called stories.jsonl give the same ids): the
+    # labels of the first file are not kept for the second
+    other = tmp_path / "other" / gold_path.name
+    other.parent.mkdir()
+    rows = [json.loads(line) for line in gold_path.read_text().splitlines() if line.strip()]
+    other.write_text("".join(json.dumps({**row, "text": row["text"].replace(".", "!")}) + "\n" for row in rows))
+    killed_after(8)
+    r = runner.invoke(app, ["label", str(other), "--out", str(out), "--labeller", "rules"])
+    assert r.exit_code == 0 and "resuming" not in r.stderr and "holds labels of other stories" in r.stderr
+    fresh = tmp_path / "fresh.jsonl"
+    assert runner.invoke(app, ["label", str(other), "--out", str(fresh), "--labeller", "rules"]).exit_code == 0
+    assert out.read_text() == fresh.read_text()
+
+
+def test_the_labels_never_overwrite_their_stories(tmp_path, gold_path):
+    stories = tmp_path / "stories.jsonl"
+    stories.write_text(gold_path.read_text())
+    r = runner.invoke(app, ["label", str(stories), "--out", str(tmp_path / "." / "stories.jsonl"), "--labeller", "rules"])
+    assert r.exit_code != 0 and "is the stories file itself" in r.stderr
+    assert stories.read_text() == gold_path.read_text()
 
 
 def test_gold_ids_are_unique_and_tags_a_list(tmp_path, gold_path):
