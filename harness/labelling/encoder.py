@@ -603,6 +603,9 @@ _WORKER: dict[str, Any] = {}
 
 
 def _cpu_worker_init(kwargs: dict[str, Any]) -> None:
+    from harness.labelling.host_pool import exit_with_parent
+
+    exit_with_parent()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     _WORKER["labeller"] = EncoderLabeller(**kwargs, device="cpu", threads=1, workers=0)
 

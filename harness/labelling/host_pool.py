@@ -155,8 +155,28 @@ def _portable(exc: BaseException) -> BaseException:
         return HostWorkerError(f"{type(exc).__name__}: {exc}\n{where}")
 
 
+def exit_with_parent() -> None:
+    """Make this worker process end when the process that started it ends, however it ends: a parent
+    killed with SIGKILL runs no cleanup, and a worker waiting on its queue would wait, holding its
+    model, for ever. A daemon thread waits on the parent's sentinel and exits the process."""
+    import multiprocessing as mp
+    import threading
+    from multiprocessing.connection import wait
+
+    parent = mp.parent_process()
+    if parent is None:
+        return
+
+    def watch() -> None:
+        wait([parent.sentinel])
+        os._exit(1)
+
+    threading.Thread(target=watch, name="harness-exit-with-parent", daemon=True).start()
+
+
 def _serve(tokenizer_dir: str, decoder: Any, inbox: Any, results: Any) -> None:
     """A worker: tokenise batches, keep them, decode each when its probabilities come."""
+    exit_with_parent()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
         from transformers import AutoTokenizer
@@ -188,4 +208,4 @@ def _serve(tokenizer_dir: str, decoder: Any, inbox: Any, results: Any) -> None:
             results.put(("error", bid, _portable(e)))
 
 
-__all__ = ["DEPTH", "HostPool", "HostWorkerError"]
+__all__ = ["DEPTH", "HostPool", "HostWorkerError", "exit_with_parent"]
