@@ -107,6 +107,15 @@ def test_the_label_stage_labels_retried_generations_and_resumes(tmp_path, monkey
     labels = store.read_stage(L.LABELS, key=("prompt_id", "sample_idx", "role"))
     assert len(labels[(labels.prompt_id == "labor-laden-02") & (labels.sample_idx == 1)]) == 2  # both roles
 
+    # another labeller over these labels: refused, not mixed in or called current; the same settings pass
+    from harness.errors import ConfigError
+
+    other = cfg(tmp_path, label={"labeller": "encoder", "shard_rows": 4, "name_check": False})
+    with pytest.raises(ConfigError, match=r"12 stories were labelled with other label settings \(labeller 'rules' "
+                                          r"-> 'encoder'; name_check True -> False\); delete that folder"):
+        L.label_run(other, store, progress=False)
+    assert L.label_run(cfg(tmp_path, label={"labeller": "rules", "shard_rows": 9}), store, progress=False)[:2] == (0, 12)
+
     # killed after 7 stories: the shards committed before then stay, the rerun labels the rest
     c2 = cfg(tmp_path, label={"labeller": "rules", "shard_rows": 4}, output_dir=str(tmp_path / "run2"))
     generate_run(c2, backend=EchoBackend(), progress=False)

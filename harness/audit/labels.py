@@ -6,6 +6,8 @@ chunks and each chunk is committed as a Parquet shard, so a killed stage resumes
 stopped. A story the labeller cannot handle keeps its rows, with the reason in ``status``.
 A failed generation (``finish_reason`` "error": no story was written) is not labelled: the
 stage counts it, and once a rerun of generate has retried it, the next label stage labels it.
+The manifest records the label settings (``LABEL_SETTINGS``); a rerun with other settings over a
+run's labels stops with an error instead of mixing two labellings.
 """
 
 from __future__ import annotations
@@ -93,6 +95,28 @@ def make_labeller(cfg: RunConfig, *, echo=print):
         raise ConfigError(f"label ({name} labeller): {e}") from None
 
 
+#: The label settings that decide what the labels say (not batch or shard sizes, nor first-use training).
+LABEL_SETTINGS = ("labeller", "model_dir", "llm", "name_check", "action_check", "pronoun_binding", "apposition_check",
+                  "precision")
+
+
+def label_settings(cfg: RunConfig) -> dict[str, Any]:
+    """The config's ``LABEL_SETTINGS``, as the run's manifest records them."""
+    return cfg.label.model_dump(include=set(LABEL_SETTINGS), mode="json")
+
+
+def check_label_settings(store: RunStore, cfg: RunConfig, labelled: int) -> None:
+    """Refuse to add labels of other settings (another labeller, encoder or check) to a run's labels, or to
+    call labels current that other settings made: one run's characters come from one labelling."""
+    old = store.read_manifest().get("label_settings")
+    new = label_settings(cfg)
+    if not labelled or old is None or old == new:
+        return
+    changed = "; ".join(f"{k} {old.get(k)!r} -> {new.get(k)!r}" for k in LABEL_SETTINGS if old.get(k) != new.get(k))
+    raise ConfigError(f"{store.stage_dir(LABELS)}: these {labelled} stories were labelled with other label settings "
+                      f"({changed}); delete that folder to label the run again with the new ones, or restore them")
+
+
 def label_run(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int] = (0, 1), progress: bool = True,
               echo=print) -> tuple[int, int, int, int]:
     """Label every story of this shard that has no labels yet. Returns (labelled now, stories
@@ -107,6 +131,7 @@ def label_run(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int] = (0, 1
                         f"first (harness run CONFIG --stages generate)")
     gens = store.read_stage(GENERATIONS, columns=["prompt_id", "sample_idx", "text_clean", STATUS])
     done = store.read_keys(LABELS, KEY)
+    check_label_settings(store, cfg, len(done))
     prompts = get_suite(cfg.suite, cfg.wording).by_id()
     i, n = shard
     failed_gen = gens[STATUS].eq(ERROR).tolist() if STATUS in gens.columns else [False] * len(gens)
@@ -123,7 +148,7 @@ def label_run(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int] = (0, 1
     labeller = make_labeller(cfg, echo=echo)
     failed = 0
     try:
-        store.update_manifest(labeller=labeller.info())
+        store.update_manifest(labeller=labeller.info(), label_settings=label_settings(cfg))
         stories = [
             StoryInput(f"{pid}#{idx}", text or "", tuple(RoleSpec(r.key, r.description) for r in prompts[pid].roles))
             for pid, idx, text in todo
