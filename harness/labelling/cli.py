@@ -102,8 +102,8 @@ def _run_fingerprint(items: list, info: dict[str, Any]) -> str:
     return h.hexdigest()
 
 
-def _resumable(tmp: Path, meta: Path, fingerprint: str) -> bool:
-    """Whether ``tmp`` was written by a run of the same stories and labeller (its sidecar ``meta`` says so)."""
+def _resumable(meta: Path, fingerprint: str) -> bool:
+    """Whether OUT.tmp was written by a run of the same stories and labeller (its sidecar ``meta`` says so)."""
     try:
         return json.loads(meta.read_text()).get("fingerprint") == fingerprint
     except (OSError, ValueError, AttributeError):
@@ -334,7 +334,7 @@ def label_(
             fingerprint = _run_fingerprint(items, lab.info())
             done = 0
             if tmp.is_file() and tmp.stat().st_size:
-                if _resumable(tmp, meta, fingerprint):
+                if _resumable(meta, fingerprint):
                     done = _labelled_already(tmp, items)
                 else:
                     typer.echo(f"{tmp} holds labels of other stories or another labeller's; starting over", err=True)
