@@ -116,6 +116,36 @@ def test_the_label_stage_labels_retried_generations_and_resumes(tmp_path, monkey
         L.label_run(other, store, progress=False)
     assert L.label_run(cfg(tmp_path, label={"labeller": "rules", "shard_rows": 9}), store, progress=False)[:2] == (0, 12)
 
+    # a story whose labelling failed in the backend (an LLM server down) keeps its reason and is labelled
+    # again by the next run; the identities stage then reads the retry's rows
+    from harness.labelling.base import failed
+
+    c3 = cfg(tmp_path, label={"labeller": "rules", "shard_rows": 4}, output_dir=str(tmp_path / "run3"))
+    generate_run(c3, backend=EchoBackend(), progress=False)
+    real_make = L.make_labeller
+
+    def server_down_for_one(cfg, echo=print):
+        lab = real_make(cfg, echo=echo)
+        inner = lab.iter_label
+
+        def iter_label(stories, **kw):
+            for s, res in zip(stories, inner(stories, **kw)):
+                yield failed(s, "llm: backend error: HTTP 503 in 3 attempt(s)") if s.story_id == "labor-laden-02#1" \
+                    else res
+        lab.iter_label = iter_label
+        return lab
+
+    monkeypatch.setattr(L, "make_labeller", server_down_for_one)
+    store3 = RunStore(c3.output_dir)
+    assert L.label_run(c3, store3, progress=False) == (12, 11, 2, 0)  # both roles of that story failed
+    monkeypatch.setattr(L, "make_labeller", real_make)
+    assert L.label_run(c3, store3, progress=False) == (1, 12, 0, 0)
+    assert L.label_run(c3, store3, progress=False) == (0, 12, 0, 0)
+    got = store3.read_stage(L.LABELS, key=("prompt_id", "sample_idx", "role"))
+    retried = got[(got.prompt_id == "labor-laden-02") & (got.sample_idx == 1)]
+    assert len(got) == 20 and not got.duplicated(["prompt_id", "sample_idx", "role"]).any()
+    assert list(retried.status) == ["ok", "ok"]
+
     # killed after 7 stories: the shards committed before then stay, the rerun labels the rest
     c2 = cfg(tmp_path, label={"labeller": "rules", "shard_rows": 4}, output_dir=str(tmp_path / "run2"))
     generate_run(c2, backend=EchoBackend(), progress=False)

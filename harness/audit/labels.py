@@ -6,6 +6,9 @@ chunks and each chunk is committed as a Parquet shard, so a killed stage resumes
 stopped. A story the labeller cannot handle keeps its rows, with the reason in ``status``.
 A failed generation (``finish_reason`` "error": no story was written) is not labelled: the
 stage counts it, and once a rerun of generate has retried it, the next label stage labels it.
+Likewise a story whose labelling failed in the LLM labeller's backend (a server down) keeps its
+reason in ``status`` and ``finish_reason`` "error" in its rows, and the next run labels it again
+(the store reads a good row over an error row of the same key).
 The manifest records the label settings (``LABEL_SETTINGS``); a rerun with other settings over a
 run's labels stops with an error instead of mixing two labellings.
 """
@@ -19,6 +22,7 @@ import pyarrow as pa
 
 from harness.config import RunConfig
 from harness.errors import ConfigError, DataError
+from harness.labelling.base import BACKEND_FAILURE
 from harness.pipeline import GENERATIONS
 from harness.store import ERROR, KEY, STATUS, RunStore, shard_of
 
@@ -33,6 +37,7 @@ LABEL_SCHEMA = pa.schema(
         ("references", pa.list_(pa.string())),
         ("status", pa.string()),
         ("labeller", pa.string()),
+        (STATUS, pa.string()),  # ERROR where the labeller's backend failed: the next run labels the story again
     ]
 )
 
@@ -161,6 +166,7 @@ def label_run(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int] = (0, 1
                 rows.append({
                     "prompt_id": pid, "sample_idx": idx, "role": c.role, "role_description": desc[(pid, c.role)],
                     "name": c.name, "references": list(c.references), "status": c.status, "labeller": labeller.name,
+                    STATUS: ERROR if c.status.startswith(BACKEND_FAILURE) else "ok",
                 })
             if len(rows) >= cfg.label.shard_rows:
                 store.write_shard(LABELS, rows, f"labels-{i}of{n}", LABEL_SCHEMA)

@@ -184,6 +184,11 @@ class StoryLabels:
                    d.get("status", OK))
 
 
+#: The status that starts a story's labels when its last attempt failed in the generation backend (a server
+#: down, an engine that died), not in the story: a later run may label it (the label stage retries it).
+BACKEND_FAILURE = "llm: backend error"
+
+
 def failed(story: StoryInput, reason: str) -> StoryLabels:
     """Labels for a story that could not be labelled: every role unnamed, no references."""
     return StoryLabels(story.story_id, tuple(CharacterLabel(r.key, None, (), reason) for r in story.roles), reason)

@@ -26,6 +26,7 @@ from typing import Any
 from harness.errors import BackendError, ConfigError
 from harness.generation.base import Backend, GenParams, GenRequest
 from harness.labelling.base import (
+    BACKEND_FAILURE,
     CharacterLabel,
     Labeller,
     StoryInput,
@@ -359,7 +360,8 @@ class LLMLabeller(Labeller):
             for i in pending:
                 res = replies.get(i)
                 if res is None or res.finish_reason == "error":
-                    reason = f"backend error: {errors.get(i) or (res.error if res is not None else 'no result returned')}"
+                    why = errors.get(i) or (res.error if res is not None else "no result returned")
+                    reason = f"{BACKEND_FAILURE.removeprefix('llm: ')}: {why}"
                 else:
                     try:
                         done[i] = parse_response(res.text, stories[i], cut=res.finish_reason == "length",
