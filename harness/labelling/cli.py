@@ -110,28 +110,30 @@ def _resumable(meta: Path, fingerprint: str) -> bool:
         return False
 
 
-def _labelled_already(tmp: Path, items: list) -> int:
-    """How many of ``items`` a killed ``harness label label`` wrote to ``tmp`` already, in order: a rerun
-    goes on after them. A torn last line is cut off; a file of other stories counts 0."""
+def _labelled_already(tmp: Path, items: list) -> tuple[int, int]:
+    """How many of ``items`` a killed ``harness label label`` wrote to ``tmp`` already, in order (a rerun
+    goes on after them), and how many of those have a non-ok status. A torn last line is cut off; a file of
+    other stories counts (0, 0)."""
     if not tmp.is_file():
-        return 0
+        return 0, 0
     from harness.labelling.base import StoryLabels
 
     data = tmp.read_bytes()
     whole = data[: data.rfind(b"\n") + 1]
-    done = 0
+    done = n_bad = 0
     for line in whole.decode("utf-8", errors="replace").splitlines():
         try:
-            sid = StoryLabels.from_dict(json.loads(line)).story_id
+            res = StoryLabels.from_dict(json.loads(line))
         except (ValueError, KeyError, TypeError, HarnessError):
-            return 0
-        if done >= len(items) or sid != items[done].story_id:
-            return 0
+            return 0, 0
+        if done >= len(items) or res.story_id != items[done].story_id:
+            return 0, 0
         done += 1
+        n_bad += res.status != "ok"
     if len(whole) < len(data):
         with open(tmp, "r+b") as f:
             f.truncate(len(whole))
-    return done
+    return done, n_bad
 
 
 def _jsonable(x: Any) -> Any:
@@ -329,13 +331,12 @@ def label_(
         meta = out.with_name(out.name + ".tmp.json")  # what tmp's labels are of: a rerun resumes only the same run
         lab = _labeller(labeller, model_dir, llm_model, threads, name_check, action_check, pronoun_binding,
                         apposition_check, llm_backend, precision, llm_base_url)
-        n_bad = 0
         try:
             fingerprint = _run_fingerprint(items, lab.info())
-            done = 0
+            done = n_bad_before = 0
             if tmp.is_file() and tmp.stat().st_size:
                 if _resumable(meta, fingerprint):
-                    done = _labelled_already(tmp, items)
+                    done, n_bad_before = _labelled_already(tmp, items)
                 else:
                     typer.echo(f"{tmp} holds labels of other stories or another labeller's; starting over", err=True)
             if done:
@@ -343,6 +344,7 @@ def label_(
             else:
                 meta.write_text(json.dumps({"fingerprint": fingerprint, "stories": str(stories), "labeller": lab.info()},
                                            default=str))
+            n_bad = n_bad_before
             with open(tmp, "a" if done else "w", encoding="utf-8") as f:
                 for res in lab.iter_label(items[done:], batch_size=batch_size, progress=progress):
                     n_bad += res.status != "ok"
@@ -354,8 +356,8 @@ def label_(
         meta.unlink(missing_ok=True)
     except HarnessError as e:
         _fail(e)
-    typer.echo(f"labelled {len(items) - done} stories ({n_bad} with a non-ok status)"
-               f"{f', {done} before' if done else ''} -> {out}")
+    typer.echo(f"labelled {len(items)} stories ({n_bad} with a non-ok status)"
+               f"{f', {done} of them by an earlier run' if done else ''} -> {out}")
 
 
 __all__ = ["app"]

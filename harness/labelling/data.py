@@ -198,13 +198,19 @@ def iter_gold(path: str | Path) -> Iterator[GoldStory]:
 def load_gold(path: str | Path) -> list[GoldStory]:
     """All labelled stories of a JSONL file, their ids unique (the story bootstrap resamples by id)."""
     stories = list(iter_gold(path))
-    seen: dict[str, int] = {}
-    for i, gs in enumerate(stories):
-        first = seen.setdefault(gs.story.story_id, i)
-        if first != i:
-            raise DataError(f"{path}: story id {gs.story.story_id!r} is given twice (stories {first + 1} and "
-                            f"{i + 1} of the file); give every story its own id")
+    _refuse_repeated_ids(path, [(gs.story.story_id, f"story {i}") for i, gs in enumerate(stories, 1)])
     return stories
+
+
+def _refuse_repeated_ids(path: str | Path, ids: list[tuple[str, str]]) -> None:
+    """A ``DataError`` naming the first story id that ``ids`` ((id, where in the file) pairs) repeats: labels
+    are joined to their stories by id, so two stories of one id would share (or swap) their labels."""
+    seen: dict[str, str] = {}
+    for sid, where in ids:
+        first = seen.setdefault(sid, where)
+        if first != where:
+            raise DataError(f"{path}: story id {sid!r} is given twice ({first} and {where} of the file); "
+                            f"give every story its own id")
 
 
 def builtin_training_files() -> list[Path]:
@@ -221,7 +227,9 @@ def read_stories(path: str | Path) -> list[StoryInput]:
     or {"subject": description, "object": description}."""
     path = Path(path)
     out = []
+    lines = []
     for i, row in iter_jsonl(path, what="JSONL file of stories"):
+        lines.append(f"line {i}")
         if isinstance(row, dict) and "roles" in row and not isinstance(row["roles"], (list, dict)):
             raise DataError(f"{path}:{i}: `roles` must be a list of {{key, description}} or map subject (and "
                             f"optionally object) to descriptions")
@@ -245,6 +253,7 @@ def read_stories(path: str | Path) -> list[StoryInput]:
             out.append(_story(str(sid), row.get("text"), roles, f"{path}:{i}"))
         else:
             out.append(parse_row(row, f"{path.stem}:{i}", f"{path}:{i}").story)
+    _refuse_repeated_ids(path, [(s.story_id, where) for s, where in zip(out, lines)])
     return out
 
 

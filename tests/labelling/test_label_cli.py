@@ -280,8 +280,17 @@ def test_a_killed_label_command_resumes(tmp_path, gold_path, monkeypatch):
         f.write(full[8][:15])  # killed while writing the ninth
     r = runner.invoke(app, args)
     assert r.exit_code == 0 and "resuming: 8 stories already labelled" in r.stderr
-    assert "labelled 13 stories (0 with a non-ok status), 8 before" in r.stdout
+    assert f"labelled {len(full)} stories (0 with a non-ok status), 8 of them by an earlier run" in r.stdout
     assert out.read_text().splitlines() == full and not tmp.exists() and not meta.exists()
+
+    # the count of non-ok statuses covers the stories the killed run labelled, too
+    killed_after(8)
+    kept = tmp.read_text().splitlines()
+    kept[2] = json.dumps({**json.loads(kept[2]), "status": "llm: unparseable"})
+    tmp.write_text("\n".join(kept) + "\n")
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0 and "resuming: 8 stories already labelled" in r.stderr
+    assert f"labelled {len(full)} stories (1 with a non-ok status), 8 of them by an earlier run" in r.stdout
 
     killed_after(5)
     tmp.write_text("\n".join(full[3:6]) + "\n")  # not the file's first stories: not a resume
@@ -315,7 +324,11 @@ def test_gold_ids_are_unique_and_tags_a_list(tmp_path, gold_path):
     p = tmp_path / "dup.jsonl"
     p.write_text("".join(json.dumps(r) + "\n" for r in (rows[0], rows[1], {**rows[2], "id": rows[0]["id"]})))
     r = runner.invoke(app, ["eval", "--gold", str(p), "--labeller", "rules"])
-    _one_line_error(r, 3, f"story id {rows[0]['id']!r} is given twice (stories 1 and 3")
+    _one_line_error(r, 3, f"story id {rows[0]['id']!r} is given twice (story 1 and story 3")
+    # stories to label: their labels are joined to them by id, so an id given twice is refused too
+    r = runner.invoke(app, ["label", str(p), "--out", str(tmp_path / "labels.jsonl"), "--labeller", "rules"])
+    _one_line_error(r, 3, f"story id {rows[0]['id']!r} is given twice (line 1 and line 3")
+    assert not (tmp_path / "labels.jsonl").exists()
     p.write_text(json.dumps({**rows[0], "tags": "named"}) + "\n")
     r = runner.invoke(app, ["eval", "--gold", str(p), "--labeller", "rules"])
     _one_line_error(r, 3, "dup.jsonl:1: `tags` must be a list of strings")
