@@ -106,13 +106,14 @@ def stage_label(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int], prog
 def stage_identities(cfg: RunConfig, store: RunStore, **_: Any) -> StageResult:
     from harness.audit.characters import build_characters
     from harness.identity.gender import load_lexicon
-    from harness.identity.names import NameTable
+    from harness.identity.names import NameTable, name_lists
     from harness.suites import get_suite
 
     t = time.perf_counter()
     names = NameTable.load(mode=cfg.identity.name_mode)
     lexicon = load_lexicon(cfg.identity.lexicon)
-    options = {"identity": cfg.identity.model_dump(), "names": names.provenance, "lexicon": lexicon.provenance()}
+    options = {"identity": cfg.identity.model_dump(), "names": names.provenance, "lexicon": lexicon.provenance(),
+               "name_parsing": name_lists().version}
     fp = fingerprint(store, [GENERATIONS, LABELS], options)
     if is_current(store, IDENTITIES, fp):
         return StageResult("identities", "skipped (current)", time.perf_counter() - t)

@@ -158,6 +158,15 @@ def _clean_token(tok: str) -> str:
     return _EDGE.sub("", tok)
 
 
+def _split_glued_title(token: str, lists: NameLists) -> list[str]:
+    """A title written against the next word without a space ("Dr.Smith", "Mr.Lee") as two tokens; any
+    other token (initials "J.R.", "A.J.") as it is."""
+    title, dot, rest = token.partition(".")
+    if dot and _EDGE.sub("", rest) and _clean_token(title).lower() in lists.surname_titles | lists.first_name_titles:
+        return [title + dot, rest]
+    return [token]
+
+
 def parse_first_name(raw: str | None, role: str | None = None) -> str | None:
     """The first name in one extracted name, or None when there is none.
 
@@ -165,6 +174,8 @@ def parse_first_name(raw: str | None, role: str | None = None) -> str | None:
     [None, 'Sarah', 'Maria', 'John', None]
     >>> [parse_first_name(n) for n in ["Dr. Smith Jr.", "John Smith, Jr.", "**Dr. Sarah Smith**", "Pastor Mike"]]
     [None, 'John', 'Sarah', None]
+    >>> [parse_first_name(n) for n in ["Dr.Smith", "Dr.Maya Patel", "J.R. Smith"]]
+    [None, 'Maya', 'J.R']
     """
     if _is_missing(raw):
         return None
@@ -175,6 +186,8 @@ def parse_first_name(raw: str | None, role: str | None = None) -> str | None:
         return None
     lists = name_lists()
     tokens = [t for t in raw.split() if _EDGE.sub("", t)]
+    if tokens:
+        tokens[:1] = _split_glued_title(tokens[0], lists)
     while len(tokens) > 1 and _clean_token(tokens[-1]).lower() in lists.name_suffixes:
         tokens.pop()
     if not tokens or len(tokens) > 3:

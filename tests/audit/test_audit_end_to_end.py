@@ -86,3 +86,25 @@ def test_report_renders_in_headless_chromium(audited_run, tmp_path):
     index = run / "report" / "index.html"
     dom, log, shot = render_in_chromium(index, tmp_path)
     check_rendered(index, dom, log, shot, copy_as="report.png")
+
+
+@pytest.mark.slow
+def test_a_new_name_parsing_parses_the_characters_again(audited_run, tmp_path, monkeypatch):
+    """The identities stage records the name-parsing version (non_names.yaml): after a bump, the
+    characters of an existing run are parsed again instead of being kept as current."""
+    import dataclasses
+    import shutil
+
+    from harness.audit.stages import stage_identities
+    from harness.identity import names
+    from harness.store import RunStore
+
+    conf, run, _, _ = audited_run
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    cfg = load_config(conf).model_copy(update={"output_dir": copy})
+    assert stage_identities(cfg, RunStore(copy)).status == "skipped (current)"
+    bumped = dataclasses.replace(names.name_lists(), version="bumped")
+    monkeypatch.setattr(names, "name_lists", lambda: bumped)
+    assert stage_identities(cfg, RunStore(copy)).status == "done"
+    assert json.loads((copy / "identities" / "_stage.json").read_text())["name_parsing"] == "bumped"

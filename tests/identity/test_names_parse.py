@@ -46,6 +46,9 @@ from harness.identity.names import (first_name_of, first_names_from_jsonl, name_
     ("**Dr. Sarah Smith**", "Sarah"), ("\"Dr. Sarah Smith\"", "Sarah"),   # a title behind markdown or quotes
     ("\u200bDr. Sarah Smith", "Sarah"), ("**Chef Maria**", "Maria"),
     ("Jose\u0301", "Jos\u00e9"), ("Zoe\u0308", "Zo\u00eb"),  # decomposed accents kept, in composed form
+    ("Dr.Smith", None), ("Mr.Lee", None), ("**Prof.Chen**", None),   # a title without its space
+    ("Dr.Maya Patel", "Maya"), ("Dr.Sarah", None),
+    ("J.R. Smith", "J.R"), ("A.J.", "A.J"),  # initials are no title: the name as written
 ])
 def test_parse_first_name(raw, first):
     assert parse_first_name(raw) == first
