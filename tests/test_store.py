@@ -112,7 +112,7 @@ def test_the_label_stage_labels_retried_generations_and_resumes(tmp_path, monkey
 
     other = cfg(tmp_path, label={"labeller": "encoder", "shard_rows": 4, "name_check": False})
     with pytest.raises(ConfigError, match=r"12 stories were labelled with other label settings \(labeller 'rules' "
-                                          r"-> 'encoder'; name_check True -> False\); delete that folder"):
+                                          r"-> 'encoder'; name_check True -> False\); restore them, or delete that folder"):
         L.label_run(other, store, progress=False)
     assert L.label_run(cfg(tmp_path, label={"labeller": "rules", "shard_rows": 9}), store, progress=False)[:2] == (0, 12)
 
@@ -139,6 +139,12 @@ def test_the_label_stage_labels_retried_generations_and_resumes(tmp_path, monkey
     store3 = RunStore(c3.output_dir)
     assert L.label_run(c3, store3, progress=False) == (12, 11, 2, 0)  # both roles of that story failed
     monkeypatch.setattr(L, "make_labeller", real_make)
+    # the retry is labelled by the labeller as resolved now, which must be the one of the first labelling
+    first = store3.read_manifest()["labeller"]
+    store3.update_manifest(labeller={**first, "spacy_version": "0.0"})
+    with pytest.raises(ConfigError, match=r"11 stories were labelled with other label settings \(spacy_version"):
+        L.label_run(c3, store3, progress=False)
+    store3.update_manifest(labeller=first)
     assert L.label_run(c3, store3, progress=False) == (1, 12, 0, 0)
     assert L.label_run(c3, store3, progress=False) == (0, 12, 0, 0)
     got = store3.read_stage(L.LABELS, key=("prompt_id", "sample_idx", "role"))
@@ -177,6 +183,45 @@ def test_the_label_stage_labels_retried_generations_and_resumes(tmp_path, monkey
     store2.shard_paths(GENERATIONS)[0].write_bytes(b"not parquet")
     with pytest.raises(DataError, match=r"generations/.*\.parquet: unreadable shard .*delete it and rerun"):
         L.label_run(c2, store2, progress=False)
+
+
+def test_the_label_settings_that_change_labels_are_checked_and_no_others(tmp_path):
+    """Of an LLM labeller's model block only what changes its replies counts: a run resumed after a server
+    outage with another URL, key, timeout or concurrency goes on, and no key is ever recorded or printed.
+    The labeller as resolved counts too: the encoder's precision, chosen per device where the config
+    leaves it unset, cannot change between two labellings of one run; its device and weight path can."""
+    import harness.audit.labels as L
+
+    llm = {"backend": "openai", "path": "qwen", "base_url": "http://a:8000/v1", "api_key": "sk-OLD"}
+    first = cfg(tmp_path, label={"labeller": "llm", "llm": llm})
+    store = RunStore(first.output_dir)
+    store.update_manifest(label_settings=L.label_settings(first))
+    assert "sk-OLD" not in json.dumps(store.read_manifest())
+    resumed = {**llm, "base_url": "http://b:9000/v1", "api_key": "sk-NEW", "concurrency": 2, "timeout_s": 600}
+    L.check_label_settings(store, cfg(tmp_path, label={"labeller": "llm", "llm": resumed}), 5)
+    with pytest.raises(ConfigError, match=r"5 stories were labelled with other label settings \(llm .*'qwen'.* -> "
+                                          r".*'llama'.*\); restore them") as e:
+        L.check_label_settings(store, cfg(tmp_path, label={"labeller": "llm", "llm": {**resumed, "path": "llama"}}), 5)
+    assert "sk-" not in str(e.value)
+    # a manifest written before the llm fields were picked (the whole block) is read the same way
+    store.update_manifest(label_settings={**L.label_settings(first), "llm": first.label.llm.model_dump(mode="json")})
+    L.check_label_settings(store, cfg(tmp_path, label={"labeller": "llm", "llm": resumed}), 5)
+
+    class Labeller:
+        def __init__(self, precision):
+            self.precision = precision
+
+        def info(self):
+            return {"labeller": "encoder", "path": "/cpu/cache", "device": "cpu", "precision": self.precision,
+                    "head_sha256": "ab"}
+
+    store.update_manifest(labeller={"labeller": "encoder", "path": "/gpu/cache", "device": "cuda",
+                                    "precision": "float16", "head_sha256": "ab"})
+    L.check_labeller(store, Labeller("float16"), 5)  # another machine and cache: the same labels
+    L.check_labeller(store, Labeller("int8"), 0)     # nothing labelled yet
+    with pytest.raises(ConfigError, match=r"5 stories were labelled with other label settings \(precision 'float16' "
+                                          r"-> 'int8'\); set label.precision: float16 to resume, or delete"):
+        L.check_labeller(store, Labeller("int8"), 5)
 
 
 def test_interrupted_run_resumes_only_missing_keys(tmp_path):

@@ -9,12 +9,14 @@ stage counts it, and once a rerun of generate has retried it, the next label sta
 Likewise a story whose labelling failed in the LLM labeller's backend (a server down) keeps its
 reason in ``status`` and ``finish_reason`` "error" in its rows, and the next run labels it again
 (the store reads a good row over an error row of the same key).
-The manifest records the label settings (``LABEL_SETTINGS``); a rerun with other settings over a
-run's labels stops with an error instead of mixing two labellings.
+The manifest records the label settings (``LABEL_SETTINGS``) and the labeller as resolved (its
+``info()``: the encoder's precision and weights); a rerun with other settings over a run's labels stops
+with an error instead of mixing two labellings.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -103,23 +105,55 @@ def make_labeller(cfg: RunConfig, *, echo=print):
 #: The label settings that decide what the labels say (not batch or shard sizes, nor first-use training).
 LABEL_SETTINGS = ("labeller", "model_dir", "llm", "name_check", "action_check", "pronoun_binding", "apposition_check",
                   "precision")
+#: The fields of ``label.llm`` that decide what an LLM labeller writes: not where the model is served, its
+#: key, batching, timeouts or retries (a run resumed after a server outage may change those).
+LLM_LABEL_FIELDS = ("backend", "path", "gguf_file", "dtype", "chat_template", "max_model_len", "engine_kwargs")
+#: What a labeller's ``info()`` holds that does not change its labels: where it runs, where its weights lie.
+INFO_NOT_LABELS = ("device", "path")
 
 
 def label_settings(cfg: RunConfig) -> dict[str, Any]:
-    """The config's ``LABEL_SETTINGS``, as the run's manifest records them."""
-    return cfg.label.model_dump(include=set(LABEL_SETTINGS), mode="json")
+    """The config's ``LABEL_SETTINGS``, as the run's manifest records them (of ``label.llm``, only
+    ``LLM_LABEL_FIELDS``: never the API key)."""
+    out = cfg.label.model_dump(include=set(LABEL_SETTINGS) - {"llm"}, mode="json")
+    out["llm"] = cfg.label.llm.model_dump(include=set(LLM_LABEL_FIELDS), mode="json") if cfg.label.llm else None
+    return out
+
+
+def _refuse(store: RunStore, labelled: int, changed: list[str], fix: str) -> None:
+    raise ConfigError(f"{store.stage_dir(LABELS)}: these {labelled} stories were labelled with other label settings "
+                      f"({'; '.join(changed)}); {fix}delete that folder to label the run again with the new ones")
 
 
 def check_label_settings(store: RunStore, cfg: RunConfig, labelled: int) -> None:
     """Refuse to add labels of other settings (another labeller, encoder or check) to a run's labels, or to
     call labels current that other settings made: one run's characters come from one labelling."""
     old = store.read_manifest().get("label_settings")
-    new = label_settings(cfg)
-    if not labelled or old is None or old == new:
+    if not labelled or not isinstance(old, dict):
         return
-    changed = "; ".join(f"{k} {old.get(k)!r} -> {new.get(k)!r}" for k in LABEL_SETTINGS if old.get(k) != new.get(k))
-    raise ConfigError(f"{store.stage_dir(LABELS)}: these {labelled} stories were labelled with other label settings "
-                      f"({changed}); delete that folder to label the run again with the new ones, or restore them")
+    new = label_settings(cfg)
+    if isinstance(old.get("llm"), dict):  # a manifest of before LLM_LABEL_FIELDS recorded the whole block
+        old = {**old, "llm": {k: v for k, v in old["llm"].items() if k in LLM_LABEL_FIELDS}}
+    changed = [f"{k} {old.get(k)!r} -> {new.get(k)!r}" for k in LABEL_SETTINGS if old.get(k) != new.get(k)]
+    if changed:
+        _refuse(store, labelled, changed, "restore them, or ")
+
+
+def check_labeller(store: RunStore, labeller: Any, labelled: int) -> None:
+    """``check_label_settings`` for what the config leaves to the machine: the labeller as resolved
+    (``info()``: the encoder's precision, chosen per device when ``label.precision`` is unset, and its
+    weights) against the one that labelled the run's stories, so a run labelled on a GPU and resumed on a
+    CPU does not mix float16 and int8 labels."""
+    old = store.read_manifest().get("labeller")
+    if not labelled or not isinstance(old, dict):
+        return
+    new = json.loads(json.dumps(labeller.info(), default=str))
+    changed = [f"{k} {old[k]!r} -> {new[k]!r}" for k in new if k in old and k not in INFO_NOT_LABELS
+               and old[k] != new[k]]
+    if changed:
+        pin = f"set label.precision: {old['precision']} to resume, or " if "precision" in old and any(
+            c.startswith("precision ") for c in changed) else ""
+        _refuse(store, labelled, changed, pin)
 
 
 def label_run(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int] = (0, 1), progress: bool = True,
@@ -153,6 +187,7 @@ def label_run(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int] = (0, 1
     labeller = make_labeller(cfg, echo=echo)
     failed = 0
     try:
+        check_labeller(store, labeller, len(done))
         store.update_manifest(labeller=labeller.info(), label_settings=label_settings(cfg))
         stories = [
             StoryInput(f"{pid}#{idx}", text or "", tuple(RoleSpec(r.key, r.description) for r in prompts[pid].roles))

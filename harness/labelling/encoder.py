@@ -22,7 +22,9 @@ scale per output channel (``quantized``), one story per forward pass, where the 
 
 from __future__ import annotations
 
+import hashlib
 import inspect
+import io
 import json
 import os
 import time
@@ -438,7 +440,9 @@ class EncoderLabeller(Labeller):
             self.default_batch_size = 1024
         self.tokenizer = AutoTokenizer.from_pretrained(str(self.path / "encoder"))
         model = _build_model(self.path / "encoder")
-        model.head.load_state_dict(torch.load(self.path / "head.pt", map_location="cpu"))
+        head = (self.path / "head.pt").read_bytes()
+        self.head_sha256 = hashlib.sha256(head).hexdigest()  # which fine-tuning these weights are (info())
+        model.head.load_state_dict(torch.load(io.BytesIO(head), map_location="cpu"))
         model.eval()
         self.base = base_encoder(self.meta.get("base_name", DEFAULT_BASE))
         kind = "cpu" if self.device == "cpu" else "cuda"
@@ -473,13 +477,14 @@ class EncoderLabeller(Labeller):
                                      reference_pool=reference_pool)
 
     def info(self) -> dict[str, Any]:
-        """Labeller name, weights directory, hash of the training data and inference settings."""
+        """Labeller name, weights directory, hashes of the training data and of the head's weights, and
+        inference settings."""
         return {"labeller": self.name, "path": str(self.path), "base": self.base.name, "threshold": self.threshold,
                 "precision": self.precision, "quantized": self.quantized, "device": self.device,
                 "pronoun_agreement": self.pronoun_agreement, "name_check": self.name_check,
                 "action_check": self.decoder.action_check, "pronoun_binding": self.decoder.pronoun_binding,
                 "apposition_check": self.decoder.apposition_check, "reference_pool": self.decoder.reference_pool,
-                "train_data_sha256": self.meta.get("report", {}).get("data_sha256")}
+                "train_data_sha256": self.meta.get("report", {}).get("data_sha256"), "head_sha256": self.head_sha256}
 
     @property
     def quantized(self) -> bool:
