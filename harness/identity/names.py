@@ -75,7 +75,7 @@ DEFAULT_MIN_POPULATION = 100
 UNSPECIFIED = "Unspecified"
 _ROLE_STOPWORDS = frozenset({"a", "an", "the", "in", "of", "to", "for", "who", "with", "at", "on", "and", "by",
                              "from", "into", "about", "as", "is"})
-_EDGE = re.compile(r"^[^\w]+|[^\w]+$")
+_LEAD, _TRAIL = re.compile(r"^\W+"), re.compile(r"\W+$")
 _POSSESSIVE = re.compile(r"['\u2019]s$", re.I)
 
 
@@ -152,17 +152,35 @@ def select_name(raw: Any, role: str | None = None) -> str | None:
     return names[0]
 
 
+def _strip_edges(tok: str) -> str:
+    """``tok`` without the punctuation around it; a combining mark that ends a word (the vowel sign of
+    "प्रिया", the tone mark of "สมศักดิ์") is part of it, though ``re``'s ``\\W`` matches it."""
+    tok = _LEAD.sub("", tok)
+    m = _TRAIL.search(tok)
+    if m:
+        end = m.start()
+        while end < len(tok) and end and unicodedata.category(tok[end])[0] == "M":
+            end += 1
+        tok = tok[:end]
+    return tok
+
+
 def _clean_token(tok: str) -> str:
-    tok = _EDGE.sub("", tok)
+    tok = _strip_edges(tok)
     tok = _POSSESSIVE.sub("", tok)
-    return _EDGE.sub("", tok)
+    return _strip_edges(tok)
+
+
+def _bare(tok: str) -> str:
+    """A token as the word lists hold it: cleaned, lower-cased, without dots ("Ph.D." -> "phd")."""
+    return _clean_token(tok).lower().replace(".", "")
 
 
 def _split_glued_title(token: str, lists: NameLists) -> list[str]:
     """A title written against the next word without a space ("Dr.Smith", "Mr.Lee") as two tokens; any
     other token (initials "J.R.", "A.J.") as it is."""
     title, dot, rest = token.partition(".")
-    if dot and _EDGE.sub("", rest) and _clean_token(title).lower() in lists.surname_titles | lists.first_name_titles:
+    if dot and _strip_edges(rest) and _clean_token(title).lower() in lists.surname_titles | lists.first_name_titles:
         return [title + dot, rest]
     return [token]
 
@@ -185,10 +203,10 @@ def parse_first_name(raw: str | None, role: str | None = None) -> str | None:
     if not _keep_name(raw, _role_words(role)) or raw.strip().lower() == UNSPECIFIED.lower():
         return None
     lists = name_lists()
-    tokens = [t for t in raw.split() if _EDGE.sub("", t)]
+    tokens = [t for t in raw.split() if _strip_edges(t)]
     if tokens:
         tokens[:1] = _split_glued_title(tokens[0], lists)
-    while len(tokens) > 1 and _clean_token(tokens[-1]).lower() in lists.name_suffixes:
+    while len(tokens) > 1 and _bare(tokens[-1]) in lists.name_suffixes:
         tokens.pop()
     if not tokens or len(tokens) > 3:
         return None

@@ -324,11 +324,14 @@ def label_(
 
     try:
         _output_file(out, "--out")
-        if out.resolve() == stories.resolve():
-            raise ConfigError(f"--out {out} is the stories file itself; give another path for the labels")
-        items = read_stories(stories)
         tmp = out.with_name(out.name + ".tmp")
         meta = out.with_name(out.name + ".tmp.json")  # what tmp's labels are of: a rerun resumes only the same run
+        for written in (out, tmp, meta):  # each is written over
+            if written.resolve() == stories.resolve():
+                via = f" (as {written.name}, written while labelling)" if written != out else ""
+                raise ConfigError(f"--out {out}: the labels would be written over the stories file {stories}{via}; "
+                                  f"give another path for the labels")
+        items = read_stories(stories)
         lab = _labeller(labeller, model_dir, llm_model, threads, name_check, action_check, pronoun_binding,
                         apposition_check, llm_backend, precision, llm_base_url)
         try:

@@ -49,6 +49,11 @@ from harness.identity.names import (first_name_of, first_names_from_jsonl, name_
     ("Dr.Smith", None), ("Mr.Lee", None), ("**Prof.Chen**", None),   # a title without its space
     ("Dr.Maya Patel", "Maya"), ("Dr.Sarah", None),
     ("J.R. Smith", "J.R"), ("A.J.", "A.J"),  # initials are no title: the name as written
+    ("Dr. Brown, Ph.D.", None), ("Dr. Carter, M.D.", None), ("Dr. Smith, J.D.", None),  # suffixes with dots
+    ("Dr. Sarah Smith, M.D.", "Sarah"), ("Sarah Smith, RN", "Sarah"),
+    ("\u092a\u094d\u0930\u093f\u092f\u093e", "\u092a\u094d\u0930\u093f\u092f\u093e"),  # प्रिया: its last vowel sign kept
+    ("\u0e2a\u0e21\u0e28\u0e31\u0e01\u0e14\u0e34\u0e4c", "\u0e2a\u0e21\u0e28\u0e31\u0e01\u0e14\u0e34\u0e4c"),  # สมศักดิ์: tone mark
+    ("\"\u092a\u094d\u0930\u093f\u092f\u093e,\"", "\u092a\u094d\u0930\u093f\u092f\u093e"),  # and no punctuation
 ])
 def test_parse_first_name(raw, first):
     assert parse_first_name(raw) == first

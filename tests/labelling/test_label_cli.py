@@ -315,8 +315,15 @@ def test_the_labels_never_overwrite_their_stories(tmp_path, gold_path):
     stories = tmp_path / "stories.jsonl"
     stories.write_text(gold_path.read_text())
     r = runner.invoke(app, ["label", str(stories), "--out", str(tmp_path / "." / "stories.jsonl"), "--labeller", "rules"])
-    assert r.exit_code != 0 and "is the stories file itself" in r.stderr
+    _one_line_error(r, 2, "the labels would be written over the stories file")
     assert stories.read_text() == gold_path.read_text()
+    # nor over a stories file called like the labels' temporary file or its sidecar
+    for name in ("labels.jsonl.tmp", "labels.jsonl.tmp.json"):
+        other = tmp_path / name
+        other.write_text(gold_path.read_text())
+        r = runner.invoke(app, ["label", str(other), "--out", str(tmp_path / "labels.jsonl"), "--labeller", "rules"])
+        _one_line_error(r, 2, f"the labels would be written over the stories file {other} (as {name}")
+        assert other.read_text() == gold_path.read_text() and not (tmp_path / "labels.jsonl").exists()
 
 
 def test_gold_ids_are_unique_and_tags_a_list(tmp_path, gold_path):
