@@ -5,7 +5,8 @@ The reply is parsed as JSON after light repair (code fences, prose around the ob
 trailing commas, Python-style quoting, a missing closing brace); the first whole object wins. A story
 whose reply cannot be parsed is sent again, up to ``max_attempts`` in all (the authors' code: 3), the
 retries sampled with a new seed; what still fails comes back with the last parse error as its status,
-never dropped. A reply cut at ``max_tokens`` before its object closed is incomplete, so it is retried
+never dropped. A story the backend failed (a server error: the model gave no reply) is sent again with
+the first attempt's settings, so its labels do not depend on the outage. A reply cut at ``max_tokens`` before its object closed is incomplete, so it is retried
 too, with twice the tokens; only the last attempt's cut reply is used, without the word it was cut in.
 A backend that fails a batch keeps the replies it gave before failing and is sent the rest one story
 at a time, in the same attempt with the same settings (and so for the story's later attempts), so one
@@ -347,14 +348,24 @@ class LLMLabeller(Labeller):
         prompts = [build_prompt(s) for s in stories]
         schemas = [json.dumps(reply_schema(s)) if self.constrain else None for s in stories]
         alone = cut = False
+        replied: set[int] = set()  # stories the model has answered (unparseably): their retries are sampled
         for attempt in range(self.max_attempts):
             if not pending:
                 break
-            reqs = [GenRequest(f"{i}#{attempt}", prompts[i], seed=self.seed + attempt, json_schema=schemas[i])
-                    for i in pending]
-            params = self.params if attempt == 0 else self._retry_params(cut)
-            replies, errors, broke = self._generate(reqs, params, alone)
-            alone = alone or broke
+            replies: dict[int, Any] = {}
+            errors: dict[int, str] = {}
+            # a story the backend failed (no reply from the model yet) is sent again with the first attempt's
+            # settings: its labels do not depend on whether the server was up
+            for params, group in ((self.params, [i for i in pending if i not in replied]),
+                                  (self._retry_params(cut), [i for i in pending if i in replied])):
+                if not group:
+                    continue
+                reqs = [GenRequest(f"{i}#{attempt}", prompts[i], seed=self.seed + attempt, json_schema=schemas[i])
+                        for i in group]
+                got, err, broke = self._generate(reqs, params, alone)
+                replies.update(got)
+                errors.update(err)
+                alone = alone or broke
             last = attempt == self.max_attempts - 1
             still = []
             for i in pending:
@@ -368,6 +379,7 @@ class LLMLabeller(Labeller):
                                                  retry_cut=not last)
                         continue
                     except ParseError as e:
+                        replied.add(i)
                         cut = cut or res.finish_reason == "length"
                         reason = f"unparseable reply ({e})" + (" after hitting max_tokens"
                                                                if res.finish_reason == "length" else "")

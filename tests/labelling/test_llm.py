@@ -107,10 +107,12 @@ def test_labeller_retries_then_records_failure():
     assert out[1].characters[0].status == out[1].status and out[1].characters[0].name is None
     assert out[2].status == "empty story"  # never sent
     assert out[3].status == "ok" and out[3].characters[0].references == ("They",)
-    # attempt 0 greedy with seed 7; retries only for the failures, sampled, new seed
-    assert [len(c) for c in backend.calls] == [3, 3, 1]
-    assert {t for _, _, t in backend.calls[0]} == {0.0} and {t for _, _, t in backend.calls[1]} == {0.7}
-    assert {s for _, s, _ in backend.calls[1]} == {8}
+    # attempt 0 greedy with seed 7; retries only for the failures: sampled with a new seed where the model's
+    # reply did not parse, greedy again where the backend gave none (s4: its labels do not depend on the outage)
+    assert [len(c) for c in backend.calls] == [3, 1, 2, 1]
+    assert {t for _, _, t in backend.calls[0]} == {0.0} and {t for _, _, t in backend.calls[2]} == {0.7}
+    assert [(s, t) for _, s, t in backend.calls[1]] == [(8, 0.0)]
+    assert {s for _, s, _ in backend.calls[2]} == {8}
     assert sorted(f[0] for f in lab.failures) == ["s1", "s2", "s2", "s2", "s4"]
 
 
@@ -197,9 +199,9 @@ def test_a_backend_that_breaks_on_one_request_fails_only_that_story():
         assert [o.characters[0].name for o in out] == ["Kim0", None, "Kim2"]
         assert out[1].status.startswith("llm: backend error: ") and str(exc) in out[1].status
         # attempt 0: the batch, which broke after s0, then the rest one request per call, greedy as
-        # the batch was; attempt 1: only the story that broke it, alone
+        # the batch was; attempt 1: only the story that broke it, alone, greedy still (the model never replied)
         assert backend.calls == [["0#0", "1#0", "2#0"], ["1#0"], ["2#0"], ["1#1"]]
-        assert backend.temperatures == [0.0, 0.0, 0.0, 0.7]
+        assert backend.temperatures == [0.0, 0.0, 0.0, 0.0]
         assert [sid for sid, _, _ in labeller.failures] == ["s1", "s1"]  # s2 was charged no attempt
     # with a single attempt, the stories the broken request shared a call with are still labelled
     out = LLMLabeller(Breaking(BackendError("engine died")), max_attempts=1).label(stories, batch_size=8)
