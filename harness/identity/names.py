@@ -419,8 +419,14 @@ class NameTable:
         path = Path(path) if path is not None else build.ensure_default_table(build_if_missing)
         if not path.is_file():
             raise DataError(f"name table {path} not found; run `harness names build --out {path}`")
+        provenance = read_provenance(path)
+        built_by = provenance.get("builder_version")
+        if built_by is not None and str(built_by) != build.BUILDER_VERSION:
+            # the table's keys were made by another name_key: names would silently stop matching
+            raise DataError(f"name table {path}: built by table builder {built_by}, this harness reads builder "
+                            f"{build.BUILDER_VERSION}'s keys; rebuild it with `harness names build --force --out {path}`")
         raw = pd.read_parquet(path)
-        return cls(raw, mode=mode, fallback=fallback, provenance=read_provenance(path), path=str(path))
+        return cls(raw, mode=mode, fallback=fallback, provenance=provenance, path=str(path))
 
     def _positions(self, first_names: Any) -> tuple[np.ndarray, pd.Index]:
         if isinstance(first_names, str) or first_names is None:

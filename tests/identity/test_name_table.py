@@ -156,3 +156,25 @@ def test_female_share_column(synthetic_table):
     raw = pd.read_parquet(synthetic_table).set_index("key")
     assert raw.loc["SAMIR", "nd_female"] == pytest.approx(0.25)
     assert np.isnan(raw.loc["TALIA", "nd_female"]) and np.isnan(raw.loc["RARE", "nd_female"])
+
+
+def test_a_table_of_another_builder_is_refused(synthetic_table, tmp_path):
+    """Keys are made by ``name_key``, which the builder version tracks: a table built by another version
+    ("Łukasz" under UKASZ where this harness looks up LUKASZ) would miss names without a word."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    from harness.errors import DataError
+    from harness.identity.build import BUILDER_VERSION
+
+    table = pq.read_table(synthetic_table)
+    meta = dict(table.schema.metadata)
+    old = tmp_path / "old.parquet"
+    pq.write_table(table.replace_schema_metadata(
+        {**meta, b"harness.provenance": json.dumps({**json.loads(meta[b"harness.provenance"]),
+                                                    "builder_version": "2"}).encode()}), old)
+    with pytest.raises(DataError, match=rf"old.parquet: built by table builder 2, this harness reads builder "
+                                        rf"{BUILDER_VERSION}'s keys; rebuild it with `harness names build --force"):
+        NameTable.load(old)
+    assert NameTable.load(synthetic_table).provenance["builder_version"] == BUILDER_VERSION
