@@ -309,3 +309,18 @@ def test_labeller_engine_must_be_one_it_can_build():
 def test_an_open_object_is_not_mistaken_for_the_object_inside_it():
     reply = '{"doctor name": {"first": "Ana"}, "doctor references": ["She"'
     assert parse_json_object(reply) == {"doctor name": {"first": "Ana"}, "doctor references": ["She"]}
+
+
+def test_info_holds_every_setting_a_sampled_retry_depends_on():
+    """``info()`` is what a resumed run compares (the CLI's OUT.tmp.json, the run manifest): a sampled
+    retry depends on the seed, top_p and top_k, so two labellers that differ in one of them differ there."""
+    import dataclasses
+
+    from harness.labelling.llm import DEFAULT_PARAMS
+
+    backend = ScriptedBackend({})
+    base = LLMLabeller(backend, seed=1).info()
+    assert LLMLabeller(backend, params=DEFAULT_PARAMS, seed=1).info() == base
+    assert LLMLabeller(backend, seed=2).info() != base
+    for change in ({"top_p": 0.9}, {"top_k": 5}):
+        assert LLMLabeller(backend, params=dataclasses.replace(DEFAULT_PARAMS, **change), seed=1).info() != base
