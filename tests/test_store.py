@@ -89,6 +89,21 @@ def test_generate_writes_every_key_once_with_metadata(tmp_path):
     assert m["throughput"]["stories"] == 12
 
 
+def _labeller_that(make, change):
+    """``make`` (the label stage's ``make_labeller``) whose labeller passes each of its results through
+    ``change(index, story, labels)``, which may raise (a kill) or return other labels (a failure)."""
+    def made(cfg, echo=print):
+        lab = make(cfg, echo=echo)
+        inner = lab.iter_label
+
+        def iter_label(stories, **kw):
+            for k, (story, res) in enumerate(zip(stories, inner(stories, **kw))):
+                yield change(k, story, res)
+        lab.iter_label = iter_label
+        return lab
+    return made
+
+
 def test_the_label_stage_labels_retried_generations_and_resumes(tmp_path, monkeypatch):
     """A failed generation (no story) is not labelled but counted; once generate has retried it, the label
     stage labels it. A killed label stage keeps its committed shards and a rerun labels only the rest."""
@@ -123,18 +138,8 @@ def test_the_label_stage_labels_retried_generations_and_resumes(tmp_path, monkey
     c3 = cfg(tmp_path, label={"labeller": "rules", "shard_rows": 4}, output_dir=str(tmp_path / "run3"))
     generate_run(c3, backend=EchoBackend(), progress=False)
     real_make = L.make_labeller
-
-    def server_down_for_one(cfg, echo=print):
-        lab = real_make(cfg, echo=echo)
-        inner = lab.iter_label
-
-        def iter_label(stories, **kw):
-            for s, res in zip(stories, inner(stories, **kw)):
-                yield failed(s, "llm: backend error: HTTP 503 in 3 attempt(s)") if s.story_id == "labor-laden-02#1" \
-                    else res
-        lab.iter_label = iter_label
-        return lab
-
+    server_down_for_one = _labeller_that(real_make, lambda k, s, res: failed(
+        s, "llm: backend error: HTTP 503 in 3 attempt(s)") if s.story_id == "labor-laden-02#1" else res)
     monkeypatch.setattr(L, "make_labeller", server_down_for_one)
     store3 = RunStore(c3.output_dir)
     assert L.label_run(c3, store3, progress=False) == (12, 11, 2, 0)  # both roles of that story failed
@@ -157,17 +162,12 @@ def test_the_label_stage_labels_retried_generations_and_resumes(tmp_path, monkey
     generate_run(c2, backend=EchoBackend(), progress=False)
     real = L.make_labeller
 
-    def killed_after_7(cfg, echo=print):
-        lab = real(cfg, echo=echo)
-        inner = lab.iter_label
+    def kill_at_7(k, story, res):
+        if k == 7:
+            raise KeyboardInterrupt
+        return res
 
-        def iter_label(stories, **kw):
-            for k, res in enumerate(inner(stories, **kw)):
-                if k == 7:
-                    raise KeyboardInterrupt
-                yield res
-        lab.iter_label = iter_label
-        return lab
+    killed_after_7 = _labeller_that(real, kill_at_7)
 
     monkeypatch.setattr(L, "make_labeller", killed_after_7)
     store2 = RunStore(c2.output_dir)
