@@ -113,7 +113,9 @@ def _candidates(text: str, cut: bool = False) -> list[tuple[str, bool]]:
         if end > start:
             out.append((text[start:end + 1], False))
         out.extend((c, True) for c in _open_tail(text[start:], cut))
-    return out + inside_open  # after the open object's repairs, so a cut reply's inner object never wins
+        # where the first "{" was stray, the object the reply was cut in opens at a later one
+        out.extend((c, True) for s in starts[1:] if _object_end(text, s) < 0 for c in _open_tail(text[s:], cut))
+    return out + inside_open  # after the open objects' repairs, so a cut reply's inner object never wins
 
 
 def _loads(s: str) -> Any:
