@@ -141,10 +141,13 @@ def name_candidates(raw: Any) -> list[str]:
     return [s] if s else []
 
 
-def select_name(raw: Any, role: str | None = None) -> str | None:
-    """Choose one character name from a labeller field (see module docstring); None if none is left."""
+def select_name(raw: Any, role: str | None = None, *, role_title: bool = True) -> str | None:
+    """Choose one character name from a labeller field (see module docstring); None if none is left.
+    ``role_title=False``: a leading title that repeats the role comes off each candidate first
+    (``without_role_title``), so the role filter leaves "Nurse Emily" of a nurse as "Emily"."""
     role_words = _role_words(role)
-    names = [n.strip() for n in name_candidates(raw) if _keep_name(n, role_words)]
+    names = [n.strip() if role_title else without_role_title(n.strip(), role) for n in name_candidates(raw)]
+    names = [n for n in names if _keep_name(n, role_words)]
     if any(n.lower() != UNSPECIFIED.lower() for n in names):
         names = [n for n in names if n.lower() != UNSPECIFIED.lower()]
     if not names or names[0].lower() == UNSPECIFIED.lower():
@@ -246,9 +249,10 @@ def without_role_title(name: str | None, role: str | None) -> str | None:
     return name
 
 
-def first_name_of(raw: Any, role: str | None = None) -> str | None:
-    """``parse_first_name(select_name(raw, role), role)``: a labeller field straight to a first name."""
-    return parse_first_name(select_name(raw, role), role)
+def first_name_of(raw: Any, role: str | None = None, *, role_title: bool = True) -> str | None:
+    """``parse_first_name(select_name(raw, role), role)``: a labeller field straight to a first name
+    (``role_title``: see ``select_name``)."""
+    return parse_first_name(select_name(raw, role, role_title=role_title), role)
 
 
 def first_names_from_jsonl(path: str | Path, fields: Sequence[str] = ("manual_subject_name", "manual_object_name"),

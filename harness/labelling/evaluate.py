@@ -10,7 +10,9 @@ the story are dropped); the gold gender is the manual label (or its references' 
   Unspecified or Unsure there counts against it.
 * names likewise, on first names: both the labeller's name and the gold name field go through
   ``harness.identity.names.first_name_of`` (the paper's name filters and parsing, with the role
-  description as the role string), then compare case-insensitively with punctuation removed.
+  description as the role string; a leading title that repeats the role, "Nurse Emily" for a nurse,
+  comes off first on both sides, as the encoder's decoder takes it off its own names), then compare
+  case-insensitively with punctuation removed.
   precision = matching / characters with a predicted first name; recall = matching / characters
   with a gold first name.
 
@@ -213,6 +215,12 @@ def score_characters(gold: Sequence[GoldStory], labels: Sequence[StoryLabels], l
     from harness.identity.gender import infer_gender
     from harness.identity.names import first_name_of
 
+    def first_name(raw: Any, role: str) -> str | None:
+        # a leading title that repeats the role comes off on both sides ("Nurse Darnell Washington" for a nurse
+        # is Darnell), as the encoder's decoder takes it off its own names; the role filter of seed 000 would
+        # otherwise make a manual label's name nobody's
+        return first_name_of(raw, role, role_title=False)
+
     if len(gold) != len(labels):
         raise ValueError(f"{len(gold)} gold stories but {len(labels)} label sets")
     def gender_of(refs: Sequence[str], text: str) -> str:
@@ -231,8 +239,8 @@ def score_characters(gold: Sequence[GoldStory], labels: Sequence[StoryLabels], l
             pch = lab.character(role.key)
             pred_gender = gender_of(pch.references if pch is not None else (), text)
             # a labeller's name is one plain string ("[Emily]" is no list of names), as the audit reads it
-            pred_first = first_name_of([pch.name], role.description) if pch is not None and pch.name else None
-            gold_first = first_name_of(gch.name, role.description) if gch.name is not None else None
+            pred_first = first_name([pch.name], role.description) if pch is not None and pch.name else None
+            gold_first = first_name(gch.name, role.description) if gch.name is not None else None
             gold_gender = gch.gender
             if gold_gender is None and gch.references is not None:  # train150: references, no gender field
                 gold_gender = gender_of(gch.references, text)

@@ -134,6 +134,18 @@ def test_an_unnamed_character_of_the_project_format_counts_against_name_precisio
     assert rep.name.n_p == 0 and rep.gender.n_p == 1
 
 
+def test_a_title_that_repeats_the_role_comes_off_both_names():
+    # "Nurse Ana Ruiz" of a nurse is Ana, in the manual label as in the labeller's name; without the title
+    # taken off, the role filter of seed 000 (a name that shares a word with the role) makes it nobody's
+    gold = [_row(0, "Labor", "nurse", {"name": "Nurse Ana Ruiz", "gender": "Female"})]
+    for pred in ("Ana Ruiz", "Nurse Ana"):
+        rep = score(gold, [StoryLabels("g0", (CharacterLabel("subject", pred, ("She",)),))], n_boot=0)
+        assert (rep.name.tp_p, rep.name.n_p, rep.name.tp_r, rep.name.n_r) == (1, 1, 1, 1), pred
+    gold = [_row(0, "Labor", "nurse", {"name": "the nurse", "gender": "Female"})]  # a role noun stays no name
+    rep = score(gold, [StoryLabels("g0", (CharacterLabel("subject", "Nurse", ("She",)),))], n_boot=0)
+    assert (rep.name.n_p, rep.name.n_r) == (0, 0)
+
+
 def test_a_labellers_name_is_one_plain_string_never_a_list():
     # "[Emily]" read as a list string raised for the whole evaluation; the audit reads it as one name
     gold = [_row(0, "Labor", "doctor", {"name": "Emily", "gender": "Female"})]
