@@ -119,8 +119,22 @@ def test_a_mixed_list_moves_only_its_pronouns(table, a, a_refs, b, b_refs, want)
     ("Sarah", ["he"], None, [], [None, "Sarah"]),                   # the unnamed one holds nothing
     ("Sarah", ["he"], None, ["they"], [None, "Sarah"]),             # non-binary words do not contradict
     (None, ["she"], "Sarah", ["his"], ["Sarah", None]),             # either role
+    # the named one holds no binary word and the unnamed one's words fit the name ("Rebecca" tagged for
+    # the defendant of they/them, the unnamed lawyer holding her)
+    ("Sarah", ["they", "them"], None, ["her"], [None, "Sarah"]),
+    ("John", [], None, ["he", "his"], [None, "John"]),
+    (None, ["she"], "Sarah", ["they"], ["Sarah", None]),
+    # left as tagged: the unnamed one's words do not fit the name, or the name is not strongly gendered,
+    # or the named one holds words of its own gender
+    ("Sarah", ["they"], None, ["he"], ["Sarah", None]),
+    ("Sarah", [], None, [], ["Sarah", None]),
+    ("Sarah", [], None, ["they"], ["Sarah", None]),
+    ("Jordan", [], None, ["he"], ["Jordan", None]),
+    ("Kim", ["they"], None, ["she"], ["Kim", None]),
+    ("Sarah", ["she"], None, ["she"], ["Sarah", None]),
+    ("Nemo", [], None, ["he"], ["Nemo", None]),
 ])
-def test_a_name_that_contradicts_its_words_moves_to_the_unnamed_role(table, a, a_refs, b, b_refs, want):
+def test_a_name_in_the_wrong_role_moves_to_the_unnamed_role(table, a, a_refs, b, b_refs, want):
     out = check_pronoun_sets(chars(a, a_refs, b, b_refs), ROLES, table)
     assert [c.name for c in out] == want
     assert refs(out) == [tuple(a_refs), tuple(b_refs)]  # the words keep their roles
