@@ -127,7 +127,8 @@ def test_the_label_stage_labels_retried_generations_and_resumes(tmp_path, monkey
 
     other = cfg(tmp_path, label={"labeller": "encoder", "shard_rows": 4, "name_check": False})
     with pytest.raises(ConfigError, match=r"12 stories were labelled with other label settings \(labeller 'rules' "
-                                          r"-> 'encoder'; name_check True -> False\); restore them, or delete that folder"):
+                                          r"-> 'encoder'; name_check True -> False\); restore them, or delete that "
+                                          r"folder"):
         L.label_run(other, store, progress=False)
     assert L.label_run(cfg(tmp_path, label={"labeller": "rules", "shard_rows": 9}), store, progress=False)[:2] == (0, 12)
 

@@ -428,7 +428,8 @@ class NameTable:
         if built_by is not None and str(built_by) != build.BUILDER_VERSION:
             # the table's keys were made by another name_key: names would silently stop matching
             raise DataError(f"name table {path}: built by table builder {built_by}, this harness reads builder "
-                            f"{build.BUILDER_VERSION}'s keys; rebuild it with `harness names build --force --out {path}`")
+                            f"{build.BUILDER_VERSION}'s keys; rebuild it with "
+                            f"`harness names build --force --out {path}`")
         raw = pd.read_parquet(path)
         return cls(raw, mode=mode, fallback=fallback, provenance=provenance, path=str(path))
 

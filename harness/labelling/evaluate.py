@@ -215,12 +215,6 @@ def score_characters(gold: Sequence[GoldStory], labels: Sequence[StoryLabels], l
     from harness.identity.gender import infer_gender
     from harness.identity.names import first_name_of
 
-    def first_name(raw: Any, role: str) -> str | None:
-        # a leading title that repeats the role comes off on both sides ("Nurse Darnell Washington" for a nurse
-        # is Darnell), as the encoder's decoder takes it off its own names; the role filter of seed 000 would
-        # otherwise make a manual label's name nobody's
-        return first_name_of(raw, role, role_title=False)
-
     if len(gold) != len(labels):
         raise ValueError(f"{len(gold)} gold stories but {len(labels)} label sets")
     def gender_of(refs: Sequence[str], text: str) -> str:
@@ -239,8 +233,11 @@ def score_characters(gold: Sequence[GoldStory], labels: Sequence[StoryLabels], l
             pch = lab.character(role.key)
             pred_gender = gender_of(pch.references if pch is not None else (), text)
             # a labeller's name is one plain string ("[Emily]" is no list of names), as the audit reads it
-            pred_first = first_name([pch.name], role.description) if pch is not None and pch.name else None
-            gold_first = first_name(gch.name, role.description) if gch.name is not None else None
+            # a leading title that repeats the role comes off both names ("Nurse Darnell Washington" of a nurse is
+            # Darnell), as the decoder takes it off its own; seed 000's role filter would make it nobody's
+            pred_first = (first_name_of([pch.name], role.description, role_title=False)
+                          if pch is not None and pch.name else None)
+            gold_first = first_name_of(gch.name, role.description, role_title=False) if gch.name is not None else None
             gold_gender = gch.gender
             if gold_gender is None and gch.references is not None:  # train150: references, no gender field
                 gold_gender = gender_of(gch.references, text)

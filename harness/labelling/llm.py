@@ -6,8 +6,9 @@ trailing commas, Python-style quoting, a missing closing brace); the first whole
 whose reply cannot be parsed is sent again, up to ``max_attempts`` in all (the authors' code: 3), the
 retries sampled with a new seed; what still fails comes back with the last parse error as its status,
 never dropped. A story the backend failed (a server error: the model gave no reply) is sent again with
-the first attempt's settings, so its labels do not depend on the outage. A reply cut at ``max_tokens`` before its object closed is incomplete, so it is retried
-too, with twice the tokens; only the last attempt's cut reply is used, without the word it was cut in.
+the first attempt's settings, so its labels do not depend on the outage. A reply cut at ``max_tokens``
+before its object closed is incomplete, so it is retried too, with twice the tokens; only the last
+attempt's cut reply is used, without the word it was cut in.
 A backend that fails a batch keeps the replies it gave before failing and is sent the rest one story
 at a time, in the same attempt with the same settings (and so for the story's later attempts), so one
 request that breaks the backend takes no other story with it.
@@ -99,12 +100,11 @@ def _candidates(text: str, cut: bool = False) -> list[tuple[str, bool]]:
     object the reply left open."""
     out = [(m.group(1), False) for m in _FENCE.finditer(text)]
     starts = [i for i, ch in enumerate(text) if ch == "{"][:MAX_STARTS]
+    ends = [_object_end(text, s) for s in starts]  # -1: open to the end
     inside_open: list[tuple[str, bool]] = []
-    for start in starts:  # the first whole object, even with more text or braces after it
-        end = _object_end(text, start)
+    for k, (start, end) in enumerate(zip(starts, ends)):  # the first whole object, even with more after it
         if end < 0:  # open to the end: later braces may be inside it, or it was a stray "{"
-            inside_open = [(text[s:e + 1], False) for s in starts if s > start
-                           for e in [_object_end(text, s)] if e >= 0]
+            inside_open = [(text[s:e + 1], False) for s, e in zip(starts[k + 1:], ends[k + 1:]) if e >= 0]
             break
         out.append((text[start:end + 1], False))
     if starts:
@@ -114,7 +114,7 @@ def _candidates(text: str, cut: bool = False) -> list[tuple[str, bool]]:
             out.append((text[start:end + 1], False))
         out.extend((c, True) for c in _open_tail(text[start:], cut))
         # where the first "{" was stray, the object the reply was cut in opens at a later one
-        out.extend((c, True) for s in starts[1:] if _object_end(text, s) < 0 for c in _open_tail(text[s:], cut))
+        out.extend((c, True) for s, e in zip(starts[1:], ends[1:]) if e < 0 for c in _open_tail(text[s:], cut))
     return out + inside_open  # after the open objects' repairs, so a cut reply's inner object never wins
 
 
