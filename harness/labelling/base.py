@@ -25,7 +25,6 @@ from harness.errors import DataError
 ROLE_KEYS = ("subject", "object")
 OK = "ok"
 EMPTY_STORY = "empty story"
-#: Titles written before a name ("Mr. Thompson", "Chef Maria"), case-folded without their ".": not name words.
 #: Quotation marks, straight and curly.
 QUOTES = frozenset({'"', "\u201c", "\u201d"})
 
@@ -42,6 +41,7 @@ def quoted(words: Sequence[str]) -> list[bool]:
     return out
 
 
+#: Titles written before a name ("Mr. Thompson", "Chef Maria"), case-folded without their ".": not name words.
 NAME_TITLES = frozenset({"mr", "mrs", "ms", "miss", "mx", "dr", "chef", "nurse", "coach", "professor", "prof", "sir",
                          "madam", "mister", "doctor", "officer", "captain", "judge", "uncle", "aunt"})
 

@@ -239,6 +239,10 @@ def eval_(
     try:
         if details is not None:
             _output_file(details, "--details")
+            for given, flag in ((gold, "--gold"), (name_table, "--name-table")):
+                if given is not None and details.resolve() == given.resolve():
+                    raise ConfigError(f"--details {details}: the report would be written over the {flag} file "
+                                      f"{given}; give another path for the details")
         for given, flag in ((name_table is not None, "--name-table"), (statistics_boot > 0, "--statistics-boot")):
             if given and not statistics:
                 raise ConfigError(f"{flag} is read by --statistics only; add --statistics or drop {flag}")

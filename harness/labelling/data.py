@@ -109,6 +109,24 @@ def _story(story_id: str, text: Any, roles: tuple[RoleSpec, ...], where: str) ->
         raise DataError(f"{where}: {e}") from None
 
 
+def _str_field(row: dict[str, Any], key: str, default: str | None, where: str) -> str | None:
+    """A text field of a row (model, domain, condition, ...): ``default`` when absent or null, a DataError naming
+    the row and field when it is not a string (a list or number would break the per-group tables after labelling)."""
+    raw = row.get(key)
+    if raw is None:
+        return default
+    if not isinstance(raw, str):
+        raise DataError(f"{where}: `{key}` must be a string, got {type(raw).__name__} {raw!r}")
+    return raw
+
+
+def _roles(pairs: list[tuple[str, Any]], where: str) -> tuple[RoleSpec, ...]:
+    try:
+        return tuple(RoleSpec(k, d) for k, d in pairs)
+    except DataError as e:
+        raise DataError(f"{where}: {e}") from None
+
+
 def _gender(raw: Any, where: str) -> str | None:
     if raw is None:
         return None
@@ -147,7 +165,7 @@ def parse_row(row: dict[str, Any], story_id: str, where: str) -> GoldStory:
         unknown = set(roles_d) - set(ROLE_KEYS)
         if unknown:
             raise DataError(f"{where}: unknown role(s) {', '.join(sorted(unknown))}; use subject/object")
-        roles = tuple(RoleSpec(k, roles_d[k]) for k in ROLE_KEYS if roles_d.get(k))
+        roles = _roles([(k, roles_d[k]) for k in ROLE_KEYS if roles_d.get(k)], where)
         chars = {}
         labels = row["labels"] or {}
         if not isinstance(labels, dict):
@@ -164,15 +182,23 @@ def parse_row(row: dict[str, Any], story_id: str, where: str) -> GoldStory:
                                      _gender(lab.get("gender"), f"{where} labels.{k}.gender"),
                                      name_labelled="name" in lab)
         text = row.get("text")
-        domain = DOMAINS.get(row.get("domain", ""), row.get("domain", "unknown"))
-        return GoldStory(_story(str(row.get("id", story_id)), text, roles, where), row.get("model", "hand-written"),
-                         domain, row.get("condition", "unknown"), row.get("love_type"), chars,
+        domain = _str_field(row, "domain", "unknown", where)
+        domain = DOMAINS.get(domain, domain)
+        return GoldStory(_story(str(row.get("id", story_id)), text, roles, where),
+                         _str_field(row, "model", "hand-written", where), domain,
+                         _str_field(row, "condition", "unknown", where), _str_field(row, "love_type", None, where),
+                         chars,
                          _tags(row.get("tags"), where),
                          _reference_owners(row.get("reference_owners"), chars, where))
     if "role_category" not in row:
         raise DataError(f"{where}: neither the project format (roles, labels), the published one "
                         f"(role_category, subject, object, query) nor plain stories (text, roles)")
-    roles, meta = roles_for_row(row, where)
+    for key in ("role_category", "subject", "object", "query", "condition"):
+        _str_field(row, key, None, where)
+    try:
+        roles, meta = roles_for_row(row, where)
+    except DataError as e:  # a role description RoleSpec refuses names no row
+        raise DataError(str(e) if str(e).startswith(where) else f"{where}: {e}") from None
     chars = {}
     for r in roles:
         k = r.key
@@ -184,7 +210,8 @@ def parse_row(row: dict[str, Any], story_id: str, where: str) -> GoldStory:
                                      _parse_list(row.get(f"correct_{k}_references"), f"{where} correct_{k}_references"))
     cond = row.get("condition")
     condition = {"Baseline": "neutral", "Power Dynamic": "laden"}.get(cond, meta["condition"])
-    return GoldStory(_story(story_id, row.get("llm_response"), roles, where), row.get("model", "unknown"),
+    return GoldStory(_story(story_id, row.get("llm_response"), roles, where),
+                     _str_field(row, "model", "unknown", where),
                      meta["domain"], condition, meta["love_type"], chars)
 
 

@@ -159,15 +159,20 @@ def _swap_names(gs: GoldStory, rng: random.Random, text: str | None = None) -> t
 
     text = gs.story.text if text is None else text
     names: dict[str, Any] = {}
-    used: set[str] = set()
+    # never a word the story already holds: the other character's name (or a third one's) would give two
+    # characters one name, and project_labels would mark it as the name of both
+    used: set[str] = {w.casefold() for w in re.findall(r"\w+", text)}
     for k, ch in gs.characters.items():
         raw = select_name(ch.name) if ch.name is not None else None
         names[k] = raw
         first = parse_first_name(raw) if raw else None
         if not first or rng.random() < 0.3:
             continue
-        new = rng.choice([n for n in _AUG_NAMES if n not in used and n != first])
-        used.add(new)
+        free = [n for n in _AUG_NAMES if n.casefold() not in used]
+        if not free:
+            continue
+        new = rng.choice(free)
+        used.add(new.casefold())
         text = re.sub(rf"\b{re.escape(first)}\b", new, text)
         names[k] = re.sub(rf"\b{re.escape(first)}\b", new, raw)
     return text, names
@@ -395,6 +400,12 @@ def train_encoder(
         base_dir = base_model_path(spec.name)
         tok = AutoTokenizer.from_pretrained(str(base_dir))
         model = _build_model(base_dir, layers)
+    name = DEFAULT_NAME if spec.name == DEFAULT_BASE else f"encoder-{spec.name}"
+    out = Path(out_dir) if out_dir else default_model_dir(name)
+    try:  # made now, not after the training: a path that cannot be written costs no work
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"out_dir {out}: cannot make it ({e.strerror}); choose another path") from None
     # the 30k-word embedding table stays as trained (a few hundred stories cannot improve
     # it, and it is half of the optimiser's work)
     model.encoder.embeddings.word_embeddings.weight.requires_grad_(False)
@@ -470,9 +481,6 @@ def train_encoder(
     if bar is not None:
         bar.close()
     seconds = time.perf_counter() - t0
-    name = DEFAULT_NAME if spec.name == DEFAULT_BASE else f"encoder-{spec.name}"
-    out = Path(out_dir) if out_dir else default_model_dir(name)
-    out.mkdir(parents=True, exist_ok=True)
     model.encoder.save_pretrained(str(out / "encoder"))
     tok.save_pretrained(str(out / "encoder"))
     torch.save({k: v.cpu() for k, v in model.head.state_dict().items()}, out / "head.pt")

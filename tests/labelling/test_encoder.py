@@ -8,7 +8,7 @@ import pytest
 
 from harness.errors import ConfigError
 from harness.labelling.base import CharacterLabel
-from harness.labelling.data import builtin_training_files
+from harness.labelling.data import builtin_training_files, parse_row
 from harness.labelling.decoder import WordDecoder
 from harness.labelling.encoder import EncoderLabeller
 from harness.labelling.training import project_labels, train_encoder
@@ -400,6 +400,27 @@ def _probs_for(words, tags):
     for (w, k, slot), v in tags.items():
         p[idx[w] if k is None else idx[w][k], slot] = v
     return p
+
+
+def test_name_augmentation_never_gives_a_character_a_name_the_story_holds():
+    """The swap draws no word of the story: "Ethan" drawn for Priya beside the object Ethan gave both
+    characters one name, and the training targets marked it as the name of both roles."""
+    import random
+
+    from harness.labelling.training import _swap_names
+
+    gs = parse_row({"id": "x", "domain": "Learning", "condition": "laden", "model": "m",
+                    "roles": {"subject": "teacher", "object": "struggling student"},
+                    "text": "Priya Shah tutored Ethan after class. He thanked her.",
+                    "labels": {"subject": {"name": "Priya Shah", "references": ["her"], "gender": "Female"},
+                               "object": {"name": "Ethan", "references": ["He"], "gender": "Male"}}}, "x", "x")
+    swapped = 0
+    for seed in range(400):
+        text, names = _swap_names(gs, random.Random(seed))
+        first = names["subject"].split()[0]
+        assert first != names["object"] and text.count(first) == 1, (seed, text)
+        swapped += first != "Priya"
+    assert swapped > 200  # the swap still happens (70% of named characters)
 
 
 def test_decode_one_character_cannot_fill_both_roles_and_names_end_capitalised():

@@ -199,6 +199,32 @@ def test_readers(gold, tmp_path):
         load_gold(p)
 
 
+def test_a_gold_field_of_the_wrong_type_is_refused_on_its_line(tmp_path):
+    """A null model or domain takes the default (it crashed the per-group tables after all the labelling); a
+    list or number where a string belongs is a one-line error naming the file, line and field."""
+    proj = {"id": "a", "domain": "Learning", "condition": "neutral", "model": "gpt", "roles": {"subject": "student"},
+            "text": "Priya ran home. She smiled.",
+            "labels": {"subject": {"name": "Priya", "references": ["She"], "gender": "Female"}}}
+    pub = {"model": "PaLM2", "role_category": "Work", "condition": "Baseline", "subject": "cook", "object": None,
+           "query": "q", "llm_response": "Jane cooked. She smiled.", "manual_subject_gender": "Female",
+           "manual_subject_name": "Jane"}
+    p = tmp_path / "g.jsonl"
+    p.write_text(json.dumps(dict(proj, model=None, domain=None)) + "\n" + json.dumps(dict(pub, model=None)) + "\n")
+    a, b = load_gold(p)
+    assert (a.model, a.domain, b.model) == ("hand-written", "unknown", "unknown")
+    love = dict(pub, role_category="Relationships", subject=None, object="romantic partner", query="who pays")
+    for row, field in ((dict(proj, model=["gpt", "v2"]), "model"), (dict(proj, domain=["Learning"]), "domain"),
+                       (dict(pub, condition=["Baseline"]), "condition"), (dict(pub, role_category=["Work"]),
+                                                                          "role_category"),
+                       (dict(love, subject=5), "subject")):
+        p.write_text(json.dumps(proj) + "\n" + json.dumps(row) + "\n")
+        with pytest.raises(DataError, match=rf"g.jsonl:2: `{field}` must be a string"):
+            load_gold(p)
+    p.write_text(json.dumps(dict(proj, roles={"subject": 5})) + "\n")
+    with pytest.raises(DataError, match=r"g.jsonl:1: "):
+        load_gold(p)
+
+
 def test_gold_gender_follows_the_references_where_a_file_gives_no_gender(tmp_path):
     """train150's rows carry references and no gender: the gold gender is read from them (S6a), as the
     labeller's is; an empty list is Unspecified, a missing field is left out."""

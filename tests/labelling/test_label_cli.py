@@ -180,6 +180,21 @@ def test_bad_paths_stop_before_any_work(tmp_path, gold_path, tiny_encoder):
     _one_line_error(r, 2, f"{empty}: no stories to score")
 
 
+def test_the_details_never_overwrite_the_gold_file(tmp_path, gold_path):
+    gold = tmp_path / "gold.jsonl"
+    gold.write_text(gold_path.read_text())
+    r = runner.invoke(app, ["eval", "--gold", str(gold), "--labeller", "rules", "--details", str(gold)])
+    _one_line_error(r, 2, f"--details {gold}: the report would be written over the --gold file")
+    assert gold.read_text() == gold_path.read_text()
+
+
+def test_a_model_directory_that_cannot_be_made_stops_before_training(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    r = runner.invoke(app, ["train", "--limit", "2", "--epochs", "1", "--layers", "1",
+                            "--out", str(tmp_path / "afile" / "m")])
+    _one_line_error(r, 2, f"out_dir {tmp_path / 'afile' / 'm'}: cannot make it")
+
+
 def test_an_incomplete_model_directory_is_named(tmp_path, gold_path, tiny_encoder):
     import shutil
 
