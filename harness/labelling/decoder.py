@@ -204,23 +204,21 @@ class WordDecoder:
         # "Carter", "Jamal Carter"; not "Emma Smith", "Jack Smith"). A character both roles claim
         # goes to the role with the larger total probability for it, the other role takes its next
         # run that names someone else (or none)
-        runs = [self._name_runs(e, w, 2 * r) for r in range(len(story.roles))]
+        runs = _own_runs([self._name_runs(e, w, 2 * r) for r in range(len(story.roles))])
         if self.name_fallback:
-            runs = [rs or self._name_runs(e, w, 2 * r, self.name_fallback) for r, rs in enumerate(runs)]
-        if len(runs) == 2:
-            # a run right after the other role's run continues that name ("Jamal" tagged for one role,
-            # "Carter" of "Jamal Carter" for the other): it is no name of its own
-            for r in (0, 1):
-                ends = {run[-1] for _, run, _ in runs[1 - r]}
-                runs[r] = [x for x in runs[r] if x[1][0] - 1 not in ends]
+            # a role left with no run of its own (none at the threshold, or only the continuation of
+            # the other role's name) takes its runs at the fallback threshold
+            runs = _own_runs([rs or self._name_runs(e, w, 2 * r, self.name_fallback) for r, rs in enumerate(runs)])
         chosen: list[list[int] | None] = [rs[0][1] if rs else None for rs in runs]
         lost = None  # (role, character) where a role's only character went to the other role
         if len(runs) == 2 and runs[0] and runs[1] and _same_character(runs[0][0][0], runs[1][0][0]):
             firsts = (runs[0][0][0], runs[1][0][0])
             total = [sum(sc for k, _, sc in rs if any(_same_character(k, f) for f in firsts)) for rs in runs]
             loser = 0 if total[0] < total[1] else 1
-            taken = runs[1 - loser][0][0]
-            chosen[loser] = next((run for k, run, _ in runs[loser] if not _same_character(k, taken)), None)
+            # the character taken, as every run of either role that names it writes it: "Ana" taken,
+            # the loser's "Ana Ruiz" says its later "Ruiz" is the same character, no name of its own
+            taken = [k for rs in runs for k, _, _ in rs if _same_character(k, runs[1 - loser][0][0])]
+            chosen[loser] = next((run for k, run, _ in runs[loser] if not _any_same_character(k, taken)), None)
             if chosen[loser] is None:
                 lost = (loser, taken)
         refs = [self._references(w, 2 * r + 1) for r in range(len(story.roles))]
@@ -236,7 +234,7 @@ class WordDecoder:
                 r, taken = lost
                 ends = {run[-1] for _, run, _ in runs[1 - r]}
                 run = next((run for k, run, _ in self._name_runs(e, w, 2 * r, self.name_fallback)
-                            if run[0] - 1 not in ends and not _same_character(k, taken)), None)
+                            if run[0] - 1 not in ends and not _any_same_character(k, taken)), None)
                 if run is not None:
                     alt = self._finish(story, e, [run if i == r else chosen[i] for i in (0, 1)], refs)
                     checked = check_pronoun_sets(_labels(story, alt), story.roles, self.name_table,
@@ -309,8 +307,10 @@ def _glued_name_part(words: Sequence[tuple[str, int, int]], k: int) -> bool:
     if not 0 < k < len(words):
         return False
     w, start, _ = words[k]
-    return (w[:1] in "'\u2019" and start == words[k - 1][2] and starts_capitalised(words[k - 1][0])
-            and w[1:].casefold() not in _CLITICS)
+    # a lone apostrophe (the possessive of "James' book", a closing single quote: "'Sit, Maya', he
+    # said") has no letters: no name part
+    return (len(w) > 1 and w[0] in "'\u2019" and start == words[k - 1][2]
+            and starts_capitalised(words[k - 1][0]) and w[1:].casefold() not in _CLITICS)
 
 
 def _quoted_capitals(words: Sequence[tuple[str, int, int]], i: int, step: int) -> int | None:
@@ -371,6 +371,23 @@ def _same_character(a: frozenset, b: frozenset) -> bool:
     return a <= b or b <= a
 
 
+def _any_same_character(a: frozenset, names: Sequence[frozenset]) -> bool:
+    """Whether name words ``a`` can name the character of any of ``names`` (``_same_character``)."""
+    return any(_same_character(a, b) for b in names)
+
+
+def _own_runs(runs: list[list[tuple[frozenset, list[int], float]]]) -> list[list[tuple[frozenset, list[int], float]]]:
+    """Each role's name runs without those right after the other role's run: such a run continues
+    that name ("Jamal" tagged for one role, "Carter" of "Jamal Carter" for the other), no name of its own."""
+    if len(runs) != 2:
+        return runs
+    runs = list(runs)
+    for r in (0, 1):
+        ends = {run[-1] for _, run, _ in runs[1 - r]}
+        runs[r] = [x for x in runs[r] if x[1][0] - 1 not in ends]
+    return runs
+
+
 def _labels(story: StoryInput, names_refs: tuple[list, list]) -> tuple[CharacterLabel, ...]:
     """Candidate labels from ``_finish``'s names and references, for the name check to read."""
     return tuple(CharacterLabel(role.key, n, rf) for role, n, rf in zip(story.roles, *names_refs))
@@ -389,12 +406,19 @@ def _best_pair(runs: list[list[tuple[frozenset, list[int], float]]]) -> list[lis
     for rs in runs:
         cands: list[list] = []  # [name words, first run, summed score]
         for key, run, score in rs:
-            c = next((c for c in cands if _same_character(key, c[0])), None)
-            if c is None:
+            hits = [c for c in cands if _same_character(key, c[0])]
+            if not hits:
                 cands.append([key, run, score])
-            else:
-                c[2] += score
-                c[0] = key if len(key) > len(c[0]) else c[0]
+                continue
+            # a fuller run joins candidates met apart ("Ana", then "Ruiz", then "Ana Ruiz"): one character;
+            # a shorter one joins the earliest only ("Smith" after "Emma Smith" and "Jack Smith")
+            c = hits[0]  # the earliest, whose first run comes first
+            for other in (o for o in hits[1:] if o[0] <= key):
+                c[2] += other[2]
+                c[0] = other[0] if len(other[0]) > len(c[0]) else c[0]
+                cands.remove(other)
+            c[2] += score
+            c[0] = key if len(key) > len(c[0]) else c[0]
         slots.append([*cands, None])
     best, pair = -1.0, [None, None]
     for a in slots[0]:

@@ -37,26 +37,26 @@ gold leaves unreferenced beside a gendered one, it gave words to none (held-out 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from harness.identity.gender import infer_gender
 from harness.labelling.base import NAME_TITLES, QUOTES, CharacterLabel, RoleSpec, quoted
 from harness.labelling.name_gender import BINARY_PRONOUNS, DEFAULT_STRENGTH, default_lexicon, female_share
-from harness.labelling.words import starts_capitalised
+from harness.labelling.words import split_words, starts_capitalised
 
 #: The pronouns it binds, by the gender they carry ("her" only where it is a determiner).
 BOUND = {"he": "Male", "his": "Male", "himself": "Male", "she": "Female", "her": "Female", "herself": "Female"}
 _SENTENCE_END = frozenset({".", "!", "?"})
-_NAME_WORD = re.compile(r"[^\W\d_][\w'\u2019-]*")
 
 
 def name_words(name: str | None) -> frozenset[str]:
-    """A name's capitalised words other than titles, case-folded ("Dr. Ana Ruiz" -> {"ana", "ruiz"})."""
+    """A name's capitalised words other than titles, case-folded ("Dr. Ana Ruiz" -> {"ana", "ruiz"}),
+    split as the story's words are (``split_words``), so that they can be compared with them: "O'Brien"
+    is the story's words "O" and "'Brien" (name word "o"), a decomposed "José" or "प्रिया" one word."""
     if not name:
         return frozenset()
-    return frozenset(w.lower() for w in _NAME_WORD.findall(name)
+    return frozenset(w.lower() for w, _, _ in split_words(name)
                      if starts_capitalised(w) and w.lower() not in NAME_TITLES)
 
 
@@ -140,7 +140,8 @@ def _bound_in_sentences(words: Sequence[str], mine: frozenset[str] | set[str], t
     seen_x = seen_y = False
     for i, w, in_quote in _marked(words):
         if w in _SENTENCE_END:
-            seen_x = seen_y = False
+            if not _abbreviation_point(words, i):
+                seen_x = seen_y = False
             continue
         k = w.lower()
         seen_x = seen_x or k in mine
@@ -148,6 +149,15 @@ def _bound_in_sentences(words: Sequence[str], mine: frozenset[str] | set[str], t
         if seen_x and not seen_y and not in_quote and binds(i, k):
             found.append(w)
     return found
+
+
+def _abbreviation_point(words: Sequence[str], i: int) -> bool:
+    """Whether ``words[i]`` is the point of a title or an initial ("Dr. Ruiz", "J. Cole"), which ends
+    no sentence."""
+    if words[i] != "." or i == 0:
+        return False
+    prev = words[i - 1]
+    return prev.lower() in NAME_TITLES or (len(prev) == 1 and prev.isupper())
 
 
 def claim_unheld(words: Sequence[str], characters: tuple[CharacterLabel, ...], roles: tuple[RoleSpec, ...],

@@ -554,6 +554,41 @@ def test_decode_a_name_split_between_the_roles_is_one_character():
     assert _decode_names(text, tags) == ["Jamal", "Nguyen Tran"]
 
 
+def test_decode_one_character_never_fills_both_roles():
+    from harness.labelling.decoder import _best_pair
+
+    # the subject's slot tags "Ana Ruiz" and a later "Ruiz", the object's "Ana", more strongly: the object wins
+    # Ana, and the subject's "Ruiz" is the same character by its own run "Ana Ruiz", so no name of its own
+    text = "Ana Ruiz met Tom. Ana smiled at Tom, and Ruiz laughed."
+    tags = {("Ana", 0, 0): 0.55, ("Ruiz", 0, 0): 0.55, ("Ruiz", 1, 0): 0.6, ("Ana", 0, 2): 0.95, ("Ana", 1, 2): 0.95}
+    assert _decode_names(text, tags) == [None, "Ana"]
+    # the best pair merges runs that a later run shows to be one character ("Ana", "Ruiz", then "Ana Ruiz")
+    a, r, ar = frozenset({"ana"}), frozenset({"ruiz"}), frozenset({"ana", "ruiz"})
+    tom, emma, jack, smith = (frozenset(x.split()) for x in ("tom", "emma smith", "jack smith", "smith"))
+    assert _best_pair([[(a, [0], 1.1), (r, [5], 1.1), (ar, [9], 1.2)], [(a, [0], 0.95), (tom, [3], 0.9)]]) == [[0], [3]]
+    # a surname alone joins the first full name only: two Smiths stay two characters
+    assert _best_pair([[(emma, [0], 1.0), (jack, [4], 1.0), (smith, [8], 1.5)], [(emma, [0], 1.2)]]) == [[4], [0]]
+
+
+def test_decode_a_continuation_of_the_other_name_leaves_the_role_its_fallback():
+    text = "Jamal Carter helped Nguyen Tran. Nguyen thanked Jamal."
+    weak = {("Jamal", 0, 0): 0.99, ("Nguyen", 0, 2): 0.3, ("Tran", 0, 2): 0.3}
+    assert _decode_names(text, weak) == ["Jamal", "Nguyen Tran"]
+    # a stray tag of the object's slot on "Carter" of "Jamal Carter" is no name of the object's own
+    assert _decode_names(text, {**weak, ("Carter", 0, 2): 0.9}) == ["Jamal", "Nguyen Tran"]
+
+
+@pytest.mark.parametrize("text, tags, want", [
+    ("Charles' dog barked at Maya.", {("Charles", 0, 0): 0.9, ("Maya", 0, 2): 0.9}, ["Charles", "Maya"]),
+    ("Dr. Hastings' dedication moved Maya.", {("Hastings", 0, 0): 0.9, ("Maya", 0, 2): 0.9},
+     ["Dr. Hastings", "Maya"]),
+    ("'Sit down, Maya', he said to Tom.", {("Maya", 0, 0): 0.9, ("Tom", 0, 2): 0.9}, ["Maya", "Tom"]),
+    ("James\u2019 book fell on Tom.", {("James", 0, 0): 0.9, ("Tom", 0, 2): 0.9}, ["James", "Tom"]),
+])
+def test_decode_a_lone_apostrophe_is_no_part_of_a_name(text, tags, want):
+    assert _decode_names(text, tags) == want
+
+
 def test_decode_a_surname_alone_names_the_same_character_as_the_full_name():
     text = "Jamal Carter met the class. Carter helped Nguyen Tran."
     tags = {("Jamal", 0, 0): 0.9, ("Carter", 0, 0): 0.9, ("Carter", 1, 2): 0.7, ("Nguyen", 0, 2): 0.9,

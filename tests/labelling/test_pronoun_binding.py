@@ -85,6 +85,25 @@ def test_left_alone(a, a_refs, b, b_refs):
     assert bind(text, a, a_refs, b, b_refs) == [tuple(a_refs), tuple(b_refs)]
 
 
+@pytest.mark.parametrize("other", ["O'Brien", "O\u2019Brien", "Jose\u0301", "\u092a\u094d\u0930\u093f\u092f\u093e"])
+def test_a_name_the_story_splits_is_still_seen(other):
+    """The other character's name is split as the story's words are ("O'Brien" is "O" and "'Brien", a decomposed
+    "José" and "प्रिया" one word each): once it has occurred, its sentence binds nothing to Paul."""
+    text = f"Paul met {other}. Paul watched as {other} lifted his glass."
+    assert bind(text, "Paul", [], other, ["his"]) == [(), ("his",)]
+
+
+def test_the_point_of_a_title_or_an_initial_ends_no_sentence():
+    assert bind("Max thanked Dr. Paul Ruiz for his help.", "Paul Ruiz", [], "Max", ["he"]) == [(), ("he",)]
+    assert bind("Max thanked Dr. Ruiz for his help.", "Dr. Ruiz", [], "Max", ["he"]) == [(), ("he",)]
+    assert bind("Max met J. Paul Ruiz and his dog.", "J. Paul Ruiz", [], "Max", ["he"]) == [(), ("he",)]
+    # a sentence's own point still ends it
+    assert bind("Max left. Paul Ruiz took his coat.", "Paul Ruiz", [], "Max", ["he"]) == [("his",), ("he",)]
+    chars = (CharacterLabel("subject", "Dr. Riley", ()), CharacterLabel("object", "Max", ("he",)))
+    words = [w for w, _, _ in split_words("Max thanked Dr. Riley for their help.")]
+    assert [c.references for c in bind_singular_they(words, chars, ROLES)] == [(), ("he",)]
+
+
 def test_one_character_stories_are_left_alone():
     one = (CharacterLabel("subject", "Paul", ()),)
     assert bind_unreferenced(["Paul", "smiled", ",", "his", "eyes"], one, ROLES[:1], her_is_possessive) == one
@@ -96,6 +115,7 @@ def test_name_words_drop_titles_and_fold_case():
     assert name_words(None) == frozenset() and name_words("the chef") == frozenset()
     assert name_words("Dr. 李明") == {"李明"}  # scripts without case
     assert name_words("محمد علي") == {"محمد", "علي"}
+    assert name_words("Megan O'Brien") == {"megan", "o"}  # the story's words: "O", "'Brien"
 
 
 def test_the_decoder_binds_after_the_name_check(tagged, table):
