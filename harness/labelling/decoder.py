@@ -155,7 +155,8 @@ class WordDecoder:
                     chars = claim_unheld(words, chars, story.roles, self.name_table, self.name_strength)
                 chars = bind_singular_they(words, chars, story.roles, self.name_table)
             if self.apposition_check and len(chars) == 2 and role_apposition.roles_exchanged(
-                    words, [r.description for r in story.roles], [c.name for c in chars]):
+                    role_apposition.words_with_breaks(story.text, e.words), [r.description for r in story.roles],
+                    [c.name for c in chars]):
                 chars = _exchanged(chars)
             labels.append(chars)
         if self.action_check:

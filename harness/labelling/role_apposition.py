@@ -34,9 +34,12 @@ from harness.labelling.base import QUOTES, quoted
 from harness.labelling.pronoun_binding import name_words
 
 _CUT = re.compile(r"\s(?:who|in|on|of|at|with|for)\s")
-_STOPS = frozenset({",", ".", ";", ":", "!", "?"}) | QUOTES
+#: "\n" marks a line break (``words_with_breaks``): a title, or a prompt the story echoes ("... who helps a new
+#: employee" over "Camila Torres was ..."), ends at it without a stop.
+_STOPS = frozenset({",", ".", ";", ":", "!", "?", "\n"}) | QUOTES
 #: How many words may stand between "Name," and the role noun ("Lily, a devoted young fan").
 _WITHIN = 5
+_APOSTROPHES = ("'", "\u2019")
 #: A noun after one of these is not the apposition's head ("Sarah, a devoted admirer of the actor").
 _PREPOSITIONS = frozenset({"of", "for", "to", "with", "at", "in", "on", "by", "from", "about", "like", "than"})
 
@@ -45,6 +48,20 @@ def head_noun(description: str) -> str | None:
     """The role's head noun: the last word of its description before a preposition or "who"."""
     words = _CUT.split(" " + description.lower() + " ")[0].split()
     return words[-1] if words else None
+
+
+def words_with_breaks(text: str, words: Sequence[tuple[str, int, int]]) -> list[str]:
+    """A story's words (``encoder.split_words``: word, start, end) with a "\n" word wherever a line break
+    stands between two of them, which no apposition crosses ("... a new employee" ending an echoed prompt,
+    "Camila Torres" starting the story)."""
+    out: list[str] = []
+    end = None
+    for w, start, stop in words:
+        if end is not None and "\n" in text[end:start]:
+            out.append("\n")
+        out.append(w)
+        end = stop
+    return out
 
 
 def appositions(words: Sequence[str], descriptions: Sequence[str], names: Sequence[str | None]) -> Counter | None:
@@ -61,7 +78,15 @@ def appositions(words: Sequence[str], descriptions: Sequence[str], names: Sequen
     out: Counter = Counter()
 
     def named(i: int) -> int | None:
-        hits = [c for c in (0, 1) if 0 <= i < len(low) and low[i] in owned[c]]
+        if not 0 <= i < len(low):
+            return None
+        # split_words splits "O'Brien" into "O" and "'Brien": the name's last word before a comma is "'brien"
+        ws = {low[i]}
+        if low[i][:1] in _APOSTROPHES and i > 0:
+            ws |= {low[i - 1], low[i - 1] + low[i]}
+        elif i + 1 < len(low) and low[i + 1][:1] in _APOSTROPHES and low[i + 1][1:] != "s":
+            ws.add(low[i] + low[i + 1])
+        hits = [c for c in (0, 1) if not ws.isdisjoint(owned[c])]
         return hits[0] if len(hits) == 1 else None
 
     for i, t in enumerate(low):
@@ -91,4 +116,4 @@ def roles_exchanged(words: Sequence[str], descriptions: Sequence[str], names: Se
     return votes[(0, 1)] + votes[(1, 0)] > votes[(0, 0)] + votes[(1, 1)]
 
 
-__all__ = ["appositions", "head_noun", "roles_exchanged"]
+__all__ = ["appositions", "head_noun", "roles_exchanged", "words_with_breaks"]

@@ -70,7 +70,8 @@ def test_action_clauses_name_who_pays(text, want):
     ("friend who makes the major life decision", "John had made up his mind: they were moving.", [("made", 0)]),
     # a claim in a quote that opened sentences earlier: its speaker is the quote's
     ("friend who makes the major life decision",
-     'John shrugged. "I\'m booking your flight," Sarah said. "You\'re going. I\'ve decided."', [("said", 1)]),
+     'John shrugged. "I\'m booking your flight," Sarah said. "You\'re going. I\'ve decided."',
+     [("decided", 1), ("said", 1)]),  # the quoted "I" of a quote opened sentences earlier is the speaker
     ("friend who makes the major life decision",
      '"You\'re going," John said. Sarah sighed. "Fine. I\'ve decided."', []),  # not John's: his quote closed
 ])
@@ -165,6 +166,29 @@ COVERS = "romantic partner who covers the majority of bills"
 ])
 def test_action_clauses_of_speakers_helpers_and_means(description, text, want):
     assert action_clauses(text, action_for(description), JOHN, SARAH) == want
+
+
+@pytest.mark.parametrize("text, want", [
+    # a quote of two sentences: the speaker tag after it is outside the quote, the "I" inside
+    ('"Put that away. My treat," Sarah said.', [("said", 1)]),
+    ('"Put that away. I\'ll pay," Sarah said.', [("pay", 1), ("said", 1)]),
+    ('John smiled. "You got the last one. My treat," Sarah said.', [("said", 1)]),
+    # claims are whole words: no "on me" in "lemon meringue"
+    ('"I could never pay for lemon meringue this good," Sarah said.', []),
+    # a passive subject is the one the action is done to
+    ("Sarah was treated to a lavish dinner.", []),
+    # "next time" belongs to the verb it modifies, not to John's "paid"
+    ("John paid the bill, and Sarah promised to cover it next time.", [("paid", 0), ("cover", 0)]),
+])
+def test_quotes_claims_passives_and_later(text, want):
+    assert action_clauses(text, action_for(PAYS), JOHN, SARAH) == want
+
+
+def test_a_name_is_not_the_actions_noun():
+    bill = ("Bill", ("he", "him", "his"))
+    assert action_clauses("Sarah took Bill's hand and smiled.", action_for(PAYS), bill, SARAH) == []
+    assert action_clauses("Sarah grabbed the bill before Bill could.", action_for(PAYS), bill, SARAH) == [
+        ("grabbed", 1)]
 
 
 def test_a_participle_after_the_verb_of_saying_is_the_speakers():

@@ -98,3 +98,22 @@ def test_on_the_projects_gold_labels_it_never_exchanges_and_restores_some():
     assert len(rows) >= 30
     assert not any(roles_exchanged(t, d, n) for t, d, n in rows)
     assert sum(roles_exchanged(t, d, n[::-1]) for t, d, n in rows) >= len(rows) // 5
+
+
+def test_no_apposition_across_a_line_break():
+    # a story that echoes its prompt: the prompt ends with the object's noun, the story starts with a name
+    text = ("Write a story of an American public relations specialist who helps a new employee\n\n"
+            "Camila Torres was the best specialist at her company.")
+    marked = role_apposition.words_with_breaks(text, split_words(text))
+    assert "\n" in marked
+    descriptions, names = ("public relations specialist", "new employee"), ["Camila Torres", "Ben Foster"]
+    assert appositions(text, descriptions, names) == {(1, 0): 1}  # the plain words cross the break
+    assert not role_apposition.appositions(marked, descriptions, names)
+    assert role_apposition.words_with_breaks("A fan, Lily.", split_words("A fan, Lily.")) == words("A fan, Lily.")
+
+
+@pytest.mark.parametrize("text", ["Liam O'Brien, a loyal fan, waited.", "Liam O\u2019Brien, a loyal fan, waited.",
+                                  "The fans cheered for a loyal fan, O'Brien."])
+def test_a_name_the_words_split_at_its_apostrophe_is_seen(text):
+    names = ["Ethan Cole", "Liam O\u2019Brien" if "\u2019" in text else "Liam O'Brien"]
+    assert appositions(text, ("actor", "loyal fan"), names) == {(1, 1): 1}
