@@ -25,7 +25,8 @@ def iter_jsonl(path: str | Path, *, what: str = "JSONL file") -> Iterator[tuple[
     with open(path, "rb") as f:
         for i, raw in enumerate(f, 1):
             try:
-                line = raw.decode("utf-8")
+                # a byte-order mark before the first line (Windows editors write one) is no JSON
+                line = raw.decode("utf-8-sig" if i == 1 else "utf-8")
             except UnicodeDecodeError as e:
                 raise DataError(f"{path}:{i}: not UTF-8 text (byte {raw[e.start]:#04x} at column {e.start + 1}); "
                                 f"save the file as UTF-8") from None

@@ -239,6 +239,10 @@ def test_bad_rows_name_their_file_line_and_field(tmp_path, gold_path):
                                                                          ensure_ascii=False).encode("latin-1"))
     r = runner.invoke(app, ["label", str(latin), "--out", str(tmp_path / "o.jsonl"), "--labeller", "rules"])
     _one_line_error(r, 3, "latin1.jsonl:2: not UTF-8 text", "save the file as UTF-8")
+    bom = tmp_path / "bom.jsonl"  # a byte-order mark, as Windows editors write one, is read past
+    bom.write_bytes(b"\xef\xbb\xbf" + (json.dumps(dev_row) + "\n").encode())
+    r = runner.invoke(app, ["label", str(bom), "--out", str(tmp_path / "o.jsonl"), "--labeller", "rules"])
+    assert r.exit_code == 0, r.output
     plain = tmp_path / "plain.jsonl"
     plain.write_text(json.dumps({"story_id": "s", "text": "Ana ran.", "roles": [{"key": "boss", "description": "x"}]}))
     r = runner.invoke(app, ["label", str(plain), "--out", str(tmp_path / "o.jsonl"), "--labeller", "rules"])
