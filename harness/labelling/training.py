@@ -298,6 +298,10 @@ def _training_rows(files: Sequence[str | Path]) -> list[GoldStory]:
                     if not re.search(rf"(?<!\w){re.escape(w)}(?!\w)", gs.story.text, re.IGNORECASE):
                         raise DataError(f"{where}: {key} {field} hold {w!r}, which does not occur in the story; "
                                         f"correct the label or the text")
+            try:
+                _owner_ranks(gs)  # one owner per occurrence, checked where the file is known
+            except DataError as e:
+                raise DataError(f"{f}: {e}") from None
             rows.append(gs)
     if not rows:
         raise DataError(f"no labelled stories in {', '.join(map(str, files))}")
