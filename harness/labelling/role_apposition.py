@@ -82,7 +82,7 @@ def appositions(words: Sequence[str], descriptions: Sequence[str], names: Sequen
             return None
         # split_words splits "O'Brien" into "O" and "'Brien": the name's last word before a comma is "'brien"
         ws = {low[i]}
-        if low[i][:1] in _APOSTROPHES and i > 0:
+        if low[i][:1] in _APOSTROPHES and low[i][1:] != "s" and i > 0:
             ws |= {low[i - 1], low[i - 1] + low[i]}
         elif i + 1 < len(low) and low[i + 1][:1] in _APOSTROPHES and low[i + 1][1:] != "s":
             ws.add(low[i] + low[i + 1])
