@@ -251,6 +251,10 @@ class Labeller(abc.ABC):
     name: str = "base"
     #: Batch size used when the caller passes none.
     default_batch_size: int = 32
+    #: Batches per window of ``iter_label``: stories are sorted by length within a window, and its labels come
+    #: out when the whole window is done. Large windows cut padding; a slow labeller keeps them small, so that
+    #: a killed run (``harness label label``, the label stage) loses little work.
+    window_batches: int = 64
 
     @abc.abstractmethod
     def _label_batch(self, stories: Sequence[StoryInput]) -> list[StoryLabels]:
@@ -294,8 +298,8 @@ class Labeller(abc.ABC):
     ) -> Iterator[StoryLabels]:
         """Like ``label`` but yields results in the caller's order as soon as they are ready.
 
-        The stories are sorted by length inside windows of 64 batches, so memory stays flat on a
-        corpus of any size while padding stays small.
+        The stories are sorted by length inside windows of ``window_batches`` batches, so memory stays flat
+        on a corpus of any size while padding stays small.
         """
         bs = batch_size or self.default_batch_size
         if bs < 1:
@@ -303,7 +307,7 @@ class Labeller(abc.ABC):
         for i, s in enumerate(stories):
             if not isinstance(s, StoryInput):
                 raise DataError(f"story #{i}: expected a StoryInput, got {type(s).__name__}")
-        window = bs * 64
+        window = bs * self.window_batches
         bar = None
         if progress:
             from tqdm.auto import tqdm

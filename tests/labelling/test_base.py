@@ -38,7 +38,23 @@ def test_order_restored_and_batches_sorted_by_length():
     assert lab.batches == [["s1", "s3"], ["s4", "s0"], ["s2"]]  # longest first, two per batch
 
 
-def test_single_story_gives_single_result():
+def test_results_come_out_a_window_at_a_time():
+    """``iter_label`` holds labels back until their window is done: a slow labeller's small windows
+    (the LLM labeller's 4 batches) let a killed run keep what it labelled."""
+    from harness.labelling.llm import LLMLabeller
+
+    class Small(LengthLabeller):
+        window_batches = 2
+
+    stories = [_story(i, "x" * (i + 1)) for i in range(6)]
+    for lab, batches_before_first in ((LengthLabeller(), 6), (Small(), 2)):
+        it = lab.iter_label(stories, batch_size=1)
+        assert next(it).story_id == "s0" and len(lab.batches) == batches_before_first
+        assert [o.story_id for o in it] == [f"s{i}" for i in range(1, 6)]
+    assert LLMLabeller.window_batches * LLMLabeller.default_batch_size <= 64
+
+
+
     out = LengthLabeller().label(_story(0, "abc"))
     assert isinstance(out, StoryLabels) and out.characters[0].name == "3"
 
