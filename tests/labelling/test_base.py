@@ -54,7 +54,7 @@ def test_results_come_out_a_window_at_a_time():
     assert LLMLabeller.window_batches * LLMLabeller.default_batch_size <= 64
 
 
-
+def test_single_story_gives_single_result():
     out = LengthLabeller().label(_story(0, "abc"))
     assert isinstance(out, StoryLabels) and out.characters[0].name == "3"
 
