@@ -18,6 +18,7 @@ derived with ``harness.labelling.prompts.roles_for_row``.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -102,11 +103,18 @@ def _tags(raw: Any, where: str) -> tuple[str, ...]:
     return tuple(raw)
 
 
-def _story(story_id: str, text: Any, roles: tuple[RoleSpec, ...], where: str) -> StoryInput:
+@contextmanager
+def _at(where: str) -> Iterator[None]:
+    """A DataError raised inside names ``where`` (the file and line), unless it already does."""
     try:
-        return StoryInput(story_id, text, roles)
+        yield
     except DataError as e:
-        raise DataError(f"{where}: {e}") from None
+        raise DataError(str(e) if str(e).startswith(where) else f"{where}: {e}") from None
+
+
+def _story(story_id: str, text: Any, roles: tuple[RoleSpec, ...], where: str) -> StoryInput:
+    with _at(where):
+        return StoryInput(story_id, text, roles)
 
 
 def _str_field(row: dict[str, Any], key: str, default: str | None, where: str) -> str | None:
@@ -118,13 +126,6 @@ def _str_field(row: dict[str, Any], key: str, default: str | None, where: str) -
     if not isinstance(raw, str):
         raise DataError(f"{where}: `{key}` must be a string, got {type(raw).__name__} {raw!r}")
     return raw
-
-
-def _roles(pairs: list[tuple[str, Any]], where: str) -> tuple[RoleSpec, ...]:
-    try:
-        return tuple(RoleSpec(k, d) for k, d in pairs)
-    except DataError as e:
-        raise DataError(f"{where}: {e}") from None
 
 
 def _gender(raw: Any, where: str) -> str | None:
@@ -165,7 +166,8 @@ def parse_row(row: dict[str, Any], story_id: str, where: str) -> GoldStory:
         unknown = set(roles_d) - set(ROLE_KEYS)
         if unknown:
             raise DataError(f"{where}: unknown role(s) {', '.join(sorted(unknown))}; use subject/object")
-        roles = _roles([(k, roles_d[k]) for k in ROLE_KEYS if roles_d.get(k)], where)
+        with _at(where):
+            roles = tuple(RoleSpec(k, roles_d[k]) for k in ROLE_KEYS if roles_d.get(k))
         chars = {}
         labels = row["labels"] or {}
         if not isinstance(labels, dict):
@@ -195,10 +197,8 @@ def parse_row(row: dict[str, Any], story_id: str, where: str) -> GoldStory:
                         f"(role_category, subject, object, query) nor plain stories (text, roles)")
     for key in ("role_category", "subject", "object", "query", "condition"):
         _str_field(row, key, None, where)
-    try:
+    with _at(where):  # a role description RoleSpec refuses names no row
         roles, meta = roles_for_row(row, where)
-    except DataError as e:  # a role description RoleSpec refuses names no row
-        raise DataError(str(e) if str(e).startswith(where) else f"{where}: {e}") from None
     chars = {}
     for r in roles:
         k = r.key

@@ -211,7 +211,8 @@ class WordDecoder:
             # the other role's name) takes its runs at the fallback threshold
             runs = _own_runs([rs or self._name_runs(e, w, 2 * r, self.name_fallback) for r, rs in enumerate(runs)])
         chosen: list[list[int] | None] = [rs[0][1] if rs else None for rs in runs]
-        lost = None  # (role, the name words of the character taken) where a role's only character went to the other role
+        # (role, the name words of the character taken) where a role's only character went to the other role
+        lost = None
         if len(runs) == 2 and runs[0] and runs[1] and _same_character(runs[0][0][0], runs[1][0][0]):
             firsts = (runs[0][0][0], runs[1][0][0])
             total = [sum(sc for k, _, sc in rs if any(_same_character(k, f) for f in firsts)) for rs in runs]
