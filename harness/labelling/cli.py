@@ -110,30 +110,48 @@ def _resumable(meta: Path, fingerprint: str) -> bool:
         return False
 
 
-def _labelled_already(tmp: Path, items: list) -> tuple[int, int]:
-    """How many of ``items`` a killed ``harness label label`` wrote to ``tmp`` already, in order (a rerun
-    goes on after them), and how many of those have a non-ok status. A torn last line is cut off; a file of
-    other stories counts (0, 0)."""
+def _labelled_already(tmp: Path, items: list) -> list:
+    """The labels a killed ``harness label label`` wrote to ``tmp`` already: those of the first ``items``, in
+    order (a rerun goes on after them). A torn last line is cut off; a file of other stories gives none."""
     if not tmp.is_file():
-        return 0, 0
+        return []
     from harness.labelling.base import StoryLabels
 
     data = tmp.read_bytes()
     whole = data[: data.rfind(b"\n") + 1]
-    done = n_bad = 0
+    done: list = []
     for line in whole.decode("utf-8", errors="replace").splitlines():
         try:
             res = StoryLabels.from_dict(json.loads(line))
         except (ValueError, KeyError, TypeError, HarnessError):
-            return 0, 0
-        if done >= len(items) or res.story_id != items[done].story_id:
-            return 0, 0
-        done += 1
-        n_bad += res.status != "ok"
+            return []
+        if len(done) >= len(items) or res.story_id != items[len(done)].story_id:
+            return []
+        done.append(res)
     if len(whole) < len(data):
         with open(tmp, "r+b") as f:
             f.truncate(len(whole))
-    return done, n_bad
+    return done
+
+
+def _retry_backend_failures(lab: Any, items: list, done: list, tmp: Path, batch_size: int | None,
+                            progress: bool) -> int:
+    """Label again the stories of ``done`` whose backend failed in the killed run (an outage is no verdict on
+    the story; ``harness run`` retries them too) and write ``tmp`` anew with their labels in place.
+    Returns how many were retried."""
+    from harness.labelling.base import BACKEND_FAILURE
+
+    again = [i for i, res in enumerate(done) if res.status.startswith(BACKEND_FAILURE)]
+    if not again:
+        return 0
+    typer.echo(f"retrying {len(again)} stories whose backend failed in the earlier run", err=True)
+    for i, res in zip(again, lab.iter_label([items[i] for i in again], batch_size=batch_size, progress=progress)):
+        done[i] = res
+    fresh = tmp.with_name(tmp.name + ".retried")
+    fresh.write_text("".join(json.dumps(res.to_dict(), ensure_ascii=False) + "\n" for res in done),
+                     encoding="utf-8")
+    fresh.replace(tmp)
+    return len(again)
 
 
 def _jsonable(x: Any) -> Any:
@@ -323,7 +341,8 @@ def label_(
     """Label every story of a JSONL file; stories that cannot be labelled keep a reason in `status`.
 
     The labels go to OUT.tmp as they come and OUT at the end; a killed run's rerun goes on where it stopped
-    (only a run of the same stories and labeller settings: OUT.tmp.json says whose they are)."""
+    (only a run of the same stories and labeller settings: OUT.tmp.json says whose they are), labelling again
+    the stories whose backend failed in the killed run."""
     from harness.labelling.data import read_stories
 
     try:
@@ -340,18 +359,20 @@ def label_(
                         apposition_check, llm_backend, precision, llm_base_url)
         try:
             fingerprint = _run_fingerprint(items, lab.info())
-            done = n_bad_before = 0
+            earlier: list = []
             if tmp.is_file() and tmp.stat().st_size:
                 if _resumable(meta, fingerprint):
-                    done, n_bad_before = _labelled_already(tmp, items)
+                    earlier = _labelled_already(tmp, items)
                 else:
                     typer.echo(f"{tmp} holds labels of other stories or another labeller's; starting over", err=True)
+            done = len(earlier)
             if done:
                 typer.echo(f"resuming: {done} stories already labelled in {tmp}", err=True)
+                _retry_backend_failures(lab, items, earlier, tmp, batch_size, progress)
             else:
                 meta.write_text(json.dumps({"fingerprint": fingerprint, "stories": str(stories), "labeller": lab.info()},
                                            default=str))
-            n_bad = n_bad_before
+            n_bad = sum(res.status != "ok" for res in earlier)
             with open(tmp, "a" if done else "w", encoding="utf-8") as f:
                 for res in lab.iter_label(items[done:], batch_size=batch_size, progress=progress):
                     n_bad += res.status != "ok"

@@ -316,6 +316,24 @@ def test_a_killed_label_command_resumes(tmp_path, gold_path, monkeypatch):
     assert r.exit_code == 0 and "resuming: 8 stories already labelled" in r.stderr
     assert f"labelled {len(full)} stories (1 with a non-ok status), 8 of them by an earlier run" in r.stdout
 
+    # a story whose backend failed in the killed run is labelled again, in its place; the rest are kept
+    killed_after(8)
+    kept = tmp.read_text().splitlines()
+    down = "llm: backend error: HTTP 503"
+    row = json.loads(kept[1])
+    kept[1] = json.dumps({**row, "status": down,
+                          "characters": [{**c, "name": None, "references": [], "status": down}
+                                         for c in row["characters"]]})
+    row = json.loads(kept[4])
+    kept[4] = json.dumps({**row, "characters": [{**row["characters"][0], "name": "Kept"}, *row["characters"][1:]]})
+    tmp.write_text("\n".join(kept) + "\n")
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0 and "retrying 1 stories whose backend failed" in r.stderr
+    assert f"labelled {len(full)} stories (0 with a non-ok status), 8 of them by an earlier run" in r.stdout
+    got = out.read_text().splitlines()
+    assert got[1] == full[1] and got[4] == kept[4]  # the failed one labelled again, the others kept as written
+    assert got[:4] + got[5:] == full[:4] + full[5:]
+
     killed_after(5)
     tmp.write_text("\n".join(full[3:6]) + "\n")  # not the file's first stories: not a resume
     r = runner.invoke(app, args)
