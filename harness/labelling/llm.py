@@ -187,7 +187,13 @@ def _pick(obj: dict[str, Any], roles: Sequence[str], suffix: str) -> list[Any]:
     raise ParseError(f"missing key(s) {', '.join(repr(m) for m in missing)}")
 
 
+def _seq(v: Any) -> Any:
+    """A Python-style set ({"Ana"} read by ``ast.literal_eval``) as a list, in a fixed order; else ``v``."""
+    return sorted(v, key=str) if isinstance(v, (set, frozenset)) else v
+
+
 def _name_list(v: Any) -> list[str]:
+    v = _seq(v)
     if v is None or isinstance(v, dict):
         return []
     if isinstance(v, str):
@@ -198,13 +204,14 @@ def _name_list(v: Any) -> list[str]:
 
 
 def _ref_list(v: Any) -> list[str]:
+    v = _seq(v)
     if v is None:
         return []
     if isinstance(v, str):
         return [p for p in re.split(r"[,;]", v) if p.strip()]
     if isinstance(v, (list, tuple)):
         out: list[str] = []
-        for x in v:
+        for x in map(_seq, v):
             out.extend(_ref_list(x) if isinstance(x, (list, tuple)) else [] if x is None or isinstance(x, dict)
                        else [str(x)])
         return out

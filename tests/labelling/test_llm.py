@@ -326,3 +326,13 @@ def test_info_holds_every_setting_a_sampled_retry_depends_on():
     assert LLMLabeller(backend, seed=2).info() != base
     for change in ({"top_p": 0.9}, {"top_k": 5}):
         assert LLMLabeller(backend, params=dataclasses.replace(DEFAULT_PARAMS, **change), seed=1).info() != base
+
+
+def test_parse_reads_python_sets_as_lists():
+    # {"Dr. Ana Ruiz"} is no JSON; read as a Python literal it is a set: its items are the name and references,
+    # not the set's printed form, and a set of references is no reason to throw the reply away
+    reply = ('{"doctor name": {"Dr. Ana Ruiz"}, "needy patient name": "Tom", "doctor references": {"She"}, '
+             '"needy patient references": ["him", {"his"}]}')
+    lab = parse_response(reply, STORY)
+    assert lab.character("subject").name == "Dr. Ana Ruiz" and lab.character("subject").references == ("She",)
+    assert lab.character("object").name == "Tom" and lab.character("object").references == ("him", "his")
