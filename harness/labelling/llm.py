@@ -98,7 +98,8 @@ def _open_tail(tail: str, cut: bool) -> list[str]:
 def _candidates(text: str, cut: bool = False) -> list[tuple[str, bool]]:
     """Substrings that may hold the JSON object, most likely first, each with whether it closes an
     object the reply left open."""
-    out = [(m.group(1), False) for m in _FENCE.finditer(text)]
+    fenced = [m.group(1) for m in _FENCE.finditer(text)]
+    out = [(f, False) for f in fenced]
     starts = [i for i, ch in enumerate(text) if ch == "{"][:MAX_STARTS]
     ends = [_object_end(text, s) for s in starts]  # -1: open to the end
     inside_open: list[tuple[str, bool]] = []
@@ -115,6 +116,12 @@ def _candidates(text: str, cut: bool = False) -> list[tuple[str, bool]]:
         out.extend((c, True) for c in _open_tail(text[start:], cut))
         # where the first "{" was stray, the object the reply was cut in opens at a later one
         out.extend((c, True) for s, e in zip(starts[1:], ends[1:]) if e < 0 for c in _open_tail(text[s:], cut))
+        # an object left open inside a closed fence ends at the fence, not at the reply's end; the model closed
+        # the fence itself, so it was not cut there
+        for f in fenced:
+            at = f.find("{")
+            if at >= 0 and _object_end(f, at) < 0:
+                out.extend((c, True) for c in _open_tail(f[at:], False))
     return out + inside_open  # after the open objects' repairs, so a cut reply's inner object never wins
 
 

@@ -336,3 +336,13 @@ def test_parse_reads_python_sets_as_lists():
     lab = parse_response(reply, STORY)
     assert lab.character("subject").name == "Dr. Ana Ruiz" and lab.character("subject").references == ("She",)
     assert lab.character("object").name == "Tom" and lab.character("object").references == ("him", "his")
+
+
+def test_a_fenced_object_missing_its_closing_brace_is_closed_inside_its_fence():
+    # each repair alone works (a fence; a missing closing brace); together the brace was closed after the fence
+    for fence in ("```json\n", "```\n", "Here you go:\n```JSON\n"):
+        reply = fence + GOOD[:-1] + "\n```\nHope it helps."
+        lab = parse_response(reply, STORY)
+        assert lab.character("subject").name == "Dr. Ana Ruiz" and lab.character("object").references == ("him", "his")
+    # a whole object before it still comes first
+    assert parse_json_object('{"b": 2}\n```json\n{"a": 1\n```') == {"b": 2}
