@@ -368,8 +368,9 @@ class LLMLabeller(Labeller):
         pending = list(range(len(stories)))
         prompts = [build_prompt(s) for s in stories]
         schemas = [json.dumps(reply_schema(s)) if self.constrain else None for s in stories]
-        alone = cut = False
+        alone = False
         replied: set[int] = set()  # stories the model has answered (unparseably): their retries are sampled
+        cut: set[int] = set()  # of those, the ones a reply of was cut at max_tokens: their retries get twice the tokens
         for attempt in range(self.max_attempts):
             if not pending:
                 break
@@ -378,7 +379,8 @@ class LLMLabeller(Labeller):
             # a story the backend failed (no reply from the model yet) is sent again with the first attempt's
             # settings: its labels do not depend on whether the server was up
             for params, group in ((self.params, [i for i in pending if i not in replied]),
-                                  (self._retry_params(cut), [i for i in pending if i in replied])):
+                                  (self._retry_params(False), [i for i in pending if i in replied and i not in cut]),
+                                  (self._retry_params(True), [i for i in pending if i in cut])):
                 if not group:
                     continue
                 reqs = [GenRequest(f"{i}#{attempt}", prompts[i], seed=self.seed + attempt, json_schema=schemas[i])
@@ -401,7 +403,8 @@ class LLMLabeller(Labeller):
                         continue
                     except ParseError as e:
                         replied.add(i)
-                        cut = cut or res.finish_reason == "length"
+                        if res.finish_reason == "length":
+                            cut.add(i)
                         reason = f"unparseable reply ({e})" + (" after hitting max_tokens"
                                                                if res.finish_reason == "length" else "")
                 last_error[i] = reason
