@@ -99,7 +99,7 @@ def select_prompts(cfg: RunConfig, suite: Suite) -> list[Prompt]:
             f"prompts: unknown prompt id(s) {', '.join(unknown)} in suite {suite.name}; "
             "see `harness prompts list`"
         )
-    return [by_id[p] for p in cfg.prompts]
+    return [by_id[p] for p in dict.fromkeys(cfg.prompts)]  # an id listed twice is one prompt, not two samplings
 
 
 def plan(cfg: RunConfig, suite: Suite, shard: tuple[int, int] = (0, 1)) -> list[WorkItem]:

@@ -294,6 +294,17 @@ def test_partial_files_are_cleaned_and_a_changed_config_is_refused(tmp_path):
         generate_run(cfg(tmp_path, seed=12), backend=EchoBackend(), progress=False)
 
 
+def test_a_prompt_id_listed_twice_is_generated_once(tmp_path):
+    c = cfg(tmp_path, prompts=["labor-laden-02", "labor-laden-02"], samples_per_prompt=2)
+    b = EchoBackend()
+    s = generate_run(c, backend=b, progress=False)
+    assert b.seen == ["labor-laden-02#0", "labor-laden-02#1"] and s.planned == 2
+    store = RunStore(c.output_dir)
+    assert len(pd.concat([pd.read_parquet(p) for p in store.shard_paths(GENERATIONS)])) == 2  # no row twice
+    m = store.read_manifest()
+    assert (m["expected_rows"], m["rows"], m["status"]) == (2, 2, "complete")
+
+
 def test_unknown_prompt_id(tmp_path):
     with pytest.raises(ConfigError, match="unknown prompt id.*nope"):
         generate_run(cfg(tmp_path, prompts=["nope"]), backend=EchoBackend(), progress=False)
