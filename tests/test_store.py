@@ -268,6 +268,50 @@ def test_error_rows_are_retried_and_the_retry_wins(tmp_path):
     assert generate_run(c, backend=EchoBackend(), progress=False).generated == 0
 
 
+def test_a_shard_not_yet_renamed_is_not_read_and_another_jobs_start_does_not_delete_it(tmp_path, monkeypatch):
+    """A shard is committed by its rename: the hidden file before it (a writer killed between writing and
+    renaming, or another job of the array still writing) is no story of the run for the label stage, which
+    would otherwise label stories the next generate deletes and makes again. A job starting while another
+    shard's job commits cleans only its own leftovers."""
+    import harness.audit.labels as L
+    import harness.store as S
+
+    c = cfg(tmp_path, label={"labeller": "rules"})
+    real_replace, renames = S.os.replace, []
+
+    def killed_before_the_second_rename(src, dst):
+        if ".tmp-gen-" in str(src):
+            renames.append(src)
+            if len(renames) == 2:
+                raise KeyboardInterrupt
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(S.os, "replace", killed_before_the_second_rename)
+    with pytest.raises(KeyboardInterrupt):
+        generate_run(c, backend=EchoBackend(), progress=False)
+    monkeypatch.setattr(S.os, "replace", real_replace)
+    store = RunStore(c.output_dir)
+    assert len(list(store.stage_dir(GENERATIONS).glob(".tmp-gen-*"))) == 1
+    assert len(store.read_keys(GENERATIONS)) == 3 and len(store.read_stage(GENERATIONS)) == 3
+    assert L.label_run(c, store, progress=False)[:2] == (3, 3)
+    b = EchoBackend()
+    generate_run(c, backend=b, progress=False)
+    assert not set(b.seen) & {f"{p}#{i}" for p, i in store.read_keys(L.LABELS)}  # nothing labelled is made again
+
+    c2 = cfg(tmp_path, output_dir=str(tmp_path / "run2"))
+    real_write, started = S.pq.write_table, []
+
+    def job_1_starts_while_job_0_commits(table, where, *a, **kw):
+        real_write(table, where, *a, **kw)
+        if "gen-0of2" in str(where) and not started:
+            started.append(True)
+            generate_run(c2, shard=(1, 2), backend=EchoBackend(), progress=False)
+
+    monkeypatch.setattr(S.pq, "write_table", job_1_starts_while_job_0_commits)
+    generate_run(c2, shard=(0, 2), backend=EchoBackend(), progress=False)
+    assert started and len(RunStore(c2.output_dir).read_keys(GENERATIONS)) == 12
+
+
 def test_shards_partition_the_work_and_are_stable(tmp_path):
     c = cfg(tmp_path, samples_per_prompt=10)
     suite = get_suite("laissez-faire")

@@ -164,7 +164,8 @@ def label_run(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int] = (0, 1
     from harness.labelling import RoleSpec, StoryInput
     from harness.suites import get_suite
 
-    store.clean_partial(LABELS)
+    i, n = shard
+    store.clean_partial(LABELS, f"labels-{i}of{n}")
     if not store.shard_paths(GENERATIONS):
         raise DataError(f"{store.stage_dir(GENERATIONS)}: no generated stories to label; run the generate stage "
                         f"first (harness run CONFIG --stages generate)")
@@ -172,7 +173,6 @@ def label_run(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int] = (0, 1
     done = store.read_keys(LABELS, KEY)
     check_label_settings(store, cfg, len(done))
     prompts = get_suite(cfg.suite, cfg.wording).by_id()
-    i, n = shard
     failed_gen = gens[STATUS].eq(ERROR).tolist() if STATUS in gens.columns else [False] * len(gens)
     todo, unretried = [], 0
     for pid, idx, text, bad in zip(gens.prompt_id, gens.sample_idx, gens.text_clean, failed_gen):
