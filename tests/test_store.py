@@ -186,6 +186,44 @@ def test_the_label_stage_labels_retried_generations_and_resumes(tmp_path, monkey
         L.label_run(c2, store2, progress=False)
 
 
+def test_a_story_made_again_with_another_text_is_labelled_again_and_read_with_its_new_labels(tmp_path):
+    """A generations shard that does not read is deleted and made again, as its error says; an engine that does
+    not reproduce a story from its seed writes other texts. Their labels of the old texts are no labels of the
+    new ones: the label stage labels those stories again and the identities stage reads the new labels."""
+    import numpy as np
+
+    import harness.audit.labels as L
+    from harness.audit.characters import build_characters
+    from harness.identity import RACES
+
+    class OtherDraw(EchoBackend):
+        def generate(self, requests, params, *, progress=False):
+            for r in requests:
+                self.seen.append(r.request_id)
+                yield GenResult(r.request_id, f"Maria Lopez taught Wei. She smiled. {r.seed}", "stop", 10, 3)
+
+    class Names:
+        def lookup(self, first):
+            return pd.DataFrame({r: np.nan for r in RACES}, index=first.index)
+
+    c = cfg(tmp_path, label={"labeller": "rules"})
+    generate_run(c, backend=EchoBackend(), progress=False)
+    store = RunStore(c.output_dir)
+    assert L.label_run(c, store, progress=False)[:2] == (12, 12)
+    store.shard_paths(GENERATIONS)[-1].unlink()
+    again = OtherDraw()
+    generate_run(c, backend=again, progress=False)
+    assert len(again.seen) == 3
+    assert L.label_run(c, store, progress=False)[:2] == (3, 12)
+    assert L.label_run(c, store, progress=False)[:2] == (0, 12)
+    labels = store.read_stage(L.LABELS, key=("prompt_id", "sample_idx", "role", L.TEXT_SHA1))
+    chars = build_characters(store.read_stage(GENERATIONS), labels, get_suite(c.suite, c.wording), model="m",
+                             names=Names())
+    assert not chars.duplicated(["prompt_id", "sample_idx", "role"]).any() and len(chars) == 20
+    made_again = chars[chars.story_id.isin(again.seen) & chars.role.eq("subject")]
+    assert len(made_again) == 3 and made_again.name.eq("Maria Lopez").all()
+
+
 def test_the_label_settings_that_change_labels_are_checked_and_no_others(tmp_path):
     """Of an LLM labeller's model block only what changes its replies counts: a run resumed after a server
     outage with another URL, key, timeout or concurrency goes on, and no key is ever recorded or printed.
