@@ -1,7 +1,7 @@
 """The label stage: stories of a run -> one row per character in ``<run>/labels/``.
 
 Rows: prompt_id, sample_idx, role ("subject"/"object"), role_description, name, references,
-status ("ok" or why the character could not be labelled), labeller. Stories are labelled in
+status ("ok" or why the character could not be labelled), labeller, finish_reason, text_sha1. Stories are labelled in
 chunks and each chunk is committed as a Parquet shard, so a killed stage resumes where it
 stopped. A story the labeller cannot handle keeps its rows, with the reason in ``status``.
 A failed generation (``finish_reason`` "error": no story was written) is not labelled: the
