@@ -214,6 +214,12 @@ def test_a_story_made_again_with_another_text_is_labelled_again_and_read_with_it
     again = OtherDraw()
     generate_run(c, backend=again, progress=False)
     assert len(again.seen) == 3
+    from harness.errors import DataError
+
+    with pytest.raises(DataError, match=r"labels: \d+ label rows \(story .*#\d and others\) were made from an earlier "
+                                        r"text of their story; rerun the label stage"):  # not read as no characters
+        build_characters(store.read_stage(GENERATIONS), store.read_stage(L.LABELS, key=("prompt_id", "sample_idx",
+                         "role", L.TEXT_SHA1)), get_suite(c.suite, c.wording), model="m", names=Names())
     assert L.label_run(c, store, progress=False)[:2] == (3, 12)
     assert L.label_run(c, store, progress=False)[:2] == (0, 12)
     labels = store.read_stage(L.LABELS, key=("prompt_id", "sample_idx", "role", L.TEXT_SHA1))
