@@ -45,7 +45,7 @@ def parse_list_text(text: str) -> list | None:
     for parse in (ast.literal_eval, json.loads):
         try:
             val = parse(text)
-        except (ValueError, SyntaxError, json.JSONDecodeError):
+        except (ValueError, SyntaxError, TypeError, RecursionError, MemoryError):  # "{[1]: 2}", lists nested too deep
             continue
         if isinstance(val, list):
             return val
