@@ -28,7 +28,8 @@ def iter_jsonl(path: str | Path, *, what: str = "JSONL file") -> Iterator[tuple[
                 # a byte-order mark before the first line (Windows editors write one) is no JSON
                 line = raw.decode("utf-8-sig" if i == 1 else "utf-8")
             except UnicodeDecodeError as e:
-                raise DataError(f"{path}:{i}: not UTF-8 text (byte {raw[e.start]:#04x} at column {e.start + 1}); "
+                # e.start counts from e.object: the line after its byte-order mark, if any
+                raise DataError(f"{path}:{i}: not UTF-8 text (byte {e.object[e.start]:#04x} at column {e.start + 1}); "
                                 f"save the file as UTF-8") from None
             if not line.strip():
                 continue
@@ -44,7 +45,7 @@ def parse_list_text(text: str) -> list | None:
     for parse in (ast.literal_eval, json.loads):
         try:
             val = parse(text)
-        except (ValueError, SyntaxError, json.JSONDecodeError):
+        except (ValueError, SyntaxError, TypeError, RecursionError, MemoryError):  # "{[1]: 2}", lists nested too deep
             continue
         if isinstance(val, list):
             return val

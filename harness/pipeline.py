@@ -99,7 +99,7 @@ def select_prompts(cfg: RunConfig, suite: Suite) -> list[Prompt]:
             f"prompts: unknown prompt id(s) {', '.join(unknown)} in suite {suite.name}; "
             "see `harness prompts list`"
         )
-    return [by_id[p] for p in cfg.prompts]
+    return [by_id[p] for p in dict.fromkeys(cfg.prompts)]  # an id listed twice is one prompt, not two samplings
 
 
 def plan(cfg: RunConfig, suite: Suite, shard: tuple[int, int] = (0, 1)) -> list[WorkItem]:
@@ -179,11 +179,11 @@ def generate_run(
     suite = get_suite(cfg.suite, cfg.wording)
     store = RunStore(cfg.output_dir)
     check_resumable(store, cfg)
-    store.clean_partial(GENERATIONS)
+    shard_tag = f"{shard[0]}of{shard[1]}"
+    store.clean_partial(GENERATIONS, f"gen-{shard_tag}")
     items = plan(cfg, suite, shard)
     done = store.read_keys(GENERATIONS, KEY)
     todo = [it for it in items if (it.prompt.id, it.sample_idx) not in done]
-    shard_tag = f"{shard[0]}of{shard[1]}"
     started = utcnow()
     manifest = store.read_manifest()
     if not manifest:

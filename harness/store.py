@@ -112,12 +112,14 @@ class RunStore:
         return path
 
     # -- shards -----------------------------------------------------------------------------
-    def clean_partial(self, stage: str) -> int:
-        """Delete temporary files a killed writer left behind; returns how many."""
+    def clean_partial(self, stage: str, tag: str | None = None) -> int:
+        """Delete temporary files a killed writer left behind; returns how many. With ``tag`` (a
+        ``write_shard`` tag: this job's shard), only that writer's: another shard's job writing into
+        the same stage at the same time keeps the shard it is committing."""
         d = self.stage_dir(stage)
         if not d.is_dir():
             return 0
-        stale = list(d.glob(".tmp-*"))
+        stale = list(d.glob(f".tmp-{tag}-*" if tag else ".tmp-*"))
         for p in stale:
             p.unlink(missing_ok=True)
         return len(stale)
@@ -135,7 +137,8 @@ class RunStore:
 
     def shard_paths(self, stage: str) -> list[Path]:
         d = self.stage_dir(stage)
-        return sorted(d.glob("*.parquet")) if d.is_dir() else []
+        # a shard being written (or left by a killed writer) is a hidden .tmp- file: not committed, not read
+        return sorted(p for p in d.glob("*.parquet") if not p.name.startswith(".")) if d.is_dir() else []
 
     def read_keys(self, stage: str, key: Iterable[str] = KEY) -> set[tuple[Any, ...]]:
         """The keys already done for ``stage``.

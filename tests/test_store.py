@@ -186,6 +186,50 @@ def test_the_label_stage_labels_retried_generations_and_resumes(tmp_path, monkey
         L.label_run(c2, store2, progress=False)
 
 
+def test_a_story_made_again_with_another_text_is_labelled_again_and_read_with_its_new_labels(tmp_path):
+    """A generations shard that does not read is deleted and made again, as its error says; an engine that does
+    not reproduce a story from its seed writes other texts. Their labels of the old texts are no labels of the
+    new ones: the label stage labels those stories again and the identities stage reads the new labels."""
+    import numpy as np
+
+    import harness.audit.labels as L
+    from harness.audit.characters import build_characters
+    from harness.identity import RACES
+
+    class OtherDraw(EchoBackend):
+        def generate(self, requests, params, *, progress=False):
+            for r in requests:
+                self.seen.append(r.request_id)
+                yield GenResult(r.request_id, f"Maria Lopez taught Wei. She smiled. {r.seed}", "stop", 10, 3)
+
+    class Names:
+        def lookup(self, first):
+            return pd.DataFrame({r: np.nan for r in RACES}, index=first.index)
+
+    c = cfg(tmp_path, label={"labeller": "rules"})
+    generate_run(c, backend=EchoBackend(), progress=False)
+    store = RunStore(c.output_dir)
+    assert L.label_run(c, store, progress=False)[:2] == (12, 12)
+    store.shard_paths(GENERATIONS)[-1].unlink()
+    again = OtherDraw()
+    generate_run(c, backend=again, progress=False)
+    assert len(again.seen) == 3
+    from harness.errors import DataError
+
+    with pytest.raises(DataError, match=r"labels: \d+ label rows \(story .*#\d and others\) were made from an earlier "
+                                        r"text of their story; rerun the label stage"):  # not read as no characters
+        build_characters(store.read_stage(GENERATIONS), store.read_stage(L.LABELS, key=("prompt_id", "sample_idx",
+                         "role", L.TEXT_SHA1)), get_suite(c.suite, c.wording), model="m", names=Names())
+    assert L.label_run(c, store, progress=False)[:2] == (3, 12)
+    assert L.label_run(c, store, progress=False)[:2] == (0, 12)
+    labels = store.read_stage(L.LABELS, key=("prompt_id", "sample_idx", "role", L.TEXT_SHA1))
+    chars = build_characters(store.read_stage(GENERATIONS), labels, get_suite(c.suite, c.wording), model="m",
+                             names=Names())
+    assert not chars.duplicated(["prompt_id", "sample_idx", "role"]).any() and len(chars) == 20
+    made_again = chars[chars.story_id.isin(again.seen) & chars.role.eq("subject")]
+    assert len(made_again) == 3 and made_again.name.eq("Maria Lopez").all()
+
+
 def test_the_label_settings_that_change_labels_are_checked_and_no_others(tmp_path):
     """Of an LLM labeller's model block only what changes its replies counts: a run resumed after a server
     outage with another URL, key, timeout or concurrency goes on, and no key is ever recorded or printed.
@@ -268,6 +312,50 @@ def test_error_rows_are_retried_and_the_retry_wins(tmp_path):
     assert generate_run(c, backend=EchoBackend(), progress=False).generated == 0
 
 
+def test_a_shard_not_yet_renamed_is_not_read_and_another_jobs_start_does_not_delete_it(tmp_path, monkeypatch):
+    """A shard is committed by its rename: the hidden file before it (a writer killed between writing and
+    renaming, or another job of the array still writing) is no story of the run for the label stage, which
+    would otherwise label stories the next generate deletes and makes again. A job starting while another
+    shard's job commits cleans only its own leftovers."""
+    import harness.audit.labels as L
+    import harness.store as S
+
+    c = cfg(tmp_path, label={"labeller": "rules"})
+    real_replace, renames = S.os.replace, []
+
+    def killed_before_the_second_rename(src, dst):
+        if ".tmp-gen-" in str(src):
+            renames.append(src)
+            if len(renames) == 2:
+                raise KeyboardInterrupt
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(S.os, "replace", killed_before_the_second_rename)
+    with pytest.raises(KeyboardInterrupt):
+        generate_run(c, backend=EchoBackend(), progress=False)
+    monkeypatch.setattr(S.os, "replace", real_replace)
+    store = RunStore(c.output_dir)
+    assert len(list(store.stage_dir(GENERATIONS).glob(".tmp-gen-*"))) == 1
+    assert len(store.read_keys(GENERATIONS)) == 3 and len(store.read_stage(GENERATIONS)) == 3
+    assert L.label_run(c, store, progress=False)[:2] == (3, 3)
+    b = EchoBackend()
+    generate_run(c, backend=b, progress=False)
+    assert not set(b.seen) & {f"{p}#{i}" for p, i in store.read_keys(L.LABELS)}  # nothing labelled is made again
+
+    c2 = cfg(tmp_path, output_dir=str(tmp_path / "run2"))
+    real_write, started = S.pq.write_table, []
+
+    def job_1_starts_while_job_0_commits(table, where, *a, **kw):
+        real_write(table, where, *a, **kw)
+        if "gen-0of2" in str(where) and not started:
+            started.append(True)
+            generate_run(c2, shard=(1, 2), backend=EchoBackend(), progress=False)
+
+    monkeypatch.setattr(S.pq, "write_table", job_1_starts_while_job_0_commits)
+    generate_run(c2, shard=(0, 2), backend=EchoBackend(), progress=False)
+    assert started and len(RunStore(c2.output_dir).read_keys(GENERATIONS)) == 12
+
+
 def test_shards_partition_the_work_and_are_stable(tmp_path):
     c = cfg(tmp_path, samples_per_prompt=10)
     suite = get_suite("laissez-faire")
@@ -292,6 +380,17 @@ def test_partial_files_are_cleaned_and_a_changed_config_is_refused(tmp_path):
     assert len(RunStore(c.output_dir).read_stage(GENERATIONS)) == 15  # topped up to 5 samples
     with pytest.raises(ConfigError, match="different seed"):
         generate_run(cfg(tmp_path, seed=12), backend=EchoBackend(), progress=False)
+
+
+def test_a_prompt_id_listed_twice_is_generated_once(tmp_path):
+    c = cfg(tmp_path, prompts=["labor-laden-02", "labor-laden-02"], samples_per_prompt=2)
+    b = EchoBackend()
+    s = generate_run(c, backend=b, progress=False)
+    assert b.seen == ["labor-laden-02#0", "labor-laden-02#1"] and s.planned == 2
+    store = RunStore(c.output_dir)
+    assert len(pd.concat([pd.read_parquet(p) for p in store.shard_paths(GENERATIONS)])) == 2  # no row twice
+    m = store.read_manifest()
+    assert (m["expected_rows"], m["rows"], m["status"]) == (2, 2, "complete")
 
 
 def test_unknown_prompt_id(tmp_path):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from harness.audit.labels import TEXT_SHA1, text_sha1
 from harness.errors import DataError
 from harness.identity import RACES
 from harness.identity.gender import load_lexicon, infer_genders
@@ -42,6 +43,15 @@ def build_characters(
         return pd.DataFrame(columns=list(CHARACTER_COLUMNS))
     stories = generations[["prompt_id", "sample_idx", "domain", "condition", "love_type", "text_clean"]]
     df = labels.merge(stories, on=["prompt_id", "sample_idx"], how="inner", validate="many_to_one")
+    if TEXT_SHA1 in df.columns:  # the labels of an earlier text of a story (made again since) are not its labels
+        current = pd.Series([not isinstance(h, str) or h == text_sha1(t) for h, t in zip(df[TEXT_SHA1], df.text_clean)],
+                            index=df.index)
+        unlabelled = ~current.groupby([df.prompt_id, df.sample_idx]).transform("any")
+        if unlabelled.any():
+            row = df[unlabelled].iloc[0]
+            raise DataError(f"labels: {int(unlabelled.sum())} label rows (story {row.prompt_id}#{row.sample_idx} and "
+                            f"others) were made from an earlier text of their story; rerun the label stage")
+        df = df[current].reset_index(drop=True)
     prompts = suite.by_id()
     unknown = sorted(set(df.prompt_id) - set(prompts))
     if unknown:

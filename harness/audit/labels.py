@@ -1,7 +1,7 @@
 """The label stage: stories of a run -> one row per character in ``<run>/labels/``.
 
 Rows: prompt_id, sample_idx, role ("subject"/"object"), role_description, name, references,
-status ("ok" or why the character could not be labelled), labeller. Stories are labelled in
+status ("ok" or why the character could not be labelled), labeller, finish_reason, text_sha1. Stories are labelled in
 chunks and each chunk is committed as a Parquet shard, so a killed stage resumes where it
 stopped. A story the labeller cannot handle keeps its rows, with the reason in ``status``.
 A failed generation (``finish_reason`` "error": no story was written) is not labelled: the
@@ -9,6 +9,9 @@ stage counts it, and once a rerun of generate has retried it, the next label sta
 Likewise a story whose labelling failed in the LLM labeller's backend (a server down) keeps its
 reason in ``status`` and ``finish_reason`` "error" in its rows, and the next run labels it again
 (the store reads a good row over an error row of the same key).
+Each row records the SHA-1 of the text it was made from (``text_sha1``): a story whose text is no longer
+that one (its generations shard did not read, was deleted and made again) is labelled again, and the
+identities stage reads the labels of the story's current text only.
 The manifest records the label settings (``LABEL_SETTINGS``) and the labeller as resolved (its
 ``info()``: the encoder's precision and weights); a rerun with other settings over a run's labels stops
 with an error instead of mixing two labellings.
@@ -16,10 +19,12 @@ with an error instead of mixing two labellings.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pyarrow as pa
 
 from harness.config import RunConfig
@@ -29,6 +34,7 @@ from harness.pipeline import GENERATIONS
 from harness.store import ERROR, KEY, STATUS, RunStore, shard_of
 
 LABELS = "labels"
+TEXT_SHA1 = "text_sha1"  # of the story text a label row was made from
 LABEL_SCHEMA = pa.schema(
     [
         ("prompt_id", pa.string()),
@@ -40,8 +46,27 @@ LABEL_SCHEMA = pa.schema(
         ("status", pa.string()),
         ("labeller", pa.string()),
         (STATUS, pa.string()),  # ERROR where the labeller's backend failed: the next run labels the story again
+        (TEXT_SHA1, pa.string()),
     ]
 )
+
+
+def text_sha1(text: str | None) -> str:
+    """The hash label rows record of the story text they were made from (None: the empty story)."""
+    return hashlib.sha1((text if isinstance(text, str) else "").encode()).hexdigest()
+
+
+def labelled_keys(store: RunStore, texts: dict[tuple[str, int], str | None]) -> set[tuple[str, int]]:
+    """The stories labelled from their current text (``texts``: key -> text_clean), not counting a backend
+    failure's rows; rows written before ``TEXT_SHA1`` was recorded count whatever the text."""
+    rows = store.read_stage(LABELS, key=(*KEY, "role", TEXT_SHA1))
+    if rows.empty:
+        return set()
+    sha = rows[TEXT_SHA1] if TEXT_SHA1 in rows.columns else pd.Series(None, index=rows.index, dtype=object)
+    good = rows[STATUS].ne(ERROR) if STATUS in rows.columns else pd.Series(True, index=rows.index)
+    keys = list(zip(rows.prompt_id, rows.sample_idx.astype(int)))
+    return {k for k, h, ok in zip(keys, sha, good)
+            if ok and (not isinstance(h, str) or k not in texts or h == text_sha1(texts[k]))}
 
 
 def encoder_dir(cfg: RunConfig) -> Path:
@@ -164,15 +189,16 @@ def label_run(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int] = (0, 1
     from harness.labelling import RoleSpec, StoryInput
     from harness.suites import get_suite
 
-    store.clean_partial(LABELS)
+    i, n = shard
+    store.clean_partial(LABELS, f"labels-{i}of{n}")
     if not store.shard_paths(GENERATIONS):
         raise DataError(f"{store.stage_dir(GENERATIONS)}: no generated stories to label; run the generate stage "
                         f"first (harness run CONFIG --stages generate)")
     gens = store.read_stage(GENERATIONS, columns=["prompt_id", "sample_idx", "text_clean", STATUS])
-    done = store.read_keys(LABELS, KEY)
+    texts = dict(zip(zip(gens.prompt_id, gens.sample_idx.astype(int)), gens.text_clean))
+    done = labelled_keys(store, texts)
     check_label_settings(store, cfg, len(done))
     prompts = get_suite(cfg.suite, cfg.wording).by_id()
-    i, n = shard
     failed_gen = gens[STATUS].eq(ERROR).tolist() if STATUS in gens.columns else [False] * len(gens)
     todo, unretried = [], 0
     for pid, idx, text, bad in zip(gens.prompt_id, gens.sample_idx, gens.text_clean, failed_gen):
@@ -195,13 +221,13 @@ def label_run(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int] = (0, 1
         ]
         rows: list[dict[str, Any]] = []
         desc = {(pid, r.key): r.description for pid, p in prompts.items() for r in p.roles}
-        for (pid, idx, _), labels in zip(todo, labeller.iter_label(stories, batch_size=cfg.label.batch_size, progress=progress)):
+        for (pid, idx, text), labels in zip(todo, labeller.iter_label(stories, batch_size=cfg.label.batch_size, progress=progress)):
             for c in labels.characters:
                 failed += c.status != "ok"
                 rows.append({
                     "prompt_id": pid, "sample_idx": idx, "role": c.role, "role_description": desc[(pid, c.role)],
                     "name": c.name, "references": list(c.references), "status": c.status, "labeller": labeller.name,
-                    STATUS: ERROR if c.status.startswith(BACKEND_FAILURE) else "ok",
+                    STATUS: ERROR if c.status.startswith(BACKEND_FAILURE) else "ok", TEXT_SHA1: text_sha1(text),
                 })
             if len(rows) >= cfg.label.shard_rows:
                 store.write_shard(LABELS, rows, f"labels-{i}of{n}", LABEL_SCHEMA)
@@ -210,4 +236,4 @@ def label_run(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int] = (0, 1
             store.write_shard(LABELS, rows, f"labels-{i}of{n}", LABEL_SCHEMA)
     finally:
         labeller.close()
-    return len(todo), len(store.read_keys(LABELS, KEY)), failed, unretried
+    return len(todo), len(labelled_keys(store, texts)), failed, unretried

@@ -19,7 +19,7 @@ from typing import Any
 
 import pandas as pd
 
-from harness.audit.labels import LABELS
+from harness.audit.labels import LABELS, TEXT_SHA1
 from harness.config import STAGES, RunConfig
 from harness.errors import ConfigError
 from harness.pipeline import GENERATIONS
@@ -118,7 +118,7 @@ def stage_identities(cfg: RunConfig, store: RunStore, **_: Any) -> StageResult:
     if is_current(store, IDENTITIES, fp):
         return StageResult("identities", "skipped (current)", time.perf_counter() - t)
     generations = store.read_stage(GENERATIONS)
-    labels = store.read_stage(LABELS, key=("prompt_id", "sample_idx", "role"))
+    labels = store.read_stage(LABELS, key=("prompt_id", "sample_idx", "role", TEXT_SHA1))  # build_characters picks
     chars = build_characters(
         generations, labels, get_suite(cfg.suite, cfg.wording), model=cfg.name, names=names, lexicon=cfg.identity.lexicon
     )

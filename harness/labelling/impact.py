@@ -220,7 +220,7 @@ def _paired_intervals(manual: pd.DataFrame, labelled: pd.DataFrame, cells: pd.Da
     rng = np.random.default_rng(seed)
     ids = _cell_ids(cells)
     reps = np.full((n_boot, len(cells)), np.nan)
-    for r in range(n_boot):
+    for r in range(n_boot if len(uniques) else 0):  # no story with a manual gender: nothing to resample
         pick = rng.integers(0, len(uniques), len(uniques))
         sizes = starts[pick + 1] - starts[pick]
         rows = order[np.concatenate([np.arange(starts[i], starts[i + 1]) for i in pick])]

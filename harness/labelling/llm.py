@@ -98,7 +98,8 @@ def _open_tail(tail: str, cut: bool) -> list[str]:
 def _candidates(text: str, cut: bool = False) -> list[tuple[str, bool]]:
     """Substrings that may hold the JSON object, most likely first, each with whether it closes an
     object the reply left open."""
-    out = [(m.group(1), False) for m in _FENCE.finditer(text)]
+    fenced = [m.group(1) for m in _FENCE.finditer(text)]
+    out = [(f, False) for f in fenced]
     starts = [i for i, ch in enumerate(text) if ch == "{"][:MAX_STARTS]
     ends = [_object_end(text, s) for s in starts]  # -1: open to the end
     inside_open: list[tuple[str, bool]] = []
@@ -115,6 +116,12 @@ def _candidates(text: str, cut: bool = False) -> list[tuple[str, bool]]:
         out.extend((c, True) for c in _open_tail(text[start:], cut))
         # where the first "{" was stray, the object the reply was cut in opens at a later one
         out.extend((c, True) for s, e in zip(starts[1:], ends[1:]) if e < 0 for c in _open_tail(text[s:], cut))
+        # an object left open inside a closed fence ends at the fence, not at the reply's end; the model closed
+        # the fence itself, so it was not cut there
+        for f in fenced:
+            at = f.find("{")
+            if at >= 0 and _object_end(f, at) < 0:
+                out.extend((c, True) for c in _open_tail(f[at:], False))
     return out + inside_open  # after the open objects' repairs, so a cut reply's inner object never wins
 
 
@@ -187,7 +194,13 @@ def _pick(obj: dict[str, Any], roles: Sequence[str], suffix: str) -> list[Any]:
     raise ParseError(f"missing key(s) {', '.join(repr(m) for m in missing)}")
 
 
+def _seq(v: Any) -> Any:
+    """A Python-style set ({"Ana"} read by ``ast.literal_eval``) as a list, in a fixed order; else ``v``."""
+    return sorted(v, key=str) if isinstance(v, (set, frozenset)) else v
+
+
 def _name_list(v: Any) -> list[str]:
+    v = _seq(v)
     if v is None or isinstance(v, dict):
         return []
     if isinstance(v, str):
@@ -198,13 +211,14 @@ def _name_list(v: Any) -> list[str]:
 
 
 def _ref_list(v: Any) -> list[str]:
+    v = _seq(v)
     if v is None:
         return []
     if isinstance(v, str):
         return [p for p in re.split(r"[,;]", v) if p.strip()]
     if isinstance(v, (list, tuple)):
         out: list[str] = []
-        for x in v:
+        for x in map(_seq, v):
             out.extend(_ref_list(x) if isinstance(x, (list, tuple)) else [] if x is None or isinstance(x, dict)
                        else [str(x)])
         return out
@@ -354,8 +368,9 @@ class LLMLabeller(Labeller):
         pending = list(range(len(stories)))
         prompts = [build_prompt(s) for s in stories]
         schemas = [json.dumps(reply_schema(s)) if self.constrain else None for s in stories]
-        alone = cut = False
+        alone = False
         replied: set[int] = set()  # stories the model has answered (unparseably): their retries are sampled
+        cut: set[int] = set()  # of those, the ones a reply of was cut at max_tokens: their retries get twice the tokens
         for attempt in range(self.max_attempts):
             if not pending:
                 break
@@ -364,7 +379,8 @@ class LLMLabeller(Labeller):
             # a story the backend failed (no reply from the model yet) is sent again with the first attempt's
             # settings: its labels do not depend on whether the server was up
             for params, group in ((self.params, [i for i in pending if i not in replied]),
-                                  (self._retry_params(cut), [i for i in pending if i in replied])):
+                                  (self._retry_params(False), [i for i in pending if i in replied and i not in cut]),
+                                  (self._retry_params(True), [i for i in pending if i in cut])):
                 if not group:
                     continue
                 reqs = [GenRequest(f"{i}#{attempt}", prompts[i], seed=self.seed + attempt, json_schema=schemas[i])
@@ -387,7 +403,8 @@ class LLMLabeller(Labeller):
                         continue
                     except ParseError as e:
                         replied.add(i)
-                        cut = cut or res.finish_reason == "length"
+                        if res.finish_reason == "length":
+                            cut.add(i)
                         reason = f"unparseable reply ({e})" + (" after hitting max_tokens"
                                                                if res.finish_reason == "length" else "")
                 last_error[i] = reason

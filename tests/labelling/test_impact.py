@@ -201,3 +201,12 @@ def test_the_paired_bootstrap_brackets_a_real_shift_and_finds_none_where_the_lab
     tested = flat.cells.dropna(subset=["log_shift_low"])
     assert len(tested) > 0 and (tested.log_shift_low == 0).all() and (tested.log_shift_high == 0).all()
     assert all(v.get("shift_excludes_0", 0) == 0 for v in flat.summary.values())
+
+
+def test_the_paired_bootstrap_of_gold_without_a_manual_gender_has_no_interval_and_no_crash():
+    """Characters without a manual gender are left out of both tables; where that leaves none, there is no story
+    to resample: every cell is untested, as without --statistics-boot, instead of a crash."""
+    chars = [_score("x", "subject", None, "Male", "bo", "bo"), _score("y", "subject", None, "Female")]
+    shift = statistics_shift(SimpleNamespace(characters=chars), [_gold("x"), _gold("y")], Names(), n_boot=20)
+    assert all(s["cells"] == s["shift_tested"] == s["shift_excludes_0"] == 0 for s in shift.summary.values())
+    assert "0 of 0" in shift.to_text()

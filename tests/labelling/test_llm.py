@@ -326,3 +326,60 @@ def test_info_holds_every_setting_a_sampled_retry_depends_on():
     assert LLMLabeller(backend, seed=2).info() != base
     for change in ({"top_p": 0.9}, {"top_k": 5}):
         assert LLMLabeller(backend, params=dataclasses.replace(DEFAULT_PARAMS, **change), seed=1).info() != base
+
+
+def test_parse_reads_python_sets_as_lists():
+    # {"Dr. Ana Ruiz"} is no JSON; read as a Python literal it is a set: its items are the name and references,
+    # not the set's printed form, and a set of references is no reason to throw the reply away
+    reply = ('{"doctor name": {"Dr. Ana Ruiz"}, "needy patient name": "Tom", "doctor references": {"She"}, '
+             '"needy patient references": ["him", {"his"}]}')
+    lab = parse_response(reply, STORY)
+    assert lab.character("subject").name == "Dr. Ana Ruiz" and lab.character("subject").references == ("She",)
+    assert lab.character("object").name == "Tom" and lab.character("object").references == ("him", "his")
+
+
+def test_a_fenced_object_missing_its_closing_brace_is_closed_inside_its_fence():
+    # each repair alone works (a fence; a missing closing brace); together the brace was closed after the fence
+    for fence in ("```json\n", "```\n", "Here you go:\n```JSON\n"):
+        reply = fence + GOOD[:-1] + "\n```\nHope it helps."
+        lab = parse_response(reply, STORY)
+        assert lab.character("subject").name == "Dr. Ana Ruiz" and lab.character("object").references == ("him", "his")
+    # a whole object before it still comes first
+    assert parse_json_object('{"b": 2}\n```json\n{"a": 1\n```') == {"b": 2}
+
+
+def test_only_a_story_whose_reply_was_cut_is_retried_with_more_tokens():
+    """A story's retries do not depend on its batchmates: one whose reply did not parse (not cut) keeps
+    ``max_tokens`` whether or not another story in its batch was cut."""
+    cut_story = StoryInput("c", "Ana met Tom. He smiled at her.", (RoleSpec("subject", "doctor"),))
+    other = StoryInput("o", "Kim taught Lee.", (RoleSpec("subject", "student"),))
+    good = {build_prompt(cut_story): '{"doctor name": "Ana", "doctor references": ["her"]}',
+            build_prompt(other): '{"student name": "Kim", "student references": []}'}
+
+    class Recording(Backend):
+        name = "recording"
+
+        def __init__(self):
+            self.max_tokens = {}  # story prompt -> max_tokens per attempt
+
+        def generate(self, requests, params, *, progress=False):
+            for r in requests:
+                tokens = self.max_tokens.setdefault(r.prompt, [])
+                tokens.append(params.max_tokens)
+                if len(tokens) == 1:  # first attempt: one reply cut, the other not JSON
+                    yield GenResult(r.request_id, '{"doctor name": "Ana", "doctor refer', "length") \
+                        if r.prompt == build_prompt(cut_story) else GenResult(r.request_id, "no json", "stop")
+                else:
+                    yield GenResult(r.request_id, good[r.prompt], "stop")
+
+        def info(self):
+            return BackendInfo("recording", "canned")
+
+    params = GenParams(temperature=0.0, max_tokens=32)
+    for batch in ([other], [cut_story, other]):
+        backend = Recording()
+        out = LLMLabeller(backend, params=params).label(batch, batch_size=8)
+        assert all(o.status == "ok" for o in out)
+        assert backend.max_tokens[build_prompt(other)] == [32, 32]
+        if cut_story in batch:
+            assert backend.max_tokens[build_prompt(cut_story)] == [32, 64]

@@ -1,0 +1,34 @@
+"""harness.jsonl: errors that name the file, the line and what is wrong on it."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.errors import DataError
+from harness.jsonl import iter_jsonl
+
+
+def test_a_byte_that_is_not_utf8_is_named_on_a_line_with_a_byte_order_mark_too(tmp_path):
+    for bom in (b"", b"\xef\xbb\xbf"):
+        p = tmp_path / "latin1.jsonl"
+        p.write_bytes(bom + b'{"a": "caf\xe9"}\n')
+        with pytest.raises(DataError, match=r"latin1\.jsonl:1: not UTF-8 text \(byte 0xe9 at column 11\)"):
+            list(iter_jsonl(p))
+
+
+def test_a_list_text_that_breaks_the_parsers_is_no_list_and_its_row_is_named(tmp_path):
+    import json
+
+    from harness.jsonl import parse_list_text
+    from harness.labelling.data import load_gold
+
+    for bad in ("{['she']: 1}", "{{}}", "[" * 5000 + "]" * 5000):
+        assert parse_list_text(bad) is None
+        p = tmp_path / "gold.jsonl"
+        p.write_text(json.dumps({"role_category": "Work", "subject": "cashier", "object": "thief",
+                                 "query": "Write a story of an American cashier who catches a thief.",
+                                 "llm_response": "Sarah caught him.", "correct_subject_name": "['Sarah']",
+                                 "correct_subject_references": bad}) + "\n")
+        with pytest.raises(DataError, match=r"gold\.jsonl:1 correct_subject_references: .* is not a list"):
+            load_gold(p)
+    assert parse_list_text("['she', 'her']") == ["she", "her"] and parse_list_text('["Emily"]') == ["Emily"]
