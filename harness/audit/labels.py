@@ -120,10 +120,14 @@ def make_labeller(cfg: RunConfig, *, echo=print):
 
         if cfg.label.llm is None:
             raise ConfigError("label.llm: the llm labeller needs a model block (backend, path) under label.llm")
+        # started for the labeller alone: its close() releases the engine (GPU memory, workers, HTTP client)
         kwargs["backend"] = load_backend(cfg.label.llm, seed=cfg.seed)
+        kwargs["owns_backend"] = True
     try:
         return get_labeller(name, **kwargs)
     except ConfigError as e:  # name the config block the setting came from
+        if "backend" in kwargs:
+            kwargs["backend"].close()
         raise ConfigError(f"label ({name} labeller): {e}") from None
 
 

@@ -278,6 +278,8 @@ class LLMLabeller(Labeller):
             only JSON of the prompt's keys, with names and references written in the story. A reply
             cut at ``max_tokens`` or from a backend that does not constrain goes through the same
             repair and retries.
+        owns_backend: ``close`` closes the given ``backend`` too (it was started for this labeller alone);
+            a backend started here is always closed.
     """
 
     name = "llm"
@@ -289,10 +291,10 @@ class LLMLabeller(Labeller):
 
     def __init__(self, backend: Backend | None = None, *, model: str = "smollm2-135m", engine: str = "transformers",
                  base_url: str | None = None, params: GenParams | None = None, max_attempts: int = 3, seed: int = 0,
-                 constrain: bool = True) -> None:
+                 constrain: bool = True, owns_backend: bool = False) -> None:
         if max_attempts < 1:
             raise ConfigError(f"max_attempts must be >= 1, got {max_attempts}")
-        self._owns_backend = backend is None
+        self._owns_backend = backend is None or owns_backend
         if backend is None:
             from harness.config import ModelConfig
             from harness.generation import load_backend
@@ -416,7 +418,7 @@ class LLMLabeller(Labeller):
         return [done[i] for i in range(len(stories))]
 
     def close(self) -> None:
-        """Close the backend if this labeller started it."""
+        """Close the backend if it is this labeller's (started here, or given with ``owns_backend``)."""
         if self._owns_backend:
             self.backend.close()
 

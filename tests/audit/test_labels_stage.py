@@ -71,3 +71,30 @@ def test_run_stops_on_a_missing_model_dir_before_generating(tmp_path, monkeypatc
     rules = parse_config({**cfg.model_dump(mode="json"), "label": {"labeller": "rules"}})
     run_stages(rules, stages=["generate", "label"], progress=False, echo=lambda s: None)
     assert ran == ["generate", "generate", "label"]
+
+
+def test_the_llm_labellers_backend_is_closed_with_it(tmp_path, monkeypatch):
+    """The label stage starts the LLM labeller's backend for it alone: closing the labeller releases it (a
+    vLLM engine's GPU memory and process, an HTTP client), as the labeller does with a backend it starts."""
+    import harness.generation as G
+    from harness.generation.base import Backend
+
+    closed = []
+
+    class Engine(Backend):
+        name = "engine"
+
+        def generate(self, requests, params, *, progress=False):
+            return iter(())
+
+        def close(self):
+            closed.append(self)
+
+    monkeypatch.setattr(G, "load_backend", lambda cfg, seed=0: Engine())
+    cfg = parse_config({"model": {"backend": "transformers", "path": "smollm2-135m"},
+                        "output_dir": str(tmp_path / "run"),
+                        "label": {"labeller": "llm", "llm": {"backend": "transformers", "path": "smollm2-135m"}}})
+    lab = make_labeller(cfg, echo=lambda s: None)
+    assert not closed
+    lab.close()
+    assert len(closed) == 1 and closed[0] is lab.backend
