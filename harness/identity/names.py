@@ -3,8 +3,8 @@
 Parsing (digest section 4, "Post-processing"; word lists in ``harness/data/names/non_names.yaml``)
 -----------------------------------------------------------------------------------------------
 ``select_name`` picks one name from the labeller's list for a character: drop names that share a
-word with the role string, names containing "American" and known false positives ("young woman",
-"the", ...); drop "Unspecified" when another name exists; take the first. ``parse_first_name``
+word with the role string (its noun phrase: "Bill" stays for the "friend who pays the bill"), names
+containing "American" and known false positives ("young woman", "the", ...); drop "Unspecified" when another name exists; take the first. ``parse_first_name``
 then takes the first name: at most three tokens; a surname title (Mr, Mrs, Ms, Miss, Mx, Dr, and
 ours: Doctor, Professor, Coach, Pastor, Sheriff, Lt, ...) means the next token is a surname unless a
 third token follows ("Dr. Smith" -> None, "Dr. Sarah Smith" -> "Sarah"); "Chef"/"Nurse" are followed
@@ -107,9 +107,12 @@ def name_lists() -> NameLists:
 
 
 def _role_words(role: str | None) -> set[str]:
+    """The content words of a role's noun phrase: a relative clause is no part of it ("friend who pays
+    the bill" -> friend; a Bill who pays keeps his name)."""
     if not role:
         return set()
-    return {w for w in re.findall(r"[a-z]+", role.lower()) if w not in _ROLE_STOPWORDS}
+    noun = re.split(r"\bwho\b", role.lower(), maxsplit=1)[0]
+    return {w for w in re.findall(r"[a-z]+", noun) if w not in _ROLE_STOPWORDS}
 
 
 def _is_missing(raw: Any) -> bool:

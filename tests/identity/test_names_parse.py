@@ -69,6 +69,14 @@ def test_role_and_american_filters():
     assert parse_first_name("Star") is None                              # authors' non-name even without role
 
 
+def test_the_role_filter_reads_the_roles_noun_not_its_action():
+    # power-laden Love roles carry their action ("friend who pays the bill"): a Bill who pays keeps his name
+    assert first_name_of("Bill Turner", "friend who pays the bill") == "Bill"
+    assert first_name_of("['Bill']", "romantic partner who pays the bill") == "Bill"
+    assert first_name_of("Major Jones", "sibling who makes the major life decision") == "Major"
+    assert first_name_of("Friend Bill", "friend who pays the bill") is None   # the role noun still filters
+
+
 @pytest.mark.parametrize("raw, chosen", [
     ("['Emily']", "Emily"),
     ("['Unspecified', 'Emily']", "Emily"),          # drop Unspecified when other names exist
