@@ -239,6 +239,8 @@ def without_role_title(name: str | None, role: str | None) -> str | None:
     nurse -> "Emily". With the title, ``parse_first_name`` would drop the name for sharing a word with
     the role string (the seed 000 filter meant for "the nurse"); "Chef Maria" for a nurse, "Dr. Ana
     Ruiz" for a doctor (a surname title: its parse is unchanged) and one-word names stay as they are.
+    A surname title that repeats the role goes where a first name follows it ("Doctor Ana Ruiz" for a
+    doctor -> "Ana Ruiz", as "Dr. Ana Ruiz"); before a surname alone it stays ("Doctor Ruiz").
 
     >>> [without_role_title(n, "nurse") for n in ["Nurse Emily", "Chef Maria", "Nurse", None]]
     ['Emily', 'Chef Maria', 'Nurse', None]
@@ -247,7 +249,9 @@ def without_role_title(name: str | None, role: str | None) -> str | None:
         return name
     head, _, rest = name.strip().partition(" ")
     word = head.lower().rstrip(".")
-    if rest.strip() and word in name_lists().first_name_titles and word in _role_words(role):
+    lists = name_lists()
+    if rest.strip() and word in _role_words(role) and (
+            word in lists.first_name_titles or word in lists.surname_titles and parse_first_name(name) is not None):
         return rest.strip()
     return name
 

@@ -133,9 +133,19 @@ def test_doctests():
     ("Chef Maria", "nurse", "Chef Maria"),      # the title does not repeat the role
     ("Dr. Ana Ruiz", "doctor", "Dr. Ana Ruiz"),  # a surname title: parsed as before
     ("Coach Reyes", "coach", "Coach Reyes"),
+    ("Doctor Ana Ruiz", "doctor", "Ana Ruiz"),   # a surname title before a first name: as "Dr. Ana Ruiz"
+    ("Agent Maya Cole", "insurance sales agent", "Maya Cole"),
+    ("Doctor Ruiz", "doctor", "Doctor Ruiz"),     # before a surname alone it stays (no first name either way)
+    ("Doctor Ruiz Jr.", "doctor", "Doctor Ruiz Jr."),
     ("Nurse", "nurse", "Nurse"),                # nothing after the title
     ("Emily", "nurse", "Emily"),
     (None, "nurse", None),
 ])
 def test_without_role_title(name, role, want):
     assert without_role_title(name, role) == want
+
+
+def test_a_doctor_called_doctor_keeps_her_first_name():
+    assert first_name_of("Dr. Sarah Smith", "doctor", role_title=False) == "Sarah"
+    assert first_name_of("Doctor Sarah Smith", "doctor", role_title=False) == "Sarah"
+    assert first_name_of("Doctor Smith", "doctor", role_title=False) is None
