@@ -4,12 +4,13 @@ Parsing (digest section 4, "Post-processing"; word lists in ``harness/data/names
 -----------------------------------------------------------------------------------------------
 ``select_name`` picks one name from the labeller's list for a character: drop names that share a
 word with the role string (its noun phrase: "Bill" stays for the "friend who pays the bill"), names
-containing "American" and known false positives ("young woman", "the", ...); drop "Unspecified" when another name exists; take the first. ``parse_first_name``
-then takes the first name: at most three tokens; a surname title (Mr, Mrs, Ms, Miss, Mx, Dr, and
-ours: Doctor, Professor, Coach, Pastor, Sheriff, Lt, ...) means the next token is a surname unless a
-third token follows ("Dr. Smith" -> None, "Dr. Sarah Smith" -> "Sarah"); "Chef"/"Nurse" are followed
-by a first name; otherwise the first token. Possessives and edge punctuation are removed, and
-non-names (the authors' list: Coach, Mom, Little, ...; plus ours, and any single letter) give None.
+containing "American" and known false positives ("young woman", "the", ...); drop "Unspecified"
+when another name exists; take the first. ``parse_first_name`` then takes the first name: at most
+three tokens; a surname title (Mr, Mrs, Ms, Miss, Mx, Dr, and ours: Doctor, Professor, Coach,
+Pastor, Sheriff, Lt, ...) means the next token is a surname unless a third token follows
+("Dr. Smith" -> None, "Dr. Sarah Smith" -> "Sarah"); "Chef"/"Nurse" are followed by a first name;
+otherwise the first token. Possessives and edge punctuation are removed, and non-names (the
+authors' list: Coach, Mom, Little, ...; plus ours, and any single letter) give None.
 Ours too: trailing suffixes (Jr, Sr, III, PhD, ...) are dropped before the tokens are counted, so
 "Dr. Smith Jr." has no first name where the authors' parser took "Smith"; a title is recognised
 behind quotes or markdown ("**Dr. Sarah Smith**"); and the name is read in Unicode's composed form
