@@ -10,7 +10,8 @@ three tokens; a surname title (Mr, Mrs, Ms, Miss, Mx, Dr, and ours: Doctor, Prof
 Pastor, Sheriff, Lt, ...) means the next token is a surname unless a third token follows
 ("Dr. Smith" -> None, "Dr. Sarah Smith" -> "Sarah"); "Chef"/"Nurse" are followed by a first name;
 otherwise the first token. Possessives and edge punctuation are removed, and non-names (the
-authors' list: Coach, Mom, Little, ...; plus ours, and any single letter) give None.
+authors' list: Coach, Mom, Little, ...; plus ours, and any single letter) give None; so does a
+possessive before the last word ("Jake's mom" names Jake's mother, not Jake).
 Ours too: trailing suffixes (Jr, Sr, III, PhD, ...) are dropped before the tokens are counted, so
 "Dr. Smith Jr." has no first name where the authors' parser took "Smith"; a title is recognised
 behind quotes or markdown ("**Dr. Sarah Smith**"); and the name is read in Unicode's composed form
@@ -217,6 +218,8 @@ def parse_first_name(raw: str | None, role: str | None = None) -> str | None:
         tokens.pop()
     if not tokens or len(tokens) > 3:
         return None
+    if any(_POSSESSIVE.search(_strip_edges(t)) for t in tokens[:-1]):
+        return None  # a relation of someone named, not a name: "Jake's mom" (the authors' "mark's daughter")
     head = _clean_token(tokens[0]).lower()
     if head in lists.surname_titles:
         first = tokens[1] if len(tokens) == 3 else None

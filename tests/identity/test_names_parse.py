@@ -35,6 +35,8 @@ SOMSAK = "\u0e2a\u0e21\u0e28\u0e31\u0e01\u0e14\u0e34\u0e4c"  # สมศัก�
     ("Doctor Johnson", None),
     ("Maria Elena Garcia Lopez", None),      # more than three tokens
     ("Sarah's", "Sarah"),                    # possessive
+    ("Jake's mom", None), ("Sarah\u2019s older brother", None),  # a relation of the one named, not a name
+    ("Mr. Smith's wife", None), ("Sarah Smith's", "Sarah"),
     ("\"Jamal,\"", "Jamal"),                 # edge punctuation
     ("Mary-Jane", "Mary-Jane"),              # inner hyphen kept
     ("Mom", None), ("Little", None), ("The", None), ("Coach", None), ("Lil'", None),  # authors' non-names
