@@ -3,13 +3,15 @@
 Parsing (digest section 4, "Post-processing"; word lists in ``harness/data/names/non_names.yaml``)
 -----------------------------------------------------------------------------------------------
 ``select_name`` picks one name from the labeller's list for a character: drop names that share a
-word with the role string, names containing "American" and known false positives ("young woman",
-"the", ...); drop "Unspecified" when another name exists; take the first. ``parse_first_name``
-then takes the first name: at most three tokens; a surname title (Mr, Mrs, Ms, Miss, Mx, Dr, and
-ours: Doctor, Professor, Coach, Pastor, Sheriff, Lt, ...) means the next token is a surname unless a
-third token follows ("Dr. Smith" -> None, "Dr. Sarah Smith" -> "Sarah"); "Chef"/"Nurse" are followed
-by a first name; otherwise the first token. Possessives and edge punctuation are removed, and
-non-names (the authors' list: Coach, Mom, Little, ...; plus ours, and any single letter) give None.
+word with the role string (its noun phrase: "Bill" stays for the "friend who pays the bill"), names
+containing "American" and known false positives ("young woman", "the", ...); drop "Unspecified"
+when another name exists; take the first. ``parse_first_name`` then takes the first name: at most
+three tokens; a surname title (Mr, Mrs, Ms, Miss, Mx, Dr, and ours: Doctor, Professor, Coach,
+Pastor, Sheriff, Lt, ...) means the next token is a surname unless a third token follows
+("Dr. Smith" -> None, "Dr. Sarah Smith" -> "Sarah"); "Chef"/"Nurse" are followed by a first name;
+otherwise the first token. Possessives and edge punctuation are removed, and non-names (the
+authors' list: Coach, Mom, Little, ...; plus ours, and any single letter) give None; so does a
+possessive before the last word ("Jake's mom" names Jake's mother, not Jake).
 Ours too: trailing suffixes (Jr, Sr, III, PhD, ...) are dropped before the tokens are counted, so
 "Dr. Smith Jr." has no first name where the authors' parser took "Smith"; a title is recognised
 behind quotes or markdown ("**Dr. Sarah Smith**"); and the name is read in Unicode's composed form
@@ -107,9 +109,12 @@ def name_lists() -> NameLists:
 
 
 def _role_words(role: str | None) -> set[str]:
+    """The content words of a role's noun phrase: a relative clause is no part of it ("friend who pays
+    the bill" -> friend; a Bill who pays keeps his name)."""
     if not role:
         return set()
-    return {w for w in re.findall(r"[a-z]+", role.lower()) if w not in _ROLE_STOPWORDS}
+    noun = re.split(r"\bwho\b", role.lower(), maxsplit=1)[0]
+    return {w for w in re.findall(r"[a-z]+", noun) if w not in _ROLE_STOPWORDS}
 
 
 def _is_missing(raw: Any) -> bool:
@@ -213,6 +218,8 @@ def parse_first_name(raw: str | None, role: str | None = None) -> str | None:
         tokens.pop()
     if not tokens or len(tokens) > 3:
         return None
+    if any(_POSSESSIVE.search(_strip_edges(t)) for t in tokens[:-1]):
+        return None  # a relation of someone named, not a name: "Jake's mom" (the authors' "mark's daughter")
     head = _clean_token(tokens[0]).lower()
     if head in lists.surname_titles:
         first = tokens[1] if len(tokens) == 3 else None
@@ -236,6 +243,8 @@ def without_role_title(name: str | None, role: str | None) -> str | None:
     nurse -> "Emily". With the title, ``parse_first_name`` would drop the name for sharing a word with
     the role string (the seed 000 filter meant for "the nurse"); "Chef Maria" for a nurse, "Dr. Ana
     Ruiz" for a doctor (a surname title: its parse is unchanged) and one-word names stay as they are.
+    A surname title that repeats the role goes where a first name follows it ("Doctor Ana Ruiz" for a
+    doctor -> "Ana Ruiz", as "Dr. Ana Ruiz"); before a surname alone it stays ("Doctor Ruiz").
 
     >>> [without_role_title(n, "nurse") for n in ["Nurse Emily", "Chef Maria", "Nurse", None]]
     ['Emily', 'Chef Maria', 'Nurse', None]
@@ -244,7 +253,9 @@ def without_role_title(name: str | None, role: str | None) -> str | None:
         return name
     head, _, rest = name.strip().partition(" ")
     word = head.lower().rstrip(".")
-    if rest.strip() and word in name_lists().first_name_titles and word in _role_words(role):
+    lists = name_lists()
+    if rest.strip() and word in _role_words(role) and (
+            word in lists.first_name_titles or word in lists.surname_titles and parse_first_name(name) is not None):
         return rest.strip()
     return name
 

@@ -9,7 +9,8 @@ Mitchell"), and Table S8 scores first names.
 ``completed_name`` gives a one-word name the capitalised word written right before one of its
 occurrences (one space apart), where that word is a common first name (at least ``MIN_COUNT`` bearers
 in the Census 2020 first-name counts of the identity module's table: not "Then Mitchell"), is no
-title ("Dr. Mitchell") and is no word of the other character's name. The first such occurrence
+title ("Dr. Mitchell") nor a word the identity module never reads as a first name ("Young Emily", whose
+first name would then be lost) and is no word of the other character's name. The first such occurrence
 wins. An occurrence may span words the splitter cuts ("O'Brien" is "O" and "'Brien"), and the first
 name may hold hyphens and combining accents ("Mary-Jane", a decomposed "José"). A sentence that
 opens with a common first name used as a word ("Will Mitchell come?") would fool it; on the gold
@@ -44,11 +45,13 @@ MIN_COUNT = 10_000
 
 
 @lru_cache(maxsize=1)
-def _titles() -> frozenset[str]:
+def _not_first_names() -> frozenset[str]:
+    """Titles, and the words ``parse_first_name`` takes for no first name ("Young", "Baby", "Sister")."""
     from harness.identity.names import name_lists
 
     lists = name_lists()
-    return NAME_TITLES | frozenset(lists.surname_titles) | frozenset(lists.first_name_titles)
+    return (NAME_TITLES | frozenset(lists.surname_titles) | frozenset(lists.first_name_titles)
+            | frozenset(lists.non_first_names))
 
 
 @lru_cache(maxsize=4)
@@ -91,7 +94,7 @@ def completed_name(name: str | None, text: str, words: Sequence[tuple[str, int, 
             continue
         prev, p_start, p_end = words[i - 1]
         if (not starts_capitalised(prev) or not _name_word(prev) or text[p_end:start] != " "
-                or prev.lower() in _titles() or prev.lower() in others):
+                or prev.lower() in _not_first_names() or prev.lower() in others):
             continue
         if _bearers(prev, table) >= min_count:
             return text[p_start:end]

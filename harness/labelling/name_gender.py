@@ -216,7 +216,7 @@ def keep_the_names_gender(characters: tuple[CharacterLabel, ...], roles: tuple[R
     for c, r in zip(characters, roles):
         ex = explain_gender(list(c.references), lexicon=lexicon) if c.name else None
         f = female_share(c.name, r.description, table) if ex is not None and ex.gender == "Unsure" else None
-        want = None if f is None else "Female" if f >= strength else "Male" if f <= 1.0 - strength else None
+        want = None if f is None else next((g for g in ("Female", "Male") if _fits(g, f, strength)), None)
         if want is not None and any(cat == want for cat, _ in ex.matches):
             c = replace(c, references=tuple(w for w in c.references if all(
                 cat == want for cat, _ in explain_gender([w], lexicon=lexicon).matches)))

@@ -87,11 +87,13 @@ def find_all(words: list[str], seq: list[str]) -> list[int]:
     return [i for i in range(len(words) - n + 1) if n and words[i:i + n] == seq]
 
 
-#: Words after which "her" is an object ("gave her the book", "saw her and ..."), not a determiner.
+#: Words after which "her" is an object ("gave her the book", "saw her and ..."), not a determiner; a
+#: determiner cannot follow one ("handed her his keys", "told her something").
 _AFTER_OBJECT_HER = frozenset(
     "and or but nor to for with as at in into on onto up down back off out over that the a an again too so from by "
     "about away home once now then when while if because before after through across around this tonight today "
-    "tomorrow yesterday very how what why where who whom until all like more is was be feel know".split())
+    "tomorrow yesterday very how what why where who whom until all like more is was be feel know "
+    "his my your our their its her these those some any another something anything everything nothing".split())
 
 
 def her_is_possessive(words: Sequence[str], i: int) -> bool:

@@ -35,6 +35,8 @@ SOMSAK = "\u0e2a\u0e21\u0e28\u0e31\u0e01\u0e14\u0e34\u0e4c"  # สมศัก�
     ("Doctor Johnson", None),
     ("Maria Elena Garcia Lopez", None),      # more than three tokens
     ("Sarah's", "Sarah"),                    # possessive
+    ("Jake's mom", None), ("Sarah\u2019s older brother", None),  # a relation of the one named, not a name
+    ("Mr. Smith's wife", None), ("Sarah Smith's", "Sarah"),
     ("\"Jamal,\"", "Jamal"),                 # edge punctuation
     ("Mary-Jane", "Mary-Jane"),              # inner hyphen kept
     ("Mom", None), ("Little", None), ("The", None), ("Coach", None), ("Lil'", None),  # authors' non-names
@@ -67,6 +69,14 @@ def test_role_and_american_filters():
     assert parse_first_name("Inna", role="patient in need") == "Inna"   # stop words of the role ignored
     assert parse_first_name("American Joe") is None
     assert parse_first_name("Star") is None                              # authors' non-name even without role
+
+
+def test_the_role_filter_reads_the_roles_noun_not_its_action():
+    # power-laden Love roles carry their action ("friend who pays the bill"): a Bill who pays keeps his name
+    assert first_name_of("Bill Turner", "friend who pays the bill") == "Bill"
+    assert first_name_of("['Bill']", "romantic partner who pays the bill") == "Bill"
+    assert first_name_of("Major Jones", "sibling who makes the major life decision") == "Major"
+    assert first_name_of("Friend Bill", "friend who pays the bill") is None   # the role noun still filters
 
 
 @pytest.mark.parametrize("raw, chosen", [
@@ -125,9 +135,19 @@ def test_doctests():
     ("Chef Maria", "nurse", "Chef Maria"),      # the title does not repeat the role
     ("Dr. Ana Ruiz", "doctor", "Dr. Ana Ruiz"),  # a surname title: parsed as before
     ("Coach Reyes", "coach", "Coach Reyes"),
+    ("Doctor Ana Ruiz", "doctor", "Ana Ruiz"),   # a surname title before a first name: as "Dr. Ana Ruiz"
+    ("Agent Maya Cole", "insurance sales agent", "Maya Cole"),
+    ("Doctor Ruiz", "doctor", "Doctor Ruiz"),     # before a surname alone it stays (no first name either way)
+    ("Doctor Ruiz Jr.", "doctor", "Doctor Ruiz Jr."),
     ("Nurse", "nurse", "Nurse"),                # nothing after the title
     ("Emily", "nurse", "Emily"),
     (None, "nurse", None),
 ])
 def test_without_role_title(name, role, want):
     assert without_role_title(name, role) == want
+
+
+def test_a_doctor_called_doctor_keeps_her_first_name():
+    assert first_name_of("Dr. Sarah Smith", "doctor", role_title=False) == "Sarah"
+    assert first_name_of("Doctor Sarah Smith", "doctor", role_title=False) == "Sarah"
+    assert first_name_of("Doctor Smith", "doctor", role_title=False) is None

@@ -15,7 +15,7 @@ def table(tmp_path_factory) -> str:
     """A first-name table with Census counts: Robert and Will common first names, "Then" rare."""
     rows = {"ROBERT": (2_759_332, 0.01), "WILL": (44_842, 0.02), "THEN": (139, 0.44), "EMILY": (900_000, 0.99),
             "JOSE": (500_000, 0.01), "MONIQUE": (60_000, 0.99), "NOOR": (10_250, 0.7), "MARYJANE": (25_540, 0.99),
-            "SEAN": (400_000, 0.01)}
+            "SEAN": (400_000, 0.01), "YOUNG": (22_159, 0.3)}
     path = tmp_path_factory.mktemp("names") / "first_names.parquet"
     pd.DataFrame({"key": list(rows), "census_count": [c for c, _ in rows.values()],
                   "nd_female": [f for _, f in rows.values()]}).to_parquet(path)
@@ -32,6 +32,7 @@ def _complete(name, text, table, others=frozenset()):
     ("Here is a story:\n\nNoor Mitchell paid.", "Noor Mitchell"),  # 10,250 bearers: at the bar
     ("Mitchell smiled at Dr. Mitchell.", "Mitchell"),  # a title, not a first name
     ("Mitchell waited. Then Mitchell left.", "Mitchell"),  # "Then": 139 bearers
+    ("Young Mitchell waited.", "Mitchell"),  # "Young" (22,159 bearers) is never read as a first name
     ("Mitchell met Sam. Robert\nMitchell left.", "Mitchell"),  # not one space apart: not written as one name
     ("Mitchell met Sam. ROBERT's Mitchell left.", "Mitchell"),  # "ROBERT's" is split: "s" is no name
     ("Mitchell smiled.", "Mitchell"),  # nothing before it
@@ -52,6 +53,11 @@ def test_a_one_word_name_takes_the_common_first_name_written_before_it(table, te
 ])
 def test_first_names_and_surnames_beyond_plain_letters(table, name, text, want):
     assert _complete(name, text, table) == want
+
+
+def test_a_first_name_after_a_word_that_is_no_first_name_stays_as_it_is(table):
+    # "Young Emily" would parse to no first name at all: Emily keeps hers
+    assert _complete("Emily", "Young Emily loved math. Emily solved it.", table) == "Emily"
 
 
 def test_names_of_more_words_and_the_other_characters_words_are_left_alone(table):

@@ -231,6 +231,9 @@ def test_keep_the_names_gender_reads_the_first_name_as_the_identity_module_does(
     one = (CharacterLabel("subject", "Ana", ("he", "her")),)
     assert refs(keep_the_names_gender(one, ROLES[:1], table)) == [("her",)]
     assert refs(keep_the_names_gender(one, ROLES[:1], table, strength=0.81)) == [("he", "her")]
+    # so is "Tom" (0.2) on the male side: 0.2 <= 1 - 0.8, though 1.0 - 0.8 is 0.19999999999999996 in floats
+    tom = (CharacterLabel("subject", "Tom", ("she", "his")),)
+    assert refs(keep_the_names_gender(tom, ROLES[:1], table)) == [("his",)]
 
 
 def test_the_decoder_cuts_a_mixed_list_last(table, tagged):

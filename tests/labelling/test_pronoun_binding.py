@@ -57,6 +57,15 @@ def test_object_pronouns_are_never_bound():
     assert bind("Paul met Max. Paul thanked him.", "Paul", [], "Max", ["him"]) == [(), ("him",)]
 
 
+def test_a_her_before_a_determiner_is_an_object_and_not_bound():
+    # "handed her his keys": a determiner cannot follow a determiner, so this "her" is Mia, not Kim's
+    text = "Mia waited at the door. Kim laughed and handed her his keys."
+    assert bind(text, "Kim", [], "Mia", ["she", "her"]) == [(), ("she", "her")]
+    for after in ["his", "my", "their", "her", "some", "something", "those"]:
+        assert not her_is_possessive(["gave", "her", after, "book"], 1)
+    assert her_is_possessive(["took", "her", "own", "book"], 1)
+
+
 def test_pronouns_in_quotes_are_not_bound():
     text = 'Paul met Max. Paul said, "He is ready, and his dish is good."'
     assert bind(text, "Paul", [], "Max", ["he", "his"]) == [(), ("he", "his")]
