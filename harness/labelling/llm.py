@@ -314,7 +314,8 @@ class LLMLabeller(Labeller):
         self.max_attempts = max_attempts
         self.seed = seed
         self.constrain = constrain
-        #: (story_id, attempt, reason) for every failed attempt, for the run's failure log.
+        #: (story_id, attempt, reason) for every failed attempt: what the benchmarks count (a story's labels keep
+        #: only its last reason, in `status`).
         self.failures: list[tuple[str, int, str]] = []
 
     def info(self) -> dict[str, Any]:
