@@ -548,12 +548,18 @@ class EncoderLabeller(Labeller):
             from collections import deque
 
             ahead: deque = deque()
-            for b in batches:
-                ahead.append(pool.submit(_worker_label, list(b)))
-                if len(ahead) > 2 * self.workers:
+            try:
+                for b in batches:
+                    ahead.append(pool.submit(_worker_label, list(b)))
+                    if len(ahead) > 2 * self.workers:
+                        yield ahead.popleft().result()
+                while ahead:
                     yield ahead.popleft().result()
-            while ahead:
-                yield ahead.popleft().result()
+            except BrokenProcessPool:
+                # a worker died (killed, out of memory): the executor takes no more tasks; the next call starts
+                # a new one
+                self.close()
+                raise
 
     def start_workers(self, stories: int | None = None) -> float:
         """Start the worker processes that labelling ``stories`` stories (None: any number) would use,

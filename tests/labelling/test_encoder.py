@@ -183,6 +183,33 @@ def test_host_workers_stream_windows_and_a_failure_closes_them(tiny_encoder, gol
         assert lab.label(stories, batch_size=4) == serial
 
 
+def test_cpu_workers_a_killed_worker_leaves_the_next_call_a_new_pool(tiny_encoder, gold, monkeypatch):
+    # a CPU model worker that dies (killed, out of memory) breaks its executor for good: that call fails,
+    # the next one starts new processes, as beside a GPU (test_host_workers_stream_windows_and_a_failure_closes_them)
+    import os
+    import signal
+    import time
+    from concurrent.futures.process import BrokenProcessPool
+
+    import harness.labelling.encoder as E
+
+    out_dir, _ = tiny_encoder
+    stories = [g.story for g in gold[:6]]
+    monkeypatch.setattr(E, "CPU_WORKER_MIN", 1)
+    with EncoderLabeller(out_dir, device="cpu", precision="int8", workers=2) as lab:
+        want = lab.label(stories, batch_size=2)
+        pool = lab._pool
+        os.kill(next(iter(pool._processes)), signal.SIGKILL)
+        for _ in range(200):  # the executor marks itself broken once it sees the process gone
+            if pool._broken:
+                break
+            time.sleep(0.05)
+        with pytest.raises(BrokenProcessPool):
+            lab.label(stories, batch_size=2)
+        assert lab.label(stories, batch_size=2) == want
+        assert lab._pool is not pool
+
+
 @pytest.mark.parametrize("quantize", [True, False])
 def test_a_storys_probabilities_do_not_depend_on_its_batch(tiny_encoder, gold, labelled, quantize):
     # dynamic int8 quantisation scales a layer's input over the whole tensor: batched, one story's
