@@ -273,6 +273,10 @@ class _WordPieces:
 
     def encode(self, prefix: Sequence[str], words: list[tuple[str, int, int]], max_length: int) -> _Encoded:
         head, tail, head_types, story_type, tail_types = self.frame(prefix)
+        # a role prefix of more pieces than the model takes (MAX_ROLE_WORDS counts words: hundreds of CJK
+        # characters are one) is cut, leaving no room for the story, never given whole to overflow the positions
+        cut = max(max_length - len(tail), 1)
+        head, head_types = head[:cut], head_types[:cut]
         room = max(max_length - len(head) - len(tail), 0)
         body: list[int] = []
         word_token = []

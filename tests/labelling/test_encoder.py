@@ -777,6 +777,28 @@ def test_remembered_word_pieces_encode_as_the_tokenizer_word_by_word(max_length)
         assert sum(e.truncated for e in want) >= 3
 
 
+def test_a_role_prefix_longer_than_the_model_takes_is_cut(tiny_encoder):
+    # MAX_ROLE_WORDS counts words: a description in a script without spaces is one word of hundreds of pieces.
+    # The input stays within max_length, so the model (512 positions) takes it in either layout: beside a GPU,
+    # where the model runs on whole batches outside the labeller's guard, an overflow raised out of label()
+    from transformers import AutoTokenizer
+
+    from harness.labelling.base import RoleSpec, StoryInput
+    from harness.labelling.bases import base_model_path
+    from harness.labelling.encoder import _encode_many
+
+    tok = AutoTokenizer.from_pretrained(str(base_model_path()))
+    story = StoryInput("cjk", "Ms. Rivera taught Daniel.", (RoleSpec("subject", "\u8001\u5e08" * 300),
+                                                             RoleSpec("object", "student")))
+    for max_length in (384, 64):
+        e = _encode_many(tok, [story], None, max_length)[0]
+        assert len(e.input_ids) == len(e.token_type_ids) == max_length and e.truncated
+        assert e.input_ids[0] == tok.cls_token_id and e.input_ids[-1] == tok.sep_token_id
+    out_dir, _ = tiny_encoder
+    got = EncoderLabeller(out_dir, device="cpu", precision="float32", workers=0).label(story)
+    assert got.status == "truncated to 384 tokens"
+
+
 def _owned_story(owners=None):
     from harness.labelling.data import parse_row
 
