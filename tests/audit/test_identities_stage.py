@@ -1,0 +1,58 @@
+"""The identities stage on a hand-made run (no model): which characters build_characters makes from the
+labels, and when the whole-table stages count as current."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from harness.audit.labels import LABEL_SCHEMA, LABELS, text_sha1
+from harness.audit.stages import IDENTITIES, STATISTICS, stage_identities, stage_statistics
+from harness.config import parse_config
+from harness.pipeline import GENERATION_SCHEMA, GENERATIONS
+from harness.store import RunStore
+
+STORIES = {  # (prompt_id, sample_idx) -> text, domain, condition, love type, [(role, name, references)]
+    ("love-laden-01", 0): ("Maria paid the bill for dinner with her partner Jamal. He smiled.", "Love", "laden",
+                           "romantic", [("subject", "Maria", ["her"]), ("object", "Jamal", ["He"])]),
+    ("learning-neutral-01", 0): ("Sarah studied hard. She passed.", "Learning", "neutral", None,
+                                 [("subject", "Sarah", ["She"])]),
+}
+
+
+def _label_rows(stories=STORIES):
+    return [{"prompt_id": p, "sample_idx": i, "role": role, "role_description": "", "name": name,
+             "references": refs, "status": "ok", "labeller": "rules", "finish_reason": "ok",
+             "text_sha1": text_sha1(text)}
+            for (p, i), (text, _, _, _, chars) in stories.items() for role, name, refs in chars]
+
+
+def _run(tmp_path, stories=STORIES, **identity):
+    """A run directory with generations and labels written as the generate and label stages write them."""
+    cfg = parse_config({"name": "m1", "model": {"backend": "transformers", "path": "smollm2-135m"},
+                        "prompts": sorted({p for p, _ in stories}), "output_dir": str(tmp_path / "run"),
+                        "identity": identity})
+    store = RunStore(cfg.output_dir)
+    store.write_shard(GENERATIONS, [{"prompt_id": p, "sample_idx": i, "domain": d, "condition": c, "love_type": lt,
+                                     "text": t, "text_clean": t, "finish_reason": "stop"}
+                                    for (p, i), (t, d, c, lt, _) in stories.items()], "gen-0of1", GENERATION_SCHEMA)
+    store.write_shard(LABELS, _label_rows(stories), "labels-0of1", LABEL_SCHEMA)
+    return cfg, store
+
+
+def test_statistics_are_computed_again_when_the_identities_are(tmp_path):
+    """The statistics stage read the identities stage's output by its listing (file name and size) alone:
+    characters.parquet made again with other likelihoods (another name mode) had the same size, and the
+    statistics of the old characters were kept as current."""
+    from harness.audit.statistics import compute_tables
+
+    cfg, store = _run(tmp_path)
+    assert stage_identities(cfg, store).status == "done"
+    assert stage_statistics(cfg, store).status == "done"
+    renormalised = parse_config({**cfg.model_dump(), "identity": {"name_mode": "renormalised"}})
+    assert stage_identities(renormalised, store).status == "done"
+    assert stage_statistics(renormalised, store).status == "done"
+    assert stage_statistics(renormalised, store).status == "skipped (current)"
+    chars = pd.read_parquet(store.stage_dir(IDENTITIES) / "characters.parquet")
+    expected = compute_tables(chars, renormalised.statistics, min_population=renormalised.identity.min_population)
+    got = pd.read_parquet(store.stage_dir(STATISTICS) / "representation.parquet")
+    pd.testing.assert_frame_equal(got, expected["representation"].reset_index(drop=True), check_dtype=False)
