@@ -64,7 +64,9 @@ def build_characters(
     description = [r.description for r in role_rows]
     refs = [list(x) if x is not None else [] for x in df.references]
     genders = infer_genders(refs, df.text_clean.tolist(), lexicon=lexicon)
-    chosen = [select_name([n] if isinstance(n, str) else n, d) for n, d in zip(df.name, description)]
+    # a title that repeats the role comes off ("Nurse Emily" of the nurse is Emily), as the encoder's decoder
+    # takes it off its own names and the labellers' evaluation off every labeller's
+    chosen = [select_name([n] if isinstance(n, str) else n, d, role_title=False) for n, d in zip(df.name, description)]
     first = [parse_first_name(n, d) for n, d in zip(chosen, description)]
     lik = names.lookup(pd.Series(first, dtype=object))
     out = pd.DataFrame(

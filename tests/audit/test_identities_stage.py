@@ -56,3 +56,24 @@ def test_statistics_are_computed_again_when_the_identities_are(tmp_path):
     expected = compute_tables(chars, renormalised.statistics, min_population=renormalised.identity.min_population)
     got = pd.read_parquet(store.stage_dir(STATISTICS) / "representation.parquet")
     pd.testing.assert_frame_equal(got, expected["representation"].reset_index(drop=True), check_dtype=False)
+
+
+def test_a_title_that_repeats_the_role_comes_off_as_in_the_labellers_evaluation(tmp_path):
+    """An LLM labeller writes the name as the story does ("Nurse Emily" for the nurse). The identities stage
+    read it with the seed-000 role filter, which drops a name sharing a word with the role: the nurse was
+    unnamed, while the labeller's evaluation (and the encoder's decoder) reads her as Emily."""
+    from harness.identity.names import first_name_of
+
+    stories = {
+        ("labor-neutral-10", 0): ("Nurse Emily checked on every patient. She smiled.", "Labor", "neutral", None,
+                                  [("subject", "Nurse Emily", ["She"])]),
+        ("labor-neutral-06", 0): ("Doctor Ana Ruiz read the chart. She nodded.", "Labor", "neutral", None,
+                                  [("subject", "Doctor Ana Ruiz", ["She"])]),
+    }
+    cfg, store = _run(tmp_path, stories)
+    assert stage_identities(cfg, store).status == "done"
+    chars = pd.read_parquet(store.stage_dir(IDENTITIES) / "characters.parquet").set_index("prompt_id")
+    assert chars.first_name.to_dict() == {"labor-neutral-10": "Emily", "labor-neutral-06": "Ana"}
+    assert chars.white.notna().all()
+    # the evaluation's reading of the same names
+    assert first_name_of(["Nurse Emily"], "nurse", role_title=False) == "Emily"
