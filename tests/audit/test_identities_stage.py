@@ -77,3 +77,29 @@ def test_a_title_that_repeats_the_role_comes_off_as_in_the_labellers_evaluation(
     assert chars.white.notna().all()
     # the evaluation's reading of the same names
     assert first_name_of(["Nurse Emily"], "nurse", role_title=False) == "Emily"
+
+
+def test_a_retried_backend_failure_from_before_text_hashes_is_one_character(tmp_path):
+    """Label rows written before rows recorded their text's hash count as current whatever the text. A backend
+    failure's rows of then (no hash) and their retry's rows (hashed) have different keys, so the store keeps
+    both: every character of the story was counted twice, once unnamed with the failure as its status."""
+    import pyarrow as pa
+
+    from harness.audit.labels import labelled_keys
+
+    cfg, store = _run(tmp_path)
+    for p in store.shard_paths(LABELS):
+        p.unlink()
+    old_schema = pa.schema([f for f in LABEL_SCHEMA if f.name != "text_sha1"])
+    failure = [{**{k: v for k, v in r.items() if k != "text_sha1"}, "name": None, "references": [],
+                "status": "llm: backend error: HTTP 503 in 3 attempt(s)", "finish_reason": "error"}
+               for r in _label_rows()]
+    store.write_shard(LABELS, failure, "labels-0of1", old_schema)
+    texts = {k: v[0] for k, v in STORIES.items()}
+    assert labelled_keys(store, texts) == set()  # so the label stage labels them again
+    store.write_shard(LABELS, _label_rows(), "labels-0of1", LABEL_SCHEMA)
+    assert labelled_keys(store, texts) == set(STORIES)
+    assert stage_identities(cfg, store).status == "done"
+    chars = pd.read_parquet(store.stage_dir(IDENTITIES) / "characters.parquet")
+    assert len(chars) == 3 and not chars.duplicated(["prompt_id", "sample_idx", "role"]).any()
+    assert chars.label_status.eq("ok").all() and chars.first_name.notna().all()
