@@ -114,6 +114,7 @@ def stage_label(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int], prog
 
 def stage_identities(cfg: RunConfig, store: RunStore, **_: Any) -> StageResult:
     from harness.audit.characters import build_characters
+    from harness.identity import RACES
     from harness.identity.gender import load_lexicon
     from harness.identity.names import NameTable, name_lists
     from harness.suites import get_suite
@@ -133,7 +134,7 @@ def stage_identities(cfg: RunConfig, store: RunStore, **_: Any) -> StageResult:
     )
     write_table(store, IDENTITIES, "characters", chars, csv=False)
     named = chars.first_name.notna()
-    matched = chars[["white"]].notna().all(axis=1) & named
+    matched = chars[list(RACES)].notna().any(axis=1) & named  # as NameTable: any source has the name
     info = {
         "characters": len(chars),
         "named": int(named.sum()),

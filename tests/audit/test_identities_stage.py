@@ -103,3 +103,24 @@ def test_a_retried_backend_failure_from_before_text_hashes_is_one_character(tmp_
     chars = pd.read_parquet(store.stage_dir(IDENTITIES) / "characters.parquet")
     assert len(chars) == 3 and not chars.duplicated(["prompt_id", "sample_idx", "role"]).any()
     assert chars.label_status.eq("ok").all() and chars.first_name.notna().all()
+
+
+def test_a_name_only_the_mena_source_has_counts_as_matched(tmp_path):
+    """The stage's summary counted a named character as matched when its White likelihood was known, so a
+    name in names-dataset alone (MENA and NH/PI likelihoods, no U.S. entry) was reported unmatched although
+    the name table, and the statistics' labelling QA, match it."""
+    import json
+
+    from harness.audit.statistics import labelling_qa
+    from harness.identity.names import NameTable
+
+    stories = {("learning-neutral-01", 0): ("Shoroq studied hard. She passed.", "Learning", "neutral", None,
+                                            [("subject", "Shoroq", ["She"])])}
+    cfg, store = _run(tmp_path, stories)
+    shoroq = NameTable.load().lookup(["Shoroq"]).iloc[0]
+    assert shoroq.matched and pd.isna(shoroq.white) and shoroq.mena > 0.5
+    result = stage_identities(cfg, store)
+    assert result.detail == "1 characters, 1 named, 1 matched to the name table"
+    assert json.loads((store.stage_dir(IDENTITIES) / "_stage.json").read_text())["matched"] == 1
+    chars = pd.read_parquet(store.stage_dir(IDENTITIES) / "characters.parquet")
+    assert labelling_qa(chars).share_matched.tolist() == [1.0]
