@@ -44,9 +44,13 @@ def build_characters(
     stories = generations[["prompt_id", "sample_idx", "domain", "condition", "love_type", "text_clean"]]
     df = labels.merge(stories, on=["prompt_id", "sample_idx"], how="inner", validate="many_to_one")
     if TEXT_SHA1 in df.columns:  # the labels of an earlier text of a story (made again since) are not its labels
-        current = pd.Series([not isinstance(h, str) or h == text_sha1(t) for h, t in zip(df[TEXT_SHA1], df.text_clean)],
+        hashed = df[TEXT_SHA1].map(lambda h: isinstance(h, str))
+        of_text = pd.Series([isinstance(h, str) and h == text_sha1(t) for h, t in zip(df[TEXT_SHA1], df.text_clean)],
                             index=df.index)
-        unlabelled = ~current.groupby([df.prompt_id, df.sample_idx]).transform("any")
+        story = [df.prompt_id, df.sample_idx]
+        # rows of before the hash count as current, unless the story has rows of its text (a retry since)
+        current = of_text | (~hashed & ~of_text.groupby(story).transform("any"))
+        unlabelled = ~current.groupby(story).transform("any")
         if unlabelled.any():
             row = df[unlabelled].iloc[0]
             raise DataError(f"labels: {int(unlabelled.sum())} label rows (story {row.prompt_id}#{row.sample_idx} and "
@@ -64,7 +68,9 @@ def build_characters(
     description = [r.description for r in role_rows]
     refs = [list(x) if x is not None else [] for x in df.references]
     genders = infer_genders(refs, df.text_clean.tolist(), lexicon=lexicon)
-    chosen = [select_name([n] if isinstance(n, str) else n, d) for n, d in zip(df.name, description)]
+    # a title that repeats the role comes off ("Nurse Emily" of the nurse is Emily), as the encoder's decoder
+    # takes it off its own names and the labellers' evaluation off every labeller's
+    chosen = [select_name([n] if isinstance(n, str) else n, d, role_title=False) for n, d in zip(df.name, description)]
     first = [parse_first_name(n, d) for n, d in zip(chosen, description)]
     lik = names.lookup(pd.Series(first, dtype=object))
     out = pd.DataFrame(

@@ -45,9 +45,13 @@ def _listing(store: RunStore, stage: str) -> list[tuple[str, int]]:
 
 
 def fingerprint(store: RunStore, upstream: list[str], options: dict[str, Any]) -> str:
+    """A hash of the upstream stages' listings and ``options``; an upstream whole-table stage (one with a
+    ``_stage.json``) adds the fingerprint it was made with: its tables keep their names when made again,
+    and may keep their sizes (other likelihoods, same floats), so the listing alone would not change."""
     h = hashlib.sha256()
     for stage in upstream:
-        h.update(json.dumps([stage, _listing(store, stage)]).encode())
+        made_with = recorded_fingerprint(store, stage)
+        h.update(json.dumps([stage, _listing(store, stage)] + ([made_with] if made_with else [])).encode())
     h.update(json.dumps(options, sort_keys=True, default=str).encode())
     return h.hexdigest()
 
@@ -56,11 +60,16 @@ def _state_path(store: RunStore, stage: str) -> Path:
     return store.stage_dir(stage) / "_stage.json"
 
 
-def is_current(store: RunStore, stage: str, fp: str) -> bool:
+def recorded_fingerprint(store: RunStore, stage: str) -> str | None:
+    """The fingerprint ``stage`` last recorded as current (None: none recorded)."""
     try:
-        return json.loads(_state_path(store, stage).read_text()).get("fingerprint") == fp
+        return json.loads(_state_path(store, stage).read_text()).get("fingerprint")
     except (FileNotFoundError, json.JSONDecodeError):
-        return False
+        return None
+
+
+def is_current(store: RunStore, stage: str, fp: str) -> bool:
+    return recorded_fingerprint(store, stage) == fp
 
 
 def mark_current(store: RunStore, stage: str, fp: str, info: dict[str, Any]) -> None:
@@ -105,6 +114,7 @@ def stage_label(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int], prog
 
 def stage_identities(cfg: RunConfig, store: RunStore, **_: Any) -> StageResult:
     from harness.audit.characters import build_characters
+    from harness.identity import RACES
     from harness.identity.gender import load_lexicon
     from harness.identity.names import NameTable, name_lists
     from harness.suites import get_suite
@@ -124,7 +134,7 @@ def stage_identities(cfg: RunConfig, store: RunStore, **_: Any) -> StageResult:
     )
     write_table(store, IDENTITIES, "characters", chars, csv=False)
     named = chars.first_name.notna()
-    matched = chars[["white"]].notna().all(axis=1) & named
+    matched = chars[list(RACES)].notna().any(axis=1) & named  # as NameTable: any source has the name
     info = {
         "characters": len(chars),
         "named": int(named.sum()),

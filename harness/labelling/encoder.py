@@ -273,6 +273,10 @@ class _WordPieces:
 
     def encode(self, prefix: Sequence[str], words: list[tuple[str, int, int]], max_length: int) -> _Encoded:
         head, tail, head_types, story_type, tail_types = self.frame(prefix)
+        # a role prefix of more pieces than the model takes (MAX_ROLE_WORDS counts words: hundreds of CJK
+        # characters are one) is cut, leaving no room for the story, never given whole to overflow the positions
+        cut = max(max_length - len(tail), 1)
+        head, head_types = head[:cut], head_types[:cut]
         room = max(max_length - len(head) - len(tail), 0)
         body: list[int] = []
         word_token = []
@@ -548,12 +552,18 @@ class EncoderLabeller(Labeller):
             from collections import deque
 
             ahead: deque = deque()
-            for b in batches:
-                ahead.append(pool.submit(_worker_label, list(b)))
-                if len(ahead) > 2 * self.workers:
+            try:
+                for b in batches:
+                    ahead.append(pool.submit(_worker_label, list(b)))
+                    if len(ahead) > 2 * self.workers:
+                        yield ahead.popleft().result()
+                while ahead:
                     yield ahead.popleft().result()
-            while ahead:
-                yield ahead.popleft().result()
+            except BrokenProcessPool:
+                # a worker died (killed, out of memory): the executor takes no more tasks; the next call starts
+                # a new one
+                self.close()
+                raise
 
     def start_workers(self, stories: int | None = None) -> float:
         """Start the worker processes that labelling ``stories`` stories (None: any number) would use,

@@ -183,6 +183,33 @@ def test_host_workers_stream_windows_and_a_failure_closes_them(tiny_encoder, gol
         assert lab.label(stories, batch_size=4) == serial
 
 
+def test_cpu_workers_a_killed_worker_leaves_the_next_call_a_new_pool(tiny_encoder, gold, monkeypatch):
+    # a CPU model worker that dies (killed, out of memory) breaks its executor for good: that call fails,
+    # the next one starts new processes, as beside a GPU (test_host_workers_stream_windows_and_a_failure_closes_them)
+    import os
+    import signal
+    import time
+    from concurrent.futures.process import BrokenProcessPool
+
+    import harness.labelling.encoder as E
+
+    out_dir, _ = tiny_encoder
+    stories = [g.story for g in gold[:6]]
+    monkeypatch.setattr(E, "CPU_WORKER_MIN", 1)
+    with EncoderLabeller(out_dir, device="cpu", precision="int8", workers=2) as lab:
+        want = lab.label(stories, batch_size=2)
+        pool = lab._pool
+        os.kill(next(iter(pool._processes)), signal.SIGKILL)
+        for _ in range(200):  # the executor marks itself broken once it sees the process gone
+            if pool._broken:
+                break
+            time.sleep(0.05)
+        with pytest.raises(BrokenProcessPool):
+            lab.label(stories, batch_size=2)
+        assert lab.label(stories, batch_size=2) == want
+        assert lab._pool is not pool
+
+
 @pytest.mark.parametrize("quantize", [True, False])
 def test_a_storys_probabilities_do_not_depend_on_its_batch(tiny_encoder, gold, labelled, quantize):
     # dynamic int8 quantisation scales a layer's input over the whole tensor: batched, one story's
@@ -748,6 +775,28 @@ def test_remembered_word_pieces_encode_as_the_tokenizer_word_by_word(max_length)
     assert len(small.pieces) <= max(50, *(len({w for w, _, _ in split_words(s.text)}) for s in stories))
     if max_length < 384:
         assert sum(e.truncated for e in want) >= 3
+
+
+def test_a_role_prefix_longer_than_the_model_takes_is_cut(tiny_encoder):
+    # MAX_ROLE_WORDS counts words: a description in a script without spaces is one word of hundreds of pieces.
+    # The input stays within max_length, so the model (512 positions) takes it in either layout: beside a GPU,
+    # where the model runs on whole batches outside the labeller's guard, an overflow raised out of label()
+    from transformers import AutoTokenizer
+
+    from harness.labelling.base import RoleSpec, StoryInput
+    from harness.labelling.bases import base_model_path
+    from harness.labelling.encoder import _encode_many
+
+    tok = AutoTokenizer.from_pretrained(str(base_model_path()))
+    story = StoryInput("cjk", "Ms. Rivera taught Daniel.", (RoleSpec("subject", "\u8001\u5e08" * 300),
+                                                             RoleSpec("object", "student")))
+    for max_length in (384, 64):
+        e = _encode_many(tok, [story], None, max_length)[0]
+        assert len(e.input_ids) == len(e.token_type_ids) == max_length and e.truncated
+        assert e.input_ids[0] == tok.cls_token_id and e.input_ids[-1] == tok.sep_token_id
+    out_dir, _ = tiny_encoder
+    got = EncoderLabeller(out_dir, device="cpu", precision="float32", workers=0).label(story)
+    assert got.status == "truncated to 384 tokens"
 
 
 def _owned_story(owners=None):

@@ -1,0 +1,126 @@
+"""The identities stage on a hand-made run (no model): which characters build_characters makes from the
+labels, and when the whole-table stages count as current."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from harness.audit.labels import LABEL_SCHEMA, LABELS, text_sha1
+from harness.audit.stages import IDENTITIES, STATISTICS, stage_identities, stage_statistics
+from harness.config import parse_config
+from harness.pipeline import GENERATION_SCHEMA, GENERATIONS
+from harness.store import RunStore
+
+STORIES = {  # (prompt_id, sample_idx) -> text, domain, condition, love type, [(role, name, references)]
+    ("love-laden-01", 0): ("Maria paid the bill for dinner with her partner Jamal. He smiled.", "Love", "laden",
+                           "romantic", [("subject", "Maria", ["her"]), ("object", "Jamal", ["He"])]),
+    ("learning-neutral-01", 0): ("Sarah studied hard. She passed.", "Learning", "neutral", None,
+                                 [("subject", "Sarah", ["She"])]),
+}
+
+
+def _label_rows(stories=STORIES):
+    return [{"prompt_id": p, "sample_idx": i, "role": role, "role_description": "", "name": name,
+             "references": refs, "status": "ok", "labeller": "rules", "finish_reason": "ok",
+             "text_sha1": text_sha1(text)}
+            for (p, i), (text, _, _, _, chars) in stories.items() for role, name, refs in chars]
+
+
+def _run(tmp_path, stories=STORIES, **identity):
+    """A run directory with generations and labels written as the generate and label stages write them."""
+    cfg = parse_config({"name": "m1", "model": {"backend": "transformers", "path": "smollm2-135m"},
+                        "prompts": sorted({p for p, _ in stories}), "output_dir": str(tmp_path / "run"),
+                        "identity": identity})
+    store = RunStore(cfg.output_dir)
+    store.write_shard(GENERATIONS, [{"prompt_id": p, "sample_idx": i, "domain": d, "condition": c, "love_type": lt,
+                                     "text": t, "text_clean": t, "finish_reason": "stop"}
+                                    for (p, i), (t, d, c, lt, _) in stories.items()], "gen-0of1", GENERATION_SCHEMA)
+    store.write_shard(LABELS, _label_rows(stories), "labels-0of1", LABEL_SCHEMA)
+    return cfg, store
+
+
+def test_statistics_are_computed_again_when_the_identities_are(tmp_path):
+    """The statistics stage read the identities stage's output by its listing (file name and size) alone:
+    characters.parquet made again with other likelihoods (another name mode) had the same size, and the
+    statistics of the old characters were kept as current."""
+    from harness.audit.statistics import compute_tables
+
+    cfg, store = _run(tmp_path)
+    assert stage_identities(cfg, store).status == "done"
+    assert stage_statistics(cfg, store).status == "done"
+    renormalised = parse_config({**cfg.model_dump(), "identity": {"name_mode": "renormalised"}})
+    assert stage_identities(renormalised, store).status == "done"
+    assert stage_statistics(renormalised, store).status == "done"
+    assert stage_statistics(renormalised, store).status == "skipped (current)"
+    chars = pd.read_parquet(store.stage_dir(IDENTITIES) / "characters.parquet")
+    expected = compute_tables(chars, renormalised.statistics, min_population=renormalised.identity.min_population)
+    got = pd.read_parquet(store.stage_dir(STATISTICS) / "representation.parquet")
+    pd.testing.assert_frame_equal(got, expected["representation"].reset_index(drop=True), check_dtype=False)
+
+
+def test_a_title_that_repeats_the_role_comes_off_as_in_the_labellers_evaluation(tmp_path):
+    """An LLM labeller writes the name as the story does ("Nurse Emily" for the nurse). The identities stage
+    read it with the seed-000 role filter, which drops a name sharing a word with the role: the nurse was
+    unnamed, while the labeller's evaluation (and the encoder's decoder) reads her as Emily."""
+    from harness.identity.names import first_name_of
+
+    stories = {
+        ("labor-neutral-10", 0): ("Nurse Emily checked on every patient. She smiled.", "Labor", "neutral", None,
+                                  [("subject", "Nurse Emily", ["She"])]),
+        ("labor-neutral-06", 0): ("Doctor Ana Ruiz read the chart. She nodded.", "Labor", "neutral", None,
+                                  [("subject", "Doctor Ana Ruiz", ["She"])]),
+    }
+    cfg, store = _run(tmp_path, stories)
+    assert stage_identities(cfg, store).status == "done"
+    chars = pd.read_parquet(store.stage_dir(IDENTITIES) / "characters.parquet").set_index("prompt_id")
+    assert chars.first_name.to_dict() == {"labor-neutral-10": "Emily", "labor-neutral-06": "Ana"}
+    assert chars.white.notna().all()
+    # the evaluation's reading of the same names
+    assert first_name_of(["Nurse Emily"], "nurse", role_title=False) == "Emily"
+
+
+def test_a_retried_backend_failure_from_before_text_hashes_is_one_character(tmp_path):
+    """Label rows written before rows recorded their text's hash count as current whatever the text. A backend
+    failure's rows of then (no hash) and their retry's rows (hashed) have different keys, so the store keeps
+    both: every character of the story was counted twice, once unnamed with the failure as its status."""
+    import pyarrow as pa
+
+    from harness.audit.labels import labelled_keys
+
+    cfg, store = _run(tmp_path)
+    for p in store.shard_paths(LABELS):
+        p.unlink()
+    old_schema = pa.schema([f for f in LABEL_SCHEMA if f.name != "text_sha1"])
+    failure = [{**{k: v for k, v in r.items() if k != "text_sha1"}, "name": None, "references": [],
+                "status": "llm: backend error: HTTP 503 in 3 attempt(s)", "finish_reason": "error"}
+               for r in _label_rows()]
+    store.write_shard(LABELS, failure, "labels-0of1", old_schema)
+    texts = {k: v[0] for k, v in STORIES.items()}
+    assert labelled_keys(store, texts) == set()  # so the label stage labels them again
+    store.write_shard(LABELS, _label_rows(), "labels-0of1", LABEL_SCHEMA)
+    assert labelled_keys(store, texts) == set(STORIES)
+    assert stage_identities(cfg, store).status == "done"
+    chars = pd.read_parquet(store.stage_dir(IDENTITIES) / "characters.parquet")
+    assert len(chars) == 3 and not chars.duplicated(["prompt_id", "sample_idx", "role"]).any()
+    assert chars.label_status.eq("ok").all() and chars.first_name.notna().all()
+
+
+def test_a_name_only_the_mena_source_has_counts_as_matched(tmp_path):
+    """The stage's summary counted a named character as matched when its White likelihood was known, so a
+    name in names-dataset alone (MENA and NH/PI likelihoods, no U.S. entry) was reported unmatched although
+    the name table, and the statistics' labelling QA, match it."""
+    import json
+
+    from harness.audit.statistics import labelling_qa
+    from harness.identity.names import NameTable
+
+    stories = {("learning-neutral-01", 0): ("Shoroq studied hard. She passed.", "Learning", "neutral", None,
+                                            [("subject", "Shoroq", ["She"])])}
+    cfg, store = _run(tmp_path, stories)
+    shoroq = NameTable.load().lookup(["Shoroq"]).iloc[0]
+    assert shoroq.matched and pd.isna(shoroq.white) and shoroq.mena > 0.5
+    result = stage_identities(cfg, store)
+    assert result.detail == "1 characters, 1 named, 1 matched to the name table"
+    assert json.loads((store.stage_dir(IDENTITIES) / "_stage.json").read_text())["matched"] == 1
+    chars = pd.read_parquet(store.stage_dir(IDENTITIES) / "characters.parquet")
+    assert labelling_qa(chars).share_matched.tolist() == [1.0]
