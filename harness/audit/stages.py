@@ -122,15 +122,18 @@ def stage_identities(cfg: RunConfig, store: RunStore, **_: Any) -> StageResult:
     t = time.perf_counter()
     names = NameTable.load(mode=cfg.identity.name_mode)
     lexicon = load_lexicon(cfg.identity.lexicon)
+    suite = get_suite(cfg.suite, cfg.wording)
+    # the model's name and the suite's roles are written into every character row too
     options = {"identity": cfg.identity.model_dump(), "names": names.provenance, "lexicon": lexicon.provenance(),
-               "name_parsing": name_lists().version}
+               "name_parsing": name_lists().version, "model": cfg.name,
+               "suite": [suite.name, suite.version, suite.wording]}
     fp = fingerprint(store, [GENERATIONS, LABELS], options)
     if is_current(store, IDENTITIES, fp):
         return StageResult("identities", "skipped (current)", time.perf_counter() - t)
     generations = store.read_stage(GENERATIONS)
     labels = store.read_stage(LABELS, key=("prompt_id", "sample_idx", "role", TEXT_SHA1))  # build_characters picks
     chars = build_characters(
-        generations, labels, get_suite(cfg.suite, cfg.wording), model=cfg.name, names=names, lexicon=cfg.identity.lexicon
+        generations, labels, suite, model=cfg.name, names=names, lexicon=cfg.identity.lexicon
     )
     write_table(store, IDENTITIES, "characters", chars, csv=False)
     named = chars.first_name.notna()

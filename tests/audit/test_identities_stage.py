@@ -58,6 +58,18 @@ def test_statistics_are_computed_again_when_the_identities_are(tmp_path):
     pd.testing.assert_frame_equal(got, expected["representation"].reset_index(drop=True), check_dtype=False)
 
 
+def test_the_characters_are_made_again_under_another_model_name(tmp_path):
+    """Every character row carries the config's ``name`` (its ``model`` column): renaming the run's model
+    made the identities stage skip as current and keep the old name in every row."""
+    cfg, store = _run(tmp_path)
+    assert stage_identities(cfg, store).status == "done"
+    assert stage_identities(cfg, store).status == "skipped (current)"
+    renamed = parse_config({**cfg.model_dump(), "name": "m2"})
+    assert stage_identities(renamed, store).status == "done"
+    chars = pd.read_parquet(store.stage_dir(IDENTITIES) / "characters.parquet")
+    assert set(chars.model) == {"m2"}
+
+
 def test_a_title_that_repeats_the_role_comes_off_as_in_the_labellers_evaluation(tmp_path):
     """An LLM labeller writes the name as the story does ("Nurse Emily" for the nurse). The identities stage
     read it with the seed-000 role filter, which drops a name sharing a word with the role: the nurse was
