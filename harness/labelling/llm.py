@@ -165,7 +165,11 @@ def parse_json_object(text: str, *, cut: bool = False) -> dict[str, Any]:
 
 
 def _norm_key(k: str) -> str:
-    return re.sub(r"\s+", " ", str(k).strip().strip("'\"").casefold())
+    """A key as words: case, underscores, a possessive and a closing colon aside ("Patient's_Name:" is
+    "patient name")."""
+    k = str(k).strip().strip("'\"").casefold().replace("_", " ")
+    k = re.sub(r"['’]s\b", "", k).rstrip(": ")
+    return re.sub(r"\s+", " ", k).strip()
 
 
 def _pick(obj: dict[str, Any], roles: Sequence[str], suffix: str) -> list[Any]:

@@ -132,6 +132,16 @@ def test_parse_keeps_exact_keys_where_the_model_reworded_another():
     assert lab.character("object").name == "Tom" and lab.character("object").references == ("him",)
 
 
+def test_parse_reads_keys_written_with_underscores_possessives_or_colons():
+    """A model not held to the schema writes "doctor_name", "patient's name" or "Doctor Name:"; they are the
+    role's keys, not missing ones (and key order, which may swap roles, is not needed for them)."""
+    reply = json.dumps({"needy patient's name:": "Tom", "Doctor_Name": "Dr. Ana Ruiz",
+                        "needy_patient_references": ["him"], "doctor's references:": ["She"]})
+    lab = parse_response(reply, STORY)
+    assert lab.character("subject").name == "Dr. Ana Ruiz" and lab.character("subject").references == ("She",)
+    assert lab.character("object").name == "Tom" and lab.character("object").references == ("him",)
+
+
 def test_parse_flattens_nested_values_and_drops_objects():
     reply = json.dumps({"doctor name": [["Dr. Ana Ruiz"]], "needy patient name": {"first": "Tom"},
                         "doctor references": [{"a": "She"}, "She"], "needy patient references": [["him"]]})
