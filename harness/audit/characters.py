@@ -48,8 +48,9 @@ def build_characters(
         of_text = pd.Series([isinstance(h, str) and h == text_sha1(t) for h, t in zip(df[TEXT_SHA1], df.text_clean)],
                             index=df.index)
         story = [df.prompt_id, df.sample_idx]
-        # rows of before the hash count as current, unless the story has rows of its text (a retry since)
-        current = of_text | (~hashed & ~of_text.groupby(story).transform("any"))
+        # rows of before the hash count as current, unless the story has hashed rows: written since (a retry of
+        # a failure), they hold its labels, of its text or of an earlier one
+        current = of_text | (~hashed & ~hashed.groupby(story).transform("any"))
         unlabelled = ~current.groupby(story).transform("any")
         if unlabelled.any():
             row = df[unlabelled].iloc[0]

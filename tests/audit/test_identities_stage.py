@@ -136,3 +136,29 @@ def test_a_name_only_the_mena_source_has_counts_as_matched(tmp_path):
     assert json.loads((store.stage_dir(IDENTITIES) / "_stage.json").read_text())["matched"] == 1
     chars = pd.read_parquet(store.stage_dir(IDENTITIES) / "characters.parquet")
     assert labelling_qa(chars).share_matched.tolist() == [1.0]
+
+
+def test_a_failure_from_before_text_hashes_does_not_stand_in_for_labels_of_an_earlier_text(tmp_path):
+    """A story whose backend failure of before text hashes (no hash) was retried (hashed rows), and whose text
+    was made again since: its only labels are of an earlier text, and the label stage labels it again. The
+    identities stage took the unhashed failure rows as current (the story had no rows of its current text)
+    and built its characters, unnamed, with the failure as their status, instead of stopping."""
+    import pyarrow as pa
+    import pytest
+
+    from harness.audit.labels import labelled_keys
+    from harness.errors import DataError
+
+    cfg, store = _run(tmp_path)
+    for p in store.shard_paths(LABELS):
+        p.unlink()
+    old_schema = pa.schema([f for f in LABEL_SCHEMA if f.name != "text_sha1"])
+    failure = [{**{k: v for k, v in r.items() if k != "text_sha1"}, "name": None, "references": [],
+                "status": "llm: backend error: HTTP 503 in 3 attempt(s)", "finish_reason": "error"}
+               for r in _label_rows()]
+    store.write_shard(LABELS, failure, "labels-0of1", old_schema)
+    earlier = {k: (v[0] + " Then it rained.", *v[1:]) for k, v in STORIES.items()}
+    store.write_shard(LABELS, _label_rows(earlier), "labels-0of1", LABEL_SCHEMA)
+    assert labelled_keys(store, {k: v[0] for k, v in STORIES.items()}) == set()
+    with pytest.raises(DataError, match="earlier text"):
+        stage_identities(cfg, store)
