@@ -18,12 +18,21 @@ from harness.identity import RACES
 from harness.identity.gender import load_lexicon, infer_genders
 from harness.identity.names import NameTable, parse_first_name, select_name
 from harness.suites import Suite
+from harness.store import ERROR, STATUS
 
 LABEL_COLUMNS = ("prompt_id", "sample_idx", "role", "name", "references", "status")
 CHARACTER_COLUMNS = (
     "story_id", "prompt_id", "sample_idx", "model", "domain", "condition", "love_type", "role",
     "power_role", "gender", "name", "first_name", "name_population", "label_status", *RACES,
 )
+
+
+def _failed_generations(generations: pd.DataFrame) -> set[tuple[str, int]]:
+    """The stories whose generation row is a failed request (``finish_reason`` "error"): no story was written."""
+    if STATUS not in generations.columns:
+        return set()
+    bad = generations[generations[STATUS].eq(ERROR)]
+    return set(zip(bad.prompt_id, bad.sample_idx.astype(int)))
 
 
 def build_characters(
@@ -51,7 +60,11 @@ def build_characters(
         # rows of before the hash count as current, unless the story has hashed rows: written since (a retry of
         # a failure), they hold its labels, of its text or of an earlier one
         current = of_text | (~hashed & ~hashed.groupby(story).transform("any"))
-        unlabelled = ~current.groupby(story).transform("any")
+        # a story whose generation failed since (no text now: the next generate retries it) has no labels
+        failed = _failed_generations(generations)
+        gone = pd.Series([k in failed for k in zip(df.prompt_id, df.sample_idx)], index=df.index, dtype=bool)
+        current &= ~gone
+        unlabelled = ~current.groupby(story).transform("any") & ~gone
         if unlabelled.any():
             row = df[unlabelled].iloc[0]
             raise DataError(f"labels: {int(unlabelled.sum())} label rows (story {row.prompt_id}#{row.sample_idx} and "

@@ -162,3 +162,21 @@ def test_a_failure_from_before_text_hashes_does_not_stand_in_for_labels_of_an_ea
     assert labelled_keys(store, {k: v[0] for k, v in STORIES.items()}) == set()
     with pytest.raises(DataError, match="earlier text"):
         stage_identities(cfg, store)
+
+
+def test_a_story_whose_generation_failed_since_has_no_characters_and_no_error(tmp_path):
+    """A story made again whose new generation failed (no text; the next generate retries it) still has the
+    labels of its earlier text: they are no labels of it, and the label stage skips a failed generation, so
+    the error "rerun the label stage" could never clear. The story has no characters until it is generated."""
+    cfg = parse_config({"name": "m1", "model": {"backend": "transformers", "path": "smollm2-135m"},
+                        "prompts": sorted({p for p, _ in STORIES}), "output_dir": str(tmp_path / "run")})
+    store = RunStore(cfg.output_dir)
+    failed = ("learning-neutral-01", 0)
+    store.write_shard(GENERATIONS, [{"prompt_id": p, "sample_idx": i, "domain": d, "condition": c, "love_type": lt,
+                                     "text": "" if (p, i) == failed else t, "text_clean": "" if (p, i) == failed else t,
+                                     "finish_reason": "error" if (p, i) == failed else "stop"}
+                                    for (p, i), (t, d, c, lt, _) in STORIES.items()], "gen-0of1", GENERATION_SCHEMA)
+    store.write_shard(LABELS, _label_rows(), "labels-0of1", LABEL_SCHEMA)
+    assert stage_identities(cfg, store).status == "done"
+    chars = pd.read_parquet(store.stage_dir(IDENTITIES) / "characters.parquet")
+    assert set(chars.prompt_id) == {"love-laden-01"} and len(chars) == 2
