@@ -39,6 +39,21 @@ def _run(tmp_path, stories=STORIES, **identity):
     return cfg, store
 
 
+def _run_with_failures_of_before_text_hashes(tmp_path):
+    """A run whose labels are all backend failures written before label rows held ``text_sha1``."""
+    import pyarrow as pa
+
+    cfg, store = _run(tmp_path)
+    for p in store.shard_paths(LABELS):
+        p.unlink()
+    old_schema = pa.schema([f for f in LABEL_SCHEMA if f.name != "text_sha1"])
+    failure = [{**{k: v for k, v in r.items() if k != "text_sha1"}, "name": None, "references": [],
+                "status": "llm: backend error: HTTP 503 in 3 attempt(s)", "finish_reason": "error"}
+               for r in _label_rows()]
+    store.write_shard(LABELS, failure, "labels-0of1", old_schema)
+    return cfg, store
+
+
 def test_statistics_are_computed_again_when_the_identities_are(tmp_path):
     """The statistics stage read the identities stage's output by its listing (file name and size) alone:
     characters.parquet made again with other likelihoods (another name mode) had the same size, and the
@@ -95,18 +110,9 @@ def test_a_retried_backend_failure_from_before_text_hashes_is_one_character(tmp_
     """Label rows written before rows recorded their text's hash count as current whatever the text. A backend
     failure's rows of then (no hash) and their retry's rows (hashed) have different keys, so the store keeps
     both: every character of the story was counted twice, once unnamed with the failure as its status."""
-    import pyarrow as pa
-
     from harness.audit.labels import labelled_keys
 
-    cfg, store = _run(tmp_path)
-    for p in store.shard_paths(LABELS):
-        p.unlink()
-    old_schema = pa.schema([f for f in LABEL_SCHEMA if f.name != "text_sha1"])
-    failure = [{**{k: v for k, v in r.items() if k != "text_sha1"}, "name": None, "references": [],
-                "status": "llm: backend error: HTTP 503 in 3 attempt(s)", "finish_reason": "error"}
-               for r in _label_rows()]
-    store.write_shard(LABELS, failure, "labels-0of1", old_schema)
+    cfg, store = _run_with_failures_of_before_text_hashes(tmp_path)
     texts = {k: v[0] for k, v in STORIES.items()}
     assert labelled_keys(store, texts) == set()  # so the label stage labels them again
     store.write_shard(LABELS, _label_rows(), "labels-0of1", LABEL_SCHEMA)
@@ -143,20 +149,12 @@ def test_a_failure_from_before_text_hashes_does_not_stand_in_for_labels_of_an_ea
     was made again since: its only labels are of an earlier text, and the label stage labels it again. The
     identities stage took the unhashed failure rows as current (the story had no rows of its current text)
     and built its characters, unnamed, with the failure as their status, instead of stopping."""
-    import pyarrow as pa
     import pytest
 
     from harness.audit.labels import labelled_keys
     from harness.errors import DataError
 
-    cfg, store = _run(tmp_path)
-    for p in store.shard_paths(LABELS):
-        p.unlink()
-    old_schema = pa.schema([f for f in LABEL_SCHEMA if f.name != "text_sha1"])
-    failure = [{**{k: v for k, v in r.items() if k != "text_sha1"}, "name": None, "references": [],
-                "status": "llm: backend error: HTTP 503 in 3 attempt(s)", "finish_reason": "error"}
-               for r in _label_rows()]
-    store.write_shard(LABELS, failure, "labels-0of1", old_schema)
+    cfg, store = _run_with_failures_of_before_text_hashes(tmp_path)
     earlier = {k: (v[0] + " Then it rained.", *v[1:]) for k, v in STORIES.items()}
     store.write_shard(LABELS, _label_rows(earlier), "labels-0of1", LABEL_SCHEMA)
     assert labelled_keys(store, {k: v[0] for k, v in STORIES.items()}) == set()
