@@ -51,11 +51,12 @@ def build_characters(
     if labels.empty:
         return pd.DataFrame(columns=list(CHARACTER_COLUMNS))
     stories = generations[["prompt_id", "sample_idx", "domain", "condition", "love_type", "text_clean"]]
+    if TEXT_SHA1 in labels.columns:  # each story's text hashed once, not once per character
+        stories = stories.assign(_text_sha1=stories.text_clean.map(text_sha1))
     df = labels.merge(stories, on=["prompt_id", "sample_idx"], how="inner", validate="many_to_one")
     if TEXT_SHA1 in df.columns:  # the labels of an earlier text of a story (made again since) are not its labels
         hashed = df[TEXT_SHA1].map(lambda h: isinstance(h, str))
-        of_text = pd.Series([isinstance(h, str) and h == text_sha1(t) for h, t in zip(df[TEXT_SHA1], df.text_clean)],
-                            index=df.index)
+        of_text = df[TEXT_SHA1].eq(df.pop("_text_sha1"))
         story = [df.prompt_id, df.sample_idx]
         # rows of before the hash count as current, unless the story has hashed rows: written since (a retry of
         # a failure), they hold its labels, of its text or of an earlier one

@@ -56,9 +56,9 @@ def text_sha1(text: str | None) -> str:
     return hashlib.sha1((text if isinstance(text, str) else "").encode()).hexdigest()
 
 
-def labelled_keys(store: RunStore, texts: dict[tuple[str, int], str | None]) -> set[tuple[str, int]]:
-    """The stories labelled from their current text (``texts``: key -> text_clean), not counting a backend
-    failure's rows; rows written before ``TEXT_SHA1`` was recorded count whatever the text."""
+def labelled_keys(store: RunStore, hashes: dict[tuple[str, int], str]) -> set[tuple[str, int]]:
+    """The stories labelled from their current text (``hashes``: key -> ``text_sha1`` of its text_clean), not
+    counting a backend failure's rows; rows written before ``TEXT_SHA1`` was recorded count whatever the text."""
     rows = store.read_stage(LABELS, key=(*KEY, "role", TEXT_SHA1))
     if rows.empty:
         return set()
@@ -66,7 +66,7 @@ def labelled_keys(store: RunStore, texts: dict[tuple[str, int], str | None]) -> 
     good = rows[STATUS].ne(ERROR) if STATUS in rows.columns else pd.Series(True, index=rows.index)
     keys = list(zip(rows.prompt_id, rows.sample_idx.astype(int)))
     return {k for k, h, ok in zip(keys, sha, good)
-            if ok and (not isinstance(h, str) or k not in texts or h == text_sha1(texts[k]))}
+            if ok and (not isinstance(h, str) or hashes.get(k, h) == h)}
 
 
 def encoder_dir(cfg: RunConfig) -> Path:
@@ -199,8 +199,8 @@ def label_run(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int] = (0, 1
         raise DataError(f"{store.stage_dir(GENERATIONS)}: no generated stories to label; run the generate stage "
                         f"first (harness run CONFIG --stages generate)")
     gens = store.read_stage(GENERATIONS, columns=["prompt_id", "sample_idx", "text_clean", STATUS])
-    texts = dict(zip(zip(gens.prompt_id, gens.sample_idx.astype(int)), gens.text_clean))
-    done = labelled_keys(store, texts)
+    hashes = {k: text_sha1(t) for k, t in zip(zip(gens.prompt_id, gens.sample_idx.astype(int)), gens.text_clean)}
+    done = labelled_keys(store, hashes)
     check_label_settings(store, cfg, len(done))
     prompts = get_suite(cfg.suite, cfg.wording).by_id()
     failed_gen = gens[STATUS].eq(ERROR).tolist() if STATUS in gens.columns else [False] * len(gens)
@@ -225,13 +225,13 @@ def label_run(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int] = (0, 1
         ]
         rows: list[dict[str, Any]] = []
         desc = {(pid, r.key): r.description for pid, p in prompts.items() for r in p.roles}
-        for (pid, idx, text), labels in zip(todo, labeller.iter_label(stories, batch_size=cfg.label.batch_size, progress=progress)):
+        for (pid, idx, _), labels in zip(todo, labeller.iter_label(stories, batch_size=cfg.label.batch_size, progress=progress)):
             for c in labels.characters:
                 failed += c.status != "ok"
                 rows.append({
                     "prompt_id": pid, "sample_idx": idx, "role": c.role, "role_description": desc[(pid, c.role)],
                     "name": c.name, "references": list(c.references), "status": c.status, "labeller": labeller.name,
-                    STATUS: ERROR if c.status.startswith(BACKEND_FAILURE) else "ok", TEXT_SHA1: text_sha1(text),
+                    STATUS: ERROR if c.status.startswith(BACKEND_FAILURE) else "ok", TEXT_SHA1: hashes[(pid, idx)],
                 })
             if len(rows) >= cfg.label.shard_rows:
                 store.write_shard(LABELS, rows, f"labels-{i}of{n}", LABEL_SCHEMA)
@@ -240,4 +240,4 @@ def label_run(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int] = (0, 1
             store.write_shard(LABELS, rows, f"labels-{i}of{n}", LABEL_SCHEMA)
     finally:
         labeller.close()
-    return len(todo), len(labelled_keys(store, texts)), failed, unretried
+    return len(todo), len(labelled_keys(store, hashes)), failed, unretried

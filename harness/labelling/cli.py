@@ -135,15 +135,14 @@ def _labelled_already(tmp: Path, items: list) -> list:
 
 
 def _retry_backend_failures(lab: Any, items: list, done: list, tmp: Path, batch_size: int | None,
-                            progress: bool) -> int:
+                            progress: bool) -> None:
     """Label again the stories of ``done`` whose backend failed in the killed run (an outage is no verdict on
-    the story; ``harness run`` retries them too) and write ``tmp`` anew with their labels in place.
-    Returns how many were retried."""
+    the story; ``harness run`` retries them too) and write ``tmp`` anew with their labels in place."""
     from harness.labelling.base import BACKEND_FAILURE
 
     again = [i for i, res in enumerate(done) if res.status.startswith(BACKEND_FAILURE)]
     if not again:
-        return 0
+        return
     typer.echo(f"retrying {len(again)} stories whose backend failed in the earlier run", err=True)
     for i, res in zip(again, lab.iter_label([items[i] for i in again], batch_size=batch_size, progress=progress)):
         done[i] = res
@@ -151,7 +150,6 @@ def _retry_backend_failures(lab: Any, items: list, done: list, tmp: Path, batch_
     fresh.write_text("".join(json.dumps(res.to_dict(), ensure_ascii=False) + "\n" for res in done),
                      encoding="utf-8")
     fresh.replace(tmp)
-    return len(again)
 
 
 def _jsonable(x: Any) -> Any:

@@ -113,10 +113,10 @@ def test_a_retried_backend_failure_from_before_text_hashes_is_one_character(tmp_
     from harness.audit.labels import labelled_keys
 
     cfg, store = _run_with_failures_of_before_text_hashes(tmp_path)
-    texts = {k: v[0] for k, v in STORIES.items()}
-    assert labelled_keys(store, texts) == set()  # so the label stage labels them again
+    hashes = {k: text_sha1(v[0]) for k, v in STORIES.items()}
+    assert labelled_keys(store, hashes) == set()  # so the label stage labels them again
     store.write_shard(LABELS, _label_rows(), "labels-0of1", LABEL_SCHEMA)
-    assert labelled_keys(store, texts) == set(STORIES)
+    assert labelled_keys(store, hashes) == set(STORIES)
     assert stage_identities(cfg, store).status == "done"
     chars = pd.read_parquet(store.stage_dir(IDENTITIES) / "characters.parquet")
     assert len(chars) == 3 and not chars.duplicated(["prompt_id", "sample_idx", "role"]).any()
@@ -157,7 +157,7 @@ def test_a_failure_from_before_text_hashes_does_not_stand_in_for_labels_of_an_ea
     cfg, store = _run_with_failures_of_before_text_hashes(tmp_path)
     earlier = {k: (v[0] + " Then it rained.", *v[1:]) for k, v in STORIES.items()}
     store.write_shard(LABELS, _label_rows(earlier), "labels-0of1", LABEL_SCHEMA)
-    assert labelled_keys(store, {k: v[0] for k, v in STORIES.items()}) == set()
+    assert labelled_keys(store, {k: text_sha1(v[0]) for k, v in STORIES.items()}) == set()
     with pytest.raises(DataError, match="earlier text"):
         stage_identities(cfg, store)
 
