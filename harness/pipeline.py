@@ -185,23 +185,23 @@ def generate_run(
     done = store.read_keys(GENERATIONS, KEY)
     todo = [it for it in items if (it.prompt.id, it.sample_idx) not in done]
     started = utcnow()
-    manifest = store.read_manifest()
-    if not manifest:
-        manifest = {
-            "harness_version": __version__,
-            "created_at": started,
-            "config": cfg.model_dump(mode="json"),
-            "suite": {
-                "name": suite.name,
-                "version": suite.version,
-                "wording": suite.wording,
-                "prompts": len(select_prompts(cfg, suite)),
-                "prompt_sha256": prompt_hash(select_prompts(cfg, suite)),
-            },
-            "expected_rows": len(select_prompts(cfg, suite)) * cfg.samples_per_prompt,
-        }
-    manifest.update(status="running", updated_at=started, packages=package_versions(), git_commit=git_commit(), host=host_info())
-    store.write_manifest(manifest)
+    provenance = {"packages": package_versions(), "git_commit": git_commit(), "host": host_info()}
+    with store.edit_manifest() as manifest:
+        if not manifest:
+            manifest.update({
+                "harness_version": __version__,
+                "created_at": started,
+                "config": cfg.model_dump(mode="json"),
+                "suite": {
+                    "name": suite.name,
+                    "version": suite.version,
+                    "wording": suite.wording,
+                    "prompts": len(select_prompts(cfg, suite)),
+                    "prompt_sha256": prompt_hash(select_prompts(cfg, suite)),
+                },
+                "expected_rows": len(select_prompts(cfg, suite)) * cfg.samples_per_prompt,
+            })
+        manifest.update(status="running", updated_at=started, **provenance)
 
     generated = errors = out_tokens = 0
     seconds = 0.0
@@ -246,9 +246,8 @@ def generate_run(
         finally:
             if own_backend:
                 backend.close()
-    total = len(store.read_keys(GENERATIONS, KEY))
     summary = GenerationSummary(
-        store.root, len(items), len(items) - len(todo), generated, errors, seconds, out_tokens, total, info_extra
+        store.root, len(items), len(items) - len(todo), generated, errors, seconds, out_tokens, 0, info_extra
     )
     ended = utcnow()
     throughput = {
@@ -274,8 +273,13 @@ def generate_run(
             "host": host_info(),
         }
     )
-    complete = total >= store.read_manifest().get("expected_rows", total)
-    store.update_manifest(status="complete" if complete else "partial", updated_at=ended, rows=total, throughput=throughput)
+    with store.edit_manifest() as manifest:
+        # the rows on disk are counted under the lock: of two jobs of an array ending at once, the one that
+        # writes the status last has counted the other's shards too, so a whole run never reads "partial"
+        summary.total_rows = total = len(store.read_keys(GENERATIONS, KEY))
+        complete = total >= manifest.get("expected_rows", total)
+        manifest.update(status="complete" if complete else "partial", updated_at=ended, rows=total,
+                        throughput=throughput)
     return summary
 
 

@@ -11,12 +11,14 @@ whole shard or nothing. Resuming reads the keys already on disk and does only th
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
 import tempfile
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -98,10 +100,21 @@ class RunStore:
         self.root.mkdir(parents=True, exist_ok=True)
         atomic_write_text(self.manifest_path, json.dumps(manifest, indent=2, sort_keys=False, default=str) + "\n")
 
+    @contextlib.contextmanager
+    def edit_manifest(self) -> Iterator[dict[str, Any]]:
+        """The manifest, to change in place and written back on leaving, under an exclusive lock on
+        ``.run.json.lock`` beside it: the jobs of an array update it at the same time, and each reading it
+        and writing it back unlocked would write over the updates another made in between."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        with open(self.root / ".run.json.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+            manifest = self.read_manifest()
+            yield manifest
+            self.write_manifest(manifest)
+
     def update_manifest(self, **fields: Any) -> dict[str, Any]:
-        manifest = self.read_manifest()
-        manifest.update(fields)
-        self.write_manifest(manifest)
+        with self.edit_manifest() as manifest:
+            manifest.update(fields)
         return manifest
 
     def record_invocation(self, record: dict[str, Any]) -> Path:
