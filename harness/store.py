@@ -5,8 +5,8 @@
     <stage>/*.parquet     later stages' outputs (labels, statistics), keyed the same way
     invocations/*.json    one record per process that worked on the run (job-array shards)
 
-Shards are written under a temporary name and renamed, so a killed process leaves either a
-whole shard or nothing. Resuming reads the keys already on disk and does only the rest.
+Shards are written under a temporary name, synced to disk and renamed, so a killed process (or a
+power loss) leaves either a whole shard or nothing. Resuming reads the keys already on disk and does only the rest.
 """
 
 from __future__ import annotations
@@ -61,6 +61,32 @@ def parse_shard(spec: str | None) -> tuple[int, int]:
     return i, n
 
 
+def fsync_dir(path: Path) -> None:
+    """Make the renames in the folder ``path`` durable, where the platform can open a folder (not Windows)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # a file system that cannot sync a folder
+        pass
+    finally:
+        os.close(fd)
+
+
+def commit_file(tmp: Path, path: Path) -> None:
+    """Rename the written file ``tmp`` to ``path`` durably: its data reach the disk before the rename (else a
+    power loss can leave ``path`` renamed but empty or torn, which reads as committed) and the rename after."""
+    fd = os.open(tmp, os.O_RDWR)  # Windows syncs only a file open for writing
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(Path(path).parent)
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     with os.fdopen(fd, "w") as f:
@@ -68,6 +94,7 @@ def atomic_write_text(path: Path, text: str) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+    fsync_dir(path.parent)
 
 
 def _unreadable(path: Path, e: Exception) -> DataError:
@@ -145,7 +172,7 @@ class RunStore:
         name = f"{tag}-{utcnow().replace(':', '').replace('+0000', 'Z')}-{uuid.uuid4().hex[:8]}.parquet"
         tmp = d / f".tmp-{name}"
         pq.write_table(table, tmp)
-        os.replace(tmp, d / name)
+        commit_file(tmp, d / name)
         return d / name
 
     def shard_paths(self, stage: str) -> list[Path]:

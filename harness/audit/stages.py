@@ -23,7 +23,7 @@ from harness.audit.labels import LABELS, TEXT_SHA1
 from harness.config import STAGES, RunConfig
 from harness.errors import ConfigError
 from harness.pipeline import GENERATIONS
-from harness.store import RunStore, atomic_write_text, utcnow
+from harness.store import RunStore, atomic_write_text, commit_file, utcnow
 
 IDENTITIES, STATISTICS, REPORT = "identities", "statistics", "report"
 
@@ -78,16 +78,17 @@ def mark_current(store: RunStore, stage: str, fp: str, info: dict[str, Any]) -> 
 
 
 def write_table(store: RunStore, stage: str, name: str, df: pd.DataFrame, csv: bool = True) -> Path:
-    """Write one whole-stage table as Parquet (and CSV for people), atomically."""
+    """Write one whole-stage table as Parquet (and CSV for people), atomically and synced to disk: the
+    stage's ``_stage.json``, written next, must not call a table current that a power loss left empty."""
     d = store.stage_dir(stage)
     d.mkdir(parents=True, exist_ok=True)
     tmp = d / f".tmp-{name}.parquet"
     df.to_parquet(tmp, index=False)
-    tmp.replace(d / f"{name}.parquet")
+    commit_file(tmp, d / f"{name}.parquet")
     if csv:
         tmp = d / f".tmp-{name}.csv"
         df.to_csv(tmp, index=False)
-        tmp.replace(d / f"{name}.csv")
+        commit_file(tmp, d / f"{name}.csv")
     return d / f"{name}.parquet"
 
 
