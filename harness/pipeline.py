@@ -186,22 +186,24 @@ def generate_run(
     todo = [it for it in items if (it.prompt.id, it.sample_idx) not in done]
     started = utcnow()
     provenance = {"packages": package_versions(), "git_commit": git_commit(), "host": host_info()}
+    prompts = select_prompts(cfg, suite)
     with store.edit_manifest() as manifest:
         if not manifest:
-            manifest.update({
-                "harness_version": __version__,
-                "created_at": started,
-                "config": cfg.model_dump(mode="json"),
-                "suite": {
-                    "name": suite.name,
-                    "version": suite.version,
-                    "wording": suite.wording,
-                    "prompts": len(select_prompts(cfg, suite)),
-                    "prompt_sha256": prompt_hash(select_prompts(cfg, suite)),
-                },
-                "expected_rows": len(select_prompts(cfg, suite)) * cfg.samples_per_prompt,
-            })
-        manifest.update(status="running", updated_at=started, **provenance)
+            manifest.update(harness_version=__version__, created_at=started, config=cfg.model_dump(mode="json"))
+        # the plan as this rerun asks it: a top-up (more samples per prompt, more prompts) plans more rows
+        manifest.update(
+            suite={
+                "name": suite.name,
+                "version": suite.version,
+                "wording": suite.wording,
+                "prompts": len(prompts),
+                "prompt_sha256": prompt_hash(prompts),
+            },
+            expected_rows=len(prompts) * cfg.samples_per_prompt,
+            status="running",
+            updated_at=started,
+            **provenance,
+        )
 
     generated = errors = out_tokens = 0
     seconds = 0.0
@@ -276,8 +278,10 @@ def generate_run(
     with store.edit_manifest() as manifest:
         # the rows on disk are counted under the lock: of two jobs of an array ending at once, the one that
         # writes the status last has counted the other's shards too, so a whole run never reads "partial"
-        summary.total_rows = total = len(store.read_keys(GENERATIONS, KEY))
-        complete = total >= manifest.get("expected_rows", total)
+        on_disk = store.read_keys(GENERATIONS, KEY)
+        summary.total_rows = total = len(on_disk)
+        # complete: every story of the plan on disk (rows of an earlier plan do not stand in for them)
+        complete = all((p.id, s) in on_disk for p in prompts for s in range(cfg.samples_per_prompt))
         manifest.update(status="complete" if complete else "partial", updated_at=ended, rows=total,
                         throughput=throughput)
     return summary

@@ -19,7 +19,7 @@ import pytest
 from harness.config import parse_config
 from harness.errors import ConfigError
 from harness.generation.base import Backend, GenParams, GenRequest, GenResult
-from harness.pipeline import GENERATIONS, generate_run, plan
+from harness.pipeline import GENERATIONS, generate_run, plan, prompt_hash
 from harness.store import RunStore, parse_shard, sample_seed, shard_of
 from harness.suites import get_suite
 
@@ -490,6 +490,29 @@ def test_partial_files_are_cleaned_and_a_changed_config_is_refused(tmp_path):
     assert len(RunStore(c.output_dir).read_stage(GENERATIONS)) == 15  # topped up to 5 samples
     with pytest.raises(ConfigError, match="different seed"):
         generate_run(cfg(tmp_path, seed=12), backend=EchoBackend(), progress=False)
+
+
+def test_a_top_up_records_the_rows_it_plans_and_is_complete_once_all_are_on_disk(tmp_path):
+    """A rerun asking for more samples per prompt, or other prompts, plans other rows: the manifest records
+    them (expected_rows stayed at the first run's), and the run is complete only when every planned story is
+    on disk, however many rows of the earlier plan there are."""
+    generate_run(cfg(tmp_path), backend=EchoBackend(), progress=False)
+    store = RunStore(tmp_path / "run")
+    generate_run(cfg(tmp_path, samples_per_prompt=5), backend=EchoBackend(fail_ids={"labor-laden-02#4"}),
+                 progress=False)
+    m = store.read_manifest()
+    assert (m["expected_rows"], m["rows"], m["status"]) == (15, 14, "partial")
+    generate_run(cfg(tmp_path, samples_per_prompt=5), backend=EchoBackend(), progress=False)
+    m = store.read_manifest()
+    assert (m["expected_rows"], m["rows"], m["status"]) == (15, 15, "complete")
+
+    other = ["learning-neutral-01", "love-laden-07"]  # one prompt done, one new whose every request fails
+    generate_run(cfg(tmp_path, prompts=other), backend=EchoBackend(fail_ids={f"love-laden-07#{i}" for i in range(4)}),
+                 progress=False)
+    m = store.read_manifest()
+    assert (m["expected_rows"], m["rows"], m["status"]) == (8, 15, "partial")
+    assert m["suite"]["prompts"] == 2 and m["suite"]["prompt_sha256"] == prompt_hash(
+        [get_suite("laissez-faire").by_id()[p] for p in other])
 
 
 def test_a_prompt_id_listed_twice_is_generated_once(tmp_path):
