@@ -134,11 +134,13 @@ def _labelled_already(tmp: Path, items: list) -> list:
     return done
 
 
-def _retry_backend_failures(lab: Any, items: list, done: list, tmp: Path, batch_size: int | None,
+def _retry_backend_failures(lab: Any, items: list, done: list, tmp: Path, fresh: Path, batch_size: int | None,
                             progress: bool) -> None:
     """Label again the stories of ``done`` whose backend failed in the killed run (an outage is no verdict on
-    the story; ``harness run`` retries them too) and write ``tmp`` anew with their labels in place."""
+    the story; ``harness run`` retries them too) and write ``tmp`` anew with their labels in place, by way of
+    ``fresh``, synced to disk before it is renamed over ``tmp``."""
     from harness.labelling.base import BACKEND_FAILURE
+    from harness.store import commit_file
 
     again = [i for i, res in enumerate(done) if res.status.startswith(BACKEND_FAILURE)]
     if not again:
@@ -146,10 +148,9 @@ def _retry_backend_failures(lab: Any, items: list, done: list, tmp: Path, batch_
     typer.echo(f"retrying {len(again)} stories whose backend failed in the earlier run", err=True)
     for i, res in zip(again, lab.iter_label([items[i] for i in again], batch_size=batch_size, progress=progress)):
         done[i] = res
-    fresh = tmp.with_name(tmp.name + ".retried")
     fresh.write_text("".join(json.dumps(res.to_dict(), ensure_ascii=False) + "\n" for res in done),
                      encoding="utf-8")
-    fresh.replace(tmp)
+    commit_file(fresh, tmp)
 
 
 def _jsonable(x: Any) -> Any:
@@ -340,14 +341,16 @@ def label_(
 
     The labels go to OUT.tmp as they come and OUT at the end; a killed run's rerun goes on where it stopped
     (only a run of the same stories and labeller settings: OUT.tmp.json says whose they are), labelling again
-    the stories whose backend failed in the killed run."""
+    the stories whose backend failed in the killed run (by way of OUT.tmp.retried)."""
     from harness.labelling.data import read_stories
+    from harness.store import commit_file
 
     try:
         _output_file(out, "--out")
         tmp = out.with_name(out.name + ".tmp")
         meta = out.with_name(out.name + ".tmp.json")  # what tmp's labels are of: a rerun resumes only the same run
-        for written in (out, tmp, meta):  # each is written over
+        retried = out.with_name(out.name + ".tmp.retried")  # tmp written anew with the retried stories' labels
+        for written in (out, tmp, meta, retried):  # each is written over
             if written.resolve() == stories.resolve():
                 via = f" (as {written.name}, written while labelling)" if written != out else ""
                 raise ConfigError(f"--out {out}: the labels would be written over the stories file {stories}{via}; "
@@ -366,7 +369,7 @@ def label_(
             done = len(earlier)
             if done:
                 typer.echo(f"resuming: {done} stories already labelled in {tmp}", err=True)
-                _retry_backend_failures(lab, items, earlier, tmp, batch_size, progress)
+                _retry_backend_failures(lab, items, earlier, tmp, retried, batch_size, progress)
             else:
                 meta.write_text(json.dumps({"fingerprint": fingerprint, "stories": str(stories), "labeller": lab.info()},
                                            default=str))
@@ -378,7 +381,7 @@ def label_(
                     f.flush()
         finally:
             lab.close()
-        tmp.replace(out)
+        commit_file(tmp, out)  # flushed line by line, synced to disk once, before the rename
         meta.unlink(missing_ok=True)
     except HarnessError as e:
         _fail(e)

@@ -353,14 +353,59 @@ def test_a_killed_label_command_resumes(tmp_path, gold_path, monkeypatch):
     assert out.read_text() == fresh.read_text()
 
 
+def test_the_labels_reach_the_disk_before_each_rename(tmp_path, gold_path, monkeypatch):
+    """A resumed run writes OUT.tmp anew by way of OUT.tmp.retried with the stories whose backend failed
+    labelled again, and renames OUT.tmp to OUT at the end: each file is synced before its rename (a power
+    loss could leave the renamed file empty or torn: a torn OUT.tmp resumes with lost labels, a torn OUT is
+    the command's output) and its folder after."""
+    import os
+
+    from harness.labelling.rules import RulesLabeller
+
+    out, tmp = tmp_path / "labels.jsonl", tmp_path / "labels.jsonl.tmp"
+    args = ["label", str(gold_path), "--out", str(out), "--labeller", "rules"]
+    real = RulesLabeller.iter_label
+
+    def killed_after_8(self, items, **kw):
+        for k, res in enumerate(real(self, items, **kw)):
+            if k == 8:
+                raise RuntimeError("killed")
+            yield res
+
+    monkeypatch.setattr(RulesLabeller, "iter_label", killed_after_8)
+    assert isinstance(runner.invoke(app, args).exception, RuntimeError)
+    monkeypatch.setattr(RulesLabeller, "iter_label", real)
+    kept = tmp.read_text().splitlines()
+    down = "llm: backend error: HTTP 503"
+    kept[1] = json.dumps({**json.loads(kept[1]), "status": down})
+    tmp.write_text("\n".join(kept) + "\n")
+
+    events, real_fsync, real_replace = [], os.fsync, os.replace  # (call, inode of the file or folder)
+
+    def fsync(fd):
+        events.append(("fsync", os.fstat(fd).st_ino))
+        return real_fsync(fd)
+
+    def replace(src, dst):
+        events.append(("replace", os.stat(src).st_ino))
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0 and "retrying 1 stories whose backend failed" in r.stderr
+    file, folder = out.stat().st_ino, tmp_path.stat().st_ino  # OUT.tmp.retried, renamed to OUT.tmp, then to OUT
+    assert events == [("fsync", file), ("replace", file), ("fsync", folder)] * 2
+
+
 def test_the_labels_never_overwrite_their_stories(tmp_path, gold_path):
     stories = tmp_path / "stories.jsonl"
     stories.write_text(gold_path.read_text())
     r = runner.invoke(app, ["label", str(stories), "--out", str(tmp_path / "." / "stories.jsonl"), "--labeller", "rules"])
     _one_line_error(r, 2, "the labels would be written over the stories file")
     assert stories.read_text() == gold_path.read_text()
-    # nor over a stories file called like the labels' temporary file or its sidecar
-    for name in ("labels.jsonl.tmp", "labels.jsonl.tmp.json"):
+    # nor over a stories file called like the labels' temporary file, its sidecar or its retry file
+    for name in ("labels.jsonl.tmp", "labels.jsonl.tmp.json", "labels.jsonl.tmp.retried"):
         other = tmp_path / name
         other.write_text(gold_path.read_text())
         r = runner.invoke(app, ["label", str(other), "--out", str(tmp_path / "labels.jsonl"), "--labeller", "rules"])
