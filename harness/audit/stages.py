@@ -77,6 +77,12 @@ def mark_current(store: RunStore, stage: str, fp: str, info: dict[str, Any]) -> 
     atomic_write_text(_state_path(store, stage), json.dumps({"fingerprint": fp, "finished_at": utcnow(), **info}, indent=2, default=str))
 
 
+def mark_stale(store: RunStore, stage: str) -> None:
+    """Forget the fingerprint ``stage`` recorded, before it writes over its outputs: killed while it writes
+    them, a rerun with the options it recorded (a changed config put back) must not skip it as current."""
+    _state_path(store, stage).unlink(missing_ok=True)
+
+
 def write_table(store: RunStore, stage: str, name: str, df: pd.DataFrame, csv: bool = True) -> Path:
     """Write one whole-stage table as Parquet (and CSV for people), atomically and synced to disk: the
     stage's ``_stage.json``, written next, must not call a table current that a power loss left empty."""
@@ -136,6 +142,7 @@ def stage_identities(cfg: RunConfig, store: RunStore, **_: Any) -> StageResult:
     chars = build_characters(
         generations, labels, suite, model=cfg.name, names=names, lexicon=cfg.identity.lexicon
     )
+    mark_stale(store, IDENTITIES)
     write_table(store, IDENTITIES, "characters", chars, csv=False)
     named = chars.first_name.notna()
     matched = chars[list(RACES)].notna().any(axis=1) & named  # as NameTable: any source has the name
@@ -161,6 +168,7 @@ def stage_statistics(cfg: RunConfig, store: RunStore, **_: Any) -> StageResult:
         return StageResult("statistics", "skipped (current)", time.perf_counter() - t)
     chars = pd.read_parquet(store.stage_dir(IDENTITIES) / "characters.parquet")
     tables = compute_tables(chars, cfg.statistics, min_population=cfg.identity.min_population)
+    mark_stale(store, STATISTICS)
     for name, df in tables.items():
         write_table(store, STATISTICS, name, df)
     mark_current(store, STATISTICS, fp, {"tables": {k: len(v) for k, v in tables.items()}, **options})
@@ -173,6 +181,7 @@ def run_report_stage(store: RunStore, fp: str, build: Callable[[list[Path], Path
     out = store.root / REPORT
     if is_current(store, REPORT, fp) and (out / "index.html").exists():
         return StageResult("report", "skipped (current)", time.perf_counter() - t, str(out / "index.html"))
+    mark_stale(store, REPORT)
     index = build([store.root], out)
     mark_current(store, REPORT, fp, {"index": str(index)})
     return StageResult("report", "done", time.perf_counter() - t, str(index))

@@ -85,6 +85,67 @@ def test_the_characters_are_made_again_under_another_model_name(tmp_path):
     assert set(chars.model) == {"m2"}
 
 
+def test_a_stage_killed_while_writing_is_not_current_for_the_options_it_recorded_before(tmp_path, monkeypatch):
+    """A whole-table stage writes its tables, then records the fingerprint it made them with. Killed in
+    between under a renamed model, it kept the first model's record: the rerun with the first config put
+    back skipped as current over the renamed model's characters; the statistics, killed after their first
+    table, likewise kept a mix of two configs' tables, and the report a page of the other config."""
+    import io
+
+    import pytest
+
+    import harness.audit.stages as S
+    from harness.audit.statistics import compute_tables
+
+    cfg, store = _run(tmp_path)
+    assert stage_identities(cfg, store).status == "done" and stage_statistics(cfg, store).status == "done"
+    renamed = parse_config({**cfg.model_dump(), "name": "m2"})
+
+    def killed(*a, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(S, "mark_current", killed)
+    with pytest.raises(KeyboardInterrupt):
+        stage_identities(renamed, store)
+    monkeypatch.undo()
+    assert stage_identities(cfg, store).status == "done"
+    assert set(pd.read_parquet(store.stage_dir(IDENTITIES) / "characters.parquet").model) == {"m1"}
+
+    assert stage_statistics(cfg, store).status == "skipped (current)"  # the characters they were made of, again
+    fewer = parse_config({**cfg.model_dump(), "identity": {"min_population": 10**9}})
+    written, real_write = [], S.write_table
+
+    def killed_after_the_first_table(*a, **kw):
+        if written:
+            raise KeyboardInterrupt
+        written.append(real_write(*a, **kw))
+
+    monkeypatch.setattr(S, "write_table", killed_after_the_first_table)
+    with pytest.raises(KeyboardInterrupt):
+        stage_statistics(fewer, store)
+    monkeypatch.undo()
+    assert stage_statistics(cfg, store).status == "done"
+    chars = pd.read_parquet(store.stage_dir(IDENTITIES) / "characters.parquet")
+    for name, df in compute_tables(chars, cfg.statistics, min_population=cfg.identity.min_population).items():
+        got = pd.read_parquet(store.stage_dir(STATISTICS) / f"{name}.parquet")
+        pd.testing.assert_frame_equal(got, pd.read_parquet(io.BytesIO(df.to_parquet(index=False))))
+
+    def page(text, killed=False):  # a report build that writes its page (and is killed after it)
+        def build(runs, out):
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "index.html").write_text(text)
+            if killed:
+                raise KeyboardInterrupt
+            return out / "index.html"
+        return build
+
+    assert S.run_report_stage(store, "fp-1", page("first"), 0.0).status == "done"
+    with pytest.raises(KeyboardInterrupt):
+        S.run_report_stage(store, "fp-2", page("second", killed=True), 0.0)
+    assert S.run_report_stage(store, "fp-1", page("first"), 0.0).status == "done"
+    assert (store.root / "report" / "index.html").read_text() == "first"
+
+
 def test_a_title_that_repeats_the_role_comes_off_as_in_the_labellers_evaluation(tmp_path):
     """An LLM labeller writes the name as the story does ("Nurse Emily" for the nurse). The identities stage
     read it with the seed-000 role filter, which drops a name sharing a word with the role: the nurse was
