@@ -343,7 +343,7 @@ def label_(
     (only a run of the same stories and labeller settings: OUT.tmp.json says whose they are), labelling again
     the stories whose backend failed in the killed run (by way of OUT.tmp.retried)."""
     from harness.labelling.data import read_stories
-    from harness.store import commit_file
+    from harness.store import atomic_write_text, commit_file
 
     try:
         _output_file(out, "--out")
@@ -371,8 +371,10 @@ def label_(
                 typer.echo(f"resuming: {done} stories already labelled in {tmp}", err=True)
                 _retry_backend_failures(lab, items, earlier, tmp, retried, batch_size, progress)
             else:
-                meta.write_text(json.dumps({"fingerprint": fingerprint, "stories": str(stories), "labeller": lab.info()},
-                                           default=str))
+                # the other run's labels go before the sidecar names this run: killed in between, they read as its own
+                tmp.unlink(missing_ok=True)
+                atomic_write_text(meta, json.dumps({"fingerprint": fingerprint, "stories": str(stories),
+                                                    "labeller": lab.info()}, default=str))
             n_bad = sum(res.status != "ok" for res in earlier)
             with open(tmp, "a" if done else "w", encoding="utf-8") as f:
                 for res in lab.iter_label(items[done:], batch_size=batch_size, progress=progress):

@@ -353,6 +353,50 @@ def test_a_killed_label_command_resumes(tmp_path, gold_path, monkeypatch):
     assert out.read_text() == fresh.read_text()
 
 
+def test_a_run_killed_before_its_first_label_does_not_resume_the_labels_of_another_run(tmp_path, gold_path,
+                                                                                       monkeypatch):
+    """Starting over, ``label`` wrote OUT.tmp.json for the new run and only then emptied the other run's
+    OUT.tmp: killed in between, the rerun read the other run's labels as its own (the same story ids,
+    other texts) and kept them."""
+    import harness.labelling.cli as cli
+    from harness.labelling.rules import RulesLabeller
+
+    out, tmp = tmp_path / "labels.jsonl", tmp_path / "labels.jsonl.tmp"
+    other = tmp_path / "other" / gold_path.name  # the same story ids, other texts
+    other.parent.mkdir()
+    rows = [json.loads(line) for line in gold_path.read_text().splitlines() if line.strip()]
+    other.write_text("".join(json.dumps({**row, "text": row["text"].replace(".", "!")}) + "\n" for row in rows))
+    real = RulesLabeller.iter_label
+
+    def killed_after_8(self, items, **kw):
+        for k, res in enumerate(real(self, items, **kw)):
+            if k == 8:
+                raise RuntimeError("killed")
+            yield res
+
+    monkeypatch.setattr(RulesLabeller, "iter_label", killed_after_8)
+    assert isinstance(runner.invoke(app, ["label", str(gold_path), "--out", str(out), "--labeller", "rules"]).exception,
+                      RuntimeError)
+    monkeypatch.undo()
+    assert len(tmp.read_text().splitlines()) == 8
+
+    def killed_opening_the_labels(path, *a, **kw):  # killed before the new run writes its first label
+        if path == tmp:
+            raise RuntimeError("killed")
+        return open(path, *a, **kw)
+
+    args = ["label", str(other), "--out", str(out), "--labeller", "rules"]
+    monkeypatch.setattr(cli, "open", killed_opening_the_labels, raising=False)
+    r = runner.invoke(app, args)
+    assert isinstance(r.exception, RuntimeError) and "holds labels of other stories" in r.stderr
+    monkeypatch.undo()
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0 and "resuming" not in r.stderr
+    fresh = tmp_path / "fresh.jsonl"
+    assert runner.invoke(app, ["label", str(other), "--out", str(fresh), "--labeller", "rules"]).exit_code == 0
+    assert out.read_text() == fresh.read_text()
+
+
 def test_the_labels_reach_the_disk_before_each_rename(tmp_path, gold_path, monkeypatch):
     """A resumed run writes OUT.tmp anew by way of OUT.tmp.retried with the stories whose backend failed
     labelled again, and renames OUT.tmp to OUT at the end: each file is synced before its rename (a power
