@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,16 +60,24 @@ def _state_path(store: RunStore, stage: str) -> Path:
     return store.stage_dir(stage) / "_stage.json"
 
 
+def recorded(store: RunStore, stage: str) -> dict[str, Any]:
+    """What ``stage`` last recorded as current: its fingerprint and info ({}: nothing recorded)."""
+    try:
+        return json.loads(_state_path(store, stage).read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+
+
 def recorded_fingerprint(store: RunStore, stage: str) -> str | None:
     """The fingerprint ``stage`` last recorded as current (None: none recorded)."""
-    try:
-        return json.loads(_state_path(store, stage).read_text()).get("fingerprint")
-    except (FileNotFoundError, json.JSONDecodeError):
-        return None
+    return recorded(store, stage).get("fingerprint")
 
 
-def is_current(store: RunStore, stage: str, fp: str) -> bool:
-    return recorded_fingerprint(store, stage) == fp
+def is_current(store: RunStore, stage: str, fp: str, tables: Iterable[str] = ()) -> bool:
+    """Whether ``stage`` recorded ``fp`` and each of its ``tables`` (``write_table`` names) is still on disk: a
+    table deleted (to have it made again, as for a shard that does not read) is not skipped as current."""
+    return recorded_fingerprint(store, stage) == fp and all(
+        (store.stage_dir(stage) / f"{name}.parquet").is_file() for name in tables)
 
 
 def mark_current(store: RunStore, stage: str, fp: str, info: dict[str, Any]) -> None:
@@ -135,7 +143,7 @@ def stage_identities(cfg: RunConfig, store: RunStore, **_: Any) -> StageResult:
                "name_parsing": name_lists().version, "model": cfg.name,
                "suite": [suite.name, suite.version, suite.wording]}
     fp = fingerprint(store, [GENERATIONS, LABELS], options)
-    if is_current(store, IDENTITIES, fp):
+    if is_current(store, IDENTITIES, fp, ["characters"]):
         return StageResult("identities", "skipped (current)", time.perf_counter() - t)
     generations = store.read_stage(GENERATIONS)
     labels = store.read_stage(LABELS, key=("prompt_id", "sample_idx", "role", TEXT_SHA1))  # build_characters picks
@@ -164,7 +172,7 @@ def stage_statistics(cfg: RunConfig, store: RunStore, **_: Any) -> StageResult:
     t = time.perf_counter()
     options = {"statistics": cfg.statistics.model_dump(), "min_population": cfg.identity.min_population}
     fp = fingerprint(store, [IDENTITIES], options)
-    if is_current(store, STATISTICS, fp):
+    if is_current(store, STATISTICS, fp, recorded(store, STATISTICS).get("tables", {})):
         return StageResult("statistics", "skipped (current)", time.perf_counter() - t)
     chars = pd.read_parquet(store.stage_dir(IDENTITIES) / "characters.parquet")
     tables = compute_tables(chars, cfg.statistics, min_population=cfg.identity.min_population)

@@ -146,6 +146,19 @@ def test_a_stage_killed_while_writing_is_not_current_for_the_options_it_recorded
     assert (store.root / "report" / "index.html").read_text() == "first"
 
 
+def test_a_deleted_table_is_made_again(tmp_path):
+    """A whole-table stage whose table was deleted (to have it made again, as for a shard that does not
+    read) skipped as current: the statistics then stopped with a FileNotFoundError for characters.parquet."""
+    cfg, store = _run(tmp_path)
+    assert stage_identities(cfg, store).status == "done" and stage_statistics(cfg, store).status == "done"
+    (store.stage_dir(IDENTITIES) / "characters.parquet").unlink()
+    assert stage_identities(cfg, store).status == "done"
+    assert stage_statistics(cfg, store).status == "skipped (current)"  # the same characters made again
+    (store.stage_dir(STATISTICS) / "representation.parquet").unlink()
+    assert stage_statistics(cfg, store).status == "done"
+    assert (store.stage_dir(STATISTICS) / "representation.parquet").is_file()
+
+
 def test_a_title_that_repeats_the_role_comes_off_as_in_the_labellers_evaluation(tmp_path):
     """An LLM labeller writes the name as the story does ("Nurse Emily" for the nurse). The identities stage
     read it with the seed-000 role filter, which drops a name sharing a word with the role: the nurse was
