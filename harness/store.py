@@ -1,12 +1,14 @@
 """The run store: a run is a directory.
 
     run.json              manifest: resolved config, model identity, versions, host, times, throughput
+    .run.json.lock        locked while a process updates run.json (the jobs of an array update it at once)
     generations/*.parquet generated stories, one row per (prompt_id, sample_idx)
     <stage>/*.parquet     later stages' outputs (labels, statistics), keyed the same way
     invocations/*.json    one record per process that worked on the run (job-array shards)
 
 Shards are written under a temporary name, synced to disk and renamed, so a killed process (or a
-power loss) leaves either a whole shard or nothing. Resuming reads the keys already on disk and does only the rest.
+power loss) leaves either a whole shard or nothing. Resuming reads the keys already on disk and does
+only the rest.
 """
 
 from __future__ import annotations

@@ -371,7 +371,8 @@ def label_(
                 typer.echo(f"resuming: {done} stories already labelled in {tmp}", err=True)
                 _retry_backend_failures(lab, items, earlier, tmp, retried, batch_size, progress)
             else:
-                # the other run's labels go before the sidecar names this run: killed in between, they read as its own
+                # the other run's labels go before the sidecar names this run: killed in between, a rerun took them
+                # for its own
                 tmp.unlink(missing_ok=True)
                 atomic_write_text(meta, json.dumps({"fingerprint": fingerprint, "stories": str(stories),
                                                     "labeller": lab.info()}, default=str))
