@@ -70,17 +70,22 @@ class GoldStory:
 def _parse_list(raw: Any, where: str) -> tuple[str, ...] | None:
     if raw is None:
         return None
-    if isinstance(raw, list):
-        return tuple(str(x) for x in raw)
     if isinstance(raw, str):
         s = raw.strip()
         if not s:
             return ()
         val = parse_list_text(s)
-        if val is not None:
-            return tuple(str(x) for x in val)
-        raise DataError(f"{where}: {raw!r} is not a list; write references as [\"she\", \"her\"]")
-    raise DataError(f"{where}: references must be a list of strings, got {type(raw).__name__}")
+        if val is None:
+            raise DataError(f"{where}: {raw!r} is not a list; write references as [\"she\", \"her\"]")
+        raw = val
+    if not isinstance(raw, list):
+        raise DataError(f"{where}: references must be a list of strings, got {type(raw).__name__}")
+    # a null or a number in the list is no word of the story: str() made it the reference "None" or "3"
+    bad = [x for x in raw if not isinstance(x, str)]
+    if bad:
+        raise DataError(f"{where}: references must be a list of strings, got {type(bad[0]).__name__} {bad[0]!r} "
+                        f"in {raw!r}; write each reference as a string or drop it")
+    return tuple(raw)
 
 
 def _name(raw: Any, where: str) -> Any:
