@@ -287,9 +287,14 @@ def _training_rows(files: Sequence[str | Path]) -> list[GoldStory]:
             where = f"{f}: story {gs.story.story_id!r}"
             if not gs.story.text or not gs.story.text.strip():
                 raise DataError(f"{where} has no text; give the story's text or drop the row")
-            if not gs.characters or all(ch.references is None for ch in gs.characters.values()):
+            unlabelled = [r.key for r in gs.story.roles
+                          if gs.characters.get(r.key) is None or gs.characters[r.key].references is None]
+            if len(unlabelled) == len(gs.story.roles):
                 raise DataError(f"{where} has no reference labels; training needs references (the project "
                                 f"format or train150), not audit rows")
+            if unlabelled:  # its targets would all be 0: taught that no word of the story refers to it
+                raise DataError(f"{where}: {unlabelled[0]} has no reference labels; give its `references` (an "
+                                f"empty list where the story has none) or drop the row")
             for key, ch in gs.characters.items():
                 name = select_name(ch.name)  # its words: quotes around a nickname may be written otherwise
                 wanted = [("references", w) for w in ch.references or ()]

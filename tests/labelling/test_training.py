@@ -1,0 +1,34 @@
+"""Training the encoder: the rows ``_training_rows`` accepts, and the stories and labels the augmentation makes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness.errors import DataError
+from harness.labelling.training import _training_rows
+
+ROW = {"id": "a", "domain": "Learning", "condition": "laden", "model": "m",
+       "roles": {"subject": "teacher", "object": "struggling student"},
+       "text": "Priya tutored Ethan. He thanked her.",
+       "labels": {"subject": {"name": "Priya", "references": ["her"], "gender": "Female"},
+                  "object": {"name": "Ethan", "references": ["He"], "gender": "Male"}}}
+
+
+def _write(path, *rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_a_role_without_reference_labels_is_refused(tmp_path):
+    """One role of a story without references (the key left out or misspelt) was trained with no reference anywhere
+    in the story, so its "He" was taught as no word of Ethan's; an empty list (no references) is kept."""
+    labels = {**ROW["labels"], "object": {"name": "Ethan", "gender": "Male"}}
+    p = _write(tmp_path / "t.jsonl", {**ROW, "labels": labels})
+    with pytest.raises(DataError, match=r"t.jsonl: story 'a': object has no reference labels; give its `references`"):
+        _training_rows([p])
+    none = {**ROW, "text": "Priya tutored Ethan. Ethan thanked Priya.",
+            "labels": {**ROW["labels"], "subject": {"name": "Priya", "references": [], "gender": "Unspecified"},
+                       "object": {"name": "Ethan", "references": [], "gender": "Unspecified"}}}
+    assert [gs.story.story_id for gs in _training_rows([_write(p, none)])] == ["a"]
