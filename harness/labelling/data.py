@@ -184,6 +184,10 @@ def parse_row(row: dict[str, Any], story_id: str, where: str) -> GoldStory:
             if not isinstance(lab, dict):
                 raise DataError(f"{where}: `labels.{k}` must be an object with name, references and gender, "
                                 f"got {type(lab).__name__}")
+            unknown = set(lab) - {"name", "references", "gender"}
+            if unknown:  # a misspelt key ("gendr") left the field unlabelled: out of the figures, or trained as none
+                raise DataError(f"{where}: `labels.{k}` has unknown field(s) {', '.join(sorted(unknown))}; "
+                                f"allowed: gender, name, references")
             chars[k] = GoldCharacter(k, _name(lab.get("name"), f"{where} labels.{k}.name"),
                                      _parse_list(lab.get("references"), f"{where} labels.{k}"),
                                      _gender(lab.get("gender"), f"{where} labels.{k}.gender"),

@@ -248,6 +248,18 @@ def test_a_reference_list_holding_a_null_or_a_number_is_refused_on_its_line(tmp_
     assert load_gold(p)[0].characters["subject"].references == ("She",)
 
 
+def test_a_misspelt_label_field_is_refused_on_its_line(tmp_path):
+    """A misspelt key of the project format's labels ("gendr") left the character's gender unlabelled, so it
+    dropped out of the gender figures without a word; now a one-line error names the line, role and key."""
+    row = {"id": "a", "domain": "Learning", "condition": "neutral", "model": "gpt", "roles": {"subject": "student"},
+           "text": "Priya ran home. She smiled.",
+           "labels": {"subject": {"name": "Priya", "references": ["She"], "gendr": "Female"}}}
+    p = tmp_path / "g.jsonl"
+    p.write_text(json.dumps(row) + "\n")
+    with pytest.raises(DataError, match=r"g.jsonl:1: `labels.subject` has unknown field\(s\) gendr; allowed: gender, "):
+        load_gold(p)
+
+
 def test_gold_gender_follows_the_references_where_a_file_gives_no_gender(tmp_path):
     """train150's rows carry references and no gender: the gold gender is read from them (S6a), as the
     labeller's is; an empty list is Unspecified, a missing field is left out."""
