@@ -282,11 +282,18 @@ def _training_rows(files: Sequence[str | Path]) -> list[GoldStory]:
     from harness.identity.names import select_name
 
     rows: list[GoldStory] = []
+    seen: dict[str, str] = {}  # text -> where it was read first
     for f in files:
         for gs in load_gold(f):
             where = f"{f}: story {gs.story.story_id!r}"
             if not gs.story.text or not gs.story.text.strip():
                 raise DataError(f"{where} has no text; give the story's text or drop the row")
+            first = seen.get(gs.story.text)
+            if first is not None:  # a file given twice (--data and --extra) was trained on twice
+                said = "itself: the file is given twice" if first == where else first
+                raise DataError(f"{where} repeats the text of {said}; give each training file once and each story "
+                                f"in one of them")
+            seen[gs.story.text] = where
             unlabelled = [r.key for r in gs.story.roles
                           if gs.characters.get(r.key) is None or gs.characters[r.key].references is None]
             if len(unlabelled) == len(gs.story.roles):

@@ -32,3 +32,16 @@ def test_a_role_without_reference_labels_is_refused(tmp_path):
             "labels": {**ROW["labels"], "subject": {"name": "Priya", "references": [], "gender": "Unspecified"},
                        "object": {"name": "Ethan", "references": [], "gender": "Unspecified"}}}
     assert [gs.story.story_id for gs in _training_rows([_write(p, none)])] == ["a"]
+
+
+def test_a_story_given_twice_is_refused(tmp_path):
+    """The same file in --data and --extra (or a story copied into a second file) was trained on twice, weighing
+    double; a one-line error names both places."""
+    p = _write(tmp_path / "t.jsonl", ROW)
+    copy = _write(tmp_path / "copy.jsonl", {**ROW, "id": "b"})
+    with pytest.raises(DataError, match=r"t.jsonl: story 'a' repeats the text of itself: the file is given twice; "):
+        _training_rows([p, p])
+    with pytest.raises(DataError, match=r"copy.jsonl: story 'b' repeats the text of \S*t.jsonl: story 'a'; give each "):
+        _training_rows([p, copy])
+    other = _write(tmp_path / "other.jsonl", {**ROW, "id": "b", "text": ROW["text"] + " They left."})
+    assert len(_training_rows([p, other])) == 2
