@@ -153,8 +153,11 @@ def occurrence_targets(words: Sequence[str], targets: list[list[float]], refs: d
     return weights
 
 
-def _swap_names(gs: GoldStory, rng: random.Random, text: str | None = None) -> tuple[str, dict[str, Any]]:
-    """Replace each gold first name in text and labels by a random one (training augmentation)."""
+def _swap_names(gs: GoldStory, rng: random.Random, text: str | None = None, *, flipped: bool = False
+                ) -> tuple[str, dict[str, Any]]:
+    """Replace each gold first name in text and labels by a random one (training augmentation).
+    ``flipped``: ``text`` is the story after ``flip_gender``, so the names' titles are flipped as its
+    words are ("Mrs. Reyes" -> "Mr. Reyes")."""
     from harness.identity.names import parse_first_name, select_name
 
     text = gs.story.text if text is None else text
@@ -164,6 +167,8 @@ def _swap_names(gs: GoldStory, rng: random.Random, text: str | None = None) -> t
     used: set[str] = {w.casefold() for w in re.findall(r"\w+", text)}
     for k, ch in gs.characters.items():
         raw = select_name(ch.name) if ch.name is not None else None
+        if raw and flipped:  # else the label keeps "Mrs." where the text says "Mr.", and the title is no name word
+            raw = flip_gender(raw, {}, her_is_possessive)[0]
         names[k] = raw
         first = parse_first_name(raw) if raw else None
         if not first or rng.random() < 0.3:
@@ -246,6 +251,17 @@ def flip_gender(text: str, refs: dict[str, Sequence[str] | None], her_is_possess
                                        for t, f in zip(toks_r, folded)))
         new_refs[k] = list(dict.fromkeys(mapped))
     return "".join(out), new_refs
+
+
+def _augmented(gs: GoldStory, rng: random.Random, flip_prob: float) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """One epoch's version of a training story: its text, references and names, every binary gendered word
+    flipped (``flip_gender``) with probability ``flip_prob``, then first names swapped (``_swap_names``)."""
+    text, refs = None, {k: c.references for k, c in gs.characters.items()}
+    flipped = rng.random() < flip_prob
+    if flipped:
+        text, refs = flip_gender(gs.story.text, refs, her_is_possessive)
+    text, names = _swap_names(gs, rng, text, flipped=flipped)
+    return text, refs, names
 
 
 @dataclass(frozen=True)
@@ -450,16 +466,13 @@ def train_encoder(
     for ep in range(epochs):
         examples = []
         for gs, ranks in zip(rows, owner_ranks):
-            refs = {k: c.references for k, c in gs.characters.items()}
             if augment:
-                text = None
-                if rng.random() < flip_prob:
-                    text, refs = flip_gender(gs.story.text, refs, her_is_possessive)
-                text, names = _swap_names(gs, rng, text)
+                text, refs, names = _augmented(gs, rng, flip_prob)
             else:
                 from harness.identity.names import select_name
 
                 text = gs.story.text
+                refs = {k: c.references for k, c in gs.characters.items()}
                 names = {k: (select_name(c.name) if c.name is not None else None) for k, c in gs.characters.items()}
             e = _encode(tok, gs.story, text, max_length)
             words = [w for w, _, _ in e.words]

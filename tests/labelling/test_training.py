@@ -45,3 +45,29 @@ def test_a_story_given_twice_is_refused(tmp_path):
         _training_rows([p, copy])
     other = _write(tmp_path / "other.jsonl", {**ROW, "id": "b", "text": ROW["text"] + " They left."})
     assert len(_training_rows([p, other])) == 2
+
+
+def test_a_titled_name_follows_the_gender_flip():
+    """The flip wrote "Mr. Reyes" in the text but kept the label "Mrs. Dolores Reyes", so the title was a name
+    word of the story as written and none of the flipped one: in flipped epochs the name's whole phrase was
+    never found, and the title was taught as no part of the name."""
+    import random
+
+    from harness.labelling.data import parse_row
+    from harness.labelling.training import _augmented, project_labels
+    from harness.labelling.words import split_words
+
+    gs = parse_row({**ROW, "text": "Mrs. Dolores Reyes tutored Ethan. He thanked her.",
+                    "labels": {**ROW["labels"], "subject": {"name": "Mrs. Dolores Reyes", "references": ["Mrs.", "her"],
+                                                            "gender": "Female"}}}, "a", "row 1")
+    flipped = 0
+    for seed in range(40):
+        text, refs, names = _augmented(gs, random.Random(seed), flip_prob=0.5)
+        title = text.split()[0]
+        flipped += title == "Mr."
+        assert names["subject"].split()[0] == title and names["subject"].endswith(" Reyes"), (seed, text, names)
+        words = [w for w, _, _ in split_words(text)]
+        targets = project_labels(words, names, refs)
+        assert words[:4] == [title.rstrip("."), ".", names["subject"].split()[1], "Reyes"]
+        assert [targets[i][0] for i in (0, 2, 3, 4)] == [1.0, 1.0, 1.0, 0.0], (seed, text)  # the title is a name word
+    assert 10 < flipped < 30
