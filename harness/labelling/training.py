@@ -173,13 +173,16 @@ def _swap_names(gs: GoldStory, rng: random.Random, text: str | None = None, *, f
         first = parse_first_name(raw) if raw else None
         if not first or rng.random() < 0.3:
             continue
+        written = rf"\b{re.escape(first)}\b"
+        # a label of another case than the text's ("emily carter" of "Emily Carter") would be swapped in the label
+        # alone, and the story's own name taught as no name
         free = [n for n in _AUG_NAMES if n.casefold() not in used]
-        if not free:
+        if not free or not re.search(written, text):
             continue
         new = rng.choice(free)
         used.add(new.casefold())
-        text = re.sub(rf"\b{re.escape(first)}\b", new, text)
-        names[k] = re.sub(rf"\b{re.escape(first)}\b", new, raw)
+        text = re.sub(written, new, text)
+        names[k] = re.sub(written, new, raw)
     return text, names
 
 

@@ -71,3 +71,19 @@ def test_a_titled_name_follows_the_gender_flip():
         assert words[:4] == [title.rstrip("."), ".", names["subject"].split()[1], "Reyes"]
         assert [targets[i][0] for i in (0, 2, 3, 4)] == [1.0, 1.0, 1.0, 0.0], (seed, text)  # the title is a name word
     assert 10 < flipped < 30
+
+
+def test_a_name_labelled_in_another_case_than_the_storys_is_not_swapped_in_the_label_alone():
+    """The swap replaced the first name case-sensitively: "emily carter" of "Emily Carter" became "Zainab carter"
+    in the label while the text kept "Emily Carter", so Emily was taught as no name in that epoch."""
+    import random
+
+    from harness.labelling.data import parse_row
+    from harness.labelling.training import _swap_names
+
+    gs = parse_row({**ROW, "roles": {"subject": "teacher"}, "text": "Emily Carter taught. She smiled.",
+                    "labels": {"subject": {"name": "emily carter", "references": ["She"], "gender": "Female"}}},
+                   "a", "row 1")
+    for seed in range(20):
+        assert _swap_names(gs, random.Random(seed)) == ("Emily Carter taught. She smiled.",
+                                                        {"subject": "emily carter"}), seed
