@@ -407,6 +407,13 @@ def train_encoder(
         rows = rows[:limit]
     if epochs < 1 or batch_size < 1:
         raise ConfigError(f"epochs and batch_size must be >= 1, got {epochs}, {batch_size}")
+    # AdamW checks only its default rate, not those of parameter groups: a negative rate trained away from the
+    # labels and NaN made every weight NaN, each saved as a model
+    for option, value in (("lr", lr), ("head_lr_mult", head_lr_mult)):
+        if not (math.isfinite(value) and value > 0):
+            raise ConfigError(f"{option} must be a positive number, got {value}")
+    if not 0.0 <= flip_prob <= 1.0:
+        raise ConfigError(f"flip_prob is a probability, from 0 to 1; got {flip_prob}")
     if threads:
         torch.set_num_threads(threads)
     device = device or default_device()

@@ -87,3 +87,19 @@ def test_a_name_labelled_in_another_case_than_the_storys_is_not_swapped_in_the_l
     for seed in range(20):
         assert _swap_names(gs, random.Random(seed)) == ("Emily Carter taught. She smiled.",
                                                         {"subject": "emily carter"}), seed
+
+
+def test_a_learning_rate_that_is_not_a_positive_number_is_refused_before_any_work(tmp_path):
+    """AdamW checks only its default rate, not those of parameter groups: `--lr -1` trained away from the labels
+    and `--lr nan` made every weight NaN, each saved as a model with exit status 0."""
+    from harness.errors import ConfigError
+    from harness.labelling.training import train_encoder
+
+    p = _write(tmp_path / "t.jsonl", ROW)
+    for kwargs, what in (({"lr": -1e-4}, "lr must be a positive number, got -0.0001"),
+                         ({"lr": float("nan")}, "lr must be a positive number, got nan"), ({"lr": 0.0}, "got 0.0"),
+                         ({"head_lr_mult": -10.0}, "head_lr_mult must be a positive number"),
+                         ({"flip_prob": 1.5}, "flip_prob is a probability, from 0 to 1; got 1.5")):
+        with pytest.raises(ConfigError, match=what):
+            train_encoder([p], out_dir=tmp_path / "m", epochs=1, layers=1, **kwargs)
+    assert not (tmp_path / "m").exists()
