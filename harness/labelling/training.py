@@ -520,6 +520,9 @@ def train_encoder(
     if bar is not None:
         bar.close()
     seconds = time.perf_counter() - t0
+    # meta.json goes first and comes back last: a save cut short (killed, a full disk) over an earlier model leaves
+    # no meta.json, which the loader names, where it left the new encoder beside the old head and meta.json
+    (out / "meta.json").unlink(missing_ok=True)
     model.encoder.save_pretrained(str(out / "encoder"))
     tok.save_pretrained(str(out / "encoder"))
     torch.save({k: v.cpu() for k, v in model.head.state_dict().items()}, out / "head.pt")
@@ -536,7 +539,9 @@ def train_encoder(
             "init_from": str(init_from) if init_from else None,
             "report": report.to_dict(), "versions": {"torch": torch.__version__,
                                                       "transformers": transformers.__version__}}
-    (out / "meta.json").write_text(json.dumps(meta, indent=2))
+    part = out / "meta.json.part"
+    part.write_text(json.dumps(meta, indent=2))
+    part.replace(out / "meta.json")
     return report
 
 

@@ -103,3 +103,31 @@ def test_a_learning_rate_that_is_not_a_positive_number_is_refused_before_any_wor
         with pytest.raises(ConfigError, match=what):
             train_encoder([p], out_dir=tmp_path / "m", epochs=1, layers=1, **kwargs)
     assert not (tmp_path / "m").exists()
+
+
+def test_a_save_cut_short_over_an_earlier_model_leaves_no_model_the_loader_takes(tmp_path, monkeypatch):
+    """Training into a directory that holds a model (the default one, or --init-from's own) wrote the new encoder,
+    then head.pt, then meta.json: a save cut short between them (killed, a full disk) left the new encoder beside
+    the old head and meta.json, which loaded without a word. meta.json now goes first and comes back last."""
+    import torch
+
+    from harness.errors import ConfigError
+    from harness.labelling.encoder import read_model_meta
+    from harness.labelling.training import train_encoder
+
+    p = _write(tmp_path / "t.jsonl", ROW)
+    out = tmp_path / "m"
+    train_encoder([p], out_dir=out, epochs=1, layers=1, seed=0)
+    assert read_model_meta(out)["train"]["seed"] == 0
+
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", disk_full)
+    with pytest.raises(OSError):
+        train_encoder([p], out_dir=out, epochs=1, layers=1, seed=1)
+    with pytest.raises(ConfigError, match="meta.json missing"):
+        read_model_meta(out)
+    monkeypatch.undo()
+    train_encoder([p], out_dir=out, epochs=1, layers=1, seed=1)  # a rerun writes a whole model again
+    assert read_model_meta(out)["train"]["seed"] == 1 and not (out / "meta.json.part").exists()
