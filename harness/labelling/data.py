@@ -122,6 +122,12 @@ def _story(story_id: str, text: Any, roles: tuple[RoleSpec, ...], where: str) ->
         return StoryInput(story_id, text, roles)
 
 
+def _story_id(row: dict[str, Any], keys: tuple[str, ...], default: str) -> str:
+    """The first of ``keys`` that the row gives (not null), as a string; ``default`` (the file and line) without one.
+    A null id was the story id "None", which every other null id then repeated."""
+    return next((str(row[k]) for k in keys if row.get(k) is not None), default)
+
+
 def _str_field(row: dict[str, Any], key: str, default: str | None, where: str) -> str | None:
     """A text field of a row (model, domain, condition, ...): ``default`` when absent or null, a DataError naming
     the row and field when it is not a string (a list or number would break the per-group tables after labelling)."""
@@ -195,7 +201,7 @@ def parse_row(row: dict[str, Any], story_id: str, where: str) -> GoldStory:
         text = row.get("text")
         domain = _str_field(row, "domain", "unknown", where)
         domain = DOMAINS.get(domain, domain)
-        return GoldStory(_story(str(row.get("id", story_id)), text, roles, where),
+        return GoldStory(_story(_story_id(row, ("id",), story_id), text, roles, where),
                          _str_field(row, "model", "hand-written", where), domain,
                          _str_field(row, "condition", "unknown", where), _str_field(row, "love_type", None, where),
                          chars,
@@ -285,8 +291,8 @@ def read_stories(path: str | Path) -> list[StoryInput]:
                 raise DataError(f"{path}:{i}: each role needs `key` and `description`") from None
             except DataError as e:
                 raise DataError(f"{path}:{i}: {e}") from None
-            sid = row.get("story_id", row.get("id", f"{path.stem}:{i}"))
-            out.append(_story(str(sid), row.get("text"), roles, f"{path}:{i}"))
+            sid = _story_id(row, ("story_id", "id"), f"{path.stem}:{i}")
+            out.append(_story(sid, row.get("text"), roles, f"{path}:{i}"))
         else:
             out.append(parse_row(row, f"{path.stem}:{i}", f"{path}:{i}").story)
     _refuse_repeated_ids(path, [(s.story_id, where) for s, where in zip(out, lines)])

@@ -391,3 +391,19 @@ def test_difference_intervals_are_paired():
     assert difference_intervals(a, a)["name_recall"] == (0.0, 0.0, 0.0)
     with pytest.raises(ValueError, match="different stories"):
         difference_intervals(a, b[:-1])
+
+
+def test_a_null_story_id_takes_the_files_name_and_line(tmp_path):
+    """``"id": null`` (``"story_id": null``) made the story id "None", so a second one was refused as a repeat of
+    it; a null id is no id: the story is named by its file and line, as a row without one is."""
+    from harness.labelling.data import read_stories
+
+    row = {"id": None, "domain": "Learning", "condition": "neutral", "model": "gpt", "roles": {"subject": "student"},
+           "text": "Priya ran home. She smiled.",
+           "labels": {"subject": {"name": "Priya", "references": ["She"], "gender": "Female"}}}
+    p = tmp_path / "g.jsonl"
+    p.write_text(json.dumps(row) + "\n" + json.dumps(row) + "\n")
+    assert [g.story.story_id for g in load_gold(p)] == ["g:1", "g:2"]
+    plain = {"story_id": None, "id": 7, "text": "Ana ran.", "roles": {"subject": "student"}}
+    p.write_text(json.dumps(plain) + "\n" + json.dumps({**plain, "id": None}) + "\n")
+    assert [s.story_id for s in read_stories(p)] == ["7", "g:2"]
