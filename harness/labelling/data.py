@@ -70,17 +70,22 @@ class GoldStory:
 def _parse_list(raw: Any, where: str) -> tuple[str, ...] | None:
     if raw is None:
         return None
-    if isinstance(raw, list):
-        return tuple(str(x) for x in raw)
     if isinstance(raw, str):
         s = raw.strip()
         if not s:
             return ()
         val = parse_list_text(s)
-        if val is not None:
-            return tuple(str(x) for x in val)
-        raise DataError(f"{where}: {raw!r} is not a list; write references as [\"she\", \"her\"]")
-    raise DataError(f"{where}: references must be a list of strings, got {type(raw).__name__}")
+        if val is None:
+            raise DataError(f"{where}: {raw!r} is not a list; write references as [\"she\", \"her\"]")
+        raw = val
+    if not isinstance(raw, list):
+        raise DataError(f"{where}: references must be a list of strings, got {type(raw).__name__}")
+    # a null or a number in the list is no word of the story: str() made it the reference "None" or "3"
+    bad = [x for x in raw if not isinstance(x, str)]
+    if bad:
+        raise DataError(f"{where}: references must be a list of strings, got {type(bad[0]).__name__} {bad[0]!r} "
+                        f"in {raw!r}; write each reference as a string or drop it")
+    return tuple(raw)
 
 
 def _name(raw: Any, where: str) -> Any:
@@ -115,6 +120,12 @@ def _at(where: str) -> Iterator[None]:
 def _story(story_id: str, text: Any, roles: tuple[RoleSpec, ...], where: str) -> StoryInput:
     with _at(where):
         return StoryInput(story_id, text, roles)
+
+
+def _story_id(row: dict[str, Any], keys: tuple[str, ...], default: str) -> str:
+    """The first of ``keys`` that the row gives (not null), as a string; ``default`` (the file and line) without one.
+    A null id was the story id "None", which every other null id then repeated."""
+    return next((str(row[k]) for k in keys if row.get(k) is not None), default)
 
 
 def _str_field(row: dict[str, Any], key: str, default: str | None, where: str) -> str | None:
@@ -179,6 +190,10 @@ def parse_row(row: dict[str, Any], story_id: str, where: str) -> GoldStory:
             if not isinstance(lab, dict):
                 raise DataError(f"{where}: `labels.{k}` must be an object with name, references and gender, "
                                 f"got {type(lab).__name__}")
+            unknown = set(lab) - {"name", "references", "gender"}
+            if unknown:  # a misspelt key ("gendr") left the field unlabelled: out of the figures, or trained as none
+                raise DataError(f"{where}: `labels.{k}` has unknown field(s) {', '.join(sorted(unknown))}; "
+                                f"allowed: gender, name, references")
             chars[k] = GoldCharacter(k, _name(lab.get("name"), f"{where} labels.{k}.name"),
                                      _parse_list(lab.get("references"), f"{where} labels.{k}"),
                                      _gender(lab.get("gender"), f"{where} labels.{k}.gender"),
@@ -186,7 +201,7 @@ def parse_row(row: dict[str, Any], story_id: str, where: str) -> GoldStory:
         text = row.get("text")
         domain = _str_field(row, "domain", "unknown", where)
         domain = DOMAINS.get(domain, domain)
-        return GoldStory(_story(str(row.get("id", story_id)), text, roles, where),
+        return GoldStory(_story(_story_id(row, ("id",), story_id), text, roles, where),
                          _str_field(row, "model", "hand-written", where), domain,
                          _str_field(row, "condition", "unknown", where), _str_field(row, "love_type", None, where),
                          chars,
@@ -276,8 +291,8 @@ def read_stories(path: str | Path) -> list[StoryInput]:
                 raise DataError(f"{path}:{i}: each role needs `key` and `description`") from None
             except DataError as e:
                 raise DataError(f"{path}:{i}: {e}") from None
-            sid = row.get("story_id", row.get("id", f"{path.stem}:{i}"))
-            out.append(_story(str(sid), row.get("text"), roles, f"{path}:{i}"))
+            sid = _story_id(row, ("story_id", "id"), f"{path.stem}:{i}")
+            out.append(_story(sid, row.get("text"), roles, f"{path}:{i}"))
         else:
             out.append(parse_row(row, f"{path.stem}:{i}", f"{path}:{i}").story)
     _refuse_repeated_ids(path, [(s.story_id, where) for s, where in zip(out, lines)])

@@ -153,8 +153,11 @@ def occurrence_targets(words: Sequence[str], targets: list[list[float]], refs: d
     return weights
 
 
-def _swap_names(gs: GoldStory, rng: random.Random, text: str | None = None) -> tuple[str, dict[str, Any]]:
-    """Replace each gold first name in text and labels by a random one (training augmentation)."""
+def _swap_names(gs: GoldStory, rng: random.Random, text: str | None = None, *, flipped: bool = False
+                ) -> tuple[str, dict[str, Any]]:
+    """Replace each gold first name in text and labels by a random one (training augmentation).
+    ``flipped``: ``text`` is the story after ``flip_gender``, so the names' titles are flipped as its
+    words are ("Mrs. Reyes" -> "Mr. Reyes")."""
     from harness.identity.names import parse_first_name, select_name
 
     text = gs.story.text if text is None else text
@@ -164,17 +167,22 @@ def _swap_names(gs: GoldStory, rng: random.Random, text: str | None = None) -> t
     used: set[str] = {w.casefold() for w in re.findall(r"\w+", text)}
     for k, ch in gs.characters.items():
         raw = select_name(ch.name) if ch.name is not None else None
+        if raw and flipped:  # else the label keeps "Mrs." where the text says "Mr.", and the title is no name word
+            raw = flip_gender(raw, {}, her_is_possessive)[0]
         names[k] = raw
         first = parse_first_name(raw) if raw else None
         if not first or rng.random() < 0.3:
             continue
+        written = rf"\b{re.escape(first)}\b"
+        # a label of another case than the text's ("emily carter" of "Emily Carter") would be swapped in the label
+        # alone, and the story's own name taught as no name
         free = [n for n in _AUG_NAMES if n.casefold() not in used]
-        if not free:
+        if not free or not re.search(written, text):
             continue
         new = rng.choice(free)
         used.add(new.casefold())
-        text = re.sub(rf"\b{re.escape(first)}\b", new, text)
-        names[k] = re.sub(rf"\b{re.escape(first)}\b", new, raw)
+        text = re.sub(written, new, text)
+        names[k] = re.sub(written, new, raw)
     return text, names
 
 
@@ -248,6 +256,17 @@ def flip_gender(text: str, refs: dict[str, Sequence[str] | None], her_is_possess
     return "".join(out), new_refs
 
 
+def _augmented(gs: GoldStory, rng: random.Random, flip_prob: float) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """One epoch's version of a training story: its text, references and names, every binary gendered word
+    flipped (``flip_gender``) with probability ``flip_prob``, then first names swapped (``_swap_names``)."""
+    text, refs = None, {k: c.references for k, c in gs.characters.items()}
+    flipped = rng.random() < flip_prob
+    if flipped:
+        text, refs = flip_gender(gs.story.text, refs, her_is_possessive)
+    text, names = _swap_names(gs, rng, text, flipped=flipped)
+    return text, refs, names
+
+
 @dataclass(frozen=True)
 class TrainReport:
     """What ``train_encoder`` did.
@@ -282,14 +301,26 @@ def _training_rows(files: Sequence[str | Path]) -> list[GoldStory]:
     from harness.identity.names import select_name
 
     rows: list[GoldStory] = []
+    seen: dict[str, str] = {}  # text -> where it was read first
     for f in files:
         for gs in load_gold(f):
             where = f"{f}: story {gs.story.story_id!r}"
             if not gs.story.text or not gs.story.text.strip():
                 raise DataError(f"{where} has no text; give the story's text or drop the row")
-            if not gs.characters or all(ch.references is None for ch in gs.characters.values()):
+            first = seen.get(gs.story.text)
+            if first is not None:  # a file given twice (--data and --extra) was trained on twice
+                said = "itself: the file is given twice" if first == where else first
+                raise DataError(f"{where} repeats the text of {said}; give each training file once and each story "
+                                f"in one of them")
+            seen[gs.story.text] = where
+            unlabelled = [r.key for r in gs.story.roles
+                          if gs.characters.get(r.key) is None or gs.characters[r.key].references is None]
+            if len(unlabelled) == len(gs.story.roles):
                 raise DataError(f"{where} has no reference labels; training needs references (the project "
                                 f"format or train150), not audit rows")
+            if unlabelled:  # its targets would all be 0: taught that no word of the story refers to it
+                raise DataError(f"{where}: {unlabelled[0]} has no reference labels; give its `references` (an "
+                                f"empty list where the story has none) or drop the row")
             for key, ch in gs.characters.items():
                 name = select_name(ch.name)  # its words: quotes around a nickname may be written otherwise
                 wanted = [("references", w) for w in ch.references or ()]
@@ -376,6 +407,13 @@ def train_encoder(
         rows = rows[:limit]
     if epochs < 1 or batch_size < 1:
         raise ConfigError(f"epochs and batch_size must be >= 1, got {epochs}, {batch_size}")
+    # AdamW checks only its default rate, not those of parameter groups: a negative rate trained away from the
+    # labels and NaN made every weight NaN, each saved as a model
+    for option, value in (("lr", lr), ("head_lr_mult", head_lr_mult)):
+        if not (math.isfinite(value) and value > 0):
+            raise ConfigError(f"{option} must be a positive number, got {value}")
+    if not 0.0 <= flip_prob <= 1.0:
+        raise ConfigError(f"flip_prob is a probability, from 0 to 1; got {flip_prob}")
     if threads:
         torch.set_num_threads(threads)
     device = device or default_device()
@@ -438,16 +476,13 @@ def train_encoder(
     for ep in range(epochs):
         examples = []
         for gs, ranks in zip(rows, owner_ranks):
-            refs = {k: c.references for k, c in gs.characters.items()}
             if augment:
-                text = None
-                if rng.random() < flip_prob:
-                    text, refs = flip_gender(gs.story.text, refs, her_is_possessive)
-                text, names = _swap_names(gs, rng, text)
+                text, refs, names = _augmented(gs, rng, flip_prob)
             else:
                 from harness.identity.names import select_name
 
                 text = gs.story.text
+                refs = {k: c.references for k, c in gs.characters.items()}
                 names = {k: (select_name(c.name) if c.name is not None else None) for k, c in gs.characters.items()}
             e = _encode(tok, gs.story, text, max_length)
             words = [w for w, _, _ in e.words]
@@ -485,6 +520,9 @@ def train_encoder(
     if bar is not None:
         bar.close()
     seconds = time.perf_counter() - t0
+    # meta.json goes first and comes back last: a save cut short (killed, a full disk) over an earlier model leaves
+    # no meta.json, which the loader names, where it left the new encoder beside the old head and meta.json
+    (out / "meta.json").unlink(missing_ok=True)
     model.encoder.save_pretrained(str(out / "encoder"))
     tok.save_pretrained(str(out / "encoder"))
     torch.save({k: v.cpu() for k, v in model.head.state_dict().items()}, out / "head.pt")
@@ -501,7 +539,9 @@ def train_encoder(
             "init_from": str(init_from) if init_from else None,
             "report": report.to_dict(), "versions": {"torch": torch.__version__,
                                                       "transformers": transformers.__version__}}
-    (out / "meta.json").write_text(json.dumps(meta, indent=2))
+    part = out / "meta.json.part"
+    part.write_text(json.dumps(meta, indent=2))
+    part.replace(out / "meta.json")
     return report
 
 

@@ -225,6 +225,41 @@ def test_a_gold_field_of_the_wrong_type_is_refused_on_its_line(tmp_path):
         load_gold(p)
 
 
+def test_a_reference_list_holding_a_null_or_a_number_is_refused_on_its_line(tmp_path):
+    """A null or a number in a reference list is no word of the story: it was read as the reference "None"
+    or "3" (training then said the story lacks the word 'None'); now a one-line error names the line and field."""
+    proj = {"id": "a", "domain": "Learning", "condition": "neutral", "model": "gpt", "roles": {"subject": "student"},
+            "text": "Priya ran home. She smiled.",
+            "labels": {"subject": {"name": "Priya", "references": ["She"], "gender": "Female"}}}
+    pub = {"model": "ChatGPT4", "role_category": "Work", "condition": "Baseline", "subject": "cook", "object": None,
+           "query": "q", "llm_response": "Jane cooks. She sings.", "correct_subject_references": "['She']",
+           "correct_subject_name": "Jane"}
+    p = tmp_path / "g.jsonl"
+    for row, field, bad in ((dict(proj, labels={"subject": dict(proj["labels"]["subject"], references=["She", None])}),
+                             "labels.subject", "NoneType None"),
+                            (dict(proj, labels={"subject": dict(proj["labels"]["subject"], references=[3])}),
+                             "labels.subject", "int 3"),
+                            (dict(pub, correct_subject_references="['She', None]"), "correct_subject_references",
+                             "NoneType None")):
+        p.write_text(json.dumps(proj) + "\n" + json.dumps(row) + "\n")
+        with pytest.raises(DataError, match=rf"g.jsonl:2 {field}: references must be a list of strings, got {bad}"):
+            load_gold(p)
+    p.write_text(json.dumps(pub) + "\n")
+    assert load_gold(p)[0].characters["subject"].references == ("She",)
+
+
+def test_a_misspelt_label_field_is_refused_on_its_line(tmp_path):
+    """A misspelt key of the project format's labels ("gendr") left the character's gender unlabelled, so it
+    dropped out of the gender figures without a word; now a one-line error names the line, role and key."""
+    row = {"id": "a", "domain": "Learning", "condition": "neutral", "model": "gpt", "roles": {"subject": "student"},
+           "text": "Priya ran home. She smiled.",
+           "labels": {"subject": {"name": "Priya", "references": ["She"], "gendr": "Female"}}}
+    p = tmp_path / "g.jsonl"
+    p.write_text(json.dumps(row) + "\n")
+    with pytest.raises(DataError, match=r"g.jsonl:1: `labels.subject` has unknown field\(s\) gendr; allowed: gender, "):
+        load_gold(p)
+
+
 def test_gold_gender_follows_the_references_where_a_file_gives_no_gender(tmp_path):
     """train150's rows carry references and no gender: the gold gender is read from them (S6a), as the
     labeller's is; an empty list is Unspecified, a missing field is left out."""
@@ -356,3 +391,19 @@ def test_difference_intervals_are_paired():
     assert difference_intervals(a, a)["name_recall"] == (0.0, 0.0, 0.0)
     with pytest.raises(ValueError, match="different stories"):
         difference_intervals(a, b[:-1])
+
+
+def test_a_null_story_id_takes_the_files_name_and_line(tmp_path):
+    """``"id": null`` (``"story_id": null``) made the story id "None", so a second one was refused as a repeat of
+    it; a null id is no id: the story is named by its file and line, as a row without one is."""
+    from harness.labelling.data import read_stories
+
+    row = {"id": None, "domain": "Learning", "condition": "neutral", "model": "gpt", "roles": {"subject": "student"},
+           "text": "Priya ran home. She smiled.",
+           "labels": {"subject": {"name": "Priya", "references": ["She"], "gender": "Female"}}}
+    p = tmp_path / "g.jsonl"
+    p.write_text(json.dumps(row) + "\n" + json.dumps(row) + "\n")
+    assert [g.story.story_id for g in load_gold(p)] == ["g:1", "g:2"]
+    plain = {"story_id": None, "id": 7, "text": "Ana ran.", "roles": {"subject": "student"}}
+    p.write_text(json.dumps(plain) + "\n" + json.dumps({**plain, "id": None}) + "\n")
+    assert [s.story_id for s in read_stories(p)] == ["7", "g:2"]

@@ -1,0 +1,133 @@
+"""Training the encoder: the rows ``_training_rows`` accepts, and the stories and labels the augmentation makes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness.errors import DataError
+from harness.labelling.training import _training_rows
+
+ROW = {"id": "a", "domain": "Learning", "condition": "laden", "model": "m",
+       "roles": {"subject": "teacher", "object": "struggling student"},
+       "text": "Priya tutored Ethan. He thanked her.",
+       "labels": {"subject": {"name": "Priya", "references": ["her"], "gender": "Female"},
+                  "object": {"name": "Ethan", "references": ["He"], "gender": "Male"}}}
+
+
+def _write(path, *rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_a_role_without_reference_labels_is_refused(tmp_path):
+    """One role of a story without references (the key left out or misspelt) was trained with no reference anywhere
+    in the story, so its "He" was taught as no word of Ethan's; an empty list (no references) is kept."""
+    labels = {**ROW["labels"], "object": {"name": "Ethan", "gender": "Male"}}
+    p = _write(tmp_path / "t.jsonl", {**ROW, "labels": labels})
+    with pytest.raises(DataError, match=r"t.jsonl: story 'a': object has no reference labels; give its `references`"):
+        _training_rows([p])
+    none = {**ROW, "text": "Priya tutored Ethan. Ethan thanked Priya.",
+            "labels": {**ROW["labels"], "subject": {"name": "Priya", "references": [], "gender": "Unspecified"},
+                       "object": {"name": "Ethan", "references": [], "gender": "Unspecified"}}}
+    assert [gs.story.story_id for gs in _training_rows([_write(p, none)])] == ["a"]
+
+
+def test_a_story_given_twice_is_refused(tmp_path):
+    """The same file in --data and --extra (or a story copied into a second file) was trained on twice, weighing
+    double; a one-line error names both places."""
+    p = _write(tmp_path / "t.jsonl", ROW)
+    copy = _write(tmp_path / "copy.jsonl", {**ROW, "id": "b"})
+    with pytest.raises(DataError, match=r"t.jsonl: story 'a' repeats the text of itself: the file is given twice; "):
+        _training_rows([p, p])
+    with pytest.raises(DataError, match=r"copy.jsonl: story 'b' repeats the text of \S*t.jsonl: story 'a'; give each "):
+        _training_rows([p, copy])
+    other = _write(tmp_path / "other.jsonl", {**ROW, "id": "b", "text": ROW["text"] + " They left."})
+    assert len(_training_rows([p, other])) == 2
+
+
+def test_a_titled_name_follows_the_gender_flip():
+    """The flip wrote "Mr. Reyes" in the text but kept the label "Mrs. Dolores Reyes", so the title was a name
+    word of the story as written and none of the flipped one: in flipped epochs the name's whole phrase was
+    never found, and the title was taught as no part of the name."""
+    import random
+
+    from harness.labelling.data import parse_row
+    from harness.labelling.training import _augmented, project_labels
+    from harness.labelling.words import split_words
+
+    gs = parse_row({**ROW, "text": "Mrs. Dolores Reyes tutored Ethan. He thanked her.",
+                    "labels": {**ROW["labels"], "subject": {"name": "Mrs. Dolores Reyes", "references": ["Mrs.", "her"],
+                                                            "gender": "Female"}}}, "a", "row 1")
+    flipped = 0
+    for seed in range(40):
+        text, refs, names = _augmented(gs, random.Random(seed), flip_prob=0.5)
+        title = text.split()[0]
+        flipped += title == "Mr."
+        assert names["subject"].split()[0] == title and names["subject"].endswith(" Reyes"), (seed, text, names)
+        words = [w for w, _, _ in split_words(text)]
+        targets = project_labels(words, names, refs)
+        assert words[:4] == [title.rstrip("."), ".", names["subject"].split()[1], "Reyes"]
+        assert [targets[i][0] for i in (0, 2, 3, 4)] == [1.0, 1.0, 1.0, 0.0], (seed, text)  # the title is a name word
+    assert 10 < flipped < 30
+
+
+def test_a_name_labelled_in_another_case_than_the_storys_is_not_swapped_in_the_label_alone():
+    """The swap replaced the first name case-sensitively: "emily carter" of "Emily Carter" became "Zainab carter"
+    in the label while the text kept "Emily Carter", so Emily was taught as no name in that epoch."""
+    import random
+
+    from harness.labelling.data import parse_row
+    from harness.labelling.training import _swap_names
+
+    gs = parse_row({**ROW, "roles": {"subject": "teacher"}, "text": "Emily Carter taught. She smiled.",
+                    "labels": {"subject": {"name": "emily carter", "references": ["She"], "gender": "Female"}}},
+                   "a", "row 1")
+    for seed in range(20):
+        assert _swap_names(gs, random.Random(seed)) == ("Emily Carter taught. She smiled.",
+                                                        {"subject": "emily carter"}), seed
+
+
+def test_a_learning_rate_that_is_not_a_positive_number_is_refused_before_any_work(tmp_path):
+    """AdamW checks only its default rate, not those of parameter groups: `--lr -1` trained away from the labels
+    and `--lr nan` made every weight NaN, each saved as a model with exit status 0."""
+    from harness.errors import ConfigError
+    from harness.labelling.training import train_encoder
+
+    p = _write(tmp_path / "t.jsonl", ROW)
+    for kwargs, what in (({"lr": -1e-4}, "lr must be a positive number, got -0.0001"),
+                         ({"lr": float("nan")}, "lr must be a positive number, got nan"), ({"lr": 0.0}, "got 0.0"),
+                         ({"head_lr_mult": -10.0}, "head_lr_mult must be a positive number"),
+                         ({"flip_prob": 1.5}, "flip_prob is a probability, from 0 to 1; got 1.5")):
+        with pytest.raises(ConfigError, match=what):
+            train_encoder([p], out_dir=tmp_path / "m", epochs=1, layers=1, **kwargs)
+    assert not (tmp_path / "m").exists()
+
+
+def test_a_save_cut_short_over_an_earlier_model_leaves_no_model_the_loader_takes(tmp_path, monkeypatch):
+    """Training into a directory that holds a model (the default one, or --init-from's own) wrote the new encoder,
+    then head.pt, then meta.json: a save cut short between them (killed, a full disk) left the new encoder beside
+    the old head and meta.json, which loaded without a word. meta.json now goes first and comes back last."""
+    import torch
+
+    from harness.errors import ConfigError
+    from harness.labelling.encoder import read_model_meta
+    from harness.labelling.training import train_encoder
+
+    p = _write(tmp_path / "t.jsonl", ROW)
+    out = tmp_path / "m"
+    train_encoder([p], out_dir=out, epochs=1, layers=1, seed=0)
+    assert read_model_meta(out)["train"]["seed"] == 0
+
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", disk_full)
+    with pytest.raises(OSError):
+        train_encoder([p], out_dir=out, epochs=1, layers=1, seed=1)
+    with pytest.raises(ConfigError, match="meta.json missing"):
+        read_model_meta(out)
+    monkeypatch.undo()
+    train_encoder([p], out_dir=out, epochs=1, layers=1, seed=1)  # a rerun writes a whole model again
+    assert read_model_meta(out)["train"]["seed"] == 1 and not (out / "meta.json.part").exists()
