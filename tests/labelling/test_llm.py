@@ -393,3 +393,19 @@ def test_only_a_story_whose_reply_was_cut_is_retried_with_more_tokens():
         assert backend.max_tokens[build_prompt(other)] == [32, 32]
         if cut_story in batch:
             assert backend.max_tokens[build_prompt(cut_story)] == [32, 64]
+
+
+@pytest.mark.parametrize("written", ["None", "Unknown", "N/A", "Not specified", "Unnamed", "No name", "NONE",
+                                     "No Name.", "[unknown]"])
+def test_a_name_written_as_none_unknown_or_not_specified_is_no_name(written):
+    """The prompt asks for "Unspecified" where there is no name; a model writes "None", "N/A", "No name", ... instead.
+    In a story that uses those words they passed the in-story check as the character's name, and the evaluation's
+    name filters drop only some whole strings: "Not specified" and "No name" counted as the first names "Not" and
+    "No"."""
+    story = StoryInput("s", "None of the staff knew the doctor, an unknown, unnamed man with no name; it was not "
+                            "specified on any form (N/A). He smiled at Tom, a needy patient.", STORY.roles)
+    reply = json.dumps({"doctor name": written, "needy patient name": ["None", "Tom"], "doctor references": ["He"],
+                        "needy patient references": []})
+    lab = parse_response(reply, story)
+    assert lab.character("subject").name is None and lab.character("subject").references == ("He",)
+    assert lab.character("object").name == "Tom"  # a real name after one of them is the name
