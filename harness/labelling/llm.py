@@ -2,7 +2,9 @@
 
 Each story is sent once with the one- or two-character Table S7 prompt (``prompts.build_prompt``).
 The reply is parsed as JSON after light repair (code fences, prose around the object, smart quotes,
-trailing commas, Python-style quoting, a missing closing brace); the first whole object wins. A story
+trailing commas, Python-style quoting, a missing closing brace); the first whole object with the prompt's
+keys wins, read inside a single-key wrapper ({"answer": {...}}) too, and skipping a copy of the prompt's own
+template (its type definition, or placeholders such as "<name>"), which a reply of nothing else fails. A story
 whose reply cannot be parsed is sent again, up to ``max_attempts`` in all (the authors' code: 3), the
 retries sampled with a new seed; what still fails comes back with the last parse error as its status,
 never dropped. A story the backend failed (a server error: the model gave no reply) is sent again with
@@ -23,7 +25,7 @@ from __future__ import annotations
 import ast
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from harness.errors import BackendError, ConfigError
@@ -137,17 +139,28 @@ def _loads(s: str) -> Any:
     raise ParseError("not JSON")
 
 
-def _parse_object(text: str, cut: bool = False) -> tuple[dict[str, Any], bool]:
-    """The first JSON object in a reply, and whether the reply left it open (see ``_candidates``)."""
-    if not text or "{" not in text:
-        raise ParseError("no JSON object in the reply")
+def _objects(text: str, cut: bool = False) -> Iterator[tuple[dict[str, Any], bool]]:
+    """The JSON objects a reply may hold, most likely first (``_candidates``), each with whether the reply
+    left it open; each distinct substring is read once."""
+    seen: set[str] = set()
     for cand, closed_here in _candidates(text, cut):
+        if cand in seen:
+            continue
+        seen.add(cand)
         try:
             val = _loads(cand)
         except ParseError:
             continue
         if isinstance(val, dict):
-            return val, closed_here
+            yield val, closed_here
+
+
+def _parse_object(text: str, cut: bool = False) -> tuple[dict[str, Any], bool]:
+    """The first JSON object in a reply, and whether the reply left it open (see ``_candidates``)."""
+    if not text or "{" not in text:
+        raise ParseError("no JSON object in the reply")
+    for found in _objects(text, cut):
+        return found
     raise ParseError("reply holds a '{' but no parseable JSON object")
 
 
@@ -255,26 +268,81 @@ def _text_of(value: str) -> str:
     return valid_text(value).replace("\ufffd", "").strip()
 
 
+#: A placeholder a model writes where a template shows one: "<name or Unspecified>", "{name}", "[reference]", "...".
+_PLACEHOLDER = re.compile(r"(?:<[^<>]*>|\{[^{}]*\}|\[[^\[\]]*(?:name|reference|pronoun|unspecified|\.\.\.|…)[^\[\]]*\])"
+                          r"|(?:\.\s*){2,}|…|str(?:ing)?", re.I)
+
+
+def _placeholder(value: str) -> bool:
+    """Whether a name or reference is a template's placeholder, not the model's reading of the story."""
+    return bool(_PLACEHOLDER.fullmatch(value.strip()))
+
+
+def _is_template(names: Sequence[Any], refs: Sequence[Any]) -> bool:
+    """Whether the values picked for the roles are the prompt's type definition (every name "Unspecified", every
+    reference list empty) or a template of placeholders ("<name or Unspecified>", ["..."]) rather than an answer."""
+    for nv, rv in zip(names, refs):
+        given = [_text_of(n) for n in _name_list(nv)]
+        if not given or not all(n.casefold() == "unspecified" or _placeholder(n) for n in given):
+            return False
+        if not all(_placeholder(_text_of(r)) for r in _ref_list(rv)):
+            return False
+    return True
+
+
+def _unwrapped(obj: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """``obj``, then the object inside it while it is a single-key wrapper ({"answer": {...}}, {"output": ...},
+    {"result": ...}, {"labels": ...}, {"response": ...}, whatever the key)."""
+    yield obj
+    while len(obj) == 1 and isinstance(inner := next(iter(obj.values())), dict):
+        obj = inner
+        yield obj
+
+
 def parse_response(text: str, story: StoryInput, *, cut: bool = False, retry_cut: bool = False) -> StoryLabels:
     """Read a model reply into labels for ``story`` (post-processed against the story text).
 
-    ``cut``: the reply stopped at ``max_tokens``; with ``retry_cut``, a cut reply whose object never
-    closed raises (its lists may lack what the model had yet to write), so the caller can retry.
-    Raises ``ParseError`` when the reply holds no usable object.
+    The reply's objects are read in ``_candidates``' order, each also without single-key wrappers
+    ({"answer": {...}}): the first that has the prompt's keys and is not the prompt's own template (its
+    type definition, every name "Unspecified" and every list empty, or one with placeholders such as
+    "<name or Unspecified>" and ["..."]) is the answer, so a model that repeats the template before it
+    answers is labelled with its answer. ``cut``: the reply stopped at ``max_tokens``; with ``retry_cut``,
+    a cut reply whose object never closed raises (its lists may lack what the model had yet to write), so
+    the caller can retry. Raises ``ParseError`` when the reply holds no usable object, or only the template.
     """
-    obj, closed_here = _parse_object(text, cut)
-    if cut and closed_here and retry_cut:
-        raise ParseError("reply cut at max_tokens before its JSON object closed")
+    if not text or "{" not in text:
+        raise ParseError("no JSON object in the reply")
     descs = [r.description for r in story.roles]
-    names = _pick(obj, descs, "name")
-    refs = _pick(obj, descs, "references")
     story_tokens = set(alpha_tokens(story.text or ""))
+    error: ParseError | None = None
+    template = False
+    for found, closed_here in _objects(text, cut):
+        if cut and closed_here and retry_cut:
+            raise ParseError("reply cut at max_tokens before its JSON object closed")
+        for obj in _unwrapped(found):
+            try:
+                names = _pick(obj, descs, "name")
+                refs = _pick(obj, descs, "references")
+                if _is_template(names, refs):
+                    template = True
+                    break
+                return _labels(story, names, refs, story_tokens)
+            except ParseError as e:
+                error = error or e
+    if template:
+        raise ParseError("reply only repeats the prompt's template (names \"Unspecified\" or placeholders, "
+                         "no references)")
+    raise error or ParseError("reply holds a '{' but no parseable JSON object")
+
+
+def _labels(story: StoryInput, names: Sequence[Any], refs: Sequence[Any], story_tokens: set[str]) -> StoryLabels:
+    """Labels from the values picked for each role, post-processed against the story's tokens."""
     chars = []
     for role, nv, rv in zip(story.roles, names, refs):
         cands = [c for c in (_text_of(n) for n in _name_list(nv)) if c]
-        real = [n for n in cands if not _no_name(n) and in_story(n, story_tokens)]
+        real = [n for n in cands if not _no_name(n) and not _placeholder(n) and in_story(n, story_tokens)]
         name = real[0] if real else None
-        kept = [r for r in (_text_of(r) for r in _ref_list(rv)) if in_story(r, story_tokens)]
+        kept = [r for r in (_text_of(r) for r in _ref_list(rv)) if not _placeholder(r) and in_story(r, story_tokens)]
         chars.append(CharacterLabel(role.key, name, dedupe(kept)))
     return StoryLabels(story.story_id, tuple(chars))
 

@@ -409,3 +409,52 @@ def test_a_name_written_as_none_unknown_or_not_specified_is_no_name(written):
     lab = parse_response(reply, story)
     assert lab.character("subject").name is None and lab.character("subject").references == ("He",)
     assert lab.character("object").name == "Tom"  # a real name after one of them is the name
+
+
+def _type_definition(story):
+    """The type definition the prompt shows, as the model would copy it."""
+    prompt = build_prompt(story)
+    return prompt[prompt.index("{"):prompt.index("}") + 1]
+
+
+PLACEHOLDERS = json.dumps({"doctor name": "<name or Unspecified>", "needy patient name": "<name or Unspecified>",
+                           "doctor references": ["..."], "needy patient references": ["<reference>", "..."]})
+
+
+@pytest.mark.parametrize("reply", [
+    "Return a JSON response like this:\n" + _type_definition(STORY) + "\nHere is mine:\n" + GOOD,
+    "```json\n" + _type_definition(STORY) + "\n```\n```json\n" + GOOD + "\n```",
+    PLACEHOLDERS + "\n" + GOOD,
+])
+def test_a_reply_that_repeats_the_prompts_template_before_answering_is_labelled_with_its_answer(reply):
+    """The first whole object won: a model that copies the type definition (every name "Unspecified", every list
+    empty) or a template of placeholders before its answer was labelled with no names and no references."""
+    lab = parse_response(reply, STORY)
+    assert lab.character("subject").name == "Dr. Ana Ruiz" and lab.character("subject").references == ("She",)
+    assert lab.character("object").name == "Tom" and lab.character("object").references == ("him", "his")
+
+
+def test_a_reply_that_is_only_the_prompts_template_is_retried_and_recorded_as_a_failure():
+    for reply in (_type_definition(STORY), PLACEHOLDERS):
+        with pytest.raises(ParseError, match="only repeats the prompt's template"):
+            parse_response(reply, STORY)
+    backend = ScriptedBackend({build_prompt(STORY): [_type_definition(STORY), PLACEHOLDERS, GOOD]})
+    labeller = LLMLabeller(backend, max_attempts=3)
+    (out,) = labeller.label([STORY])
+    assert out.status == "ok" and out.character("subject").name == "Dr. Ana Ruiz"  # the third attempt answered
+    assert [(a, "only repeats the prompt's template" in why) for _, a, why in labeller.failures] == [(0, True),
+                                                                                                   (1, True)]
+    # no name but a reference: an answer, not the template
+    lab = parse_response(json.dumps({"doctor name": "Unspecified", "needy patient name": "Unspecified",
+                                     "doctor references": ["She"], "needy patient references": []}), STORY)
+    assert lab.character("subject").references == ("She",) and lab.character("subject").name is None
+
+
+@pytest.mark.parametrize("key", ["answer", "output", "result", "labels", "response", "Answer", "json"])
+def test_a_reply_wrapped_in_a_single_key_object_is_unwrapped(key):
+    """{"answer": {...}} held the answer one level down: its keys were missing, so the reply failed."""
+    lab = parse_response(json.dumps({key: json.loads(GOOD)}), STORY)
+    assert lab.character("subject").name == "Dr. Ana Ruiz" and lab.character("object").references == ("him", "his")
+    # written as Python and left open, as a small model may
+    lab = parse_response("{'%s': %s" % (key, GOOD.replace('"', "'")), STORY)
+    assert lab.character("object").name == "Tom"
