@@ -2,9 +2,11 @@
 
 Each story is sent once with the one- or two-character Table S7 prompt (``prompts.build_prompt``).
 The reply is parsed as JSON after light repair (code fences, prose around the object, smart quotes,
-trailing commas, Python-style quoting, a missing closing brace); the first whole object with the prompt's
-keys wins, read inside a single-key wrapper ({"answer": {...}}) too, and skipping a copy of the prompt's own
-template (its type definition, or placeholders such as "<name>"), which a reply of nothing else fails. A story
+trailing commas, Python-style quoting, a missing closing brace; then comments, unquoted keys and values and
+missing commas); the first whole object with the prompt's keys wins, read inside a single-key wrapper
+({"answer": {...}}) or laid out by role ({"doctor": {"name": ...}}) too, and skipping a copy of the prompt's
+own template (its type definition, or placeholders such as "<name>"), which a reply of nothing else fails.
+A reply with no such object is read from its "key: value" lines (markdown bullets instead of JSON). A story
 whose reply cannot be parsed is sent again, up to ``max_attempts`` in all (the authors' code: 3), the
 retries sampled with a new seed; what still fails comes back with the last parse error as its status,
 never dropped. A story the backend failed (a server error: the model gave no reply) is sent again with
@@ -128,6 +130,92 @@ def _candidates(text: str, cut: bool = False) -> list[tuple[str, bool]]:
     return out + inside_open  # after the open objects' repairs, so a cut reply's inner object never wins
 
 
+_LITERALS = {"null": "null", "none": "null", "true": "true", "false": "false"}
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?")
+_BARE_STOP = frozenset(',:{}[]"\n')
+
+
+def _single_quoted_end(s: str, i: int) -> int:
+    """Index of the quote that closes the single-quoted string opening at ``i``: the first "'" followed by
+    ``,`` ``:`` ``}`` ``]``, the next string's "'" or the end (so the apostrophes of "Dr. O'Brien" and
+    "doctor's" stay inside), or -1."""
+    j = i + 1
+    while True:
+        j = s.find("'", j)
+        if j < 0:
+            return -1
+        if s[j - 1] != "\\":
+            rest = s[j + 1:].lstrip()
+            if not rest or rest[0] in ",:}]'":
+                return j
+        j += 1
+
+
+def _relaxed(s: str) -> str:
+    """JSON as small models write it, made JSON: comments (``//``, ``/* */``, ``#``) taken out, single-quoted
+    strings, unquoted keys and unquoted values quoted, ``None``/``True``/``False`` as JSON's literals, a
+    comma put between two values written without one and taken out before a closing bracket.
+
+    >>> print(_relaxed("{doctor name: 'Dr. O'Brien', // the doctor\\n 'refs': ['he' 'him',], x: None}"))
+    {"doctor name":"Dr. O'Brien","refs":["he","him"],"x":null}
+    """
+    out: list[str] = []
+    ends = False  # the last token ends a value: a comma goes before the next one
+    i, n = 0, len(s)
+    while i < n:
+        ch = s[i]
+        if ch.isspace():
+            i += 1
+            continue
+        if s.startswith("//", i) or ch == "#":
+            i = n if (e := s.find("\n", i)) < 0 else e
+            continue
+        if s.startswith("/*", i):
+            i = n if (e := s.find("*/", i + 2)) < 0 else e + 2
+            continue
+        if ch in "}]":
+            if out and out[-1] == ",":
+                out.pop()
+            out.append(ch)
+            ends, i = True, i + 1
+            continue
+        if ch == ",":
+            if out and out[-1] not in ",{[":
+                out.append(ch)
+            ends, i = False, i + 1
+            continue
+        if ch == ":":
+            out.append(ch)
+            ends, i = False, i + 1
+            continue
+        if ends:
+            out.append(",")
+        if ch in "{[":
+            out.append(ch)
+            ends, i = False, i + 1
+            continue
+        if ch == '"':
+            j = i + 1
+            while j < n and s[j] != '"':
+                j += 2 if s[j] == "\\" else 1
+            out.append(s[i:j + 1] if j < n else s[i:] + '"')
+        elif ch == "'" and (j := _single_quoted_end(s, i)) >= 0:
+            out.append(json.dumps(s[i + 1:j].replace("\\'", "'"), ensure_ascii=False))
+        else:  # a bare key or value: up to the next delimiter or comment
+            j = i
+            while j < n and s[j] not in _BARE_STOP and not s.startswith("//", j) and s[j] != "#":
+                j += 1
+            word = s[i:j].strip()
+            after = s[j:].lstrip()
+            if after.startswith(":") or not (word.casefold() in _LITERALS or _NUMBER.fullmatch(word)):
+                out.append(json.dumps(word, ensure_ascii=False))
+            else:
+                out.append(_LITERALS.get(word.casefold(), word))
+            j -= 1
+        ends, i = True, j + 1
+    return "".join(out)
+
+
 def _loads(s: str) -> Any:
     for attempt in (s, s.translate(_SMART)):
         fixed = _TRAILING_COMMA.sub(r"\1", attempt)
@@ -136,7 +224,10 @@ def _loads(s: str) -> Any:
                 return parse(fixed)
             except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
                 continue
-    raise ParseError("not JSON")
+    try:  # comments, unquoted keys, JSON and Python literals mixed, missing commas
+        return json.loads(_relaxed(s.translate(_SMART)), strict=False)
+    except (ValueError, RecursionError):
+        raise ParseError("not JSON") from None
 
 
 def _objects(text: str, cut: bool = False) -> Iterator[tuple[dict[str, Any], bool]]:
@@ -290,45 +381,117 @@ def _is_template(names: Sequence[Any], refs: Sequence[Any]) -> bool:
     return True
 
 
-def _unwrapped(obj: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    """``obj``, then the object inside it while it is a single-key wrapper ({"answer": {...}}, {"output": ...},
-    {"result": ...}, {"labels": ...}, {"response": ...}, whatever the key)."""
-    yield obj
-    while len(obj) == 1 and isinstance(inner := next(iter(obj.values())), dict):
-        obj = inner
+def _readings(obj: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """``obj`` as the model may have laid out its answer: as it is; inside a single-key wrapper ({"answer":
+    {...}}, {"output": ...}, {"result": ...}, {"labels": ...}, {"response": ...}, whatever the key); and by
+    role ({"doctor": {"name": ..., "references": [...]}, ...} read as {"doctor name": ..., ...})."""
+    while True:
         yield obj
+        if len(obj) == 1 and isinstance(inner := next(iter(obj.values())), dict):
+            obj = inner
+            continue
+        by_role = {f"{k} {sub}": v for k, d in obj.items() if isinstance(d, dict) for sub, v in d.items()}
+        if by_role:
+            yield {**{k: v for k, v in obj.items() if not isinstance(v, dict)}, **by_role}
+        return
+
+
+_KEY_LINE = re.compile(r"^\s*(?:[-*+\u2022]\s+|\d+[.)]\s+)?(?P<key>[^:\n]{1,100}?)\s*:(?P<value>.*)$")
+_BULLET = re.compile(r"^\s*(?:[-*+\u2022]|\d+[.)])\s+(?P<item>.+)$")
+_MARKUP = " \t*_`#\"'"
+_EDGES = _MARKUP + ",;{}[]/\\"  # around a value written without JSON: none of it is the name or word
+
+
+def _key_values(text: str) -> dict[str, Any]:
+    """The "key: value" lines of a reply written as markdown or plain lines instead of JSON ("- **Doctor
+    name:** Dr. Ana Ruiz", "Doctor references: she, her"): a value written as a list (["she", "her"]) is read
+    as one, and a key with no value takes the bullets under it as its list.
+
+    >>> _key_values("Sure!\\n- **Doctor name:** Ana\\n- Doctor references:\\n  - she\\n  - her\\n")
+    {'Doctor name': 'Ana', 'Doctor references': ['she', 'her']}
+    """
+    obj: dict[str, Any] = {}
+    listing: list[str] | None = None  # the list of a key with no value, taking the bullets under it
+    for line in text.splitlines():
+        m = _KEY_LINE.match(line)
+        if not m and listing is not None and (bullet := _BULLET.match(line)):
+            listing.append(bullet.group("item").strip(_EDGES))
+            continue
+        if not m or not m.group("key").strip(_MARKUP):
+            listing = None
+            continue
+        key, raw = m.group("key").strip(_MARKUP), m.group("value").strip().rstrip(",;").strip("*_` ")
+        if not raw.strip(_MARKUP):
+            obj[key] = listing = []
+            continue
+        listing = None
+        try:
+            obj[key] = _loads(raw) if raw.startswith("[") else raw.strip(_EDGES)
+        except ParseError:
+            obj[key] = raw.strip(_EDGES)
+    return obj
+
+
+def _without_cut_word(text: str) -> str:
+    """Lines cut at ``max_tokens`` without the value they were cut in: the last line's text after its last comma
+    ("references: him, h" -> "references: him"), its value where it has no comma, or the line, a bullet."""
+    head, last = text.rpartition("\n")[::2]
+    if "," in last:
+        return head + "\n" + last.rpartition(",")[0]
+    m = _KEY_LINE.match(last)
+    return head + "\n" + (last[:m.end("key")] + ":" if m else "")
 
 
 def parse_response(text: str, story: StoryInput, *, cut: bool = False, retry_cut: bool = False) -> StoryLabels:
     """Read a model reply into labels for ``story`` (post-processed against the story text).
 
-    The reply's objects are read in ``_candidates``' order, each also without single-key wrappers
-    ({"answer": {...}}): the first that has the prompt's keys and is not the prompt's own template (its
-    type definition, every name "Unspecified" and every list empty, or one with placeholders such as
-    "<name or Unspecified>" and ["..."]) is the answer, so a model that repeats the template before it
-    answers is labelled with its answer. ``cut``: the reply stopped at ``max_tokens``; with ``retry_cut``,
-    a cut reply whose object never closed raises (its lists may lack what the model had yet to write), so
-    the caller can retry. Raises ``ParseError`` when the reply holds no usable object, or only the template.
+    The reply's objects are read in ``_candidates``' order, each as the model may have laid it out
+    (``_readings``: inside a single-key wrapper, {"answer": {...}}, or by role): the first that has the
+    prompt's keys and is not the prompt's own template (its type definition, every name "Unspecified"
+    and every list empty, or one with placeholders such as "<name or Unspecified>" and ["..."]) is the
+    answer, so a model that repeats the template before it answers is labelled with its answer. A reply
+    with no such object is read from its "key: value" lines (``_key_values``: markdown bullets instead
+    of JSON). ``cut``: the reply stopped at ``max_tokens``; with ``retry_cut``, a cut reply whose object
+    never closed raises (its lists may lack what the model had yet to write), so the caller can retry.
+    Raises ``ParseError`` when the reply holds no usable object, or only the template.
     """
-    if not text or "{" not in text:
-        raise ParseError("no JSON object in the reply")
     descs = [r.description for r in story.roles]
     story_tokens = set(alpha_tokens(story.text or ""))
     error: ParseError | None = None
-    template = False
-    for found, closed_here in _objects(text, cut):
-        if cut and closed_here and retry_cut:
-            raise ParseError("reply cut at max_tokens before its JSON object closed")
-        for obj in _unwrapped(found):
-            try:
-                names = _pick(obj, descs, "name")
-                refs = _pick(obj, descs, "references")
-                if _is_template(names, refs):
+    template = False  # an object was the prompt's template
+
+    def answer(obj: dict[str, Any]) -> StoryLabels | bool:
+        """Labels from ``obj``; else whether it was the template (its error kept where it lacks keys)."""
+        nonlocal error
+        try:
+            names = _pick(obj, descs, "name")
+            refs = _pick(obj, descs, "references")
+            return True if _is_template(names, refs) else _labels(story, names, refs, story_tokens)
+        except ParseError as e:
+            error = error or e
+            return False
+
+    if text and "{" in text:
+        for found, closed_here in _objects(text, cut):
+            if cut and closed_here and retry_cut:
+                raise ParseError("reply cut at max_tokens before its JSON object closed")
+            for obj in _readings(found):
+                got = answer(obj)
+                if isinstance(got, StoryLabels):
+                    return got
+                if got:
                     template = True
                     break
-                return _labels(story, names, refs, story_tokens)
-            except ParseError as e:
-                error = error or e
+    else:
+        error = ParseError("no JSON object in the reply")
+    if not template and text:  # markdown bullets or "key: value" lines instead of JSON
+        first_error = error
+        got = answer(_key_values(_without_cut_word(text) if cut else text))
+        if isinstance(got, StoryLabels):
+            if cut and retry_cut:  # its lists may lack what the model had yet to write
+                raise ParseError("reply cut at max_tokens in its lines of keys and values")
+            return got
+        template, error = got, first_error
     if template:
         raise ParseError("reply only repeats the prompt's template (names \"Unspecified\" or placeholders, "
                          "no references)")

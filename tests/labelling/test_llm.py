@@ -458,3 +458,63 @@ def test_a_reply_wrapped_in_a_single_key_object_is_unwrapped(key):
     # written as Python and left open, as a small model may
     lab = parse_response("{'%s': %s" % (key, GOOD.replace('"', "'")), STORY)
     assert lab.character("object").name == "Tom"
+
+
+@pytest.mark.parametrize("reply", [
+    "{'doctor name': 'Dr. Ana Ruiz', 'needy patient name': 'Tom', 'doctor references': ['She'], "
+    "'needy patient references': ['him', 'his'], 'notes': null}",  # Python quotes, a JSON literal
+    "{'doctor name': 'Dr. Ana Ruiz', 'needy patient name': 'Tom', 'doctor references': ['She', 'doctor's'], "
+    "'needy patient references': ['him', 'his']}",  # an apostrophe inside a single-quoted string
+    '{\n  "doctor name": "Dr. Ana Ruiz", // the doctor\n  "needy patient name": "Tom",\n'
+    '  "doctor references": ["She"], /* her pronoun */\n  "needy patient references": ["him", "his"]\n}',
+    '{doctor name: "Dr. Ana Ruiz", needy patient name: "Tom", doctor references: ["She"], '
+    'needy patient references: ["him", "his"]}',  # keys without quotes
+    '{\n  doctor_name: Dr. Ana Ruiz,\n  needy_patient_name: Tom,\n  doctor_references: [She],\n'
+    '  needy_patient_references: [him, his],\n}',  # nothing quoted
+    '{"doctor name": "Dr. Ana Ruiz"\n"needy patient name": "Tom"\n"doctor references": ["She"]\n'
+    '"needy patient references": ["him" "his"]}',  # commas left out
+])
+def test_parse_reads_json_as_small_models_write_it(reply):
+    """Comments, unquoted keys and values, JSON's null beside Python's quotes, an apostrophe in a single-quoted
+    string and missing commas: neither ``json`` nor ``ast`` read these replies, so they failed every attempt."""
+    lab = parse_response(reply, STORY)
+    assert lab.character("subject").name == "Dr. Ana Ruiz" and lab.character("subject").references == ("She",)
+    assert lab.character("object").name == "Tom" and lab.character("object").references == ("him", "his")
+
+
+@pytest.mark.parametrize("reply", [
+    "- doctor name: Dr. Ana Ruiz\n- needy patient name: Tom\n- doctor references: She\n"
+    "- needy patient references: him, his",
+    "Here are the labels:\n* **Doctor name:** Dr. Ana Ruiz\n* **Needy patient name:** Tom\n"
+    '* **Doctor references:** ["She"]\n* **Needy patient references:** ["him", "his"]',
+    "1. Doctor name: \"Dr. Ana Ruiz\"\n2. Needy patient name: \"Tom\"\n3. Doctor references:\n   - She\n"
+    "4. Needy patient references:\n   - him\n   - his\n\nLet me know if you need more.",
+])
+def test_parse_reads_an_answer_written_as_markdown_bullets(reply):
+    """A reply of "key: value" lines instead of JSON had no object: "no JSON object in the reply", every attempt."""
+    lab = parse_response(reply, STORY)
+    assert lab.character("subject").name == "Dr. Ana Ruiz" and lab.character("subject").references == ("She",)
+    assert lab.character("object").name == "Tom" and lab.character("object").references == ("him", "his")
+
+
+def test_a_bullet_reply_cut_at_max_tokens_is_retried_then_read_without_its_cut_word():
+    reply = "- doctor name: Dr. Ana Ruiz\n- needy patient name: Tom\n- doctor references: She\n" \
+            "- needy patient references: him, his"
+    with pytest.raises(ParseError, match="cut at max_tokens"):
+        parse_response(reply, STORY, cut=True, retry_cut=True)
+    # cut inside "his" or inside "him": the word cut goes, as a cut JSON reply's last string; a line after the
+    # references costs them nothing
+    for cut, refs in ((reply[:-2], ("him",)), (reply[:-7], ()), (reply + "\n- note: he", ("him", "his"))):
+        assert parse_response(cut, STORY, cut=True).character("object").references == refs
+
+
+def test_parse_reads_an_answer_laid_out_by_role():
+    """{"doctor": {"name": ..., "references": [...]}, ...}: the role's name and references one level down."""
+    reply = json.dumps({"doctor": {"name": "Dr. Ana Ruiz", "references": ["She"]},
+                        "needy patient": {"name": "Tom", "references": ["him", "his"]}})
+    lab = parse_response(reply, STORY)
+    assert lab.character("subject").name == "Dr. Ana Ruiz" and lab.character("subject").references == ("She",)
+    assert lab.character("object").name == "Tom" and lab.character("object").references == ("him", "his")
+    one = StoryInput("s", "Kim taught Lee. She smiled.", (RoleSpec("subject", "teacher"),))
+    lab = parse_response(json.dumps({"teacher": {"name": "Kim", "references": ["She"]}}), one)
+    assert lab.characters[0].name == "Kim" and lab.characters[0].references == ("She",)
