@@ -269,12 +269,19 @@ def parse_json_object(text: str, *, cut: bool = False) -> dict[str, Any]:
     return _parse_object(text, cut)[0]
 
 
+_CAMEL = re.compile(r"(?<=[a-z])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+_NAME_OF = re.compile(r"(name|references?) (?:of|to|for) (?:the )?(.+)")
+
+
 def _norm_key(k: str) -> str:
-    """A key as words: case, underscores, a possessive and a closing colon aside ("Patient's_Name:" is
-    "patient name")."""
-    k = str(k).strip().strip("'\"").casefold().replace("_", " ")
+    """A key as words: case (camelCase split), underscores, hyphens, a possessive and a closing colon aside
+    ("Patient's_Name:", "patientName" and "patient-name" are "patient name"), and "name of the patient" as
+    "patient name"."""
+    k = _CAMEL.sub(" ", str(k).strip().strip("'\"")).casefold().replace("_", " ").replace("-", " ")
     k = re.sub(r"['’]s\b", "", k).rstrip(": ")
-    return re.sub(r"\s+", " ", k).strip()
+    k = re.sub(r"\s+", " ", k).strip()
+    m = _NAME_OF.fullmatch(k)
+    return f"{m.group(2)} {m.group(1)}" if m else k
 
 
 def _pick(obj: dict[str, Any], roles: Sequence[str], suffix: str) -> list[Any]:

@@ -518,3 +518,17 @@ def test_parse_reads_an_answer_laid_out_by_role():
     one = StoryInput("s", "Kim taught Lee. She smiled.", (RoleSpec("subject", "teacher"),))
     lab = parse_response(json.dumps({"teacher": {"name": "Kim", "references": ["She"]}}), one)
     assert lab.characters[0].name == "Kim" and lab.characters[0].references == ("She",)
+
+
+@pytest.mark.parametrize("keys", [
+    ("needyPatientName", "doctorName", "needyPatientReferences", "doctorReferences"),
+    ("needy-patient-name", "doctor-name", "needy-patient-references", "doctor-references"),
+    ("name of the needy patient", "name of the doctor", "references to the needy patient", "references to the doctor"),
+])
+def test_parse_gives_keys_written_in_camel_case_hyphens_or_name_of_to_their_roles_in_any_order(keys):
+    """"needyPatientName" and "needy-patient-name" were no role's key, so they went to the roles by key order:
+    written object first, the patient's name and references became the doctor's, with no error to show it."""
+    reply = json.dumps(dict(zip(keys, ["Tom", "Dr. Ana Ruiz", ["him", "his"], ["She"]])))
+    lab = parse_response(reply, STORY)
+    assert lab.character("subject").name == "Dr. Ana Ruiz" and lab.character("subject").references == ("She",)
+    assert lab.character("object").name == "Tom" and lab.character("object").references == ("him", "his")
