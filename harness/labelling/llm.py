@@ -457,7 +457,8 @@ def parse_response(text: str, story: StoryInput, *, cut: bool = False, retry_cut
     prompt's keys and is not the prompt's own template (its type definition, every name "Unspecified"
     and every list empty, or one with placeholders such as "<name or Unspecified>" and ["..."]) is the
     answer, so a model that repeats the template before it answers is labelled with its answer. A reply
-    with no such object is read from its "key: value" lines (``_key_values``: markdown bullets instead
+    that gives each character its own object is read from their keys together; one with no object of the
+    prompt's keys is read from its "key: value" lines (``_key_values``: markdown bullets instead
     of JSON). ``cut``: the reply stopped at ``max_tokens``; with ``retry_cut``, a cut reply whose object
     never closed raises (its lists may lack what the model had yet to write), so the caller can retry.
     Raises ``ParseError`` when the reply holds no usable object, or only the template.
@@ -479,6 +480,7 @@ def parse_response(text: str, story: StoryInput, *, cut: bool = False, retry_cut
             return False
 
     if text and "{" in text:
+        merged: dict[str, Any] = {}  # the keys of every object, the first object's value of each
         for found, closed_here in _objects(text, cut):
             if cut and closed_here and retry_cut:
                 raise ParseError("reply cut at max_tokens before its JSON object closed")
@@ -489,6 +491,11 @@ def parse_response(text: str, story: StoryInput, *, cut: bool = False, retry_cut
                 if got:
                     template = True
                     break
+            else:
+                merged.update((k, v) for k, v in found.items() if k not in merged)
+        # one object per character ({"doctor name": ..., "doctor references": ...} {"patient name": ...})
+        if not template and merged and isinstance(got := answer(merged), StoryLabels):
+            return got
     else:
         error = ParseError("no JSON object in the reply")
     if not template and text:  # markdown bullets or "key: value" lines instead of JSON

@@ -532,3 +532,16 @@ def test_parse_gives_keys_written_in_camel_case_hyphens_or_name_of_to_their_role
     lab = parse_response(reply, STORY)
     assert lab.character("subject").name == "Dr. Ana Ruiz" and lab.character("subject").references == ("She",)
     assert lab.character("object").name == "Tom" and lab.character("object").references == ("him", "his")
+
+
+@pytest.mark.parametrize("layout", ["{a}\n{b}", "[{a}, {b}]", "The doctor:\n```json\n{a}\n```\nThe patient:\n```json\n{b}\n```"])
+def test_a_reply_that_gives_each_character_its_own_object_is_read_from_both(layout):
+    """Each object held one role's keys, so each lacked the other's: "missing key(s)", every attempt."""
+    a = json.dumps({"doctor name": "Dr. Ana Ruiz", "doctor references": ["She"]})
+    b = json.dumps({"needy patient name": "Tom", "needy patient references": ["him", "his"]})
+    lab = parse_response(layout.format(a=a, b=b), STORY)
+    assert lab.character("subject").name == "Dr. Ana Ruiz" and lab.character("subject").references == ("She",)
+    assert lab.character("object").name == "Tom" and lab.character("object").references == ("him", "his")
+    # two whole answers: the first is the answer, as before
+    second = GOOD.replace("Dr. Ana Ruiz", "Ana")
+    assert parse_response(GOOD + "\n" + second, STORY).character("subject").name == "Dr. Ana Ruiz"
