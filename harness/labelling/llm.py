@@ -367,7 +367,8 @@ def _text_of(value: str) -> str:
 
 
 #: A placeholder a model writes where a template shows one: "<name or Unspecified>", "{name}", "[reference]", "...".
-_PLACEHOLDER = re.compile(r"(?:<[^<>]*>|\{[^{}]*\}|\[[^\[\]]*(?:name|reference|pronoun|unspecified|\.\.\.|…)[^\[\]]*\])"
+_PLACEHOLDER = re.compile(r"<[^<>]*>|\{[^{}]*\}"
+                          r"|\[[^\[\]]*(?:name|reference|pronoun|unspecified|\.\.\.|…)[^\[\]]*\]"
                           r"|(?:\.\s*){2,}|…|str(?:ing)?", re.I)
 
 

@@ -534,7 +534,8 @@ def test_parse_gives_keys_written_in_camel_case_hyphens_or_name_of_to_their_role
     assert lab.character("object").name == "Tom" and lab.character("object").references == ("him", "his")
 
 
-@pytest.mark.parametrize("layout", ["{a}\n{b}", "[{a}, {b}]", "The doctor:\n```json\n{a}\n```\nThe patient:\n```json\n{b}\n```"])
+@pytest.mark.parametrize("layout", ["{a}\n{b}", "[{a}, {b}]",
+                                    "The doctor:\n```json\n{a}\n```\nThe patient:\n```json\n{b}\n```"])
 def test_a_reply_that_gives_each_character_its_own_object_is_read_from_both(layout):
     """Each object held one role's keys, so each lacked the other's: "missing key(s)", every attempt."""
     a = json.dumps({"doctor name": "Dr. Ana Ruiz", "doctor references": ["She"]})
