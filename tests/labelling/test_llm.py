@@ -444,6 +444,11 @@ def test_a_reply_that_is_only_the_prompts_template_is_retried_and_recorded_as_a_
     assert out.status == "ok" and out.character("subject").name == "Dr. Ana Ruiz"  # the third attempt answered
     assert [(a, "only repeats the prompt's template" in why) for _, a, why in labeller.failures] == [(0, True),
                                                                                                    (1, True)]
+    only = ScriptedBackend({build_prompt(STORY): [_type_definition(STORY)]})
+    (out,) = LLMLabeller(only, max_attempts=2).label([STORY])
+    assert out.status == "llm: unparseable reply (reply only repeats the prompt's template (names \"Unspecified\" " \
+                         "or placeholders, no references)) in 2 attempt(s)"
+    assert [(c.name, c.references) for c in out.characters] == [(None, ()), (None, ())]
     # no name but a reference: an answer, not the template
     lab = parse_response(json.dumps({"doctor name": "Unspecified", "needy patient name": "Unspecified",
                                      "doctor references": ["She"], "needy patient references": []}), STORY)
