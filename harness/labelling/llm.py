@@ -25,6 +25,7 @@ Post-processing follows the paper: names and references that do not occur in the
 from __future__ import annotations
 
 import ast
+import bisect
 import json
 import re
 from collections.abc import Iterator, Sequence
@@ -132,23 +133,30 @@ def _candidates(text: str, cut: bool = False) -> list[tuple[str, bool]]:
 
 _LITERALS = {"null": "null", "none": "null", "true": "true", "false": "false"}
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?")
-_BARE_STOP = frozenset(',:{}[]"\n')
+_BARE_WORD = re.compile(r'(?:[^,:{}\[\]"\n#/]|/(?![/*]))+')  # up to a delimiter, a line's end or a comment
+_NEXT_CHAR = re.compile(r"\s*(\S?)")
+_SPACE = re.compile(r"\s+")
 
 
-def _single_quoted_end(s: str, i: int) -> int:
+def _next_char(s: str, i: int) -> str:
+    """The first character of ``s`` from ``i`` on that is not white space ("" at the end), without copying
+    the rest of ``s`` (a copy per quote made a long reply quadratic)."""
+    return _NEXT_CHAR.match(s, i).group(1)
+
+
+_SINGLE_QUOTE_END = re.compile(r"(?<!\\)'(?=[ \t]*(?:[,:}\]']|\r?\n|\Z))")
+MAX_SINGLE_QUOTED = 200  # characters a single-quoted string may hold (a name, a word, a key); it never spans lines
+
+
+def _single_quoted_end(s: str, i: int, ends: list[int]) -> int:
     """Index of the quote that closes the single-quoted string opening at ``i``: the first "'" followed by
     ``,`` ``:`` ``}`` ``]``, the next string's "'" or the end (so the apostrophes of "Dr. O'Brien" and
-    "doctor's" stay inside), or -1."""
-    j = i + 1
-    while True:
-        j = s.find("'", j)
-        if j < 0:
-            return -1
-        if s[j - 1] != "\\":
-            rest = s[j + 1:].lstrip()
-            if not rest or rest[0] in ",:}]'":
-                return j
-        j += 1
+    "doctor's" stay inside), on the same line and within ``MAX_SINGLE_QUOTED`` characters, or -1. ``ends``:
+    the positions of every such quote in ``s``, found once, so a reply of many quotes is read in linear time."""
+    k = bisect.bisect_right(ends, i)
+    if k == len(ends) or ends[k] - i > MAX_SINGLE_QUOTED + 1 or "\n" in s[i:ends[k]]:
+        return -1
+    return ends[k]
 
 
 def _relaxed(s: str) -> str:
@@ -161,11 +169,12 @@ def _relaxed(s: str) -> str:
     """
     out: list[str] = []
     ends = False  # the last token ends a value: a comma goes before the next one
+    quote_ends = [m.start() for m in _SINGLE_QUOTE_END.finditer(s)] if "'" in s else []
     i, n = 0, len(s)
     while i < n:
         ch = s[i]
         if ch.isspace():
-            i += 1
+            i = _SPACE.match(s, i).end()
             continue
         if s.startswith("//", i) or ch == "#":
             i = n if (e := s.find("\n", i)) < 0 else e
@@ -199,15 +208,12 @@ def _relaxed(s: str) -> str:
             while j < n and s[j] != '"':
                 j += 2 if s[j] == "\\" else 1
             out.append(s[i:j + 1] if j < n else s[i:] + '"')
-        elif ch == "'" and (j := _single_quoted_end(s, i)) >= 0:
+        elif ch == "'" and (j := _single_quoted_end(s, i, quote_ends)) >= 0:
             out.append(json.dumps(s[i + 1:j].replace("\\'", "'"), ensure_ascii=False))
         else:  # a bare key or value: up to the next delimiter or comment
-            j = i
-            while j < n and s[j] not in _BARE_STOP and not s.startswith("//", j) and s[j] != "#":
-                j += 1
+            j = max(_BARE_WORD.match(s, i).end(), i + 1)
             word = s[i:j].strip()
-            after = s[j:].lstrip()
-            if after.startswith(":") or not (word.casefold() in _LITERALS or _NUMBER.fullmatch(word)):
+            if _next_char(s, j) == ":" or not (word.casefold() in _LITERALS or _NUMBER.fullmatch(word)):
                 out.append(json.dumps(word, ensure_ascii=False))
             else:
                 out.append(_LITERALS.get(word.casefold(), word))
