@@ -5,7 +5,8 @@ The reply is parsed as JSON after light repair (code fences, prose around the ob
 trailing commas, Python-style quoting, a missing closing brace; then comments, unquoted keys and values and
 missing commas); the first whole object with the prompt's keys wins, read inside a single-key wrapper
 ({"answer": {...}}) or laid out by role ({"doctor": {"name": ...}}) too, and skipping a copy of the prompt's
-own template (its type definition, or placeholders such as "<name>"), which a reply of nothing else fails.
+own template (its type definition, or placeholders such as "<name>"); a reply of placeholders alone fails, one of the
+type definition alone is read as its values (nobody named, no references: the answer for some stories).
 A reply with no such object is read from its "key: value" lines (markdown bullets instead of JSON). A story
 whose reply cannot be parsed is sent again, up to ``max_attempts`` in all (the authors' code: 3), the
 retries sampled with a new seed; what still fails comes back with the last parse error as its status,
@@ -395,6 +396,13 @@ def _is_template(names: Sequence[Any], refs: Sequence[Any]) -> bool:
     return True
 
 
+def _has_placeholder(names: Sequence[Any], refs: Sequence[Any]) -> bool:
+    """Whether a template holds a placeholder ("<name>", ["..."]): no reading of any story, where the type
+    definition's values (every name "Unspecified", every list empty) are also the answer for a story that
+    names nobody and refers to nobody."""
+    return any(_placeholder(_text_of(v)) for nv, rv in zip(names, refs) for v in [*_name_list(nv), *_ref_list(rv)])
+
+
 def _readings(obj: dict[str, Any]) -> Iterator[dict[str, Any]]:
     """``obj`` as the model may have laid out its answer: as it is; inside a single-key wrapper ({"answer":
     {...}}, {"output": ...}, {"result": ...}, {"labels": ...}, {"response": ...}, whatever the key); and by
@@ -463,25 +471,31 @@ def parse_response(text: str, story: StoryInput, *, cut: bool = False, retry_cut
     (``_readings``: inside a single-key wrapper, {"answer": {...}}, or by role): the first that has the
     prompt's keys and is not the prompt's own template (its type definition, every name "Unspecified"
     and every list empty, or one with placeholders such as "<name or Unspecified>" and ["..."]) is the
-    answer, so a model that repeats the template before it answers is labelled with its answer. A reply
+    answer, so a model that repeats the template before it answers is labelled with its answer (a reply of
+    the type definition alone is read as its values: nobody named, no references). A reply
     that gives each character its own object is read from their keys together; one with no object of the
     prompt's keys is read from its "key: value" lines (``_key_values``: markdown bullets instead
     of JSON). ``cut``: the reply stopped at ``max_tokens``; with ``retry_cut``, a cut reply whose object
     never closed raises (its lists may lack what the model had yet to write), so the caller can retry.
-    Raises ``ParseError`` when the reply holds no usable object, or only the template.
+    Raises ``ParseError`` when the reply holds no usable object, or only a template of placeholders.
     """
     descs = [r.description for r in story.roles]
     story_tokens = set(alpha_tokens(story.text or ""))
     error: ParseError | None = None
     template = False  # an object was the prompt's template
+    nobody: StoryLabels | None = None  # the labels of a template of the type definition's values alone
 
     def answer(obj: dict[str, Any]) -> StoryLabels | bool:
         """Labels from ``obj``; else whether it was the template (its error kept where it lacks keys)."""
-        nonlocal error
+        nonlocal error, nobody
         try:
             names = _pick(obj, descs, "name")
             refs = _pick(obj, descs, "references")
-            return True if _is_template(names, refs) else _labels(story, names, refs, story_tokens)
+            if not _is_template(names, refs):
+                return _labels(story, names, refs, story_tokens)
+            if nobody is None and not _has_placeholder(names, refs):
+                nobody = _labels(story, names, refs, story_tokens)
+            return True
         except ParseError as e:
             error = error or e
             return False
@@ -513,9 +527,10 @@ def parse_response(text: str, story: StoryInput, *, cut: bool = False, retry_cut
                 raise ParseError("reply cut at max_tokens in its lines of keys and values")
             return got
         template, error = got, first_error
+    if nobody is not None:  # no other answer: the type definition's values are this story's ("nobody named")
+        return nobody
     if template:
-        raise ParseError("reply only repeats the prompt's template (names \"Unspecified\" or placeholders, "
-                         "no references)")
+        raise ParseError("reply only repeats the prompt's template of placeholders (\"<name>\", [\"...\"])")
     raise error or ParseError("reply holds a '{' but no parseable JSON object")
 
 
