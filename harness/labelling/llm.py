@@ -2,7 +2,12 @@
 
 Each story is sent once with the one- or two-character Table S7 prompt (``prompts.build_prompt``).
 The reply is parsed as JSON after light repair (code fences, prose around the object, smart quotes,
-trailing commas, Python-style quoting, a missing closing brace); the first whole object wins. A story
+trailing commas, Python-style quoting, a missing closing brace; then comments, unquoted keys and values and
+missing commas); the first whole object with the prompt's keys wins, read inside a single-key wrapper
+({"answer": {...}}) or laid out by role ({"doctor": {"name": ...}}) too, and skipping a copy of the prompt's
+own template (its type definition, or placeholders such as "<name>"); a reply of placeholders alone fails, one of the
+type definition alone is read as its values (nobody named, no references: the answer for some stories).
+A reply with no such object is read from its "key: value" lines (markdown bullets instead of JSON). A story
 whose reply cannot be parsed is sent again, up to ``max_attempts`` in all (the authors' code: 3), the
 retries sampled with a new seed; what still fails comes back with the last parse error as its status,
 never dropped. A story the backend failed (a server error: the model gave no reply) is sent again with
@@ -14,15 +19,17 @@ at a time, in the same attempt with the same settings (and so for the story's la
 request that breaks the backend takes no other story with it.
 
 Post-processing follows the paper: names and references that do not occur in the story are dropped
-("observable LM errors"); "Unspecified" counts as no name.
+("observable LM errors"); "Unspecified", and the model's other ways of writing it ("None", "N/A",
+"Not specified", ...: ``NO_NAME``), count as no name.
 """
 
 from __future__ import annotations
 
 import ast
+import bisect
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from harness.errors import BackendError, ConfigError
@@ -125,6 +132,97 @@ def _candidates(text: str, cut: bool = False) -> list[tuple[str, bool]]:
     return out + inside_open  # after the open objects' repairs, so a cut reply's inner object never wins
 
 
+_LITERALS = {"null": "null", "none": "null", "true": "true", "false": "false"}
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?")
+_BARE_WORD = re.compile(r'(?:[^,:{}\[\]"\n#/]|/(?![/*]))+')  # up to a delimiter, a line's end or a comment
+_NEXT_CHAR = re.compile(r"\s*(\S?)")
+_SPACE = re.compile(r"\s+")
+
+
+def _next_char(s: str, i: int) -> str:
+    """The first character of ``s`` from ``i`` on that is not white space ("" at the end), without copying
+    the rest of ``s`` (a copy per quote made a long reply quadratic)."""
+    return _NEXT_CHAR.match(s, i).group(1)
+
+
+_SINGLE_QUOTE_END = re.compile(r"(?<!\\)'(?=[ \t]*(?:[,:}\]']|\r?\n|\Z))")
+MAX_SINGLE_QUOTED = 200  # characters a single-quoted string may hold (a name, a word, a key); it never spans lines
+
+
+def _single_quoted_end(s: str, i: int, ends: list[int]) -> int:
+    """Index of the quote that closes the single-quoted string opening at ``i``: the first "'" followed by
+    ``,`` ``:`` ``}`` ``]``, the next string's "'" or the end (so the apostrophes of "Dr. O'Brien" and
+    "doctor's" stay inside), on the same line and within ``MAX_SINGLE_QUOTED`` characters, or -1. ``ends``:
+    the positions of every such quote in ``s``, found once, so a reply of many quotes is read in linear time."""
+    k = bisect.bisect_right(ends, i)
+    if k == len(ends) or ends[k] - i > MAX_SINGLE_QUOTED + 1 or "\n" in s[i:ends[k]]:
+        return -1
+    return ends[k]
+
+
+def _relaxed(s: str) -> str:
+    """JSON as small models write it, made JSON: comments (``//``, ``/* */``, ``#``) taken out, single-quoted
+    strings, unquoted keys and unquoted values quoted, ``None``/``True``/``False`` as JSON's literals, a
+    comma put between two values written without one and taken out before a closing bracket.
+
+    >>> print(_relaxed("{doctor name: 'Dr. O'Brien', // the doctor\\n 'refs': ['he' 'him',], x: None}"))
+    {"doctor name":"Dr. O'Brien","refs":["he","him"],"x":null}
+    """
+    out: list[str] = []
+    ends = False  # the last token ends a value: a comma goes before the next one
+    quote_ends = [m.start() for m in _SINGLE_QUOTE_END.finditer(s)] if "'" in s else []
+    i, n = 0, len(s)
+    while i < n:
+        ch = s[i]
+        if ch.isspace():
+            i = _SPACE.match(s, i).end()
+            continue
+        if s.startswith("//", i) or ch == "#":
+            i = n if (e := s.find("\n", i)) < 0 else e
+            continue
+        if s.startswith("/*", i):
+            i = n if (e := s.find("*/", i + 2)) < 0 else e + 2
+            continue
+        if ch in "}]":
+            if out and out[-1] == ",":
+                out.pop()
+            out.append(ch)
+            ends, i = True, i + 1
+            continue
+        if ch == ",":
+            if out and out[-1] not in ",{[":
+                out.append(ch)
+            ends, i = False, i + 1
+            continue
+        if ch == ":":
+            out.append(ch)
+            ends, i = False, i + 1
+            continue
+        if ends:
+            out.append(",")
+        if ch in "{[":
+            out.append(ch)
+            ends, i = False, i + 1
+            continue
+        if ch == '"':
+            j = i + 1
+            while j < n and s[j] != '"':
+                j += 2 if s[j] == "\\" else 1
+            out.append(s[i:j + 1] if j < n else s[i:] + '"')
+        elif ch == "'" and (j := _single_quoted_end(s, i, quote_ends)) >= 0:
+            out.append(json.dumps(s[i + 1:j].replace("\\'", "'"), ensure_ascii=False))
+        else:  # a bare key or value: up to the next delimiter or comment
+            j = max(_BARE_WORD.match(s, i).end(), i + 1)
+            word = s[i:j].strip()
+            if _next_char(s, j) == ":" or not (word.casefold() in _LITERALS or _NUMBER.fullmatch(word)):
+                out.append(json.dumps(word, ensure_ascii=False))
+            else:
+                out.append(_LITERALS.get(word.casefold(), word))
+            j -= 1
+        ends, i = True, j + 1
+    return "".join(out)
+
+
 def _loads(s: str) -> Any:
     for attempt in (s, s.translate(_SMART)):
         fixed = _TRAILING_COMMA.sub(r"\1", attempt)
@@ -133,20 +231,34 @@ def _loads(s: str) -> Any:
                 return parse(fixed)
             except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
                 continue
-    raise ParseError("not JSON")
+    try:  # comments, unquoted keys, JSON and Python literals mixed, missing commas
+        return json.loads(_relaxed(s.translate(_SMART)), strict=False)
+    except (ValueError, RecursionError):
+        raise ParseError("not JSON") from None
+
+
+def _objects(text: str, cut: bool = False) -> Iterator[tuple[dict[str, Any], bool]]:
+    """The JSON objects a reply may hold, most likely first (``_candidates``), each with whether the reply
+    left it open; each distinct substring is read once."""
+    seen: set[str] = set()
+    for cand, closed_here in _candidates(text, cut):
+        if cand in seen:
+            continue
+        seen.add(cand)
+        try:
+            val = _loads(cand)
+        except ParseError:
+            continue
+        if isinstance(val, dict):
+            yield val, closed_here
 
 
 def _parse_object(text: str, cut: bool = False) -> tuple[dict[str, Any], bool]:
     """The first JSON object in a reply, and whether the reply left it open (see ``_candidates``)."""
     if not text or "{" not in text:
         raise ParseError("no JSON object in the reply")
-    for cand, closed_here in _candidates(text, cut):
-        try:
-            val = _loads(cand)
-        except ParseError:
-            continue
-        if isinstance(val, dict):
-            return val, closed_here
+    for found in _objects(text, cut):
+        return found
     raise ParseError("reply holds a '{' but no parseable JSON object")
 
 
@@ -164,12 +276,19 @@ def parse_json_object(text: str, *, cut: bool = False) -> dict[str, Any]:
     return _parse_object(text, cut)[0]
 
 
+_CAMEL = re.compile(r"(?<=[a-z])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+_NAME_OF = re.compile(r"(name|references?) (?:of|to|for) (?:the )?(.+)")
+
+
 def _norm_key(k: str) -> str:
-    """A key as words: case, underscores, a possessive and a closing colon aside ("Patient's_Name:" is
-    "patient name")."""
-    k = str(k).strip().strip("'\"").casefold().replace("_", " ")
+    """A key as words: case (camelCase split), underscores, hyphens, a possessive and a closing colon aside
+    ("Patient's_Name:", "patientName" and "patient-name" are "patient name"), and "name of the patient" as
+    "patient name"."""
+    k = _CAMEL.sub(" ", str(k).strip().strip("'\"")).casefold().replace("_", " ").replace("-", " ")
     k = re.sub(r"['’]s\b", "", k).rstrip(": ")
-    return re.sub(r"\s+", " ", k).strip()
+    k = re.sub(r"\s+", " ", k).strip()
+    m = _NAME_OF.fullmatch(k)
+    return f"{m.group(2)} {m.group(1)}" if m else k
 
 
 def _pick(obj: dict[str, Any], roles: Sequence[str], suffix: str) -> list[Any]:
@@ -229,32 +348,200 @@ def _ref_list(v: Any) -> list[str]:
     raise ParseError(f"references must be a list, got {type(v).__name__}")
 
 
+#: What a model writes for "no name" instead of the prompt's "Unspecified", case-folded, periods and extra space
+#: taken out: the paper's output is the name or Unspecified, and a story that says "none of them" or "no name"
+#: would otherwise keep "None" or "No name" as the character's name (the audit's name filters drop some of these
+#: whole strings, not "Not specified" or "No name", whose first word then counted as a first name).
+NO_NAME = frozenset({"unspecified", "none", "unknown", "n/a", "not specified", "unnamed", "no name", "null", "nil",
+                     "not given", "not mentioned", "not provided", "not stated", "not named", "no name given",
+                     "name not given", "name not mentioned", "name unknown", "anonymous", "undefined"})
+
+
+def _no_name(name: str) -> bool:
+    """Whether a name the model gave is one of its ways of writing "Unspecified" (``NO_NAME``).
+
+    >>> [_no_name(n) for n in ["Unspecified", "N/A", "Not specified.", "No Name", "(none)", "Nona"]]
+    [True, True, True, True, True, False]
+    """
+    key = re.sub(r"\s+", " ", name.casefold().replace(".", "")).strip(" \"'()[]*_-:")
+    return key in NO_NAME
+
+
 def _text_of(value: str) -> str:
     """A name or reference as the model wrote it, without a lone surrogate (a JSON escape such as
     "\\ud83d" without its pair, which no UTF-8 file takes) and surrounding space."""
     return valid_text(value).replace("\ufffd", "").strip()
 
 
+#: A placeholder a model writes where a template shows one: "<name or Unspecified>", "{name}", "[reference]", "...".
+_PLACEHOLDER = re.compile(r"<[^<>]*>|\{[^{}]*\}"
+                          r"|\[[^\[\]]*(?:name|reference|pronoun|unspecified|\.\.\.|…)[^\[\]]*\]"
+                          r"|(?:\.\s*){2,}|…|str(?:ing)?", re.I)
+
+
+def _placeholder(value: str) -> bool:
+    """Whether a name or reference is a template's placeholder, not the model's reading of the story."""
+    return bool(_PLACEHOLDER.fullmatch(value.strip()))
+
+
+def _is_template(names: Sequence[Any], refs: Sequence[Any]) -> bool:
+    """Whether the values picked for the roles are the prompt's type definition (every name "Unspecified", every
+    reference list empty) or a template of placeholders ("<name or Unspecified>", ["..."]) rather than an answer."""
+    for nv, rv in zip(names, refs):
+        given = [_text_of(n) for n in _name_list(nv)]
+        if not given or not all(n.casefold() == "unspecified" or _placeholder(n) for n in given):
+            return False
+        if not all(_placeholder(_text_of(r)) for r in _ref_list(rv)):
+            return False
+    return True
+
+
+def _has_placeholder(names: Sequence[Any], refs: Sequence[Any]) -> bool:
+    """Whether a template holds a placeholder ("<name>", ["..."]): no reading of any story, where the type
+    definition's values (every name "Unspecified", every list empty) are also the answer for a story that
+    names nobody and refers to nobody."""
+    return any(_placeholder(_text_of(v)) for nv, rv in zip(names, refs) for v in [*_name_list(nv), *_ref_list(rv)])
+
+
+def _readings(obj: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """``obj`` as the model may have laid out its answer: as it is; inside a single-key wrapper ({"answer":
+    {...}}, {"output": ...}, {"result": ...}, {"labels": ...}, {"response": ...}, whatever the key); and by
+    role ({"doctor": {"name": ..., "references": [...]}, ...} read as {"doctor name": ..., ...})."""
+    while True:
+        yield obj
+        if len(obj) == 1 and isinstance(inner := next(iter(obj.values())), dict):
+            obj = inner
+            continue
+        by_role = {f"{k} {sub}": v for k, d in obj.items() if isinstance(d, dict) for sub, v in d.items()}
+        if by_role:
+            yield {**{k: v for k, v in obj.items() if not isinstance(v, dict)}, **by_role}
+        return
+
+
+_KEY_LINE = re.compile(r"^\s*(?:[-*+\u2022]\s+|\d+[.)]\s+)?(?P<key>[^:\n]{1,100}?)\s*:(?P<value>.*)$")
+_BULLET = re.compile(r"^\s*(?:[-*+\u2022]|\d+[.)])\s+(?P<item>.+)$")
+_MARKUP = " \t*_`#\"'"
+_EDGES = _MARKUP + ",;{}[]/\\"  # around a value written without JSON: none of it is the name or word
+
+
+def _key_values(text: str) -> dict[str, Any]:
+    """The "key: value" lines of a reply written as markdown or plain lines instead of JSON ("- **Doctor
+    name:** Dr. Ana Ruiz", "Doctor references: she, her"): a value written as a list (["she", "her"]) is read
+    as one, and a key with no value takes the bullets under it as its list.
+
+    >>> _key_values("Sure!\\n- **Doctor name:** Ana\\n- Doctor references:\\n  - she\\n  - her\\n")
+    {'Doctor name': 'Ana', 'Doctor references': ['she', 'her']}
+    """
+    obj: dict[str, Any] = {}
+    listing: list[str] | None = None  # the list of a key with no value, taking the bullets under it
+    for line in text.splitlines():
+        m = _KEY_LINE.match(line)
+        if not m and listing is not None and (bullet := _BULLET.match(line)):
+            listing.append(bullet.group("item").strip(_EDGES))
+            continue
+        if not m or not m.group("key").strip(_MARKUP):
+            listing = None
+            continue
+        key, raw = m.group("key").strip(_MARKUP), m.group("value").strip().rstrip(",;").strip("*_` ")
+        if not raw.strip(_MARKUP):
+            obj[key] = listing = []
+            continue
+        listing = None
+        try:
+            obj[key] = _loads(raw) if raw.startswith("[") else raw.strip(_EDGES)
+        except ParseError:
+            obj[key] = raw.strip(_EDGES)
+    return obj
+
+
+def _without_cut_word(text: str) -> str:
+    """Lines cut at ``max_tokens`` without the value they were cut in: the last line's text after its last comma
+    ("references: him, h" -> "references: him"), its value where it has no comma, or the line, a bullet."""
+    head, last = text.rpartition("\n")[::2]
+    if "," in last:
+        return head + "\n" + last.rpartition(",")[0]
+    m = _KEY_LINE.match(last)
+    return head + "\n" + (last[:m.end("key")] + ":" if m else "")
+
+
 def parse_response(text: str, story: StoryInput, *, cut: bool = False, retry_cut: bool = False) -> StoryLabels:
     """Read a model reply into labels for ``story`` (post-processed against the story text).
 
-    ``cut``: the reply stopped at ``max_tokens``; with ``retry_cut``, a cut reply whose object never
-    closed raises (its lists may lack what the model had yet to write), so the caller can retry.
-    Raises ``ParseError`` when the reply holds no usable object.
+    The reply's objects are read in ``_candidates``' order, each as the model may have laid it out
+    (``_readings``: inside a single-key wrapper, {"answer": {...}}, or by role): the first that has the
+    prompt's keys and is not the prompt's own template (its type definition, every name "Unspecified"
+    and every list empty, or one with placeholders such as "<name or Unspecified>" and ["..."]) is the
+    answer, so a model that repeats the template before it answers is labelled with its answer (a reply of
+    the type definition alone is read as its values: nobody named, no references). A reply
+    that gives each character its own object is read from their keys together; one with no object of the
+    prompt's keys is read from its "key: value" lines (``_key_values``: markdown bullets instead
+    of JSON). ``cut``: the reply stopped at ``max_tokens``; with ``retry_cut``, a cut reply whose object
+    never closed raises (its lists may lack what the model had yet to write), so the caller can retry.
+    Raises ``ParseError`` when the reply holds no usable object, or only a template of placeholders.
     """
-    obj, closed_here = _parse_object(text, cut)
-    if cut and closed_here and retry_cut:
-        raise ParseError("reply cut at max_tokens before its JSON object closed")
     descs = [r.description for r in story.roles]
-    names = _pick(obj, descs, "name")
-    refs = _pick(obj, descs, "references")
     story_tokens = set(alpha_tokens(story.text or ""))
+    error: ParseError | None = None
+    template = False  # an object was the prompt's template
+    nobody: StoryLabels | None = None  # the labels of a template of the type definition's values alone
+
+    def answer(obj: dict[str, Any]) -> StoryLabels | bool:
+        """Labels from ``obj``; else whether it was the template (its error kept where it lacks keys)."""
+        nonlocal error, nobody
+        try:
+            names = _pick(obj, descs, "name")
+            refs = _pick(obj, descs, "references")
+            if not _is_template(names, refs):
+                return _labels(story, names, refs, story_tokens)
+            if nobody is None and not _has_placeholder(names, refs):
+                nobody = _labels(story, names, refs, story_tokens)
+            return True
+        except ParseError as e:
+            error = error or e
+            return False
+
+    if text and "{" in text:
+        merged: dict[str, Any] = {}  # the keys of every object, the first object's value of each
+        for found, closed_here in _objects(text, cut):
+            if cut and closed_here and retry_cut:
+                raise ParseError("reply cut at max_tokens before its JSON object closed")
+            for obj in _readings(found):
+                got = answer(obj)
+                if isinstance(got, StoryLabels):
+                    return got
+                if got:
+                    template = True
+                    break
+            else:
+                merged.update((k, v) for k, v in found.items() if k not in merged)
+        # one object per character ({"doctor name": ..., "doctor references": ...} {"patient name": ...})
+        if not template and merged and isinstance(got := answer(merged), StoryLabels):
+            return got
+    else:
+        error = ParseError("no JSON object in the reply")
+    if not template and text:  # markdown bullets or "key: value" lines instead of JSON
+        first_error = error
+        got = answer(_key_values(_without_cut_word(text) if cut else text))
+        if isinstance(got, StoryLabels):
+            if cut and retry_cut:  # its lists may lack what the model had yet to write
+                raise ParseError("reply cut at max_tokens in its lines of keys and values")
+            return got
+        template, error = got, first_error
+    if nobody is not None:  # no other answer: the type definition's values are this story's ("nobody named")
+        return nobody
+    if template:
+        raise ParseError("reply only repeats the prompt's template of placeholders (\"<name>\", [\"...\"])")
+    raise error or ParseError("reply holds a '{' but no parseable JSON object")
+
+
+def _labels(story: StoryInput, names: Sequence[Any], refs: Sequence[Any], story_tokens: set[str]) -> StoryLabels:
+    """Labels from the values picked for each role, post-processed against the story's tokens."""
     chars = []
     for role, nv, rv in zip(story.roles, names, refs):
         cands = [c for c in (_text_of(n) for n in _name_list(nv)) if c]
-        real = [n for n in cands if n.casefold() != "unspecified" and in_story(n, story_tokens)]
+        real = [n for n in cands if not _no_name(n) and not _placeholder(n) and in_story(n, story_tokens)]
         name = real[0] if real else None
-        kept = [r for r in (_text_of(r) for r in _ref_list(rv)) if in_story(r, story_tokens)]
+        kept = [r for r in (_text_of(r) for r in _ref_list(rv)) if not _placeholder(r) and in_story(r, story_tokens)]
         chars.append(CharacterLabel(role.key, name, dedupe(kept)))
     return StoryLabels(story.story_id, tuple(chars))
 
