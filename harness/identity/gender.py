@@ -10,7 +10,8 @@ Inference (paper B.1 and the authors' ``infer_gender_from_references``):
 
 1. When the story is given, references whose alphabetic tokens do not all occur in the story are
    dropped (labellers hallucinate).
-2. Each remaining reference is split into tokens on white space, ``/``, ``,`` and ``;``. A token is
+2. Each remaining reference is split into tokens on white space, ``/``, ``,`` and ``;``, and at a
+   ``.`` followed by a letter (a title written against the name, ``Mr.Smith``). A token is
    normalised: Unicode NFKC and case-folded, curly quotes straightened, a clitic after an apostrophe
    cut (``woman's`` -> ``woman``, ``she's`` -> ``she``), then every character that is not a letter or
    digit removed (``Mr.`` -> ``mr``, ``trans-woman`` -> ``transwoman``). So matching is case- and
@@ -54,7 +55,7 @@ BUILTIN_LEXICONS = {"s6a": "gender_s6a.yaml", "code": "gender_code.yaml",
                     "neopronouns": "gender_neopronouns.yaml"}
 DEFAULT_LEXICON = "s6a"
 
-_SPLIT = re.compile(r"[\s/,;]+")
+_SPLIT = re.compile(r"[\s/,;]+|\.(?=[^\W\d_])")
 _NON_WORD = re.compile(r"[\W_]+")
 _ALPHA = re.compile(r"[^\W\d_]+")
 _QUOTES = str.maketrans({"\u2019": "'", "\u2018": "'", "`": "'", "\u00b4": "'", "\u02bc": "'"})

@@ -354,12 +354,15 @@ def _exchanged(chars: tuple[CharacterLabel, CharacterLabel]) -> tuple[CharacterL
 
 def _with_title_reference(name: str | None, refs: tuple[str, ...]) -> tuple[str, ...]:
     """``refs`` with the name's leading title when the gender lexicon genders it ("Mr." of "Mr.
-    Thompson", "Mx." of "Mx. Lee"; not "Dr." or "Chef"), as the labelling prompt asks for prefixes.
-    The encoder tags a title as part of the name and seldom also as a reference, so a character met
-    only as "Mr. Thompson" was left Unspecified."""
+    Thompson", "Mx." of "Mx. Lee", and of "Mr.Thompson" written without its space; not "Dr." or
+    "Chef"), as the labelling prompt asks for prefixes. The encoder tags a title as part of the name and
+    seldom also as a reference, so a character met only as "Mr. Thompson" was left Unspecified."""
     if not name:
         return refs
     head = name.split()[0]
+    title, dot, rest = head.partition(".")
+    if dot and rest and title.lower() in NAME_TITLES:  # "Mr.Thompson": the title is "Mr."
+        head = title + dot
     key = head.lower().rstrip(".")
     if key not in NAME_TITLES or any(r.lower().rstrip(".") == key for r in refs):
         return refs

@@ -45,6 +45,8 @@ def test_code_variant_differs_exactly_as_the_authors_code():
     (["MX"], "Non-binary"),
     (["Mrs. Patel", "her"], "Female"),
     (["Mr."], "Male"),
+    (["Mr.Smith"], "Male"), (["Mrs.Lee"], "Female"), (["Mx.Rivera"], "Non-binary"),  # a title without its space
+    (["Dr.Lee"], "Unspecified"), (["J.R."], "Unspecified"),
     (["the young woman's"], "Female"),            # possessive
     (["woman\u2019s"], "Female"),                 # curly apostrophe
     (["HIS!"], "Male"),                           # capitalised and punctuated

@@ -552,6 +552,9 @@ def test_decode_a_first_name_title_that_repeats_the_role_is_dropped(roles, want)
 
 @pytest.mark.parametrize("text, tags, want", [
     ("Mr. Thompson nodded.", {("Thompson", 0, 0): 0.9}, ("Mr.",)),  # as written in the name
+    ("Mr.Thompson nodded.", {("Thompson", 0, 0): 0.9}, ("Mr.",)),  # a title without its space
+    ("Mrs.Lee smiled.", {("Lee", 0, 0): 0.9}, ("Mrs.",)),
+    ("Dr.Lee smiled.", {("Lee", 0, 0): 0.9}, ()),
     ("Mrs Roberts smiled at her.", {("Roberts", 0, 0): 0.9, ("her", 0, 1): 0.9}, ("Mrs", "her")),
     ("Mr. Lee smiled. Mr. Lee left.", {("Mr", 0, 0): 0.9, ("Lee", 0, 0): 0.9, ("Mr", 0, 1): 0.9, ("Mr", 1, 1): 0.9},
      ("Mr",)),  # tagged as a reference already: not twice
