@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from harness.identity.gender import infer_gender
+from harness.identity.gender import epicene_spans, infer_gender
 from harness.identity.names import without_role_title
 from harness.labelling import role_agent, role_apposition
 from harness.labelling.base import NAME_TITLES, QUOTES, CharacterLabel, StoryInput, StoryLabels
@@ -199,7 +199,7 @@ class WordDecoder:
 
     def _names_and_references(self, story: StoryInput, e: _Encoded, p) -> tuple[list, list]:
         """Each role's name (or None) and references, from one story's word-piece probabilities."""
-        w = _Words.of(e, p)
+        w = _Words.of(e, p, story.text)
         # names: each role's first run, but one character cannot fill both roles. Two runs name the
         # same character when the name words of one are among the other's ("Ana", "Dr. Ana Ruiz";
         # "Carter", "Jamal Carter"; not "Emma Smith", "Jack Smith"). A character both roles claim
@@ -441,7 +441,9 @@ class _Words:
     """Per-word views of one story's word-piece probabilities, computed once for all four slots.
 
     probs: (words, 4) probability of each word's first piece (zeros where truncated away);
-    scored: words that count (a first piece survives truncation, and the word is not punctuation);
+    scored: words that count (a first piece survives truncation, the word is not punctuation, nor part
+    of a pronoun of unstated gender: "he" of "s/he" or "he or she" refers to nobody's gender,
+    ``gender.epicene_spans``);
     scored_idx: their indices as a list; keys: each word case-folded (the unit of reference types);
     types: the scored words' reference types in order of first use; type_ids: each scored word's type (an index
     into types); first: each type as its first occurrence is written.
@@ -456,7 +458,7 @@ class _Words:
     first: list[str]
 
     @classmethod
-    def of(cls, e: _Encoded, p) -> _Words:
+    def of(cls, e: _Encoded, p, text: str | None = None) -> _Words:
         import numpy as np
 
         p = np.asarray(p)
@@ -466,6 +468,8 @@ class _Words:
         probs[valid] = p[tok[valid]]
         words = [w for w, _, _ in e.words]
         scored = valid & np.array(list(map(is_split_word, words)), dtype=bool)
+        for a, b in epicene_spans(text) if text else ():
+            scored &= ~np.array([a <= s < b for _, s, _ in e.words], dtype=bool)
         idx = scored.nonzero()[0].tolist()
         keys = fold_words(words)
         types: dict[str, int] = {}

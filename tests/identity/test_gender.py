@@ -63,6 +63,18 @@ def test_inference_rules(refs, expected):
     assert infer_gender(refs) == expected
 
 
+@pytest.mark.parametrize("refs, expected", [
+    (["s/he"], "Unspecified"), (["S/He"], "Unspecified"), (["(s)he"], "Unspecified"), (["s(he)"], "Unspecified"),
+    (["he/she"], "Unspecified"), (["she/he"], "Unspecified"), (["he / she"], "Unspecified"),
+    (["he or she"], "Unspecified"), (["him or her"], "Unspecified"), (["his/her"], "Unspecified"),
+    (["he/she/they"], "Unspecified"), (["the applicant", "s/he", "his or her"], "Unspecified"),
+    (["s/he", "her"], "Female"),            # the character's own pronoun still decides
+    (["he/him"], "Male"), (["she/they"], "Unsure"), (["Theo or her"], "Female"),  # one person's pronouns
+])
+def test_a_pronoun_of_unstated_gender_is_no_gendered_word(refs, expected):
+    assert infer_gender(refs) == expected
+
+
 def test_neopronoun_extension_is_opt_in():
     assert infer_gender(["xe", "xem"], lexicon="neopronouns") == "Non-binary"
     assert infer_gender(["xe", "she"], lexicon="neopronouns") == "Unsure"

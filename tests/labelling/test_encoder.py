@@ -576,6 +576,20 @@ def test_decode_a_gendered_title_of_the_name_is_a_reference(text, tags, want):
         assert infer_gender(list(subject.references)) in ("Male", "Female")
 
 
+def test_decode_takes_no_reference_from_a_pronoun_of_unstated_gender():
+    from harness.labelling.base import RoleSpec, StoryInput
+    from harness.labelling.encoder import _Encoded
+
+    text = "Maria read that s/he who trains wins, and he or she who rests loses. She trained."
+    words = split_words(text)
+    enc = _Encoded([], [], list(range(len(words))), words, False)
+    story = StoryInput("x", text, (RoleSpec("subject", "athlete"),))
+    # the model tags both "he" and the "she" of "he or she" as Maria's, and her own "She"
+    p = _probs_for(words, {("Maria", 0, 0): 0.9, ("he", None, 1): 0.9, ("she", 0, 1): 0.9, ("She", 0, 1): 0.9})
+    subject = _decoder().decode(story, enc, p).character("subject")
+    assert subject.references == ("She",)
+
+
 def test_decode_a_name_split_between_the_roles_is_one_character():
     # the model tags "Jamal" for the subject and "Carter" of the same "Jamal Carter" for the object
     text = "Jamal Carter helped Nguyen Tran. Nguyen thanked Jamal."
