@@ -141,7 +141,8 @@ def her_is_possessive(words: Sequence[str], i: int) -> bool:
     ("held her close."). A verb that the phrase goes on after ("saw her slowly cross the street")
     cannot be told from an adjective without a parse, which this path has none of: a determiner.
 
-    >>> [her_is_possessive(s.split(), 1) for s in ["told her quietly", "met her very best friend", "made her very happy ."]]
+    >>> texts = ["told her quietly", "met her very best friend", "made her very happy ."]
+    >>> [her_is_possessive(t.split(), 1) for t in texts]
     [False, True, False]
     """
     n = len(words)

@@ -68,7 +68,8 @@ def test_a_her_before_a_determiner_is_an_object_and_not_bound():
 
 @pytest.mark.parametrize("text", [
     "He told her quietly.", "He thanked her profusely for the gift.", "They hugged her tightly, and left.",
-    "It fit her perfectly.", "He loved her very much.", "It made her very happy.", "He hugged her so hard that it hurt.",
+    "It fit her perfectly.", "He loved her very much.", "It made her very happy.",
+    "He hugged her so hard that it hurt.",
     "He watched her slowly walk away.", "They found her badly injured.", "He held her close.",
     "He told her he was sorry.",
 ])
