@@ -147,7 +147,7 @@ class WordDecoder:
             chars = tuple(CharacterLabel(role.key, names[r], refs[r], status) for r, role in enumerate(story.roles))
             if self.name_table is not None:
                 chars = check_pronoun_sets(chars, story.roles, self.name_table, self.name_strength)
-            words = [w for w, _, _ in e.words]
+            words = _without_unstated(story.text, e.words)
             if self.pronoun_binding:
                 chars = bind_unreferenced(words, chars, story.roles, her_is_possessive, self.name_table,
                                           self.name_strength)
@@ -369,6 +369,17 @@ def _with_title_reference(name: str | None, refs: tuple[str, ...]) -> tuple[str,
     if infer_gender([head], lexicon=default_lexicon()) == "Unspecified":
         return refs
     return (head, *refs)
+
+
+def _without_unstated(text: str, words: Sequence[tuple[str, int, int]]) -> list[str]:
+    """The story's words, each word of a pronoun of unstated gender ("s/he", "he or she":
+    ``gender.epicene_spans``) made empty, so that no binding gives its "he" to a character."""
+    out = [w for w, _, _ in words]
+    for a, b in epicene_spans(text):
+        for i, (_, start, _) in enumerate(words):
+            if a <= start < b:
+                out[i] = ""
+    return out
 
 
 def _same_character(a: frozenset, b: frozenset) -> bool:

@@ -590,6 +590,20 @@ def test_decode_takes_no_reference_from_a_pronoun_of_unstated_gender():
     assert subject.references == ("She",)
 
 
+def test_decode_binds_no_pronoun_of_unstated_gender():
+    from harness.labelling.base import RoleSpec, StoryInput
+    from harness.labelling.encoder import _Encoded
+
+    text = "Paul met Max. Paul said s/he who cooks eats. Max nodded and he smiled."
+    words = split_words(text)
+    enc = _Encoded([], [], list(range(len(words))), words, False)
+    story = StoryInput("x", text, (RoleSpec("subject", "cook"), RoleSpec("object", "culinary student")))
+    p = _probs_for(words, {("Paul", None, 0): 0.9, ("Max", None, 2): 0.9, ("he", 1, 3): 0.9})
+    out = _decoder().decode(story, enc, p)
+    # Paul is left without words beside Max's "he": the binding reads the sentences, but "s/he" is nobody's
+    assert [c.references for c in out.characters] == [(), ("he",)]
+
+
 def test_decode_a_name_split_between_the_roles_is_one_character():
     # the model tags "Jamal" for the subject and "Carter" of the same "Jamal Carter" for the object
     text = "Jamal Carter helped Nguyen Tran. Nguyen thanked Jamal."
