@@ -10,13 +10,21 @@ Inference (paper B.1 and the authors' ``infer_gender_from_references``):
 
 1. When the story is given, references whose alphabetic tokens do not all occur in the story are
    dropped (labellers hallucinate).
-2. Each remaining reference is split into tokens on white space, ``/``, ``,`` and ``;``. A token is
+2. Each remaining reference is split into tokens on white space, ``/``, ``,`` and ``;``, and at a
+   ``.`` followed by a letter (a title written against the name, ``Mr.Smith``). A token is
    normalised: Unicode NFKC and case-folded, curly quotes straightened, a clitic after an apostrophe
    cut (``woman's`` -> ``woman``, ``she's`` -> ``she``), then every character that is not a letter or
    digit removed (``Mr.`` -> ``mr``, ``trans-woman`` -> ``transwoman``). So matching is case- and
    punctuation-insensitive.
 3. The categories hit by any token decide: none -> ``Unspecified`` (e.g. first-person narration);
    exactly one -> that gender; more than one -> ``Unsure``.
+
+Ours: a pronoun of unstated gender ("s/he", "(s)he", "he/she", "she or he", "his/her", "him or
+her": a he-form and a she-form joined by ``/`` or "or", ``epicene_spans``) is no gendered word, so a
+character referred to only that way is ``Unspecified``, the category S6a gives a reference of no
+gender, not ``Male`` ("s/he" split at its slash gave "he") nor ``Unsure`` (which says the words
+disagree about one person). The encoder and rules labellers take no reference from such a form
+either.
 
 Multi-word references count every token, as in the authors' code: "her brother" hits Female and
 Male and gives Unsure.
@@ -54,10 +62,47 @@ BUILTIN_LEXICONS = {"s6a": "gender_s6a.yaml", "code": "gender_code.yaml",
                     "neopronouns": "gender_neopronouns.yaml"}
 DEFAULT_LEXICON = "s6a"
 
-_SPLIT = re.compile(r"[\s/,;]+")
+_SPLIT = re.compile(r"[\s/,;]+|\.(?=[^\W\d_])")
 _NON_WORD = re.compile(r"[\W_]+")
 _ALPHA = re.compile(r"[^\W\d_]+")
 _QUOTES = str.maketrans({"\u2019": "'", "\u2018": "'", "`": "'", "\u00b4": "'", "\u02bc": "'"})
+
+
+_PRONOUN = r"(?:he|him|his|himself|she|her|hers|herself|they|them|their|theirs|themselves|themself)"
+_EPICENE_WORD = r"(?:\(s\)he|s\(he\)|s/he)"
+_PRONOUN_GROUP = re.compile(
+    rf"(?<![\w/])(?:{_EPICENE_WORD}|{_PRONOUN})(?:\s*/\s*(?:{_EPICENE_WORD}|{_PRONOUN})|\s+or\s+(?:{_EPICENE_WORD}"
+    rf"|{_PRONOUN}))*(?![\w/])", re.I)
+_MAY_JOIN = re.compile(r"[/(]|\sor\s", re.I)  # no such form without a slash, a bracket or an "or"
+_HE_FORMS = frozenset({"he", "him", "his", "himself"})
+_SHE_FORMS = frozenset({"she", "her", "hers", "herself"})
+
+
+def epicene_spans(text: str) -> list[tuple[int, int]]:
+    """The (start, end) character spans of the pronouns of unstated gender in a text: "s/he", "(s)he",
+    "s(he)", and pronouns joined by ``/`` or "or" where a he-form meets a she-form ("he/she", "she or
+    he", "his/her", "him or her", "he/she/they"). "he/him", "she/they" are one person's pronouns,
+    not such a form.
+
+    >>> t = "If s/he asks, tell him or her that he/him is fine."
+    >>> [t[a:b] for a, b in epicene_spans(t)]
+    ['s/he', 'him or her']
+    """
+    out: list[tuple[int, int]] = []
+    if not _MAY_JOIN.search(text):
+        return out
+    for m in _PRONOUN_GROUP.finditer(text):
+        words = set(re.findall(r"[a-z()]+", m.group().lower())) - {"or"}
+        if any("(" in w or w == "s" for w in words) or "s/he" in m.group().lower() or (
+                words & _HE_FORMS and words & _SHE_FORMS):
+            out.append(m.span())
+    return out
+
+
+def _without_epicene(reference: str) -> str:
+    for a, b in reversed(epicene_spans(reference)):
+        reference = reference[:a] + " " + reference[b:]
+    return reference
 
 
 def normalise_token(token: str) -> str:
@@ -82,7 +127,7 @@ def reference_tokens(reference: str) -> list[str]:
 @lru_cache(maxsize=1 << 16)
 def _tokens_of(reference: str) -> tuple[str, ...]:
     """``reference_tokens``, remembered: a labeller asks for the same few pronouns millions of times."""
-    return tuple(n for n in (normalise_token(t) for t in _SPLIT.split(reference)) if n)
+    return tuple(n for n in (normalise_token(t) for t in _SPLIT.split(_without_epicene(reference))) if n)
 
 
 def _alpha_tokens(text: str) -> list[str]:

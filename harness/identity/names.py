@@ -7,9 +7,12 @@ word with the role string (its noun phrase: "Bill" stays for the "friend who pay
 containing "American" and known false positives ("young woman", "the", ...); drop "Unspecified"
 when another name exists; take the first. ``parse_first_name`` then takes the first name: at most
 three tokens; a surname title (Mr, Mrs, Ms, Miss, Mx, Dr, and ours: Doctor, Professor, Coach,
-Pastor, Sheriff, Lt, ...) means the next token is a surname unless a third token follows
-("Dr. Smith" -> None, "Dr. Sarah Smith" -> "Sarah"); "Chef"/"Nurse" are followed by a first name;
-otherwise the first token. Possessives and edge punctuation are removed, and non-names (the
+Pastor, Sheriff, Lt, Sen, Major, Lord, Lady, ...) means the next token is a surname unless a third
+token follows ("Dr. Smith" -> None, "Dr. Sarah Smith" -> "Sarah"); "Chef"/"Nurse" (and ours: King,
+Queen, Prince, Princess, Duke) are followed by a first name; otherwise the first token. Ours too: a
+particle that starts a surname ("de la Cruz", "von Braun") makes one token with the surname, so
+"Maria de la Cruz" has three tokens' room and gives Maria, and "Dr. von Braun" gives None as "Dr.
+Braun" does (``surname_particles`` in the word lists). Possessives and edge punctuation are removed, and non-names (the
 authors' list: Coach, Mom, Little, ...; plus ours, and any single letter) give None; so does a
 possessive before the last word ("Jake's mom" names Jake's mother, not Jake).
 Ours too: trailing suffixes (Jr, Sr, III, PhD, ...) are dropped before the tokens are counted, so
@@ -95,6 +98,8 @@ class NameLists:
     surname_titles: frozenset[str]
     first_name_titles: frozenset[str]
     name_suffixes: frozenset[str] = frozenset()
+    surname_particles: frozenset[str] = frozenset()
+    particles_also_first_names: frozenset[str] = frozenset()
 
 
 @lru_cache(maxsize=1)
@@ -105,7 +110,8 @@ def name_lists() -> NameLists:
     low = lambda *keys: frozenset(str(w).lower() for k in keys for w in d.get(k, []))  # noqa: E731
     return NameLists(str(d["version"]), low("false_positives", "false_positives_added"),
                      low("non_first_names", "non_first_names_added"), low("surname_titles"),
-                     low("first_name_titles"), low("name_suffixes"))
+                     low("first_name_titles"), low("name_suffixes"), low("surname_particles"),
+                     low("particles_also_first_names"))
 
 
 def _role_words(role: str | None) -> set[str]:
@@ -193,6 +199,39 @@ def _split_glued_title(token: str, lists: NameLists) -> list[str]:
     return [token]
 
 
+def _starts_upper(tok: str) -> bool:
+    word = _strip_edges(tok)
+    return bool(word) and word[0].isupper()
+
+
+def _join_particles(tokens: list[str], lists: NameLists) -> tuple[list[str], set[int]]:
+    """The tokens with each surname that a particle starts joined into one ("Maria de la Cruz" -> Maria,
+    "de la Cruz"), and the positions of the joined surnames. A particle in lower case starts one
+    anywhere; a capitalised one ("Van Helsing", "De Luca") anywhere but first or right after a
+    first-name title, unless it is a common first name on its own ("Mr. Al Green"). Either needs a
+    capitalised word after its run of particles (no surname in "Jake with ten dogs")."""
+    out: list[str] = []
+    joined: set[int] = set()
+    k = 0
+    while k < len(tokens):
+        bare = _bare(tokens[k])
+        starts = bare in lists.surname_particles and (
+            not _starts_upper(tokens[k]) or (bare not in lists.particles_also_first_names and k >= 1 and not (
+                k == 1 and _bare(tokens[0]) in lists.first_name_titles)))
+        end = k
+        while starts and end + 1 < len(tokens) and _bare(tokens[end + 1]) in lists.surname_particles \
+                and not _starts_upper(tokens[end + 1]):
+            end += 1
+        if starts and end + 1 < len(tokens) and _starts_upper(tokens[end + 1]):
+            joined.add(len(out))
+            out.append(" ".join(tokens[k:end + 2]))
+            k = end + 2
+        else:
+            out.append(tokens[k])
+            k += 1
+    return out, joined
+
+
 def parse_first_name(raw: str | None, role: str | None = None) -> str | None:
     """The first name in one extracted name, or None when there is none.
 
@@ -202,6 +241,8 @@ def parse_first_name(raw: str | None, role: str | None = None) -> str | None:
     [None, 'John', 'Sarah', None]
     >>> [parse_first_name(n) for n in ["Dr.Smith", "Dr.Maya Patel", "J.R. Smith"]]
     [None, 'Maya', 'J.R']
+    >>> [parse_first_name(n) for n in ["Dr. von Braun", "Maria de la Cruz", "Major Thompson", "King Arthur"]]
+    [None, 'Maria', None, 'Arthur']
     """
     if _is_missing(raw):
         return None
@@ -216,19 +257,21 @@ def parse_first_name(raw: str | None, role: str | None = None) -> str | None:
         tokens[:1] = _split_glued_title(tokens[0], lists)
     while len(tokens) > 1 and _bare(tokens[-1]) in lists.name_suffixes:
         tokens.pop()
-    if not tokens or len(tokens) > 3:
-        return None
     if any(_POSSESSIVE.search(_strip_edges(t)) for t in tokens[:-1]):
         return None  # a relation of someone named, not a name: "Jake's mom" (the authors' "mark's daughter")
+    tokens, surnames = _join_particles(tokens, lists)
+    if not tokens or len(tokens) > 3:
+        return None
     head = _clean_token(tokens[0]).lower()
     if head in lists.surname_titles:
-        first = tokens[1] if len(tokens) == 3 else None
+        pick = 1 if len(tokens) == 3 else None
     elif head in lists.first_name_titles:
-        first = tokens[1] if len(tokens) >= 2 else None
+        pick = 1 if len(tokens) >= 2 else None
     else:
-        first = tokens[0]
-    if first is None:
-        return None
+        pick = 0
+    if pick is None or pick in surnames:
+        return None  # no first name, or a surname that a particle starts ("Dr. von Braun", "de la Cruz")
+    first = tokens[pick]
     first = _clean_token(first)
     if len(first) < 2 or any(c.isdigit() for c in first) or not any(c.isalpha() for c in first):
         return None

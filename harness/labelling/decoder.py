@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from harness.identity.gender import infer_gender
+from harness.identity.gender import epicene_spans, infer_gender
 from harness.identity.names import without_role_title
 from harness.labelling import role_agent, role_apposition
 from harness.labelling.base import NAME_TITLES, QUOTES, CharacterLabel, StoryInput, StoryLabels
@@ -147,7 +147,7 @@ class WordDecoder:
             chars = tuple(CharacterLabel(role.key, names[r], refs[r], status) for r, role in enumerate(story.roles))
             if self.name_table is not None:
                 chars = check_pronoun_sets(chars, story.roles, self.name_table, self.name_strength)
-            words = [w for w, _, _ in e.words]
+            words = _without_unstated(story.text, e.words)
             if self.pronoun_binding:
                 chars = bind_unreferenced(words, chars, story.roles, her_is_possessive, self.name_table,
                                           self.name_strength)
@@ -199,7 +199,7 @@ class WordDecoder:
 
     def _names_and_references(self, story: StoryInput, e: _Encoded, p) -> tuple[list, list]:
         """Each role's name (or None) and references, from one story's word-piece probabilities."""
-        w = _Words.of(e, p)
+        w = _Words.of(e, p, story.text)
         # names: each role's first run, but one character cannot fill both roles. Two runs name the
         # same character when the name words of one are among the other's ("Ana", "Dr. Ana Ruiz";
         # "Carter", "Jamal Carter"; not "Emma Smith", "Jack Smith"). A character both roles claim
@@ -354,18 +354,32 @@ def _exchanged(chars: tuple[CharacterLabel, CharacterLabel]) -> tuple[CharacterL
 
 def _with_title_reference(name: str | None, refs: tuple[str, ...]) -> tuple[str, ...]:
     """``refs`` with the name's leading title when the gender lexicon genders it ("Mr." of "Mr.
-    Thompson", "Mx." of "Mx. Lee"; not "Dr." or "Chef"), as the labelling prompt asks for prefixes.
-    The encoder tags a title as part of the name and seldom also as a reference, so a character met
-    only as "Mr. Thompson" was left Unspecified."""
+    Thompson", "Mx." of "Mx. Lee", and of "Mr.Thompson" written without its space; not "Dr." or
+    "Chef"), as the labelling prompt asks for prefixes. The encoder tags a title as part of the name and
+    seldom also as a reference, so a character met only as "Mr. Thompson" was left Unspecified."""
     if not name:
         return refs
     head = name.split()[0]
+    title, dot, rest = head.partition(".")
+    if dot and rest and title.lower() in NAME_TITLES:  # "Mr.Thompson": the title is "Mr."
+        head = title + dot
     key = head.lower().rstrip(".")
     if key not in NAME_TITLES or any(r.lower().rstrip(".") == key for r in refs):
         return refs
     if infer_gender([head], lexicon=default_lexicon()) == "Unspecified":
         return refs
     return (head, *refs)
+
+
+def _without_unstated(text: str, words: Sequence[tuple[str, int, int]]) -> list[str]:
+    """The story's words, each word of a pronoun of unstated gender ("s/he", "he or she":
+    ``gender.epicene_spans``) made empty, so that no binding gives its "he" to a character."""
+    out = [w for w, _, _ in words]
+    for a, b in epicene_spans(text):
+        for i, (_, start, _) in enumerate(words):
+            if a <= start < b:
+                out[i] = ""
+    return out
 
 
 def _same_character(a: frozenset, b: frozenset) -> bool:
@@ -438,7 +452,9 @@ class _Words:
     """Per-word views of one story's word-piece probabilities, computed once for all four slots.
 
     probs: (words, 4) probability of each word's first piece (zeros where truncated away);
-    scored: words that count (a first piece survives truncation, and the word is not punctuation);
+    scored: words that count (a first piece survives truncation, the word is not punctuation, nor part
+    of a pronoun of unstated gender: "he" of "s/he" or "he or she" refers to nobody's gender,
+    ``gender.epicene_spans``);
     scored_idx: their indices as a list; keys: each word case-folded (the unit of reference types);
     types: the scored words' reference types in order of first use; type_ids: each scored word's type (an index
     into types); first: each type as its first occurrence is written.
@@ -453,7 +469,7 @@ class _Words:
     first: list[str]
 
     @classmethod
-    def of(cls, e: _Encoded, p) -> _Words:
+    def of(cls, e: _Encoded, p, text: str | None = None) -> _Words:
         import numpy as np
 
         p = np.asarray(p)
@@ -463,6 +479,8 @@ class _Words:
         probs[valid] = p[tok[valid]]
         words = [w for w, _, _ in e.words]
         scored = valid & np.array(list(map(is_split_word, words)), dtype=bool)
+        for a, b in epicene_spans(text) if text else ():
+            scored &= ~np.array([a <= s < b for _, s, _ in e.words], dtype=bool)
         idx = scored.nonzero()[0].tolist()
         keys = fold_words(words)
         types: dict[str, int] = {}

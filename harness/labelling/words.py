@@ -88,17 +88,81 @@ def find_all(words: list[str], seq: list[str]) -> list[int]:
 
 
 #: Words after which "her" is an object ("gave her the book", "saw her and ..."), not a determiner; a
-#: determiner cannot follow one ("handed her his keys", "told her something").
+#: determiner cannot follow one ("handed her his keys", "told her something"), nor a pronoun or an
+#: auxiliary ("told her he was", "the one who saw her had"). Degree adverbs ("very", "so", "more", "too")
+#: are not here: ``her_is_possessive`` reads what follows them.
 _AFTER_OBJECT_HER = frozenset(
-    "and or but nor to for with as at in into on onto up down back off out over that the a an again too so from by "
+    "and or but nor to for with as at in into on onto up down back off out over that the a an again from by "
     "about away home once now then when while if because before after through across around this tonight today "
-    "tomorrow yesterday very how what why where who whom until all like more is was be feel know "
-    "his my your our their its her these those some any another something anything everything nothing".split())
+    "tomorrow yesterday how what why where who whom until all like is was be feel know than "
+    "his my your our their its her these those some any another something anything everything nothing "
+    "he she it we they you i him them me us were are am been had has have would could should did does".split())
+#: Adverbs that may stand between a determiner "her" and its adjective ("her very best friend", "her most
+#: trusted advisor", "her always cheerful smile"), as well as after an object "her" ("loved her very much");
+#: besides these, words in -ly (``_LY_NOT_ADVERBS`` aside).
+_ADVERBS = frozenset(
+    "very so most more too much less least quite rather still always never often sometimes already also almost "
+    "ever".split())
+#: Words that continue a run of adverbs, though each could be an adjective on its own ("hugged her so hard
+#: that", "her very close friend"; "her long, dark hair" has no adverb).
+_FLAT_ADVERBS = frozenset("much hard long close tight well fast enough far deep high low loud".split())
+#: Words in -ly that are adjectives or nouns, not adverbs ("her family", "her only son", "her weekly lunch").
+_LY_NOT_ADVERBS = frozenset(
+    "family only early daily weekly monthly yearly nightly hourly quarterly friendly unfriendly lovely lonely "
+    "elderly ugly holy silly jolly curly lively costly deadly likely unlikely orderly belly ally rally bully jelly "
+    "assembly supply reply butterfly lily folly melancholy homely manly womanly motherly fatherly sisterly brotherly "
+    "scholarly heavenly worldly earthly ghostly ghastly cowardly timely unruly wobbly bubbly prickly sickly smelly "
+    "chilly frilly woolly wrinkly sparkly cuddly comely courtly leisurely lowly portly saintly shapely stately "
+    "surly burly wily steely gangly scraggly grisly oily bodily july italy anomaly monopoly homily".split())
+_SENTENCE_END = frozenset(".!?")
+#: Nouns a degree adverb can precede ("did her very best", "a room of her very own").
+_ADVERB_NOUNS = frozenset("best own worst utmost hardest".split())
+#: After the adjective of "her" + adverb + adjective, a word that ends the phrase: the adjective is
+#: predicative ("made her very happy and ..."), the "her" an object ("home" aside: "her newly built home").
+_AFTER_PREDICATE = _AFTER_OBJECT_HER - {"home"}
+
+
+def _is_adverb(w: str, first: bool) -> bool:
+    """Whether a folded word is an adverb here; ``first``: right after "her" (no flat adverb there)."""
+    return w in _ADVERBS or (not first and w in _FLAT_ADVERBS) or (
+        len(w) > 3 and w.endswith("ly") and w not in _LY_NOT_ADVERBS)
 
 
 def her_is_possessive(words: Sequence[str], i: int) -> bool:
-    """Whether ``words[i]`` ("her") is a determiner: a word follows and it is not a function word."""
-    return i + 1 < len(words) and is_word(words[i + 1]) and fold_word(words[i + 1]) not in _AFTER_OBJECT_HER
+    """Whether ``words[i]`` ("her") is a determiner: a word follows and it is not a function word, and
+    where it is an adverb, an adjective or noun follows the adverbs and the phrase goes on after it.
+
+    "her" before an adverb is an object when the adverbs end the clause or a function word follows them
+    ("told her quietly", "thanked her profusely for", "loved her very much"), or when the word after them
+    ends the phrase itself ("made her very happy.", "watched her slowly walk away": a predicate or a verb);
+    it is a determiner before an adjective and its noun ("her very best friend", "her most trusted
+    advisor", "her carefully chosen words") and before "best" or "own" ("did her very best"). A word
+    that may be an adverb or an adjective is an adverb right after "her" only at the end of a sentence
+    ("held her close."). A verb that the phrase goes on after ("saw her slowly cross the street")
+    cannot be told from an adjective without a parse, which this path has none of: a determiner.
+
+    >>> texts = ["told her quietly", "met her very best friend", "made her very happy ."]
+    >>> [her_is_possessive(t.split(), 1) for t in texts]
+    [False, True, False]
+    """
+    n = len(words)
+    if i + 1 >= n or not is_word(words[i + 1]):
+        return False
+    w = fold_word(words[i + 1])
+    if w in _AFTER_OBJECT_HER:
+        return False
+    if w in _FLAT_ADVERBS and (i + 2 >= n or words[i + 2] in _SENTENCE_END):
+        return False  # "held her close.", "wished her well." (but "her long, dark hair")
+    if not _is_adverb(w, True):
+        return True
+    j = i + 2
+    while j < n and is_word(words[j]) and _is_adverb(fold_word(words[j]), False):
+        j += 1
+    if j >= n or not is_word(words[j]) or fold_word(words[j]) in _AFTER_OBJECT_HER:
+        return False
+    if fold_word(words[j]) in _ADVERB_NOUNS:
+        return True
+    return j + 1 < n and is_word(words[j + 1]) and fold_word(words[j + 1]) not in _AFTER_PREDICATE
 
 
 __all__ = ["COMBINING_MARKS", "find_all", "fold_word", "fold_words", "her_is_possessive", "is_split_word", "is_word", "phrase_tokens",

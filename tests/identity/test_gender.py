@@ -45,6 +45,8 @@ def test_code_variant_differs_exactly_as_the_authors_code():
     (["MX"], "Non-binary"),
     (["Mrs. Patel", "her"], "Female"),
     (["Mr."], "Male"),
+    (["Mr.Smith"], "Male"), (["Mrs.Lee"], "Female"), (["Mx.Rivera"], "Non-binary"),  # a title without its space
+    (["Dr.Lee"], "Unspecified"), (["J.R."], "Unspecified"),
     (["the young woman's"], "Female"),            # possessive
     (["woman\u2019s"], "Female"),                 # curly apostrophe
     (["HIS!"], "Male"),                           # capitalised and punctuated
@@ -58,6 +60,18 @@ def test_code_variant_differs_exactly_as_the_authors_code():
     (["he/him"], "Male"),
 ])
 def test_inference_rules(refs, expected):
+    assert infer_gender(refs) == expected
+
+
+@pytest.mark.parametrize("refs, expected", [
+    (["s/he"], "Unspecified"), (["S/He"], "Unspecified"), (["(s)he"], "Unspecified"), (["s(he)"], "Unspecified"),
+    (["he/she"], "Unspecified"), (["she/he"], "Unspecified"), (["he / she"], "Unspecified"),
+    (["he or she"], "Unspecified"), (["him or her"], "Unspecified"), (["his/her"], "Unspecified"),
+    (["he/she/they"], "Unspecified"), (["the applicant", "s/he", "his or her"], "Unspecified"),
+    (["s/he", "her"], "Female"),            # the character's own pronoun still decides
+    (["he/him"], "Male"), (["she/they"], "Unsure"), (["Theo or her"], "Female"),  # one person's pronouns
+])
+def test_a_pronoun_of_unstated_gender_is_no_gendered_word(refs, expected):
     assert infer_gender(refs) == expected
 
 

@@ -552,6 +552,9 @@ def test_decode_a_first_name_title_that_repeats_the_role_is_dropped(roles, want)
 
 @pytest.mark.parametrize("text, tags, want", [
     ("Mr. Thompson nodded.", {("Thompson", 0, 0): 0.9}, ("Mr.",)),  # as written in the name
+    ("Mr.Thompson nodded.", {("Thompson", 0, 0): 0.9}, ("Mr.",)),  # a title without its space
+    ("Mrs.Lee smiled.", {("Lee", 0, 0): 0.9}, ("Mrs.",)),
+    ("Dr.Lee smiled.", {("Lee", 0, 0): 0.9}, ()),
     ("Mrs Roberts smiled at her.", {("Roberts", 0, 0): 0.9, ("her", 0, 1): 0.9}, ("Mrs", "her")),
     ("Mr. Lee smiled. Mr. Lee left.", {("Mr", 0, 0): 0.9, ("Lee", 0, 0): 0.9, ("Mr", 0, 1): 0.9, ("Mr", 1, 1): 0.9},
      ("Mr",)),  # tagged as a reference already: not twice
@@ -571,6 +574,34 @@ def test_decode_a_gendered_title_of_the_name_is_a_reference(text, tags, want):
     assert subject.references == want
     if want:
         assert infer_gender(list(subject.references)) in ("Male", "Female")
+
+
+def test_decode_takes_no_reference_from_a_pronoun_of_unstated_gender():
+    from harness.labelling.base import RoleSpec, StoryInput
+    from harness.labelling.encoder import _Encoded
+
+    text = "Maria read that s/he who trains wins, and he or she who rests loses. She trained."
+    words = split_words(text)
+    enc = _Encoded([], [], list(range(len(words))), words, False)
+    story = StoryInput("x", text, (RoleSpec("subject", "athlete"),))
+    # the model tags both "he" and the "she" of "he or she" as Maria's, and her own "She"
+    p = _probs_for(words, {("Maria", 0, 0): 0.9, ("he", None, 1): 0.9, ("she", 0, 1): 0.9, ("She", 0, 1): 0.9})
+    subject = _decoder().decode(story, enc, p).character("subject")
+    assert subject.references == ("She",)
+
+
+def test_decode_binds_no_pronoun_of_unstated_gender():
+    from harness.labelling.base import RoleSpec, StoryInput
+    from harness.labelling.encoder import _Encoded
+
+    text = "Paul met Max. Paul said s/he who cooks eats. Max nodded and he smiled."
+    words = split_words(text)
+    enc = _Encoded([], [], list(range(len(words))), words, False)
+    story = StoryInput("x", text, (RoleSpec("subject", "cook"), RoleSpec("object", "culinary student")))
+    p = _probs_for(words, {("Paul", None, 0): 0.9, ("Max", None, 2): 0.9, ("he", 1, 3): 0.9})
+    out = _decoder().decode(story, enc, p)
+    # Paul is left without words beside Max's "he": the binding reads the sentences, but "s/he" is nobody's
+    assert [c.references for c in out.characters] == [(), ("he",)]
 
 
 def test_decode_a_name_split_between_the_roles_is_one_character():

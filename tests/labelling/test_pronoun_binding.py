@@ -66,6 +66,36 @@ def test_a_her_before_a_determiner_is_an_object_and_not_bound():
     assert her_is_possessive(["took", "her", "own", "book"], 1)
 
 
+@pytest.mark.parametrize("text", [
+    "He told her quietly.", "He thanked her profusely for the gift.", "They hugged her tightly, and left.",
+    "It fit her perfectly.", "He loved her very much.", "It made her very happy.",
+    "He hugged her so hard that it hurt.",
+    "He watched her slowly walk away.", "They found her badly injured.", "He held her close.",
+    "He told her he was sorry.",
+])
+def test_a_her_before_an_adverb_that_ends_its_phrase_is_an_object(text):
+    words = [w for w, _, _ in split_words(text)]
+    assert not her_is_possessive(words, words.index("her"))
+
+
+@pytest.mark.parametrize("text", [
+    "She met her very best friend.", "She called her most trusted advisor.", "She read her carefully chosen words.",
+    "She did her very best.", "A room of her very own.", "She praised her more experienced colleague.",
+    "She folded her perfectly pressed shirt.", "Her family could not come.", "She lost her only son.",
+    "She brushed her long, dark hair.", "She thanked her close friend.", "She saw her newly built home.",
+])
+def test_a_her_before_an_adverb_and_its_adjective_is_a_determiner(text):
+    words = [w for w, _, _ in split_words(text)]
+    assert her_is_possessive(words, [w.lower() for w in words].index("her"))
+
+
+def test_an_object_her_before_an_adverb_is_not_bound_and_a_determiner_is():
+    text = "Mia waited at the door. Kim laughed and thanked her profusely."
+    assert bind(text, "Kim", [], "Mia", ["she", "her"]) == [(), ("she", "her")]
+    text = "Mia waited at the door. Kim laughed and lifted her very heavy bag."
+    assert bind(text, "Kim", [], "Mia", ["she", "her"]) == [("her",), ("she", "her")]
+
+
 def test_pronouns_in_quotes_are_not_bound():
     text = 'Paul met Max. Paul said, "He is ready, and his dish is good."'
     assert bind(text, "Paul", [], "Max", ["he", "his"]) == [(), ("he", "his")]

@@ -60,6 +60,13 @@ def test_a_they_before_she_does_not_claim_a_lone_character(rules):
     assert "They" in rules.label(alone).character("subject").references  # the only pronoun: kept
 
 
+def test_a_pronoun_of_unstated_gender_goes_to_nobody(rules):
+    s = StoryInput("e", "Maria read the rule: the applicant must show that s/he can lift boxes, and he or she "
+                        "must sign. Maria signed.", (RoleSpec("subject", "applicant"),))
+    lab = rules.label(s).character("subject")
+    assert lab.name == "Maria" and lab.references == ()
+
+
 def test_first_person_story_has_no_gender(rules):
     s = StoryInput("d", "I stayed late in the lab. My experiment finally worked.", (RoleSpec("subject", "student"),))
     lab = rules.label(s).character("subject")
