@@ -16,10 +16,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from harness.identity.gender import epicene_spans, infer_gender
-from harness.identity.names import without_role_title
+from harness.identity.names import name_lists, without_role_title
 from harness.labelling import role_agent, role_apposition
 from harness.labelling.base import NAME_TITLES, QUOTES, CharacterLabel, StoryInput, StoryLabels
 from harness.labelling.name_completion import complete_names
@@ -93,8 +94,10 @@ class WordDecoder:
         def cap(i: int) -> bool:
             return starts_capitalised(words[i][0])
 
+        titles, particles = _titles_and_particles()
+
         def title_or_initial(i: int) -> bool:
-            return keys[i] in NAME_TITLES or (len(words[i][0]) == 1 and cap(i))
+            return keys[i] in titles or (len(words[i][0]) == 1 and cap(i))
 
         runs: list[list[int]] = []
         for i in (w.scored & (col >= (threshold or self.threshold))).nonzero()[0].tolist():
@@ -113,17 +116,20 @@ class WordDecoder:
             if not run:
                 continue
             score = float(col[run].sum())
-            if keys[run[0]] not in NAME_TITLES:
+            if keys[run[0]] not in titles:
                 j = run[0] - 1
+                while j >= 0 and keys[j] in particles and not cap(j):  # "von" of "Dr. von Braun", "da Vinci"
+                    run = [j, *run]
+                    j -= 1
                 if j >= 1 and words[j][0] == "." and words[j - 1][2] == words[j][1]:  # "Mr." written as one
                     j -= 1
-                if j >= 0 and cap(j) and keys[j] in NAME_TITLES:
+                if j >= 0 and cap(j) and keys[j] in titles:
                     run = [j, *run]
             if _glued_name_part(words, run[-1] + 1):  # "O'Brien", "Ja'Nae": split at the apostrophe
                 run = [*run, run[-1] + 1]
             run = _with_nickname(run, words, keys)
             caps = [keys[i] for i in run if cap(i)]
-            out.append((frozenset(k for k in caps if k not in NAME_TITLES) or frozenset(caps), run, score))
+            out.append((frozenset(k for k in caps if k not in titles) or frozenset(caps), run, score))
         return out
 
     def decode(self, story: StoryInput, e: _Encoded, p) -> StoryLabels:
@@ -300,6 +306,16 @@ class WordDecoder:
 
 #: What an apostrophe glues to a word without making a name of it ("Maya's", "can't", "ma'am").
 _CLITICS = frozenset({"s", "t", "d", "m", "ll", "re", "ve", "em", "n", "am", "til", "cause", "all"})
+
+
+@lru_cache(maxsize=1)
+def _titles_and_particles() -> tuple[frozenset[str], frozenset[str]]:
+    """The titles a name run takes in front of it (the labellers' ``NAME_TITLES`` and the name parser's surname
+    and first-name titles: "Major Thompson", "Sen. Hart", "Detective Ruiz"), and the particles that start a
+    surname ("von Braun"). With the labellers' titles alone the model's "Thompson" of "Major Thompson" stayed
+    "Thompson", which the name parser then took for a first name."""
+    lists = name_lists()
+    return NAME_TITLES | lists.surname_titles | lists.first_name_titles, lists.surname_particles
 
 
 def _glued_name_part(words: Sequence[tuple[str, int, int]], k: int) -> bool:

@@ -501,6 +501,15 @@ def _decode_names(text, tags, roles=("doctor", "needy patient")):
     ("Then Roberts smiled.", {("Roberts", 0, 0): 0.9}, "Roberts"),  # a capitalised word that is no title
     ("The nurse Andre Thompson came.", {("nurse", 0, 0): 0.9, ("Andre", 0, 0): 0.9, ("Thompson", 0, 0): 0.9},
      "Andre Thompson"),  # lower-case words at the start are cut, and a lower-case title is not prepended
+    # every title the name parser knows, and a surname's particles ("Major Thompson" has no first name either)
+    ("Major Thompson saluted.", {("Thompson", 0, 0): 0.9}, "Major Thompson"),
+    ("Sen. Hart voted.", {("Hart", 0, 0): 0.9}, "Sen. Hart"),
+    ("Detective Ruiz came.", {("Ruiz", 0, 0): 0.9}, "Detective Ruiz"),
+    ("Dr. von Braun spoke.", {("Braun", 0, 0): 0.9}, "Dr. von Braun"),
+    ("Dr. von Braun spoke.", {("von", 0, 0): 0.9, ("Braun", 0, 0): 0.9}, "Dr. von Braun"),
+    ("Leonardo da Vinci painted.", {("Vinci", 0, 0): 0.9}, "da Vinci"),
+    ("Maria de la Cruz sang.", {("Maria", 0, 0): 0.9, ("de", 0, 0): 0.9, ("la", 0, 0): 0.9, ("Cruz", 0, 0): 0.9},
+     "Maria de la Cruz"),
     # "." joins an initial or a title to the next word, never one sentence to the next
     ("J. Cole sang.", {("J", 0, 0): 0.9, ("Cole", 0, 0): 0.9}, "J. Cole"),
     ("Dr. Ana Ruiz came.", {("Dr", 0, 0): 0.9, ("Ana", 0, 0): 0.9, ("Ruiz", 0, 0): 0.9}, "Dr. Ana Ruiz"),
