@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -208,6 +209,49 @@ def test_cpu_workers_a_killed_worker_leaves_the_next_call_a_new_pool(tiny_encode
             lab.label(stories, batch_size=2)
         assert lab.label(stories, batch_size=2) == want
         assert lab._pool is not pool
+
+
+@pytest.mark.parametrize("files, affinity, want", [
+    ({}, 6, 6),  # no cgroup files: the affinity mask alone
+    ({"cpu.max": "200000 100000\n"}, 6, 2),  # cgroup v2, a container run with --cpus 2
+    ({"cpu.max": "150000 100000\n"}, 6, 2),  # 1.5 CPUs keep 2 processes partly busy
+    ({"cpu.max": "max 100000\n"}, 6, 6),  # no quota
+    ({"cpu.max": "400000 100000\n"}, 3, 3),  # taskset allows fewer than the quota
+    ({"cpu.max": "50000 100000\n"}, 6, 1),
+    ({"cpu/cpu.cfs_quota_us": "300000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 6, 3),  # cgroup v1
+    ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, 6, 6),
+    ({"cpu.max": "garbled\n"}, 6, 6),  # unreadable: no bound, never an error
+])
+def test_usable_cpus_are_bounded_by_the_affinity_mask_and_the_cgroup_quota(tmp_path, files, affinity, want):
+    from harness.labelling.encoder import usable_cpus
+
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert usable_cpus(affinity, tmp_path) == want
+
+
+def test_default_workers_count_the_cpus_the_process_may_use(tiny_encoder, monkeypatch, tmp_path):
+    # os.cpu_count() counts the host's CPUs: in a container limited to one CPU, or under `taskset -c 0`, two
+    # CPU workers (each with a model copy) or a host worker would share the one CPU with the model process
+    import torch
+
+    import harness.labelling.encoder as E
+
+    out_dir, _ = tiny_encoder
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 4)
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    monkeypatch.setattr(E, "CGROUP_ROOT", tmp_path, raising=False)  # no quota there yet
+    assert EncoderLabeller(out_dir, device="cpu", precision="int8").workers == 4
+    (tmp_path / "cpu.max").write_text("100000 100000\n")  # one CPU
+    assert EncoderLabeller(out_dir, device="cpu", precision="int8").workers == 0
+    (tmp_path / "cpu.max").write_text("max 100000\n")
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    assert EncoderLabeller(out_dir, device="cpu", precision="int8").workers == 2
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3})
+    assert EncoderLabeller(out_dir, device="cpu", precision="int8").workers == 0
+    assert [E.default_workers("cuda", 1, cpus) for cpus in (1, 2, 16, 64)] == [0, 1, 15, 15]  # beside a GPU
 
 
 @pytest.mark.parametrize("quantize", [True, False])
