@@ -184,6 +184,50 @@ def test_host_workers_stream_windows_and_a_failure_closes_them(tiny_encoder, gol
         assert lab.label(stories, batch_size=4) == serial
 
 
+def test_host_workers_keep_a_story_the_model_fails_on_with_a_reason(tiny_encoder, gold, labelled):
+    # beside a GPU the model runs in this process on batches the host workers tokenised: a batch it fails on
+    # (out of memory) is run again story by story, and a story that fails alone too is kept with its error
+    import torch
+
+    from harness.labelling.encoder import _encode_many
+
+    out_dir, _ = tiny_encoder
+    stories = [g.story for g in gold]
+    # int8: labels that never depend on the batch, so a story run alone compares exactly
+    serial = EncoderLabeller(out_dir, device="cpu", precision="int8", workers=0).label(stories, batch_size=4)
+    assert labelled(serial) >= 10
+    with EncoderLabeller(out_dir, device="cpu", precision="int8", workers=1) as lab:
+        lab._worker_mode = "host"
+        forward = lab._forward
+        bad = _encode_many(lab.tokenizer, [stories[5]], None, lab.max_length)[0].input_ids
+
+        def fails(ids, am, tt):
+            if len(ids) > 2:
+                raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+            if any(n == len(bad) and row[:n].tolist() == bad for row, n in zip(ids, am.sum(1).tolist())):
+                raise RuntimeError("CUBLAS_STATUS_EXECUTION_FAILED")
+            return forward(ids, am, tt)
+
+        lab._forward = fails
+        got = lab.label(stories, batch_size=4)
+        pool = lab._pool
+        assert got[:5] + got[6:] == serial[:5] + serial[6:]
+        assert got[5].status == "labeller error: RuntimeError: CUBLAS_STATUS_EXECUTION_FAILED"
+        assert all(c.name is None and c.status == got[5].status for c in got[5].characters)
+        assert lab.label(stories[5], batch_size=1).status == got[5].status  # a batch of that story alone
+        assert lab._pool is pool  # the workers carry on
+        # a model that fails on every story of a batch is broken, not the stories: raised, never kept as labels
+        def broken(ids, am, tt):
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+        lab._forward = broken
+        with pytest.raises(RuntimeError, match="illegal memory access"):
+            lab.label(stories, batch_size=4)
+        assert lab._pool is None
+        lab._forward = forward
+        assert lab.label(stories, batch_size=4) == serial
+
+
 def test_cpu_workers_a_killed_worker_leaves_the_next_call_a_new_pool(tiny_encoder, gold, monkeypatch):
     # a CPU model worker that dies (killed, out of memory) breaks its executor for good: that call fails,
     # the next one starts new processes, as beside a GPU (test_host_workers_stream_windows_and_a_failure_closes_them)
