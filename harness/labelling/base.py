@@ -302,16 +302,19 @@ class Labeller(abc.ABC):
         return out[0] if single else out
 
     def iter_label(
-        self, stories: Sequence[StoryInput], *, batch_size: int | None = None, progress: bool = False
+        self, stories: Iterable[StoryInput], *, batch_size: int | None = None, progress: bool = False
     ) -> Iterator[StoryLabels]:
         """Like ``label`` but yields results in the caller's order as soon as they are ready.
 
         The stories are sorted by length inside windows of ``window_batches`` batches, so memory stays flat
-        on a corpus of any size while padding stays small.
+        on a corpus of any size while padding stays small. An iterable that is not a sequence (a generator) is
+        listed first.
         """
         bs = batch_size or self.default_batch_size
         if bs < 1:
             raise DataError(f"batch_size must be >= 1, got {bs}")
+        if not isinstance(stories, Sequence):  # counted and cut into windows below
+            stories = list(stories)
         for i, s in enumerate(stories):
             if not isinstance(s, StoryInput):
                 raise DataError(f"story #{i}: expected a StoryInput, got {type(s).__name__}")

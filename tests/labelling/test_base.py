@@ -59,6 +59,13 @@ def test_single_story_gives_single_result():
     assert isinstance(out, StoryLabels) and out.characters[0].name == "3"
 
 
+def test_iter_label_takes_a_generator_as_label_does():
+    stories = [_story(i, "x" * n) for i, n in enumerate([5, 50, 1])]
+    want = LengthLabeller().label(stories)
+    assert list(LengthLabeller().iter_label(s for s in stories)) == want
+    assert LengthLabeller().label(s for s in stories) == want
+
+
 def test_empty_story_kept_with_reason():
     lab = LengthLabeller()
     out = lab.label([_story(0, ""), _story(1, None, two=True), _story(2, "ok")])
