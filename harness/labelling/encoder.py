@@ -674,4 +674,4 @@ def _worker_ready(_: int) -> bool:
     return "labeller" in _WORKER
 
 
-__all__ = ["DEFAULT_NAME", "EncoderLabeller", "SLOTS", "default_model_dir", "usable_cpus"]
+__all__ = ["DEFAULT_NAME", "EncoderLabeller", "SLOTS", "default_model_dir", "default_workers", "usable_cpus"]

@@ -145,10 +145,10 @@ class HostPool:
 def forward_or_keep(forward: Callable[..., Any], ids: Any, am: Any, tt: Any) -> tuple[Any, dict[int, str]]:
     """(probabilities, {row: error status}) of a collated batch: ``forward(ids, am, tt)`` and no errors, or
     where the batch fails (a GPU out of memory, any error of the model), each story again alone, without its
-    padding, the stories that fail alone too left out with their error (their rows zeros; no probabilities
-    at all where every story failed). Where every story of a batch of several fails alone, the fault is the
-    model's or the device's (a CUDA error that stays), not the stories': that error is raised, as labels
-    of a whole corpus made of errors would be kept as final."""
+    padding, the stories that fail alone too left out with their error (their rows zeros; None for the
+    probabilities of a batch of one story that failed). Where every story of a batch of several fails alone,
+    the fault is the model's or the device's (a CUDA error that stays), not the stories': that error is
+    raised, since the label stage keeps a story's "labeller error" as its final labels."""
     try:
         return forward(ids, am, tt), {}
     except Exception as e:  # noqa: BLE001 - the stories are tried alone below
