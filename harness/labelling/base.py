@@ -228,18 +228,26 @@ def dedupe(words: Iterable[str]) -> tuple[str, ...]:
 # the labeller interface
 
 
+def error_status(e: BaseException) -> str:
+    """The status of a story whose labelling raised ``e``."""
+    return f"labeller error: {type(e).__name__}: {e}"[:300]
+
+
 def label_or_keep(label: Callable[[Sequence[Any]], list[StoryLabels]], items: Sequence[Any],
                   story: Callable[[Any], StoryInput] = lambda item: item) -> list[StoryLabels]:
     """``label(items)``, where an item that breaks the labeller (a text spaCy refuses, an input the model
-    cannot take) is labelled alone and kept with the error as its status, and the rest of its batch is
-    labelled as it would have been. ``story`` gives an item's story (items may carry more, as a
-    decoder's story, encoding and probabilities do)."""
+    cannot take, a batch too large for the GPU's memory) is labelled alone and kept with the error as its
+    status, and the rest of its batch is labelled as it would have been. ``story`` gives an item's story
+    (items may carry more, as a decoder's story, encoding and probabilities do)."""
     try:
         return label(items)
     except Exception as e:  # noqa: BLE001 - kept on the story, never raised past it
-        if len(items) > 1:
-            return [lab for item in items for lab in label_or_keep(label, [item], story)]
-        return [failed(story(items[0]), f"labeller error: {type(e).__name__}: {e}"[:300])]
+        error = error_status(e)
+    # retried after the except block: the error's traceback holds the failed call's frames and what they
+    # allocated (a forward pass's activations on the GPU that ran out of memory) until the block ends
+    if len(items) > 1:
+        return [lab for item in items for lab in label_or_keep(label, [item], story)]
+    return [failed(story(items[0]), error)]
 
 
 class Labeller(abc.ABC):
@@ -294,16 +302,19 @@ class Labeller(abc.ABC):
         return out[0] if single else out
 
     def iter_label(
-        self, stories: Sequence[StoryInput], *, batch_size: int | None = None, progress: bool = False
+        self, stories: Iterable[StoryInput], *, batch_size: int | None = None, progress: bool = False
     ) -> Iterator[StoryLabels]:
         """Like ``label`` but yields results in the caller's order as soon as they are ready.
 
         The stories are sorted by length inside windows of ``window_batches`` batches, so memory stays flat
-        on a corpus of any size while padding stays small.
+        on a corpus of any size while padding stays small. An iterable that is not a sequence (a generator) is
+        listed first.
         """
         bs = batch_size or self.default_batch_size
         if bs < 1:
             raise DataError(f"batch_size must be >= 1, got {bs}")
+        if not isinstance(stories, Sequence):  # counted and cut into windows below
+            stories = list(stories)
         for i, s in enumerate(stories):
             if not isinstance(s, StoryInput):
                 raise DataError(f"story #{i}: expected a StoryInput, got {type(s).__name__}")
@@ -378,4 +389,4 @@ class Labeller(abc.ABC):
 
 
 __all__ = ["CharacterLabel", "EMPTY_STORY", "Labeller", "OK", "ROLE_KEYS", "RoleSpec", "StoryInput", "StoryLabels",
-           "alpha_tokens", "dedupe", "failed", "in_story", "label_or_keep", "valid_text"]
+           "alpha_tokens", "dedupe", "error_status", "failed", "in_story", "label_or_keep", "valid_text"]

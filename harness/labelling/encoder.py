@@ -72,6 +72,48 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+#: Where the cgroup file systems are mounted (``usable_cpus`` reads the CPU quota there).
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def usable_cpus(affinity: int | None = None, cgroup: Path | None = None) -> int:
+    """CPUs this process may keep busy, which bounds the labeller's worker processes: the CPUs its affinity
+    mask allows (``affinity``, default ``os.sched_getaffinity``: ``taskset``, a container's cpuset), or fewer
+    where the cgroup's CPU quota is smaller (a container's ``--cpus``), rounded up: cgroup v2's ``cpu.max``
+    ("200000 100000" is 2 CPUs, "max 100000" none), else v1's ``cpu/cpu.cfs_quota_us`` (-1: none) over
+    ``cpu/cpu.cfs_period_us``, under ``cgroup`` (default ``CGROUP_ROOT``). A file missing or unreadable sets
+    no bound. ``os.cpu_count`` counts the host's CPUs, whatever the process may use."""
+    if affinity is None:
+        affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    quota = _cgroup_cpus(CGROUP_ROOT if cgroup is None else cgroup)
+    return max(1, min(affinity, quota) if quota else affinity)
+
+
+def default_workers(device: str, threads: int, cpus: int) -> int:
+    """The labeller's worker processes unless told otherwise, for ``threads`` torch threads and ``cpus``
+    usable CPUs (``usable_cpus``): on CPU one per thread up to ``cpus`` and 8, none below 2; beside a GPU
+    one per CPU the model process leaves, up to 15."""
+    if device == "cpu":
+        n = min(threads, cpus, 8)
+        return n if n >= 2 else 0
+    return max(0, min(15, cpus - 1))
+
+
+def _cgroup_cpus(root: Path) -> int | None:
+    """The CPU quota of the cgroup mounted at ``root`` in CPUs, rounded up, or None where it sets none."""
+    try:
+        if (root / "cpu.max").is_file():  # cgroup v2: "<quota> <period>" or "max <period>"
+            quota, period = (root / "cpu.max").read_text().split()[:2]
+        else:  # cgroup v1
+            quota = (root / "cpu" / "cpu.cfs_quota_us").read_text().strip()
+            period = (root / "cpu" / "cpu.cfs_period_us").read_text().strip()
+        if quota == "max" or int(quota) <= 0 or int(period) <= 0:
+            return None
+        return -(-int(quota) // int(period))
+    except (OSError, ValueError):
+        return None
+
+
 def default_precision(device: str, int8_ok: bool) -> str:
     """The labeller's arithmetic on ``device`` unless told otherwise: float16 on a GPU; on a CPU bfloat16 where it
     has AMX, else int8 where the base survives it (``int8_ok``), else bfloat16 where it has AVX512-BF16, else
@@ -368,10 +410,11 @@ class EncoderLabeller(Labeller):
             they/them/their, each neopronoun set) among a character's references, since one
             character's pronouns agree; other references (nouns, titles) are kept as tagged.
         workers: on a GPU, processes that tokenise and decode while the model runs (default: one per
-            spare CPU core up to 15). On CPU, processes that each run the whole labeller with one
+            spare CPU up to 15). On CPU, processes that each run the whole labeller with one
             torch thread on their share of the batches, for inputs of at least ``CPU_WORKER_MIN``
             stories (default: one per torch thread when there are 2 or more, up to 8): small matrix
             products use one core each better than two cores together. Results do not depend on it.
+            The default counts the CPUs this process may use (``usable_cpus``: its affinity and cgroup quota).
         name_check: swap the reference lists of two named characters when both first names
             contradict the pronouns they were given, or when only one holds gendered words, its name
             contradicts them and the other's fits them; when both hold words of one gender and only one
@@ -462,11 +505,7 @@ class EncoderLabeller(Labeller):
             model = model.to(self.device, dtype=getattr(torch, self.precision))
         self.model = model
         if workers is None:
-            if self.device == "cpu":
-                n = min(torch.get_num_threads(), os.cpu_count() or 1, 8)
-                workers = n if n >= 2 else 0
-            else:
-                workers = max(0, min(15, (os.cpu_count() or 1) - 1))
+            workers = default_workers(self.device, torch.get_num_threads(), usable_cpus())
         if workers < 0:
             raise ConfigError(f"workers must be >= 0, got {workers}")
         self.workers = workers
@@ -635,4 +674,4 @@ def _worker_ready(_: int) -> bool:
     return "labeller" in _WORKER
 
 
-__all__ = ["DEFAULT_NAME", "EncoderLabeller", "SLOTS", "default_model_dir"]
+__all__ = ["DEFAULT_NAME", "EncoderLabeller", "SLOTS", "default_model_dir", "default_workers", "usable_cpus"]

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Iterator
 from operator import itemgetter
 from typing import Any
 
-from harness.labelling.base import StoryInput, StoryLabels, label_or_keep
+from harness.labelling.base import StoryInput, StoryLabels, error_status, failed, label_or_keep
 
 #: batches a worker holds at once (tokenised or waiting to be, waiting for probabilities, or decoding)
 DEPTH = 3
@@ -62,8 +62,9 @@ class HostPool:
               forward: Callable[..., Any]) -> Iterator[list[StoryLabels]]:
         """Labels of each batch, in order. ``forward(ids, attention_mask, token_type_ids)`` maps a batch's
         collated NumPy arrays to its (batch, tokens, slots) probabilities; it runs in this process, on
-        each batch as its tokenisation arrives. On any failure the pool closes (no result of an unfinished
-        call can reach a later one)."""
+        each batch as its tokenisation arrives, and a story it fails on is kept with the error as its status
+        (``forward_or_keep``). On any other failure the pool closes (no result of an unfinished call can
+        reach a later one)."""
         todo = iter(batches)
         owner: dict[int, int] = {}  # batch -> the worker that holds it
         done: dict[int, list[StoryLabels]] = {}
@@ -89,7 +90,7 @@ class HostPool:
                 kind, bid, payload = self._receive()
                 w = owner[bid]
                 if kind == "encoded":
-                    self._inboxes[w].put(("decode", bid, forward(*payload)))
+                    self._inboxes[w].put(("decode", bid, forward_or_keep(forward, *payload)))
                     continue
                 del owner[bid]
                 done[bid] = payload
@@ -139,6 +140,38 @@ class HostPool:
             q.cancel_join_thread()
             q.close()
         self._procs = []
+
+
+def forward_or_keep(forward: Callable[..., Any], ids: Any, am: Any, tt: Any) -> tuple[Any, dict[int, str]]:
+    """(probabilities, {row: error status}) of a collated batch: ``forward(ids, am, tt)`` and no errors, or
+    where the batch fails (a GPU out of memory, any error of the model), each story again alone, without its
+    padding, the stories that fail alone too left out with their error (their rows zeros; None for the
+    probabilities of a batch of one story that failed). Where every story of a batch of several fails alone,
+    the fault is the model's or the device's (a CUDA error that stays), not the stories': that error is
+    raised, since the label stage keeps a story's "labeller error" as its final labels."""
+    try:
+        return forward(ids, am, tt), {}
+    except Exception as e:  # noqa: BLE001 - the stories are tried alone below
+        error = error_status(e)
+    # retried after the except block, which holds the failed pass's tensors (label_or_keep)
+    if len(ids) == 1:
+        return None, {0: error}
+    import numpy as np
+
+    probs, errors = None, {}
+    lengths = am.sum(1).tolist()
+    for i, n in enumerate(lengths):
+        try:
+            p = forward(ids[i:i + 1, :n], am[i:i + 1, :n], tt[i:i + 1, :n])[0]
+        except Exception as e:  # noqa: BLE001 - kept on the story
+            if probs is None and i == len(lengths) - 1:
+                raise
+            errors[i] = error_status(e)
+            continue
+        if probs is None:
+            probs = np.zeros((*ids.shape, p.shape[-1]), dtype=p.dtype)
+        probs[i, :n] = p
+    return probs, errors
 
 
 def _portable(exc: BaseException) -> BaseException:
@@ -201,11 +234,15 @@ def _serve(tokenizer_dir: str, decoder: Any, inbox: Any, results: Any) -> None:
                 results.put(("encoded", bid, _collate_np(encoded, tokenizer.pad_token_id)))
             else:
                 stories, encoded = held.pop(bid)
-                items = [(s, e, payload[i, : len(e.input_ids)]) for i, (s, e) in enumerate(zip(stories, encoded))]
-                labels = label_or_keep(lambda its: decoder.decode_many(*map(list, zip(*its))), items, itemgetter(0))
+                probs, errors = payload  # forward_or_keep's
+                items = [(s, e, probs[i, : len(e.input_ids)]) for i, (s, e) in enumerate(zip(stories, encoded))
+                         if i not in errors]
+                decoded = iter(label_or_keep(lambda its: decoder.decode_many(*map(list, zip(*its))), items,
+                                             itemgetter(0)) if items else [])
+                labels = [failed(s, errors[i]) if i in errors else next(decoded) for i, s in enumerate(stories)]
                 results.put(("labels", bid, labels))
         except Exception as e:  # noqa: BLE001 - reported to the model process, which raises it
             results.put(("error", bid, _portable(e)))
 
 
-__all__ = ["DEPTH", "HostPool", "HostWorkerError", "exit_with_parent"]
+__all__ = ["DEPTH", "HostPool", "HostWorkerError", "exit_with_parent", "forward_or_keep"]

@@ -59,6 +59,13 @@ def test_single_story_gives_single_result():
     assert isinstance(out, StoryLabels) and out.characters[0].name == "3"
 
 
+def test_iter_label_takes_a_generator_as_label_does():
+    stories = [_story(i, "x" * n) for i, n in enumerate([5, 50, 1])]
+    want = LengthLabeller().label(stories)
+    assert list(LengthLabeller().iter_label(s for s in stories)) == want
+    assert LengthLabeller().label(s for s in stories) == want
+
+
 def test_empty_story_kept_with_reason():
     lab = LengthLabeller()
     out = lab.label([_story(0, ""), _story(1, None, two=True), _story(2, "ok")])
@@ -157,3 +164,37 @@ def test_labels_and_stories_pickle_as_their_constructor_calls():
         assert pickle.loads(pickle.dumps(x, pickle.HIGHEST_PROTOCOL)) == x
         assert type(x).__reduce__(x)[0] is type(x)  # rebuilt through __init__, so its checks run again
     assert pickle.loads(pickle.dumps(story)).roles[1].description == "needy patient"
+
+
+def test_a_failed_batch_is_retried_story_by_story_after_its_memory_is_released():
+    # a batch that runs a GPU out of memory often passes one story at a time, but only once the failed
+    # pass's tensors are freed: the error's traceback holds them while its except block runs
+    import gc
+    import weakref
+
+    from harness.labelling.base import label_or_keep
+
+    gc.disable()  # freed by reference counting alone, as a GPU needs it before the retry
+    try:
+        alive = []
+
+        class Activations:
+            pass
+
+        def label(stories):
+            if len(stories) > 1:
+                activations = Activations()
+                alive.append(weakref.ref(activations))
+                raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+            alive.append(alive[0]() is not None)
+            if stories[0].story_id == "s1":
+                raise ValueError("no story here")
+            return LengthLabeller()._label_batch(stories)
+
+        stories = [_story(i, "x" * (i + 1)) for i in range(3)]
+        got = label_or_keep(label, stories)
+    finally:
+        gc.enable()
+    assert alive[1:] == [False, False, False]
+    assert [g.status for g in got] == ["ok", "labeller error: ValueError: no story here", "ok"]
+    assert [g.characters[0].name for g in got] == ["1", None, "3"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -183,6 +184,50 @@ def test_host_workers_stream_windows_and_a_failure_closes_them(tiny_encoder, gol
         assert lab.label(stories, batch_size=4) == serial
 
 
+def test_host_workers_keep_a_story_the_model_fails_on_with_a_reason(tiny_encoder, gold, labelled):
+    # beside a GPU the model runs in this process on batches the host workers tokenised: a batch it fails on
+    # (out of memory) is run again story by story, and a story that fails alone too is kept with its error
+    import torch
+
+    from harness.labelling.encoder import _encode_many
+
+    out_dir, _ = tiny_encoder
+    stories = [g.story for g in gold]
+    # int8: labels that never depend on the batch, so a story run alone compares exactly
+    serial = EncoderLabeller(out_dir, device="cpu", precision="int8", workers=0).label(stories, batch_size=4)
+    assert labelled(serial) >= 10
+    with EncoderLabeller(out_dir, device="cpu", precision="int8", workers=1) as lab:
+        lab._worker_mode = "host"
+        forward = lab._forward
+        bad = _encode_many(lab.tokenizer, [stories[5]], None, lab.max_length)[0].input_ids
+
+        def fails(ids, am, tt):
+            if len(ids) > 2:
+                raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+            if any(n == len(bad) and row[:n].tolist() == bad for row, n in zip(ids, am.sum(1).tolist())):
+                raise RuntimeError("CUBLAS_STATUS_EXECUTION_FAILED")
+            return forward(ids, am, tt)
+
+        lab._forward = fails
+        got = lab.label(stories, batch_size=4)
+        pool = lab._pool
+        assert got[:5] + got[6:] == serial[:5] + serial[6:]
+        assert got[5].status == "labeller error: RuntimeError: CUBLAS_STATUS_EXECUTION_FAILED"
+        assert all(c.name is None and c.status == got[5].status for c in got[5].characters)
+        assert lab.label(stories[5], batch_size=1).status == got[5].status  # a batch of that story alone
+        assert lab._pool is pool  # the workers carry on
+        # a model that fails on every story of a batch is broken, not the stories: raised, never kept as labels
+        def broken(ids, am, tt):
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+        lab._forward = broken
+        with pytest.raises(RuntimeError, match="illegal memory access"):
+            lab.label(stories, batch_size=4)
+        assert lab._pool is None
+        lab._forward = forward
+        assert lab.label(stories, batch_size=4) == serial
+
+
 def test_cpu_workers_a_killed_worker_leaves_the_next_call_a_new_pool(tiny_encoder, gold, monkeypatch):
     # a CPU model worker that dies (killed, out of memory) breaks its executor for good: that call fails,
     # the next one starts new processes, as beside a GPU (test_host_workers_stream_windows_and_a_failure_closes_them)
@@ -208,6 +253,49 @@ def test_cpu_workers_a_killed_worker_leaves_the_next_call_a_new_pool(tiny_encode
             lab.label(stories, batch_size=2)
         assert lab.label(stories, batch_size=2) == want
         assert lab._pool is not pool
+
+
+@pytest.mark.parametrize("files, affinity, want", [
+    ({}, 6, 6),  # no cgroup files: the affinity mask alone
+    ({"cpu.max": "200000 100000\n"}, 6, 2),  # cgroup v2, a container run with --cpus 2
+    ({"cpu.max": "150000 100000\n"}, 6, 2),  # 1.5 CPUs keep 2 processes partly busy
+    ({"cpu.max": "max 100000\n"}, 6, 6),  # no quota
+    ({"cpu.max": "400000 100000\n"}, 3, 3),  # taskset allows fewer than the quota
+    ({"cpu.max": "50000 100000\n"}, 6, 1),
+    ({"cpu/cpu.cfs_quota_us": "300000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 6, 3),  # cgroup v1
+    ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, 6, 6),
+    ({"cpu.max": "garbled\n"}, 6, 6),  # unreadable: no bound, never an error
+])
+def test_usable_cpus_are_bounded_by_the_affinity_mask_and_the_cgroup_quota(tmp_path, files, affinity, want):
+    from harness.labelling.encoder import usable_cpus
+
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert usable_cpus(affinity, tmp_path) == want
+
+
+def test_default_workers_count_the_cpus_the_process_may_use(tiny_encoder, monkeypatch, tmp_path):
+    # os.cpu_count() counts the host's CPUs: in a container limited to one CPU, or under `taskset -c 0`, two
+    # CPU workers (each with a model copy) or a host worker would share the one CPU with the model process
+    import torch
+
+    import harness.labelling.encoder as E
+
+    out_dir, _ = tiny_encoder
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 4)
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    monkeypatch.setattr(E, "CGROUP_ROOT", tmp_path, raising=False)  # no quota there yet
+    assert EncoderLabeller(out_dir, device="cpu", precision="int8").workers == 4
+    (tmp_path / "cpu.max").write_text("100000 100000\n")  # one CPU
+    assert EncoderLabeller(out_dir, device="cpu", precision="int8").workers == 0
+    (tmp_path / "cpu.max").write_text("max 100000\n")
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    assert EncoderLabeller(out_dir, device="cpu", precision="int8").workers == 2
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3})
+    assert EncoderLabeller(out_dir, device="cpu", precision="int8").workers == 0
+    assert [E.default_workers("cuda", 1, cpus) for cpus in (1, 2, 16, 64)] == [0, 1, 15, 15]  # beside a GPU
 
 
 @pytest.mark.parametrize("quantize", [True, False])
