@@ -127,8 +127,10 @@ def prompt_hash(prompts: list[Prompt]) -> str:
     return h.hexdigest()
 
 
-def check_resumable(store: RunStore, cfg: RunConfig) -> None:
-    """Refuse to mix stories of two different configs in one run directory."""
+def check_resumable(store: RunStore, cfg: RunConfig, suite: Suite | None = None) -> None:
+    """Refuse to mix stories of two different configs in one run directory, or (given ``suite``) of two
+    texts of one prompt: the config names the suite, not its texts, which a new version of the suite (a
+    wording fixed in a later release) changes under the same prompt ids."""
     old = store.read_manifest().get("config")
     if not old:
         return
@@ -138,6 +140,17 @@ def check_resumable(store: RunStore, cfg: RunConfig) -> None:
             raise ConfigError(
                 f"{store.manifest_path}: this run was made with a different {f} "
                 f"({_get(old_cfg, f)!r} vs {_get(cfg, f)!r}); use a new output_dir to start another run"
+            )
+    if suite is None:
+        return
+    texts = {p.id: p.text for p in suite.prompts}
+    for pid, text in sorted(store.read_keys(GENERATIONS, ("prompt_id", "prompt"))):
+        if pid in texts and texts[pid] != text:
+            was = store.read_manifest().get("suite", {}).get("version")
+            raise ConfigError(
+                f"{store.stage_dir(GENERATIONS)}: prompt {pid} was generated from another text than suite "
+                f"{suite.name} {suite.version} gives it ({'version ' + str(was) if was else 'an earlier version'} "
+                f"of the suite); use a new output_dir to start another run"
             )
 
 
@@ -178,7 +191,7 @@ def generate_run(
     """Generate every missing story of ``cfg`` (this shard only) into ``cfg.output_dir``."""
     suite = get_suite(cfg.suite, cfg.wording)
     store = RunStore(cfg.output_dir)
-    check_resumable(store, cfg)
+    check_resumable(store, cfg, suite)
     shard_tag = f"{shard[0]}of{shard[1]}"
     store.clean_partial(GENERATIONS, f"gen-{shard_tag}")
     items = plan(cfg, suite, shard)

@@ -583,3 +583,27 @@ def test_pipeline_sends_the_suites_system_message(tmp_path):
     b = SystemEcho()
     generate_run(cfg(tmp_path / "lf", samples_per_prompt=1), backend=b, progress=False)
     assert b.systems == [None] * 3
+
+
+def test_a_prompt_whose_text_changed_since_its_stories_is_refused_on_resume(tmp_path, monkeypatch):
+    """The config names the suite, not its texts: a later version of the suite with a prompt's wording fixed
+    resumed the run under the same prompt ids, mixing stories of both texts. It is refused, naming the prompt;
+    a prompt the run holds no story of, and an unchanged suite, resume as before."""
+    from dataclasses import replace
+
+    import harness.pipeline as P
+
+    c = cfg(tmp_path, samples_per_prompt=2)
+    generate_run(c, backend=EchoBackend(), progress=False)
+    real = get_suite(c.suite, c.wording)
+
+    def reworded(pid):
+        prompts = tuple(replace(p, text=p.text + " Make it short.") if p.id == pid else p for p in real.prompts)
+        return lambda *a, **k: replace(real, version=real.version + 1, prompts=prompts)
+
+    monkeypatch.setattr(P, "get_suite", reworded("labor-laden-02"))
+    with pytest.raises(ConfigError, match=r"generations: prompt labor-laden-02 was generated from another text than "
+                                          r"suite laissez-faire \d+ gives it \(version \d+ of the suite\)"):
+        generate_run(cfg(tmp_path, samples_per_prompt=3), backend=EchoBackend(), progress=False)
+    monkeypatch.setattr(P, "get_suite", reworded("labor-laden-01"))  # not in this run: nothing to mix
+    assert generate_run(cfg(tmp_path, samples_per_prompt=3), backend=EchoBackend(), progress=False).generated == 3
