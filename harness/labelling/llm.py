@@ -11,7 +11,7 @@ A reply with no such object is read from its "key: value" lines (markdown bullet
 whose reply cannot be parsed is sent again, up to ``max_attempts`` in all (the authors' code: 3), the
 retries sampled with a new seed; what still fails comes back with the last parse error as its status,
 never dropped. A story the backend failed (a server error: the model gave no reply) is sent again with
-the first attempt's settings, so its labels do not depend on the outage. A reply cut at ``max_tokens``
+the settings and seed of the request it lost, so its labels do not depend on the outage. A reply cut at ``max_tokens``
 before its object closed is incomplete, so it is retried too, with twice the tokens; only the last
 attempt's cut reply is used, without the word it was cut in.
 A backend that fails a batch keeps the replies it gave before failing and is sent the rest one story
@@ -563,7 +563,8 @@ class LLMLabeller(Labeller):
         base_url: the server's URL for the "openai" engine, e.g. http://127.0.0.1:8000/v1.
         params: sampling for the first attempt (default greedy, 256 new tokens).
         max_attempts: attempts per story (1 + retries).
-        seed: base seed; attempt ``a`` of a story uses ``seed + a``.
+        seed: base seed; a story's request after ``a`` replies of the model uses ``seed + a`` (the first
+            ``seed``; a retry after the backend failed, with no reply, repeats the lost request's seed).
         constrain: send each story's ``prompts.reply_schema`` with its request, so a backend that
             constrains decoding (vLLM offline or served, and transformers through xgrammar) returns
             only JSON of the prompt's keys, with names and references written in the story. A reply
@@ -663,7 +664,8 @@ class LLMLabeller(Labeller):
         prompts = [build_prompt(s) for s in stories]
         schemas = [json.dumps(reply_schema(s)) if self.constrain else None for s in stories]
         alone = False
-        replied: set[int] = set()  # stories the model has answered (unparseably): their retries are sampled
+        replied: dict[int, int] = {}  # replies of the model (unparseable) per story: its retries are sampled, and
+        # their seed counts the replies, not the attempts, so a backend failure before one changes no sample
         cut: set[int] = set()  # of those, the ones a reply of was cut at max_tokens: their retries get twice the tokens
         for attempt in range(self.max_attempts):
             if not pending:
@@ -677,8 +679,8 @@ class LLMLabeller(Labeller):
                                   (self._retry_params(True), [i for i in pending if i in cut])):
                 if not group:
                     continue
-                reqs = [GenRequest(f"{i}#{attempt}", prompts[i], seed=self.seed + attempt, json_schema=schemas[i])
-                        for i in group]
+                reqs = [GenRequest(f"{i}#{attempt}", prompts[i], seed=self.seed + replied.get(i, 0),
+                                   json_schema=schemas[i]) for i in group]
                 got, err, broke = self._generate(reqs, params, alone)
                 replies.update(got)
                 errors.update(err)
@@ -696,7 +698,7 @@ class LLMLabeller(Labeller):
                                                  retry_cut=not last)
                         continue
                     except ParseError as e:
-                        replied.add(i)
+                        replied[i] = replied.get(i, 0) + 1
                         if res.finish_reason == "length":
                             cut.add(i)
                         reason = f"unparseable reply ({e})" + (" after hitting max_tokens"

@@ -108,13 +108,28 @@ def test_labeller_retries_then_records_failure():
     assert out[2].status == "empty story"  # never sent
     assert out[3].status == "ok" and out[3].characters[0].references == ("They",)
     # attempt 0 greedy with seed 7; retries only for the failures: sampled with a new seed where the model's
-    # reply did not parse, greedy again where the backend gave none (s4: its labels do not depend on the outage)
+    # reply did not parse, greedy with seed 7 again where the backend gave none (s4: its labels do not depend on
+    # the outage)
     assert [len(c) for c in backend.calls] == [3, 1, 2, 1]
     assert {t for _, _, t in backend.calls[0]} == {0.0} and {t for _, _, t in backend.calls[2]} == {0.7}
-    assert [(s, t) for _, s, t in backend.calls[1]] == [(8, 0.0)]
+    assert [(s, t) for _, s, t in backend.calls[1]] == [(7, 0.0)]
     assert {s for _, s, _ in backend.calls[2]} == {8}
     assert sorted(f[0] for f in lab.failures) == ["s1", "s2", "s2", "s2", "s4"]
 
+
+
+def test_a_story_the_backend_failed_is_sent_again_with_the_seed_of_the_request_it_lost():
+    """Sampled from the first attempt (the authors' labeller ran at the API's default temperature 1), a story
+    whose request the backend failed is sampled again with that request's seed, and its sampled retries go on
+    from there: the labels a server outage leaves are the labels a run without it writes."""
+    bad = "no json here"
+    for script, seeds in (([GOOD], [7]), ([None, GOOD], [7, 7]), ([bad, GOOD], [7, 8]),
+                          ([None, bad, GOOD], [7, 7, 8]), ([bad, None, GOOD], [7, 8, 8])):
+        backend = ScriptedBackend({build_prompt(STORY): script})
+        out = LLMLabeller(backend, params=GenParams(temperature=1.0, max_tokens=256), max_attempts=3,
+                          seed=7).label([STORY])
+        assert out[0].status == "ok"
+        assert [s for call in backend.calls for _, s, _ in call] == seeds, script
 
 def test_parse_takes_the_first_whole_object():
     assert parse_json_object(GOOD + "\n" + GOOD) == json.loads(GOOD)
