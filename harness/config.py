@@ -110,6 +110,15 @@ class LabelConfig(_Strict):
                                                      "to each other's role nouns ('an actor, Ethan Michaels') "
                                                      "(harness.labelling.role_apposition)")
 
+    @field_validator("labeller")
+    @classmethod
+    def _known_labeller(cls, v: str) -> str:
+        from harness.labelling import LABELLERS
+
+        if v not in LABELLERS.names():  # else a typo stopped the run only when its label stage began
+            raise ValueError(f"unknown labeller {v!r}; choose one of {', '.join(LABELLERS.names())}")
+        return v
+
 
 class IdentityConfig(_Strict):
     """The identities stage: gender lexicon and name table."""

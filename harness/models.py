@@ -213,7 +213,8 @@ def resolve(
         return ResolvedModel(path, p.parent, p.name)
     if gguf_file:
         if not (p / gguf_file).is_file():
-            raise ConfigError(f"model.gguf_file: {gguf_file!r} not found in {path!r}; fix the file name")
+            raise ConfigError(f"{where.rpartition('.')[0] or 'model'}.gguf_file: {gguf_file!r} not found in {path!r}; "
+                              f"fix the file name")
         return ResolvedModel(path, p, gguf_file)
     if not (p / "config.json").exists():
         raise ConfigError(f"{where}: {path!r} has no config.json; point it at a Hugging Face model directory")

@@ -88,6 +88,27 @@ def encoder_dir(cfg: RunConfig) -> Path:
     return path
 
 
+def check_llm(cfg: RunConfig) -> None:
+    """A ConfigError naming the ``label.llm`` field at fault, before any stage runs, where the llm labeller has no
+    model block, names a model that cannot be found, is an openai backend without its server's URL or gives a
+    server's URL to a local engine (which would start in its place): found by ``load_backend`` only when the label
+    stage starts, after generation, and reported as the run's ``model.path`` or ``model.base_url``."""
+    from harness import models
+
+    llm = cfg.label.llm
+    if llm is None:
+        raise ConfigError("label.llm: the llm labeller needs a model block (backend, path) under label.llm")
+    if llm.backend == "openai":
+        if not llm.base_url:
+            raise ConfigError("label.llm.base_url: the openai backend needs the server's URL, e.g. "
+                              "http://127.0.0.1:8000/v1; add it, or use backend transformers or vllm")
+        return
+    if llm.base_url:
+        raise ConfigError(f"label.llm.base_url: a server's URL is for the openai backend, not {llm.backend}; set "
+                          f"label.llm.backend: openai to label through that server, or remove base_url")
+    models.resolve(llm.backend, llm.path, llm.gguf_file, where="label.llm.path", prepare_missing=False)
+
+
 def make_labeller(cfg: RunConfig, *, echo=print):
     """The labeller the config names; the encoder is trained on first use from the project's own
     labelled stories when its directory holds no trained weights and ``encoder_dir`` allows it."""
@@ -118,8 +139,7 @@ def make_labeller(cfg: RunConfig, *, echo=print):
     elif name == "llm":
         from harness.generation import load_backend
 
-        if cfg.label.llm is None:
-            raise ConfigError("label.llm: the llm labeller needs a model block (backend, path) under label.llm")
+        check_llm(cfg)
         # started for the labeller alone: its close() releases the engine (GPU memory, workers, HTTP client)
         kwargs["backend"] = load_backend(cfg.label.llm, seed=cfg.seed)
         kwargs["owns_backend"] = True

@@ -237,6 +237,10 @@ def run_stages(
         from harness.audit.labels import encoder_dir
 
         encoder_dir(cfg)  # a mistyped label.model_dir stops the run before generation, not after it
+    if "label" in wanted and cfg.label.labeller == "llm":
+        from harness.audit.labels import check_llm
+
+        check_llm(cfg)  # so does a missing or mistyped label.llm
     store = RunStore(cfg.output_dir)
     results = []
     for stage in STAGES:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from harness.audit.labels import make_labeller
@@ -98,3 +100,50 @@ def test_the_llm_labellers_backend_is_closed_with_it(tmp_path, monkeypatch):
     assert not closed
     lab.close()
     assert len(closed) == 1 and closed[0] is lab.backend
+
+
+def _llm_config(tmp_path, label):
+    return parse_config({"model": {"backend": "transformers", "path": "smollm2-135m"},
+                         "output_dir": str(tmp_path / "run"), "label": label})
+
+
+@pytest.mark.parametrize("llm, message", [
+    (None, r"label\.llm: the llm labeller needs a model block \(backend, path\) under label\.llm"),
+    ({"backend": "transformers", "path": "/no/such/model"},
+     r"label\.llm\.path: '/no/such/model' does not exist; give a local model directory"),
+    ({"backend": "transformers", "path": "TMP", "gguf_file": "model.gguf"},
+     r"label\.llm\.gguf_file: 'model\.gguf' not found in '.*'; fix the file name"),
+    ({"backend": "openai", "path": "m"}, r"label\.llm\.base_url: the openai backend needs the server's URL, e\.g\. "),
+    ({"backend": "vllm", "path": "smollm2-135m", "base_url": "http://127.0.0.1:8000/v1"},
+     r"label\.llm\.base_url: a server's URL is for the openai backend, not vllm; set label\.llm\.backend: openai"),
+])
+def test_a_wrong_llm_labeller_model_block_stops_the_run_before_generating_naming_its_field(tmp_path, monkeypatch,
+                                                                                          llm, message):
+    """The llm labeller's model (``label.llm``) is checked with the run's, before the first stage: a missing block,
+    a mistyped path, an openai backend without its server or a server given to a local engine stop the run in one
+    line naming the ``label.llm`` field (not the run's ``model.path``), not hours of generation later."""
+    from harness.audit import stages
+    from harness.audit.stages import StageResult, run_stages
+
+    ran = []
+    for name in stages.RUNNERS:
+        monkeypatch.setitem(stages.RUNNERS, name,
+                            lambda cfg, store, name=name, **kw: ran.append(name) or StageResult(name, "done", 0.0))
+    if llm and llm["path"] == "TMP":  # a model directory that exists
+        llm = {**llm, "path": str(tmp_path)}
+    cfg = _llm_config(tmp_path, {"labeller": "llm", **({"llm": llm} if llm else {})})
+    for start in (lambda: run_stages(cfg, stages=["generate", "label"], progress=False, echo=lambda s: None),
+                  lambda: make_labeller(cfg, echo=lambda s: None)):
+        with pytest.raises(ConfigError) as e:
+            start()
+        assert re.match(message, str(e.value)) and "\n" not in str(e.value)
+    assert ran == [] and not (tmp_path / "run").exists()
+    run_stages(cfg, stages=["generate"], progress=False, echo=lambda s: None)  # a run without the label stage goes on
+    assert ran == ["generate"]
+
+
+def test_a_mistyped_labeller_name_is_an_error_of_the_config_naming_the_field(tmp_path):
+    with pytest.raises(ConfigError, match=r"field 'label\.labeller': unknown labeller 'llmm'; choose one of encoder, "
+                                          r"llm, rules \(got 'llmm'\)"):
+        _llm_config(tmp_path, {"labeller": "llmm", "llm": {"backend": "transformers", "path": "smollm2-135m"}})
+
