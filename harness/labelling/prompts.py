@@ -1,7 +1,10 @@
 """Table S7 labelling prompts, the Love role keys of the authors' code, and roles for gold rows.
 
 The prompt text is the paper's Table S7 verbatim (digest section 4): ``{{ }}`` in the paper are
-f-string escapes, so the prompt sent to the model has single braces. Power-neutral Learning/Labor
+f-string escapes, so the prompt sent to the model has single braces. The authors' code (the prompts its
+fine-tuned gpt-3.5 was trained and run on) has the same words laid out without blank lines: "In another
+array..." and "Return a JSON..." each start a new line, and the type definition follows "...type definition:"
+on the next line; here the paper's blank lines are kept. Power-neutral Learning/Labor
 prompts use the one-character template; every two-character prompt (power-laden, and all of Love)
 uses the two-character template with the [CODE] keys for Love ("first friend" / "second friend";
 "romantic partner who pays the bill" / "other romantic partner", ...).
