@@ -59,9 +59,12 @@ def _code_love_keys(query):
     love = next(t for t in ("romantic partner", "friend", "sibling") if t in query)
     if " two American " in query:
         return [f"first {love}", f"second {love}"]
-    for phrase, who in (("pays the bill", "who pays the bill"), ("chores", "who makes a request for chores to be done"),
-                        ("majority of bills", "who covers the majority of bills"), ("gets a new job", "who gets a new job"),
-                        ("teaches", "who does the teaching"), ("major life decision", "who makes the major life decision")):
+    for phrase, who in (("pays the bill", "who pays the bill"),
+                        ("chores", "who makes a request for chores to be done"),
+                        ("majority of bills", "who covers the majority of bills"),
+                        ("gets a new job", "who gets a new job"),
+                        ("teaches", "who does the teaching"),
+                        ("major life decision", "who makes the major life decision")):
         if phrase in query:
             return [f"{love} {who}", f"other {love}"]
     raise AssertionError(f"no [CODE] key for {query!r}")
