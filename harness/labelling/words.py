@@ -177,5 +177,5 @@ def her_is_possessive(words: Sequence[str], i: int) -> bool:
     return j + 1 < n and is_word(words[j + 1]) and fold_word(words[j + 1]) not in _AFTER_PREDICATE
 
 
-__all__ = ["COMBINING_MARKS", "find_all", "fold_word", "fold_words", "her_is_possessive", "is_split_word", "is_word", "phrase_tokens",
-           "split_words"]
+__all__ = ["COMBINING_MARKS", "find_all", "fold_word", "fold_words", "her_is_possessive", "is_split_word", "is_word",
+           "phrase_tokens", "split_words", "starts_capitalised"]

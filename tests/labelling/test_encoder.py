@@ -57,6 +57,16 @@ def test_split_words_tokens_need_no_character_loop_to_tell_words():
     assert [is_split_word(w) for w in words] == [is_word(w) for w in words]
 
 
+def test_the_words_module_exports_each_of_its_public_names():
+    import inspect
+
+    from harness.labelling import words
+
+    public = {n for n, v in vars(words).items() if not n.startswith("_") and (
+        inspect.isfunction(v) and v.__module__ == words.__name__ or n.isupper())}
+    assert public == set(words.__all__)
+
+
 def test_words_folded_together_as_one_by_one():
     from harness.labelling.words import fold_word, fold_words
 
