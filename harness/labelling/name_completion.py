@@ -10,7 +10,9 @@ Mitchell"), and Table S8 scores first names.
 occurrences (one space apart), where that word is a common first name (at least ``MIN_COUNT`` bearers
 in the Census 2020 first-name counts of the identity module's table: not "Then Mitchell"), is no
 title ("Dr. Mitchell") nor a word the identity module never reads as a first name ("Young Emily", whose
-first name would then be lost) and is no word of the other character's name. The first such occurrence
+first name would then be lost) and is no word of the other character's name; a word before that one which
+is such a first name too is the first name, the other a middle name ("Ana Lucía Torres", "Robert James
+Mitchell": "Lucía Torres" would give the character the first name Lucía). The first such occurrence
 wins. An occurrence may span words the splitter cuts ("O'Brien" is "O" and "'Brien"), and the first
 name may hold hyphens and combining accents ("Mary-Jane", a decomposed "José"). A sentence that
 opens with a common first name used as a word ("Will Mitchell come?") would fool it; on the gold
@@ -87,17 +89,24 @@ def completed_name(name: str | None, text: str, words: Sequence[tuple[str, int, 
     if not name or len(name.split()) != 1:
         return name
     ends = {end for _, _, end in words}
+
+    def first_name_before(k: int, start: int) -> bool:
+        """Whether word ``k`` is a common first name written one space before ``start``."""
+        w, _, w_end = words[k]
+        return (starts_capitalised(w) and _name_word(w) and text[w_end:start] == " "
+                and w.lower() not in _not_first_names() and w.lower() not in others
+                and _bearers(w, table) >= min_count)
+
     for i in range(1, len(words)):
         start = words[i][1]
         end = start + len(name)
         if not text.startswith(name, start) or end not in ends:  # "O'Brien" spans the words O and 'Brien
             continue
-        prev, p_start, p_end = words[i - 1]
-        if (not starts_capitalised(prev) or not _name_word(prev) or text[p_end:start] != " "
-                or prev.lower() in _not_first_names() or prev.lower() in others):
-            continue
-        if _bearers(prev, table) >= min_count:
-            return text[p_start:end]
+        if first_name_before(i - 1, start):
+            k = i - 1
+            if k >= 1 and first_name_before(k - 1, words[k][1]):  # a middle name: "Ana Lucía Torres"
+                k -= 1
+            return text[words[k][1]:end]
     return name
 
 

@@ -6,8 +6,9 @@ name: "a renowned American actor, Ethan Michaels", "a loyal fan named Lily", "Li
 The encoder mostly reads these, but where the story names the object first it can still put the
 first-named character in the subject role. This check counts such appositions: a role's head noun
 followed by a name ("actor, Ethan Michaels", "fan named Lily", "Manager Tom"), or a name followed
-by a comma and, within five words and no preposition, the noun ("Lily, a loyal fan"; not "Sarah, an
-admirer of the actor"). Nouns inside quotation marks are forms of address ("Thank you, Nurse Kai")
+by a comma and, within five words and no preposition nor relative pronoun, the noun ("Lily, a loyal fan";
+not "Sarah, an admirer of the actor", "Lily, who adored the actor", nor the possessive of "Lily, the actor's
+biggest fan"). Nouns inside quotation marks are forms of address ("Thank you, Nurse Kai")
 and do not count. The two labels are exchanged when the appositions tie the labelled characters to
 each other's roles more often than to their own.
 
@@ -22,6 +23,8 @@ character to its own role only in 55, to the other's only in none, both ways in 
 60 have none. Held out with the project-only encoder it exchanged 2 train150 stories: 1 fully right,
 1 half right (one role's name and the other's gender right that were wrong, one gender lost). Dev,
 once: gender 95.0/95.1 -> 95.1/95.2, names 96.6/96.2 -> 96.8/96.4 (it exchanged one story).
+The relative pronouns and the possessive, added later, change no vote on the gold labels of the 162
+such stories of the project's files (all of them now) and train150: 67 own role only, 1 both ways, 94 none.
 """
 
 from __future__ import annotations
@@ -42,6 +45,11 @@ _WITHIN = 5
 _APOSTROPHES = ("'", "\u2019")
 #: A noun after one of these is not the apposition's head ("Sarah, a devoted admirer of the actor").
 _PREPOSITIONS = frozenset({"of", "for", "to", "with", "at", "in", "on", "by", "from", "about", "like", "than"})
+#: After "Name," one of these opens a relative clause, not an apposition: the noun in it is the clause's
+#: object ("Lily, who adored the actor"; "Ethan, whose fans waited"), not what the name is.
+_RELATIVES = frozenset({"who", "whom", "whose", "which"})
+#: A role noun with one of these after it modifies the apposition's head ("Lily, the actor's biggest fan").
+_POSSESSIVES = frozenset({"'s", "\u2019s"})
 
 
 def head_noun(description: str) -> str | None:
@@ -98,8 +106,11 @@ def appositions(words: Sequence[str], descriptions: Sequence[str], names: Sequen
         c = named(j)  # "actor, Ethan Michaels", "a fan named Lily", "Manager Tom"
         if c is not None:
             out[(role, c)] += 1
+        if i + 1 < len(low) and low[i + 1] in _POSSESSIVES:
+            continue  # "Lily, the actor's biggest fan": the fan is Lily, the actor someone else
         k = i - 1
-        while k >= 0 and i - k <= _WITHIN and low[k] not in _STOPS and low[k] not in _PREPOSITIONS:
+        while (k >= 0 and i - k <= _WITHIN and low[k] not in _STOPS and low[k] not in _PREPOSITIONS
+               and low[k] not in _RELATIVES):
             k -= 1
         c = named(k - 1) if k >= 1 and low[k] == "," else None  # "Lily, a devoted fan"
         if c is not None:

@@ -30,11 +30,23 @@ COMBINING_MARKS = _combining_marks()
 # joiner), which a word never starts with
 _INNER = COMBINING_MARKS + "\u00ad\u200b-\u200d\u2060"
 _PART = rf"[^\W_]+(?:[{_INNER}]+[^\W_]*)*"
-_WORD = re.compile(rf"{_PART}(?:[-\u2010\u2011]{_PART})*|['\u2019][^\W\d_]+(?:[{_INNER}]+[^\W_]*)*|[^\w\s]|_")
+#: Words an apostrophe opens, where it follows no word ("get 'em", "'til dawn", "'Twas"); any other apostrophe
+#: after a space or a line's start opens a single quotation ("'Maya, wait!'", "'She is late,' he said").
+_ELISIONS = "em|til|tis|twas|cause|cos|cuz|bout|round|n|nuff|kay"
+# an apostrophe and letters are one word (a clitic: "'s", "'ll", the "'Brien" of "O'Brien") written right
+# after a word, or an elision; elsewhere the apostrophe is a word of its own and its word another
+_WORD = re.compile(rf"{_PART}(?:[-\u2010\u2011]{_PART})*"
+                   rf"|(?<=[\w{_INNER}])['\u2019][^\W\d_]+(?:[{_INNER}]+[^\W_]*)*"
+                   rf"|['\u2019](?i:{_ELISIONS})(?![\w{_INNER}])|[^\w\s]|_")
 
 
 def split_words(text: str) -> list[tuple[str, int, int]]:
-    """Story words with character offsets; possessive/clitic endings ("'s") are words of their own."""
+    """Story words with character offsets; possessive/clitic endings ("'s") are words of their own, and so
+    is an apostrophe that opens a single quotation ("'She is late,' he said": "'", "She", ...).
+
+    >>> [w for w, _, _ in split_words("'Maya, wait!' Tom's O'Brien got 'em")]
+    ["'", 'Maya', ',', 'wait', '!', "'", 'Tom', "'s", 'O', "'Brien", 'got', "'em"]
+    """
     return [(m.group(), m.start(), m.end()) for m in _WORD.finditer(text)]
 
 
@@ -165,5 +177,5 @@ def her_is_possessive(words: Sequence[str], i: int) -> bool:
     return j + 1 < n and is_word(words[j + 1]) and fold_word(words[j + 1]) not in _AFTER_PREDICATE
 
 
-__all__ = ["COMBINING_MARKS", "find_all", "fold_word", "fold_words", "her_is_possessive", "is_split_word", "is_word", "phrase_tokens",
-           "split_words"]
+__all__ = ["COMBINING_MARKS", "find_all", "fold_word", "fold_words", "her_is_possessive", "is_split_word", "is_word",
+           "phrase_tokens", "split_words", "starts_capitalised"]

@@ -23,6 +23,17 @@ def test_split_words_offsets():
     assert all(text[a:b] == w for w, a, b in words)
 
 
+def test_split_words_an_apostrophe_after_no_word_opens_a_quotation():
+    # single-quoted dialogue: the opening quote used to glue to the first word ("'Maya", "'She"), a word no
+    # name or reference type could match; a clitic after a word and an elision stay one word
+    text = "'Maya, wait!' Tom's O'Brien got 'em 'til dawn. \u2019She\u2019s late,\u2019 he said."
+    words = [w for w, _, _ in split_words(text)]
+    assert words == ["'", "Maya", ",", "wait", "!", "'", "Tom", "'s", "O", "'Brien", "got", "'em", "'til", "dawn", ".",
+                     "\u2019", "She", "\u2019s", "late", ",", "\u2019", "he", "said", "."]
+    assert all(text[a:b] == w for w, a, b in split_words(text))
+    assert [w for w, _, _ in split_words("'Twas 'Emma'")] == ["'Twas", "'", "Emma", "'"]
+
+
 def test_split_words_keeps_the_combining_marks_of_any_script_inside_a_word():
     # Devanagari vowel signs and virama, Thai vowels and tones, a decomposed Latin accent: none is a
     # letter to ``re``, and each used to cut its name into letters and "punctuation"
@@ -44,6 +55,16 @@ def test_split_words_tokens_need_no_character_loop_to_tell_words():
     words = [w for w, _, _ in split_words(text)]
     assert len(words) > 10_000
     assert [is_split_word(w) for w in words] == [is_word(w) for w in words]
+
+
+def test_the_words_module_exports_each_of_its_public_names():
+    import inspect
+
+    from harness.labelling import words
+
+    public = {n for n, v in vars(words).items() if not n.startswith("_") and (
+        inspect.isfunction(v) and v.__module__ == words.__name__ or n.isupper())}
+    assert public == set(words.__all__)
 
 
 def test_words_folded_together_as_one_by_one():
@@ -631,6 +652,19 @@ def _decode_names(text, tags, roles=("doctor", "needy patient")):
 ])
 def test_decode_name_runs_as_written(text, tags, want):
     assert _decode_names(text, tags)[0] == want
+
+
+def test_decode_a_name_and_a_pronoun_that_open_a_single_quotation():
+    from harness.labelling.base import RoleSpec, StoryInput
+    from harness.labelling.encoder import _Encoded
+
+    text = "'Maya, wait!' Tom called. 'He is late,' she said."
+    words = split_words(text)
+    enc = _Encoded([], [], list(range(len(words))), words, False)
+    story = StoryInput("x", text, (RoleSpec("subject", "doctor"), RoleSpec("object", "needy patient")))
+    p = _probs_for(words, {("Maya", 0, 0): 0.9, ("she", 0, 1): 0.9, ("Tom", 0, 2): 0.9, ("He", 0, 3): 0.9})
+    out = _decoder().decode(story, enc, p)
+    assert [(c.name, c.references) for c in out.characters] == [("Maya", ("she",)), ("Tom", ("He",))]
 
 
 @pytest.mark.parametrize("roles, want", [

@@ -15,7 +15,7 @@ def table(tmp_path_factory) -> str:
     """A first-name table with Census counts: Robert and Will common first names, "Then" rare."""
     rows = {"ROBERT": (2_759_332, 0.01), "WILL": (44_842, 0.02), "THEN": (139, 0.44), "EMILY": (900_000, 0.99),
             "JOSE": (500_000, 0.01), "MONIQUE": (60_000, 0.99), "NOOR": (10_250, 0.7), "MARYJANE": (25_540, 0.99),
-            "SEAN": (400_000, 0.01), "YOUNG": (22_159, 0.3)}
+            "SEAN": (400_000, 0.01), "YOUNG": (22_159, 0.3), "ANA": (321_858, 0.99), "LUCIA": (71_626, 0.99)}
     path = tmp_path_factory.mktemp("names") / "first_names.parquet"
     pd.DataFrame({"key": list(rows), "census_count": [c for c, _ in rows.values()],
                   "nd_female": [f for _, f in rows.values()]}).to_parquet(path)
@@ -53,6 +53,22 @@ def test_a_one_word_name_takes_the_common_first_name_written_before_it(table, te
 ])
 def test_first_names_and_surnames_beyond_plain_letters(table, name, text, want):
     assert _complete(name, text, table) == want
+
+
+@pytest.mark.parametrize("text, others, want", [
+    ("Ana Lucía Torres waved. Torres left.", (), "Ana Lucía Torres"),  # not "Lucía Torres": first name Lucía
+    ("Robert Lucía Ana Torres waved.", (), "Lucía Ana Torres"),  # two first names at most: parsed, three words
+    ("Then Ana Torres waved.", (), "Ana Torres"),  # "Then" is no first name
+    ("Dr. Ana Torres waved.", (), "Ana Torres"),
+    ("Robert Ana Torres waved.", ("robert",), "Ana Torres"),  # the other character's name word
+    ("Robert, Ana Torres waved.", (), "Ana Torres"),  # not one space apart
+])
+def test_a_middle_name_is_completed_with_the_first_name_before_it(table, text, others, want):
+    from harness.identity.names import first_name_of
+
+    got = _complete("Torres", text, table, others)
+    assert got == want
+    assert first_name_of(got) == want.split()[0]
 
 
 def test_a_first_name_after_a_word_that_is_no_first_name_stays_as_it_is(table):

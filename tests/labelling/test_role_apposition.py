@@ -50,6 +50,12 @@ def test_head_noun(description, head):
     ("Sarah, who had waited in the rain for hours, was a fan.", {}),
     # a noun after a preposition is not the apposition's head
     ("Sarah, an admirer of the actor, waited.", {}),
+    # nor is one in a relative clause, nor a possessive that modifies the head
+    ("Sarah, who adored the actor, waited.", {}),
+    ("Ethan Michaels, whose biggest fan was Sarah, smiled.", {}),
+    ("Sarah, whom the actor had once met, waited.", {}),
+    ("Sarah, the actor's biggest fan, waited.", {(1, 0): 1}),
+    ("Sarah, the actor\u2019s biggest fan, waited.", {(1, 0): 1}),
 ])
 def test_appositions(text, want):
     assert dict(appositions(text, FAN, ["Sarah", "Ethan Michaels"])) == want
@@ -69,6 +75,9 @@ def test_roles_exchanged_when_the_appositions_say_so_more_often():
     tie = "The actor, Ethan, met the actor, Sarah, and Ethan, a fan, smiled."
     assert not roles_exchanged(tie, FAN, ["Sarah", "Ethan"])  # 2 for the labels, 1 against
     assert not roles_exchanged("Sarah met Ethan.", FAN, ["Sarah", "Ethan"])  # no apposition
+    # a relative clause after a name ties the name to no role: the labels stay
+    text = "Lily, who had idolized the actor for years, waited outside. Ethan Michaels smiled."
+    assert not roles_exchanged(text, FAN, ["Ethan Michaels", "Lily"])
 
 
 def test_the_decoder_exchanges_both_labels(tagged):
