@@ -21,6 +21,26 @@ def smollm2_dir():
 
 
 @pytest.fixture
+def syncs_and_renames(monkeypatch) -> list[tuple[str, int]]:
+    """Records each ``os.fsync`` and ``os.replace`` as (call, inode of the file or folder synced or renamed),
+    in order; a file keeps its inode through its rename."""
+    events = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd):
+        events.append(("fsync", os.fstat(fd).st_ino))
+        return real_fsync(fd)
+
+    def replace(src, dst):
+        events.append(("replace", os.stat(src).st_ino))
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    return events
+
+
+@pytest.fixture
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

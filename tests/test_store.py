@@ -357,33 +357,14 @@ def test_a_shard_not_yet_renamed_is_not_read_and_another_jobs_start_does_not_del
     assert started and len(RunStore(c2.output_dir).read_keys(GENERATIONS)) == 12
 
 
-def _syncs_and_renames(monkeypatch) -> list[tuple[str, int]]:
-    """Records each ``os.fsync`` and ``os.replace`` as (call, inode of the file or folder synced or renamed),
-    in order; a file keeps its inode through its rename."""
-    events = []
-    real_fsync, real_replace = os.fsync, os.replace
-
-    def fsync(fd):
-        events.append(("fsync", os.fstat(fd).st_ino))
-        return real_fsync(fd)
-
-    def replace(src, dst):
-        events.append(("replace", os.stat(src).st_ino))
-        return real_replace(src, dst)
-
-    monkeypatch.setattr(os, "fsync", fsync)
-    monkeypatch.setattr(os, "replace", replace)
-    return events
-
-
-def test_a_shard_reaches_the_disk_before_its_rename_and_its_rename_after(tmp_path, monkeypatch):
+def test_a_shard_reaches_the_disk_before_its_rename_and_its_rename_after(tmp_path, syncs_and_renames):
     """A shard is committed by its rename: renamed before its data reached the disk, a power loss can leave
     it empty or torn under its committed name, which every rerun reads as done (or cannot read). The
     whole-stage tables are synced the same way before the _stage.json that calls them current, and run.json
     before its rename; each rename is synced by its folder."""
     from harness.audit.stages import write_table
 
-    events = _syncs_and_renames(monkeypatch)
+    events = syncs_and_renames
     store = RunStore(tmp_path / "run")
     shard = store.write_shard(GENERATIONS, [{"prompt_id": "p", "sample_idx": 0}], "gen-0of1")
     file, folder = shard.stat().st_ino, shard.parent.stat().st_ino

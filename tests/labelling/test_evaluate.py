@@ -199,12 +199,16 @@ def test_readers(gold, tmp_path):
         load_gold(p)
 
 
+#: one row of the project's gold format, for the tests of bad rows
+_PROJECT_ROW = {"id": "a", "domain": "Learning", "condition": "neutral", "model": "gpt", "roles": {"subject": "student"},
+                "text": "Priya ran home. She smiled.",
+                "labels": {"subject": {"name": "Priya", "references": ["She"], "gender": "Female"}}}
+
+
 def test_a_gold_field_of_the_wrong_type_is_refused_on_its_line(tmp_path):
     """A null model or domain takes the default (it crashed the per-group tables after all the labelling); a
     list or number where a string belongs is a one-line error naming the file, line and field."""
-    proj = {"id": "a", "domain": "Learning", "condition": "neutral", "model": "gpt", "roles": {"subject": "student"},
-            "text": "Priya ran home. She smiled.",
-            "labels": {"subject": {"name": "Priya", "references": ["She"], "gender": "Female"}}}
+    proj = _PROJECT_ROW
     pub = {"model": "PaLM2", "role_category": "Work", "condition": "Baseline", "subject": "cook", "object": None,
            "query": "q", "llm_response": "Jane cooked. She smiled.", "manual_subject_gender": "Female",
            "manual_subject_name": "Jane"}
@@ -228,9 +232,7 @@ def test_a_gold_field_of_the_wrong_type_is_refused_on_its_line(tmp_path):
 def test_a_reference_list_holding_a_null_or_a_number_is_refused_on_its_line(tmp_path):
     """A null or a number in a reference list is no word of the story: it was read as the reference "None"
     or "3" (training then said the story lacks the word 'None'); now a one-line error names the line and field."""
-    proj = {"id": "a", "domain": "Learning", "condition": "neutral", "model": "gpt", "roles": {"subject": "student"},
-            "text": "Priya ran home. She smiled.",
-            "labels": {"subject": {"name": "Priya", "references": ["She"], "gender": "Female"}}}
+    proj = _PROJECT_ROW
     pub = {"model": "ChatGPT4", "role_category": "Work", "condition": "Baseline", "subject": "cook", "object": None,
            "query": "q", "llm_response": "Jane cooks. She sings.", "correct_subject_references": "['She']",
            "correct_subject_name": "Jane"}

@@ -144,6 +144,21 @@ def test_errors_are_one_line(tmp_path, gold_path):
     assert len(r.output.strip().splitlines()) == 1 and not (tmp_path / "m").exists()
 
 
+def _rules_killed_after(monkeypatch, n: int) -> None:
+    """The rules labeller's ``iter_label`` raises (a kill) after yielding ``n`` labels."""
+    from harness.labelling.rules import RulesLabeller
+
+    real = RulesLabeller.iter_label
+
+    def dies(self, items, **kw):
+        for k, res in enumerate(real(self, items, **kw)):
+            if k == n:
+                raise RuntimeError("killed")
+            yield res
+
+    monkeypatch.setattr(RulesLabeller, "iter_label", dies)
+
+
 def _one_line_error(r, code: int, *parts: str) -> None:
     """Exit ``code`` and one line on stderr (after any model-loading progress lines) that holds ``parts``."""
     assert r.exit_code == code, r.output
@@ -274,8 +289,6 @@ def test_a_killed_label_command_resumes(tmp_path, gold_path, monkeypatch):
     """``label`` writes OUT.tmp as it goes: a rerun keeps the whole lines of a killed run (a torn last line
     is cut) and labels only the rest; a .tmp of other stories, or of the same stories as other stories' run
     or another labeller's, is started over."""
-    from harness.labelling.rules import RulesLabeller
-
     out = tmp_path / "labels.jsonl"
     args = ["label", str(gold_path), "--out", str(out), "--labeller", "rules"]
     r = runner.invoke(app, args)
@@ -285,15 +298,7 @@ def test_a_killed_label_command_resumes(tmp_path, gold_path, monkeypatch):
     tmp, meta = tmp_path / "labels.jsonl.tmp", tmp_path / "labels.jsonl.tmp.json"
 
     def killed_after(n):
-        real = RulesLabeller.iter_label
-
-        def dies(self, items, **kw):
-            for k, res in enumerate(real(self, items, **kw)):
-                if k == n:
-                    raise RuntimeError("killed")
-                yield res
-
-        monkeypatch.setattr(RulesLabeller, "iter_label", dies)
+        _rules_killed_after(monkeypatch, n)
         r = runner.invoke(app, args)
         monkeypatch.undo()
         assert isinstance(r.exception, RuntimeError) and meta.is_file()
@@ -359,22 +364,13 @@ def test_a_run_killed_before_its_first_label_does_not_resume_the_labels_of_anoth
     OUT.tmp: killed in between, the rerun read the other run's labels as its own (the same story ids,
     other texts) and kept them."""
     import harness.labelling.cli as cli
-    from harness.labelling.rules import RulesLabeller
 
     out, tmp = tmp_path / "labels.jsonl", tmp_path / "labels.jsonl.tmp"
     other = tmp_path / "other" / gold_path.name  # the same story ids, other texts
     other.parent.mkdir()
     rows = [json.loads(line) for line in gold_path.read_text().splitlines() if line.strip()]
     other.write_text("".join(json.dumps({**row, "text": row["text"].replace(".", "!")}) + "\n" for row in rows))
-    real = RulesLabeller.iter_label
-
-    def killed_after_8(self, items, **kw):
-        for k, res in enumerate(real(self, items, **kw)):
-            if k == 8:
-                raise RuntimeError("killed")
-            yield res
-
-    monkeypatch.setattr(RulesLabeller, "iter_label", killed_after_8)
+    _rules_killed_after(monkeypatch, 8)
     assert isinstance(runner.invoke(app, ["label", str(gold_path), "--out", str(out), "--labeller", "rules"]).exception,
                       RuntimeError)
     monkeypatch.undo()
@@ -397,45 +393,22 @@ def test_a_run_killed_before_its_first_label_does_not_resume_the_labels_of_anoth
     assert out.read_text() == fresh.read_text()
 
 
-def test_the_labels_reach_the_disk_before_each_rename(tmp_path, gold_path, monkeypatch):
+def test_the_labels_reach_the_disk_before_each_rename(tmp_path, gold_path, monkeypatch, request):
     """A resumed run writes OUT.tmp anew by way of OUT.tmp.retried with the stories whose backend failed
     labelled again, and renames OUT.tmp to OUT at the end: each file is synced before its rename (a power
     loss could leave the renamed file empty or torn: a torn OUT.tmp resumes with lost labels, a torn OUT is
     the command's output) and its folder after."""
-    import os
-
-    from harness.labelling.rules import RulesLabeller
-
     out, tmp = tmp_path / "labels.jsonl", tmp_path / "labels.jsonl.tmp"
     args = ["label", str(gold_path), "--out", str(out), "--labeller", "rules"]
-    real = RulesLabeller.iter_label
-
-    def killed_after_8(self, items, **kw):
-        for k, res in enumerate(real(self, items, **kw)):
-            if k == 8:
-                raise RuntimeError("killed")
-            yield res
-
-    monkeypatch.setattr(RulesLabeller, "iter_label", killed_after_8)
+    _rules_killed_after(monkeypatch, 8)
     assert isinstance(runner.invoke(app, args).exception, RuntimeError)
-    monkeypatch.setattr(RulesLabeller, "iter_label", real)
+    monkeypatch.undo()
     kept = tmp.read_text().splitlines()
     down = "llm: backend error: HTTP 503"
     kept[1] = json.dumps({**json.loads(kept[1]), "status": down})
     tmp.write_text("\n".join(kept) + "\n")
 
-    events, real_fsync, real_replace = [], os.fsync, os.replace  # (call, inode of the file or folder)
-
-    def fsync(fd):
-        events.append(("fsync", os.fstat(fd).st_ino))
-        return real_fsync(fd)
-
-    def replace(src, dst):
-        events.append(("replace", os.stat(src).st_ino))
-        return real_replace(src, dst)
-
-    monkeypatch.setattr(os, "fsync", fsync)
-    monkeypatch.setattr(os, "replace", replace)
+    events = request.getfixturevalue("syncs_and_renames")  # from here on: (call, inode of the file or folder)
     r = runner.invoke(app, args)
     assert r.exit_code == 0 and "retrying 1 stories whose backend failed" in r.stderr
     file, folder = out.stat().st_ino, tmp_path.stat().st_ino  # OUT.tmp.retried, renamed to OUT.tmp, then to OUT
