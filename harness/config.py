@@ -89,6 +89,12 @@ class LabelConfig(_Strict):
         None, description="train the encoder when its directory holds none; default: only for the user cache, so "
                           "a mistyped model_dir stops the run instead of training a new model there")
     llm: ModelConfig | None = Field(None, description="labeller llm: the model that extracts characters")
+    llm_sampling: SamplingConfig | None = Field(
+        None, description="labeller llm: sampling of a story's first attempt (its retries are sampled at a temperature "
+                          "of at least 0.7); the fields given here replace the labeller's own, greedy with 256 new "
+                          "tokens. The authors' code used the API's defaults: temperature 1, top_p 1")
+    llm_attempts: int = Field(3, ge=1, description="labeller llm: attempts per story, the first and its retries "
+                                                   "(the authors' code: 3)")
     shard_rows: int = Field(2000, ge=1)
     train_extra: list[str] = Field(
         default_factory=list,

@@ -143,6 +143,16 @@ def make_labeller(cfg: RunConfig, *, echo=print):
         # started for the labeller alone: its close() releases the engine (GPU memory, workers, HTTP client)
         kwargs["backend"] = load_backend(cfg.label.llm, seed=cfg.seed)
         kwargs["owns_backend"] = True
+        kwargs["max_attempts"] = cfg.label.llm_attempts
+        if (sampling := cfg.label.llm_sampling) is not None:
+            from dataclasses import replace
+
+            from harness.labelling.llm import DEFAULT_PARAMS
+
+            # the fields given replace the labeller's own (greedy, 256 tokens), not the stories' defaults
+            given = {"max_tokens" if k == "max_new_tokens" else k: tuple(v) if k == "stop" else v
+                     for k, v in sampling.model_dump(include=sampling.model_fields_set).items()}
+            kwargs["params"] = replace(DEFAULT_PARAMS, **given)
     try:
         return get_labeller(name, **kwargs)
     except ConfigError as e:  # name the config block the setting came from

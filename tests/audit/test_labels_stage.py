@@ -147,3 +147,32 @@ def test_a_mistyped_labeller_name_is_an_error_of_the_config_naming_the_field(tmp
                                           r"llm, rules \(got 'llmm'\)"):
         _llm_config(tmp_path, {"labeller": "llmm", "llm": {"backend": "transformers", "path": "smollm2-135m"}})
 
+
+
+def test_the_llm_labellers_sampling_and_attempts_come_from_the_config(tmp_path, monkeypatch):
+    """``label.llm_sampling`` and ``label.llm_attempts`` reach the LLM labeller (the authors sampled at the
+    API's temperature 1; there was no way to ask for it): the fields given replace the labeller's own greedy
+    256 tokens, so ``{temperature: 1}`` keeps 256 tokens and ``{max_new_tokens: 512}`` stays greedy."""
+    import harness.generation as G
+    from harness.generation.base import Backend
+
+    class Engine(Backend):
+        name = "engine"
+
+        def generate(self, requests, params, *, progress=False):
+            return iter(())
+
+    monkeypatch.setattr(G, "load_backend", lambda cfg, seed=0: Engine())
+    llm = {"backend": "transformers", "path": "smollm2-135m"}
+
+    def info(**label):
+        lab = make_labeller(_llm_config(tmp_path, {"labeller": "llm", "llm": llm, **label}), echo=lambda s: None)
+        return {k: lab.info()[k] for k in ("temperature", "top_p", "max_tokens", "max_attempts")}
+
+    assert info() == {"temperature": 0.0, "top_p": 1.0, "max_tokens": 256, "max_attempts": 3}
+    assert info(llm_sampling={"temperature": 1.0, "top_p": 0.9}, llm_attempts=5) == {
+        "temperature": 1.0, "top_p": 0.9, "max_tokens": 256, "max_attempts": 5}
+    assert info(llm_sampling={"max_new_tokens": 512}) == {"temperature": 0.0, "top_p": 1.0, "max_tokens": 512,
+                                                          "max_attempts": 3}
+    with pytest.raises(ConfigError, match=r"label\.llm_attempts"):
+        _llm_config(tmp_path, {"labeller": "llm", "llm": llm, "llm_attempts": 0})
