@@ -233,9 +233,10 @@ def test_a_story_made_again_with_another_text_is_labelled_again_and_read_with_it
 
 def test_the_label_settings_that_change_labels_are_checked_and_no_others(tmp_path):
     """Of an LLM labeller's model block only what changes its replies counts: a run resumed after a server
-    outage with another URL, key, timeout or concurrency goes on, and no key is ever recorded or printed.
-    The labeller as resolved counts too: the encoder's precision, chosen per device where the config
-    leaves it unset, cannot change between two labellings of one run; its device and weight path can."""
+    outage with another URL, key, timeout or concurrency goes on, and no key is ever recorded or printed;
+    nor does a setting the labeller does not read. The labeller as resolved counts too: the encoder's
+    precision, chosen per device where the config leaves it unset, cannot change between two labellings of
+    one run; its device and weight path can."""
     import harness.audit.labels as L
 
     llm = {"backend": "openai", "path": "qwen", "base_url": "http://a:8000/v1", "api_key": "sk-OLD"}
@@ -252,6 +253,14 @@ def test_the_label_settings_that_change_labels_are_checked_and_no_others(tmp_pat
     # a manifest written before the llm fields were picked (the whole block) is read the same way
     store.update_manifest(label_settings={**L.label_settings(first), "llm": first.label.llm.model_dump(mode="json")})
     L.check_label_settings(store, cfg(tmp_path, label={"labeller": "llm", "llm": resumed}), 5)
+    # a setting the run's labeller does not read changes none of its labels: the encoder's checks for the LLM
+    # labeller, an llm block left in the config of a rules or encoder run
+    L.check_label_settings(store, cfg(tmp_path, label={"labeller": "llm", "llm": resumed, "name_check": False}), 5)
+    rules = cfg(tmp_path, label={"labeller": "rules"})
+    store.update_manifest(label_settings=L.label_settings(rules))
+    L.check_label_settings(store, cfg(tmp_path, label={"labeller": "rules", "llm": llm, "action_check": False}), 5)
+    with pytest.raises(ConfigError, match=r"\(labeller 'rules' -> 'llm'; llm None -> .*'qwen'"):
+        L.check_label_settings(store, cfg(tmp_path, label={"labeller": "llm", "llm": llm}), 5)
 
     class Labeller:
         def __init__(self, precision):

@@ -164,6 +164,11 @@ def make_labeller(cfg: RunConfig, *, echo=print):
 #: The label settings that decide what the labels say (not batch or shard sizes, nor first-use training).
 LABEL_SETTINGS = ("labeller", "model_dir", "llm", "name_check", "action_check", "pronoun_binding", "apposition_check",
                   "precision")
+#: Of ``LABEL_SETTINGS``, those each labeller reads (besides "labeller"): the others, changed, change none of its
+#: labels ("name_check" of an LLM-labelled run, a ``label.llm`` block left in an encoder run's config).
+LABELLER_SETTINGS = {"encoder": ("model_dir", "name_check", "action_check", "pronoun_binding", "apposition_check",
+                                 "precision"),
+                     "llm": ("llm",), "rules": ()}
 #: The fields of ``label.llm`` that decide what an LLM labeller writes: not where the model is served, its
 #: key, batching, timeouts or retries (a run resumed after a server outage may change those).
 LLM_LABEL_FIELDS = ("backend", "path", "gguf_file", "dtype", "chat_template", "max_model_len", "engine_kwargs")
@@ -193,7 +198,10 @@ def check_label_settings(store: RunStore, cfg: RunConfig, labelled: int) -> None
     new = label_settings(cfg)
     if isinstance(old.get("llm"), dict):  # a manifest of before LLM_LABEL_FIELDS recorded the whole block
         old = {**old, "llm": {k: v for k, v in old["llm"].items() if k in LLM_LABEL_FIELDS}}
-    changed = [f"{k} {old.get(k)!r} -> {new.get(k)!r}" for k in LABEL_SETTINGS if old.get(k) != new.get(k)]
+    read = {"labeller"} | {k for lab in (old.get("labeller"), new["labeller"])
+                           for k in LABELLER_SETTINGS.get(lab, LABEL_SETTINGS)}
+    changed = [f"{k} {old.get(k)!r} -> {new.get(k)!r}" for k in LABEL_SETTINGS
+               if k in read and old.get(k) != new.get(k)]
     if changed:
         _refuse(store, labelled, changed, "restore them, or ")
 

@@ -200,8 +200,8 @@ def test_readers(gold, tmp_path):
 
 
 #: one row of the project's gold format, for the tests of bad rows
-_PROJECT_ROW = {"id": "a", "domain": "Learning", "condition": "neutral", "model": "gpt", "roles": {"subject": "student"},
-                "text": "Priya ran home. She smiled.",
+_PROJECT_ROW = {"id": "a", "domain": "Learning", "condition": "neutral", "model": "gpt",
+                "roles": {"subject": "student"}, "text": "Priya ran home. She smiled.",
                 "labels": {"subject": {"name": "Priya", "references": ["She"], "gender": "Female"}}}
 
 
