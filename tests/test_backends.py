@@ -467,3 +467,24 @@ def test_schema_compiler_keeps_a_bounded_cache(tmp_path, monkeypatch):
         sizes.append(grammars._compiler.get_cache_size_bytes())
     assert max(sizes) <= 256 << 10 and sizes[-1] > 0
     assert sizes[100] > sizes[10]  # it does keep grammars, up to the bound
+
+
+def test_a_reply_has_the_room_its_own_prompt_leaves_whatever_its_batchmates(tmp_path):
+    """The room for new tokens is max_model_len less the prompt: in a batch it was the longest prompt's, so a
+    long batchmate cut a short prompt's reply (an LLM labeller's labels then depended on its batchmates). A
+    prompt too long for max_tokens is generated alone, with its own room; the others keep theirs."""
+    from harness.generation.hf import TransformersBackend
+    from harness.models import ResolvedModel
+
+    model, tok = _char_model()
+    b = TransformersBackend.from_loaded(model, tok, ResolvedModel("char", tmp_path), chat_template=False,
+                                        batch_size=8, max_model_len=60)
+    model.generation_config.eos_token_id = None  # a random model that never stops: every reply fills its room
+    b._eos_ids = lambda: set()
+    params = GenParams(temperature=0, max_tokens=30)
+    short, long = GenRequest("short", "AnametTom", 0), GenRequest("long", "Ana" + "met" * 15 + "Tom", 0)
+    alone = {r.request_id: r for req in (short, long) for r in b.generate([req], params)}
+    together = {r.request_id: r for r in b.generate([short, long], params)}
+    assert alone["short"].output_tokens == 30 and alone["long"].output_tokens == 60 - alone["long"].prompt_tokens < 30
+    assert {k: (r.text, r.output_tokens, r.finish_reason) for k, r in together.items()} == {
+        k: (r.text, r.output_tokens, r.finish_reason) for k, r in alone.items()}

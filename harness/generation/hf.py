@@ -135,6 +135,16 @@ class TransformersBackend(Backend):
         texts = [render_prompt(self.tokenizer, r.prompt, self.chat_template, r.system) for r in batch]
         enc = self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
         prompt_len = enc["input_ids"].shape[1]
+        own = enc["attention_mask"].sum(dim=1).tolist()
+        capped = [i for i, n in enumerate(own) if self.max_model_len - n < params.max_tokens]
+        if capped and len(batch) > 1:
+            # a prompt too long for max_tokens in the model's length gets its own reply's room alone: in the batch,
+            # the longest prompt's room bounded every reply, so a story's reply depended on its batchmates
+            rest = [r for i, r in enumerate(batch) if i not in capped]
+            done = {g.request_id: g for g in self._generate_batch(rest, params)} if rest else {}
+            for i in capped:
+                done.update((g.request_id, g) for g in self._generate_batch([batch[i]], params))
+            return [done[r.request_id] for r in batch]
         max_new = min(params.max_tokens, max(1, self.max_model_len - prompt_len))
         eos_ids = self._eos_ids()
         processors = LogitsProcessorList()
