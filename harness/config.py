@@ -83,7 +83,7 @@ class LabelConfig(_Strict):
 
     labeller: str = Field("encoder", description="encoder (default), llm or rules")
     batch_size: int | None = Field(None, ge=1, description="stories per batch; default: the labeller's own "
-                                   "(encoder: 32 on CPU, 256 beside a GPU; rules 64; llm 16)")
+                                   "(encoder: 32 on CPU, 256 beside a GPU; rules 64; llm: label.llm.batch_size)")
     model_dir: str | None = Field(None, description="encoder weights; default: the user cache, trained on first use")
     train_if_missing: bool | None = Field(
         None, description="train the encoder when its directory holds none; default: only for the user cache, so "

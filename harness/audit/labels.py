@@ -154,11 +154,16 @@ def make_labeller(cfg: RunConfig, *, echo=print):
                      for k, v in sampling.model_dump(include=sampling.model_fields_set).items()}
             kwargs["params"] = replace(DEFAULT_PARAMS, **given)
     try:
-        return get_labeller(name, **kwargs)
+        labeller = get_labeller(name, **kwargs)
     except ConfigError as e:  # name the config block the setting came from
         if "backend" in kwargs:
             kwargs["backend"].close()
         raise ConfigError(f"label ({name} labeller): {e}") from None
+    if name == "llm" and cfg.label.batch_size is None:
+        # the engine's batch (vLLM's max_num_seqs) is filled only by as many stories at once: with the labeller's
+        # 16, a label.llm.batch_size of 256 left the engine running 16 sequences
+        labeller.default_batch_size = cfg.label.llm.batch_size
+    return labeller
 
 
 #: The label settings that decide what the labels say (not batch or shard sizes, nor first-use training).

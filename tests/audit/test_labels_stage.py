@@ -149,7 +149,7 @@ def test_a_mistyped_labeller_name_is_an_error_of_the_config_naming_the_field(tmp
 
 
 
-def test_the_llm_labellers_sampling_and_attempts_come_from_the_config(tmp_path, monkeypatch):
+def test_the_llm_labellers_sampling_attempts_and_batch_come_from_the_config(tmp_path, monkeypatch):
     """``label.llm_sampling`` and ``label.llm_attempts`` reach the LLM labeller (the authors sampled at the
     API's temperature 1; there was no way to ask for it): the fields given replace the labeller's own greedy
     256 tokens, so ``{temperature: 1}`` keeps 256 tokens and ``{max_new_tokens: 512}`` stays greedy."""
@@ -174,5 +174,11 @@ def test_the_llm_labellers_sampling_and_attempts_come_from_the_config(tmp_path, 
         "temperature": 1.0, "top_p": 0.9, "max_tokens": 256, "max_attempts": 5}
     assert info(llm_sampling={"max_new_tokens": 512}) == {"temperature": 0.0, "top_p": 1.0, "max_tokens": 512,
                                                           "max_attempts": 3}
+    # the engine's batch is filled with as many stories: label.llm.batch_size, unless label.batch_size says
+    lab = make_labeller(_llm_config(tmp_path, {"labeller": "llm", "llm": {**llm, "batch_size": 256}}), echo=print)
+    assert lab.default_batch_size == 256
+    lab = make_labeller(_llm_config(tmp_path, {"labeller": "llm", "llm": {**llm, "batch_size": 256}, "batch_size": 8}),
+                        echo=print)
+    assert lab.default_batch_size == 16  # label_run passes label.batch_size, 8, to iter_label
     with pytest.raises(ConfigError, match=r"label\.llm_attempts"):
         _llm_config(tmp_path, {"labeller": "llm", "llm": llm, "llm_attempts": 0})
