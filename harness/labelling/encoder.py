@@ -202,6 +202,9 @@ def _build_model(encoder_dir: Path, layers: int | None = None):
     # float32 whatever the weights were saved in: a labeller stored in fp16 for a GPU (gpu_prepare.py)
     # must also run, and train, on CPU, where the kernels and int8 quantisation take float32
     enc = AutoModel.from_pretrained(str(encoder_dir), dtype=torch.float32)
+    if layers is not None and layers > len(enc.encoder.layer):  # it trained all of them without a word
+        raise ConfigError(f"--layers {layers}: the encoder at {encoder_dir} has {len(enc.encoder.layer)} layers; "
+                          f"give at most that many")
     if layers is not None and layers < len(enc.encoder.layer):
         enc.encoder.layer = enc.encoder.layer[:layers]
         enc.config.num_hidden_layers = layers

@@ -105,6 +105,17 @@ def test_a_learning_rate_that_is_not_a_positive_number_is_refused_before_any_wor
     assert not (tmp_path / "m").exists()
 
 
+def test_more_layers_than_the_encoder_has_are_refused(tmp_path):
+    """`--layers 99` trained all 6 of MiniLM's layers without a word (the run's meta.json said 6)."""
+    from harness.errors import ConfigError
+    from harness.labelling.training import train_encoder
+
+    p = _write(tmp_path / "t.jsonl", ROW)
+    with pytest.raises(ConfigError, match=r"--layers 99: the encoder at .* has 6 layers; give at most that many"):
+        train_encoder([p], out_dir=tmp_path / "m", epochs=1, layers=99)
+    assert not (tmp_path / "m" / "meta.json").exists()
+
+
 def test_a_save_cut_short_over_an_earlier_model_leaves_no_model_the_loader_takes(tmp_path, monkeypatch):
     """Training into a directory that holds a model (the default one, or --init-from's own) wrote the new encoder,
     then head.pt, then meta.json: a save cut short between them (killed, a full disk) left the new encoder beside
