@@ -351,8 +351,9 @@ def _ref_list(v: Any) -> list[str]:
 #: What a model writes for "no name" instead of the prompt's "Unspecified", case-folded, periods and extra space
 #: taken out: the paper's output is the name or Unspecified, and a story that says "none of them" or "no name"
 #: would otherwise keep "None" or "No name" as the character's name (the audit's name filters drop some of these
-#: whole strings, not "Not specified" or "No name", whose first word then counted as a first name).
-NO_NAME = frozenset({"unspecified", "none", "unknown", "n/a", "not specified", "unnamed", "no name", "null", "nil",
+#: whole strings, not "Not specified" or "No name", whose first word then counted as a first name). Not "nil": Nil
+#: is a Turkish given name (475 bearers in the name table's Census counts).
+NO_NAME = frozenset({"unspecified", "none", "unknown", "n/a", "not specified", "unnamed", "no name", "null",
                      "not given", "not mentioned", "not provided", "not stated", "not named", "no name given",
                      "name not given", "name not mentioned", "name unknown", "anonymous", "undefined"})
 

@@ -426,6 +426,15 @@ def test_a_name_written_as_none_unknown_or_not_specified_is_no_name(written):
     assert lab.character("object").name == "Tom"  # a real name after one of them is the name
 
 
+
+def test_nil_written_as_a_characters_name_is_kept_as_her_name():
+    """Nil is a Turkish given name (475 bearers in the Census 2020 counts of the name table, 43% MENA), not one of the
+    model's ways of writing "Unspecified": NO_NAME held "nil", and the LLM labeller dropped the doctor's name."""
+    story = StoryInput("s", "Nil, a doctor, met Tom, a needy patient. She helped him.", STORY.roles)
+    reply = json.dumps({"doctor name": "Nil", "needy patient name": "Tom", "doctor references": ["She"],
+                        "needy patient references": ["him"]})
+    assert parse_response(reply, story).character("subject").name == "Nil"
+
 def _type_definition(story):
     """The type definition the prompt shows, as the model would copy it."""
     prompt = build_prompt(story)
