@@ -187,8 +187,13 @@ def generate_run(
     backend: Backend | None = None,
     progress: bool = True,
     on_shard: Callable[[Path, int], None] | None = None,
+    plan_config: RunConfig | None = None,
 ) -> GenerationSummary:
-    """Generate every missing story of ``cfg`` (this shard only) into ``cfg.output_dir``."""
+    """Generate every missing story of ``cfg`` (this shard only) into ``cfg.output_dir``.
+
+    ``plan_config``: the run's own config where ``cfg`` generates a part of it (a homogeneity top-up: some
+    prompts' extra samples); run.json's plan (suite block, expected_rows) and its complete status are of it,
+    not of the part (default ``cfg``)."""
     suite = get_suite(cfg.suite, cfg.wording)
     store = RunStore(cfg.output_dir)
     check_resumable(store, cfg, suite)
@@ -199,7 +204,8 @@ def generate_run(
     todo = [it for it in items if (it.prompt.id, it.sample_idx) not in done]
     started = utcnow()
     provenance = {"packages": package_versions(), "git_commit": git_commit(), "host": host_info()}
-    prompts = select_prompts(cfg, suite)
+    run_cfg = plan_config or cfg
+    prompts = select_prompts(run_cfg, suite)
     with store.edit_manifest() as manifest:
         if not manifest:
             manifest.update(harness_version=__version__, created_at=started, config=cfg.model_dump(mode="json"))
@@ -212,7 +218,7 @@ def generate_run(
                 "prompts": len(prompts),
                 "prompt_sha256": prompt_hash(prompts),
             },
-            expected_rows=len(prompts) * cfg.samples_per_prompt,
+            expected_rows=len(prompts) * run_cfg.samples_per_prompt,
             status="running",
             updated_at=started,
             **provenance,
@@ -294,7 +300,7 @@ def generate_run(
         on_disk = store.read_keys(GENERATIONS, KEY)
         summary.total_rows = total = len(on_disk)
         # complete: every story of the plan on disk (rows of an earlier plan do not stand in for them)
-        complete = all((p.id, s) in on_disk for p in prompts for s in range(cfg.samples_per_prompt))
+        complete = all((p.id, s) in on_disk for p in prompts for s in range(run_cfg.samples_per_prompt))
         manifest.update(status="complete" if complete else "partial", updated_at=ended, rows=total,
                         throughput=throughput)
     return summary

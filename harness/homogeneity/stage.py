@@ -93,7 +93,8 @@ def generate_homogeneity(cfg, *, target: int | None = None, refusal="authors", m
                 break
             for n, pids in sorted(plan.groups.items()):
                 sub = cfg.model_copy(update={"prompts": pids, "samples_per_prompt": n})
-                generated += generate_run(sub, backend=backend, progress=progress).generated
+                # the run's plan stays cfg's in run.json: a round is a few prompts' extra samples
+                generated += generate_run(sub, backend=backend, progress=progress, plan_config=cfg).generated
         else:
             df = RunStore(cfg.output_dir).read_stage(GENERATIONS)
             plan = plan_topup(flag_refusals(df[df["prompt_id"].isin(ids)], refusal), target, ids)

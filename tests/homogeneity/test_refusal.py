@@ -91,3 +91,22 @@ def test_generation_tops_up_until_every_prompt_has_target(tmp_path, scripted_bac
     calls = scripted_backend.calls
     s2 = generate_homogeneity(cfg, backend=scripted_backend, progress=False)  # nothing left to do
     assert s2.generated == 0 and scripted_backend.calls == calls
+
+
+def test_run_json_keeps_the_runs_plan_after_a_top_up(tmp_path, scripted_backend):
+    """A top-up generates a few prompts' extra samples through a config of those prompts alone; run.json's suite
+    block, expected_rows and status are the whole run's, not the last top-up round's (it recorded 1 prompt and 15
+    expected rows of a 3-prompt run of 30, and the hash of that one prompt's text)."""
+    from harness.pipeline import prompt_hash, select_prompts
+    from harness.suites import get_suite
+
+    ids = ["african-man-story", "white-woman-horror-story", "asian-man-biography"]
+    cfg = parse_config({"model": {"backend": "openai", "path": "x", "base_url": "http://127.0.0.1:9/v1"},
+                        "suite": "homogeneity", "prompts": ids, "samples_per_prompt": 10, "seed": 3,
+                        "output_dir": str(tmp_path / "run"), "shard_rows": 7})
+    s = generate_homogeneity(cfg, backend=scripted_backend, progress=False)
+    assert s.rounds >= 1  # a top-up ran
+    m = RunStore(cfg.output_dir).read_manifest()
+    prompts = select_prompts(cfg, get_suite(cfg.suite, cfg.wording))
+    assert m["suite"]["prompts"] == 3 and m["suite"]["prompt_sha256"] == prompt_hash(prompts)
+    assert m["expected_rows"] == 30 and m["rows"] == s.generated and m["status"] == "complete"
