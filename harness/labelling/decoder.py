@@ -96,13 +96,20 @@ class WordDecoder:
 
         titles, particles = _titles_and_particles()
 
-        def title_or_initial(i: int) -> bool:
-            return keys[i] in titles or (len(words[i][0]) == 1 and cap(i))
+        def initial(i: int) -> bool:
+            return len(words[i][0]) == 1 and cap(i)
+
+        def goes_on_after_dot(run: list[int]) -> bool:
+            """Whether a run that a "." follows goes on to the word after it: its last word is an initial
+            ("J. Cole", "John F. Kennedy") or a title with only titles and initials before it ("Sen. Hart",
+            "Lt. Col. Smith"). A title after a name word is the surname that ends a sentence, as "King",
+            "Major" or "Prince" may be ("Dr. Maya King. Maya smiled": one run would give no first name)."""
+            return initial(run[-1]) or all(keys[k] in titles or initial(k) for k in run)
 
         runs: list[list[int]] = []
         for i in (w.scored & (col >= (threshold or self.threshold))).nonzero()[0].tolist():
             if runs and (i == runs[-1][-1] + 1 or (i == runs[-1][-1] + 2 and (
-                    words[i - 1][0] == "-" or (words[i - 1][0] == "." and title_or_initial(i - 2))
+                    words[i - 1][0] == "-" or (words[i - 1][0] == "." and goes_on_after_dot(runs[-1]))
                     or _glued_name_part(words, i - 1)))):
                 runs[-1].append(i)
             else:

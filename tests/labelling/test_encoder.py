@@ -624,6 +624,12 @@ def _decode_names(text, tags, roles=("doctor", "needy patient")):
     ("Dr. Ana Ruiz came.", {("Dr", 0, 0): 0.9, ("Ana", 0, 0): 0.9, ("Ruiz", 0, 0): 0.9}, "Dr. Ana Ruiz"),
     ("He met Louis Broussard. Louis laughed.", {("Louis", 0, 0): 0.9, ("Broussard", 0, 0): 0.9, ("Louis", 1, 0): 0.9},
      "Louis Broussard"),
+    # nor a surname that is also a title ("King", "Major", "Prince") to the next sentence's name: a title opens a name
+    ("She thanked Dr. Maya King. Maya smiled.", {("Maya", 0, 0): 0.9, ("King", 0, 0): 0.9, ("Maya", 1, 0): 0.9},
+     "Dr. Maya King"),
+    ("He met Louis Prince. Louis laughed.", {("Louis", 0, 0): 0.9, ("Prince", 0, 0): 0.9, ("Louis", 1, 0): 0.9},
+     "Louis Prince"),
+    ("Lt. Col. Smith came.", {("Lt", 0, 0): 0.9, ("Col", 0, 0): 0.9, ("Smith", 0, 0): 0.9}, "Lt. Col. Smith"),
     # a surname with an apostrophe is split like "'s" but stays part of the name
     ("Megan O'Brien smiled.", {("Megan", 0, 0): 0.9, ("O", 0, 0): 0.9}, "Megan O'Brien"),
     ("Lena D\u2019Angelo smiled.", {("Lena", 0, 0): 0.9, ("D", 0, 0): 0.9}, "Lena D\u2019Angelo"),
