@@ -208,7 +208,7 @@ def generate_run(
     prompts = select_prompts(run_cfg, suite)
     with store.edit_manifest() as manifest:
         if not manifest:
-            manifest.update(harness_version=__version__, created_at=started, config=cfg.model_dump(mode="json"))
+            manifest.update(harness_version=__version__, created_at=started, config=run_cfg.model_dump(mode="json"))
         # the plan as this rerun asks it: a top-up (more samples per prompt, more prompts) plans more rows
         manifest.update(
             suite={
