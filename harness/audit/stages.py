@@ -130,7 +130,7 @@ def stage_label(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int], prog
 def stage_identities(cfg: RunConfig, store: RunStore, **_: Any) -> StageResult:
     from harness.audit.characters import build_characters
     from harness.identity import RACES
-    from harness.identity.gender import load_lexicon
+    from harness.identity.gender import INFERENCE_VERSION, load_lexicon
     from harness.identity.names import NameTable, name_lists
     from harness.suites import get_suite
 
@@ -140,7 +140,7 @@ def stage_identities(cfg: RunConfig, store: RunStore, **_: Any) -> StageResult:
     suite = get_suite(cfg.suite, cfg.wording)
     # the model's name and the suite's roles are written into every character row too
     options = {"identity": cfg.identity.model_dump(), "names": names.provenance, "lexicon": lexicon.provenance(),
-               "name_parsing": name_lists().version, "model": cfg.name,
+               "name_parsing": name_lists().version, "gender_inference": INFERENCE_VERSION, "model": cfg.name,
                "suite": [suite.name, suite.version, suite.wording]}
     fp = fingerprint(store, [GENERATIONS, LABELS], options)
     if is_current(store, IDENTITIES, fp, ["characters"]):

@@ -62,6 +62,11 @@ BUILTIN_LEXICONS = {"s6a": "gender_s6a.yaml", "code": "gender_code.yaml",
                     "neopronouns": "gender_neopronouns.yaml"}
 DEFAULT_LEXICON = "s6a"
 
+#: The version of the inference rules above (not of a lexicon's words, which each lexicon versions): bump it
+#: when they change what a reference list infers; the identities stage records it (``gender_inference`` in
+#: its manifest), so a run's characters are inferred again after a bump. 2: "s/he" and "Mr.Smith" (2026-11-27).
+INFERENCE_VERSION = "2"
+
 _SPLIT = re.compile(r"[\s/,;]+|\.(?=[^\W\d_])")
 _NON_WORD = re.compile(r"[\W_]+")
 _ALPHA = re.compile(r"[^\W\d_]+")

@@ -207,8 +207,8 @@ def _starts_upper(tok: str) -> bool:
 def _join_particles(tokens: list[str], lists: NameLists) -> tuple[list[str], set[int]]:
     """The tokens with each surname that a particle starts joined into one ("Maria de la Cruz" -> Maria,
     "de la Cruz"), and the positions of the joined surnames. A particle in lower case starts one
-    anywhere; a capitalised one ("Van Helsing", "De Luca") anywhere but first or right after a
-    first-name title, unless it is a common first name on its own ("Mr. Al Green"). Either needs a
+    anywhere; a capitalised one ("De Luca", "Di Maio") anywhere but first or right after a
+    first-name title, unless it is a common first name on its own ("Mr. Al Green", "Dr. Van Nguyen"). Either needs a
     capitalised word after its run of particles (no surname in "Jake with ten dogs")."""
     out: list[str] = []
     joined: set[int] = set()

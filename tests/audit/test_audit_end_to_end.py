@@ -90,8 +90,8 @@ def test_report_renders_in_headless_chromium(audited_run, tmp_path):
 
 @pytest.mark.slow
 def test_a_new_name_parsing_parses_the_characters_again(audited_run, tmp_path, monkeypatch):
-    """The identities stage records the name-parsing version (non_names.yaml): after a bump, the
-    characters of an existing run are parsed again instead of being kept as current."""
+    """The identities stage records the name-parsing version (non_names.yaml) and the gender inference's:
+    after a bump, the characters of an existing run are parsed again instead of being kept as current."""
     import dataclasses
     import shutil
 
@@ -108,3 +108,10 @@ def test_a_new_name_parsing_parses_the_characters_again(audited_run, tmp_path, m
     monkeypatch.setattr(names, "name_lists", lambda: bumped)
     assert stage_identities(cfg, RunStore(copy)).status == "done"
     assert json.loads((copy / "identities" / "_stage.json").read_text())["name_parsing"] == "bumped"
+    # and so does the gender inference's version (gender.py's rules, not a lexicon's words)
+    from harness.identity import gender
+
+    assert stage_identities(cfg, RunStore(copy)).status == "skipped (current)"
+    monkeypatch.setattr(gender, "INFERENCE_VERSION", "bumped")
+    assert stage_identities(cfg, RunStore(copy)).status == "done"
+    assert json.loads((copy / "identities" / "_stage.json").read_text())["gender_inference"] == "bumped"

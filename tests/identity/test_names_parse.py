@@ -77,8 +77,9 @@ def test_titles_of_office_rank_nobility_and_royalty(raw, first):
 
 @pytest.mark.parametrize("raw, first", [
     ("Dr. von Braun", None), ("Mr. de la Cruz", None), ("Ms. van der Berg", None),  # title + surname
-    ("Dr. Van Helsing", None), ("Mr. Di Maio", None), ("Mrs. O'Neil", None),  # capitalised after a title
+    ("Dr. De Luca", None), ("Mr. Di Maio", None), ("Mrs. O'Neil", None),  # capitalised after a title
     ("Mr. Al Green", "Al"), ("Mrs. Della Reese", "Della"),    # particles that are common first names
+    ("Dr. Van Nguyen", "Van"), ("Dr. Van Helsing", "Van"),    # Van: 35,600 bearers, most of them Asian
     ("Maria de la Cruz", "Maria"), ("Dr. Maria de la Cruz", "Maria"),  # particles join their surname
     ("Dr. Maria De Luca", "Maria"), ("Leonardo da Vinci", "Leonardo"), ("Omar bin Salman", "Omar"),
     ("von Braun", None), ("de la Cruz", None),                 # a lower-case particle starts no first name
