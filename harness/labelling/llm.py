@@ -616,7 +616,7 @@ class LLMLabeller(Labeller):
         b = self.backend.info()
         return {"labeller": self.name, "backend": b.backend, "model": b.model, "max_attempts": self.max_attempts,
                 "temperature": self.params.temperature, "top_p": self.params.top_p, "top_k": self.params.top_k,
-                "max_tokens": self.params.max_tokens, "seed": self.seed,
+                "max_tokens": self.params.max_tokens, "stop": list(self.params.stop), "seed": self.seed,
                 "constrained": self.constrain and b.backend in ("vllm", "openai", "transformers")}
 
     def _retry_params(self, longer: bool) -> GenParams:

@@ -167,13 +167,14 @@ def test_the_llm_labellers_sampling_attempts_and_batch_come_from_the_config(tmp_
 
     def info(**label):
         lab = make_labeller(_llm_config(tmp_path, {"labeller": "llm", "llm": llm, **label}), echo=lambda s: None)
-        return {k: lab.info()[k] for k in ("temperature", "top_p", "max_tokens", "max_attempts")}
+        return {k: lab.info()[k] for k in ("temperature", "top_p", "max_tokens", "max_attempts", "stop")}
 
-    assert info() == {"temperature": 0.0, "top_p": 1.0, "max_tokens": 256, "max_attempts": 3}
+    assert info() == {"temperature": 0.0, "top_p": 1.0, "max_tokens": 256, "max_attempts": 3, "stop": []}
     assert info(llm_sampling={"temperature": 1.0, "top_p": 0.9}, llm_attempts=5) == {
-        "temperature": 1.0, "top_p": 0.9, "max_tokens": 256, "max_attempts": 5}
-    assert info(llm_sampling={"max_new_tokens": 512}) == {"temperature": 0.0, "top_p": 1.0, "max_tokens": 512,
-                                                          "max_attempts": 3}
+        "temperature": 1.0, "top_p": 0.9, "max_tokens": 256, "max_attempts": 5, "stop": []}
+    # what info() holds is checked on resume (check_labeller): stop too
+    assert info(llm_sampling={"max_new_tokens": 512, "stop": ["}"]}) == {
+        "temperature": 0.0, "top_p": 1.0, "max_tokens": 512, "max_attempts": 3, "stop": ["}"]}
     # the engine's batch is filled with as many stories: label.llm.batch_size, unless label.batch_size says
     lab = make_labeller(_llm_config(tmp_path, {"labeller": "llm", "llm": {**llm, "batch_size": 256}}), echo=print)
     assert lab.default_batch_size == 256
