@@ -155,12 +155,13 @@ class WordDecoder:
         could sit beside the other character's pronouns."""
         labels = []
         for story, e, p in zip(stories, encoded, probs):
-            names, refs = self._names_and_references(story, e, p)
+            unstated = _unstated_words(story.text, e.words)
+            names, refs = self._names_and_references(story, e, p, unstated)
             status = self._status(e)
             chars = tuple(CharacterLabel(role.key, names[r], refs[r], status) for r, role in enumerate(story.roles))
             if self.name_table is not None:
                 chars = check_pronoun_sets(chars, story.roles, self.name_table, self.name_strength)
-            words = _without_unstated(story.text, e.words)
+            words = ["" if u else w for (w, _, _), u in zip(e.words, unstated)]  # no binding reads "s/he"'s "he"
             if self.pronoun_binding:
                 chars = bind_unreferenced(words, chars, story.roles, her_is_possessive, self.name_table,
                                           self.name_strength)
@@ -210,9 +211,11 @@ class WordDecoder:
             chars = complete_names(chars, story.text, e.words, self.name_table)
         return chars
 
-    def _names_and_references(self, story: StoryInput, e: _Encoded, p) -> tuple[list, list]:
-        """Each role's name (or None) and references, from one story's word-piece probabilities."""
-        w = _Words.of(e, p, story.text)
+    def _names_and_references(self, story: StoryInput, e: _Encoded, p,
+                              unstated: Sequence[bool] | None = None) -> tuple[list, list]:
+        """Each role's name (or None) and references, from one story's word-piece probabilities;
+        ``unstated``: the words of a pronoun of unstated gender (``_unstated_words``), scored for no role."""
+        w = _Words.of(e, p, unstated)
         # names: each role's first run, but one character cannot fill both roles. Two runs name the
         # same character when the name words of one are among the other's ("Ana", "Dr. Ana Ruiz";
         # "Carter", "Jamal Carter"; not "Emma Smith", "Jack Smith"). A character both roles claim
@@ -394,14 +397,15 @@ def _with_title_reference(name: str | None, refs: tuple[str, ...]) -> tuple[str,
     return (head, *refs)
 
 
-def _without_unstated(text: str, words: Sequence[tuple[str, int, int]]) -> list[str]:
-    """The story's words, each word of a pronoun of unstated gender ("s/he", "he or she":
-    ``gender.epicene_spans``) made empty, so that no binding gives its "he" to a character."""
-    out = [w for w, _, _ in words]
-    for a, b in epicene_spans(text):
+def _unstated_words(text: str | None, words: Sequence[tuple[str, int, int]]) -> list[bool]:
+    """For each story word, whether it is part of a pronoun of unstated gender ("s/he", "he or she":
+    ``gender.epicene_spans``): its "he" refers to nobody's gender, so no role scores it and no binding
+    gives it to a character."""
+    out = [False] * len(words)
+    for a, b in epicene_spans(text) if text else ():
         for i, (_, start, _) in enumerate(words):
             if a <= start < b:
-                out[i] = ""
+                out[i] = True
     return out
 
 
@@ -492,7 +496,7 @@ class _Words:
     first: list[str]
 
     @classmethod
-    def of(cls, e: _Encoded, p, text: str | None = None) -> _Words:
+    def of(cls, e: _Encoded, p, unstated: Sequence[bool] | None = None) -> _Words:
         import numpy as np
 
         p = np.asarray(p)
@@ -502,8 +506,8 @@ class _Words:
         probs[valid] = p[tok[valid]]
         words = [w for w, _, _ in e.words]
         scored = valid & np.array(list(map(is_split_word, words)), dtype=bool)
-        for a, b in epicene_spans(text) if text else ():
-            scored &= ~np.array([a <= s < b for _, s, _ in e.words], dtype=bool)
+        if unstated is not None and any(unstated):
+            scored &= ~np.array(unstated, dtype=bool)
         idx = scored.nonzero()[0].tolist()
         keys = fold_words(words)
         types: dict[str, int] = {}

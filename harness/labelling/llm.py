@@ -385,23 +385,20 @@ def _placeholder(value: str) -> bool:
     return bool(_PLACEHOLDER.fullmatch(value.strip()))
 
 
-def _is_template(names: Sequence[Any], refs: Sequence[Any]) -> bool:
-    """Whether the values picked for the roles are the prompt's type definition (every name "Unspecified", every
-    reference list empty) or a template of placeholders ("<name or Unspecified>", ["..."]) rather than an answer."""
+def _template(names: Sequence[Any], refs: Sequence[Any]) -> str | None:
+    """What the values picked for the roles are when they are no answer: "definition", the prompt's type
+    definition (every name "Unspecified", every reference list empty), which is also the answer for a story that
+    names and refers to nobody; "placeholders", a template holding placeholders ("<name or Unspecified>",
+    ["..."]), no reading of any story; None for an answer."""
+    placeholders = False
     for nv, rv in zip(names, refs):
         given = [_text_of(n) for n in _name_list(nv)]
-        if not given or not all(n.casefold() == "unspecified" or _placeholder(n) for n in given):
-            return False
-        if not all(_placeholder(_text_of(r)) for r in _ref_list(rv)):
-            return False
-    return True
-
-
-def _has_placeholder(names: Sequence[Any], refs: Sequence[Any]) -> bool:
-    """Whether a template holds a placeholder ("<name>", ["..."]): no reading of any story, where the type
-    definition's values (every name "Unspecified", every list empty) are also the answer for a story that
-    names nobody and refers to nobody."""
-    return any(_placeholder(_text_of(v)) for nv, rv in zip(names, refs) for v in [*_name_list(nv), *_ref_list(rv)])
+        marks = [_placeholder(v) for v in [*given, *(_text_of(r) for r in _ref_list(rv))]]
+        if not given or not all(n.casefold() == "unspecified" or m for n, m in zip(given, marks)) \
+                or not all(marks[len(given):]):
+            return None
+        placeholders = placeholders or any(marks)
+    return "placeholders" if placeholders else "definition"
 
 
 def _readings(obj: dict[str, Any]) -> Iterator[dict[str, Any]]:
@@ -492,9 +489,10 @@ def parse_response(text: str, story: StoryInput, *, cut: bool = False, retry_cut
         try:
             names = _pick(obj, descs, "name")
             refs = _pick(obj, descs, "references")
-            if not _is_template(names, refs):
+            kind = _template(names, refs)
+            if kind is None:
                 return _labels(story, names, refs, story_tokens)
-            if nobody is None and not _has_placeholder(names, refs):
+            if kind == "definition" and nobody is None:
                 nobody = _labels(story, names, refs, story_tokens)
             return True
         except ParseError as e:
