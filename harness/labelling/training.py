@@ -28,6 +28,7 @@ from harness.labelling.encoder import (DEFAULT_NAME, SLOTS, _build_model, _colla
                                        default_model_dir, read_model_meta)
 from harness.labelling.words import (find_all, fold_word, her_is_possessive, is_word, phrase_tokens,
                                      split_words, starts_capitalised)
+from harness.store import atomic_write_text
 
 #: First names swapped into training stories (augmentation), drawn from many origins.
 _AUG_NAMES = ("Aaliyah", "Adebayo", "Aiko", "Alejandro", "Amara", "Anjali", "Arjun", "Beatriz", "Bilal", "Camila",
@@ -539,9 +540,7 @@ def train_encoder(
             "init_from": str(init_from) if init_from else None,
             "report": report.to_dict(), "versions": {"torch": torch.__version__,
                                                       "transformers": transformers.__version__}}
-    part = out / "meta.json.part"
-    part.write_text(json.dumps(meta, indent=2))
-    part.replace(out / "meta.json")
+    atomic_write_text(out / "meta.json", json.dumps(meta, indent=2))  # whole, by rename
     return report
 
 
