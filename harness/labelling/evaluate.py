@@ -44,7 +44,10 @@ from harness.labelling.base import Labeller, StoryLabels
 from harness.labelling.data import GENDER_LABELS, GoldStory
 
 GENDERED = ("Female", "Male", "Non-binary")
-JSON_KEYS = ("gender_precision", "gender_recall", "name_precision", "name_recall", "stories", "stories_per_s")
+#: ``harness label eval --json``'s keys: the issue's six, then ``failed`` (stories not fully labelled, so a labeller
+#: whose replies do not parse cannot look like one that labelled everything)
+JSON_KEYS = ("gender_precision", "gender_recall", "name_precision", "name_recall", "stories", "stories_per_s",
+             "failed")
 
 
 def fmt_rate(per_s: float) -> str:
@@ -149,10 +152,10 @@ class EvalReport:
         return self.stories / self.seconds if self.seconds > 0 else float("nan")
 
     def overall(self) -> dict[str, Any]:
-        """The six figures of ``harness label eval --json``."""
+        """The figures of ``harness label eval --json`` (``JSON_KEYS``)."""
         return {"gender_precision": self.gender.precision, "gender_recall": self.gender.recall,
                 "name_precision": self.name.precision, "name_recall": self.name.recall,
-                "stories": self.stories, "stories_per_s": self.stories_per_s}
+                "stories": self.stories, "stories_per_s": self.stories_per_s, "failed": self.failed}
 
     def difference(self, baseline: EvalReport, *, n_boot: int = 2000, seed: int = 0
                    ) -> dict[str, tuple[float, float, float]]:
@@ -163,7 +166,7 @@ class EvalReport:
     def to_dict(self) -> dict[str, Any]:
         """Everything but the per-character scores, as plain Python."""
         grp = lambda g: {k: {m: pr.to_dict() for m, pr in v.items()} for k, v in g.items()}  # noqa: E731
-        return {"labeller": self.labeller, "lexicon": self.lexicon, "failed": self.failed, "seconds": self.seconds,
+        return {"labeller": self.labeller, "lexicon": self.lexicon, "seconds": self.seconds,
                 **self.overall(), "gender": self.gender.to_dict(), "name": self.name.to_dict(),
                 "by_model": grp(self.by_model), "by_domain": grp(self.by_domain),
                 "by_condition": grp(self.by_condition), "confusion": self.confusion, "misses": self.misses,

@@ -330,6 +330,7 @@ def test_failed_counts_stories_not_fully_labelled():
     rep = score(gold, labels, n_boot=0)
     assert rep.failed == 2 and score(*_case(), n_boot=0).failed == 0
     assert "6 stories (2 not fully labelled" in rep.summary()
+    assert rep.overall()["failed"] == 2  # and `--json` says so: a labeller of unparsed replies is not a clean one
 
 
 def test_intervals_count_what_the_figures_count():
