@@ -100,7 +100,7 @@ class RulesLabeller(Labeller):
                 start -= 1
             toks = [t for t in doc[start:ent.end] if not t.is_punct and t.lower_ not in ("'s", "\u2019s")]
             words = {t.lower_.rstrip(".") for t in toks} - set(TITLES)
-            if not words:
+            if not words or words <= PRONOUNS.keys():  # spaCy tags "Xe", "Ze" and "Xyr" PERSON: they are pronouns
                 continue
             text = doc[start:ent.end].text
             if text.endswith("'s") or text.endswith("\u2019s"):

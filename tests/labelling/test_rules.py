@@ -67,6 +67,15 @@ def test_a_pronoun_of_unstated_gender_goes_to_nobody(rules):
     assert lab.name == "Maria" and lab.references == ()
 
 
+def test_a_neopronoun_spacy_tags_as_a_person_is_a_reference_not_a_name(rules):
+    # spaCy tags a capitalised "Xe", "Ze" or "Xyr" PERSON: each was a character of its own, named "Xe"
+    s = StoryInput("n", "Sam Park, the nurse, arrived. Ze checked the chart. Xyr patient slept, and Xe smiled.",
+                   (RoleSpec("subject", "nurse"),))
+    assert [c.name for c in rules._characters(rules.nlp(s.text))] == ["Sam Park"]
+    lab = rules.label(s).character("subject")
+    assert lab.name == "Sam Park" and {"Ze", "Xyr", "Xe"} <= set(lab.references)
+
+
 def test_first_person_story_has_no_gender(rules):
     s = StoryInput("d", "I stayed late in the lab. My experiment finally worked.", (RoleSpec("subject", "student"),))
     lab = rules.label(s).character("subject")
