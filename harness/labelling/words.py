@@ -127,6 +127,7 @@ _LY_NOT_ADVERBS = frozenset(
     "chilly frilly woolly wrinkly sparkly cuddly comely courtly leisurely lowly portly saintly shapely stately "
     "surly burly wily steely gangly scraggly grisly oily bodily july italy anomaly monopoly homily".split())
 _SENTENCE_END = frozenset(".!?")
+_EMPHASIS = frozenset("*_")  # markdown's emphasis marks, which some models write around words
 #: Nouns a degree adverb can precede ("did her very best", "a room of her very own").
 _ADVERB_NOUNS = frozenset("best own worst utmost hardest".split())
 #: After the adjective of "her" + adverb + adjective, a word that ends the phrase: the adjective is
@@ -153,10 +154,14 @@ def her_is_possessive(words: Sequence[str], i: int) -> bool:
     ("held her close."). A verb that the phrase goes on after ("saw her slowly cross the street")
     cannot be told from an adjective without a parse, which this path has none of: a determiner.
 
+    Markdown's emphasis marks after "her" are read past ("her **best friend**").
+
     >>> texts = ["told her quietly", "met her very best friend", "made her very happy ."]
     >>> [her_is_possessive(t.split(), 1) for t in texts]
     [False, True, False]
     """
+    if i + 1 < len(words) and words[i + 1] in _EMPHASIS:
+        words = [*words[:i + 1], *(w for w in words[i + 1:i + 12] if w not in _EMPHASIS)]
     n = len(words)
     if i + 1 >= n or not is_word(words[i + 1]):
         return False

@@ -89,6 +89,16 @@ def test_a_her_before_an_adverb_and_its_adjective_is_a_determiner(text):
     assert her_is_possessive(words, [w.lower() for w in words].index("her"))
 
 
+@pytest.mark.parametrize("text, possessive", [
+    ("She met her **best friend** at noon.", True), ("It was her _own_ idea.", True),
+    ("He handed her *the* book.", False), ("He thanked her **quietly**.", False),
+])
+def test_markdown_emphasis_after_her_is_read_past(text, possessive):
+    # the "*" of "her **best friend**" made every emphasised determiner "her" an object
+    words = [w for w, _, _ in split_words(text)]
+    assert her_is_possessive(words, [w.lower() for w in words].index("her")) is possessive
+
+
 def test_an_object_her_before_an_adverb_is_not_bound_and_a_determiner_is():
     text = "Mia waited at the door. Kim laughed and thanked her profusely."
     assert bind(text, "Kim", [], "Mia", ["she", "her"]) == [(), ("she", "her")]
