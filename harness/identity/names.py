@@ -9,7 +9,7 @@ when another name exists; take the first. ``parse_first_name`` then takes the fi
 three tokens; a surname title (Mr, Mrs, Ms, Miss, Mx, Dr, and ours: Doctor, Professor, Coach,
 Pastor, Sheriff, Lt, Sen, Major, Lord, Lady, ...) means the next token is a surname unless a third
 token follows ("Dr. Smith" -> None, "Dr. Sarah Smith" -> "Sarah"); "Chef"/"Nurse" (and ours: King,
-Queen, Prince, Princess, Duke) are followed by a first name; otherwise the first token. Ours too: a
+Queen, Prince, Princess, Duke, Sir, Dame) are followed by a first name; otherwise the first token. Ours too: a
 particle that starts a surname ("de la Cruz", "von Braun") makes one token with the surname, so
 "Maria de la Cruz" has three tokens' room and gives Maria, and "Dr. von Braun" gives None as "Dr.
 Braun" does (``surname_particles`` in the word lists). Possessives and edge punctuation are removed, and non-names (the

@@ -66,7 +66,8 @@ def test_parse_first_name(raw, first):
 @pytest.mark.parametrize("raw, first", [
     ("Sen. Maria Lopez", "Maria"), ("Gov. Hart", None), ("Rep. Hart", None),   # office abbreviations
     ("Major Thompson", None), ("Maj. Ann Thompson", "Ann"), ("Corporal Diaz", None),  # ranks, as Captain
-    ("Lord Grantham", None), ("Lady Macbeth", None), ("Lady Catherine de Bourgh", "Catherine"),  # as Sir, Dame
+    ("Lord Grantham", None), ("Lady Macbeth", None), ("Lady Catherine de Bourgh", "Catherine"),  # a seat or name
+    ("Sir Patrick", "Patrick"), ("Dame Judi", "Judi"), ("Sir Patrick Stewart", "Patrick"), ("Sir", None),  # given
     ("King Arthur", "Arthur"), ("Queen Elizabeth", "Elizabeth"), ("Prince Harry", "Harry"),  # royals: a given name
     ("Princess Leia", "Leia"), ("Duke Leto", "Leto"), ("King", None), ("Princess", None),
     ("Dean Martin", "Dean"),                                                   # a common first name, no title
