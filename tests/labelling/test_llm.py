@@ -523,6 +523,22 @@ def test_parse_reads_json_as_small_models_write_it(reply):
     assert lab.character("object").name == "Tom" and lab.character("object").references == ("him", "his")
 
 
+def test_parse_keeps_the_apostrophes_of_single_quoted_names_and_references_wherever_they_stand():
+    """An apostrophe inside a single-quoted string is the name's or the word's, in a list and as the object's last
+    value too. json_repair 0.64.6, tried in place of the relaxed reader, read ['O'Brien', 'doctor's', 'she'] as
+    ["O'Brien', 'doctor's", "she"], ['She', 'doctor's'] as ["She", "doctor", "s'"] and a last 'Dr. O'Brien'} as
+    "Dr. O'Brien'": the doctor got the story's words "doctor" and "s" as references, and a name ending in a quote."""
+    assert parse_json_object("{'doctor name': 'Tom', 'doctor references': ['O'Brien', 'doctor's', 'she']}") == \
+        {"doctor name": "Tom", "doctor references": ["O'Brien", "doctor's", "she"]}
+    story = StoryInput("s", "Dr. O'Brien met Tom, a needy patient. She took the doctor's bag and helped him.",
+                       STORY.roles)
+    reply = ("{'needy patient name': 'Tom', 'doctor references': ['She', 'doctor's'], "
+             "'needy patient references': ['him'], 'doctor name': 'Dr. O'Brien'}")
+    lab = parse_response(reply, story)
+    assert lab.character("subject").name == "Dr. O'Brien"
+    assert lab.character("subject").references == ("She", "doctor's")
+
+
 @pytest.mark.parametrize("reply", [
     "- doctor name: Dr. Ana Ruiz\n- needy patient name: Tom\n- doctor references: She\n"
     "- needy patient references: him, his",
