@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import tempfile
+import threading
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime, timezone
@@ -99,6 +100,16 @@ def atomic_write_text(path: Path, text: str) -> None:
     fsync_dir(path.parent)
 
 
+class _Editing(threading.local):
+    """The manifest locks this thread holds: a second flock of one of them would wait for the first forever."""
+
+    def __init__(self) -> None:
+        self.locks: set[Path] = set()
+
+
+_editing = _Editing()
+
+
 def _unreadable(path: Path, e: Exception) -> DataError:
     return DataError(f"{path}: unreadable shard ({e}); delete it and rerun to regenerate its rows")
 
@@ -133,13 +144,23 @@ class RunStore:
     def edit_manifest(self) -> Iterator[dict[str, Any]]:
         """The manifest, to change in place and written back on leaving, under an exclusive lock on
         ``.run.json.lock`` beside it: the jobs of an array update it at the same time, and each reading it
-        and writing it back unlocked would write over the updates another made in between."""
+        and writing it back unlocked would write over the updates another made in between. Not re-entrant: called
+        again inside it (``update_manifest`` too) by the same thread, it raises instead of waiting for itself."""
         self.root.mkdir(parents=True, exist_ok=True)
-        with open(self.root / ".run.json.lock", "a") as lock:
+        path = (self.root / ".run.json.lock").resolve()
+        held = _editing.locks
+        if path in held:
+            raise RuntimeError(f"{self.manifest_path}: edit_manifest entered again inside itself, which would wait "
+                               f"for its own lock forever; change the manifest the outer edit_manifest gives instead")
+        with open(path, "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-            manifest = self.read_manifest()
-            yield manifest
-            self.write_manifest(manifest)
+            held.add(path)
+            try:
+                manifest = self.read_manifest()
+                yield manifest
+                self.write_manifest(manifest)
+            finally:
+                held.discard(path)
 
     def update_manifest(self, **fields: Any) -> dict[str, Any]:
         with self.edit_manifest() as manifest:

@@ -423,6 +423,32 @@ def test_jobs_updating_the_manifest_at_once_lose_no_update(tmp_path):
         f"job{t}-{j}" for t in range(4) for j in range(25))
 
 
+def test_the_manifest_edited_again_inside_its_own_edit_is_an_error_not_a_hang(tmp_path):
+    """flock taken twice by one thread waits for itself: an update_manifest inside edit_manifest hung for ever.
+    It raises instead, and the outer edit writes nothing; another thread still waits its turn (the test above)."""
+    store = RunStore(tmp_path / "run")
+    store.update_manifest(status="running")
+    got = []
+
+    def nested():
+        try:
+            with store.edit_manifest() as manifest:
+                manifest["status"] = "complete"
+                store.update_manifest(rows=1)
+        except RuntimeError as e:
+            got.append(str(e))
+
+    t = threading.Thread(target=nested, daemon=True)  # on a hang, left blocked and reported
+    t.start()
+    t.join(30)
+    assert not t.is_alive(), "edit_manifest inside edit_manifest waits for its own lock"
+    assert got == [f"{store.manifest_path}: edit_manifest entered again inside itself, which would wait for its own "
+                   f"lock forever; change the manifest the outer edit_manifest gives instead"]
+    assert store.read_manifest() == {"status": "running"}
+    store.update_manifest(rows=1)  # the lock is free again
+    assert store.read_manifest() == {"status": "running", "rows": 1}
+
+
 def test_the_last_shard_job_to_end_records_the_run_complete(tmp_path, monkeypatch):
     """Job 0 of two counts the rows on disk (its own only), job 1 then writes its shards and records the
     run complete, and job 0 records what it counted: the status must still say complete. The count is made
