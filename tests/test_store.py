@@ -366,6 +366,33 @@ def test_a_shard_not_yet_renamed_is_not_read_and_another_jobs_start_does_not_del
     assert started and len(RunStore(c2.output_dir).read_keys(GENERATIONS)) == 12
 
 
+def test_a_killed_jobs_temporary_file_of_another_shard_count_is_deleted_by_the_next_job_alone(tmp_path):
+    """Each job deleted only its own tag's temporary files, so those of a job killed mid-write and rerun with
+    another shard count (4 jobs, then 2 or one) stayed for ever. A job that starts while no other writes the stage
+    deletes every one; beside a running job (here the store's lock held as that job holds it), only its own."""
+    import harness.audit.labels as L
+
+    c = cfg(tmp_path, label={"labeller": "rules"})
+    store = RunStore(c.output_dir)
+    generate_run(c, shard=(0, 4), backend=EchoBackend(), progress=False)
+    killed = store.stage_dir(GENERATIONS) / ".tmp-gen-1of4-x.parquet"
+    killed.write_bytes(b"half a parquet")
+    generate_run(c, backend=EchoBackend(), progress=False)  # rerun as one job
+    assert not killed.exists() and len(store.read_keys(GENERATIONS)) == 12
+    killed = store.stage_dir(L.LABELS) / ".tmp-labels-2of3-x.parquet"
+    killed.parent.mkdir()
+    killed.write_bytes(b"half a parquet")
+    assert L.label_run(c, store, progress=False)[:2] == (12, 12)
+    assert not killed.exists()
+
+    other, own = (store.stage_dir(GENERATIONS) / f".tmp-gen-{t}-x.parquet" for t in ("3of4", "1of2"))
+    with store.writing(GENERATIONS, "gen-3of4"):  # a job of the other shard count, still running
+        for p in (other, own):
+            p.write_bytes(b"half a parquet")
+        generate_run(c, shard=(1, 2), backend=EchoBackend(), progress=False)
+    assert other.exists() and not own.exists()
+
+
 def test_a_shard_reaches_the_disk_before_its_rename_and_its_rename_after(tmp_path, syncs_and_renames):
     """A shard is committed by its rename: renamed before its data reached the disk, a power loss can leave
     it empty or torn under its committed name, which every rerun reads as done (or cannot read). The
@@ -494,6 +521,28 @@ def test_the_last_shard_job_to_end_records_the_run_complete(tmp_path, monkeypatc
     assert not failures and not other.is_alive()
     m = RunStore(c.output_dir).read_manifest()
     assert (m["status"], m["rows"]) == ("complete", 12)
+
+
+def test_a_job_of_another_config_started_with_this_one_is_refused_not_mixed_in(tmp_path, monkeypatch):
+    """The config was checked before the run's lock was taken: two jobs of two configs started at once into a new
+    directory both found none recorded, the first to take the lock recorded its own and both generated, stories
+    of two seeds in one run. The check is made under the lock, where the later job finds the other's config."""
+    c, other = cfg(tmp_path), cfg(tmp_path, seed=12)
+    real_edit, started = RunStore.edit_manifest, []
+
+    def other_job_first(self):  # the other job runs while this one goes for the lock
+        if not started:
+            started.append(True)
+            generate_run(other, backend=EchoBackend(), progress=False)
+        return real_edit(self)
+
+    monkeypatch.setattr(RunStore, "edit_manifest", other_job_first)
+    with pytest.raises(ConfigError, match=r"different seed \(12 vs 11\)"):
+        generate_run(c, backend=EchoBackend(), progress=False)
+    store = RunStore(c.output_dir)
+    assert started and store.read_manifest()["config"]["seed"] == 12
+    rows = pd.concat([pd.read_parquet(p) for p in store.shard_paths(GENERATIONS)])
+    assert len(rows) == 12 and list(rows.seed) == [sample_seed(12, p, i) for p, i in zip(rows.prompt_id, rows.sample_idx)]
 
 
 def test_partial_files_are_cleaned_and_a_changed_config_is_refused(tmp_path):

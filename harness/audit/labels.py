@@ -237,7 +237,6 @@ def label_run(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int] = (0, 1
     from harness.suites import get_suite
 
     i, n = shard
-    store.clean_partial(LABELS, f"labels-{i}of{n}")
     if not store.shard_paths(GENERATIONS):
         raise DataError(f"{store.stage_dir(GENERATIONS)}: no generated stories to label; run the generate stage "
                         f"first (harness run CONFIG --stages generate)")
@@ -262,25 +261,26 @@ def label_run(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int] = (0, 1
     try:
         check_labeller(store, labeller, len(done))
         store.update_manifest(labeller=labeller.info(), label_settings=label_settings(cfg))
-        stories = [
-            StoryInput(f"{pid}#{idx}", text or "", tuple(RoleSpec(r.key, r.description) for r in prompts[pid].roles))
-            for pid, idx, text in todo
-        ]
-        rows: list[dict[str, Any]] = []
-        desc = {(pid, r.key): r.description for pid, p in prompts.items() for r in p.roles}
-        for (pid, idx, _), labels in zip(todo, labeller.iter_label(stories, batch_size=cfg.label.batch_size, progress=progress)):
-            for c in labels.characters:
-                failed += c.status != "ok"
-                rows.append({
-                    "prompt_id": pid, "sample_idx": idx, "role": c.role, "role_description": desc[(pid, c.role)],
-                    "name": c.name, "references": list(c.references), "status": c.status, "labeller": labeller.name,
-                    STATUS: ERROR if c.status.startswith(BACKEND_FAILURE) else "ok", TEXT_SHA1: hashes[(pid, idx)],
-                })
-            if len(rows) >= cfg.label.shard_rows:
+        with store.writing(LABELS, f"labels-{i}of{n}"):
+            stories = [
+                StoryInput(f"{pid}#{idx}", text or "", tuple(RoleSpec(r.key, r.description) for r in prompts[pid].roles))
+                for pid, idx, text in todo
+            ]
+            rows: list[dict[str, Any]] = []
+            desc = {(pid, r.key): r.description for pid, p in prompts.items() for r in p.roles}
+            for (pid, idx, _), labels in zip(todo, labeller.iter_label(stories, batch_size=cfg.label.batch_size, progress=progress)):
+                for c in labels.characters:
+                    failed += c.status != "ok"
+                    rows.append({
+                        "prompt_id": pid, "sample_idx": idx, "role": c.role, "role_description": desc[(pid, c.role)],
+                        "name": c.name, "references": list(c.references), "status": c.status, "labeller": labeller.name,
+                        STATUS: ERROR if c.status.startswith(BACKEND_FAILURE) else "ok", TEXT_SHA1: hashes[(pid, idx)],
+                    })
+                if len(rows) >= cfg.label.shard_rows:
+                    store.write_shard(LABELS, rows, f"labels-{i}of{n}", LABEL_SCHEMA)
+                    rows = []
+            if rows:
                 store.write_shard(LABELS, rows, f"labels-{i}of{n}", LABEL_SCHEMA)
-                rows = []
-        if rows:
-            store.write_shard(LABELS, rows, f"labels-{i}of{n}", LABEL_SCHEMA)
     finally:
         labeller.close()
     return len(todo), len(labelled_keys(store, hashes)), failed, unretried
