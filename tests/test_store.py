@@ -545,6 +545,75 @@ def test_a_job_of_another_config_started_with_this_one_is_refused_not_mixed_in(t
     assert len(rows) == 12 and list(rows.seed) == [sample_seed(12, p, i) for p, i in zip(rows.prompt_id, rows.sample_idx)]
 
 
+def test_a_label_job_of_other_settings_than_one_running_or_done_since_it_started_is_refused(tmp_path, monkeypatch):
+    """The label settings were checked when a job started and recorded once its labeller had started (the
+    encoder's load, minutes more to train it): a job of other settings that labelled the run in between was not
+    seen, nor one started at the same time (neither had labelled anything when they checked), and both jobs'
+    labels were mixed in the run. They are checked again under the run's lock, where the stories labelled since
+    and a job labelling the run now (one holding the labels' writer lock) bind as the labels done before did."""
+    import harness.audit.labels as L
+
+    rules, encoder = cfg(tmp_path, label={"labeller": "rules", "shard_rows": 4}), cfg(tmp_path, label={"labeller": "encoder"})
+    generate_run(rules, backend=EchoBackend(), progress=False)
+    store = RunStore(rules.output_dir)
+    real_make, real_edit = L.make_labeller, RunStore.edit_manifest
+    b_started, b_labelling, b_go, failures = [], threading.Event(), threading.Event(), []
+
+    def encoder_job(k, story, res):  # its labeller waits at its first story, with nothing committed, when told to
+        if threading.current_thread() is not threading.main_thread() and k == 0:
+            b_labelling.set()
+            assert b_go.wait(60)
+        return res
+
+    monkeypatch.setattr(L, "make_labeller", _labeller_that(lambda c, echo=print: real_make(rules, echo=echo),
+                                                           encoder_job))  # the rules labeller stands in for the encoder
+
+    def b_runs_first(self):  # the encoder job labels the run while the rules job goes for the lock
+        if not b_started:
+            b_started.append(True)
+            L.label_run(encoder, store, progress=False)
+        return real_edit(self)
+
+    monkeypatch.setattr(RunStore, "edit_manifest", b_runs_first)
+    with pytest.raises(ConfigError, match=r"labels: these 12 stories were labelled with other label settings "
+                                          r"\(labeller 'encoder' -> 'rules'\); restore them, or delete"):
+        L.label_run(rules, store, progress=False)
+    assert b_started and len(store.read_stage(L.LABELS, key=("prompt_id", "sample_idx", "role"))) == 20
+
+    # started together: the encoder job labels (and holds the lock) but has committed nothing yet
+    generate_run(cfg(tmp_path, output_dir=str(tmp_path / "run2")), backend=EchoBackend(), progress=False)
+    store = RunStore(tmp_path / "run2")
+    encoder, b_started = encoder.model_copy(update={"output_dir": str(tmp_path / "run2")}), []
+
+    def b_job():
+        try:
+            L.label_run(encoder, store, progress=False)
+        except BaseException as e:  # noqa: BLE001 - reported by the main thread
+            failures.append(e)
+
+    b = threading.Thread(target=b_job, daemon=True)
+
+    def b_labels_meanwhile(self):
+        if not b_started:
+            b_started.append(True)
+            b.start()
+            assert b_labelling.wait(60)
+        return real_edit(self)
+
+    monkeypatch.setattr(RunStore, "edit_manifest", b_labels_meanwhile)
+    try:
+        with pytest.raises(ConfigError, match=r"labels: another job is labelling these stories with other label "
+                                              r"settings \(labeller 'encoder' -> 'rules'\); restore them, or stop "
+                                              r"that job and delete that folder"):
+            L.label_run(rules.model_copy(update={"output_dir": str(tmp_path / "run2")}), store, progress=False)
+    finally:
+        b_go.set()
+        b.join(60)
+    assert not failures and not b.is_alive()
+    labels = store.read_stage(L.LABELS, key=("prompt_id", "sample_idx", "role"))
+    assert len(labels) == 20 and store.read_manifest()["label_settings"]["labeller"] == "encoder"
+
+
 def test_partial_files_are_cleaned_and_a_changed_config_is_refused(tmp_path):
     c = cfg(tmp_path)
     generate_run(c, backend=EchoBackend(), progress=False)
