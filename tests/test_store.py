@@ -542,7 +542,8 @@ def test_a_job_of_another_config_started_with_this_one_is_refused_not_mixed_in(t
     store = RunStore(c.output_dir)
     assert started and store.read_manifest()["config"]["seed"] == 12
     rows = pd.concat([pd.read_parquet(p) for p in store.shard_paths(GENERATIONS)])
-    assert len(rows) == 12 and list(rows.seed) == [sample_seed(12, p, i) for p, i in zip(rows.prompt_id, rows.sample_idx)]
+    assert len(rows) == 12
+    assert list(rows.seed) == [sample_seed(12, p, i) for p, i in zip(rows.prompt_id, rows.sample_idx)]
 
 
 def test_a_label_job_of_other_settings_than_one_running_or_done_since_it_started_is_refused(tmp_path, monkeypatch):
@@ -553,7 +554,8 @@ def test_a_label_job_of_other_settings_than_one_running_or_done_since_it_started
     and a job labelling the run now (one holding the labels' writer lock) bind as the labels done before did."""
     import harness.audit.labels as L
 
-    rules, encoder = cfg(tmp_path, label={"labeller": "rules", "shard_rows": 4}), cfg(tmp_path, label={"labeller": "encoder"})
+    rules = cfg(tmp_path, label={"labeller": "rules", "shard_rows": 4})
+    encoder = cfg(tmp_path, label={"labeller": "encoder"})
     generate_run(rules, backend=EchoBackend(), progress=False)
     store = RunStore(rules.output_dir)
     real_make, real_edit = L.make_labeller, RunStore.edit_manifest
