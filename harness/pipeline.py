@@ -196,9 +196,7 @@ def generate_run(
     not of the part (default ``cfg``)."""
     suite = get_suite(cfg.suite, cfg.wording)
     store = RunStore(cfg.output_dir)
-    check_resumable(store, cfg, suite)
     shard_tag = f"{shard[0]}of{shard[1]}"
-    store.clean_partial(GENERATIONS, f"gen-{shard_tag}")
     items = plan(cfg, suite, shard)
     done = store.read_keys(GENERATIONS, KEY)
     todo = [it for it in items if (it.prompt.id, it.sample_idx) not in done]
@@ -206,7 +204,11 @@ def generate_run(
     provenance = {"packages": package_versions(), "git_commit": git_commit(), "host": host_info()}
     run_cfg = plan_config or cfg
     prompts = select_prompts(run_cfg, suite)
-    with store.edit_manifest() as manifest:
+
+    def claim(manifest: dict[str, Any], alone: bool) -> None:
+        # under the run's lock: checked before it, two jobs started together both passed and wrote stories of
+        # two configs
+        check_resumable(store, cfg, suite)
         if not manifest:
             manifest.update(harness_version=__version__, created_at=started, config=run_cfg.model_dump(mode="json"))
         # the plan as this rerun asks it: a top-up (more samples per prompt, more prompts) plans more rows
@@ -224,49 +226,50 @@ def generate_run(
             **provenance,
         )
 
-    generated = errors = out_tokens = 0
-    seconds = 0.0
-    info_extra: dict[str, Any] = {}
-    if todo:
-        own_backend = backend is None
-        t_load = time.perf_counter()
-        backend = backend or load_backend(cfg.model, seed=cfg.seed)
-        load_s = time.perf_counter() - t_load
-        try:
-            info = backend.info()
-            from harness import models
+    with store.writing(GENERATIONS, f"gen-{shard_tag}", claim):
+        generated = errors = out_tokens = 0
+        seconds = 0.0
+        info_extra: dict[str, Any] = {}
+        if todo:
+            own_backend = backend is None
+            t_load = time.perf_counter()
+            backend = backend or load_backend(cfg.model, seed=cfg.seed)
+            load_s = time.perf_counter() - t_load
+            try:
+                info = backend.info()
+                from harness import models
 
-            weights = None
-            if cfg.model.backend != "openai":
-                weights = models.weights_identity(models.resolve(cfg.model.backend, cfg.model.path, cfg.model.gguf_file).weights_path)
-            store.update_manifest(model={"backend": info.backend, "name": info.model, **info.extra, "weights": weights})
-            by_id = {it.request_id: it for it in todo}
-            requests = [GenRequest(it.request_id, it.prompt.text, it.seed, it.prompt.meta.get("system")) for it in todo]
-            buffer: list[dict[str, Any]] = []
-            bar = _progress(len(todo), enabled=progress)
-            t0 = time.perf_counter()
-            for res in backend.generate(requests, cfg.sampling.to_params()):
-                item = by_id[res.request_id]
-                buffer.append(_row(item, res, cfg.model.path, cfg.model.backend))
-                generated += 1
-                errors += res.finish_reason == "error"
-                out_tokens += res.output_tokens
-                bar.advance(res.output_tokens, time.perf_counter() - t0)
-                if len(buffer) >= cfg.shard_rows:
+                weights = None
+                if cfg.model.backend != "openai":
+                    weights = models.weights_identity(models.resolve(cfg.model.backend, cfg.model.path, cfg.model.gguf_file).weights_path)
+                store.update_manifest(model={"backend": info.backend, "name": info.model, **info.extra, "weights": weights})
+                by_id = {it.request_id: it for it in todo}
+                requests = [GenRequest(it.request_id, it.prompt.text, it.seed, it.prompt.meta.get("system")) for it in todo]
+                buffer: list[dict[str, Any]] = []
+                bar = _progress(len(todo), enabled=progress)
+                t0 = time.perf_counter()
+                for res in backend.generate(requests, cfg.sampling.to_params()):
+                    item = by_id[res.request_id]
+                    buffer.append(_row(item, res, cfg.model.path, cfg.model.backend))
+                    generated += 1
+                    errors += res.finish_reason == "error"
+                    out_tokens += res.output_tokens
+                    bar.advance(res.output_tokens, time.perf_counter() - t0)
+                    if len(buffer) >= cfg.shard_rows:
+                        path = store.write_shard(GENERATIONS, buffer, f"gen-{shard_tag}", GENERATION_SCHEMA)
+                        if on_shard:
+                            on_shard(path, len(buffer))
+                        buffer = []
+                if buffer:
                     path = store.write_shard(GENERATIONS, buffer, f"gen-{shard_tag}", GENERATION_SCHEMA)
                     if on_shard:
                         on_shard(path, len(buffer))
-                    buffer = []
-            if buffer:
-                path = store.write_shard(GENERATIONS, buffer, f"gen-{shard_tag}", GENERATION_SCHEMA)
-                if on_shard:
-                    on_shard(path, len(buffer))
-            seconds = time.perf_counter() - t0
-            bar.close()
-            info_extra = {"load_seconds": round(load_s, 2)}
-        finally:
-            if own_backend:
-                backend.close()
+                seconds = time.perf_counter() - t0
+                bar.close()
+                info_extra = {"load_seconds": round(load_s, 2)}
+            finally:
+                if own_backend:
+                    backend.close()
     summary = GenerationSummary(
         store.root, len(items), len(items) - len(todo), generated, errors, seconds, out_tokens, 0, info_extra
     )

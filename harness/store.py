@@ -3,6 +3,7 @@
     run.json              manifest: resolved config, model identity, versions, host, times, throughput
     .run.json.lock        locked while a process updates run.json (the jobs of an array update it at once)
     generations/*.parquet generated stories, one row per (prompt_id, sample_idx)
+    <stage>/.writers.lock held (shared) by every job while it writes shards of the stage
     <stage>/*.parquet     later stages' outputs (labels, statistics), keyed the same way
     invocations/*.json    one record per process that worked on the run (job-array shards)
 
@@ -19,8 +20,9 @@ import hashlib
 import json
 import os
 import tempfile
+import threading
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -99,6 +101,16 @@ def atomic_write_text(path: Path, text: str) -> None:
     fsync_dir(path.parent)
 
 
+class _Editing(threading.local):
+    """The manifest locks this thread holds: a second flock of one of them would wait for the first forever."""
+
+    def __init__(self) -> None:
+        self.locks: set[Path] = set()
+
+
+_editing = _Editing()
+
+
 def _unreadable(path: Path, e: Exception) -> DataError:
     return DataError(f"{path}: unreadable shard ({e}); delete it and rerun to regenerate its rows")
 
@@ -133,13 +145,23 @@ class RunStore:
     def edit_manifest(self) -> Iterator[dict[str, Any]]:
         """The manifest, to change in place and written back on leaving, under an exclusive lock on
         ``.run.json.lock`` beside it: the jobs of an array update it at the same time, and each reading it
-        and writing it back unlocked would write over the updates another made in between."""
+        and writing it back unlocked would write over the updates another made in between. Not re-entrant: called
+        again inside it (``update_manifest`` too) by the same thread, it raises instead of waiting for itself."""
         self.root.mkdir(parents=True, exist_ok=True)
-        with open(self.root / ".run.json.lock", "a") as lock:
+        path = (self.root / ".run.json.lock").resolve()
+        held = _editing.locks
+        if path in held:
+            raise RuntimeError(f"{self.manifest_path}: edit_manifest entered again inside itself, which would wait "
+                               f"for its own lock forever; change the manifest the outer edit_manifest gives instead")
+        with open(path, "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-            manifest = self.read_manifest()
-            yield manifest
-            self.write_manifest(manifest)
+            held.add(path)
+            try:
+                manifest = self.read_manifest()
+                yield manifest
+                self.write_manifest(manifest)
+            finally:
+                held.discard(path)
 
     def update_manifest(self, **fields: Any) -> dict[str, Any]:
         with self.edit_manifest() as manifest:
@@ -165,6 +187,31 @@ class RunStore:
         for p in stale:
             p.unlink(missing_ok=True)
         return len(stale)
+
+    @contextlib.contextmanager
+    def writing(self, stage: str, tag: str,
+                claim: Callable[[dict[str, Any], bool], None] | None = None) -> Iterator[None]:
+        """Held by a job for as long as it writes shards of ``stage`` (``tag``: its ``write_shard`` tag): a shared
+        lock on ``<stage>/.writers.lock``, taken under the manifest's lock. ``claim(manifest, alone)`` is called
+        first under that lock (``alone``: no other job holds the stage's) to check the settings the run recorded
+        against the job's and to record them: checked before the lock, two jobs started together both passed and
+        then wrote with different settings. A job alone deletes every temporary file of the stage, those a
+        killed job of another shard count left too (no later job has its tag); beside another job, only its own
+        tag's, as the other's may be a shard it is committing."""
+        d = self.stage_dir(stage)
+        d.mkdir(parents=True, exist_ok=True)
+        with open(d / ".writers.lock", "a") as lock:
+            with self.edit_manifest() as manifest:
+                try:  # every other job's test waits for the manifest's lock, so two jobs never both find they are alone
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    alone = True
+                except BlockingIOError:
+                    alone = False
+                if claim is not None:
+                    claim(manifest, alone)
+                self.clean_partial(stage, None if alone else tag)
+                fcntl.flock(lock, fcntl.LOCK_SH)  # no wait: a job holds it exclusively only under the manifest's lock
+            yield
 
     def write_shard(self, stage: str, rows: Sequence[dict[str, Any]], tag: str, schema: pa.Schema | None = None) -> Path:
         """Write ``rows`` as one Parquet shard, atomically."""

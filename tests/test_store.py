@@ -366,6 +366,33 @@ def test_a_shard_not_yet_renamed_is_not_read_and_another_jobs_start_does_not_del
     assert started and len(RunStore(c2.output_dir).read_keys(GENERATIONS)) == 12
 
 
+def test_a_killed_jobs_temporary_file_of_another_shard_count_is_deleted_by_the_next_job_alone(tmp_path):
+    """Each job deleted only its own tag's temporary files, so those of a job killed mid-write and rerun with
+    another shard count (4 jobs, then 2 or one) stayed for ever. A job that starts while no other writes the stage
+    deletes every one; beside a running job (here the store's lock held as that job holds it), only its own."""
+    import harness.audit.labels as L
+
+    c = cfg(tmp_path, label={"labeller": "rules"})
+    store = RunStore(c.output_dir)
+    generate_run(c, shard=(0, 4), backend=EchoBackend(), progress=False)
+    killed = store.stage_dir(GENERATIONS) / ".tmp-gen-1of4-x.parquet"
+    killed.write_bytes(b"half a parquet")
+    generate_run(c, backend=EchoBackend(), progress=False)  # rerun as one job
+    assert not killed.exists() and len(store.read_keys(GENERATIONS)) == 12
+    killed = store.stage_dir(L.LABELS) / ".tmp-labels-2of3-x.parquet"
+    killed.parent.mkdir()
+    killed.write_bytes(b"half a parquet")
+    assert L.label_run(c, store, progress=False)[:2] == (12, 12)
+    assert not killed.exists()
+
+    other, own = (store.stage_dir(GENERATIONS) / f".tmp-gen-{t}-x.parquet" for t in ("3of4", "1of2"))
+    with store.writing(GENERATIONS, "gen-3of4"):  # a job of the other shard count, still running
+        for p in (other, own):
+            p.write_bytes(b"half a parquet")
+        generate_run(c, shard=(1, 2), backend=EchoBackend(), progress=False)
+    assert other.exists() and not own.exists()
+
+
 def test_a_shard_reaches_the_disk_before_its_rename_and_its_rename_after(tmp_path, syncs_and_renames):
     """A shard is committed by its rename: renamed before its data reached the disk, a power loss can leave
     it empty or torn under its committed name, which every rerun reads as done (or cannot read). The
@@ -423,6 +450,32 @@ def test_jobs_updating_the_manifest_at_once_lose_no_update(tmp_path):
         f"job{t}-{j}" for t in range(4) for j in range(25))
 
 
+def test_the_manifest_edited_again_inside_its_own_edit_is_an_error_not_a_hang(tmp_path):
+    """flock taken twice by one thread waits for itself: an update_manifest inside edit_manifest hung for ever.
+    It raises instead, and the outer edit writes nothing; another thread still waits its turn (the test above)."""
+    store = RunStore(tmp_path / "run")
+    store.update_manifest(status="running")
+    got = []
+
+    def nested():
+        try:
+            with store.edit_manifest() as manifest:
+                manifest["status"] = "complete"
+                store.update_manifest(rows=1)
+        except RuntimeError as e:
+            got.append(str(e))
+
+    t = threading.Thread(target=nested, daemon=True)  # on a hang, left blocked and reported
+    t.start()
+    t.join(30)
+    assert not t.is_alive(), "edit_manifest inside edit_manifest waits for its own lock"
+    assert got == [f"{store.manifest_path}: edit_manifest entered again inside itself, which would wait for its own "
+                   f"lock forever; change the manifest the outer edit_manifest gives instead"]
+    assert store.read_manifest() == {"status": "running"}
+    store.update_manifest(rows=1)  # the lock is free again
+    assert store.read_manifest() == {"status": "running", "rows": 1}
+
+
 def test_the_last_shard_job_to_end_records_the_run_complete(tmp_path, monkeypatch):
     """Job 0 of two counts the rows on disk (its own only), job 1 then writes its shards and records the
     run complete, and job 0 records what it counted: the status must still say complete. The count is made
@@ -468,6 +521,99 @@ def test_the_last_shard_job_to_end_records_the_run_complete(tmp_path, monkeypatc
     assert not failures and not other.is_alive()
     m = RunStore(c.output_dir).read_manifest()
     assert (m["status"], m["rows"]) == ("complete", 12)
+
+
+def test_a_job_of_another_config_started_with_this_one_is_refused_not_mixed_in(tmp_path, monkeypatch):
+    """The config was checked before the run's lock was taken: two jobs of two configs started at once into a new
+    directory both found none recorded, the first to take the lock recorded its own and both generated, stories
+    of two seeds in one run. The check is made under the lock, where the later job finds the other's config."""
+    c, other = cfg(tmp_path), cfg(tmp_path, seed=12)
+    real_edit, started = RunStore.edit_manifest, []
+
+    def other_job_first(self):  # the other job runs while this one goes for the lock
+        if not started:
+            started.append(True)
+            generate_run(other, backend=EchoBackend(), progress=False)
+        return real_edit(self)
+
+    monkeypatch.setattr(RunStore, "edit_manifest", other_job_first)
+    with pytest.raises(ConfigError, match=r"different seed \(12 vs 11\)"):
+        generate_run(c, backend=EchoBackend(), progress=False)
+    store = RunStore(c.output_dir)
+    assert started and store.read_manifest()["config"]["seed"] == 12
+    rows = pd.concat([pd.read_parquet(p) for p in store.shard_paths(GENERATIONS)])
+    assert len(rows) == 12
+    assert list(rows.seed) == [sample_seed(12, p, i) for p, i in zip(rows.prompt_id, rows.sample_idx)]
+
+
+def test_a_label_job_of_other_settings_than_one_running_or_done_since_it_started_is_refused(tmp_path, monkeypatch):
+    """The label settings were checked when a job started and recorded once its labeller had started (the
+    encoder's load, minutes more to train it): a job of other settings that labelled the run in between was not
+    seen, nor one started at the same time (neither had labelled anything when they checked), and both jobs'
+    labels were mixed in the run. They are checked again under the run's lock, where the stories labelled since
+    and a job labelling the run now (one holding the labels' writer lock) bind as the labels done before did."""
+    import harness.audit.labels as L
+
+    rules = cfg(tmp_path, label={"labeller": "rules", "shard_rows": 4})
+    encoder = cfg(tmp_path, label={"labeller": "encoder"})
+    generate_run(rules, backend=EchoBackend(), progress=False)
+    store = RunStore(rules.output_dir)
+    real_make, real_edit = L.make_labeller, RunStore.edit_manifest
+    b_started, b_labelling, b_go, failures = [], threading.Event(), threading.Event(), []
+
+    def encoder_job(k, story, res):  # its labeller waits at its first story, with nothing committed, when told to
+        if threading.current_thread() is not threading.main_thread() and k == 0:
+            b_labelling.set()
+            assert b_go.wait(60)
+        return res
+
+    monkeypatch.setattr(L, "make_labeller", _labeller_that(lambda c, echo=print: real_make(rules, echo=echo),
+                                                           encoder_job))  # the rules labeller stands in for the encoder
+
+    def b_runs_first(self):  # the encoder job labels the run while the rules job goes for the lock
+        if not b_started:
+            b_started.append(True)
+            L.label_run(encoder, store, progress=False)
+        return real_edit(self)
+
+    monkeypatch.setattr(RunStore, "edit_manifest", b_runs_first)
+    with pytest.raises(ConfigError, match=r"labels: these 12 stories were labelled with other label settings "
+                                          r"\(labeller 'encoder' -> 'rules'\); restore them, or delete"):
+        L.label_run(rules, store, progress=False)
+    assert b_started and len(store.read_stage(L.LABELS, key=("prompt_id", "sample_idx", "role"))) == 20
+
+    # started together: the encoder job labels (and holds the lock) but has committed nothing yet
+    generate_run(cfg(tmp_path, output_dir=str(tmp_path / "run2")), backend=EchoBackend(), progress=False)
+    store = RunStore(tmp_path / "run2")
+    encoder, b_started = encoder.model_copy(update={"output_dir": str(tmp_path / "run2")}), []
+
+    def b_job():
+        try:
+            L.label_run(encoder, store, progress=False)
+        except BaseException as e:  # noqa: BLE001 - reported by the main thread
+            failures.append(e)
+
+    b = threading.Thread(target=b_job, daemon=True)
+
+    def b_labels_meanwhile(self):
+        if not b_started:
+            b_started.append(True)
+            b.start()
+            assert b_labelling.wait(60)
+        return real_edit(self)
+
+    monkeypatch.setattr(RunStore, "edit_manifest", b_labels_meanwhile)
+    try:
+        with pytest.raises(ConfigError, match=r"labels: another job is labelling these stories with other label "
+                                              r"settings \(labeller 'encoder' -> 'rules'\); restore them, or stop "
+                                              r"that job and delete that folder"):
+            L.label_run(rules.model_copy(update={"output_dir": str(tmp_path / "run2")}), store, progress=False)
+    finally:
+        b_go.set()
+        b.join(60)
+    assert not failures and not b.is_alive()
+    labels = store.read_stage(L.LABELS, key=("prompt_id", "sample_idx", "role"))
+    assert len(labels) == 20 and store.read_manifest()["label_settings"]["labeller"] == "encoder"
 
 
 def test_partial_files_are_cleaned_and_a_changed_config_is_refused(tmp_path):

@@ -13,8 +13,8 @@ Each row records the SHA-1 of the text it was made from (``text_sha1``): a story
 that one (its generations shard did not read, was deleted and made again) is labelled again, and the
 identities stage reads the labels of the story's current text only.
 The manifest records the label settings (``LABEL_SETTINGS``) and the labeller as resolved (its
-``info()``: the encoder's precision and weights); a rerun with other settings over a run's labels stops
-with an error instead of mixing two labellings.
+``info()``: the encoder's precision and weights); a rerun with other settings over a run's labels, or beside
+a job labelling the run now, stops with an error instead of mixing two labellings.
 """
 
 from __future__ import annotations
@@ -190,15 +190,18 @@ def label_settings(cfg: RunConfig) -> dict[str, Any]:
 
 
 def _refuse(store: RunStore, labelled: int, changed: list[str], fix: str) -> None:
-    raise ConfigError(f"{store.stage_dir(LABELS)}: these {labelled} stories were labelled with other label settings "
-                      f"({'; '.join(changed)}); {fix}delete that folder to label the run again with the new ones")
+    what = f"these {labelled} stories were labelled" if labelled else "another job is labelling these stories"
+    stop = "" if labelled else "stop that job and "
+    raise ConfigError(f"{store.stage_dir(LABELS)}: {what} with other label settings ({'; '.join(changed)}); {fix}"
+                      f"{stop}delete that folder to label the run again with the new ones")
 
 
-def check_label_settings(store: RunStore, cfg: RunConfig, labelled: int) -> None:
+def check_label_settings(store: RunStore, cfg: RunConfig, labelled: int, running: bool = False) -> None:
     """Refuse to add labels of other settings (another labeller, encoder or check) to a run's labels, or to
-    call labels current that other settings made: one run's characters come from one labelling."""
+    call labels current that other settings made: one run's characters come from one labelling. ``running``:
+    another job labels the run now (with the settings recorded), which binds as its labels on disk do."""
     old = store.read_manifest().get("label_settings")
-    if not labelled or not isinstance(old, dict):
+    if not (labelled or running) or not isinstance(old, dict):
         return
     new = label_settings(cfg)
     if isinstance(old.get("llm"), dict):  # a manifest of before LLM_LABEL_FIELDS recorded the whole block
@@ -211,13 +214,13 @@ def check_label_settings(store: RunStore, cfg: RunConfig, labelled: int) -> None
         _refuse(store, labelled, changed, "restore them, or ")
 
 
-def check_labeller(store: RunStore, labeller: Any, labelled: int) -> None:
+def check_labeller(store: RunStore, labeller: Any, labelled: int, running: bool = False) -> None:
     """``check_label_settings`` for what the config leaves to the machine: the labeller as resolved
     (``info()``: the encoder's precision, chosen per device when ``label.precision`` is unset, and its
     weights) against the one that labelled the run's stories, so a run labelled on a GPU and resumed on a
     CPU does not mix float16 and int8 labels."""
     old = store.read_manifest().get("labeller")
-    if not labelled or not isinstance(old, dict):
+    if not (labelled or running) or not isinstance(old, dict):
         return
     new = json.loads(json.dumps(labeller.info(), default=str))
     changed = [f"{k} {old[k]!r} -> {new[k]!r}" for k in new if k in old and k not in INFO_NOT_LABELS
@@ -237,7 +240,6 @@ def label_run(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int] = (0, 1
     from harness.suites import get_suite
 
     i, n = shard
-    store.clean_partial(LABELS, f"labels-{i}of{n}")
     if not store.shard_paths(GENERATIONS):
         raise DataError(f"{store.stage_dir(GENERATIONS)}: no generated stories to label; run the generate stage "
                         f"first (harness run CONFIG --stages generate)")
@@ -259,28 +261,36 @@ def label_run(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int] = (0, 1
         return 0, len(done), 0, unretried
     labeller = make_labeller(cfg, echo=echo)
     failed = 0
+
+    def claim(manifest: dict[str, Any], alone: bool) -> None:
+        # again under the run's lock, before recording them: since the check above, which the labeller's start (or
+        # its training) can leave minutes behind, another job may have labelled stories or be labelling them
+        labelled = len(labelled_keys(store, hashes))
+        check_label_settings(store, cfg, labelled, running=not alone)
+        check_labeller(store, labeller, labelled, running=not alone)
+        manifest.update(labeller=labeller.info(), label_settings=label_settings(cfg))
+
     try:
-        check_labeller(store, labeller, len(done))
-        store.update_manifest(labeller=labeller.info(), label_settings=label_settings(cfg))
-        stories = [
-            StoryInput(f"{pid}#{idx}", text or "", tuple(RoleSpec(r.key, r.description) for r in prompts[pid].roles))
-            for pid, idx, text in todo
-        ]
-        rows: list[dict[str, Any]] = []
-        desc = {(pid, r.key): r.description for pid, p in prompts.items() for r in p.roles}
-        for (pid, idx, _), labels in zip(todo, labeller.iter_label(stories, batch_size=cfg.label.batch_size, progress=progress)):
-            for c in labels.characters:
-                failed += c.status != "ok"
-                rows.append({
-                    "prompt_id": pid, "sample_idx": idx, "role": c.role, "role_description": desc[(pid, c.role)],
-                    "name": c.name, "references": list(c.references), "status": c.status, "labeller": labeller.name,
-                    STATUS: ERROR if c.status.startswith(BACKEND_FAILURE) else "ok", TEXT_SHA1: hashes[(pid, idx)],
-                })
-            if len(rows) >= cfg.label.shard_rows:
+        with store.writing(LABELS, f"labels-{i}of{n}", claim):
+            stories = [
+                StoryInput(f"{pid}#{idx}", text or "", tuple(RoleSpec(r.key, r.description) for r in prompts[pid].roles))
+                for pid, idx, text in todo
+            ]
+            rows: list[dict[str, Any]] = []
+            desc = {(pid, r.key): r.description for pid, p in prompts.items() for r in p.roles}
+            for (pid, idx, _), labels in zip(todo, labeller.iter_label(stories, batch_size=cfg.label.batch_size, progress=progress)):
+                for c in labels.characters:
+                    failed += c.status != "ok"
+                    rows.append({
+                        "prompt_id": pid, "sample_idx": idx, "role": c.role, "role_description": desc[(pid, c.role)],
+                        "name": c.name, "references": list(c.references), "status": c.status, "labeller": labeller.name,
+                        STATUS: ERROR if c.status.startswith(BACKEND_FAILURE) else "ok", TEXT_SHA1: hashes[(pid, idx)],
+                    })
+                if len(rows) >= cfg.label.shard_rows:
+                    store.write_shard(LABELS, rows, f"labels-{i}of{n}", LABEL_SCHEMA)
+                    rows = []
+            if rows:
                 store.write_shard(LABELS, rows, f"labels-{i}of{n}", LABEL_SCHEMA)
-                rows = []
-        if rows:
-            store.write_shard(LABELS, rows, f"labels-{i}of{n}", LABEL_SCHEMA)
     finally:
         labeller.close()
     return len(todo), len(labelled_keys(store, hashes)), failed, unretried

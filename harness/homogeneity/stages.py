@@ -149,7 +149,7 @@ def stage_embed(cfg: RunConfig, store: RunStore, *, progress: bool = False, **_:
 
 
 def stage_statistics(cfg: RunConfig, store: RunStore, **_: Any):
-    from harness.audit.stages import StageResult, fingerprint, is_current, mark_current
+    from harness.audit.stages import StageResult, fingerprint, is_current, mark_current, mark_stale
     from harness.homogeneity.refusal import refusal_table
     from harness.homogeneity.stage import FACTORS, analyse_embeddings, suite_levels
     from harness.pipeline import GENERATIONS
@@ -165,6 +165,7 @@ def stage_statistics(cfg: RunConfig, store: RunStore, **_: Any):
     if is_current(store, STATS_DIR, fp) and (out / spec.name / "summary.json").exists():
         return StageResult("statistics", "skipped (current)", time.perf_counter() - t)
     allt, texts, suite = included_texts(cfg)
+    mark_stale(store, STATS_DIR)  # killed while it writes, a rerun with the recorded options must not skip it
     out.mkdir(parents=True, exist_ok=True)
     allt.drop(columns=[c for c in ("prompt",) if c in allt.columns]).to_parquet(out / "texts.parquet", index=False)
     refusal_table(allt).to_csv(out / "refusals.csv", index=False)

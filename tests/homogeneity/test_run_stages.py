@@ -84,6 +84,47 @@ def test_report_from_two_runs(tmp_path):
     assert got["cosine"].max() == pytest.approx(top) and got["group_rank"].tolist() == [1, 2]
 
 
+class _Embedder:
+    """Stands in for the embedding model: a deterministic vector per text."""
+
+    def encode(self, texts, *, batch_size=64):
+        return np.stack([np.random.default_rng(sum(map(ord, t))).normal(size=8) for t in texts]).astype(np.float32)
+
+
+def test_a_statistics_stage_killed_while_it_writes_is_not_current(tmp_path, scripted_backend, monkeypatch):
+    """The statistics stage forgets its record before it writes over its tables, as the audit's whole-table stages
+    do: killed while writing the tables of other options, a rerun with the options it recorded (the changed config
+    put back) found the old record and skipped the stage, over a texts table of the other options."""
+    import harness.homogeneity.stage as H
+    from harness.audit.stages import recorded
+    from harness.homogeneity.embed import EmbeddingCache
+    from harness.homogeneity.stage import generate_homogeneity
+    from harness.homogeneity.stages import STATS_DIR, included_texts, stage_statistics
+    from harness.store import RunStore
+
+    doc = {**BASE, "prompts": PROMPTS, "samples_per_prompt": 3, "seed": 3, "output_dir": str(tmp_path / "run"),
+           "homogeneity": {"top_k": 2}, "statistics": {"n_boot": 0, "backend": "numpy"}}
+    cfg = parse_config(doc)
+    generate_homogeneity(cfg, backend=scripted_backend, progress=False)
+    texts = included_texts(cfg)[1]
+    EmbeddingCache(cfg.output_dir, embedder_spec(cfg)).embed(texts, texts["text_clean"].tolist(), embedder=_Embedder())
+    store = RunStore(cfg.output_dir)
+    assert stage_statistics(cfg, store).status == "done"
+    assert stage_statistics(cfg, store).status == "skipped (current)"
+
+    def killed(*a, **kw):
+        raise KeyboardInterrupt
+
+    other = parse_config({**doc, "homogeneity": {"top_k": 3}})
+    monkeypatch.setattr(H, "analyse_embeddings", killed)  # after texts.parquet and refusals.csv, before the rest
+    with pytest.raises(KeyboardInterrupt):
+        stage_statistics(other, store)
+    monkeypatch.undo()
+    assert recorded(store, STATS_DIR) == {}
+    assert stage_statistics(cfg, store).status == "done"
+    assert recorded(store, STATS_DIR)["top_k"] == 2
+
+
 # ============================================================================ end to end (slow)
 
 PROMPTS = [f"{r}-{g}-{f}" for r in ("african", "asian", "hispanic", "white") for g in ("man", "woman")
