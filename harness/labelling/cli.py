@@ -191,7 +191,7 @@ def train(
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch CPU threads."),
     device: Optional[str] = typer.Option(None, "--device", help="cpu or cuda (default: cuda when available)."),
     init_from: Optional[Path] = typer.Option(None, "--init-from", help="Continue training a model directory "
-                                             "written by this command."),
+                                             "written by this command (give --out too; the same directory continues it in place)."),
     as_json: bool = typer.Option(False, "--json", help="Print the training report as JSON."),
     progress: bool = typer.Option(False, "--progress/--no-progress"),
 ) -> None:

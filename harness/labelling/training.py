@@ -388,7 +388,7 @@ def train_encoder(
         limit: use only the first ``limit`` stories (quick checks and tests).
         threads: torch CPU threads (default: leave torch's setting).
         init_from: continue from a model directory written by this function instead of the
-            pretrained base (more epochs without starting over).
+            pretrained base (more epochs without starting over); needs ``out_dir``, which may be ``init_from``.
         base: the pretrained encoder to start from (``harness.labelling.bases``; default ``minilm``, or
             the base of ``init_from``).
         occurrences: teach who owns each occurrence of a reference word both characters hold
@@ -425,6 +425,9 @@ def train_encoder(
     if out_dir is not None and Path(out_dir).exists() and not Path(out_dir).is_dir():
         raise ConfigError(f"out_dir {out_dir}: a file is there, and a trained model is a directory; choose another "
                           f"path or remove the file")  # checked now, not after the training
+    if init_from is not None and out_dir is None:  # the default directory is the default labeller's
+        raise ConfigError(f"init_from={init_from} needs an out_dir (--out): without one the continued model would "
+                          f"be written over the default encoder; give --out {init_from} to continue it in place")
     owner_ranks = [_owner_ranks(gs) for gs in rows]  # checked before any training
     rng = random.Random(seed)
     torch.manual_seed(seed)

@@ -210,7 +210,7 @@ def test_a_model_directory_that_cannot_be_made_stops_before_training(tmp_path):
     _one_line_error(r, 2, f"out_dir {tmp_path / 'afile' / 'm'}: cannot make it")
 
 
-def test_an_incomplete_model_directory_is_named(tmp_path, gold_path, tiny_encoder):
+def test_an_incomplete_model_directory_is_named(tmp_path, gold_path, tiny_encoder, monkeypatch):
     import shutil
 
     trained, _ = tiny_encoder
@@ -224,6 +224,11 @@ def test_an_incomplete_model_directory_is_named(tmp_path, gold_path, tiny_encode
     r = runner.invoke(app, ["train", "--limit", "2", "--epochs", "1", "--init-from", str(broken),
                             "--out", str(tmp_path / "m")])
     _one_line_error(r, 2, f"init_from {broken}: not a complete trained encoder (head.pt missing)")
+    # without --out, the continued model went over the default encoder, whichever model it continued
+    monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))  # the default encoder this test must not touch
+    r = runner.invoke(app, ["train", "--limit", "2", "--epochs", "1", "--init-from", str(trained)])
+    assert not (tmp_path / "cache").exists()
+    _one_line_error(r, 2, f"init_from={trained} needs an out_dir (--out)", f"give --out {trained}")
     (broken / "meta.json").write_text("{")
     r = runner.invoke(app, ["eval", "--gold", str(gold_path), "--model-dir", str(broken)])
     _one_line_error(r, 2, "meta.json is not valid JSON")
