@@ -70,12 +70,12 @@ def first_name_counts(table: str) -> pd.Series | None:
 
 @lru_cache(maxsize=16384)
 def _bearers(word: str, table: str) -> float:
-    from harness.identity.build import name_key
+    from harness.identity.build import fold_name
 
     counts = first_name_counts(table)
     if counts is None:
         return 0.0
-    return float(counts.get(name_key([word]).iloc[0], 0.0))
+    return float(counts.get(fold_name(word), 0.0))
 
 
 def completed_name(name: str | None, text: str, words: Sequence[tuple[str, int, int]], others: set[str],

@@ -99,11 +99,10 @@ def female_share(name: str | None, role: str | None, table: str) -> float | None
 
 @lru_cache(maxsize=16384)
 def _share_of_first(first: str, table: str) -> float | None:
-    # cached per first name: the key folding is a vectorised pandas call, slow one name at a time,
-    # and a corpus repeats a few thousand first names
-    from harness.identity.build import name_key
+    # cached per first name: a corpus repeats a few thousand first names
+    from harness.identity.build import fold_name
 
-    v = female_shares(table).get(name_key([first]).iloc[0])  # the series holds no NaN
+    v = female_shares(table).get(fold_name(first))  # the series holds no NaN
     return None if v is None else float(v)
 
 
