@@ -94,6 +94,19 @@ def test_shared_words_leave_the_character_whose_name_contradicts_them(table, a, 
 
 
 @pytest.mark.parametrize("a, a_refs, b, b_refs, want", [
+    ("Sarah", ["He"], "Ana", ["she", "her"], [(), ("she", "her")]),  # "Mr. Patel ... He" given to Hana
+    ("John", ["her", "friend"], "Tom", ["his"], [("friend",), ("his",)]),  # a word of no gender stays
+])
+def test_words_a_name_contradicts_leave_it_where_the_other_name_fits_its_own(table, a, a_refs, b, b_refs, want):
+    # one character holds words of each gender; one name contradicts its words, the other fits its own: the
+    # contradicted words are a third person's ("Mr. Patel, the teacher, asked Hana to help. He thought..."), not
+    # the other character's, who has the words of its gender already
+    out = check_pronoun_sets(chars(a, a_refs, b, b_refs), ROLES, table)
+    assert [c.name for c in out] == [a, b]
+    assert refs(out) == want
+
+
+@pytest.mark.parametrize("a, a_refs, b, b_refs, want", [
     # "Destiny" with his/he/girlfriend, "Jason" with she/her: only the pronouns move
     ("Sarah", ["His", "he", "girlfriend"], "John", ["she", "her"], [("girlfriend", "she", "her"), ("His", "he")]),
     ("John", ["her", "boyfriend"], "Sarah", ["his"], [("boyfriend", "his"), ("her",)]),
