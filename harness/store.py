@@ -91,6 +91,15 @@ def commit_file(tmp: Path, path: Path) -> None:
     fsync_dir(Path(path).parent)
 
 
+def atomic_write(path: Path, write: Callable[[Path], Any]) -> Path:
+    """Write the file ``path`` as ``write(tmp)`` writes a temporary file beside it (hidden, ``.tmp-<name>``: not
+    read as an output), then commit it with ``commit_file``: a power loss leaves the old file or the whole new one."""
+    tmp = path.with_name(f".tmp-{path.name}")
+    write(tmp)
+    commit_file(tmp, path)
+    return path
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     with os.fdopen(fd, "w") as f:

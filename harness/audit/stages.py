@@ -23,7 +23,7 @@ from harness.audit.labels import LABELS, TEXT_SHA1
 from harness.config import STAGES, RunConfig
 from harness.errors import ConfigError
 from harness.pipeline import GENERATIONS
-from harness.store import RunStore, atomic_write_text, commit_file, utcnow
+from harness.store import RunStore, atomic_write, atomic_write_text, utcnow
 
 IDENTITIES, STATISTICS, REPORT = "identities", "statistics", "report"
 
@@ -96,13 +96,9 @@ def write_table(store: RunStore, stage: str, name: str, df: pd.DataFrame, csv: b
     stage's ``_stage.json``, written next, must not call a table current that a power loss left empty."""
     d = store.stage_dir(stage)
     d.mkdir(parents=True, exist_ok=True)
-    tmp = d / f".tmp-{name}.parquet"
-    df.to_parquet(tmp, index=False)
-    commit_file(tmp, d / f"{name}.parquet")
+    atomic_write(d / f"{name}.parquet", lambda tmp: df.to_parquet(tmp, index=False))
     if csv:
-        tmp = d / f".tmp-{name}.csv"
-        df.to_csv(tmp, index=False)
-        commit_file(tmp, d / f"{name}.csv")
+        atomic_write(d / f"{name}.csv", lambda tmp: df.to_csv(tmp, index=False))
     return d / f"{name}.parquet"
 
 

@@ -150,8 +150,7 @@ def stage_embed(cfg: RunConfig, store: RunStore, *, progress: bool = False, **_:
 
 def stage_statistics(cfg: RunConfig, store: RunStore, **_: Any):
     from harness.audit.stages import StageResult, fingerprint, is_current, mark_current, mark_stale
-    from harness.homogeneity.refusal import refusal_table
-    from harness.homogeneity.stage import FACTORS, analyse_embeddings, suite_levels
+    from harness.homogeneity.stage import FACTORS, analyse_embeddings, suite_levels, write_texts
     from harness.pipeline import GENERATIONS
 
     t = time.perf_counter()
@@ -167,8 +166,7 @@ def stage_statistics(cfg: RunConfig, store: RunStore, **_: Any):
     allt, texts, suite = included_texts(cfg)
     mark_stale(store, STATS_DIR)  # killed while it writes, a rerun with the recorded options must not skip it
     out.mkdir(parents=True, exist_ok=True)
-    allt.drop(columns=[c for c in ("prompt",) if c in allt.columns]).to_parquet(out / "texts.parquet", index=False)
-    refusal_table(allt).to_csv(out / "refusals.csv", index=False)
+    write_texts(allt, out)
     x = EmbeddingCache(store.root, spec, dtype=cfg.embedding.cache_dtype).load(texts, texts["text_clean"].tolist())
     levels, refs = suite_levels(suite)
     files, secs = analyse_embeddings(
