@@ -38,6 +38,7 @@ import numpy as np
 import pandas as pd
 
 from harness.errors import ConfigError, DataError
+from harness.store import atomic_write_text, commit_file
 
 # ============================================================================ preprocessing
 
@@ -286,7 +287,7 @@ class EmbeddingCache:
                 raise ConfigError(f"{path}: cached embeddings were made with {old}; use another embedder name or delete the folder")
         else:
             self.dir.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(meta, indent=2) + "\n")
+            atomic_write_text(path, json.dumps(meta, indent=2) + "\n")
         for p in self.dir.glob(".tmp-*"):
             p.unlink(missing_ok=True)
 
@@ -305,7 +306,7 @@ class EmbeddingCache:
             fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=".tmp-", suffix=suffix)
             os.close(fd)
             writer(tmp)
-            os.replace(tmp, self.dir / f"{stem}{suffix}")
+            commit_file(Path(tmp), self.dir / f"{stem}{suffix}")  # synced: the embed stage records it current next
 
     def embed(self, keys: pd.DataFrame, texts: Sequence[str], *, embedder: Embedder | None = None, device: str | None = "auto",
               batch_size: int = 64, shard_rows: int = 4096, progress: Callable[[int, int], None] | None = None) -> int:

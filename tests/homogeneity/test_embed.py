@@ -75,6 +75,22 @@ def test_cache_is_resumable_and_checks_texts(tmp_path):
         EmbeddingCache(tmp_path, spec, dtype="float32")
 
 
+def test_the_caches_files_reach_the_disk_before_their_rename_and_a_shards_keys_after_its_matrix(
+        tmp_path, syncs_and_renames):
+    """The cache renamed its shards' files unsynced and wrote spec.json in place: a power loss after the embed stage
+    recorded itself current could leave a matrix, its keys or spec.json empty under its name, which the statistics
+    stage could not read (or read as rows with no vectors) until the folder was deleted. Each file is synced, renamed
+    and its folder synced, a shard's matrix before the keys that make it count."""
+    keys = pd.DataFrame({"prompt_id": ["a"] * 3, "sample_idx": range(3)})
+    cache = EmbeddingCache(tmp_path, EmbedderSpec("fake", path="unused"))
+    assert cache.embed(keys, ["x", "y", "z"], embedder=CountingEmbedder()) == 3
+    [(shard_keys, matrix)] = cache.shards()
+    files = [p.stat().st_ino for p in (cache.dir / "spec.json", matrix, shard_keys)]
+    folder = cache.dir.stat().st_ino
+    events = [e for e in syncs_and_renames if e[1] in (*files, folder)]
+    assert events == [e for file in files for e in (("fsync", file), ("replace", file), ("fsync", folder))]
+
+
 @pytest.mark.slow
 def test_minilm_sentence_transformers_and_hf_layer_agree():
     texts = [
