@@ -3,7 +3,8 @@
     run.json              manifest: resolved config, model identity, versions, host, times, throughput
     .run.json.lock        locked while a process updates run.json (the jobs of an array update it at once)
     generations/*.parquet generated stories, one row per (prompt_id, sample_idx)
-    <stage>/.writers.lock held (shared) by every job while it writes shards of the stage
+    <stage>/.writers.lock held (shared) by every job while it writes shards of the stage; a whole-table stage
+                          takes it only where no other job holds it
     <stage>/*.parquet     later stages' outputs (labels, statistics), keyed the same way
     invocations/*.json    one record per process that worked on the run (job-array shards)
 

@@ -132,6 +132,40 @@ def test_a_statistics_stage_killed_while_it_writes_is_not_current(tmp_path, scri
     assert recorded(store, STATS_DIR)["top_k"] == 2
 
 
+def test_a_second_statistics_job_stops_while_the_first_writes_and_the_first_ones_tables_stand(
+        tmp_path, scripted_backend, monkeypatch):
+    """The statistics stage took no lock: a second job (`harness run` started twice, here with another top_k) wrote
+    texts.parquet and every table while the first was between its texts table and the rest, and the first then
+    wrote over some of them. A job holds the stage's writer lock while it checks and writes the stage, as the
+    audit's whole-table stages do; a second stops with a one-line error naming the folder."""
+    import harness.homogeneity.stage as H
+    from harness.audit.stages import recorded
+    from harness.errors import DataError
+    from harness.homogeneity.stages import STATS_DIR, stage_statistics
+
+    doc, cfg, store = _statistics_run(tmp_path, scripted_backend)
+    other = parse_config({**doc, "homogeneity": {"top_k": 3}})
+    second, real_analyse = [], H.analyse_embeddings
+
+    def second_job_starts_while_the_first_writes(*a, **kw):
+        if not second:
+            second.append("started")
+            with pytest.raises(DataError) as stopped:
+                stage_statistics(other, store)
+            second.append(str(stopped.value))
+        return real_analyse(*a, **kw)
+
+    monkeypatch.setattr(H, "analyse_embeddings", second_job_starts_while_the_first_writes)
+    assert stage_statistics(cfg, store).status == "done"
+    monkeypatch.undo()
+    assert second[1].startswith(f"{store.stage_dir(STATS_DIR)}: another job is writing") and "\n" not in second[1]
+    assert recorded(store, STATS_DIR)["top_k"] == 2
+    pairs = pd.read_csv(store.stage_dir(STATS_DIR) / "minilm-l6" / "extreme_pairs.csv")
+    assert pairs["rank"].max() == 2
+    assert stage_statistics(cfg, store).status == "skipped (current)"
+    assert stage_statistics(other, store).status == "done"
+
+
 def test_the_statistics_tables_reach_the_disk_before_their_rename_and_the_stage_record_after(
         tmp_path, scripted_backend, syncs_and_renames):
     """The statistics stage wrote texts.parquet, refusals.csv, the embedder's tables and summary.json in place and
