@@ -3,7 +3,8 @@
     run.json              manifest: resolved config, model identity, versions, host, times, throughput
     .run.json.lock        locked while a process updates run.json (the jobs of an array update it at once)
     generations/*.parquet generated stories, one row per (prompt_id, sample_idx)
-    <stage>/.writers.lock held (shared) by every job while it writes shards of the stage
+    <stage>/.writers.lock held (shared) by every job while it writes shards of the stage; a whole-table stage
+                          takes it only where no other job holds it
     <stage>/*.parquet     later stages' outputs (labels, statistics), keyed the same way
     invocations/*.json    one record per process that worked on the run (job-array shards)
 
@@ -89,6 +90,15 @@ def commit_file(tmp: Path, path: Path) -> None:
         os.close(fd)
     os.replace(tmp, path)
     fsync_dir(Path(path).parent)
+
+
+def atomic_write(path: Path, write: Callable[[Path], Any]) -> Path:
+    """Write the file ``path`` as ``write(tmp)`` writes a temporary file beside it (hidden, ``.tmp-<name>``: not
+    read as an output), then commit it with ``commit_file``: a power loss leaves the old file or the whole new one."""
+    tmp = path.with_name(f".tmp-{path.name}")
+    write(tmp)
+    commit_file(tmp, path)
+    return path
 
 
 def atomic_write_text(path: Path, text: str) -> None:

@@ -4,15 +4,17 @@
   stories that are missing.
 * identities, statistics and report are whole-table stages: each records a fingerprint of its
   inputs (the upstream shard listing and the options that change its output) in
-  ``<stage>/_stage.json`` and is skipped when the fingerprint still matches.
+  ``<stage>/_stage.json`` and is skipped when the fingerprint still matches. Each checks and writes holding
+  the stage's writer lock alone (``writing_alone``): a second job in the stage at once stops with an error.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,9 +23,9 @@ import pandas as pd
 
 from harness.audit.labels import LABELS, TEXT_SHA1
 from harness.config import STAGES, RunConfig
-from harness.errors import ConfigError
+from harness.errors import ConfigError, DataError
 from harness.pipeline import GENERATIONS
-from harness.store import RunStore, atomic_write_text, commit_file, utcnow
+from harness.store import RunStore, atomic_write, atomic_write_text, utcnow
 
 IDENTITIES, STATISTICS, REPORT = "identities", "statistics", "report"
 
@@ -91,18 +93,30 @@ def mark_stale(store: RunStore, stage: str) -> None:
     _state_path(store, stage).unlink(missing_ok=True)
 
 
+@contextlib.contextmanager
+def writing_alone(store: RunStore, stage: str) -> Iterator[None]:
+    """Held by a whole-table stage while it checks and writes its tables: the stage's writer lock
+    (``RunStore.writing``), which it takes only when no other job holds it. A second job (``harness run`` started
+    twice) stops with a one-line error rather than wait: waiting for the lock where a job tests it (under run.json's)
+    would hold every other job's manifest update, and behind a stopped job it waits silently for ever; rerun once
+    the first ends, it skips as current what that one made."""
+    def claim(manifest: dict[str, Any], alone: bool) -> None:
+        if not alone:
+            raise DataError(f"{store.stage_dir(stage)}: another job is writing this stage now (harness run started "
+                            f"twice?); let it finish, then rerun: what it made is skipped as current")
+
+    with store.writing(stage, stage, claim):
+        yield
+
+
 def write_table(store: RunStore, stage: str, name: str, df: pd.DataFrame, csv: bool = True) -> Path:
     """Write one whole-stage table as Parquet (and CSV for people), atomically and synced to disk: the
     stage's ``_stage.json``, written next, must not call a table current that a power loss left empty."""
     d = store.stage_dir(stage)
     d.mkdir(parents=True, exist_ok=True)
-    tmp = d / f".tmp-{name}.parquet"
-    df.to_parquet(tmp, index=False)
-    commit_file(tmp, d / f"{name}.parquet")
+    atomic_write(d / f"{name}.parquet", lambda tmp: df.to_parquet(tmp, index=False))
     if csv:
-        tmp = d / f".tmp-{name}.csv"
-        df.to_csv(tmp, index=False)
-        commit_file(tmp, d / f"{name}.csv")
+        atomic_write(d / f"{name}.csv", lambda tmp: df.to_csv(tmp, index=False))
     return d / f"{name}.parquet"
 
 
@@ -142,26 +156,27 @@ def stage_identities(cfg: RunConfig, store: RunStore, **_: Any) -> StageResult:
     options = {"identity": cfg.identity.model_dump(), "names": names.provenance, "lexicon": lexicon.provenance(),
                "name_parsing": name_lists().version, "gender_inference": INFERENCE_VERSION, "model": cfg.name,
                "suite": [suite.name, suite.version, suite.wording]}
-    fp = fingerprint(store, [GENERATIONS, LABELS], options)
-    if is_current(store, IDENTITIES, fp, ["characters"]):
-        return StageResult("identities", "skipped (current)", time.perf_counter() - t)
-    generations = store.read_stage(GENERATIONS)
-    labels = store.read_stage(LABELS, key=("prompt_id", "sample_idx", "role", TEXT_SHA1))  # build_characters picks
-    chars = build_characters(
-        generations, labels, suite, model=cfg.name, names=names, lexicon=cfg.identity.lexicon
-    )
-    mark_stale(store, IDENTITIES)
-    write_table(store, IDENTITIES, "characters", chars, csv=False)
-    named = chars.first_name.notna()
-    matched = chars[list(RACES)].notna().any(axis=1) & named  # as NameTable: any source has the name
-    info = {
-        "characters": len(chars),
-        "named": int(named.sum()),
-        "matched": int(matched.sum()),
-        "gender_counts": chars.gender.value_counts().to_dict(),
-        **options,
-    }
-    mark_current(store, IDENTITIES, fp, info)
+    with writing_alone(store, IDENTITIES):
+        fp = fingerprint(store, [GENERATIONS, LABELS], options)
+        if is_current(store, IDENTITIES, fp, ["characters"]):
+            return StageResult("identities", "skipped (current)", time.perf_counter() - t)
+        generations = store.read_stage(GENERATIONS)
+        labels = store.read_stage(LABELS, key=("prompt_id", "sample_idx", "role", TEXT_SHA1))  # build_characters picks
+        chars = build_characters(
+            generations, labels, suite, model=cfg.name, names=names, lexicon=cfg.identity.lexicon
+        )
+        mark_stale(store, IDENTITIES)
+        write_table(store, IDENTITIES, "characters", chars, csv=False)
+        named = chars.first_name.notna()
+        matched = chars[list(RACES)].notna().any(axis=1) & named  # as NameTable: any source has the name
+        info = {
+            "characters": len(chars),
+            "named": int(named.sum()),
+            "matched": int(matched.sum()),
+            "gender_counts": chars.gender.value_counts().to_dict(),
+            **options,
+        }
+        mark_current(store, IDENTITIES, fp, info)
     return StageResult("identities", "done", time.perf_counter() - t,
                        f"{len(chars)} characters, {int(named.sum())} named, {int(matched.sum())} matched to the name table")
 
@@ -171,15 +186,16 @@ def stage_statistics(cfg: RunConfig, store: RunStore, **_: Any) -> StageResult:
 
     t = time.perf_counter()
     options = {"statistics": cfg.statistics.model_dump(), "min_population": cfg.identity.min_population}
-    fp = fingerprint(store, [IDENTITIES], options)
-    if is_current(store, STATISTICS, fp, recorded(store, STATISTICS).get("tables", {})):
-        return StageResult("statistics", "skipped (current)", time.perf_counter() - t)
-    chars = pd.read_parquet(store.stage_dir(IDENTITIES) / "characters.parquet")
-    tables = compute_tables(chars, cfg.statistics, min_population=cfg.identity.min_population)
-    mark_stale(store, STATISTICS)
-    for name, df in tables.items():
-        write_table(store, STATISTICS, name, df)
-    mark_current(store, STATISTICS, fp, {"tables": {k: len(v) for k, v in tables.items()}, **options})
+    with writing_alone(store, STATISTICS):
+        fp = fingerprint(store, [IDENTITIES], options)
+        if is_current(store, STATISTICS, fp, recorded(store, STATISTICS).get("tables", {})):
+            return StageResult("statistics", "skipped (current)", time.perf_counter() - t)
+        chars = pd.read_parquet(store.stage_dir(IDENTITIES) / "characters.parquet")
+        tables = compute_tables(chars, cfg.statistics, min_population=cfg.identity.min_population)
+        mark_stale(store, STATISTICS)
+        for name, df in tables.items():
+            write_table(store, STATISTICS, name, df)
+        mark_current(store, STATISTICS, fp, {"tables": {k: len(v) for k, v in tables.items()}, **options})
     return StageResult("statistics", "done", time.perf_counter() - t, f"{len(tables)} tables")
 
 
@@ -187,11 +203,12 @@ def run_report_stage(store: RunStore, fp: str, build: Callable[[list[Path], Path
     """The report stage of any audit: skipped when its fingerprint ``fp`` is current and the page
     exists, else ``build([run], out)`` and recorded; ``t`` is when the stage started."""
     out = store.root / REPORT
-    if is_current(store, REPORT, fp) and (out / "index.html").exists():
-        return StageResult("report", "skipped (current)", time.perf_counter() - t, str(out / "index.html"))
-    mark_stale(store, REPORT)
-    index = build([store.root], out)
-    mark_current(store, REPORT, fp, {"index": str(index)})
+    with writing_alone(store, REPORT):
+        if is_current(store, REPORT, fp) and (out / "index.html").exists():
+            return StageResult("report", "skipped (current)", time.perf_counter() - t, str(out / "index.html"))
+        mark_stale(store, REPORT)
+        index = build([store.root], out)
+        mark_current(store, REPORT, fp, {"index": str(index)})
     return StageResult("report", "done", time.perf_counter() - t, str(index))
 
 

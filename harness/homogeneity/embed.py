@@ -18,7 +18,8 @@ reproducing its substring quirks); ``extra_prep_words`` (a corrected word-bounda
 
 Cache: ``<run>/embeddings/<spec name>/`` holds ``spec.json``, and per shard a float16 (or
 float32) ``.npy`` matrix plus a ``.keys.parquet`` with the (prompt_id, sample_idx, text
-sha1) of its rows. Shards are written atomically; a rerun embeds only missing keys.
+sha1) of its rows. Shards are written atomically; a rerun embeds only missing keys. A job embedding holds
+the folder's writer lock (``RunStore.writing``), so a second job beside it keeps the shard the first is writing.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ import hashlib
 import json
 import os
 import re
-import tempfile
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -38,6 +38,7 @@ import numpy as np
 import pandas as pd
 
 from harness.errors import ConfigError, DataError
+from harness.store import RunStore, atomic_write_text, commit_file
 
 # ============================================================================ preprocessing
 
@@ -277,7 +278,8 @@ class EmbeddingCache:
         if dtype not in ("float16", "float32"):
             raise ConfigError(f"embedding cache dtype must be float16 or float32, got {dtype!r}")
         self.spec, self.dtype = spec, dtype
-        self.dir = Path(run_dir) / "embeddings" / spec.name
+        self.store, self.stage = RunStore(run_dir), f"embeddings/{spec.name}"  # its folder, as a stage of the run
+        self.dir = self.store.stage_dir(self.stage)
         meta = {"spec": spec.to_dict(), "dtype": dtype}
         path = self.dir / "spec.json"
         if path.exists():
@@ -286,26 +288,25 @@ class EmbeddingCache:
                 raise ConfigError(f"{path}: cached embeddings were made with {old}; use another embedder name or delete the folder")
         else:
             self.dir.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(meta, indent=2) + "\n")
-        for p in self.dir.glob(".tmp-*"):
-            p.unlink(missing_ok=True)
+            atomic_write_text(path, json.dumps(meta, indent=2) + "\n")
 
     def shards(self) -> list[tuple[Path, Path]]:
-        return [(k, k.with_name(k.name.replace(".keys.parquet", ".npy"))) for k in sorted(self.dir.glob("*.keys.parquet"))]
+        # a shard being written (or left by a killed job) is a hidden .tmp- file: not committed, not read
+        keys = sorted(k for k in self.dir.glob("*.keys.parquet") if not k.name.startswith("."))
+        return [(k, k.with_name(k.name.replace(".keys.parquet", ".npy"))) for k in keys]
 
     def keys(self) -> pd.DataFrame:
         parts = [pd.read_parquet(k) for k, _ in self.shards()]
         return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["prompt_id", "sample_idx", "sha1"])
 
-    def _write(self, keys: pd.DataFrame, vecs: np.ndarray) -> None:
+    def _write(self, keys: pd.DataFrame, vecs: np.ndarray, tag: str) -> None:
         stem = f"emb-{uuid.uuid4().hex[:12]}"
         # matrix first, keys last: a shard counts only once its keys file exists
         for suffix, writer in ((".npy", lambda p: np.save(p, vecs.astype(self.dtype))),
                                (".keys.parquet", lambda p: keys.to_parquet(p, index=False))):
-            fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=".tmp-", suffix=suffix)
-            os.close(fd)
+            tmp = self.dir / f".tmp-{tag}-{stem}{suffix}"
             writer(tmp)
-            os.replace(tmp, self.dir / f"{stem}{suffix}")
+            commit_file(tmp, self.dir / f"{stem}{suffix}")  # synced: the embed stage records it current next
 
     def embed(self, keys: pd.DataFrame, texts: Sequence[str], *, embedder: Embedder | None = None, device: str | None = "auto",
               batch_size: int = 64, shard_rows: int = 4096, progress: Callable[[int, int], None] | None = None) -> int:
@@ -319,12 +320,16 @@ class EmbeddingCache:
         if not todo:
             return 0
         embedder = embedder or Embedder(self.spec, device=device)
-        for s0 in range(0, len(todo), shard_rows):
-            idx = todo[s0 : s0 + shard_rows]
-            vecs = embedder.encode([texts[i] for i in idx], batch_size=batch_size)
-            self._write(keys.iloc[idx].reset_index(drop=True), vecs)
-            if progress:
-                progress(min(s0 + shard_rows, len(todo)), len(todo))
+        tag = f"emb-{uuid.uuid4().hex[:8]}"
+        # the run store's writer lock on the folder: alone, the job deletes the temporary files killed jobs left;
+        # beside another job, only its own (none), as the other's may be a shard it is committing
+        with self.store.writing(self.stage, tag):
+            for s0 in range(0, len(todo), shard_rows):
+                idx = todo[s0 : s0 + shard_rows]
+                vecs = embedder.encode([texts[i] for i in idx], batch_size=batch_size)
+                self._write(keys.iloc[idx].reset_index(drop=True), vecs, tag)
+                if progress:
+                    progress(min(s0 + shard_rows, len(todo)), len(todo))
         return len(todo)
 
     def load(self, keys: pd.DataFrame, texts: Sequence[str] | None = None) -> np.ndarray:

@@ -45,6 +45,7 @@ from harness.homogeneity.embed import EmbedderSpec, EmbeddingCache, get_spec
 from harness.homogeneity.inference import text_inference
 from harness.homogeneity.mixed import fit_paper_models
 from harness.homogeneity.refusal import flag_refusals, plan_topup, refusal_table, select_usable
+from harness.store import atomic_write, atomic_write_text
 
 OUT = "homogeneity"
 FACTORS = ("race", "gender", "format")
@@ -130,6 +131,14 @@ def load_texts(run_dir: Path | str, *, refusal="authors", target: int | None = N
     flagged = flag_refusals(df, refusal)
     flagged["included"] = select_usable(flagged, target).to_numpy()
     return flagged
+
+
+def write_texts(texts: pd.DataFrame, out: Path) -> None:
+    """``texts.parquet`` (every generation with its flags, without the prompt) and ``refusals.csv`` into ``out``,
+    each synced by its rename."""
+    texts = texts.drop(columns=[c for c in ("prompt",) if c in texts.columns])
+    atomic_write(out / "texts.parquet", lambda tmp: texts.to_parquet(tmp, index=False))
+    atomic_write(out / "refusals.csv", lambda tmp: refusal_table(texts).to_csv(tmp, index=False))
 
 
 def suite_levels(suite) -> tuple[dict[str, list[str]], dict[str, str]]:
@@ -271,16 +280,14 @@ def analyse_embeddings(x: np.ndarray, texts: pd.DataFrame, out_dir: Path | str, 
         tables["extreme_pairs.csv"] = ext
         tables["pair_hist.parquet"] = hist
     secs["pair_tables"] = time.perf_counter() - t
-    for name, df in tables.items():
-        if name.endswith(".csv"):
-            df.to_csv(out / name, index=False)
-        else:
-            df.to_parquet(out / name, index=False)
+    for name, df in tables.items():  # each synced by its rename, summary.json last: the stage records them current next
+        write = df.to_csv if name.endswith(".csv") else df.to_parquet
+        atomic_write(out / name, lambda tmp, write=write: write(tmp, index=False))
     summary = {"standardization": st.to_dict(), "n_texts": int(len(texts)), "n_cells": int(len(cells)),
                "n_pairs": int(cells["n_pairs"].sum()), "n_boot": n_boot, "n_perm": n_perm, "seed": seed,
                "alpha": alpha, "backend": backend, "seconds": {k: round(v, 3) for k, v in secs.items()},
                "models_converged": bool(suite.variances["converged"].all()), "files": sorted(tables)}
-    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=float) + "\n")
+    atomic_write_text(out / "summary.json", json.dumps(summary, indent=2, default=float) + "\n")
     return sorted(tables) + ["summary.json"], secs
 
 
@@ -307,8 +314,7 @@ def run_homogeneity(
     texts_all = load_texts(run_dir, refusal=refusal, target=target, suite=suite)
     out_root = run_dir / OUT
     out_root.mkdir(parents=True, exist_ok=True)
-    texts_all.drop(columns=[c for c in ("prompt",) if c in texts_all.columns]).to_parquet(out_root / "texts.parquet", index=False)
-    refusal_table(texts_all).to_csv(out_root / "refusals.csv", index=False)
+    write_texts(texts_all, out_root)
     texts = texts_all[texts_all["included"]].reset_index(drop=True)
     if texts.empty:
         raise DataError(f"{run_dir}: no usable texts after the refusal filter")

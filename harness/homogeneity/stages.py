@@ -149,9 +149,8 @@ def stage_embed(cfg: RunConfig, store: RunStore, *, progress: bool = False, **_:
 
 
 def stage_statistics(cfg: RunConfig, store: RunStore, **_: Any):
-    from harness.audit.stages import StageResult, fingerprint, is_current, mark_current, mark_stale
-    from harness.homogeneity.refusal import refusal_table
-    from harness.homogeneity.stage import FACTORS, analyse_embeddings, suite_levels
+    from harness.audit.stages import StageResult, fingerprint, is_current, mark_current, mark_stale, writing_alone
+    from harness.homogeneity.stage import FACTORS, analyse_embeddings, suite_levels, write_texts
     from harness.pipeline import GENERATIONS
 
     t = time.perf_counter()
@@ -160,26 +159,25 @@ def stage_statistics(cfg: RunConfig, store: RunStore, **_: Any):
     options = {**_options(cfg, spec), "statistics": cfg.statistics.model_dump(), "n_perm": h.n_perm,
                "top_k": h.top_k, "alpha": h.alpha,
                "embeddings": _tree_listing(store.stage_dir(EMBED_DIR) / spec.name)}
-    fp = fingerprint(store, [GENERATIONS], options)
     out = store.stage_dir(STATS_DIR)
-    if is_current(store, STATS_DIR, fp) and (out / spec.name / "summary.json").exists():
-        return StageResult("statistics", "skipped (current)", time.perf_counter() - t)
-    allt, texts, suite = included_texts(cfg)
-    mark_stale(store, STATS_DIR)  # killed while it writes, a rerun with the recorded options must not skip it
-    out.mkdir(parents=True, exist_ok=True)
-    allt.drop(columns=[c for c in ("prompt",) if c in allt.columns]).to_parquet(out / "texts.parquet", index=False)
-    refusal_table(allt).to_csv(out / "refusals.csv", index=False)
-    x = EmbeddingCache(store.root, spec, dtype=cfg.embedding.cache_dtype).load(texts, texts["text_clean"].tolist())
-    levels, refs = suite_levels(suite)
-    files, secs = analyse_embeddings(
-        x, texts, out / spec.name, levels=levels, refs=refs, n_boot=cfg.statistics.n_boot, n_perm=h.n_perm,
-        seed=cfg.statistics.seed, backend=cfg.statistics.backend, top_k=h.top_k, alpha=h.alpha,
-        cell_order=[tuple(p.meta[k] for k in FACTORS) for p in suite],
-    )
-    n_pairs = int(pd.read_csv(out / spec.name / "cells.csv")["n_pairs"].sum())
-    mark_current(store, STATS_DIR, fp, {"embedder": spec.name, "texts": len(texts), "generated": len(allt),
-                                        "refusals": int(allt["refusal"].sum()), "pairs": n_pairs, "files": files,
-                                        "seconds": {k: round(v, 3) for k, v in secs.items()}, **options})
+    with writing_alone(store, STATS_DIR):  # a second job stops, as at the audit's whole-table stages
+        fp = fingerprint(store, [GENERATIONS], options)
+        if is_current(store, STATS_DIR, fp) and (out / spec.name / "summary.json").exists():
+            return StageResult("statistics", "skipped (current)", time.perf_counter() - t)
+        allt, texts, suite = included_texts(cfg)
+        mark_stale(store, STATS_DIR)  # killed while it writes, a rerun with the recorded options must not skip it
+        write_texts(allt, out)
+        x = EmbeddingCache(store.root, spec, dtype=cfg.embedding.cache_dtype).load(texts, texts["text_clean"].tolist())
+        levels, refs = suite_levels(suite)
+        files, secs = analyse_embeddings(
+            x, texts, out / spec.name, levels=levels, refs=refs, n_boot=cfg.statistics.n_boot, n_perm=h.n_perm,
+            seed=cfg.statistics.seed, backend=cfg.statistics.backend, top_k=h.top_k, alpha=h.alpha,
+            cell_order=[tuple(p.meta[k] for k in FACTORS) for p in suite],
+        )
+        n_pairs = int(pd.read_csv(out / spec.name / "cells.csv")["n_pairs"].sum())
+        mark_current(store, STATS_DIR, fp, {"embedder": spec.name, "texts": len(texts), "generated": len(allt),
+                                            "refusals": int(allt["refusal"].sum()), "pairs": n_pairs, "files": files,
+                                            "seconds": {k: round(v, 3) for k, v in secs.items()}, **options})
     return StageResult("statistics", "done", time.perf_counter() - t,
                        f"{len(texts)} texts, {n_pairs} pairs, {int(allt['refusal'].sum())} refusals flagged; "
                        f"{len(files)} files in {out / spec.name}")

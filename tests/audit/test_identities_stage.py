@@ -146,6 +146,62 @@ def test_a_stage_killed_while_writing_is_not_current_for_the_options_it_recorded
     assert (store.root / "report" / "index.html").read_text() == "first"
 
 
+def test_a_second_job_in_a_whole_table_stage_stops_and_the_first_ones_tables_stand(tmp_path, monkeypatch):
+    """The whole-table stages took no lock: `harness run` started twice ran a stage twice at once, and the jobs'
+    writes interleaved (here a second job of other options wrote every statistics table once the first had written
+    its first; the first then wrote the rest over them, and its record: the representation table was the other
+    config's under this one's record). A job holds the stage's writer lock while it checks and writes the stage; a
+    second stops with a one-line error naming the stage's folder, rather than wait silently behind a job that may
+    be stopped; rerun, it skips what the first made."""
+    import io
+
+    import pytest
+
+    import harness.audit.stages as S
+    from harness.audit.statistics import compute_tables
+    from harness.errors import DataError
+
+    cfg, store = _run(tmp_path)
+    assert stage_identities(cfg, store).status == "done"
+    principled = parse_config({**cfg.model_dump(), "statistics": {"mode": "principled", "n_boot": 50}})
+    second, real_write = [], S.write_table
+
+    def second_job_starts_once_the_first_wrote_a_table(*a, **kw):
+        path = real_write(*a, **kw)
+        if not second:
+            second.append("started")
+            with pytest.raises(DataError) as stopped:
+                stage_statistics(principled, store)
+            second.append(str(stopped.value))
+        return path
+
+    monkeypatch.setattr(S, "write_table", second_job_starts_once_the_first_wrote_a_table)
+    assert stage_statistics(cfg, store).status == "done"
+    monkeypatch.undo()
+    folder = store.stage_dir(STATISTICS)
+    assert second[1].startswith(f"{folder}: another job is writing") and "\n" not in second[1]
+    chars = pd.read_parquet(store.stage_dir(IDENTITIES) / "characters.parquet")
+    for name, df in compute_tables(chars, cfg.statistics, min_population=cfg.identity.min_population).items():
+        pd.testing.assert_frame_equal(pd.read_parquet(folder / f"{name}.parquet"),
+                                      pd.read_parquet(io.BytesIO(df.to_parquet(index=False))))
+    assert stage_statistics(cfg, store).status == "skipped (current)"
+
+    # each whole-table stage, beside a job writing it (its lock held as that job holds it)
+    def page(runs, out):
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "index.html").write_text("page")
+        return out / "index.html"
+
+    renamed = parse_config({**cfg.model_dump(), "name": "m2"})
+    for stage, run_it in ((IDENTITIES, lambda: stage_identities(renamed, store)),
+                          (STATISTICS, lambda: stage_statistics(renamed, store)),
+                          (S.REPORT, lambda: S.run_report_stage(store, "fp", page, 0.0))):
+        with store.writing(stage, "another-job"):
+            with pytest.raises(DataError, match=f"^{store.stage_dir(stage)}: another job is writing"):
+                run_it()
+        assert run_it().status == "done"
+
+
 def test_a_deleted_table_is_made_again(tmp_path):
     """A whole-table stage whose table was deleted (to have it made again, as for a shard that does not
     read) skipped as current: the statistics then stopped with a FileNotFoundError for characters.parquet."""

@@ -75,6 +75,60 @@ def test_cache_is_resumable_and_checks_texts(tmp_path):
         EmbeddingCache(tmp_path, spec, dtype="float32")
 
 
+def test_the_caches_files_reach_the_disk_before_their_rename_and_a_shards_keys_after_its_matrix(
+        tmp_path, syncs_and_renames):
+    """The cache renamed its shards' files unsynced and wrote spec.json in place: a power loss after the embed stage
+    recorded itself current could leave a matrix, its keys or spec.json empty under its name, which the statistics
+    stage could not read (or read as rows with no vectors) until the folder was deleted. Each file is synced, renamed
+    and its folder synced, a shard's matrix before the keys that make it count."""
+    keys = pd.DataFrame({"prompt_id": ["a"] * 3, "sample_idx": range(3)})
+    cache = EmbeddingCache(tmp_path, EmbedderSpec("fake", path="unused"))
+    assert cache.embed(keys, ["x", "y", "z"], embedder=CountingEmbedder()) == 3
+    [(shard_keys, matrix)] = cache.shards()
+    files = [p.stat().st_ino for p in (cache.dir / "spec.json", matrix, shard_keys)]
+    folder = cache.dir.stat().st_ino
+    events = [e for e in syncs_and_renames if e[1] in (*files, folder)]
+    assert events == [e for file in files for e in (("fsync", file), ("replace", file), ("fsync", folder))]
+
+
+def test_a_second_embed_job_keeps_the_shard_the_first_is_writing_and_reads_no_temporary_file(tmp_path, monkeypatch):
+    """The cache deleted every temporary file of its folder when made: a second embed job (or the statistics stage,
+    which makes one to read) started while the first wrote a shard deleted it before its rename, and the first
+    stopped with FileNotFoundError. A job follows the run store's rule (RunStore.writing on the cache's folder): it
+    deletes every temporary file a killed job left when it embeds alone, beside another job only its own; and a
+    temporary keys file (a shard not yet committed) is not read as a shard."""
+    import harness.homogeneity.embed as E
+
+    spec = EmbedderSpec("fake", path="unused")
+    keys = pd.DataFrame({"prompt_id": ["a"] * 4 + ["b"] * 4, "sample_idx": list(range(4)) * 2})
+    texts = [f"text {i}" for i in range(8)]
+    real_save, started = E.np.save, []
+
+    def second_job_starts_while_the_first_writes(path, arr, *a, **kw):
+        real_save(path, arr, *a, **kw)
+        if not started:
+            started.append(True)
+            assert EmbeddingCache(tmp_path, spec).embed(keys.iloc[4:], texts[4:], embedder=CountingEmbedder()) == 4
+
+    monkeypatch.setattr(E.np, "save", second_job_starts_while_the_first_writes)
+    assert EmbeddingCache(tmp_path, spec).embed(keys.iloc[:4], texts[:4], embedder=CountingEmbedder()) == 4
+    monkeypatch.undo()
+    cache = EmbeddingCache(tmp_path, spec)
+    assert started and len(cache.shards()) == 2
+    np.testing.assert_allclose(cache.load(keys, texts), CountingEmbedder().encode(texts), rtol=1e-3, atol=1e-3)
+
+    more = pd.DataFrame({"prompt_id": ["c", "c"], "sample_idx": [0, 1]})
+    left = [cache.dir / f".tmp-emb-other-x{suffix}" for suffix in (".npy", ".keys.parquet")]
+    with cache.store.writing(cache.stage, "emb-other"):  # a job still writing that shard
+        for p in left:
+            p.write_bytes(b"half a file")
+        assert len(cache.shards()) == 2 and len(cache.keys()) == 8
+        assert cache.embed(more.iloc[:1], ["text c0"], embedder=CountingEmbedder()) == 1
+        assert all(p.exists() for p in left)
+    assert cache.embed(more, ["text c0", "text c1"], embedder=CountingEmbedder()) == 1  # alone: the job was killed
+    assert not any(p.exists() for p in left) and len(cache.keys()) == 10
+
+
 @pytest.mark.slow
 def test_minilm_sentence_transformers_and_hf_layer_agree():
     texts = [

@@ -91,15 +91,11 @@ class _Embedder:
         return np.stack([np.random.default_rng(sum(map(ord, t))).normal(size=8) for t in texts]).astype(np.float32)
 
 
-def test_a_statistics_stage_killed_while_it_writes_is_not_current(tmp_path, scripted_backend, monkeypatch):
-    """The statistics stage forgets its record before it writes over its tables, as the audit's whole-table stages
-    do: killed while writing the tables of other options, a rerun with the options it recorded (the changed config
-    put back) found the old record and skipped the stage, over a texts table of the other options."""
-    import harness.homogeneity.stage as H
-    from harness.audit.stages import recorded
+def _statistics_run(tmp_path, scripted_backend):
+    """A homogeneity config, its run directory generated and embedded (a stand-in embedder), and its store."""
     from harness.homogeneity.embed import EmbeddingCache
     from harness.homogeneity.stage import generate_homogeneity
-    from harness.homogeneity.stages import STATS_DIR, included_texts, stage_statistics
+    from harness.homogeneity.stages import included_texts
     from harness.store import RunStore
 
     doc = {**BASE, "prompts": PROMPTS, "samples_per_prompt": 3, "seed": 3, "output_dir": str(tmp_path / "run"),
@@ -108,7 +104,18 @@ def test_a_statistics_stage_killed_while_it_writes_is_not_current(tmp_path, scri
     generate_homogeneity(cfg, backend=scripted_backend, progress=False)
     texts = included_texts(cfg)[1]
     EmbeddingCache(cfg.output_dir, embedder_spec(cfg)).embed(texts, texts["text_clean"].tolist(), embedder=_Embedder())
-    store = RunStore(cfg.output_dir)
+    return doc, cfg, RunStore(cfg.output_dir)
+
+
+def test_a_statistics_stage_killed_while_it_writes_is_not_current(tmp_path, scripted_backend, monkeypatch):
+    """The statistics stage forgets its record before it writes over its tables, as the audit's whole-table stages
+    do: killed while writing the tables of other options, a rerun with the options it recorded (the changed config
+    put back) found the old record and skipped the stage, over a texts table of the other options."""
+    import harness.homogeneity.stage as H
+    from harness.audit.stages import recorded
+    from harness.homogeneity.stages import STATS_DIR, stage_statistics
+
+    doc, cfg, store = _statistics_run(tmp_path, scripted_backend)
     assert stage_statistics(cfg, store).status == "done"
     assert stage_statistics(cfg, store).status == "skipped (current)"
 
@@ -123,6 +130,67 @@ def test_a_statistics_stage_killed_while_it_writes_is_not_current(tmp_path, scri
     assert recorded(store, STATS_DIR) == {}
     assert stage_statistics(cfg, store).status == "done"
     assert recorded(store, STATS_DIR)["top_k"] == 2
+
+
+def test_a_second_statistics_job_stops_while_the_first_writes_and_the_first_ones_tables_stand(
+        tmp_path, scripted_backend, monkeypatch):
+    """The statistics stage took no lock: a second job (`harness run` started twice, here with another top_k) wrote
+    texts.parquet and every table while the first was between its texts table and the rest, and the first then
+    wrote over some of them. A job holds the stage's writer lock while it checks and writes the stage, as the
+    audit's whole-table stages do; a second stops with a one-line error naming the folder."""
+    import harness.homogeneity.stage as H
+    from harness.audit.stages import recorded
+    from harness.errors import DataError
+    from harness.homogeneity.stages import STATS_DIR, stage_statistics
+
+    doc, cfg, store = _statistics_run(tmp_path, scripted_backend)
+    other = parse_config({**doc, "homogeneity": {"top_k": 3}})
+    second, real_analyse = [], H.analyse_embeddings
+
+    def second_job_starts_while_the_first_writes(*a, **kw):
+        if not second:
+            second.append("started")
+            with pytest.raises(DataError) as stopped:
+                stage_statistics(other, store)
+            second.append(str(stopped.value))
+        return real_analyse(*a, **kw)
+
+    monkeypatch.setattr(H, "analyse_embeddings", second_job_starts_while_the_first_writes)
+    assert stage_statistics(cfg, store).status == "done"
+    monkeypatch.undo()
+    assert second[1].startswith(f"{store.stage_dir(STATS_DIR)}: another job is writing") and "\n" not in second[1]
+    assert recorded(store, STATS_DIR)["top_k"] == 2
+    pairs = pd.read_csv(store.stage_dir(STATS_DIR) / "minilm-l6" / "extreme_pairs.csv")
+    assert pairs["rank"].max() == 2
+    assert stage_statistics(cfg, store).status == "skipped (current)"
+    assert stage_statistics(other, store).status == "done"
+
+
+def test_the_statistics_tables_reach_the_disk_before_their_rename_and_the_stage_record_after(
+        tmp_path, scripted_backend, syncs_and_renames):
+    """The statistics stage wrote texts.parquet, refusals.csv, the embedder's tables and summary.json in place and
+    unsynced: a power loss after _stage.json recorded them current could leave a table empty or cut under its name,
+    which every rerun skipped as current. Each is written under a temporary name, synced, renamed and its folder
+    synced (the store's commit_file), all before the record."""
+    from harness.homogeneity.stages import STATS_DIR, stage_statistics
+
+    _, cfg, store = _statistics_run(tmp_path, scripted_backend)
+    events = syncs_and_renames
+    events.clear()
+    assert stage_statistics(cfg, store).status == "done"
+    out = store.stage_dir(STATS_DIR)
+    recorded_at = events.index(("replace", (out / "_stage.json").stat().st_ino))
+    tables = sorted(p for p in out.rglob("*") if p.is_file() and not p.name.startswith((".", "_")))
+    names = {p.name for p in tables}
+    assert {"texts.parquet", "refusals.csv", "cells.csv", "pair_hist.parquet", "summary.json"} <= names
+    for p in tables:
+        file, folder = p.stat().st_ino, p.parent.stat().st_ino
+        assert ("replace", file) in events, f"{p.name} written in place"
+        i = events.index(("replace", file))
+        assert events[i - 1:i + 2] == [("fsync", file), ("replace", file), ("fsync", folder)], p.name
+        assert i < recorded_at, p.name
+    assert events.index(("replace", (out / "minilm-l6" / "summary.json").stat().st_ino)) == max(
+        events.index(("replace", p.stat().st_ino)) for p in tables if p.parent.name == "minilm-l6")
 
 
 # ============================================================================ end to end (slow)
