@@ -303,38 +303,45 @@ def run_homogeneity(
     ``target``: texts per prompt (default: every usable text); ``n_boot`` / ``n_perm``:
     text-level bootstrap and permutation replicates (0 = skip); ``backend``: the kernel
     backend ("auto", "numpy", "triton", "cupy").
+
+    It writes into the folder of ``harness run``'s statistics stage, so it holds that stage's writer lock
+    (a second job stops) and forgets the stage's record before it writes: the next ``harness run`` makes the
+    tables of its config again rather than skip them as current over the tables of these options.
     """
+    from harness.audit.stages import mark_stale, writing_alone
     from harness.store import RunStore
     from harness.suites import get_suite
 
     run_dir = Path(run_dir)
+    store = RunStore(run_dir)
     if suite is None:
-        m = RunStore(run_dir).read_manifest().get("config", {})
+        m = store.read_manifest().get("config", {})
         suite = get_suite(m.get("suite", "homogeneity"), m.get("wording"))
     texts_all = load_texts(run_dir, refusal=refusal, target=target, suite=suite)
     out_root = run_dir / OUT
-    out_root.mkdir(parents=True, exist_ok=True)
-    write_texts(texts_all, out_root)
-    texts = texts_all[texts_all["included"]].reset_index(drop=True)
-    if texts.empty:
-        raise DataError(f"{run_dir}: no usable texts after the refusal filter")
     levels, refs = suite_levels(suite)
     cell_order = [tuple(p.meta[k] for k in FACTORS) for p in suite]
     results = []
-    for e in embedders:
-        spec = get_spec(e) if isinstance(e, str) else e
-        t = time.perf_counter()
-        cache = EmbeddingCache(run_dir, spec, dtype=cache_dtype)
-        cb = (lambda i, n: print(f"embedded {i}/{n}")) if progress else None
-        cache.embed(texts, texts["text_clean"].tolist(), device=device, batch_size=batch_size, progress=cb)
-        x = cache.load(texts, texts["text_clean"].tolist())
-        embed_s = time.perf_counter() - t
-        files, secs = analyse_embeddings(x, texts, out_root / spec.name, levels=levels, refs=refs, n_boot=n_boot,
-                                         n_perm=n_perm, seed=seed, backend=backend, top_k=top_k, pairs=pairs,
-                                         cell_order=cell_order)
-        secs = {"embed": embed_s, **secs}
-        results.append(EmbedderOutputs(spec.name, out_root / spec.name, tuple(files), len(texts),
-                                       int(pd.read_csv(out_root / spec.name / "cells.csv")["n_pairs"].sum()), secs))
+    with writing_alone(store, OUT):
+        mark_stale(store, OUT)
+        write_texts(texts_all, out_root)
+        texts = texts_all[texts_all["included"]].reset_index(drop=True)
+        if texts.empty:
+            raise DataError(f"{run_dir}: no usable texts after the refusal filter")
+        for e in embedders:
+            spec = get_spec(e) if isinstance(e, str) else e
+            t = time.perf_counter()
+            cache = EmbeddingCache(run_dir, spec, dtype=cache_dtype)
+            cb = (lambda i, n: print(f"embedded {i}/{n}")) if progress else None
+            cache.embed(texts, texts["text_clean"].tolist(), device=device, batch_size=batch_size, progress=cb)
+            x = cache.load(texts, texts["text_clean"].tolist())
+            embed_s = time.perf_counter() - t
+            files, secs = analyse_embeddings(x, texts, out_root / spec.name, levels=levels, refs=refs, n_boot=n_boot,
+                                             n_perm=n_perm, seed=seed, backend=backend, top_k=top_k, pairs=pairs,
+                                             cell_order=cell_order)
+            secs = {"embed": embed_s, **secs}
+            results.append(EmbedderOutputs(spec.name, out_root / spec.name, tuple(files), len(texts),
+                                           int(pd.read_csv(out_root / spec.name / "cells.csv")["n_pairs"].sum()), secs))
     return results
 
 

@@ -193,6 +193,54 @@ def test_the_statistics_tables_reach_the_disk_before_their_rename_and_the_stage_
         events.index(("replace", p.stat().st_ino)) for p in tables if p.parent.name == "minilm-l6")
 
 
+def test_harness_homogeneity_analyse_with_other_options_leaves_the_statistics_stage_to_run_again(
+        tmp_path, scripted_backend):
+    """`harness homogeneity analyse` (run_homogeneity) writes into the statistics stage's folder: run after the stage
+    with other options (here top_k 3), it left the stage's _stage.json calling its tables current, and the next
+    `harness run` skipped the stage over tables of the other options. It forgets the stage's record before it
+    writes, so the next run makes the tables of its config again."""
+    from harness.homogeneity.stage import run_homogeneity
+    from harness.homogeneity.stages import STATS_DIR, stage_statistics
+
+    _, cfg, store = _statistics_run(tmp_path, scripted_backend)
+    assert stage_statistics(cfg, store).status == "done"
+    run_homogeneity(cfg.output_dir, embedders=[embedder_spec(cfg)], target=3, n_boot=0, backend="numpy", top_k=3)
+    pairs = store.stage_dir(STATS_DIR) / "minilm-l6" / "extreme_pairs.csv"
+    assert pd.read_csv(pairs)["rank"].max() == 3
+    assert stage_statistics(cfg, store).status == "done"
+    assert pd.read_csv(pairs)["rank"].max() == 2
+    assert stage_statistics(cfg, store).status == "skipped (current)"
+
+
+def test_harness_homogeneity_analyse_stops_while_the_statistics_stage_writes(tmp_path, scripted_backend, monkeypatch):
+    """`harness homogeneity analyse` took no lock: started while `harness run`'s statistics stage was between its
+    texts table and the rest, it wrote every table of its own options under the stage, which then wrote over some
+    of them and recorded the mix current. It holds the stage's writer lock, so it stops with the stage's one-line
+    error and the stage's tables stand."""
+    import harness.homogeneity.stage as H
+    from harness.errors import DataError
+    from harness.homogeneity.stages import STATS_DIR, stage_statistics
+
+    _, cfg, store = _statistics_run(tmp_path, scripted_backend)
+    second, real_analyse = [], H.analyse_embeddings
+
+    def analyse_starts_while_the_stage_writes(*a, **kw):
+        if not second:
+            second.append("started")
+            with pytest.raises(DataError) as stopped:
+                H.run_homogeneity(cfg.output_dir, embedders=[embedder_spec(cfg)], target=3, n_boot=0,
+                                  backend="numpy", top_k=3)
+            second.append(str(stopped.value))
+        return real_analyse(*a, **kw)
+
+    monkeypatch.setattr(H, "analyse_embeddings", analyse_starts_while_the_stage_writes)
+    assert stage_statistics(cfg, store).status == "done"
+    monkeypatch.undo()
+    assert second[1].startswith(f"{store.stage_dir(STATS_DIR)}: another job is writing") and "\n" not in second[1]
+    assert pd.read_csv(store.stage_dir(STATS_DIR) / "minilm-l6" / "extreme_pairs.csv")["rank"].max() == 2
+    assert stage_statistics(cfg, store).status == "skipped (current)"
+
+
 # ============================================================================ end to end (slow)
 
 PROMPTS = [f"{r}-{g}-{f}" for r in ("african", "asian", "hispanic", "white") for g in ("man", "woman")
