@@ -23,7 +23,7 @@ from harness.report import figures as F
 from harness.report.cues import search
 from harness.report.qa import labeller_table_html
 from harness.stats.tables import pooled_curve
-from harness.store import RunStore
+from harness.store import RunStore, atomic_write
 
 TABLES = ("representation", "orientation", "subordination", "rmrs", "threshold_curve", "name_ratios",
           "likelihood_histogram", "top_names", "labelling_qa")
@@ -88,7 +88,7 @@ def build_report(runs: list[Path | str], out: Path | str, *, title: str = "Laiss
     counts, sheet = search(pd.concat(stories, ignore_index=True))
     T["cue_counts"] = counts
     F.write_tables(out, T)
-    sheet.to_csv(out / "tables" / "coding_sheet.csv", index=False)
+    atomic_write(out / "tables" / "coding_sheet.csv", lambda tmp: sheet.to_csv(tmp, index=False))
 
     rep = T["representation"]
     figs = F.Figures(out)
@@ -108,9 +108,8 @@ def build_report(runs: list[Path | str], out: Path | str, *, title: str = "Laiss
     figs.add("fig3b_threshold_curve", "Figure 3b. Pooled subordination ratio per likelihood threshold (median over models).",
         lambda p: F.threshold_curves(T["pooled_curve"], p), T["pooled_curve"])
 
-    index = out / "index.html"
-    index.write_text(_render(title, manifests, figs, T))
-    return index
+    page = _render(title, manifests, figs, T)
+    return atomic_write(out / "index.html", lambda tmp: tmp.write_text(page))
 
 
 def _manifest_rows(manifests) -> str:

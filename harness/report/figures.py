@@ -1,7 +1,8 @@
 """The report's figures (Figs. 1-3 of the laissez-faire paper), drawn with matplotlib.
 
 Every function takes a tidy table, writes PNG and SVG, and returns the PNG path; the table it
-drew is saved beside it as CSV by the caller.
+drew is saved beside it as CSV by the caller. Every file of a report is written atomically
+(``harness.store.atomic_write``): the report stage records the page current once it is built.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import pandas as pd  # noqa: E402
 from matplotlib.colors import TwoSlopeNorm  # noqa: E402
 
 from harness.identity import RACE_DISPLAY  # noqa: E402
+from harness.store import atomic_write  # noqa: E402
 
 SIG_COLOURS = [(0.001, "#c0392b", "p < .001"), (0.01, "#e67e22", "p < .01"), (0.05, "#f1c40f", "p < .05")]
 GREY = "#bdbdbd"
@@ -24,8 +26,9 @@ GENDER_SHORT = {"Female": "Fem.", "Male": "Masc.", "Non-binary": "NB"}
 
 
 def _save(fig, path: Path) -> Path:
-    fig.savefig(path.with_suffix(".png"), dpi=110, bbox_inches="tight")
-    fig.savefig(path.with_suffix(".svg"), bbox_inches="tight")
+    """``fig`` as ``path`` .png and .svg, each drawn to a temporary file and renamed synced; closes ``fig``."""
+    atomic_write(path.with_suffix(".png"), lambda tmp: fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight"))
+    atomic_write(path.with_suffix(".svg"), lambda tmp: fig.savefig(tmp, format="svg", bbox_inches="tight"))
     plt.close(fig)
     return path.with_suffix(".png")
 
@@ -169,8 +172,8 @@ def threshold_curves(pooled: pd.DataFrame, path: Path) -> Path:
 def write_tables(out: Path, tables: dict[str, pd.DataFrame]) -> None:
     """Every table of a report as ``out/tables/<name>.parquet`` and ``.csv``."""
     for name, df in tables.items():
-        df.to_parquet(out / "tables" / f"{name}.parquet", index=False)
-        df.to_csv(out / "tables" / f"{name}.csv", index=False)
+        atomic_write(out / "tables" / f"{name}.parquet", lambda tmp: df.to_parquet(tmp, index=False))
+        atomic_write(out / "tables" / f"{name}.csv", lambda tmp: df.to_csv(tmp, index=False))
 
 
 class Figures(list):
@@ -186,7 +189,7 @@ class Figures(list):
             self.append((name, caption, None))
             return
         png = draw(self.out / "figures" / name)
-        data.to_csv(self.out / "figures" / f"{name}.csv", index=False)
+        atomic_write(self.out / "figures" / f"{name}.csv", lambda tmp: data.to_csv(tmp, index=False))
         self.append((name, caption, png.relative_to(self.out).as_posix()))
 
     def html(self) -> list[str]:

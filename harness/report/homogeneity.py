@@ -25,8 +25,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from harness.errors import DataError  # noqa: E402
-from harness.report.figures import Figures, write_tables  # noqa: E402
-from harness.store import RunStore  # noqa: E402
+from harness.report.figures import Figures, _save, write_tables  # noqa: E402
+from harness.store import RunStore, atomic_write  # noqa: E402
 
 STATS_DIR = "homogeneity"
 #: table file in each embedder folder -> report table name
@@ -43,13 +43,6 @@ TABLES = {
 }
 REQUIRED = ("groups.csv", "coefficients.csv", "lrt.csv", "simple_effects.csv")
 GENDER_COLOURS = {"man": "#1f77b4", "woman": "#d62728"}
-
-
-def _save(fig, path: Path) -> Path:
-    fig.savefig(path.with_suffix(".png"), dpi=110, bbox_inches="tight")
-    fig.savefig(path.with_suffix(".svg"), bbox_inches="tight")
-    plt.close(fig)
-    return path.with_suffix(".png")
 
 
 def load_run_tables(run: Path | str) -> tuple[dict, dict[str, pd.DataFrame]]:
@@ -211,9 +204,8 @@ def build_homogeneity_report(runs: list[Path | str], out: Path | str, *, title: 
     figs.add("hom3_extreme_pairs", "Figure H3. The most and least similar pairs of texts in each race x gender group "
         "(per-prompt top-k of the homogeneity kernel, pooled over formats); the texts are in the table below.",
         lambda p: extreme_pairs_figure(ext, p), ext)
-    index = out / "index.html"
-    index.write_text(_render(title, manifests, figs, T))
-    return index
+    page = _render(title, manifests, figs, T)
+    return atomic_write(out / "index.html", lambda tmp: tmp.write_text(page))
 
 
 def _group_means(groups: pd.DataFrame, text_means: pd.DataFrame | None) -> pd.DataFrame:

@@ -326,6 +326,33 @@ def test_whole_homogeneity_run_on_the_embedded_model(homogeneity_run, tmp_path):
     assert shot.read_bytes()[:8] == PNG_SIGNATURE
 
 
+def test_every_homogeneity_report_file_reaches_the_disk_before_its_rename_and_the_stage_record_after(
+        tmp_path, syncs_and_renames):
+    """The homogeneity report wrote index.html, its figures, their data and its tables in place and unsynced: a
+    power loss after the report stage's _stage.json recorded them current could leave the page or a figure empty or
+    cut under its name, and every rerun skipped the stage as current. Each is written under a temporary name,
+    synced, renamed and its folder synced (the store's atomic_write), all before the record."""
+    from harness.audit.stages import REPORT, run_report_stage
+    from harness.store import RunStore
+
+    store = RunStore(_fake_run(tmp_path / "a", "model-a", 3))
+    events = syncs_and_renames
+    events.clear()
+    assert run_report_stage(store, "fp", build_homogeneity_report, 0.0).status == "done"
+    out = store.stage_dir(REPORT)
+    recorded_at = events.index(("replace", (out / "_stage.json").stat().st_ino))
+    files = sorted(p for p in out.rglob("*") if p.is_file() and not p.name.startswith((".", "_")))
+    names = {p.relative_to(out).as_posix() for p in files}
+    assert {"index.html", "figures/hom1_group_means.png", "figures/hom1_group_means.svg",
+            "figures/hom1_group_means.csv", "tables/hom_coefficients.parquet", "tables/hom_coefficients.csv"} <= names
+    for p in files:
+        file, folder = p.stat().st_ino, p.parent.stat().st_ino
+        assert ("replace", file) in events, f"{p.name} written in place"
+        i = events.index(("replace", file))
+        assert events[i - 1:i + 2] == [("fsync", file), ("replace", file), ("fsync", folder)], p.name
+        assert i < recorded_at, p.name
+
+
 def test_report_command_builds_the_homogeneity_report(tmp_path):
     from typer.testing import CliRunner
 
