@@ -101,8 +101,31 @@ def atomic_write(path: Path, write: Callable[[Path], Any]) -> Path:
     return path
 
 
+def _umask() -> int:
+    """The process's file-mode creation mask: from /proc (Linux), else by setting it and setting it back (which
+    another thread creating a file in between would see)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file beside it, synced and renamed (``commit_file``'s
+    order), with the mode a plain write would give: ``mkstemp`` makes its file 0600, so run.json, stage records
+    and a model's meta.json were unreadable to the other users of a shared run folder."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        mode = os.stat(path).st_mode & 0o777  # an existing file keeps its mode
+    except OSError:
+        mode = 0o666 & ~_umask()
+    os.fchmod(fd, mode)
     with os.fdopen(fd, "w") as f:
         f.write(text)
         f.flush()

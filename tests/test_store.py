@@ -416,6 +416,26 @@ def test_a_shard_reaches_the_disk_before_its_rename_and_its_rename_after(tmp_pat
     assert events == [("fsync", file), ("replace", file), ("fsync", store.root.stat().st_ino)]
 
 
+def test_files_written_by_rename_get_the_mode_a_plain_write_gives(tmp_path):
+    """run.json, stage records and meta.json come through mkstemp, whose file is 0600: the other users of a shared
+    run folder could read the shards but not the manifest. New, they get the umask's mode; rewritten, their own."""
+    from harness.store import atomic_write_text
+
+    old = os.umask(0o022)
+    try:
+        store = RunStore(tmp_path / "run")
+        store.update_manifest(status="running")
+        assert store.manifest_path.stat().st_mode & 0o777 == 0o644
+        os.umask(0o077)
+        atomic_write_text(tmp_path / "new.json", "{}")
+        assert (tmp_path / "new.json").stat().st_mode & 0o777 == 0o600
+        store.manifest_path.chmod(0o640)
+        store.update_manifest(status="complete")
+        assert store.manifest_path.stat().st_mode & 0o777 == 0o640
+    finally:
+        os.umask(old)
+
+
 def test_shards_partition_the_work_and_are_stable(tmp_path):
     c = cfg(tmp_path, samples_per_prompt=10)
     suite = get_suite("laissez-faire")
