@@ -41,6 +41,42 @@ def syncs_and_renames(monkeypatch) -> list[tuple[str, int]]:
 
 
 @pytest.fixture
+def stage_written_durably(syncs_and_renames):
+    """``check(out, run, want)``: calls ``run()`` (a whole-table stage writing the folder ``out``; it must return a
+    result whose status is "done") and checks that every file it wrote there (``want``, paths in ``out``, among
+    them) was synced, renamed and its folder synced, all before the stage's ``_stage.json`` recorded them current.
+    Returns the recorded syncs and renames and the files."""
+
+    def check(out, run, want: set[str]) -> tuple[list, list]:
+        events = syncs_and_renames
+        events.clear()
+        assert run().status == "done"
+        recorded_at = events.index(("replace", (out / "_stage.json").stat().st_ino))
+        files = sorted(p for p in out.rglob("*") if p.is_file() and not p.name.startswith((".", "_")))
+        assert want <= {p.relative_to(out).as_posix() for p in files}
+        for p in files:
+            file, folder = p.stat().st_ino, p.parent.stat().st_ino
+            assert ("replace", file) in events, f"{p.name} written in place"
+            i = events.index(("replace", file))
+            assert events[i - 1:i + 2] == [("fsync", file), ("replace", file), ("fsync", folder)], p.name
+            assert i < recorded_at, p.name
+        return events, files
+
+    return check
+
+
+@pytest.fixture
+def report_written_durably(stage_written_durably):
+    """``check(store, build, want)``: ``stage_written_durably`` for the report stage of ``store`` built by ``build``."""
+    from harness.audit.stages import REPORT, run_report_stage
+
+    def check(store, build, want: set[str]) -> None:
+        stage_written_durably(store.stage_dir(REPORT), lambda: run_report_stage(store, "fp", build, 0.0), want)
+
+    return check
+
+
+@pytest.fixture
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -74,29 +74,16 @@ def test_report_renders_in_chromium_without_errors(report, tmp_path):
     check_rendered(index, dom, log, shot, copy_as="report_synthetic.png")
 
 
-def test_every_report_file_reaches_the_disk_before_its_rename_and_the_stage_record_after(tmp_path, syncs_and_renames):
+def test_every_report_file_reaches_the_disk_before_its_rename_and_the_stage_record_after(
+        tmp_path, report_written_durably):
     """The report wrote index.html, its figures, their data and its tables in place and unsynced: a power loss after
     the report stage's _stage.json recorded them current could leave the page or a figure empty or cut under its
     name, and every rerun skipped the stage as current. Each is written under a temporary name, synced, renamed and
     its folder synced (the store's atomic_write), all before the record."""
-    from harness.audit.stages import REPORT, run_report_stage
     from harness.store import RunStore
 
     chars = synthetic_characters(60, models=("model-a",))
     (run,) = write_synthetic_runs(tmp_path / "runs", chars, compute_tables(chars, StatsConfig()))
-    store = RunStore(run)
-    events = syncs_and_renames
-    events.clear()
-    assert run_report_stage(store, "fp", build_report, 0.0).status == "done"
-    out = store.stage_dir(REPORT)
-    recorded_at = events.index(("replace", (out / "_stage.json").stat().st_ino))
-    files = sorted(p for p in out.rglob("*") if p.is_file() and not p.name.startswith((".", "_")))
-    names = {p.relative_to(out).as_posix() for p in files}
-    assert {"index.html", "figures/fig1a_representation_race.png", "figures/fig1a_representation_race.svg",
-            "figures/fig1a_representation_race.csv", "tables/representation.parquet", "tables/coding_sheet.csv"} <= names
-    for p in files:
-        file, folder = p.stat().st_ino, p.parent.stat().st_ino
-        assert ("replace", file) in events, f"{p.name} written in place"
-        i = events.index(("replace", file))
-        assert events[i - 1:i + 2] == [("fsync", file), ("replace", file), ("fsync", folder)], p.name
-        assert i < recorded_at, p.name
+    report_written_durably(RunStore(run), build_report, {
+        "index.html", "figures/fig1a_representation_race.png", "figures/fig1a_representation_race.svg",
+        "figures/fig1a_representation_race.csv", "tables/representation.parquet", "tables/coding_sheet.csv"})

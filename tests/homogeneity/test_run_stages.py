@@ -132,33 +132,41 @@ def test_a_statistics_stage_killed_while_it_writes_is_not_current(tmp_path, scri
     assert recorded(store, STATS_DIR)["top_k"] == 2
 
 
+def _second_job_while_the_stage_writes(monkeypatch, cfg, store, second_job) -> str:
+    """Runs the statistics stage of ``cfg`` with ``second_job()`` started once the stage has written its texts
+    table; the error ``second_job`` stopped with (it must stop with a DataError)."""
+    import harness.homogeneity.stage as H
+    from harness.errors import DataError
+    from harness.homogeneity.stages import stage_statistics
+
+    stopped, real_analyse = [], H.analyse_embeddings
+
+    def second_job_starts(*a, **kw):
+        if not stopped:
+            with pytest.raises(DataError) as e:
+                second_job()
+            stopped.append(str(e.value))
+        return real_analyse(*a, **kw)
+
+    monkeypatch.setattr(H, "analyse_embeddings", second_job_starts)
+    assert stage_statistics(cfg, store).status == "done"
+    monkeypatch.undo()
+    return stopped[0]
+
+
 def test_a_second_statistics_job_stops_while_the_first_writes_and_the_first_ones_tables_stand(
         tmp_path, scripted_backend, monkeypatch):
     """The statistics stage took no lock: a second job (`harness run` started twice, here with another top_k) wrote
     texts.parquet and every table while the first was between its texts table and the rest, and the first then
     wrote over some of them. A job holds the stage's writer lock while it checks and writes the stage, as the
     audit's whole-table stages do; a second stops with a one-line error naming the folder."""
-    import harness.homogeneity.stage as H
     from harness.audit.stages import recorded
-    from harness.errors import DataError
     from harness.homogeneity.stages import STATS_DIR, stage_statistics
 
     doc, cfg, store = _statistics_run(tmp_path, scripted_backend)
     other = parse_config({**doc, "homogeneity": {"top_k": 3}})
-    second, real_analyse = [], H.analyse_embeddings
-
-    def second_job_starts_while_the_first_writes(*a, **kw):
-        if not second:
-            second.append("started")
-            with pytest.raises(DataError) as stopped:
-                stage_statistics(other, store)
-            second.append(str(stopped.value))
-        return real_analyse(*a, **kw)
-
-    monkeypatch.setattr(H, "analyse_embeddings", second_job_starts_while_the_first_writes)
-    assert stage_statistics(cfg, store).status == "done"
-    monkeypatch.undo()
-    assert second[1].startswith(f"{store.stage_dir(STATS_DIR)}: another job is writing") and "\n" not in second[1]
+    stopped = _second_job_while_the_stage_writes(monkeypatch, cfg, store, lambda: stage_statistics(other, store))
+    assert stopped.startswith(f"{store.stage_dir(STATS_DIR)}: another job is writing") and "\n" not in stopped
     assert recorded(store, STATS_DIR)["top_k"] == 2
     pairs = pd.read_csv(store.stage_dir(STATS_DIR) / "minilm-l6" / "extreme_pairs.csv")
     assert pairs["rank"].max() == 2
@@ -167,7 +175,7 @@ def test_a_second_statistics_job_stops_while_the_first_writes_and_the_first_ones
 
 
 def test_the_statistics_tables_reach_the_disk_before_their_rename_and_the_stage_record_after(
-        tmp_path, scripted_backend, syncs_and_renames):
+        tmp_path, scripted_backend, stage_written_durably):
     """The statistics stage wrote texts.parquet, refusals.csv, the embedder's tables and summary.json in place and
     unsynced: a power loss after _stage.json recorded them current could leave a table empty or cut under its name,
     which every rerun skipped as current. Each is written under a temporary name, synced, renamed and its folder
@@ -175,20 +183,9 @@ def test_the_statistics_tables_reach_the_disk_before_their_rename_and_the_stage_
     from harness.homogeneity.stages import STATS_DIR, stage_statistics
 
     _, cfg, store = _statistics_run(tmp_path, scripted_backend)
-    events = syncs_and_renames
-    events.clear()
-    assert stage_statistics(cfg, store).status == "done"
     out = store.stage_dir(STATS_DIR)
-    recorded_at = events.index(("replace", (out / "_stage.json").stat().st_ino))
-    tables = sorted(p for p in out.rglob("*") if p.is_file() and not p.name.startswith((".", "_")))
-    names = {p.name for p in tables}
-    assert {"texts.parquet", "refusals.csv", "cells.csv", "pair_hist.parquet", "summary.json"} <= names
-    for p in tables:
-        file, folder = p.stat().st_ino, p.parent.stat().st_ino
-        assert ("replace", file) in events, f"{p.name} written in place"
-        i = events.index(("replace", file))
-        assert events[i - 1:i + 2] == [("fsync", file), ("replace", file), ("fsync", folder)], p.name
-        assert i < recorded_at, p.name
+    events, tables = stage_written_durably(out, lambda: stage_statistics(cfg, store), {
+        "texts.parquet", "refusals.csv", "minilm-l6/cells.csv", "minilm-l6/pair_hist.parquet", "minilm-l6/summary.json"})
     assert events.index(("replace", (out / "minilm-l6" / "summary.json").stat().st_ino)) == max(
         events.index(("replace", p.stat().st_ino)) for p in tables if p.parent.name == "minilm-l6")
 
@@ -218,25 +215,12 @@ def test_harness_homogeneity_analyse_stops_while_the_statistics_stage_writes(tmp
     of them and recorded the mix current. It holds the stage's writer lock, so it stops with the stage's one-line
     error and the stage's tables stand."""
     import harness.homogeneity.stage as H
-    from harness.errors import DataError
     from harness.homogeneity.stages import STATS_DIR, stage_statistics
 
     _, cfg, store = _statistics_run(tmp_path, scripted_backend)
-    second, real_analyse = [], H.analyse_embeddings
-
-    def analyse_starts_while_the_stage_writes(*a, **kw):
-        if not second:
-            second.append("started")
-            with pytest.raises(DataError) as stopped:
-                H.run_homogeneity(cfg.output_dir, embedders=[embedder_spec(cfg)], target=3, n_boot=0,
-                                  backend="numpy", top_k=3)
-            second.append(str(stopped.value))
-        return real_analyse(*a, **kw)
-
-    monkeypatch.setattr(H, "analyse_embeddings", analyse_starts_while_the_stage_writes)
-    assert stage_statistics(cfg, store).status == "done"
-    monkeypatch.undo()
-    assert second[1].startswith(f"{store.stage_dir(STATS_DIR)}: another job is writing") and "\n" not in second[1]
+    stopped = _second_job_while_the_stage_writes(monkeypatch, cfg, store, lambda: H.run_homogeneity(
+        cfg.output_dir, embedders=[embedder_spec(cfg)], target=3, n_boot=0, backend="numpy", top_k=3))
+    assert stopped.startswith(f"{store.stage_dir(STATS_DIR)}: another job is writing") and "\n" not in stopped
     assert pd.read_csv(store.stage_dir(STATS_DIR) / "minilm-l6" / "extreme_pairs.csv")["rank"].max() == 2
     assert stage_statistics(cfg, store).status == "skipped (current)"
 
@@ -327,30 +311,16 @@ def test_whole_homogeneity_run_on_the_embedded_model(homogeneity_run, tmp_path):
 
 
 def test_every_homogeneity_report_file_reaches_the_disk_before_its_rename_and_the_stage_record_after(
-        tmp_path, syncs_and_renames):
+        tmp_path, report_written_durably):
     """The homogeneity report wrote index.html, its figures, their data and its tables in place and unsynced: a
     power loss after the report stage's _stage.json recorded them current could leave the page or a figure empty or
     cut under its name, and every rerun skipped the stage as current. Each is written under a temporary name,
     synced, renamed and its folder synced (the store's atomic_write), all before the record."""
-    from harness.audit.stages import REPORT, run_report_stage
     from harness.store import RunStore
 
-    store = RunStore(_fake_run(tmp_path / "a", "model-a", 3))
-    events = syncs_and_renames
-    events.clear()
-    assert run_report_stage(store, "fp", build_homogeneity_report, 0.0).status == "done"
-    out = store.stage_dir(REPORT)
-    recorded_at = events.index(("replace", (out / "_stage.json").stat().st_ino))
-    files = sorted(p for p in out.rglob("*") if p.is_file() and not p.name.startswith((".", "_")))
-    names = {p.relative_to(out).as_posix() for p in files}
-    assert {"index.html", "figures/hom1_group_means.png", "figures/hom1_group_means.svg",
-            "figures/hom1_group_means.csv", "tables/hom_coefficients.parquet", "tables/hom_coefficients.csv"} <= names
-    for p in files:
-        file, folder = p.stat().st_ino, p.parent.stat().st_ino
-        assert ("replace", file) in events, f"{p.name} written in place"
-        i = events.index(("replace", file))
-        assert events[i - 1:i + 2] == [("fsync", file), ("replace", file), ("fsync", folder)], p.name
-        assert i < recorded_at, p.name
+    report_written_durably(RunStore(_fake_run(tmp_path / "a", "model-a", 3)), build_homogeneity_report, {
+        "index.html", "figures/hom1_group_means.png", "figures/hom1_group_means.svg", "figures/hom1_group_means.csv",
+        "tables/hom_coefficients.parquet", "tables/hom_coefficients.csv"})
 
 
 def test_report_command_builds_the_homogeneity_report(tmp_path):
