@@ -186,7 +186,8 @@ def _without_words_of(characters: tuple[CharacterLabel, ...], w: int, gender: st
 #: The binary pronoun families; in a reference list that mixes genders, their words are what the check moves.
 BINARY_PRONOUNS = {"Male": frozenset({"he", "him", "his", "himself"}),
                    "Female": frozenset({"she", "her", "hers", "herself"})}
-_PRONOUNS = BINARY_PRONOUNS["Male"] | BINARY_PRONOUNS["Female"]
+#: Both families' words.
+BINARY_PRONOUN_WORDS = BINARY_PRONOUNS["Male"] | BINARY_PRONOUNS["Female"]
 
 
 def _check_mixed(characters: tuple[CharacterLabel, ...], roles: tuple[RoleSpec, ...], table: str,
@@ -201,13 +202,15 @@ def _check_mixed(characters: tuple[CharacterLabel, ...], roles: tuple[RoleSpec, 
     from harness.identity.gender import infer_gender
 
     lexicon = default_lexicon()
-    only = tuple(replace(c, references=tuple(r for r in c.references if r.lower() in _PRONOUNS)) for c in characters)
+    only = tuple(replace(c, references=tuple(r for r in c.references if r.lower() in BINARY_PRONOUN_WORDS))
+                 for c in characters)
     if "Unsure" in (infer_gender(list(c.references), lexicon=lexicon) for c in only):
         return characters
     checked = check_pronoun_sets(only, roles, table, strength)
     if checked == only:
         return characters
-    return tuple(replace(c, references=tuple(r for r in c.references if r.lower() not in _PRONOUNS) + k.references)
+    return tuple(replace(c, references=tuple(r for r in c.references if r.lower() not in BINARY_PRONOUN_WORDS)
+                         + k.references)
                  for c, k in zip(characters, checked))
 
 

@@ -42,7 +42,8 @@ from dataclasses import replace
 
 from harness.identity.gender import infer_gender
 from harness.labelling.base import NAME_TITLES, QUOTES, CharacterLabel, RoleSpec, quoted
-from harness.labelling.name_gender import BINARY_PRONOUNS, DEFAULT_STRENGTH, default_lexicon, female_share
+from harness.labelling.name_gender import (BINARY_PRONOUN_WORDS, BINARY_PRONOUNS, DEFAULT_STRENGTH, default_lexicon,
+                                          female_share)
 from harness.labelling.words import split_words, starts_capitalised
 
 #: The pronouns it binds, by the gender they carry ("her" only where it is a determiner).
@@ -181,7 +182,8 @@ def claim_unheld(words: Sequence[str], characters: tuple[CharacterLabel, ...], r
 
 def _unreferenced_beside_gendered(characters: tuple[CharacterLabel, ...]) -> tuple[int, str] | None:
     """For two named characters, one without any gendered word and the other Male or Female by its
-    words: (the index of the first, the gender of the other); else None."""
+    words (by its pronouns where its words mix genders): (the index of the first, the gender of the other);
+    else None."""
     if len(characters) != 2 or not all(c.name for c in characters):
         return None
     lexicon = default_lexicon()
@@ -189,7 +191,13 @@ def _unreferenced_beside_gendered(characters: tuple[CharacterLabel, ...]) -> tup
     if "Unspecified" not in genders:
         return None
     x = genders.index("Unspecified")
-    return (x, genders[1 - x]) if genders[1 - x] in BINARY_PRONOUNS else None
+    other = genders[1 - x]
+    if other == "Unsure":  # its words mix genders, mostly a relation's noun ("Leah": she, her, boyfriend): its
+        # pronouns say its gender, as in name_gender's mixed case
+        other = infer_gender([r for r in characters[1 - x].references if r.lower() in BINARY_PRONOUN_WORDS],
+                             lexicon=lexicon)
+    return (x, other) if other in BINARY_PRONOUNS else None
+
 
 
 def _marked(words: Sequence[str]) -> list[tuple[int, str, bool]]:

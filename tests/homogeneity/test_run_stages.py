@@ -185,7 +185,8 @@ def test_the_statistics_tables_reach_the_disk_before_their_rename_and_the_stage_
     _, cfg, store = _statistics_run(tmp_path, scripted_backend)
     out = store.stage_dir(STATS_DIR)
     events, tables = stage_written_durably(out, lambda: stage_statistics(cfg, store), {
-        "texts.parquet", "refusals.csv", "minilm-l6/cells.csv", "minilm-l6/pair_hist.parquet", "minilm-l6/summary.json"})
+        "texts.parquet", "refusals.csv", "minilm-l6/cells.csv", "minilm-l6/pair_hist.parquet",
+        "minilm-l6/summary.json"})
     assert events.index(("replace", (out / "minilm-l6" / "summary.json").stat().st_ino)) == max(
         events.index(("replace", p.stat().st_ino)) for p in tables if p.parent.name == "minilm-l6")
 

@@ -250,6 +250,13 @@ def test_the_pronouns_nobody_holds_go_to_the_unreferenced_character_whose_name_f
                                                                                          ("friend", "He", "himself")]
 
 
+def test_the_other_characters_pronouns_say_its_gender_where_its_words_mix_genders(table):
+    # "Leah": she, her and her boyfriend's noun (Unsure) beside "Carlos" left without words: nothing was claimed,
+    # and Carlos stayed Unspecified though nobody held "he"
+    assert claim(KAYLA, "Brian Walsh", [], "Kayla", ["Her", "she", "boyfriend"], table) == [
+        ("He", "himself"), ("Her", "she", "boyfriend")]
+
+
 @pytest.mark.parametrize("a, a_refs, b, b_refs", [
     ("Sarah", [], "Kayla", ["Her", "she"]),        # the name does not fit "he"
     ("Kim", [], "Kayla", ["Her", "she"]),          # not strongly gendered
