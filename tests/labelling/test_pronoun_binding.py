@@ -257,12 +257,21 @@ def test_the_other_characters_pronouns_say_its_gender_where_its_words_mix_gender
         ("He", "himself"), ("Her", "she", "boyfriend")]
 
 
+def test_beside_a_non_binary_character_the_unreferenced_one_takes_the_family_its_name_fits(table):
+    # "Sage ... their jacket ... Nadia had already set her card down": beside a singular they, nobody claimed
+    # "she"/"her", and Nadia stayed Unspecified
+    text = "Sage dug through their jacket, but Kayla had already paid. She smiled at her date."
+    assert claim(text, "Sage", ["their"], "Kayla", [], table) == [("their",), ("She", "her")]
+    assert claim(KAYLA, "Brian Walsh", [], "Alex", ["they"], table) == [("He", "himself"), ("they",)]
+    assert claim(text, "Sage", ["their"], "Kim", [], table) == [("their",), ()]  # Kim: not strongly gendered
+    assert claim(text, "Sage", ["their", "her"], "Kayla", [], table) == [("their", "her"), ()]  # "her" is held
+
+
 @pytest.mark.parametrize("a, a_refs, b, b_refs", [
     ("Sarah", [], "Kayla", ["Her", "she"]),        # the name does not fit "he"
     ("Kim", [], "Kayla", ["Her", "she"]),          # not strongly gendered
     ("Xavi", [], "Kayla", ["Her", "she"]),         # not in the table
     ("Brian", [], "Kayla", ["Her", "she", "he"]),  # someone holds "he" already: Kayla is Unsure
-    ("Brian", [], "Kayla", ["they"]),              # the other character is not Male or Female
     ("Brian", ["his"], "Kayla", ["Her", "she"]),   # not unreferenced
     (None, [], "Kayla", ["Her", "she"]),           # unnamed
 ])
