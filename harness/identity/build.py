@@ -87,7 +87,7 @@ def fold_name(name: object) -> str:
 def name_key(names: pd.Series | list | np.ndarray) -> pd.Series:
     """``fold_name`` of each name. (One name at a time, call ``fold_name``: a pandas call costs about a
     millisecond, which the labeller paid once per first name of a corpus.)"""
-    return pd.Series(names, dtype=object).map(fold_name).astype(object)
+    return pd.Series(names, dtype=object).map(fold_name).astype(object)  # as before: not pandas' inferred str dtype
 
 
 def _package_dir(name: str) -> Path:

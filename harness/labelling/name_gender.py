@@ -162,9 +162,10 @@ def check_pronoun_sets(characters: tuple[CharacterLabel, ...], roles: tuple[Role
     else:
         wrong = [contradicts(g, f) for g, f in zip(genders, shares)]
         swap = all(wrong)
-        if sum(wrong) == 1 and fits(genders[1 - wrong.index(True)], shares[1 - wrong.index(True)]):
+        w = wrong.index(True) if sum(wrong) == 1 else None
+        if w is not None and fits(genders[1 - w], shares[1 - w]):
             # a third person's words: the other character, whose name fits, has the words of its gender
-            return _without_words_of(characters, wrong.index(True), genders[wrong.index(True)], lexicon)
+            return _without_words_of(characters, w, genders[w], lexicon)
     if not swap:
         return characters
     a, b = characters

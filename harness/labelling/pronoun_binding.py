@@ -171,7 +171,7 @@ def claim_unheld(words: Sequence[str], characters: tuple[CharacterLabel, ...], r
     """``characters`` with the pronouns of a gender nobody holds given to the unreferenced named
     character whose first name fits that gender (the second rule of the module docstring), beside a
     character of the other binary gender or a non-binary one; otherwise ``characters`` unchanged."""
-    found_pair = _unreferenced_beside_gendered(characters) or _unreferenced_beside_non_binary(characters)
+    found_pair = _unreferenced_beside_gendered(characters, non_binary=True)
     if found_pair is None:
         return characters
     x, other = found_pair
@@ -190,10 +190,11 @@ def claim_unheld(words: Sequence[str], characters: tuple[CharacterLabel, ...], r
     return _with_words(characters, x, [w for _, w, in_quote in _marked(words) if not in_quote and w.lower() in family])
 
 
-def _unreferenced_beside_gendered(characters: tuple[CharacterLabel, ...]) -> tuple[int, str] | None:
+def _unreferenced_beside_gendered(characters: tuple[CharacterLabel, ...], non_binary: bool = False
+                                  ) -> tuple[int, str] | None:
     """For two named characters, one without any gendered word and the other Male or Female by its
-    words (by its pronouns where its words mix genders): (the index of the first, the gender of the other);
-    else None."""
+    words (by its pronouns where its words mix genders), or Non-binary where ``non_binary``: (the index of
+    the first, the gender of the other); else None."""
     if len(characters) != 2 or not all(c.name for c in characters):
         return None
     lexicon = default_lexicon()
@@ -206,20 +207,7 @@ def _unreferenced_beside_gendered(characters: tuple[CharacterLabel, ...]) -> tup
         # pronouns say its gender, as in name_gender's mixed case
         other = infer_gender([r for r in characters[1 - x].references if r.lower() in BINARY_PRONOUN_WORDS],
                              lexicon=lexicon)
-    return (x, other) if other in BINARY_PRONOUNS else None
-
-
-
-def _unreferenced_beside_non_binary(characters: tuple[CharacterLabel, ...]) -> tuple[int, str] | None:
-    """For two named characters, one without any gendered word and the other Non-binary by its words: (the
-    index of the first, "Non-binary"); else None."""
-    if len(characters) != 2 or not all(c.name for c in characters):
-        return None
-    lexicon = default_lexicon()
-    genders = [infer_gender(list(c.references), lexicon=lexicon) for c in characters]
-    if sorted(genders) != ["Non-binary", "Unspecified"]:
-        return None
-    return genders.index("Unspecified"), "Non-binary"
+    return (x, other) if other in BINARY_PRONOUNS or (non_binary and other == "Non-binary") else None
 
 
 def _marked(words: Sequence[str]) -> list[tuple[int, str, bool]]:

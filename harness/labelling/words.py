@@ -161,7 +161,7 @@ def her_is_possessive(words: Sequence[str], i: int) -> bool:
     [False, True, False]
     """
     if i + 1 < len(words) and words[i + 1] in _EMPHASIS:
-        words = [*words[:i + 1], *(w for w in words[i + 1:i + 12] if w not in _EMPHASIS)]
+        words = [*words[:i + 1], *(w for w in words[i + 1:] if w not in _EMPHASIS)]
     n = len(words)
     if i + 1 >= n or not is_word(words[i + 1]):
         return False
