@@ -188,7 +188,11 @@ class WordDecoder:
 
     def _status(self, e: _Encoded) -> str:
         """A story's status and each of its characters': one string, so a report counts them alike."""
-        return "ok" if not e.truncated else f"truncated to {self.max_length} tokens"
+        if not e.truncated:
+            return "ok"
+        if e.windows:
+            return f"truncated after {len(e.windows)} windows of {self.max_length} tokens"
+        return f"truncated to {self.max_length} tokens"
 
     def _final_labels(self, story: StoryInput, e: _Encoded, chars: tuple[CharacterLabel, ...]
                       ) -> tuple[CharacterLabel, ...]:

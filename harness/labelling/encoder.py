@@ -6,7 +6,10 @@ One forward pass per story labels both roles. The input is a sentence pair::
 
 and a linear head gives, for every story word (its first word piece), four independent
 probabilities: subject name, subject reference, object name, object reference. Multi-label, because
-one word ("she" in a story of two women, "Mr" in "Mr. Patel") can belong to two slots.
+one word ("she" in a story of two women, "Mr" in "Mr. Patel") can belong to two slots. A story longer
+than the model reads (``max_length`` word pieces, role prefix included) is read in windows that overlap by
+a quarter, each with the role prefix, and each word is scored by the window where it has the most context
+(``_encode_windows``, ``_merge_windows``); before, everything past the first window was lost.
 
 Decoding (``harness.labelling.decoder``) and training (``harness.labelling.training``) live in
 modules of their own; this one holds the model, the tokenisation and the labeller.
@@ -218,6 +221,17 @@ class _Encoded:
     word_token: list[int]  # token position of each story word's first piece (-1 when truncated away)
     words: list[tuple[str, int, int]]
     truncated: bool
+    #: a story longer than the model reads: its windows (``_encode_windows``), each an encoding whose word_token
+    #: covers the whole story's words (-1 outside the window); the first is this encoding itself
+    windows: list[_Encoded] | None = None
+
+
+#: A story longer than the model reads is labelled in windows of its words that overlap by this share of a
+#: window (``_encode_windows``), each word scored by the window where it stands farthest from an edge.
+WINDOW_OVERLAP = 0.25
+#: Most windows per story: past them (about 2,000 word pieces at 384) a story is labelled as far as they reach
+#: and its status says it was cut.
+MAX_WINDOWS = 8
 
 
 def _encoded_from(enc, i: int, words: list[tuple[str, int, int]]) -> _Encoded:
@@ -256,6 +270,72 @@ def _encode_many(tokenizer, stories: Sequence[StoryInput], texts: Sequence[str |
     if pieces is None:
         return _encode_word_by_word(tokenizer, stories, texts, max_length)
     return [pieces.encode(_prefix(s), split_words(t), max_length) for s, t in zip(stories, texts)]
+
+
+def _encode_windows(tokenizer, stories: Sequence[StoryInput], max_length: int = 384) -> list[_Encoded]:
+    """``_encode_many``, and for a story cut at ``max_length``, its windows: the first is its encoding, and
+    each next one starts at the word that leaves ``WINDOW_OVERLAP`` of the words the previous one read
+    for it to read again, with the role prefix in front, as the model was trained to read a story. Up to
+    ``MAX_WINDOWS``; a role prefix that leaves no room for any word gets none."""
+    encoded = _encode_many(tokenizer, stories, None, max_length)
+    for story, e in zip(stories, encoded):
+        if not e.truncated:
+            continue
+        windows, start, current = [e], 0, e
+        while current.truncated and len(windows) < MAX_WINDOWS:
+            read = sum(t >= 0 for t in current.word_token[start:])
+            if read == 0:
+                break
+            start += max(1, int(read * (1.0 - WINDOW_OVERLAP)))
+            rest = _encode_many(tokenizer, [story], [story.text[e.words[start][1]:]], max_length)[0]
+            if len(rest.words) != len(e.words) - start:  # a word the slice splits otherwise: label what was read
+                break
+            current = _Encoded(rest.input_ids, rest.token_type_ids, [-1] * start + rest.word_token, e.words,
+                               rest.truncated)
+            windows.append(current)
+        if len(windows) > 1:
+            e.windows = windows
+    return encoded
+
+
+def _window_rows(encoded: Sequence[_Encoded]) -> list[_Encoded]:
+    """The model's inputs for ``encoded``: each story's windows, or the story itself."""
+    return [w for e in encoded for w in (e.windows or (e,))]
+
+
+def _merge_windows(encoded: Sequence[_Encoded], probs: Sequence[Any]) -> tuple[list[_Encoded], list[Any]]:
+    """Per story, its encoding and (tokens, slots) probabilities, from the probabilities of
+    ``_window_rows(encoded)``: a windowed story becomes one probability row per word, each word's from
+    the window where it stands farthest from the window's edges (the most context on both sides), with
+    ``word_token`` pointing at them; its ``truncated`` is its last window's, and it keeps its ``windows``
+    (the decoder's status counts them)."""
+    import numpy as np
+
+    out_e, out_p, k = [], [], 0
+    for e in encoded:
+        if not e.windows:
+            out_e.append(e)
+            out_p.append(probs[k])
+            k += 1
+            continue
+        n = len(e.words)
+        merged = np.zeros((n, np.asarray(probs[k]).shape[-1]), dtype=np.float32)
+        best = np.full(n, -1, dtype=np.int64)
+        for w, p in zip(e.windows, probs[k:k + len(e.windows)]):
+            tok = np.asarray(w.word_token, dtype=np.int64)
+            read = np.flatnonzero(tok >= 0)
+            if not len(read):
+                continue
+            depth = np.minimum(read - read[0], read[-1] - read)  # words to the window's nearer edge
+            better = depth > best[read]
+            take = read[better]
+            merged[take] = np.asarray(p)[tok[take]]
+            best[take] = depth[better]
+        k += len(e.windows)
+        word_token = np.where(best >= 0, np.arange(n), -1).tolist()
+        out_e.append(_Encoded([], [], word_token, e.words, e.windows[-1].truncated, e.windows))
+        out_p.append(merged)
+    return out_e, out_p
 
 
 def _encode_word_by_word(tokenizer, stories: Sequence[StoryInput], texts: Sequence[str],
@@ -570,8 +650,8 @@ class EncoderLabeller(Labeller):
         return [p[i, : len(e.input_ids)] for i, e in enumerate(encoded)]
 
     def _label_batch(self, stories: Sequence[StoryInput]) -> list[StoryLabels]:
-        encoded = _encode_many(self.tokenizer, stories, None, self.max_length)
-        return self.decoder.decode_many(stories, encoded, self._probs(encoded))
+        encoded = _encode_windows(self.tokenizer, stories, self.max_length)
+        return self.decoder.decode_many(stories, *_merge_windows(encoded, self._probs(_window_rows(encoded))))
 
     def _label_batches(self, batches: Iterable[Sequence[StoryInput]], stories: int) -> Iterator[list[StoryLabels]]:
         """Pipelined over worker processes. Beside a GPU, workers tokenise and decode

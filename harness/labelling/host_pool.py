@@ -215,7 +215,7 @@ def _serve(tokenizer_dir: str, decoder: Any, inbox: Any, results: Any) -> None:
         from transformers import AutoTokenizer
 
         from harness.labelling import role_agent
-        from harness.labelling.encoder import _collate_np, _encode_many
+        from harness.labelling.encoder import _collate_np, _encode_windows, _merge_windows, _window_rows
 
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
         if decoder.action_check:
@@ -229,14 +229,22 @@ def _serve(tokenizer_dir: str, decoder: Any, inbox: Any, results: Any) -> None:
         kind, bid, payload = msg
         try:
             if kind == "encode":
-                encoded = _encode_many(tokenizer, payload, None, decoder.max_length)
+                encoded = _encode_windows(tokenizer, payload, decoder.max_length)
                 held[bid] = (payload, encoded)
-                results.put(("encoded", bid, _collate_np(encoded, tokenizer.pad_token_id)))
+                results.put(("encoded", bid, _collate_np(_window_rows(encoded), tokenizer.pad_token_id)))
             else:
                 stories, encoded = held.pop(bid)
-                probs, errors = payload  # forward_or_keep's
-                items = [(s, e, probs[i, : len(e.input_ids)]) for i, (s, e) in enumerate(zip(stories, encoded))
-                         if i not in errors]
+                probs, row_errors = payload  # forward_or_keep's, one row per window (a story's windows in order)
+                rows = _window_rows(encoded)
+                # a story fails with the first of its windows that failed
+                owner = [i for i, e in enumerate(encoded) for _ in (e.windows or (e,))]
+                errors: dict[int, str] = {}
+                for r in sorted(row_errors):
+                    errors.setdefault(owner[r], row_errors[r])
+                ok = [i for i in range(len(encoded)) if i not in errors]
+                kept_p = [probs[r, : len(rows[r].input_ids)] for r in range(len(rows)) if owner[r] not in errors]
+                merged_e, merged_p = _merge_windows([encoded[i] for i in ok], kept_p)
+                items = [(stories[i], e, p) for i, e, p in zip(ok, merged_e, merged_p)]
                 decoded = iter(label_or_keep(lambda its: decoder.decode_many(*map(list, zip(*its))), items,
                                              itemgetter(0)) if items else [])
                 labels = [failed(s, errors[i]) if i in errors else next(decoded) for i, s in enumerate(stories)]

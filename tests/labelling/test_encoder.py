@@ -1215,3 +1215,103 @@ def test_the_action_check_leaves_a_sentence_too_long_to_parse():
     text = "Ana Lopez met Ben Cho. Ana paid the bill " + "and smiled " * 110_000 + ". Ben paid the bill."
     chunks = role_agent._action_sentences(text, action)
     assert chunks == ["Ben paid the bill."]  # spaCy refuses 1,000,000 characters; no story holds such a sentence
+
+
+# ---- stories longer than the model reads: windows (encoder._encode_windows, _merge_windows) ----
+
+_FILLER = " ".join(["The town was quiet that year, and the river ran low past the old mill."] * 40)
+
+
+def _long_story(sid="long", repeat=1):
+    from harness.labelling.base import RoleSpec, StoryInput
+
+    text = (f"Dr. Maya Chen taught the student, Omar Diaz, every Tuesday for {repeat} years. "
+            + " ".join([_FILLER] * repeat)
+            + " At the end, Omar thanked Maya, and she smiled at him as he left with his books.")
+    return StoryInput(sid, text, (RoleSpec("subject", "teacher"), RoleSpec("object", "student")))
+
+
+def test_merge_windows_scores_each_word_by_the_window_where_it_stands_deepest():
+    import numpy as np
+
+    from harness.labelling.encoder import _Encoded, _merge_windows
+
+    words = [(f"w{i}", 2 * i, 2 * i + 1) for i in range(10)]
+    # window 1 reads words 0-5 on tokens 1-6, window 2 words 3-9 on tokens 1-7; a short story beside them
+    one = _Encoded([0] * 8, [0] * 8, [1, 2, 3, 4, 5, 6, -1, -1, -1, -1], words, True)
+    two = _Encoded([0] * 9, [0] * 9, [-1, -1, -1, 1, 2, 3, 4, 5, 6, 7], words, False)
+    one.windows = [one, two]
+    short = _Encoded([0, 0, 0], [0, 0, 0], [1], words[:1], False)
+    p1 = np.full((8, 4), 0.1, dtype=np.float32)
+    p2 = np.full((9, 4), 0.9, dtype=np.float32)
+    ps = np.full((3, 4), 0.5, dtype=np.float32)
+    enc, probs = _merge_windows([short, one], [ps, p1, p2])
+    assert enc[0] is short and probs[0] is ps  # a story of one window is passed through
+    merged = enc[1]
+    assert merged.word_token == list(range(10)) and not merged.truncated and merged.windows == [one, two]
+    # depth in window 1 (words 0-5): 0 1 2 2 1 0; in window 2 (words 3-9): 0 1 2 3 2 1 0. Window 2 takes a
+    # word only where it stands deeper: word 5 (0 -> 2), and 6-9, which window 1 never read; word 4 ties (1, 1)
+    assert (probs[1][:, 0] > 0.5).tolist() == [False] * 5 + [True] * 5
+
+
+def test_a_long_story_is_read_in_overlapping_windows_and_a_short_one_as_before():
+    from transformers import AutoTokenizer
+
+    from harness.labelling.bases import base_model_path
+    from harness.labelling.encoder import MAX_WINDOWS, _encode_many, _encode_windows
+
+    tok = AutoTokenizer.from_pretrained(str(base_model_path()))
+    story, short = _long_story(), _long_story("short", repeat=0)
+    plain = _encode_many(tok, [story, short], None, 384)
+    enc = _encode_windows(tok, [story, short], 384)
+    assert enc[1] == plain[1] and enc[1].windows is None and not enc[1].truncated
+    windows = enc[0].windows
+    assert plain[0].truncated and 2 <= len(windows) <= MAX_WINDOWS
+    assert windows[0] is enc[0] and enc[0].input_ids == plain[0].input_ids
+    assert not windows[-1].truncated and all(w.truncated for w in windows[:-1])
+    read = [{i for i, t in enumerate(w.word_token) if t >= 0} for w in windows]
+    assert set().union(*read) == set(range(len(enc[0].words)))  # every word is read
+    for a, b in zip(read, read[1:]):
+        assert min(b) < max(a) and len(a & b) >= 0.2 * len(a)  # each window reads again the last quarter
+    for w in windows:
+        assert len(w.input_ids) <= 384 and w.input_ids[0] == tok.cls_token_id
+        assert w.input_ids[:8] == enc[0].input_ids[:8]  # each window starts with the role prefix
+        first = min(i for i, t in enumerate(w.word_token) if t >= 0)
+        assert tok.convert_ids_to_tokens(w.input_ids[w.word_token[first]]).lower().startswith(
+            enc[0].words[first][0].lower()[:3])
+    # past MAX_WINDOWS a story is read as far as they reach, and says it was cut
+    huge = _encode_windows(tok, [_long_story("huge", repeat=12)], 384)[0]
+    assert len(huge.windows) == MAX_WINDOWS and huge.windows[-1].truncated
+
+
+def test_labels_of_a_long_story_come_from_all_its_windows_in_every_layout(tiny_encoder, gold, labelled):
+    # serial labelling (which CPU worker processes run) and the GPU layout's host workers label windowed stories
+    # alike; a story past MAX_WINDOWS says so in its status
+    from harness.labelling.encoder import MAX_WINDOWS, _encode_windows
+
+    out_dir, _ = tiny_encoder
+    stories = [g.story for g in gold][:6]
+    mixed = [stories[0], _long_story(), stories[1], _long_story("huge", repeat=12), *stories[2:]]
+    serial = EncoderLabeller(out_dir, device="cpu", precision="int8", workers=0).label(mixed, batch_size=3)
+    assert serial[1].status == "ok" and serial[0] == EncoderLabeller(
+        out_dir, device="cpu", precision="int8", workers=0).label(stories[0])
+    assert serial[3].status == f"truncated after {MAX_WINDOWS} windows of 384 tokens"
+    assert labelled(serial) >= 4
+    with EncoderLabeller(out_dir, device="cpu", precision="int8", workers=1) as lab:
+        lab._worker_mode = "host"
+        assert lab.label(mixed, batch_size=3) == serial
+        forward = lab._forward
+        second = _encode_windows(lab.tokenizer, [mixed[1]], lab.max_length)[0].windows[-1].input_ids
+
+        def fails_on_its_last_window(ids, am, tt):
+            if len(ids) > 1:
+                raise RuntimeError("CUDA out of memory")
+            if ids[0, :int(am.sum())].tolist() == second:
+                raise RuntimeError("CUBLAS_STATUS_EXECUTION_FAILED")
+            return forward(ids, am, tt)
+
+        lab._forward = fails_on_its_last_window
+        got = lab.label(mixed, batch_size=3)
+        # the story one of whose windows failed is kept with the error; the rest are labelled as before
+        assert got[1].status == "labeller error: RuntimeError: CUBLAS_STATUS_EXECUTION_FAILED"
+        assert got[:1] + got[2:] == serial[:1] + serial[2:]
