@@ -31,6 +31,19 @@ def refs(out):
     return [c.references for c in out]
 
 
+def test_two_names_that_together_contradict_their_pronouns_swap_the_references(table):
+    """Jordan (0.3 female) with "she" is no contradiction alone, but beside Sarah (0.99) with "he" the
+    names' odds under the exchanged genders are 0.99 * 0.7 / (0.01 * 0.3) = 231 times those under the
+    labelled ones, more than two names at the strength give (0.8 * 0.8 / (0.2 * 0.2) = 16): "Destiny"
+    (0.749 female) with his/he beside "Jason" (0.008) with she/her was left so."""
+    assert refs(check_pronoun_sets(chars("Sarah", ["he"], "Jordan", ["she"]), ROLES, table)) == [("she",), ("he",)]
+    # a mixed list: only its pronouns are checked and moved
+    out = check_pronoun_sets(chars("Jordan", ["his", "girlfriend"], "Sarah", ["she"]), ROLES, table)
+    assert out == chars("Jordan", ["his", "girlfriend"], "Sarah", ["she"])  # Jordan with "his" fits: nothing
+    out = check_pronoun_sets(chars("Sarah", ["his", "girlfriend"], "Jordan", ["she", "her"]), ROLES, table)
+    assert refs(out) == [("girlfriend", "she", "her"), ("his",)]
+
+
 def test_both_names_contradict_their_pronouns_swaps_the_references(table):
     out = check_pronoun_sets(chars("Sarah", ["He"], "John", ["her", "she"]), ROLES, table)
     assert [c.name for c in out] == ["Sarah", "John"]  # names keep their roles
@@ -44,7 +57,8 @@ def test_both_names_contradict_their_pronouns_swaps_the_references(table):
     ("Sarah", ["she"], "John", ["he"]),         # agrees already
     ("Jordan", ["she"], "John", ["he"]),        # agrees
     ("Sarah", ["he"], "Kim", ["she"]),          # Kim is not strongly gendered: one contradiction only
-    ("Sarah", ["he"], "Jordan", ["she"]),       # Jordan (0.3 female) with "she" is not a contradiction
+    ("Ana", ["he"], "Jordan", ["she"]),         # Ana (0.8) and Jordan (0.3) together: odds of 9.3, under 16
+    ("Sarah", ["he"], "Jordan", ["they"]),      # Jordan is Non-binary
     ("John", ["he"], "Tom", ["he", "his"]),     # a same-gender pair: both names fit, the words may be shared
     ("Sarah", ["he"], "Kim", ["he"]),           # shared, but Kim is not strongly gendered
     ("Sarah", ["he"], "Ana", ["he"]),           # shared, and both names contradict: no name to give them to
