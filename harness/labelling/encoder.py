@@ -288,8 +288,8 @@ def _encode_windows(tokenizer, stories: Sequence[StoryInput], max_length: int = 
                 break
             start += max(1, int(read * (1.0 - WINDOW_OVERLAP)))
             rest = _encode_many(tokenizer, [story], [story.text[e.words[start][1]:]], max_length)[0]
-            if len(rest.words) != len(e.words) - start:  # a word the slice splits otherwise: label what was read
-                break
+            if [w for w, _, _ in rest.words] != [w for w, _, _ in e.words[start:]]:
+                break  # the slice splits a word otherwise (an apostrophe at its start): label what was read
             current = _Encoded(rest.input_ids, rest.token_type_ids, [-1] * start + rest.word_token, e.words,
                                rest.truncated)
             windows.append(current)

@@ -186,7 +186,7 @@ def touched_possessive(words: Sequence[str], i: int) -> bool:
     trembling hand"): the hand is nearly always the other person's, not the toucher's. On the gold labels
     of the project's files and train150 (two named characters, one of them named earlier in the
     sentence), the other character holds such a possessive in 21 cases, the named one in 1 (the named one
-    was the object: "sits with Mrs. Alvarez and holds her hand"), both in 5."""
+    was the object: "sits with Mrs. Alvarez and holds her hand"), both in 2."""
     if i == 0 or words[i - 1].lower() not in _touching_forms():
         return False
     after = [w.lower() for w in words[i + 1:i + 3]]
