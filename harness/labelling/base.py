@@ -15,6 +15,7 @@ from __future__ import annotations
 import abc
 import re
 import unicodedata
+import warnings
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, fields
@@ -233,6 +234,18 @@ def error_status(e: BaseException) -> str:
     return f"labeller error: {type(e).__name__}: {e}"[:300]
 
 
+def warn_one_at_a_time(error: str) -> None:
+    """Warn that a batch failed with ``error`` (an ``error_status``) and that its stories are labelled one
+    at a time, once per kind of error and place (Python's default warning filter): where every batch runs
+    out of GPU memory, each is retried story by story, many times slower, and the labels alone do not
+    show it."""
+    kind = error.removeprefix("labeller error: ").split(":", 1)[0]
+    hint = (": a smaller --batch-size avoids the retries" if "out of memory" in error.lower() else
+            "; a story that fails alone too is kept with the error as its status")
+    warnings.warn(f"labeller: a batch of stories failed ({kind}); its stories are labelled one at a time{hint}",
+                  RuntimeWarning, stacklevel=3)
+
+
 def label_or_keep(label: Callable[[Sequence[Any]], list[StoryLabels]], items: Sequence[Any],
                   story: Callable[[Any], StoryInput] = lambda item: item) -> list[StoryLabels]:
     """``label(items)``, where an item that breaks the labeller (a text spaCy refuses, an input the model
@@ -246,6 +259,7 @@ def label_or_keep(label: Callable[[Sequence[Any]], list[StoryLabels]], items: Se
     # retried after the except block: the error's traceback holds the failed call's frames and what they
     # allocated (a forward pass's activations on the GPU that ran out of memory) until the block ends
     if len(items) > 1:
+        warn_one_at_a_time(error)
         return [lab for item in items for lab in label_or_keep(label, [item], story)]
     return [failed(story(items[0]), error)]
 
@@ -389,4 +403,5 @@ class Labeller(abc.ABC):
 
 
 __all__ = ["CharacterLabel", "EMPTY_STORY", "Labeller", "OK", "ROLE_KEYS", "RoleSpec", "StoryInput", "StoryLabels",
-           "alpha_tokens", "dedupe", "error_status", "failed", "in_story", "label_or_keep", "valid_text"]
+           "alpha_tokens", "dedupe", "error_status", "failed", "in_story", "label_or_keep", "valid_text",
+           "warn_one_at_a_time"]

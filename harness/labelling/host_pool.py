@@ -18,7 +18,8 @@ from collections.abc import Callable, Iterable, Iterator
 from operator import itemgetter
 from typing import Any
 
-from harness.labelling.base import StoryInput, StoryLabels, error_status, failed, label_or_keep
+from harness.labelling.base import (StoryInput, StoryLabels, error_status, failed, label_or_keep,
+                                    warn_one_at_a_time)
 
 #: batches a worker holds at once (tokenised or waiting to be, waiting for probabilities, or decoding)
 DEPTH = 3
@@ -156,6 +157,7 @@ def forward_or_keep(forward: Callable[..., Any], ids: Any, am: Any, tt: Any) -> 
     # retried after the except block, which holds the failed pass's tensors (label_or_keep)
     if len(ids) == 1:
         return None, {0: error}
+    warn_one_at_a_time(error)
     import numpy as np
 
     probs, errors = None, {}

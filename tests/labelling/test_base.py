@@ -198,3 +198,44 @@ def test_a_failed_batch_is_retried_story_by_story_after_its_memory_is_released()
     assert alive[1:] == [False, False, False]
     assert [g.status for g in got] == ["ok", "labeller error: ValueError: no story here", "ok"]
     assert [g.characters[0].name for g in got] == ["1", None, "3"]
+
+
+def test_a_batch_retried_story_by_story_is_warned_about():
+    # every batch out of GPU memory is retried one story at a time, many times slower: the labels alone
+    # would not show it, so a warning says so and what avoids it
+    import warnings
+
+    import numpy as np
+
+    from harness.labelling.base import label_or_keep
+    from harness.labelling.host_pool import forward_or_keep
+
+    def label(stories):
+        if len(stories) > 1:
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return LengthLabeller()._label_batch(stories)
+
+    stories = [_story(i, "x" * (i + 1)) for i in range(3)]
+    with pytest.warns(RuntimeWarning, match=r"failed \(RuntimeError\); its stories are labelled one at a time: "
+                                            r"a smaller --batch-size"):
+        assert [g.status for g in label_or_keep(label, stories)] == ["ok", "ok", "ok"]
+
+    def refuses(stories):
+        raise ValueError("no story here")
+
+    with pytest.warns(RuntimeWarning, match="a story that fails alone too is kept with the error"):
+        label_or_keep(refuses, stories)
+
+    def forward(ids, am, tt):
+        if len(ids) > 1:
+            raise RuntimeError("CUDA out of memory")
+        return np.ones((*ids.shape, 4), dtype=np.float32)
+
+    ids = np.ones((2, 3), dtype=np.int64)
+    with pytest.warns(RuntimeWarning, match="smaller --batch-size"):
+        probs, errors = forward_or_keep(forward, ids, ids, ids)
+    assert errors == {} and probs.shape == (2, 3, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a batch that works, or a story alone, warns of nothing
+        label_or_keep(label, stories[:1])
+        forward_or_keep(forward, ids[:1], ids[:1], ids[:1])
