@@ -456,3 +456,12 @@ def test_touched_possessives_on_the_gold_labels_are_the_other_characters():
                     other, named = other + (holds == (False, True)), named + (holds == (True, False))
     assert other >= 10
     assert named <= 0.1 * other
+
+
+def test_words_inside_a_quote_neither_start_nor_stop_a_binding():
+    # '"... my lad," Hank critiqued, his eyes narrowed': "lad" (Leo's) is said to Leo, and Hank acts
+    text = 'Leo sliced fish. "Knife finesse, my lad," Hank critiqued, his eyes narrowed.'
+    assert bind(text, "Hank", [], "Leo", ["lad", "he"]) == [("his",), ("lad", "he")]
+    # a name only inside the quote binds nothing after it: "Hank" is whom Leo speaks to
+    assert bind('Hank cooked. "Thank you, Hank," Leo said, his voice soft.', "Hank", [], "Leo", ["he"]) == [
+        (), ("he",)]
