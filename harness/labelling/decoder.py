@@ -27,7 +27,8 @@ from harness.labelling.name_completion import complete_names
 from harness.labelling.name_gender import (DEFAULT_STRENGTH, check_pronoun_sets, default_lexicon,
                                           keep_the_names_gender, names_agree)
 from harness.labelling.pronoun_binding import bind_singular_they, bind_unreferenced, claim_unheld
-from harness.labelling.words import fold_words, her_is_possessive, is_split_word, starts_capitalised
+from harness.labelling.words import (as_double_quotes, fold_words, her_is_possessive, is_split_word,
+                                     single_quote_dialogue, starts_capitalised)
 
 if TYPE_CHECKING:
     from harness.labelling.encoder import _Encoded
@@ -152,8 +153,10 @@ class WordDecoder:
         their final roles and a list that mixes genders cut to its name's gender (``_final_labels``).
         The action check reads names and
         references together, so it runs after the name check has made them agree: before it, a name
-        could sit beside the other character's pronouns."""
-        labels = []
+        could sit beside the other character's pronouns. The checks after the name check read a story
+        whose dialogue is written in single quotation marks as if it were written in double ones
+        (``words.single_quote_dialogue``)."""
+        labels, texts = [], []
         for story, e, p in zip(stories, encoded, probs):
             unstated = _unstated_words(story.text, e.words)
             names, refs = self._names_and_references(story, e, p, unstated)
@@ -161,7 +164,10 @@ class WordDecoder:
             chars = tuple(CharacterLabel(role.key, names[r], refs[r], status) for r, role in enumerate(story.roles))
             if self.name_table is not None:
                 chars = check_pronoun_sets(chars, story.roles, self.name_table, self.name_strength)
-            words = ["" if u else w for (w, _, _), u in zip(e.words, unstated)]  # no binding reads "s/he"'s "he"
+            # the checks read single-quote dialogue as quotations ("'Let me pay,' he said")
+            text, split = as_double_quotes(story.text, e.words, single_quote_dialogue(story.text, e.words))
+            texts.append(text)
+            words = ["" if u else w for (w, _, _), u in zip(split, unstated)]  # no binding reads "s/he"'s "he"
             if self.pronoun_binding:
                 chars = bind_unreferenced(words, chars, story.roles, her_is_possessive, self.name_table,
                                           self.name_strength)
@@ -169,7 +175,7 @@ class WordDecoder:
                     chars = claim_unheld(words, chars, story.roles, self.name_table, self.name_strength)
                 chars = bind_singular_they(words, chars, story.roles, self.name_table)
             if self.apposition_check and len(chars) == 2 and role_apposition.roles_exchanged(
-                    role_apposition.words_with_breaks(story.text, e.words), [r.description for r in story.roles],
+                    role_apposition.words_with_breaks(text, split), [r.description for r in story.roles],
                     [c.name for c in chars]):
                 chars = _exchanged(chars)
             labels.append(chars)
@@ -178,7 +184,7 @@ class WordDecoder:
             # the grammar says the labelled object does it in more clauses than the labelled subject,
             # the tagger has exchanged the two characters
             pairs = [k for k, c in enumerate(labels) if len(c) == 2]
-            asks = [(stories[k].text, stories[k].roles[0].description, (labels[k][0].name, labels[k][0].references),
+            asks = [(texts[k], stories[k].roles[0].description, (labels[k][0].name, labels[k][0].references),
                      (labels[k][1].name, labels[k][1].references)) for k in pairs]
             for k, swap in zip(pairs, role_agent.roles_exchanged(asks)):
                 if swap:

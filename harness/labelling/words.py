@@ -1,6 +1,7 @@
 """Story words as the labellers read them: split with character offsets (``split_words``), case-folded
-(``fold_word``, ``fold_words``), and whether a "her" is a determiner (``her_is_possessive``), which the
-gender flip of training and the pronoun binding of decoding both ask."""
+(``fold_word``, ``fold_words``), whether a "her" is a determiner (``her_is_possessive``), which the
+gender flip of training and the pronoun binding of decoding both ask, and which single quotation marks are
+a story's dialogue marks (``single_quote_dialogue``, ``as_double_quotes``)."""
 
 from __future__ import annotations
 
@@ -48,6 +49,57 @@ def split_words(text: str) -> list[tuple[str, int, int]]:
     ["'", 'Maya', ',', 'wait', '!', "'", 'Tom', "'s", 'O', "'Brien", 'got', "'em"]
     """
     return [(m.group(), m.start(), m.end()) for m in _WORD.finditer(text)]
+
+
+#: What may stand right before a single quotation mark that opens a quotation, and right before one that
+#: closes it: a closing mark follows the quotation's last punctuation ("'Let me pay,' he said"), which an
+#: apostrophe ending a plural possessive ("the students' books") never does.
+_BEFORE_OPENING = frozenset(" \t\r\n([{\u2014\u2013")
+_BEFORE_CLOSING = frozenset(".,!?;:\u2026\u2014\u2013-")
+
+
+def single_quote_dialogue(text: str, words: Sequence[tuple[str, int, int]]) -> list[int]:
+    """Indices of the words (``split_words``) that are single quotation marks used as a story's dialogue
+    marks, in pairs: an opening mark after a space, a line's start or a bracket and glued to the word it
+    opens; a closing mark after the quotation's last punctuation, before a space, a line's end or more
+    punctuation. An opening mark that meets another opening one before its closing one is dropped (an
+    elision the splitter does not know, a quotation carried over a paragraph break). None in a story that
+    writes a double quotation mark: there single quotes are quotations inside quotations.
+
+    >>> t = "'Let me pay,' Sam said. The students' books were 'vintage'."
+    >>> [split_words(t)[i][0] for i in single_quote_dialogue(t, split_words(t))]
+    ["'", "'"]
+    """
+    if any(w in ('"', "\u201c", "\u201d") for w, _, _ in words):
+        return []
+    out: list[int] = []
+    opening = None
+    for k, (w, start, end) in enumerate(words):
+        if w not in ("'", "\u2018", "\u2019"):
+            continue
+        glued = k + 1 < len(words) and words[k + 1][1] == end and words[k + 1][0][:1].isalnum()
+        if w != "\u2019" and (start == 0 or text[start - 1] in _BEFORE_OPENING) and glued:
+            opening = k
+        elif (w != "\u2018" and opening is not None and start > 0 and text[start - 1] in _BEFORE_CLOSING
+              and (end == len(text) or not text[end].isalnum())):
+            out += [opening, k]
+            opening = None
+    return out
+
+
+def as_double_quotes(text: str, words: Sequence[tuple[str, int, int]], marks: Sequence[int]
+                     ) -> tuple[str, list[tuple[str, int, int]]]:
+    """The story's text and words with the single quotation marks at ``marks`` (``single_quote_dialogue``)
+    written as straight double ones, character for character, so that every reader of quotations
+    (``base.quoted``, the action check's parse) reads them alike; offsets are unchanged."""
+    if not marks:
+        return text, list(words)
+    chars, out = list(text), list(words)
+    for k in marks:
+        _, start, end = out[k]
+        chars[start] = '"'
+        out[k] = ('"', start, end)
+    return "".join(chars), out
 
 
 def fold_word(w: str) -> str:
@@ -182,5 +234,5 @@ def her_is_possessive(words: Sequence[str], i: int) -> bool:
     return j + 1 < n and is_word(words[j + 1]) and fold_word(words[j + 1]) not in _AFTER_PREDICATE
 
 
-__all__ = ["COMBINING_MARKS", "find_all", "fold_word", "fold_words", "her_is_possessive", "is_split_word", "is_word",
-           "phrase_tokens", "split_words", "starts_capitalised"]
+__all__ = ["COMBINING_MARKS", "as_double_quotes", "find_all", "fold_word", "fold_words", "her_is_possessive",
+           "is_split_word", "is_word", "phrase_tokens", "single_quote_dialogue", "split_words", "starts_capitalised"]

@@ -13,7 +13,7 @@ from harness.labelling.data import builtin_training_files, parse_row
 from harness.labelling.decoder import WordDecoder
 from harness.labelling.encoder import EncoderLabeller
 from harness.labelling.training import project_labels, train_encoder
-from harness.labelling.words import split_words
+from harness.labelling.words import as_double_quotes, single_quote_dialogue, split_words
 
 
 def test_split_words_offsets():
@@ -32,6 +32,25 @@ def test_split_words_an_apostrophe_after_no_word_opens_a_quotation():
                      "\u2019", "She", "\u2019s", "late", ",", "\u2019", "he", "said", "."]
     assert all(text[a:b] == w for w, a, b in split_words(text))
     assert [w for w, _, _ in split_words("'Twas 'Emma'")] == ["'Twas", "'", "Emma", "'"]
+
+
+@pytest.mark.parametrize("text, want", [
+    # dialogue: an opening mark after a space, a closing one after the quotation's punctuation
+    ("'Let me pay,' Sam said. 'No!' Ana laughed.", '"Let me pay," Sam said. "No!" Ana laughed.'),
+    ("\u2018Let me pay,\u2019 Sam said, don\u2019t.", '"Let me pay," Sam said, don\u2019t.'),
+    # a plural possessive and a scare-quoted word are no dialogue; the opening of 'vintage' is never closed
+    ("The students' books were 'vintage'.", "The students' books were 'vintage'."),
+    # where double quotes are the dialogue marks, single ones are quotations inside them
+    ("\"She said 'go,' then left,\" Sam said.", "\"She said 'go,' then left,\" Sam said."),
+    # an opening mark met by another before its closing is dropped
+    ("A 'special' day. 'Go home,' Sam said.", "A 'special' day. \"Go home,\" Sam said."),
+])
+def test_single_quote_dialogue_is_read_as_double_quotes_offset_for_offset(text, want):
+    words = split_words(text)
+    new_text, new_words = as_double_quotes(text, words, single_quote_dialogue(text, words))
+    assert new_text == want
+    assert [(s, e) for _, s, e in new_words] == [(s, e) for _, s, e in words]
+    assert [w for w, _, _ in new_words] == [w for w, _, _ in split_words(want)]
 
 
 def test_split_words_keeps_the_combining_marks_of_any_script_inside_a_word():
@@ -840,6 +859,20 @@ def _decode_pair(text, tags, table, roles=("romantic partner who pays the bill",
     story = StoryInput("x", text, tuple(RoleSpec(k, d) for k, d in zip(("subject", "object"), roles)))
     decoder = WordDecoder(0.5, True, 384, table, action_check=False)
     return [(c.name, c.references) for c in decoder.decode(story, enc, _probs_for(words, tags)).characters]
+
+
+@pytest.mark.parametrize("mark", ["'", "\u2018"])
+def test_decode_reads_single_quote_dialogue_as_a_quotation(mark):
+    # "lad" (Leo's) is said to Leo inside the quotation, so "his" after it is still Hank's, as with double
+    # quotes; the story's own words (and so the references) keep their single marks
+    close = "'" if mark == "'" else "\u2019"
+    text = f"Leo sliced fish, and he hummed. {mark}Knife finesse, my lad,{close} Hank critiqued, his eyes narrowed."
+    tags = {("Hank", 0, 0): 0.95, ("Leo", 0, 2): 0.95, ("he", 0, 3): 0.9, ("lad", 0, 3): 0.9}
+    assert _decode_pair(text, tags, None, roles=("cook", "culinary student")) == [
+        ("Hank", ("his",)), ("Leo", ("he", "lad"))]
+    # the same story with double quotes
+    text = text.replace(mark, '"').replace(close, '"')
+    assert _decode_pair(text, tags, None, roles=("cook", "culinary student"))[0] == ("Hank", ("his",))
 
 
 def test_decode_a_role_left_without_a_name_takes_the_best_pair_of_characters(name_table):

@@ -367,6 +367,20 @@ def test_the_decoder_exchanges_the_labels_and_can_be_told_not_to(tagged):
     assert [c.name for c in plain.characters] == ["Sarah", "John"]
 
 
+@pytest.mark.parametrize("opening, closing", [('"', '"'), ("'", "'"), ("\u2018", "\u2019")])
+def test_the_decoder_reads_a_claim_in_single_quote_dialogue(tagged, opening, closing):
+    from harness.labelling.base import RoleSpec, StoryInput
+    from harness.labelling.decoder import WordDecoder
+
+    # a claim counts only inside a quotation: single-quote dialogue is one as much as double-quote dialogue
+    text = (f"Sarah met John for dinner. When the check came, {opening}Put that away. My treat,{closing} John "
+            f"said. Sarah smiled.")
+    enc, p = tagged(text, [("Sarah", 0), ("John", 2)])
+    story = StoryInput("x", text, (RoleSpec("subject", PAYS), RoleSpec("object", "other romantic partner")))
+    checked = WordDecoder(0.5, True, 384).decode(story, enc, p)
+    assert [c.name for c in checked.characters] == ["John", "Sarah"]
+
+
 def test_a_missing_parser_is_a_config_error(monkeypatch):
     import spacy
 
