@@ -54,7 +54,8 @@ def rss_mib() -> float:
 
 #: How section labelling describes the encoder's arithmetic (``EncoderLabeller.precision``) and the CPU's bfloat16
 #: hardware (``encoder.bfloat16_hardware``), which picks the default arithmetic.
-PRECISION_TEXT = {"int8": "int8 dynamic quantisation (one weight scale per output channel, one story per forward pass)",
+PRECISION_TEXT = {"int8": "int8 dynamic quantisation (one weight scale per output channel, one story per forward pass, "
+                          "through `encoder.plain_forward` for a BERT encoder)",
                   "bfloat16": "bfloat16 weights (padded batches)",
                   "float32": "float32", "float16": "float16"}
 BF16_HARDWARE_TEXT = {"amx": "AMX", "avx512": "AVX512-BF16 without AMX", None: "no bfloat16 instructions"}

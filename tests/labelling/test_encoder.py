@@ -163,6 +163,28 @@ def test_a_labeller_stored_in_fp16_runs_on_cpu(tiny_encoder, gold, labelled, tmp
         assert sum(g == w for g, w in zip(got, want)) >= len(stories) - 2  # a story near the threshold may move
 
 
+def test_int8_runs_bert_without_the_librarys_wrappers_to_the_same_bit(tiny_encoder, gold, labelled):
+    import types
+
+    import torch
+
+    from harness.labelling.encoder import _encode_windows, _window_rows, plain_forward
+
+    lab = EncoderLabeller(tiny_encoder[0], device="cpu", precision="int8", workers=0)
+    assert lab._plain is not None
+    rows = _window_rows(_encode_windows(lab.tokenizer, [g.story for g in gold], lab.max_length))
+    with torch.inference_mode():
+        for e in rows:
+            ids, tt = torch.tensor([e.input_ids]), torch.tensor([e.token_type_ids])
+            assert torch.equal(lab._plain(ids, tt), lab.model(ids, torch.ones_like(ids), tt))
+    plain = lab.label([g.story for g in gold])
+    lab._plain = None
+    assert lab.label([g.story for g in gold]) == plain and labelled(plain) > 5
+    # float precisions run padded batches through the library; another architecture keeps it too
+    assert EncoderLabeller(tiny_encoder[0], device="cpu", precision="float32", workers=0)._plain is None
+    assert plain_forward(types.SimpleNamespace(encoder=torch.nn.Linear(2, 2))) is None
+
+
 def test_worker_processes_give_the_same_labels(tiny_encoder, gold, labelled, monkeypatch):
     import harness.labelling.encoder as E
 
