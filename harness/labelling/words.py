@@ -9,6 +9,8 @@ import re
 import unicodedata
 from collections.abc import Sequence
 
+from harness.labelling.base import QUOTES as _QUOTES
+
 
 def _combining_marks() -> str:
     """Every combining mark (Unicode categories Mn, Mc and Me: accents, the vowel signs and viramas of the
@@ -70,7 +72,7 @@ def single_quote_dialogue(text: str, words: Sequence[tuple[str, int, int]]) -> l
     >>> [split_words(t)[i][0] for i in single_quote_dialogue(t, split_words(t))]
     ["'", "'"]
     """
-    if any(w in ('"', "\u201c", "\u201d") for w, _, _ in words):
+    if any(w in _QUOTES for w, _, _ in words):
         return []
     out: list[int] = []
     opening = None
@@ -88,12 +90,13 @@ def single_quote_dialogue(text: str, words: Sequence[tuple[str, int, int]]) -> l
 
 
 def as_double_quotes(text: str, words: Sequence[tuple[str, int, int]], marks: Sequence[int]
-                     ) -> tuple[str, list[tuple[str, int, int]]]:
+                     ) -> tuple[str, Sequence[tuple[str, int, int]]]:
     """The story's text and words with the single quotation marks at ``marks`` (``single_quote_dialogue``)
     written as straight double ones, character for character, so that every reader of quotations
-    (``base.quoted``, the action check's parse) reads them alike; offsets are unchanged."""
+    (``base.quoted``, the action check's parse) reads them alike; offsets are unchanged. Without marks, the
+    text and words as given (not copied)."""
     if not marks:
-        return text, list(words)
+        return text, words
     chars, out = list(text), list(words)
     for k in marks:
         _, start, end = out[k]
