@@ -67,11 +67,18 @@ def training_text(train: dict, base: str | None) -> str:
     extra = " and ".join(f for f in train.get("files") or [] if not f.startswith("project_"))
     layers = f", {train['layers']} layers" if train.get("layers") else ""
     start = f", continued from {train['init_from']}" if train.get("init_from") else ""
+    seeds = train.get("seeds") or [train.get("seed")]
+    if len(seeds) > 1:  # a soup (training.train_soup)
+        said = f"seeds {', '.join(map(str, seeds[:-1]))} and {seeds[-1]}, their weights averaged"
+        flags = "".join(f" --seed {s}" for s in seeds)
+        took = "in all"
+    else:
+        said, flags, took = f"seed {seeds[0]}", "", ""
     return (f"{base or 'the default base'}{layers}{start}, fine-tuned on {', '.join(train.get('files') or [])} "
-            f"for {train.get('epochs')} epochs (batch {train.get('batch_size')}, lr {train.get('lr')}, seed "
-            f"{train.get('seed')}) in {train.get('seconds')} s on {train.get('device', 'cpu')} (as that machine "
+            f"for {train.get('epochs')} epochs (batch {train.get('batch_size')}, lr {train.get('lr')}, {said}) in "
+            f"{train.get('seconds')} s{' ' + took if took else ''} on {train.get('device', 'cpu')} (as that machine "
             f"measured it; `harness label train{' --extra ' + extra if extra else ''} --epochs {train.get('epochs')}"
-            f"{' --lr ' + str(train['lr']) if train.get('lr') not in (None, 1e-4) else ''}`)")
+            f"{' --lr ' + str(train['lr']) if train.get('lr') not in (None, 1e-4) else ''}{flags}`)")
 
 
 def pct(x: float) -> str:

@@ -183,7 +183,10 @@ def train(
                                        "fast) or mpnet (12 layers of width 768; needs its five weight packages, "
                                        "see harness/labelling/bases.py). With --init-from: that model's base."),
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Use only the first N stories (quick checks)."),
-    seed: int = typer.Option(0, "--seed"),
+    seed: list[int] = typer.Option([0], "--seed", help="Random seed; given more than once (--seed 0 --seed 1), one "
+                                   "model per seed, saved as the average of their weights (a soup: one model's "
+                                   "cost to label, each seed's to train; the members stay under OUT/members, so "
+                                   "a rerun trains only those missing)."),
     augment: bool = typer.Option(True, "--augment/--no-augment", help="Swap first names at random while training."),
     occurrences: bool = typer.Option(False, "--occurrences/--word-types", help="Teach who owns each occurrence of "
                                      "a reference word both characters hold (the stories' reference_owners; not "
@@ -197,13 +200,16 @@ def train(
 ) -> None:
     """Fine-tune the encoder labeller on hand-labelled stories."""
     from harness.labelling.data import builtin_training_files
-    from harness.labelling.training import train_encoder
+    from harness.labelling.training import train_encoder, train_soup
 
     try:
         files = list(data or builtin_training_files()) + list(extra or [])
-        rep = train_encoder(files, out_dir=out, epochs=epochs, batch_size=batch_size, lr=lr, layers=layers,
-                            limit=limit, seed=seed, augment=augment, threads=threads, init_from=init_from,
-                            progress=progress, base=base, occurrences=occurrences, device=device)
+        settings = dict(epochs=epochs, batch_size=batch_size, lr=lr, layers=layers, limit=limit, augment=augment,
+                        threads=threads, init_from=init_from, progress=progress, base=base, occurrences=occurrences,
+                        device=device)
+        seeds = list(dict.fromkeys(seed))
+        rep = (train_encoder(files, out_dir=out, seed=seeds[0], **settings) if len(seeds) == 1
+               else train_soup(files, seeds, out_dir=out, **settings))
     except HarnessError as e:
         _fail(e)
     if as_json:

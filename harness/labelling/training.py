@@ -10,6 +10,7 @@ a share of them, every binary gendered word flipped (``flip_gender``).
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import math
 import random
@@ -372,6 +373,7 @@ def train_encoder(
     base: str | None = None,
     occurrences: bool = False,
     device: str | None = None,
+    head_seed: int | None = None,
 ) -> TrainReport:
     """Fine-tune a base encoder (all-MiniLM-L6-v2 unless ``base`` names another of
     ``harness.labelling.bases.BASES``) on labelled JSONL files and save it.
@@ -399,6 +401,9 @@ def train_encoder(
         device: "cpu" or "cuda" (default: cuda when available), in float32 either way. The saved model is
             the same kind of file from both and labels on either; a GPU's arithmetic rounds differently, so
             the weights are not bit-equal to a CPU run's.
+        head_seed: draw the new head's first weights under this seed instead of ``seed``, which then
+            orders the batches and draws the augmentation and dropout alone. The members of a soup
+            (``train_soup``) share one head this way, so their weights can be averaged.
     """
     torch = _torch()
     from transformers import AutoTokenizer
@@ -430,7 +435,7 @@ def train_encoder(
                           f"be written over the default encoder; give --out {init_from} to continue it in place")
     owner_ranks = [_owner_ranks(gs) for gs in rows]  # checked before any training
     rng = random.Random(seed)
-    torch.manual_seed(seed)
+    torch.manual_seed(seed if head_seed is None else head_seed)
     if init_from is not None:
         init = Path(init_from)
         started = read_model_meta(init, "init_from").get("base_name", DEFAULT_BASE)
@@ -446,6 +451,8 @@ def train_encoder(
         base_dir = base_model_path(spec.name)
         tok = AutoTokenizer.from_pretrained(str(base_dir))
         model = _build_model(base_dir, layers)
+    if head_seed is not None and head_seed != seed:
+        torch.manual_seed(seed)  # the head was drawn under head_seed (above); dropout follows seed
     name = DEFAULT_NAME if spec.name == DEFAULT_BASE else f"encoder-{spec.name}"
     out = Path(out_dir) if out_dir else default_model_dir(name)
     try:  # made now, not after the training: a path that cannot be written costs no work
@@ -539,7 +546,8 @@ def train_encoder(
             "layers": len(model.encoder.encoder.layer), "files": [Path(f).name for f in files],
             "train": {"epochs": epochs, "batch_size": batch_size, "lr": lr, "head_lr_mult": head_lr_mult,
                       "augment": augment, "flip_prob": flip_prob, "seed": seed, "limit": limit,
-                      "occurrences": occurrences, "device": device},
+                      "occurrences": occurrences, "device": device, "head_seed": head_seed,
+                      "layers": layers},
             "init_from": str(init_from) if init_from else None,
             "report": report.to_dict(), "versions": {"torch": torch.__version__,
                                                       "transformers": transformers.__version__}}
@@ -547,4 +555,113 @@ def train_encoder(
     return report
 
 
-__all__ = ["TrainReport", "flip_gender", "occurrence_targets", "project_labels", "train_encoder"]
+#: ``train_encoder``'s defaults, which a soup's members are checked against when its caller leaves one out.
+_TRAIN_DEFAULTS = {k: v.default for k, v in inspect.signature(train_encoder).parameters.items()}
+
+
+def average_encoders(members: Sequence[str | Path], out_dir: str | Path) -> Path:
+    """Write the uniform average of trained encoder directories' weights (a "model soup", Wortsman et
+    al. 2022) to ``out_dir``: the encoder's tensors and the head's, each the mean of the members'. The
+    members must be fine-tuned from one base with the same head start (``train_encoder``'s
+    ``head_seed``), or their average is no model at all. ``meta.json`` is the first member's, with the
+    members listed under ``soup``; it is written last, so a cut-short average is not mistaken for a model."""
+    torch = _torch()
+    from safetensors.torch import load_file, save_file
+
+    dirs = [Path(m) for m in members]
+    if not dirs:
+        raise ConfigError("average_encoders needs at least one trained encoder directory")
+    metas = [read_model_meta(d, "soup member") for d in dirs]
+    for d, m in zip(dirs[1:], metas[1:]):
+        for key in ("base_name", "layers", "slots"):
+            if m.get(key) != metas[0].get(key):
+                raise ConfigError(f"soup member {d}: its {key} is {m.get(key)!r}, the first member's "
+                                  f"{metas[0].get(key)!r}; average only encoders trained alike")
+    for d in dirs:
+        if not (d / "encoder" / "model.safetensors").is_file():
+            raise ConfigError(f"soup member {d}: no encoder/model.safetensors to average; retrain it")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "meta.json").unlink(missing_ok=True)
+    (out / "encoder").mkdir(exist_ok=True)
+    for f in (dirs[0] / "encoder").iterdir():  # config and tokenizer files, the first member's
+        if f.is_file() and f.name != "model.safetensors":
+            (out / "encoder" / f.name).write_bytes(f.read_bytes())
+
+    def mean(tensors: list) -> Any:
+        # summed in float64, so the order of the members does not round the average differently
+        return (sum(t.double() for t in tensors) / len(tensors)).to(tensors[0].dtype)
+
+    weights = [load_file(str(d / "encoder" / "model.safetensors")) for d in dirs]
+    keys = sorted(weights[0])
+    for d, w in zip(dirs[1:], weights[1:]):
+        if sorted(w) != keys:
+            raise ConfigError(f"soup member {d}: its encoder's tensors differ from the first member's; average "
+                              f"only encoders of one base")
+    save_file({k: mean([w[k] for w in weights]).contiguous() for k in keys}, str(out / "encoder" / "model.safetensors"),
+              metadata={"format": "pt"})
+    heads = [torch.load(d / "head.pt", map_location="cpu") for d in dirs]
+    torch.save({k: mean([h[k] for h in heads]) for k in heads[0]}, out / "head.pt")
+    meta = dict(metas[0])
+    meta["soup"] = {"members": [str(d) for d in dirs], "seeds": [m.get("train", {}).get("seed") for m in metas]}
+    atomic_write_text(out / "meta.json", json.dumps(meta, indent=2))
+    return out
+
+
+def _member_done(member: Path, base: str, want: dict[str, Any], data_sha256: str) -> bool:
+    """Whether ``member`` holds a whole model fine-tuned from ``base`` with the settings ``want`` on these rows."""
+    try:
+        meta = read_model_meta(member)
+    except ConfigError:
+        return False
+    train = meta.get("train", {})
+    return (meta.get("report", {}).get("data_sha256") == data_sha256 and meta.get("base_name") == base
+            and all(train.get(k) == v for k, v in want.items()))
+
+
+def train_soup(files: Sequence[str | Path], seeds: Sequence[int], *, out_dir: str | Path | None = None,
+               **kwargs: Any) -> TrainReport:
+    """Train one encoder per seed (``train_encoder`` with ``kwargs``; each member's head drawn under the
+    first seed) and save the average of their weights (``average_encoders``) as one model.
+
+    The members are kept under ``<out_dir>/members/seed-<seed>``: a rerun after a crash trains only the
+    seeds whose member is missing or was trained otherwise, then averages again. The soup labels at the
+    cost of one model. The report sums the members' training seconds; its losses are the first member's."""
+    seeds = list(dict.fromkeys(int(s) for s in seeds))
+    if not seeds:
+        raise ConfigError("train_soup needs at least one seed")
+    if kwargs.get("init_from") is not None:
+        raise ConfigError("a soup starts every member from the base; leave out init_from (--init-from)")
+    base = kwargs.get("base") or DEFAULT_BASE
+    name = DEFAULT_NAME if base == DEFAULT_BASE else f"encoder-{base}"
+    out = Path(out_dir) if out_dir else default_model_dir(name)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"out_dir {out}: a file is there, and a trained model is a directory; choose another "
+                          f"path or remove the file")
+    rows = _training_rows(files)
+    if kwargs.get("limit") is not None:
+        rows = rows[:kwargs["limit"]]
+    data_sha256 = _data_hash(rows)
+    settings = {k: kwargs.get(k, _TRAIN_DEFAULTS[k]) for k in ("epochs", "batch_size", "lr", "head_lr_mult", "augment",
+                                                          "flip_prob", "limit", "occurrences", "layers")}
+    members, reports = [], []
+    for seed in seeds:
+        member = out / "members" / f"seed-{seed}"
+        if not _member_done(member, base, {**settings, "seed": seed, "head_seed": seeds[0]}, data_sha256):
+            reports.append(train_encoder(files, out_dir=member, seed=seed, head_seed=seeds[0], **kwargs))
+        members.append(member)
+    average_encoders(members, out)
+    metas = [read_model_meta(m) for m in members]
+    first = metas[0]["report"]
+    report = TrainReport(str(out), first["stories"], first["words"], first["epochs"],
+                         round(sum(m["report"]["seconds"] for m in metas), 2), first["final_loss"], data_sha256,
+                         tuple(first.get("epoch_losses", ())), first.get("device", "cpu"))
+    meta = json.loads((out / "meta.json").read_text())
+    meta["report"] = report.to_dict()
+    meta["train"]["seeds"] = seeds
+    atomic_write_text(out / "meta.json", json.dumps(meta, indent=2))
+    return report
+
+
+__all__ = ["TrainReport", "average_encoders", "flip_gender", "occurrence_targets", "project_labels", "train_encoder",
+           "train_soup"]

@@ -133,6 +133,16 @@ def test_train_command(tmp_path):
     assert d["stories"] == 4 and (tmp_path / "m" / "meta.json").is_file()
 
 
+def test_train_command_with_two_seeds_saves_their_soup(tmp_path):
+    from harness.labelling.encoder import read_model_meta
+
+    r = runner.invoke(app, ["train", "--limit", "3", "--epochs", "1", "--layers", "1", "--seed", "0", "--seed", "1",
+                            "--out", str(tmp_path / "m")])
+    assert r.exit_code == 0, r.output
+    assert read_model_meta(tmp_path / "m")["soup"]["seeds"] == [0, 1]
+    assert all((tmp_path / "m" / "members" / f"seed-{s}" / "meta.json").is_file() for s in (0, 1))
+
+
 def test_errors_are_one_line(tmp_path, gold_path):
     r = runner.invoke(app, ["eval", "--gold", str(tmp_path / "missing.jsonl"), "--labeller", "rules"])
     assert r.exit_code == 3

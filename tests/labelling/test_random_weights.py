@@ -132,3 +132,7 @@ def test_the_section_says_how_the_weights_were_trained():
                                    "device": "cuda", "seconds": 36.0}, "all-MiniLM-L6-v2")
     assert "on cuda" in text and "seed 1" in text and "lr 0.0003" in text and "--lr 0.0003" in text
     assert "`harness label train --extra laissez_faire_train150.jsonl --epochs 16 --lr 0.0003`" in text
+    soup = _bench().training_text({"files": ["project_train.jsonl"], "epochs": 16, "batch_size": 8, "lr": 1e-4,
+                                   "seed": 0, "seeds": [0, 1], "seconds": 3600.0}, "all-MiniLM-L6-v2")
+    assert "seeds 0 and 1, their weights averaged) in 3600.0 s in all on cpu" in soup
+    assert soup.endswith("`harness label train --epochs 16 --seed 0 --seed 1`)")

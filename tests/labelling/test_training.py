@@ -142,3 +142,75 @@ def test_a_save_cut_short_over_an_earlier_model_leaves_no_model_the_loader_takes
     monkeypatch.undo()
     train_encoder([p], out_dir=out, epochs=1, layers=1, seed=1)  # a rerun writes a whole model again
     assert read_model_meta(out)["train"]["seed"] == 1 and not (out / "meta.json.part").exists()
+
+
+def test_head_seed_draws_the_head_apart_from_the_seed_of_the_batches(tmp_path):
+    """Members of a soup need one head start: with ``head_seed`` the new head's first weights come from it, and the
+    seed alone orders the batches and draws the dropout. A negligible learning rate leaves each head where it began."""
+    import torch
+
+    from harness.labelling.training import train_encoder
+
+    p = _write(tmp_path / "t.jsonl", ROW)
+
+    def head(seed, head_seed=None):
+        out = tmp_path / f"m{seed}-{head_seed}"
+        train_encoder([p], out_dir=out, epochs=1, layers=1, seed=seed, head_seed=head_seed, lr=1e-12)
+        return torch.load(out / "head.pt")["weight"]
+
+    plain0, shared1, plain1 = head(0), head(1, head_seed=0), head(1)
+    assert torch.allclose(plain0, shared1, atol=1e-6)
+    assert not torch.allclose(plain0, plain1, atol=1e-3)
+
+
+def test_a_soup_is_the_mean_of_its_members_and_a_rerun_trains_only_the_missing_ones(tmp_path, monkeypatch):
+    """``train_soup`` trains a member per seed under OUT/members and saves the mean of their weights as one model
+    that loads like any other; a rerun reuses the members trained alike, and trains a new seed or setting afresh."""
+    import torch
+    from safetensors.torch import load_file
+
+    import harness.labelling.training as training
+    from harness.labelling.data import load_gold
+    from harness.labelling.encoder import EncoderLabeller, read_model_meta
+    from harness.labelling.training import train_soup
+
+    p = _write(tmp_path / "t.jsonl", ROW, {**ROW, "id": "b", "text": "Priya helped Ethan. He smiled at her."})
+    out = tmp_path / "soup"
+    report = train_soup([p], [0, 1], out_dir=out, epochs=1, layers=1)
+    members = [out / "members" / "seed-0", out / "members" / "seed-1"]
+    soup, parts = load_file(str(out / "encoder" / "model.safetensors")), [
+        load_file(str(m / "encoder" / "model.safetensors")) for m in members]
+    moved = [k for k in soup if not torch.equal(parts[0][k], parts[1][k])]
+    assert moved  # the members differ, so the mean is no copy of either
+    for k in soup:
+        assert torch.allclose(soup[k], (parts[0][k] + parts[1][k]) / 2, atol=1e-6), k
+    heads = [torch.load(m / "head.pt") for m in members]
+    assert torch.allclose(torch.load(out / "head.pt")["weight"], (heads[0]["weight"] + heads[1]["weight"]) / 2)
+    meta = read_model_meta(out)
+    assert meta["train"]["seeds"] == [0, 1] and meta["soup"]["seeds"] == [0, 1]
+    assert report.seconds == pytest.approx(sum(read_model_meta(m)["report"]["seconds"] for m in members), abs=0.02)
+    labels = EncoderLabeller(out, workers=0).label([load_gold(p)[0].story])
+    assert labels[0].characters[0].role == "subject"
+
+    trained = []
+    real = training.train_encoder
+    monkeypatch.setattr(training, "train_encoder", lambda files, **kw: trained.append(kw["seed"]) or real(files, **kw))
+    train_soup([p], [0, 1], out_dir=out, epochs=1, layers=1)
+    assert trained == []
+    assert all(torch.equal(v, load_file(str(out / "encoder" / "model.safetensors"))[k]) for k, v in soup.items())
+    train_soup([p], [0, 2], out_dir=out, epochs=1, layers=1)
+    assert trained == [2]
+    train_soup([p], [0, 2], out_dir=out, epochs=2, layers=1)  # another setting: every member again
+    assert trained == [2, 0, 2]
+
+
+def test_encoders_of_different_shapes_are_not_averaged(tmp_path):
+    from harness.errors import ConfigError
+    from harness.labelling.training import average_encoders, train_encoder
+
+    p = _write(tmp_path / "t.jsonl", ROW)
+    train_encoder([p], out_dir=tmp_path / "one", epochs=1, layers=1)
+    train_encoder([p], out_dir=tmp_path / "two", epochs=1, layers=2)
+    with pytest.raises(ConfigError, match=r"soup member .*two: its layers is 2, the first member's 1; average only"):
+        average_encoders([tmp_path / "one", tmp_path / "two"], tmp_path / "avg")
+    assert not (tmp_path / "avg" / "meta.json").exists()
