@@ -4,7 +4,8 @@ Gold labels become per-word targets: every occurrence of a gold reference word i
 (``project_labels``), since the published references are word lists, not spans; where a story says
 whom each occurrence of a shared word refers to, only its owner is (``occurrence_targets``). Each
 epoch augments the stories: first names swapped for names of many origins (``_swap_names``) and, in
-a share of them, every binary gendered word flipped (``flip_gender``).
+a share of them, every binary gendered word flipped (``flip_gender``). ``train_soup`` trains one
+encoder per seed from one head start and saves the mean of their weights (``average_encoders``).
 """
 
 from __future__ import annotations
@@ -644,11 +645,11 @@ def train_soup(files: Sequence[str | Path], seeds: Sequence[int], *, out_dir: st
     data_sha256 = _data_hash(rows)
     settings = {k: kwargs.get(k, _TRAIN_DEFAULTS[k]) for k in ("epochs", "batch_size", "lr", "head_lr_mult", "augment",
                                                           "flip_prob", "limit", "occurrences", "layers")}
-    members, reports = [], []
+    members = []
     for seed in seeds:
         member = out / "members" / f"seed-{seed}"
         if not _member_done(member, base, {**settings, "seed": seed, "head_seed": seeds[0]}, data_sha256):
-            reports.append(train_encoder(files, out_dir=member, seed=seed, head_seed=seeds[0], **kwargs))
+            train_encoder(files, out_dir=member, seed=seed, head_seed=seeds[0], **kwargs)
         members.append(member)
     average_encoders(members, out)
     metas = [read_model_meta(m) for m in members]
