@@ -100,6 +100,11 @@ class LabelConfig(_Strict):
         default_factory=list,
         description="more labelled JSONL for the encoder's training on first use (e.g. laissez_faire_train150.jsonl)")
     train_epochs: int = Field(8, ge=1, description="epochs of the encoder's training on first use")
+    train_seeds: list[int] = Field(
+        default_factory=lambda: [0], min_length=1,
+        description="seeds of the encoder's training on first use; more than one trains a model per seed and saves "
+                    "the mean of their weights (harness.labelling.training.train_soup): one model's cost to label, "
+                    "each seed's to train")
     name_check: bool = Field(True, description="encoder: swap two named characters' pronouns when both first names "
                                                "contradict them (harness.labelling.name_gender)")
     action_check: bool = Field(True, description="encoder: exchange the two characters of a power-laden Love story "

@@ -183,3 +183,24 @@ def test_the_llm_labellers_sampling_attempts_and_batch_come_from_the_config(tmp_
     assert lab.default_batch_size == 16  # label_run passes label.batch_size, 8, to iter_label
     with pytest.raises(ConfigError, match=r"label\.llm_attempts"):
         _llm_config(tmp_path, {"labeller": "llm", "llm": llm, "llm_attempts": 0})
+
+
+def test_first_use_training_with_several_seeds_saves_their_soup(tmp_path, monkeypatch):
+    import harness.labelling.training as training
+
+    calls = []
+    monkeypatch.setattr(training, "train_soup", lambda files, seeds, **kw: calls.append(("soup", seeds, kw)))
+    monkeypatch.setattr(training, "train_encoder", lambda files, **kw: calls.append(("one", kw["seed"], kw)))
+    for seeds, want in (([0, 1], ("soup", [0, 1])), ([3], ("one", 3)), ([2, 2], ("one", 2))):
+        calls.clear()
+        cfg = parse_config({"model": {"backend": "transformers", "path": "smollm2-135m"},
+                            "output_dir": str(tmp_path / "run"),
+                            "label": {"labeller": "encoder", "model_dir": str(tmp_path / "enc"),
+                                      "train_if_missing": True, "train_seeds": seeds, "train_epochs": 2}})
+        with pytest.raises(ConfigError):  # nothing was trained, so the labeller finds no model afterwards
+            make_labeller(cfg, echo=lambda s: None)
+        assert [c[:2] for c in calls] == [want]
+        assert calls[0][2]["epochs"] == 2 and calls[0][2]["out_dir"] == tmp_path / "enc"
+    with pytest.raises(ConfigError, match="train_seeds"):
+        parse_config({"model": {"backend": "transformers", "path": "smollm2-135m"}, "output_dir": str(tmp_path / "r"),
+                      "label": {"train_seeds": []}})
