@@ -118,7 +118,7 @@ def make_labeller(cfg: RunConfig, *, echo=print):
     kwargs: dict[str, Any] = {}
     if name == "encoder":
         from harness.labelling.data import builtin_training_files
-        from harness.labelling.training import train_encoder, train_soup
+        from harness.labelling.training import train_soup
 
         path = encoder_dir(cfg)
         if not (path / "meta.json").is_file():
@@ -129,11 +129,7 @@ def make_labeller(cfg: RunConfig, *, echo=print):
             echo(f"[label] no trained encoder at {path}: training it on the project's labelled stories"
                  f"{' and ' + ', '.join(cfg.label.train_extra) if cfg.label.train_extra else ''} (minutes on CPU)")
             files = builtin_training_files() + [Path(f) for f in cfg.label.train_extra]
-            seeds = list(dict.fromkeys(cfg.label.train_seeds))
-            if len(seeds) == 1:
-                train_encoder(files, out_dir=path, epochs=cfg.label.train_epochs, seed=seeds[0])
-            else:
-                train_soup(files, seeds, out_dir=path, epochs=cfg.label.train_epochs)
+            train_soup(files, cfg.label.train_seeds, out_dir=path, epochs=cfg.label.train_epochs)
         kwargs["path"] = path
         kwargs["name_check"] = cfg.label.name_check
         kwargs["action_check"] = cfg.label.action_check

@@ -200,16 +200,14 @@ def train(
 ) -> None:
     """Fine-tune the encoder labeller on hand-labelled stories."""
     from harness.labelling.data import builtin_training_files
-    from harness.labelling.training import train_encoder, train_soup
+    from harness.labelling.training import train_soup
 
     try:
         files = list(data or builtin_training_files()) + list(extra or [])
         settings = dict(epochs=epochs, batch_size=batch_size, lr=lr, layers=layers, limit=limit, augment=augment,
                         threads=threads, init_from=init_from, progress=progress, base=base, occurrences=occurrences,
                         device=device)
-        seeds = list(dict.fromkeys(seed))
-        rep = (train_encoder(files, out_dir=out, seed=seeds[0], **settings) if len(seeds) == 1
-               else train_soup(files, seeds, out_dir=out, **settings))
+        rep = train_soup(files, seed, out_dir=out, **settings)
     except HarnessError as e:
         _fail(e)
     if as_json:

@@ -627,10 +627,13 @@ def train_soup(files: Sequence[str | Path], seeds: Sequence[int], *, out_dir: st
 
     The members are kept under ``<out_dir>/members/seed-<seed>``: a rerun after a crash trains only the
     seeds whose member is missing or was trained otherwise, then averages again. The soup labels at the
-    cost of one model. The report sums the members' training seconds; its losses are the first member's."""
+    cost of one model. The report sums the members' training seconds; its losses are the first member's.
+    With one seed, it is ``train_encoder``'s model and report."""
     seeds = list(dict.fromkeys(int(s) for s in seeds))
     if not seeds:
         raise ConfigError("train_soup needs at least one seed")
+    if len(seeds) == 1:  # no soup: the one model, as train_encoder saves it
+        return train_encoder(files, out_dir=out_dir, seed=seeds[0], **kwargs)
     if kwargs.get("init_from") is not None:
         raise ConfigError("a soup starts every member from the base; leave out init_from (--init-from)")
     base = kwargs.get("base") or DEFAULT_BASE

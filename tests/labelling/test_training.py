@@ -202,6 +202,10 @@ def test_a_soup_is_the_mean_of_its_members_and_a_rerun_trains_only_the_missing_o
     assert trained == [2]
     train_soup([p], [0, 2], out_dir=out, epochs=2, layers=1)  # another setting: every member again
     assert trained == [2, 0, 2]
+    single = tmp_path / "single"
+    train_soup([p], [5, 5], out_dir=single, epochs=1, layers=1)  # one seed: train_encoder's model, no members
+    assert trained == [2, 0, 2, 5] and not (single / "members").exists()
+    assert read_model_meta(single)["train"]["seed"] == 5 and "soup" not in read_model_meta(single)
 
 
 def test_encoders_of_different_shapes_are_not_averaged(tmp_path):
