@@ -281,6 +281,9 @@ class TrainReport:
         epoch_losses: mean loss (per tagged word) of every epoch.
         data_sha256: hash of the training rows (text and labels), recorded in ``meta.json``.
         device: where it trained ("cpu" or "cuda").
+        seeds: the seeds of the model (several for a soup, ``train_soup``); trained_seeds: those whose
+            model this call trained (a soup's rerun reuses members already trained alike, and
+            ``seconds`` then still sums every member's training time).
     """
 
     out_dir: str
@@ -292,6 +295,8 @@ class TrainReport:
     data_sha256: str
     epoch_losses: tuple[float, ...] = ()
     device: str = "cpu"
+    seeds: tuple[int, ...] = ()
+    trained_seeds: tuple[int, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-Python form for JSON."""
@@ -539,7 +544,7 @@ def train_encoder(
     tok.save_pretrained(str(out / "encoder"))
     torch.save({k: v.cpu() for k, v in model.head.state_dict().items()}, out / "head.pt")
     report = TrainReport(str(out), len(rows), words_seen, epochs, round(seconds, 2), round(last, 5), _data_hash(rows),
-                         tuple(losses), device)
+                         tuple(losses), device, (seed,), (seed,))
     import transformers
 
     meta = {"format": 1, "slots": list(SLOTS), "max_length": max_length,
@@ -604,7 +609,10 @@ def average_encoders(members: Sequence[str | Path], out_dir: str | Path) -> Path
     heads = [torch.load(d / "head.pt", map_location="cpu") for d in dirs]
     torch.save({k: mean([h[k] for h in heads]) for k in heads[0]}, out / "head.pt")
     meta = dict(metas[0])
-    meta["soup"] = {"members": [str(d) for d in dirs], "seeds": [m.get("train", {}).get("seed") for m in metas]}
+    # members inside the soup's directory (train_soup's members/) by relative path, so the model can move
+    listed = [str(d.resolve().relative_to(out.resolve())) if d.resolve().is_relative_to(out.resolve()) else str(d)
+              for d in dirs]
+    meta["soup"] = {"members": listed, "seeds": [m.get("train", {}).get("seed") for m in metas]}
     atomic_write_text(out / "meta.json", json.dumps(meta, indent=2))
     return out
 
@@ -648,20 +656,21 @@ def train_soup(files: Sequence[str | Path], seeds: Sequence[int], *, out_dir: st
     data_sha256 = _data_hash(rows)
     settings = {k: kwargs.get(k, _TRAIN_DEFAULTS[k]) for k in ("epochs", "batch_size", "lr", "head_lr_mult", "augment",
                                                           "flip_prob", "limit", "occurrences", "layers")}
-    members = []
+    members, trained = [], []
     for seed in seeds:
         member = out / "members" / f"seed-{seed}"
         if not _member_done(member, base, {**settings, "seed": seed, "head_seed": seeds[0]}, data_sha256):
             train_encoder(files, out_dir=member, seed=seed, head_seed=seeds[0], **kwargs)
+            trained.append(seed)
         members.append(member)
     average_encoders(members, out)
     metas = [read_model_meta(m) for m in members]
     first = metas[0]["report"]
     report = TrainReport(str(out), first["stories"], first["words"], first["epochs"],
                          round(sum(m["report"]["seconds"] for m in metas), 2), first["final_loss"], data_sha256,
-                         tuple(first.get("epoch_losses", ())), first.get("device", "cpu"))
+                         tuple(first.get("epoch_losses", ())), first.get("device", "cpu"), tuple(seeds), tuple(trained))
     meta = json.loads((out / "meta.json").read_text())
-    meta["report"] = report.to_dict()
+    meta["report"] = {k: v for k, v in report.to_dict().items() if k != "trained_seeds"}  # this call's, not the model's
     meta["train"]["seeds"] = seeds
     atomic_write_text(out / "meta.json", json.dumps(meta, indent=2))
     return report

@@ -139,8 +139,12 @@ def test_train_command_with_two_seeds_saves_their_soup(tmp_path):
     r = runner.invoke(app, ["train", "--limit", "3", "--epochs", "1", "--layers", "1", "--seed", "0", "--seed", "1",
                             "--out", str(tmp_path / "m")])
     assert r.exit_code == 0, r.output
+    assert "trained seeds 0, 1 now; averaged seeds 0, 1" in r.output
     assert read_model_meta(tmp_path / "m")["soup"]["seeds"] == [0, 1]
     assert all((tmp_path / "m" / "members" / f"seed-{s}" / "meta.json").is_file() for s in (0, 1))
+    r = runner.invoke(app, ["train", "--limit", "3", "--epochs", "1", "--layers", "1", "--seed", "0", "--seed", "1",
+                            "--out", str(tmp_path / "m")])  # a rerun says it reused both members
+    assert r.exit_code == 0 and "trained no seed now (every member was already trained alike)" in r.output, r.output
 
 
 def test_errors_are_one_line(tmp_path, gold_path):

@@ -188,6 +188,8 @@ def test_a_soup_is_the_mean_of_its_members_and_a_rerun_trains_only_the_missing_o
     assert torch.allclose(torch.load(out / "head.pt")["weight"], (heads[0]["weight"] + heads[1]["weight"]) / 2)
     meta = read_model_meta(out)
     assert meta["train"]["seeds"] == [0, 1] and meta["soup"]["seeds"] == [0, 1]
+    assert meta["soup"]["members"] == ["members/seed-0", "members/seed-1"]  # relative: the model can move
+    assert report.seeds == (0, 1) and report.trained_seeds == (0, 1) and "trained_seeds" not in meta["report"]
     assert report.seconds == pytest.approx(sum(read_model_meta(m)["report"]["seconds"] for m in members), abs=0.02)
     labels = EncoderLabeller(out, workers=0).label([load_gold(p)[0].story])
     assert labels[0].characters[0].role == "subject"
@@ -195,8 +197,8 @@ def test_a_soup_is_the_mean_of_its_members_and_a_rerun_trains_only_the_missing_o
     trained = []
     real = training.train_encoder
     monkeypatch.setattr(training, "train_encoder", lambda files, **kw: trained.append(kw["seed"]) or real(files, **kw))
-    train_soup([p], [0, 1], out_dir=out, epochs=1, layers=1)
-    assert trained == []
+    again = train_soup([p], [0, 1], out_dir=out, epochs=1, layers=1)
+    assert trained == [] and again.trained_seeds == () and again.seconds == report.seconds
     assert all(torch.equal(v, load_file(str(out / "encoder" / "model.safetensors"))[k]) for k, v in soup.items())
     train_soup([p], [0, 2], out_dir=out, epochs=1, layers=1)
     assert trained == [2]
