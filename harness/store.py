@@ -93,11 +93,19 @@ def commit_file(tmp: Path, path: Path) -> None:
 
 
 def atomic_write(path: Path, write: Callable[[Path], Any]) -> Path:
-    """Write the file ``path`` as ``write(tmp)`` writes a temporary file beside it (hidden, ``.tmp-<name>``: not
-    read as an output), then commit it with ``commit_file``: a power loss leaves the old file or the whole new one."""
-    tmp = path.with_name(f".tmp-{path.name}")
-    write(tmp)
-    commit_file(tmp, path)
+    """Write the file ``path`` as ``write(tmp)`` writes a temporary file beside it (hidden,
+    ``.tmp-<pid>-<random>-<name>``: not read as an output, the writer's own, so two writers of one path, say
+    two ``harness report --out`` into one folder, do not write into each other's; the name ends as ``path``
+    does, for writers that pick a format by it), then commit it with ``commit_file``: a power loss leaves the
+    old file or the whole new one, and of two writers the last to commit wins. A write that raises leaves no
+    temporary file."""
+    tmp = path.with_name(f".tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}-{path.name}")
+    try:
+        write(tmp)
+        commit_file(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return path
 
 

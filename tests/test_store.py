@@ -436,6 +436,33 @@ def test_files_written_by_rename_get_the_mode_a_plain_write_gives(tmp_path):
         os.umask(old)
 
 
+def test_two_writers_of_one_file_at_once_each_write_their_own_temporary_file(tmp_path):
+    """Two ``harness report --out`` into one folder wrote the same ``.tmp-<name>``: the second renamed the first's
+    half-written file away, and the first then failed. Each writer now has its own; the last to commit wins, and a
+    write that raises leaves no temporary file behind."""
+    from harness.store import atomic_write
+
+    path = tmp_path / "index.html"
+
+    def first(tmp):
+        tmp.write_text("first, part one ")
+        atomic_write(path, lambda other: other.write_text("second"))  # another writer commits meanwhile
+        with tmp.open("a") as f:
+            f.write("and part two")
+
+    atomic_write(path, first)
+    assert path.read_text() == "first, part one and part two"
+
+    def broken(tmp):
+        tmp.write_text("half")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        atomic_write(path, broken)
+    assert path.read_text() == "first, part one and part two"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["index.html"]
+
+
 def test_shards_partition_the_work_and_are_stable(tmp_path):
     c = cfg(tmp_path, samples_per_prompt=10)
     suite = get_suite("laissez-faire")
