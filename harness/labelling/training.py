@@ -629,14 +629,21 @@ def _member_done(member: Path, base: str, want: dict[str, Any], data_sha256: str
 
 
 def train_soup(files: Sequence[str | Path], seeds: Sequence[int], *, out_dir: str | Path | None = None,
-               **kwargs: Any) -> TrainReport:
+               jobs: int = 1, **kwargs: Any) -> TrainReport:
     """Train one encoder per seed (``train_encoder`` with ``kwargs``; each member's head drawn under the
     first seed) and save the average of their weights (``average_encoders``) as one model.
 
     The members are kept under ``<out_dir>/members/seed-<seed>``: a rerun after a crash trains only the
     seeds whose member is missing or was trained otherwise, then averages again. The soup labels at the
     cost of one model. The report sums the members' training seconds; its losses are the first member's.
-    With one seed, it is ``train_encoder``'s model and report."""
+    With one seed, it is ``train_encoder``'s model and report.
+
+    ``jobs`` > 1 trains up to that many members at once on the CPU, each in a process of its own with
+    ``threads`` torch threads (default: the usable CPUs shared out among the jobs). A small encoder's
+    training keeps one thread busier than two, so on 2 CPU cores two members at once take less time than
+    one after the other (``benchmarks/soup_training.py``). A member that fails does not stop the others:
+    those that finish stay on disk for the rerun, and the first failure is raised once all have ended. On a
+    GPU the members train one after the other, whatever ``jobs`` says."""
     seeds = list(dict.fromkeys(int(s) for s in seeds))
     if not seeds:
         raise ConfigError("train_soup needs at least one seed")
@@ -656,13 +663,17 @@ def train_soup(files: Sequence[str | Path], seeds: Sequence[int], *, out_dir: st
     data_sha256 = _data_hash(rows)
     settings = {k: kwargs.get(k, _TRAIN_DEFAULTS[k]) for k in ("epochs", "batch_size", "lr", "head_lr_mult", "augment",
                                                           "flip_prob", "limit", "occurrences", "layers")}
-    members, trained = [], []
-    for seed in seeds:
-        member = out / "members" / f"seed-{seed}"
-        if not _member_done(member, base, {**settings, "seed": seed, "head_seed": seeds[0]}, data_sha256):
-            train_encoder(files, out_dir=member, seed=seed, head_seed=seeds[0], **kwargs)
-            trained.append(seed)
-        members.append(member)
+    if jobs < 1:
+        raise ConfigError(f"jobs must be >= 1, got {jobs}")
+    members = [out / "members" / f"seed-{seed}" for seed in seeds]
+    trained = [seed for seed, member in zip(seeds, members)
+               if not _member_done(member, base, {**settings, "seed": seed, "head_seed": seeds[0]}, data_sha256)]
+    jobs = min(jobs, len(trained))
+    if jobs > 1 and (kwargs.get("device") or default_device()) == "cpu":
+        _train_members_at_once(files, out, trained, seeds[0], jobs, kwargs)
+    else:
+        for seed in trained:
+            train_encoder(files, out_dir=out / "members" / f"seed-{seed}", seed=seed, head_seed=seeds[0], **kwargs)
     average_encoders(members, out)
     metas = [read_model_meta(m) for m in members]
     first = metas[0]["report"]
@@ -674,6 +685,24 @@ def train_soup(files: Sequence[str | Path], seeds: Sequence[int], *, out_dir: st
     meta["train"]["seeds"] = seeds
     atomic_write_text(out / "meta.json", json.dumps(meta, indent=2))
     return report
+
+
+def _train_members_at_once(files: Sequence[str | Path], out: Path, seeds: Sequence[int], head_seed: int, jobs: int,
+                           kwargs: dict[str, Any]) -> None:
+    """``train_soup``'s members ``seeds`` trained in ``jobs`` processes at once (spawned: a forked torch can hang)."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    from harness.labelling.encoder import usable_cpus
+
+    kw = {**kwargs, "device": "cpu", "threads": kwargs.get("threads") or max(1, usable_cpus() // jobs)}
+    with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
+        futures = [pool.submit(train_encoder, list(files), out_dir=out / "members" / f"seed-{seed}", seed=seed,
+                               head_seed=head_seed, **kw) for seed in seeds]
+        errors = [f.exception() for f in futures]  # every member ends, trained or failed, before one is raised
+    for error in errors:
+        if error is not None:
+            raise error
 
 
 __all__ = ["TrainReport", "average_encoders", "flip_gender", "occurrence_targets", "project_labels", "train_encoder",

@@ -210,6 +210,34 @@ def test_a_soup_is_the_mean_of_its_members_and_a_rerun_trains_only_the_missing_o
     assert read_model_meta(single)["train"]["seed"] == 5 and "soup" not in read_model_meta(single)
 
 
+def test_members_trained_at_once_in_processes_equal_those_trained_one_after_the_other(tmp_path):
+    """``jobs=2`` trains the members in two spawned processes; with one thread each, as here, their weights are
+    those of the members trained in turn, to the bit. A failure in a job reaches the caller as the same error."""
+    import torch
+    from safetensors.torch import load_file
+
+    from harness.errors import ConfigError
+    from harness.labelling.encoder import read_model_meta
+    from harness.labelling.training import train_soup
+
+    p = _write(tmp_path / "t.jsonl", ROW, {**ROW, "id": "b", "text": "Priya helped Ethan. He smiled at her."})
+    threads = torch.get_num_threads()
+    try:
+        alone = train_soup([p], [0, 1], out_dir=tmp_path / "alone", epochs=1, layers=1, threads=1)
+        both = train_soup([p], [0, 1], out_dir=tmp_path / "both", epochs=1, layers=1, threads=1, jobs=2)
+    finally:
+        torch.set_num_threads(threads)
+    assert both.trained_seeds == alone.trained_seeds == (0, 1)
+    for name in ("members/seed-0", "members/seed-1", "."):
+        a, b = (load_file(str(tmp_path / d / name / "encoder" / "model.safetensors")) for d in ("alone", "both"))
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), name
+    assert read_model_meta(tmp_path / "both" / "members" / "seed-1")["train"]["head_seed"] == 0
+    with pytest.raises(ConfigError, match="lr must be a positive number"):
+        train_soup([p], [0, 1], out_dir=tmp_path / "bad", epochs=1, layers=1, lr=-1.0, jobs=2)
+    with pytest.raises(ConfigError, match="jobs must be >= 1"):
+        train_soup([p], [0, 1], out_dir=tmp_path / "bad", epochs=1, layers=1, jobs=0)
+
+
 def test_encoders_of_different_shapes_are_not_averaged(tmp_path):
     from harness.errors import ConfigError
     from harness.labelling.training import average_encoders, train_encoder

@@ -1,0 +1,28 @@
+"""benchmarks/soup_training.py: a soup's members trained in turn against at once, in one run."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "soup_training.py"
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("bench_soup_training", BENCH)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_both_layouts_train_the_same_members_and_the_section_gives_their_ratio():
+    bench = _load()
+    files = list(__import__("harness.labelling.data", fromlist=["x"]).builtin_training_files())
+    alone = bench.run(files, [0, 1], 1, 1, 3)
+    together = bench.run(files, [0, 1], 1, 2, 3)
+    assert alone["jobs"] == 1 and together["jobs"] == 2 and alone["stories"] == together["stories"] == 3
+    # one seed's member learns alike in either layout (thread counts differ: close, not bit-equal)
+    assert all(abs(a - b) < 1e-3 for a, b in zip(alone["final_losses"], together["final_losses"]))
+    assert alone["final_losses"][0] != alone["final_losses"][1]  # two seeds, two members
+    text = bench.report({**alone, "seconds": 30.0}, {**together, "seconds": 20.0}, [0, 1], "a machine")
+    assert "| 30.0 |" in text and "| 20.0 |" in text and "**1.50x** the speed (faster in this run)" in text
