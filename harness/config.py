@@ -105,6 +105,8 @@ class LabelConfig(_Strict):
         description="seeds of the encoder's training on first use; more than one trains a model per seed and saves "
                     "the mean of their weights (harness.labelling.training.train_soup): one model's cost to label, "
                     "each seed's to train")
+    train_jobs: int = Field(1, ge=1, description="with several train_seeds: members trained at once on the CPU, a "
+                                                 "process each (2 on 2 cores: faster than one after the other)")
     name_check: bool = Field(True, description="encoder: swap two named characters' pronouns when both first names "
                                                "contradict them (harness.labelling.name_gender)")
     action_check: bool = Field(True, description="encoder: exchange the two characters of a power-laden Love story "

@@ -129,7 +129,8 @@ def make_labeller(cfg: RunConfig, *, echo=print):
             echo(f"[label] no trained encoder at {path}: training it on the project's labelled stories"
                  f"{' and ' + ', '.join(cfg.label.train_extra) if cfg.label.train_extra else ''} (minutes on CPU)")
             files = builtin_training_files() + [Path(f) for f in cfg.label.train_extra]
-            train_soup(files, cfg.label.train_seeds, out_dir=path, epochs=cfg.label.train_epochs)
+            train_soup(files, cfg.label.train_seeds, out_dir=path, epochs=cfg.label.train_epochs,
+                       jobs=cfg.label.train_jobs)
         kwargs["path"] = path
         kwargs["name_check"] = cfg.label.name_check
         kwargs["action_check"] = cfg.label.action_check
