@@ -13,6 +13,23 @@ offline_env()
 
 
 @pytest.fixture(scope="session")
+def benchmark_module():
+    """A function that imports a script of ``benchmarks/`` by name ("seeds" for benchmarks/seeds.py)."""
+    import importlib.util
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parents[1] / "benchmarks"
+
+    def load(name: str):
+        spec = importlib.util.spec_from_file_location(f"bench_{name}", bench / f"{name}.py")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+
+    return load
+
+
+@pytest.fixture(scope="session")
 def smollm2_dir():
     """SmolLM2-135M-Instruct as safetensors (converted from the packaged GGUF once, cached)."""
     from harness.models import prepare

