@@ -647,6 +647,8 @@ def train_soup(files: Sequence[str | Path], seeds: Sequence[int], *, out_dir: st
     seeds = list(dict.fromkeys(int(s) for s in seeds))
     if not seeds:
         raise ConfigError("train_soup needs at least one seed")
+    if jobs < 1:
+        raise ConfigError(f"jobs must be >= 1, got {jobs}")
     if len(seeds) == 1:  # no soup: the one model, as train_encoder saves it
         return train_encoder(files, out_dir=out_dir, seed=seeds[0], **kwargs)
     if kwargs.get("init_from") is not None:
@@ -663,23 +665,20 @@ def train_soup(files: Sequence[str | Path], seeds: Sequence[int], *, out_dir: st
     data_sha256 = _data_hash(rows)
     settings = {k: kwargs.get(k, _TRAIN_DEFAULTS[k]) for k in ("epochs", "batch_size", "lr", "head_lr_mult", "augment",
                                                           "flip_prob", "limit", "occurrences", "layers")}
-    if jobs < 1:
-        raise ConfigError(f"jobs must be >= 1, got {jobs}")
-    members = [out / "members" / f"seed-{seed}" for seed in seeds]
-    trained = [seed for seed, member in zip(seeds, members)
-               if not _member_done(member, base, {**settings, "seed": seed, "head_seed": seeds[0]}, data_sha256)]
-    jobs = min(jobs, len(trained))
-    if jobs > 1 and (kwargs.get("device") or default_device()) == "cpu":
-        _train_members_at_once(files, out, trained, seeds[0], jobs, kwargs)
+    members = {seed: out / "members" / f"seed-{seed}" for seed in seeds}
+    todo = {seed: member for seed, member in members.items()
+            if not _member_done(member, base, {**settings, "seed": seed, "head_seed": seeds[0]}, data_sha256)}
+    if min(jobs, len(todo)) > 1 and (kwargs.get("device") or default_device()) == "cpu":
+        _train_members_at_once(files, todo, seeds[0], min(jobs, len(todo)), kwargs)
     else:
-        for seed in trained:
-            train_encoder(files, out_dir=out / "members" / f"seed-{seed}", seed=seed, head_seed=seeds[0], **kwargs)
-    average_encoders(members, out)
-    metas = [read_model_meta(m) for m in members]
+        for seed, member in todo.items():
+            train_encoder(files, out_dir=member, seed=seed, head_seed=seeds[0], **kwargs)
+    average_encoders(list(members.values()), out)
+    metas = [read_model_meta(m) for m in members.values()]
     first = metas[0]["report"]
     report = TrainReport(str(out), first["stories"], first["words"], first["epochs"],
                          round(sum(m["report"]["seconds"] for m in metas), 2), first["final_loss"], data_sha256,
-                         tuple(first.get("epoch_losses", ())), first.get("device", "cpu"), tuple(seeds), tuple(trained))
+                         tuple(first.get("epoch_losses", ())), first.get("device", "cpu"), tuple(seeds), tuple(todo))
     meta = json.loads((out / "meta.json").read_text())
     meta["report"] = {k: v for k, v in report.to_dict().items() if k != "trained_seeds"}  # this call's, not the model's
     meta["train"]["seeds"] = seeds
@@ -687,9 +686,10 @@ def train_soup(files: Sequence[str | Path], seeds: Sequence[int], *, out_dir: st
     return report
 
 
-def _train_members_at_once(files: Sequence[str | Path], out: Path, seeds: Sequence[int], head_seed: int, jobs: int,
+def _train_members_at_once(files: Sequence[str | Path], members: dict[int, Path], head_seed: int, jobs: int,
                            kwargs: dict[str, Any]) -> None:
-    """``train_soup``'s members ``seeds`` trained in ``jobs`` processes at once (spawned: a forked torch can hang)."""
+    """``train_soup``'s ``members`` (seed -> directory) trained in ``jobs`` processes at once (spawned: a forked
+    torch can hang)."""
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
 
@@ -697,8 +697,8 @@ def _train_members_at_once(files: Sequence[str | Path], out: Path, seeds: Sequen
 
     kw = {**kwargs, "device": "cpu", "threads": kwargs.get("threads") or max(1, usable_cpus() // jobs)}
     with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
-        futures = [pool.submit(train_encoder, list(files), out_dir=out / "members" / f"seed-{seed}", seed=seed,
-                               head_seed=head_seed, **kw) for seed in seeds]
+        futures = [pool.submit(train_encoder, list(files), out_dir=member, seed=seed, head_seed=head_seed, **kw)
+                   for seed, member in members.items()]
         errors = [f.exception() for f in futures]  # every member ends, trained or failed, before one is raised
     for error in errors:
         if error is not None:
