@@ -17,7 +17,7 @@ from typing import Any, Optional
 
 import typer
 
-from harness.errors import ConfigError, HarnessError
+from harness.errors import ConfigError, DataError, HarnessError
 
 app = typer.Typer(help="Label characters (name and references) in stories; train and evaluate labellers.",
                   no_args_is_help=True)
@@ -288,7 +288,7 @@ def eval_(
             names = NameTable.load(name_table)
         stories = load_gold(gold)
         if not stories:
-            raise ConfigError(f"{gold}: no stories to score; pass a JSONL file with one labelled story per line")
+            raise DataError(f"{gold}: no stories to score; pass a JSONL file with one labelled story per line")
         if limit:
             stories = stories[:limit]
         lab = _labeller(labeller, model_dir, llm_model, threads, name_check, action_check, pronoun_binding,

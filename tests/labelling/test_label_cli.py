@@ -206,7 +206,7 @@ def test_bad_paths_stop_before_any_work(tmp_path, gold_path, tiny_encoder):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("\n")
     r = runner.invoke(app, ["eval", "--gold", str(empty), "--labeller", "rules"])
-    _one_line_error(r, 2, f"{empty}: no stories to score")
+    _one_line_error(r, 3, f"{empty}: no stories to score")  # a data fault, as a malformed gold file
 
 
 def test_the_details_never_overwrite_the_gold_file(tmp_path, gold_path):
