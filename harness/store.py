@@ -20,7 +20,6 @@ import fcntl
 import hashlib
 import json
 import os
-import tempfile
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -35,6 +34,10 @@ from harness.errors import ConfigError, DataError
 
 KEY = ("prompt_id", "sample_idx")
 STATUS, ERROR = "finish_reason", "error"  # rows with this status are failures to retry
+#: What a stage's writers write through a temporary file while they hold its lock (``RunStore.writing``): shards
+#: and tables. A record (``_stage.json``, an embedder's ``spec.json``) is written through one too, outside that
+#: lock: a job alone at the lock must not delete it before its writer renames it.
+PARTIAL_SUFFIXES = frozenset({".parquet", ".csv", ".npy"})
 
 
 def utcnow() -> str:
@@ -97,11 +100,18 @@ def atomic_write(path: Path, write: Callable[[Path], Any]) -> Path:
     ``.tmp-<pid>-<random>-<name>``: not read as an output, the writer's own, so two writers of one path, say
     two ``harness report --out`` into one folder, do not write into each other's; the name ends as ``path``
     does, for writers that pick a format by it), then commit it with ``commit_file``: a power loss leaves the
-    old file or the whole new one, and of two writers the last to commit wins. A write that raises leaves no
+    old file or the whole new one, and of two writers the last to commit wins. The file gets the mode a plain
+    write would give it: a new one the umask's, a rewritten one its own (run.json made 0600, as ``mkstemp``
+    once made it, was unreadable to the other users of a shared run folder). A write that raises leaves no
     temporary file."""
+    path = Path(path)
     tmp = path.with_name(f".tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}-{path.name}")
     try:
         write(tmp)
+        try:
+            os.chmod(tmp, os.stat(path).st_mode & 0o777)  # an existing file keeps its mode
+        except FileNotFoundError:
+            pass  # a new one keeps the mode open() gave it under the umask
         commit_file(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -109,37 +119,9 @@ def atomic_write(path: Path, write: Callable[[Path], Any]) -> Path:
     return path
 
 
-def _umask() -> int:
-    """The process's file-mode creation mask: from /proc (Linux), else by setting it and setting it back (which
-    another thread creating a file in between would see)."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file beside it, synced and renamed (``commit_file``'s
-    order), with the mode a plain write would give: ``mkstemp`` makes its file 0600, so run.json, stage records
-    and a model's meta.json were unreadable to the other users of a shared run folder."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        mode = os.stat(path).st_mode & 0o777  # an existing file keeps its mode
-    except OSError:
-        mode = 0o666 & ~_umask()
-    os.fchmod(fd, mode)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
+def atomic_write_text(path: Path, text: str) -> Path:
+    """Write ``text`` to ``path`` by ``atomic_write``: run.json, stage records, a model's meta.json."""
+    return atomic_write(path, lambda tmp: tmp.write_text(text))
 
 
 class _Editing(threading.local):
@@ -218,13 +200,14 @@ class RunStore:
 
     # -- shards -----------------------------------------------------------------------------
     def clean_partial(self, stage: str, tag: str | None = None) -> int:
-        """Delete temporary files a killed writer left behind; returns how many. With ``tag`` (a
-        ``write_shard`` tag: this job's shard), only that writer's: another shard's job writing into
-        the same stage at the same time keeps the shard it is committing."""
+        """Delete the temporary shards and tables (``PARTIAL_SUFFIXES``) a killed writer left behind; returns how
+        many. With ``tag`` (a ``write_shard`` tag: this job's shard), only that writer's: another shard's job
+        writing into the same stage at the same time keeps the shard it is committing. A record's temporary file
+        is kept: its writer may be renaming it now."""
         d = self.stage_dir(stage)
         if not d.is_dir():
             return 0
-        stale = list(d.glob(f".tmp-{tag}-*" if tag else ".tmp-*"))
+        stale = [p for p in d.glob(f".tmp-{tag}-*" if tag else ".tmp-*") if p.suffix in PARTIAL_SUFFIXES]
         for p in stale:
             p.unlink(missing_ok=True)
         return len(stale)

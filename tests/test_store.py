@@ -417,9 +417,10 @@ def test_a_shard_reaches_the_disk_before_its_rename_and_its_rename_after(tmp_pat
 
 
 def test_files_written_by_rename_get_the_mode_a_plain_write_gives(tmp_path):
-    """run.json, stage records and meta.json come through mkstemp, whose file is 0600: the other users of a shared
-    run folder could read the shards but not the manifest. New, they get the umask's mode; rewritten, their own."""
-    from harness.store import atomic_write_text
+    """run.json, stage records and meta.json came through mkstemp, whose file is 0600: the other users of a shared
+    run folder could read the shards but not the manifest. New, they get the umask's mode; rewritten, their own
+    (a report's page too, written by the same ``atomic_write``); a write that raises leaves no temporary file."""
+    from harness.store import atomic_write, atomic_write_text
 
     old = os.umask(0o022)
     try:
@@ -432,8 +433,35 @@ def test_files_written_by_rename_get_the_mode_a_plain_write_gives(tmp_path):
         store.manifest_path.chmod(0o640)
         store.update_manifest(status="complete")
         assert store.manifest_path.stat().st_mode & 0o777 == 0o640
+        page = tmp_path / "index.html"
+        atomic_write(page, lambda tmp: tmp.write_text("old"))
+        page.chmod(0o604)
+        atomic_write(page, lambda tmp: tmp.write_text("new"))
+        assert page.stat().st_mode & 0o777 == 0o604 and page.read_text() == "new"
     finally:
         os.umask(old)
+
+    with pytest.raises(UnicodeEncodeError):  # a lone surrogate fails once the temporary file is open
+        atomic_write_text(tmp_path / "new.json", '{"name": "\ud800"}')
+    assert (tmp_path / "new.json").read_text() == "{}"
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_a_job_alone_at_a_stage_keeps_a_record_another_job_is_renaming(tmp_path):
+    """A job that finds no other writer of a stage deletes every temporary shard there, those of killed jobs too.
+    A stage's record (``_stage.json``) and an embedder's ``spec.json`` are written through a temporary file of the
+    same ``.tmp-`` kind outside that lock (the embed stage records itself after its writers are done): deleted
+    while another job renames it, that job failed. Temporary shards and tables go; records stay."""
+    store = RunStore(tmp_path / "run")
+    d = store.stage_dir("embeddings/minilm")
+    d.mkdir(parents=True)
+    shards = [d / f".tmp-{t}" for t in ("emb-0of1-emb-x.npy", "emb-0of1-emb-x.keys.parquet", "4242-ab-table.csv")]
+    record = d / ".tmp-4242-ab-_stage.json"
+    for p in [*shards, record]:
+        p.write_text("half")
+    with store.writing("embeddings/minilm", "emb-1of2"):
+        pass
+    assert record.exists() and not any(p.exists() for p in shards)
 
 
 def test_two_writers_of_one_file_at_once_each_write_their_own_temporary_file(tmp_path):

@@ -37,7 +37,6 @@ import json
 import os
 import pickle
 import re
-import tempfile
 import time
 import unicodedata
 from dataclasses import dataclass
@@ -281,22 +280,15 @@ def write_table(table: pd.DataFrame, path: Path, provenance: dict[str, Any]) -> 
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from harness.store import atomic_write, atomic_write_text
+
     path.parent.mkdir(parents=True, exist_ok=True)
     arrow = pa.Table.from_pandas(table, preserve_index=False)
     meta = dict(arrow.schema.metadata or {})
     meta[b"harness.provenance"] = json.dumps(provenance, sort_keys=True).encode()
     arrow = arrow.replace_schema_metadata(meta)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".parquet")
-    os.close(fd)
-    try:
-        pq.write_table(arrow, tmp, compression="zstd")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    sidecar = path.with_suffix(".json")
-    sidecar.write_text(json.dumps(provenance, indent=2, sort_keys=True) + "\n")
+    atomic_write(path, lambda tmp: pq.write_table(arrow, tmp, compression="zstd"))
+    atomic_write_text(path.with_suffix(".json"), json.dumps(provenance, indent=2, sort_keys=True) + "\n")
 
 
 def build_table(path: str | Path | None = None, *, sources: SourceFiles | None = None) -> BuildReport:
