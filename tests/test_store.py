@@ -451,7 +451,7 @@ def test_a_job_alone_at_a_stage_keeps_a_record_another_job_is_renaming(tmp_path)
     """A job that finds no other writer of a stage deletes every temporary shard there, those of killed jobs too.
     A stage's record (``_stage.json``) and an embedder's ``spec.json`` are written through a temporary file of the
     same ``.tmp-`` kind outside that lock (the embed stage records itself after its writers are done): deleted
-    while another job renames it, that job failed. Temporary shards and tables go; records stay."""
+    while another job renames it, that job's rename would fail. Temporary shards and tables go; records stay."""
     store = RunStore(tmp_path / "run")
     d = store.stage_dir("embeddings/minilm")
     d.mkdir(parents=True)
