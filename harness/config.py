@@ -22,6 +22,20 @@ from harness.errors import ConfigError
 from harness.generation.base import GenParams
 
 BACKEND_NAMES = ("openai", "transformers", "vllm")
+#: The ``ModelConfig`` fields each backend does not read, with what decides in their place: set to anything but
+#: their default, they would do nothing, so ``unread_field`` refuses them (a "device: cuda" that vLLM never sees).
+UNREAD_FIELDS: dict[str, dict[str, str]] = {
+    "openai": {"gguf_file": "the server loaded its model", "dtype": "the server chose it",
+               "max_model_len": "the server's own limit holds", "device": "the server chose it",
+               "engine_kwargs": "the server's engine was started with its own"},
+    "vllm": {"device": "vLLM places the model itself", "base_url": "vLLM runs in this process",
+             "api_key": "vLLM runs in this process", "concurrency": "vLLM batches by batch_size",
+             "timeout_s": "vLLM runs in this process", "max_retries": "vLLM runs in this process"},
+    "transformers": {"base_url": "transformers runs in this process", "api_key": "transformers runs in this process",
+                     "concurrency": "transformers batches by batch_size",
+                     "timeout_s": "transformers runs in this process",
+                     "max_retries": "transformers runs in this process"},
+}
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
@@ -57,6 +71,25 @@ class ModelConfig(_Strict):
         if v not in BACKEND_NAMES:
             raise ValueError(f"unknown backend {v!r}; choose one of {', '.join(BACKEND_NAMES)}")
         return v
+
+
+def unread_field(model: ModelConfig, where: str) -> str | None:
+    """A one-line error for the first field of ``model`` (at ``where``, e.g. "label.llm") that is set to other than
+    its default and that its backend does not read, else None.
+
+    >>> print(unread_field(ModelConfig(backend="vllm", path="m", device="cuda"), "model"))
+    model.device: the vllm backend does not read it (vLLM places the model itself); remove it, or use backend transformers
+    >>> unread_field(ModelConfig(backend="vllm", path="m", device="auto"), "model") is None
+    True
+    """
+    unread = UNREAD_FIELDS.get(model.backend, {})
+    for name in ModelConfig.model_fields:  # in the order the fields are declared
+        if name in unread and name in model.model_fields_set \
+                and getattr(model, name) != ModelConfig.model_fields[name].get_default(call_default_factory=True):
+            readers = [b for b in BACKEND_NAMES if name not in UNREAD_FIELDS.get(b, {})]
+            return (f"{where}.{name}: the {model.backend} backend does not read it ({unread[name]}); remove it, "
+                    f"or use backend {' or '.join(readers)}")
+    return None
 
 
 class SamplingConfig(_Strict):
@@ -315,7 +348,10 @@ def check_suite(cfg: RunConfig, path: Path | str) -> None:
 
 
 def check_model(model: ModelConfig, path: Path | str) -> None:
-    """Stop early, naming the config file, when the model's weights cannot be found."""
+    """Stop early, naming the config file, when the model's weights cannot be found or a field is set that its
+    backend does not read."""
+    if (unread := unread_field(model, "model")) is not None:
+        raise ConfigError(f"{path}: {unread}")
     if model.backend == "openai":
         if not model.base_url:
             raise ConfigError(f"{path}: field 'model.base_url' is required by the openai backend, e.g. http://127.0.0.1:8000/v1")

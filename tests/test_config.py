@@ -40,6 +40,17 @@ def test_shipped_configs_validate(monkeypatch, tmp_path):
         ("model: {backend: llamafile, path: smollm2-135m}\n", r"field 'model.backend': unknown backend 'llamafile'; choose one of openai, transformers, vllm"),
         ("model: {backend: vllm, path: /no/such/model}\n", r"model.path: '/no/such/model' does not exist"),
         ("model: {backend: openai, path: m}\n", r"'model.base_url' is required"),
+        # a field its backend does not read would do nothing: refused, naming the backends that read it
+        ("model: {backend: vllm, path: smollm2-135m, device: cuda}\n",
+         r"model\.device: the vllm backend does not read it \(vLLM places the model itself\); remove it, or use "
+         r"backend transformers$"),
+        ("model: {backend: vllm, path: smollm2-135m, base_url: 'http://127.0.0.1:8000/v1'}\n",
+         r"model\.base_url: the vllm backend does not read it .*; remove it, or use backend openai$"),
+        ("model: {backend: openai, path: m, base_url: 'http://127.0.0.1:8000/v1', dtype: bfloat16}\n",
+         r"model\.dtype: the openai backend does not read it \(the server chose it\); remove it, or use backend "
+         r"transformers or vllm$"),
+        ("model: {backend: transformers, path: smollm2-135m, concurrency: 4}\n",
+         r"model\.concurrency: the transformers backend does not read it .*or use backend openai$"),
         ("sampling: {temperature: 1}\n", r"missing required field 'model'"),
         ("model: [1, 2\n", r"invalid YAML at line"),
         ("model: {backend: vllm, path: smollm2-135m}\nsuite: nope\n",
@@ -56,6 +67,20 @@ def test_bad_configs_name_file_field_and_fix(tmp_path, body, pattern):
         load_config(p)
     assert str(p) in str(e.value)
     assert "\n" not in str(e.value)
+
+
+def test_a_field_its_backend_does_not_read_passes_at_its_default(tmp_path):
+    """Only a value that would change something is refused: a preset written out in full ("device: auto") loads
+    with any backend, and every field set is read by the backend that reads it."""
+    cfg = load_config(write(tmp_path, "model: {backend: vllm, path: smollm2-135m, device: auto, concurrency: 8, "
+                                      "engine_kwargs: {}}\n"))
+    assert cfg.model.device == "auto"
+    cfg = load_config(write(tmp_path, "model: {backend: transformers, path: smollm2-135m, device: cpu, "
+                                      "dtype: float32, max_model_len: 512}\n"))
+    assert cfg.model.device == "cpu"
+    cfg = load_config(write(tmp_path, "model: {backend: openai, path: m, base_url: 'http://127.0.0.1:8000/v1', "
+                                      "concurrency: 4, timeout_s: 5, max_retries: 0}\n"))
+    assert cfg.model.concurrency == 4
 
 
 def test_gguf_refused_for_vllm(tmp_path):

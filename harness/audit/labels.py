@@ -27,7 +27,7 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 
-from harness.config import RunConfig
+from harness.config import RunConfig, unread_field
 from harness.errors import ConfigError, DataError
 from harness.labelling.base import BACKEND_FAILURE
 from harness.pipeline import GENERATIONS
@@ -90,9 +90,10 @@ def encoder_dir(cfg: RunConfig) -> Path:
 
 def check_llm(cfg: RunConfig) -> None:
     """A ConfigError naming the ``label.llm`` field at fault, before any stage runs, where the llm labeller has no
-    model block, names a model that cannot be found, is an openai backend without its server's URL or gives a
-    server's URL to a local engine (which would start in its place): found by ``load_backend`` only when the label
-    stage starts, after generation, and reported as the run's ``model.path`` or ``model.base_url``."""
+    model block, names a model that cannot be found, is an openai backend without its server's URL, gives a
+    server's URL to a local engine (which would start in its place) or sets a field its backend does not read
+    (``config.unread_field``): found by ``load_backend`` only when the label stage starts, after generation, and
+    reported as the run's ``model.path`` or ``model.base_url``, or not at all."""
     from harness import models
 
     llm = cfg.label.llm
@@ -102,11 +103,13 @@ def check_llm(cfg: RunConfig) -> None:
         if not llm.base_url:
             raise ConfigError("label.llm.base_url: the openai backend needs the server's URL, e.g. "
                               "http://127.0.0.1:8000/v1; add it, or use backend transformers or vllm")
-        return
-    if llm.base_url:
+    elif llm.base_url:
         raise ConfigError(f"label.llm.base_url: a server's URL is for the openai backend, not {llm.backend}; set "
                           f"label.llm.backend: openai to label through that server, or remove base_url")
-    models.resolve(llm.backend, llm.path, llm.gguf_file, where="label.llm.path", prepare_missing=False)
+    if (unread := unread_field(llm, "label.llm")) is not None:
+        raise ConfigError(unread)
+    if llm.backend != "openai":
+        models.resolve(llm.backend, llm.path, llm.gguf_file, where="label.llm.path", prepare_missing=False)
 
 
 def make_labeller(cfg: RunConfig, *, echo=print):

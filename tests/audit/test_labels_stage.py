@@ -116,12 +116,18 @@ def _llm_config(tmp_path, label):
     ({"backend": "openai", "path": "m"}, r"label\.llm\.base_url: the openai backend needs the server's URL, e\.g\. "),
     ({"backend": "vllm", "path": "smollm2-135m", "base_url": "http://127.0.0.1:8000/v1"},
      r"label\.llm\.base_url: a server's URL is for the openai backend, not vllm; set label\.llm\.backend: openai"),
+    ({"backend": "vllm", "path": "smollm2-135m", "device": "cpu"},
+     r"label\.llm\.device: the vllm backend does not read it \(vLLM places the model itself\); remove it, or use "
+     r"backend transformers$"),
+    ({"backend": "openai", "path": "m", "base_url": "http://127.0.0.1:8000/v1", "max_model_len": 2048},
+     r"label\.llm\.max_model_len: the openai backend does not read it .*or use backend transformers or vllm$"),
 ])
 def test_a_wrong_llm_labeller_model_block_stops_the_run_before_generating_naming_its_field(tmp_path, monkeypatch,
                                                                                           llm, message):
     """The llm labeller's model (``label.llm``) is checked with the run's, before the first stage: a missing block,
-    a mistyped path, an openai backend without its server or a server given to a local engine stop the run in one
-    line naming the ``label.llm`` field (not the run's ``model.path``), not hours of generation later."""
+    a mistyped path, an openai backend without its server, a server given to a local engine or a field its backend
+    does not read stop the run in one line naming the ``label.llm`` field (not the run's ``model.path``), not hours
+    of generation later (or never, for a field that would do nothing)."""
     from harness.audit import stages
     from harness.audit.stages import StageResult, run_stages
 
