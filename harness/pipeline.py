@@ -79,6 +79,7 @@ class GenerationSummary:
     output_tokens: int
     total_rows: int
     extra: dict[str, Any] = field(default_factory=dict)
+    first_error: str | None = None  # the reason of this call's first failed request, if any failed
 
     @property
     def stories_per_s(self) -> float:
@@ -87,6 +88,17 @@ class GenerationSummary:
     @property
     def tokens_per_s(self) -> float:
         return self.output_tokens / self.seconds if self.seconds else 0.0
+
+
+def one_line(reason: str, limit: int = 300) -> str:
+    """A failed request's reason as one line of at most ``limit`` characters, for an error message (a server's
+    reply can hold newlines).
+
+    >>> one_line("HTTP 500: <html>\\n<body>oops</body>")
+    'HTTP 500: <html> <body>oops</body>'
+    """
+    flat = " ".join(reason.split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
 def select_prompts(cfg: RunConfig, suite: Suite) -> list[Prompt]:
@@ -228,6 +240,7 @@ def generate_run(
 
     with store.writing(GENERATIONS, f"gen-{shard_tag}", claim):
         generated = errors = out_tokens = 0
+        first_error: str | None = None
         seconds = 0.0
         info_extra: dict[str, Any] = {}
         if todo:
@@ -253,6 +266,8 @@ def generate_run(
                     buffer.append(_row(item, res, cfg.model.path, cfg.model.backend))
                     generated += 1
                     errors += res.finish_reason == "error"
+                    if res.finish_reason == "error" and first_error is None:
+                        first_error = res.error or "no reason given"
                     out_tokens += res.output_tokens
                     bar.advance(res.output_tokens, time.perf_counter() - t0)
                     if len(buffer) >= cfg.shard_rows:
@@ -271,7 +286,8 @@ def generate_run(
                 if own_backend:
                     backend.close()
     summary = GenerationSummary(
-        store.root, len(items), len(items) - len(todo), generated, errors, seconds, out_tokens, 0, info_extra
+        store.root, len(items), len(items) - len(todo), generated, errors, seconds, out_tokens, 0, info_extra,
+        first_error,
     )
     ended = utcnow()
     throughput = {

@@ -298,11 +298,66 @@ def test_interrupted_run_resumes_only_missing_keys(tmp_path):
     assert generate_run(c, backend=EchoBackend(), progress=False).generated == 0
 
 
+def test_generations_that_all_failed_stop_the_label_stage_with_their_reason(tmp_path):
+    """Every generation failed (a server down from the start): the label stage says so, with the first reason
+    on one line, and that a rerun generates them again, not that the labels lack columns (the stage records
+    no labels at all). One good story is labelled and the failed ones are counted, as before."""
+    import harness.audit.labels as L
+    from harness.errors import BackendError
+
+    c = cfg(tmp_path, label={"labeller": "rules"})
+    store = RunStore(c.output_dir)
+    every = {it.request_id for it in plan(c, get_suite(c.suite), (0, 1))}
+
+    class Outage(EchoBackend):
+        def generate(self, requests, params, *, progress=False):
+            for r in requests:
+                yield GenResult(r.request_id, "", "error", 0, 0, error="ConnectError: [Errno 111]\nConnection refused")
+
+    s = generate_run(c, backend=Outage(), progress=False)
+    assert (s.generated, s.errors, s.first_error) == (12, 12, "ConnectError: [Errno 111]\nConnection refused")
+    with pytest.raises(BackendError) as e:
+        L.label_run(c, store, progress=False)
+    assert str(e.value) == (f"{store.stage_dir(GENERATIONS)}: every one of its 12 generations failed (the first: "
+                            "ConnectError: [Errno 111] Connection refused), so there is nothing to label; fix the "
+                            "cause and rerun, which generates them again")
+    assert not store.shard_paths(L.LABELS)
+    generate_run(c, backend=EchoBackend(fail_ids=every - {"love-neutral-01#0"}), progress=False)
+    assert L.label_run(c, store, progress=False) == (1, 1, 0, 11)
+
+
+def test_generate_command_exits_4_when_requests_failed_and_names_the_first_reason(tmp_path, monkeypatch):
+    """`harness generate` over a server that fails some requests: the stories that finished are written, the
+    command exits 4 (a job array's scheduler sees the shard as not done) with one line giving the count and
+    the first reason, and the rerun that retries them exits 0."""
+    import harness.pipeline as P
+    from typer.testing import CliRunner
+
+    from harness.cli import app
+    from harness.errors import BackendError
+
+    config = tmp_path / "c.yaml"
+    config.write_text(f"model: {{backend: transformers, path: smollm2-135m}}\nprompts: [learning-neutral-01]\n"
+                      f"samples_per_prompt: 3\noutput_dir: {tmp_path / 'run'}\n")
+    backends = iter([EchoBackend(fail_ids={"learning-neutral-01#1"}), EchoBackend()])
+    real = P.generate_run
+    monkeypatch.setattr(P, "generate_run", lambda cfg, **kw: real(cfg, backend=next(backends), **kw))
+    r = CliRunner().invoke(app, ["generate", str(config), "--no-progress"])
+    # the error reaches harness.cli.main, which prints it as one line and exits with its code, 4
+    assert isinstance(r.exception, BackendError) and BackendError.exit_code == 4 and str(r.exception) == (
+        "1 of 3 requests failed (the first: HTTP 503: server unavailable); the stories that finished are on disk, "
+        "kept as they are: fix the cause and rerun the same command, which retries only the failed ones")
+    assert len(RunStore(tmp_path / "run").read_keys(GENERATIONS)) == 2
+    r = CliRunner().invoke(app, ["generate", str(config), "--no-progress"])
+    assert r.exit_code == 0 and "generated 1 stories (2 already on disk, 0 errors)" in r.output
+
+
 def test_error_rows_are_retried_and_the_retry_wins(tmp_path):
     c = cfg(tmp_path)
     failing = {"labor-laden-02#1", "love-neutral-01#3"}
     s = generate_run(c, backend=EchoBackend(fail_ids=failing), progress=False)
     assert (s.generated, s.errors, s.total_rows) == (12, 2, 10)
+    assert s.first_error == "HTTP 503: server unavailable"  # what `harness generate` prints as it exits 4
     store = RunStore(c.output_dir)
     assert json.loads((Path(c.output_dir) / "run.json").read_text())["status"] == "partial"
     assert len(store.read_keys(GENERATIONS)) == 10

@@ -28,9 +28,9 @@ import pandas as pd
 import pyarrow as pa
 
 from harness.config import RunConfig, unread_field
-from harness.errors import ConfigError, DataError
+from harness.errors import BackendError, ConfigError, DataError
 from harness.labelling.base import BACKEND_FAILURE
-from harness.pipeline import GENERATIONS
+from harness.pipeline import GENERATIONS, one_line
 from harness.store import ERROR, KEY, STATUS, RunStore, shard_of
 
 LABELS = "labels"
@@ -247,7 +247,7 @@ def label_run(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int] = (0, 1
     if not store.shard_paths(GENERATIONS):
         raise DataError(f"{store.stage_dir(GENERATIONS)}: no generated stories to label; run the generate stage "
                         f"first (harness run CONFIG --stages generate)")
-    gens = store.read_stage(GENERATIONS, columns=["prompt_id", "sample_idx", "text_clean", STATUS])
+    gens = store.read_stage(GENERATIONS, columns=["prompt_id", "sample_idx", "text_clean", STATUS, "error"])
     hashes = {k: text_sha1(t) for k, t in zip(zip(gens.prompt_id, gens.sample_idx.astype(int)), gens.text_clean)}
     done = labelled_keys(store, hashes)
     check_label_settings(store, cfg, len(done))
@@ -261,6 +261,11 @@ def label_run(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int] = (0, 1
             unretried += 1
         else:
             todo.append((pid, int(idx), text))
+    if not todo and not done and unretried:
+        first = next((e for e, bad in zip(gens["error"], failed_gen) if bad and e), None) or "no reason given"
+        raise BackendError(f"{store.stage_dir(GENERATIONS)}: every one of its {unretried} generations failed (the "
+                           f"first: {one_line(first)}), so there is nothing to label; fix the cause and rerun, "
+                           f"which generates them again")
     if not todo:
         return 0, len(done), 0, unretried
     labeller = make_labeller(cfg, echo=echo)

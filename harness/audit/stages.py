@@ -122,13 +122,15 @@ def write_table(store: RunStore, stage: str, name: str, df: pd.DataFrame, csv: b
 
 # ---------------------------------------------------------------------------------------------
 def stage_generate(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int], progress: bool) -> StageResult:
-    from harness.pipeline import generate_run
+    from harness.pipeline import generate_run, one_line
 
     t = time.perf_counter()
     s = generate_run(cfg, shard=shard, progress=progress)
+    failed = (f"; {s.errors} requests failed (the first: {one_line(s.first_error or '')}), rerun to retry them"
+              if s.errors else "")
     return StageResult("generate", "done" if s.generated else "skipped (current)", time.perf_counter() - t,
                        f"{s.generated} generated, {s.already_done} on disk, {s.total_rows} rows; "
-                       f"{s.stories_per_s:.2f} stories/s, {s.tokens_per_s:.1f} tokens/s")
+                       f"{s.stories_per_s:.2f} stories/s, {s.tokens_per_s:.1f} tokens/s{failed}")
 
 
 def stage_label(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int], progress: bool) -> StageResult:

@@ -374,6 +374,9 @@ def label_(
                 raise ConfigError(f"--out {out}: the labels would be written over the stories file {stories}{via}; "
                                   f"give another path for the labels")
         items = read_stories(stories)
+        if not items:  # before the labeller loads, and before an earlier OUT is written over with nothing
+            raise DataError(f"{stories}: no stories to label; pass a JSONL file with one story per line "
+                            f"(id, text, roles)")
         lab = _labeller(labeller, model_dir, llm_model, threads, name_check, action_check, pronoun_binding,
                         apposition_check, llm_backend, precision, llm_base_url)
         try:

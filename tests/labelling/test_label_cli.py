@@ -207,6 +207,12 @@ def test_bad_paths_stop_before_any_work(tmp_path, gold_path, tiny_encoder):
     empty.write_text("\n")
     r = runner.invoke(app, ["eval", "--gold", str(empty), "--labeller", "rules"])
     _one_line_error(r, 3, f"{empty}: no stories to score")  # a data fault, as a malformed gold file
+    # labelling no stories: refused, and an earlier run's labels stay as they were (not written over with nothing)
+    earlier = tmp_path / "earlier.jsonl"
+    earlier.write_text('{"story_id": "a"}\n')
+    r = runner.invoke(app, ["label", str(empty), "--out", str(earlier), "--labeller", "rules"])
+    _one_line_error(r, 3, f"{empty}: no stories to label")
+    assert earlier.read_text() == '{"story_id": "a"}\n' and not (tmp_path / "earlier.jsonl.tmp").exists()
 
 
 def test_the_details_never_overwrite_the_gold_file(tmp_path, gold_path):
