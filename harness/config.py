@@ -263,15 +263,43 @@ def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+class _DuplicateKey(Exception):
+    pass
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml's safe loader, refusing a key written twice in one mapping (which it would read as the last one)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # "<<: *defaults" keeps its meaning
+                continue
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, str) and key in seen:
+                raise _DuplicateKey(f"key '{key}' is written twice in one mapping (line "
+                                    f"{key_node.start_mark.line + 1}); keep one of them")
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def read_yaml(path: Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     """Read a YAML mapping, resolving ``include:`` (a path or a list of paths)."""
     path = Path(path)
     if path.resolve() in _seen:
         raise ConfigError(f"{path}: include cycle ({' -> '.join(str(p) for p in _seen)})")
     try:
-        doc = yaml.safe_load(path.read_text())
+        doc = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
     except FileNotFoundError:
         raise ConfigError(f"{path}: config file not found; check the path") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: a directory, not a config file; give the path of a YAML file") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text (at byte offset {e.start}); save the config as UTF-8") from None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read it ({e.strerror}); check the path and its permissions") from None
+    except _DuplicateKey as e:
+        raise ConfigError(f"{path}: {e}") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         at = f" at line {mark.line + 1}" if mark else ""
@@ -323,7 +351,21 @@ def load_config(path: Path | str, overrides: dict[str, Any] | None = None) -> Ru
     cfg = parse_config(doc, path)
     check_suite(cfg, path)
     check_model(cfg.model, path)
+    check_output_dir(cfg, path)
     return cfg
+
+
+def check_output_dir(cfg: RunConfig, path: Path | str) -> None:
+    """Stop early, naming the config file, when ``output_dir`` or a folder above it is a file (a run's folders
+    could not be made there)."""
+    out = Path(cfg.output_dir)
+    for at in (out, *out.parents):
+        if at.exists():
+            if not at.is_dir():
+                where = "" if at == out else f" ({at} above it is a file)"
+                raise ConfigError(f"{path}: field 'output_dir': {out} cannot be a run's folder{where}"
+                                  f"{' (a file is there)' if at == out else ''}; give a folder path (-o DIR)")
+            return
 
 
 def check_suite(cfg: RunConfig, path: Path | str) -> None:

@@ -153,12 +153,31 @@ class RunStore:
 
     # -- manifest ---------------------------------------------------------------------------
     def read_manifest(self) -> dict[str, Any]:
+        """run.json's contents, {} where there is none yet."""
         try:
-            return json.loads(self.manifest_path.read_text())
+            manifest = json.loads(self.manifest_path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             return {}
-        except json.JSONDecodeError:
+        except NotADirectoryError:
+            raise DataError(f"{self.root}: a file, not a run directory; give the folder a run writes "
+                            f"(its output_dir)") from None
+        except (json.JSONDecodeError, UnicodeDecodeError):
             raise DataError(f"{self.manifest_path}: not valid JSON; restore it or start a new output_dir") from None
+        if not isinstance(manifest, dict):
+            raise DataError(f"{self.manifest_path}: not a run's record (a JSON object); restore it or start a new "
+                            f"output_dir")
+        return manifest
+
+    def read_run(self) -> dict[str, Any]:
+        """The manifest of a run that exists, for the readers of finished runs (``harness report``): a DataError
+        naming what is wrong where the folder is missing, a file, or holds no run.json or an empty one."""
+        if not self.root.exists():
+            raise DataError(f"{self.root}: not found; give a run directory (the output_dir of `harness run`)")
+        manifest = self.read_manifest()
+        if not manifest:
+            held = "an empty run.json" if self.manifest_path.exists() else "no run.json"
+            raise DataError(f"{self.root}: {held}, so it is no run directory; give the output_dir of `harness run`")
+        return manifest
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
         self.root.mkdir(parents=True, exist_ok=True)

@@ -69,6 +69,43 @@ def test_bad_configs_name_file_field_and_fix(tmp_path, body, pattern):
     assert "\n" not in str(e.value)
 
 
+def test_a_config_that_cannot_be_read_as_text_or_repeats_a_key_is_named_in_one_line(tmp_path):
+    """A directory, a file that is not UTF-8 or a key written twice (which YAML would read as its last value,
+    silently) stop in one line naming the file; a merge key ("<<: *defaults") still works."""
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    latin = tmp_path / "latin.yaml"
+    latin.write_bytes("model: {backend: vllm, path: smollm2-135m}\nname: caf\xe9\n".encode("latin-1"))
+    twice = write(tmp_path, "model: {backend: vllm, path: smollm2-135m}\nseed: 0\nseed: 1\n", "twice.yaml")
+    nested = write(tmp_path, "model: {backend: vllm, path: smollm2-135m, path: other}\n", "nested.yaml")
+    for path, pattern in ((folder, "a directory, not a config file; give the path of a YAML file"),
+                          (latin, r"not UTF-8 text \(at byte offset 52\); save the config as UTF-8"),
+                          (twice, r"key 'seed' is written twice in one mapping \(line 3\); keep one of them"),
+                          (nested, r"key 'path' is written twice in one mapping \(line 1\)")):
+        with pytest.raises(ConfigError, match=pattern) as e:
+            load_config(path)
+        assert str(e.value).startswith(f"{path}: ") and "\n" not in str(e.value)
+    cfg = load_config(write(tmp_path, "model: &m {backend: vllm, path: smollm2-135m}\nlabel:\n  llm:\n    <<: *m\n"
+                                      "    max_model_len: 512\n", "merge.yaml"))
+    assert (cfg.label.llm.backend, cfg.label.llm.max_model_len, cfg.model.max_model_len) == ("vllm", 512, 1024)
+
+
+def test_an_output_dir_where_a_file_stands_is_refused_before_any_work(tmp_path):
+    """`harness generate|run -o FILE` (or a folder under a file) stops at the config, in one line, instead of a
+    NotADirectoryError when the first shard is written."""
+    a_file = tmp_path / "stories.jsonl"
+    a_file.write_text("{}\n")
+    config = write(tmp_path, "model: {backend: vllm, path: smollm2-135m}\n")
+    for out, pattern in ((a_file, rf"field 'output_dir': {a_file} cannot be a run's folder \(a file is there\); "
+                                  r"give a folder path \(-o DIR\)$"),
+                         (a_file / "run", rf"{a_file / 'run'} cannot be a run's folder \({a_file} above it is a "
+                                          r"file\); give a folder path")):
+        with pytest.raises(ConfigError, match=pattern) as e:
+            load_config(config, {"output_dir": str(out)})
+        assert str(e.value).startswith(f"{config}: ")
+    assert load_config(config, {"output_dir": str(tmp_path / "new" / "run")}).output_dir.endswith("new/run")
+
+
 def test_a_field_its_backend_does_not_read_passes_at_its_default(tmp_path):
     """Only a value that would change something is refused: a preset written out in full ("device: auto") loads
     with any backend, and every field set is read by the backend that reads it."""

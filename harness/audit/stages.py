@@ -260,6 +260,10 @@ def run_stages(
         from harness.audit.labels import check_llm
 
         check_llm(cfg)  # so does a missing or mistyped label.llm
+    if "identities" in wanted:
+        from harness.identity.gender import load_lexicon
+
+        load_lexicon(cfg.identity.lexicon)  # and a mistyped identity.lexicon (a few ms: a small YAML file)
     store = RunStore(cfg.output_dir)
     results = []
     for stage in STAGES:

@@ -330,7 +330,13 @@ def read_provenance(path: str | Path) -> dict[str, Any]:
     """The provenance stored in a built table's Parquet metadata."""
     import pyarrow.parquet as pq
 
-    meta = pq.read_schema(path).metadata or {}
+    import pyarrow as pa
+
+    try:
+        meta = pq.read_schema(path).metadata or {}
+    except (pa.ArrowInvalid, OSError) as e:  # not Parquet at all: an empty file, JSONL, a cut download
+        raise DataError(f"{path}: not a Parquet name table ({' '.join(str(e).split())[:120]}); give the table "
+                        f"`harness names build` wrote, or build one with `harness names build --out {path}`") from None
     raw = meta.get(b"harness.provenance")
     if raw is None:
         raise DataError(f"{path}: no harness provenance in the Parquet metadata; rebuild with `harness names build`")

@@ -211,9 +211,13 @@ def _read_lexicon_dict(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any
         raise ConfigError(f"gender lexicon file {path} not found; pass one of "
                           f"{', '.join(BUILTIN_LEXICONS)} or the path of a YAML lexicon")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"gender lexicon {path}: not UTF-8 text (at byte offset {e.start}); save it as UTF-8") from None
     except yaml.YAMLError as e:
-        raise ConfigError(f"gender lexicon {path}: not valid YAML ({e}); fix the file") from None
+        mark = getattr(e, "problem_mark", None)
+        at = f" at line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"gender lexicon {path}: not valid YAML{at}; fix the file") from None
     if not isinstance(data, dict):
         raise ConfigError(f"gender lexicon {path}: expected a mapping with name, version, categories")
     allowed = {"name", "version", "source", "description", "include", "categories", "extend"}

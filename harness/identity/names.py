@@ -475,6 +475,9 @@ class NameTable:
         from harness.identity import build
 
         path = Path(path) if path is not None else build.ensure_default_table(build_if_missing)
+        if path.is_dir():
+            raise DataError(f"name table {path}: a directory; give the table's file (a .parquet that "
+                            f"`harness names build` wrote)")
         if not path.is_file():
             raise DataError(f"name table {path} not found; run `harness names build --out {path}`")
         provenance = read_provenance(path)

@@ -33,9 +33,7 @@ S13_COLUMNS = ["model", "domain", "kind", "gender", "group", "statistic", "p", "
 
 def _load_run(run: Path) -> tuple[dict, dict[str, pd.DataFrame], pd.DataFrame]:
     store = RunStore(run)
-    manifest = store.read_manifest()
-    if not manifest:
-        raise DataError(f"{run}: no run.json; is this a run directory?")
+    manifest = store.read_run()
     stats_dir = run / "statistics"
     missing = [t for t in TABLES if not (stats_dir / f"{t}.parquet").exists()]
     if missing:
@@ -72,9 +70,6 @@ def _s13(df: pd.DataFrame) -> pd.DataFrame:
 
 def build_report(runs: list[Path | str], out: Path | str, *, title: str = "Laissez-faire audit") -> Path:
     """Build the report for ``runs`` into ``out``; returns the path of ``index.html``."""
-    out = Path(out)
-    (out / "figures").mkdir(parents=True, exist_ok=True)
-    (out / "tables").mkdir(parents=True, exist_ok=True)
     manifests, stories = [], []
     stacked: dict[str, list[pd.DataFrame]] = {t: [] for t in TABLES}
     for run in map(Path, runs):
@@ -83,6 +78,7 @@ def build_report(runs: list[Path | str], out: Path | str, *, title: str = "Laiss
         stories.append(st)
         for t in TABLES:
             stacked[t].append(tables[t])
+    out = F.report_folder(out)
     T = {t: pd.concat(v, ignore_index=True) for t, v in stacked.items()}
     T["pooled_curve"] = pooled_curve(T["threshold_curve"]) if len(T["threshold_curve"]) else T["threshold_curve"]
     counts, sheet = search(pd.concat(stories, ignore_index=True))

@@ -17,6 +17,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.colors import TwoSlopeNorm  # noqa: E402
 
+from harness.errors import ConfigError  # noqa: E402
 from harness.identity import RACE_DISPLAY  # noqa: E402
 from harness.store import atomic_write  # noqa: E402
 
@@ -167,6 +168,20 @@ def threshold_curves(pooled: pd.DataFrame, path: Path) -> Path:
         fig.legend(handles, labels, fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False)
     fig.tight_layout()
     return _save(fig, path)
+
+
+def report_folder(out: Path | str) -> Path:
+    """``out`` with its figures/ and tables/ folders made, or a ConfigError naming ``--out`` where a file
+    stands at it or above it. Called once the runs have been read, so a report that fails on its inputs
+    leaves no empty folders."""
+    out = Path(out)
+    blocked = next((at for at in (out, *out.parents) if at.exists() and not at.is_dir()), None)
+    if blocked is not None:
+        where = "a file is there" if blocked == out else f"{blocked} above it is a file"
+        raise ConfigError(f"--out {out}: {where}; give a folder for the report")
+    (out / "figures").mkdir(parents=True, exist_ok=True)
+    (out / "tables").mkdir(parents=True, exist_ok=True)
+    return out
 
 
 def write_tables(out: Path, tables: dict[str, pd.DataFrame]) -> None:

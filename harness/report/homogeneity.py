@@ -25,7 +25,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from harness.errors import DataError  # noqa: E402
-from harness.report.figures import Figures, _save, write_tables  # noqa: E402
+from harness.report.figures import Figures, _save, report_folder, write_tables  # noqa: E402
 from harness.store import RunStore, atomic_write  # noqa: E402
 
 STATS_DIR = "homogeneity"
@@ -49,9 +49,7 @@ def load_run_tables(run: Path | str) -> tuple[dict, dict[str, pd.DataFrame]]:
     """(manifest, {report table name: stacked table}) of one run, a ``model`` and an
     ``embedder`` column first in every table."""
     run = Path(run)
-    manifest = RunStore(run).read_manifest()
-    if not manifest:
-        raise DataError(f"{run}: no run.json; is this a run directory?")
+    manifest = RunStore(run).read_run()
     model = manifest.get("config", {}).get("name", run.name)
     root = run / STATS_DIR
     dirs = sorted(p.parent for p in root.glob("*/summary.json"))
@@ -176,15 +174,13 @@ def extreme_pairs_figure(ext: pd.DataFrame, path: Path) -> Path:
 
 def build_homogeneity_report(runs: list[Path | str], out: Path | str, *, title: str = "Homogeneity audit") -> Path:
     """Build the homogeneity report for ``runs`` into ``out``; returns the path of ``index.html``."""
-    out = Path(out)
-    (out / "figures").mkdir(parents=True, exist_ok=True)
-    (out / "tables").mkdir(parents=True, exist_ok=True)
     manifests, stacked = [], {}
     for run in map(Path, runs):
         m, tables = load_run_tables(run)
         manifests.append((run, m))
         for k, v in tables.items():
             stacked.setdefault(k, []).append(v)
+    out = report_folder(out)
     T = {k: pd.concat(v, ignore_index=True) for k, v in stacked.items()}
     T["hom_coefficients"] = coefficient_table(T["hom_coefficients"], T.pop("hom_text_coefficients", None))
     T["hom_group_means"] = _group_means(T["hom_groups"], T.get("hom_text_group_means"))

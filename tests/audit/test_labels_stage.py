@@ -210,3 +210,22 @@ def test_first_use_training_with_several_seeds_saves_their_soup(tmp_path, monkey
     with pytest.raises(ConfigError, match="train_seeds"):
         parse_config({"model": {"backend": "transformers", "path": "smollm2-135m"}, "output_dir": str(tmp_path / "r"),
                       "label": {"train_seeds": []}})
+
+
+def test_a_mistyped_gender_lexicon_stops_the_run_before_generating(tmp_path, monkeypatch):
+    """identity.lexicon is read when the identities stage starts, after generation and labelling: a path that
+    does not exist stops `harness run` before its first stage instead."""
+    from harness.audit import stages
+    from harness.audit.stages import StageResult, run_stages
+
+    ran = []
+    for name in stages.RUNNERS:
+        monkeypatch.setitem(stages.RUNNERS, name,
+                            lambda cfg, store, name=name, **kw: ran.append(name) or StageResult(name, "done", 0.0))
+    cfg = parse_config({"model": {"backend": "transformers", "path": "smollm2-135m"}, "output_dir": str(tmp_path / "run"),
+                        "label": {"labeller": "rules"}, "identity": {"lexicon": str(tmp_path / "mine.yaml")}})
+    with pytest.raises(ConfigError, match=rf"gender lexicon file {tmp_path / 'mine.yaml'} not found; pass one of "):
+        run_stages(cfg, progress=False, echo=lambda s: None)
+    assert ran == [] and not (tmp_path / "run").exists()
+    run_stages(cfg, stages=["generate", "label"], progress=False, echo=lambda s: None)  # no identities: not read
+    assert ran == ["generate", "label"]

@@ -87,3 +87,39 @@ def test_every_report_file_reaches_the_disk_before_its_rename_and_the_stage_reco
     report_written_durably(RunStore(run), build_report, {
         "index.html", "figures/fig1a_representation_race.png", "figures/fig1a_representation_race.svg",
         "figures/fig1a_representation_race.csv", "tables/representation.parquet", "tables/coding_sheet.csv"})
+
+
+def test_report_inputs_that_are_no_runs_and_an_output_where_a_file_stands_are_named_in_one_line(report, tmp_path):
+    """`harness report` over a path that is missing, a file, a folder without run.json or with an empty or
+    non-UTF-8 one, or into --out where a file stands: one error naming the path (no traceback), and no
+    empty report folders left by a report that failed on its inputs."""
+    from harness.errors import ConfigError, DataError
+    from harness.report.homogeneity import build_homogeneity_report
+
+    _, tmp = report
+    run = next(p for p in sorted((tmp / "runs").iterdir()) if (p / "run.json").is_file())
+    a_file = tmp_path / "stories.jsonl"
+    a_file.write_text("{}\n")
+    bare, empty, latin, listed = (tmp_path / n for n in ("bare", "empty", "latin", "listed"))
+    for d in (bare, empty, latin, listed):
+        d.mkdir()
+    (empty / "run.json").write_text("{}")
+    (latin / "run.json").write_bytes(b"\xff{}")
+    (listed / "run.json").write_text("[]")
+    cases = [(tmp_path / "nowhere", "not found; give a run directory (the output_dir of `harness run`)"),
+             (a_file, "a file, not a run directory; give the folder a run writes (its output_dir)"),
+             (bare, "no run.json, so it is no run directory; give the output_dir of `harness run`"),
+             (empty, "an empty run.json, so it is no run directory"),
+             (latin, "run.json: not valid JSON; restore it or start a new output_dir"),
+             (listed, "run.json: not a run's record (a JSON object)")]
+    for build, good in ((build_report, [run]), (build_homogeneity_report, [])):
+        for bad, message in cases:
+            out = tmp_path / "out"
+            with pytest.raises(DataError) as e:
+                build([*good, bad], out)
+            assert message in str(e.value) and str(bad) in str(e.value) and "\n" not in str(e.value)
+            assert not out.exists()
+    for out, message in ((a_file, f"--out {a_file}: a file is there; give a folder for the report"),
+                         (a_file / "report", f"--out {a_file / 'report'}: {a_file} above it is a file")):
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            build_report([run], out)

@@ -144,6 +144,16 @@ def test_user_lexicon_include_extend_and_errors(tmp_path):
     noversion.write_text("name: x\ncategories:\n  Male: [he]\n")
     with pytest.raises(ConfigError, match="version"):
         load_lexicon(noversion)
+    # not YAML, not UTF-8: one line naming the file (and the line), not yaml's multi-line message
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("name: x\nversion: '1'\ncategories: [Male: he\n")
+    latin = tmp_path / "latin.yaml"
+    latin.write_bytes("name: caf\xe9\n".encode("latin-1"))
+    for path, message in ((broken, f"gender lexicon {broken}: not valid YAML at line 4; fix the file"),
+                          (latin, f"gender lexicon {latin}: not UTF-8 text (at byte offset 9); save it as UTF-8")):
+        with pytest.raises(ConfigError) as e:
+            load_lexicon(path)
+        assert str(e.value) == message
 
 
 def test_doctests():

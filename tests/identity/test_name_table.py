@@ -138,6 +138,16 @@ def test_errors(synthetic_table, tmp_path):
     pd.DataFrame({"key": ["A"]}).to_parquet(tmp_path / "bad.parquet")
     with pytest.raises(DataError):
         NameTable.load(tmp_path / "bad.parquet")
+    # not Parquet at all (JSONL, an empty file) or a folder: one line naming the path, no pyarrow traceback
+    (tmp_path / "names.jsonl").write_text('{"name": "Maria"}\n')
+    (tmp_path / "empty.parquet").write_bytes(b"")
+    for bad in (tmp_path / "names.jsonl", tmp_path / "empty.parquet"):
+        with pytest.raises(DataError) as e:
+            NameTable.load(bad)
+        assert str(e.value).startswith(f"{bad}: not a Parquet name table (") and "\n" not in str(e.value)
+        assert str(e.value).endswith(f"build one with `harness names build --out {bad}`")
+    with pytest.raises(DataError, match=r"a directory; give the table's file"):
+        NameTable.load(tmp_path)
 
 
 def test_default_cache_location(monkeypatch, tmp_path):
