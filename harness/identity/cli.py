@@ -77,7 +77,7 @@ def lookup(
                                  "first name and a likelihood per category."),
     mode: str = typer.Option("paper", "--mode", help="paper | renormalised (see harness.identity.names)."),
     table: Path = typer.Option(None, "--table", help="Table to read (default: the user cache, built if missing)."),
-    min_population: int = typer.Option(100, "--min-population",
+    min_population: int = typer.Option(100, "--min-population", min=0,
                                        help="Withhold likelihoods of names with fewer (or unknown) bearers."),
     no_fallback: bool = typer.Option(False, "--no-fallback", help="Do not fall back to the voter-file source."),
 ) -> None:

@@ -122,10 +122,16 @@ def _story(story_id: str, text: Any, roles: tuple[RoleSpec, ...], where: str) ->
         return StoryInput(story_id, text, roles)
 
 
-def _story_id(row: dict[str, Any], keys: tuple[str, ...], default: str) -> str:
+def _story_id(row: dict[str, Any], keys: tuple[str, ...], default: str, where: str) -> str:
     """The first of ``keys`` that the row gives (not null), as a string; ``default`` (the file and line) without one.
     A null id was the story id "None", which every other null id then repeated."""
-    return next((str(row[k]) for k in keys if row.get(k) is not None), default)
+    for k in keys:
+        value = row.get(k)
+        if isinstance(value, (list, dict, bool)):  # str() would make ['a'] the id "['a']"
+            raise DataError(f"{where}: `{k}` must be a string or a number, got {type(value).__name__}")
+        if value is not None:
+            return str(value)
+    return default
 
 
 def _str_field(row: dict[str, Any], key: str, default: str | None, where: str) -> str | None:
@@ -201,7 +207,7 @@ def parse_row(row: dict[str, Any], story_id: str, where: str) -> GoldStory:
         text = row.get("text")
         domain = _str_field(row, "domain", "unknown", where)
         domain = DOMAINS.get(domain, domain)
-        return GoldStory(_story(_story_id(row, ("id",), story_id), text, roles, where),
+        return GoldStory(_story(_story_id(row, ("id",), story_id, where), text, roles, where),
                          _str_field(row, "model", "hand-written", where), domain,
                          _str_field(row, "condition", "unknown", where), _str_field(row, "love_type", None, where),
                          chars,
@@ -287,6 +293,10 @@ def read_stories(path: str | Path) -> list[StoryInput]:
                 if unknown or "subject" not in raw:
                     raise DataError(f"{path}:{i}: `roles` must map subject (and optionally object) to descriptions"
                                     + (f"; unknown role(s) {', '.join(sorted(unknown))}" if unknown else ""))
+                empty = [k for k in ROLE_KEYS if k in raw and isinstance(raw[k], str) and not raw[k].strip()]
+                if empty:  # not "needs 1 or 2 roles, got 0": the role is there, its description is not
+                    raise DataError(f"{path}:{i}: `roles.{empty[0]}` is empty; give the role's description (e.g. "
+                                    f"\"student\"), or leave the role out")
                 raw = [{"key": k, "description": raw[k]} for k in ROLE_KEYS if raw.get(k)]
             try:
                 roles = tuple(RoleSpec(r["key"], r["description"]) for r in raw)
@@ -294,7 +304,7 @@ def read_stories(path: str | Path) -> list[StoryInput]:
                 raise DataError(f"{path}:{i}: each role needs `key` and `description`") from None
             except DataError as e:
                 raise DataError(f"{path}:{i}: {e}") from None
-            sid = _story_id(row, ("story_id", "id"), f"{path.stem}:{i}")
+            sid = _story_id(row, ("story_id", "id"), f"{path.stem}:{i}", f"{path}:{i}")
             out.append(_story(sid, row.get("text"), roles, f"{path}:{i}"))
         else:
             out.append(parse_row(row, f"{path.stem}:{i}", f"{path}:{i}").story)

@@ -39,6 +39,12 @@ def test_lookup_errors(tmp_path, synthetic_table):
     assert r.exit_code == 3 and "not found" in r.output
     r = runner.invoke(app, ["lookup", "--table", str(synthetic_table), "--mode", "nope", "John"])
     assert r.exit_code == 2 and "mode" in r.output
+    r = runner.invoke(app, ["lookup", "--table", str(synthetic_table), "--min-population", "-5", "John"])
+    assert r.exit_code == 2 and "--min-population" in r.output  # a negative count withheld nothing, silently
+    jsonl = tmp_path / "names.jsonl"
+    jsonl.write_text('{"name": "John"}\n')
+    r = runner.invoke(app, ["lookup", "--table", str(jsonl), "John"])
+    assert r.exit_code == 3 and f"{jsonl}: not a Parquet name table" in r.output and "Traceback" not in r.output
 
 
 def test_build_reports_coverage(synthetic_table, tmp_path):

@@ -416,3 +416,14 @@ def test_a_null_story_id_takes_the_files_name_and_line(tmp_path):
     plain = {"story_id": None, "id": 7, "text": "Ana ran.", "roles": {"subject": "student"}}
     p.write_text(json.dumps(plain) + "\n" + json.dumps({**plain, "id": None}) + "\n")
     assert [s.story_id for s in read_stories(p)] == ["7", "g:2"]
+    # an id that is a list or an object is no id ("['a']" was one); a role given with an empty description is
+    # named as such, not as "needs 1 or 2 roles, got 0"
+    for bad, message in (({**plain, "story_id": ["a"]}, r"g.jsonl:1: `story_id` must be a string or a number, got list"),
+                         ({**plain, "roles": {"subject": " "}}, r"g.jsonl:1: `roles.subject` is empty; give the "
+                                                                r"role's description")):
+        p.write_text(json.dumps(bad) + "\n")
+        with pytest.raises(DataError, match=message):
+            read_stories(p)
+    p.write_text(json.dumps({**row, "id": {"n": 1}}) + "\n")
+    with pytest.raises(DataError, match=r"g.jsonl:1: `id` must be a string or a number, got dict"):
+        load_gold(p)
