@@ -181,7 +181,10 @@ def run(
     from harness.store import parse_shard
 
     cfg = load_config(config, _overrides(set_, output_dir))
-    wanted = [s.strip() for s in stages.split(",")] if stages else None
+    wanted = None if stages is None else [s.strip() for s in stages.split(",") if s.strip()]
+    if wanted == []:  # `--stages ""` (an unset variable in a script) ran every stage
+        raise ConfigError("--stages: empty; name the stages to run, e.g. --stages statistics,report, or drop the "
+                          "option to run every stage the config names")
     results = run_stages(cfg, wanted, shard=parse_shard(shard), progress=progress, echo=typer.echo)
     typer.echo(f"run directory: {cfg.output_dir}")
     if any(r.stage == REPORT for r in results):

@@ -352,6 +352,21 @@ def test_generate_command_exits_4_when_requests_failed_and_names_the_first_reaso
     assert r.exit_code == 0 and "generated 1 stories (2 already on disk, 0 errors)" in r.output
 
 
+def test_run_command_with_an_empty_stages_list_is_refused_not_run_whole(tmp_path):
+    """`harness run CONFIG --stages "$STAGES"` with the variable unset ran every stage; now it is a one-line
+    error and nothing is made."""
+    from typer.testing import CliRunner
+
+    from harness.cli import app
+
+    config = tmp_path / "c.yaml"
+    config.write_text(f"model: {{backend: transformers, path: smollm2-135m}}\noutput_dir: {tmp_path / 'run'}\n")
+    for empty in ("", " , "):
+        r = CliRunner().invoke(app, ["run", str(config), "--stages", empty, "--no-progress"])
+        assert isinstance(r.exception, ConfigError) and str(r.exception).startswith("--stages: empty; name the stages")
+    assert not (tmp_path / "run").exists()
+
+
 def test_error_rows_are_retried_and_the_retry_wins(tmp_path):
     c = cfg(tmp_path)
     failing = {"labor-laden-02#1", "love-neutral-01#3"}
