@@ -146,9 +146,10 @@ def _generate(config: Path, shard: str | None, sets: list[str] | None, output_di
     )
     typer.echo(f"run directory: {summary.run_dir} ({summary.total_rows} stories)")
     if summary.errors:  # a job array's scheduler, or a script, sees the shard as not done
-        raise BackendError(f"{summary.errors} of {summary.generated} requests failed (the first: "
-                           f"{one_line(summary.first_error or '')}); the stories that finished are on disk, kept as they are: fix "
-                           f"the cause and rerun the same command, which retries only the failed ones")
+        first = one_line(summary.first_error or "")
+        raise BackendError(f"{summary.errors} of {summary.generated} requests failed (the first: {first}); the "
+                           f"stories that finished are on disk, kept as they are: fix the cause and rerun the same "
+                           f"command, which retries only the failed ones")
     return cfg, summary
 
 

@@ -362,9 +362,9 @@ def check_output_dir(cfg: RunConfig, path: Path | str) -> None:
     for at in (out, *out.parents):
         if at.exists():
             if not at.is_dir():
-                where = "" if at == out else f" ({at} above it is a file)"
-                raise ConfigError(f"{path}: field 'output_dir': {out} cannot be a run's folder{where}"
-                                  f"{' (a file is there)' if at == out else ''}; give a folder path (-o DIR)")
+                reason = "a file is there" if at == out else f"{at} above it is a file"
+                raise ConfigError(f"{path}: field 'output_dir': {out} cannot be a run's folder ({reason}); give a "
+                                  f"folder path (-o DIR)")
             return
 
 

@@ -328,9 +328,8 @@ def build_table(path: str | Path | None = None, *, sources: SourceFiles | None =
 
 def read_provenance(path: str | Path) -> dict[str, Any]:
     """The provenance stored in a built table's Parquet metadata."""
-    import pyarrow.parquet as pq
-
     import pyarrow as pa
+    import pyarrow.parquet as pq
 
     try:
         meta = pq.read_schema(path).metadata or {}
