@@ -82,6 +82,18 @@ def _labeller(name: str, model_dir: Path | None, llm_model: str, threads: int | 
     return get_labeller(name, **kwargs)
 
 
+def _refuse_encoder_flags(labeller: str, model_dir: Path | None, precision: str | None, threads: int | None,
+                          against: Path | None = None) -> None:
+    """A ConfigError for an encoder option given to another labeller, which would not read it (an fp7 precision or a
+    model path passed unseen); --against's encoder reads --precision and --threads."""
+    if labeller == "encoder":
+        return
+    given = [("--model-dir", model_dir)] + ([] if against else [("--precision", precision), ("--threads", threads)])
+    flag = next((f for f, value in given if value is not None), None)
+    if flag is not None:
+        raise ConfigError(f"{flag} is read by the encoder labeller only; drop it, or use --labeller encoder")
+
+
 def _output_file(path: Path, option: str) -> Path:
     """An output file's path, checked before any work: not a directory, its folder made."""
     if path.is_dir():
@@ -281,6 +293,7 @@ def eval_(
         for given, flag in ((name_table is not None, "--name-table"), (statistics_boot > 0, "--statistics-boot")):
             if given and not statistics:
                 raise ConfigError(f"{flag} is read by --statistics only; add --statistics or drop {flag}")
+        _refuse_encoder_flags(labeller, model_dir, precision, threads, against)
         if statistics:  # the table is read before the labelling, so a bad path costs nothing
             from harness.identity.names import NameTable
             from harness.labelling.impact import statistics_shift
@@ -373,6 +386,7 @@ def label_(
                 via = f" (as {written.name}, written while labelling)" if written != out else ""
                 raise ConfigError(f"--out {out}: the labels would be written over the stories file {stories}{via}; "
                                   f"give another path for the labels")
+        _refuse_encoder_flags(labeller, model_dir, precision, threads)
         items = read_stories(stories)
         if not items:  # before the labeller loads, and before an earlier OUT is written over with nothing
             raise DataError(f"{stories}: no stories to label; pass a JSONL file with one story per line "

@@ -215,6 +215,20 @@ def test_bad_paths_stop_before_any_work(tmp_path, gold_path, tiny_encoder):
     assert earlier.read_text() == '{"story_id": "a"}\n' and not (tmp_path / "earlier.jsonl.tmp").exists()
 
 
+def test_an_encoder_option_given_to_another_labeller_is_refused(tmp_path, gold_path):
+    """--precision, --threads and --model-dir are read by the encoder only: given to the rules or llm labeller they
+    did nothing, silently (`--precision fp7` passed); --against's encoder reads --precision and --threads."""
+    for args, flag in ((["--precision", "fp7"], "--precision"), (["--threads", "2"], "--threads"),
+                       (["--model-dir", str(tmp_path)], "--model-dir")):
+        for command in (["eval", "--gold", str(gold_path)], ["label", str(gold_path), "--out", str(tmp_path / "l")]):
+            r = runner.invoke(app, [*command, "--labeller", "rules", *args])
+            _one_line_error(r, 2, f"{flag} is read by the encoder labeller only; drop it, or use --labeller encoder")
+    assert not (tmp_path / "l").exists()
+    r = runner.invoke(app, ["eval", "--gold", str(gold_path), "--labeller", "rules", "--against", str(tmp_path),
+                            "--model-dir", str(tmp_path)])
+    _one_line_error(r, 2, "--model-dir is read by the encoder labeller only")
+
+
 def test_the_details_never_overwrite_the_gold_file(tmp_path, gold_path):
     gold = tmp_path / "gold.jsonl"
     gold.write_text(gold_path.read_text())
