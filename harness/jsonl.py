@@ -21,7 +21,8 @@ def iter_jsonl(path: str | Path, *, what: str = "JSONL file") -> Iterator[tuple[
     if path.is_dir():
         raise DataError(f"{path}: a directory; pass a {what}")
     if not path.is_file():
-        raise DataError(f"{path}: file not found; pass a {what}")
+        kind = "not a regular file (a device or pipe)" if path.exists() else "file not found"
+        raise DataError(f"{path}: {kind}; pass a {what}")
     with open(path, "rb") as f:
         for i, raw in enumerate(f, 1):
             try:

@@ -32,3 +32,15 @@ def test_a_list_text_that_breaks_the_parsers_is_no_list_and_its_row_is_named(tmp
         with pytest.raises(DataError, match=r"gold\.jsonl:1 correct_subject_references: .* is not a list"):
             load_gold(p)
     assert parse_list_text("['she', 'her']") == ["she", "her"] and parse_list_text('["Emily"]') == ["Emily"]
+
+
+def test_a_missing_path_and_a_path_that_is_no_regular_file_are_told_apart(tmp_path):
+    """/dev/null (or a pipe) exists: "file not found" sent its user looking for a typo."""
+    import os
+
+    with pytest.raises(DataError, match=r"missing\.jsonl: file not found; pass a JSONL file"):
+        list(iter_jsonl(tmp_path / "missing.jsonl"))
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    with pytest.raises(DataError, match=r"pipe: not a regular file \(a device or pipe\); pass a JSONL file"):
+        list(iter_jsonl(fifo))
