@@ -72,6 +72,19 @@ class ModelConfig(_Strict):
             raise ValueError(f"unknown backend {v!r}; choose one of {', '.join(BACKEND_NAMES)}")
         return v
 
+    @field_validator("device")
+    @classmethod
+    def _known_device(cls, v: str) -> str:
+        return _device_name(v)
+
+
+def _device_name(v: str) -> str:
+    from harness.models import DEVICE_NAME
+
+    if not DEVICE_NAME.fullmatch(v):
+        raise ValueError("must be auto, cpu, cuda or cuda:N (one GPU of several)")
+    return v
+
 
 def unread_field(model: ModelConfig, where: str) -> str | None:
     """A one-line error for the first field of ``model`` (at ``where``, e.g. "label.llm") that is set to other than
@@ -197,6 +210,11 @@ class EmbeddingConfig(_Strict):
     device: str = Field("auto", description="auto, cpu or cuda")
     max_length: int | None = Field(None, ge=8, description="tokens per text (default: the preset's, 512)")
     cache_dtype: Literal["float16", "float32"] = Field("float16", description="dtype of the cached vectors")
+
+    @field_validator("device")
+    @classmethod
+    def _known_device(cls, v: str) -> str:
+        return _device_name(v)
 
 
 class HomogeneityConfig(_Strict):
@@ -352,6 +370,10 @@ def load_config(path: Path | str, overrides: dict[str, Any] | None = None) -> Ru
     check_suite(cfg, path)
     check_model(cfg.model, path)
     check_output_dir(cfg, path)
+    if cfg.suite == "homogeneity":
+        from harness.homogeneity.stages import check_homogeneity
+
+        check_homogeneity(cfg, path)
     return cfg
 
 

@@ -13,6 +13,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -35,6 +36,28 @@ def offline_env() -> None:
     """Make every library we use refuse to reach a model hub (a no-op for variables already set)."""
     for k, v in OFFLINE_ENV.items():
         os.environ.setdefault(k, v)
+
+
+#: The devices a config may name: auto (a GPU when torch sees one), cpu, cuda, or cuda:N for one GPU of several.
+DEVICE_NAME = re.compile(r"auto|cpu|cuda(:[0-9]+)?")
+
+
+def resolve_device(device: str | None, where: str) -> str:
+    """The torch device ``device`` names (``where`` names the setting in errors): auto picks cuda when torch sees a
+    GPU, else cpu; a cuda device torch cannot see is a one-line ConfigError, not torch's assertion."""
+    import torch
+
+    if device in (None, "auto"):
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if not DEVICE_NAME.fullmatch(device):
+        raise ConfigError(f"{where}: must be auto, cpu, cuda or cuda:N, got {device!r}")
+    if device.startswith("cuda"):
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        index = int(device.partition(":")[2] or 0)
+        if index >= n:
+            seen = f"{n} GPU(s)" if n else "no GPU"
+            raise ConfigError(f"{where}: {device} but torch sees {seen} here; use auto or cpu")
+    return device
 
 
 def cache_dir() -> Path:

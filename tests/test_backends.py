@@ -488,3 +488,27 @@ def test_a_reply_has_the_room_its_own_prompt_leaves_whatever_its_batchmates(tmp_
     assert alone["short"].output_tokens == 30 and alone["long"].output_tokens == 60 - alone["long"].prompt_tokens < 30
     assert {k: (r.text, r.output_tokens, r.finish_reason) for k, r in together.items()} == {
         k: (r.text, r.output_tokens, r.finish_reason) for k, r in alone.items()}
+
+
+def test_a_device_torch_cannot_see_is_one_line_naming_the_setting(monkeypatch):
+    import torch
+
+    from harness.errors import ConfigError
+    from harness.models import resolve_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_device("auto", "model.device") == "cpu" and resolve_device(None, "x") == "cpu"
+    assert resolve_device("cpu", "model.device") == "cpu"
+    with pytest.raises(ConfigError, match=r"^embedding.device: cuda but torch sees no GPU here; use auto or cpu$"):
+        resolve_device("cuda", "embedding.device")
+    with pytest.raises(ConfigError, match=r"^model.device: must be auto, cpu, cuda or cuda:N, got 'gpu'$"):
+        resolve_device("gpu", "model.device")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert resolve_device("auto", "x") == "cuda" and resolve_device("cuda:1", "x") == "cuda:1"
+    with pytest.raises(ConfigError, match=r"^model.device: cuda:2 but torch sees 2 GPU\(s\) here"):
+        resolve_device("cuda:2", "model.device")
+    # the transformers backend asks before it loads anything
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ConfigError, match="model.device: cuda but torch sees no GPU"):
+        load_backend(ModelConfig(backend="transformers", path="smollm2-135m", device="cuda"))

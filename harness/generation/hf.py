@@ -19,7 +19,7 @@ from harness.errors import BackendError
 from harness.generation.base import Backend, BackendInfo, GenParams, GenRequest, GenResult
 from harness.generation.chat import cut_at_stop, render_prompt
 from harness.generation.json_constraint import SchemaGrammars
-from harness.models import ResolvedModel, offline_env
+from harness.models import ResolvedModel, offline_env, resolve_device
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -84,9 +84,9 @@ class TransformersBackend(Backend):
         self.chat_template = chat_template
         self.batch_size = batch_size
         self.max_model_len = max_model_len
-        self.device = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
+        self.device = resolve_device(device, "model.device")
         if dtype == "auto":
-            torch_dtype = torch.bfloat16 if self.device == "cuda" else torch.float32
+            torch_dtype = torch.bfloat16 if self.device.startswith("cuda") else torch.float32
         else:
             torch_dtype = _DTYPES[dtype]
         kw = {"gguf_file": model.gguf_file} if model.gguf_file else {}

@@ -38,6 +38,7 @@ import numpy as np
 import pandas as pd
 
 from harness.errors import ConfigError, DataError
+from harness.models import resolve_device
 from harness.store import RunStore, atomic_write_text, commit_file
 
 # ============================================================================ preprocessing
@@ -186,14 +187,6 @@ def resolve_path(path: str) -> str:
 # ============================================================================ embedders
 
 
-def _device(device: str | None) -> str:
-    if device in (None, "auto"):
-        import torch
-
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return device
-
-
 class Embedder:
     """Loads the model of a spec once; ``encode`` returns float32 (n, d) in input order."""
 
@@ -201,7 +194,7 @@ class Embedder:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         self.spec = spec
-        self.device = _device(device)
+        self.device = resolve_device(device, "embedding.device")
         path = resolve_path(spec.path)
         if spec.kind == "sentence-transformers":
             from sentence_transformers import SentenceTransformer
@@ -217,6 +210,10 @@ class Embedder:
             self.tok = AutoTokenizer.from_pretrained(path)
             self.model = AutoModel.from_pretrained(path, dtype=torch.float32).to(self.device).eval()
             self.dim = int(self.model.config.hidden_size)
+            # as sentence-transformers does above: no more tokens than the model has positions for (a longer
+            # max_length would index past its position table on a long text)
+            fits = self.tok.model_max_length if self.tok.model_max_length < 1_000_000 else spec.max_length
+            self.max_length = min(spec.max_length, fits)
 
     def encode(self, texts: Sequence[str], *, batch_size: int = 64) -> np.ndarray:
         """Preprocess and embed ``texts`` (sorted by length into batches, order restored)."""
@@ -240,7 +237,7 @@ class Embedder:
         with torch.inference_mode():
             for b0 in range(0, len(texts), batch_size):
                 idx = order[b0 : b0 + batch_size]
-                enc = self.tok([texts[i] for i in idx], padding=True, truncation=True, max_length=self.spec.max_length,
+                enc = self.tok([texts[i] for i in idx], padding=True, truncation=True, max_length=self.max_length,
                                return_tensors="pt").to(self.device)
                 hs = self.model(**enc, output_hidden_states=True).hidden_states
                 try:

