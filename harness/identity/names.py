@@ -322,14 +322,25 @@ def first_names_from_jsonl(path: str | Path, fields: Sequence[str] = ("manual_su
     if len(roles) != len(fields):
         raise ConfigError(f"role_fields has {len(roles)} entries for {len(fields)} fields; give one per field")
     out: list[str] = []
+    given: set[str] = set()  # the fields some row gives a value for
+    first_keys: list[str] | None = None
     for lineno, row in iter_jsonl(path, what="JSONL file with name fields"):
+        if first_keys is None and isinstance(row, dict):
+            first_keys = list(row)
         for f, rf in zip(fields, roles):
+            value = _dig(row, f)
+            if value is not None:
+                given.add(f)
             try:
-                fn = first_name_of(_dig(row, f), _dig(row, rf) if rf else None)
+                fn = first_name_of(value, _dig(row, rf) if rf else None)
             except DataError as e:
                 raise DataError(f"{path}:{lineno}: field {f!r}: {e}") from None
             if fn is not None:
                 out.append(fn)
+    if first_keys is not None and (missing := [f for f in fields if f not in given]):
+        raise DataError(f"{path}: no row gives a value for field {missing[0]!r} (the first row has "
+                        f"{', '.join(first_keys[:8])}{', ...' if len(first_keys) > 8 else ''}); name the fields that "
+                        "hold the names (--field, dotted for nested ones)")
     return out
 
 

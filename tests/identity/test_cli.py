@@ -81,3 +81,26 @@ def test_build_reports_coverage_by_default(synthetic_table, tmp_path):
     lines = [x for x in r.output.splitlines() if x.startswith("coverage on ")]
     assert len(lines) == 2 and "laissez_faire_audit_dev.jsonl" in lines[1]
     assert "1/2 distinct names (50.00%), 1/2 occurrences (50.00%)" in lines[1]
+
+
+def test_build_refuses_its_options_before_building(tmp_path, synthetic_table, monkeypatch):
+    """A folder or a path under a file as --out, an unknown --mode: one line before the build (which takes a
+    minute and printed 'wrote ...' before failing, or failed after it); a --field no row has: refused, not a
+    0/0 coverage of nan%."""
+    import harness.identity.build as b
+
+    monkeypatch.setattr(b, "build_table", lambda *a, **k: (_ for _ in ()).throw(AssertionError("built")))
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    for args, says in ((["--out", str(tmp_path)], f"--out {tmp_path}: a folder; give the path of the Parquet file"),
+                       (["--out", str(a_file / "t.parquet")], f"--out {a_file / 't.parquet'}: {a_file} above it is a file"),
+                       (["--out", str(tmp_path / "new.parquet"), "--mode", "bogus"], "--mode 'bogus': use one of paper, renormalised")):
+        r = runner.invoke(app, ["build", *args])
+        assert r.exit_code == 2 and r.output.startswith(f"error: {says}"), r.output
+        assert len(r.output.strip().splitlines()) == 1
+    assert not (tmp_path / "new.parquet").exists()
+    jl = tmp_path / "c.jsonl"
+    jl.write_text('{"manual_subject_name": "[\'Samir\']"}\n')
+    r = runner.invoke(app, ["build", "--out", str(synthetic_table), "--coverage", str(jl), "--field", "subject_name"])
+    assert r.exit_code == 3 and f"{jl}: no row gives a value for field 'subject_name' (the first row has " \
+        "manual_subject_name)" in r.output and "nan" not in r.output
