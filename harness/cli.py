@@ -220,17 +220,21 @@ def report(
 
 @bench_app.command("generate")
 def bench_generate(
-    samples: Annotated[int, typer.Option(help="stories per measured configuration")] = 32,
-    max_new_tokens: Annotated[int, typer.Option(help="tokens per story")] = 64,
+    samples: Annotated[int, typer.Option(min=1, help="stories per measured configuration")] = 32,
+    max_new_tokens: Annotated[int, typer.Option(min=1, help="tokens per story")] = 64,
     backends: Annotated[str, typer.Option(help="comma-separated: vllm,transformers")] = "vllm,transformers",
     model: Annotated[str, typer.Option(help="embedded alias or local model directory")] = "smollm2-135m",
     repeats: Annotated[int, typer.Option(min=1, help="alternating raw/pipeline repeats (median reported)")] = 3,
     write: Annotated[bool, typer.Option(help="write benchmarks/RESULTS.md")] = True,
 ) -> None:
     """Stories/s and tokens/s: raw backend vs the harness pipeline, vLLM vs transformers."""
-    from harness.bench import run_generation_benchmark
+    from harness.bench import LOCAL_BACKENDS, run_generation_benchmark
 
-    run_generation_benchmark(samples=samples, max_new_tokens=max_new_tokens, backends=backends.split(","),
+    names = [b.strip() for b in backends.split(",") if b.strip()]
+    if not names or (unknown := [b for b in names if b not in LOCAL_BACKENDS]):
+        raise ConfigError(f"--backends {backends!r}: name one or more of {', '.join(LOCAL_BACKENDS)}, comma-separated "
+                          "(the benchmark loads each engine here; an openai server is timed by its own tools)")
+    run_generation_benchmark(samples=samples, max_new_tokens=max_new_tokens, backends=names,
                              model_path=model, repeats=repeats, write=write)
 
 

@@ -68,3 +68,23 @@ def test_report_states_the_target_verdict_and_the_missing_gpu(monkeypatch, capsy
     assert "- transformers: 90.9% of raw, target MISSED." in out
     assert "GPU (Llama-class) figures: not measured; this session had no GPU" in out
     assert "median of 5 alternating repeats" in out
+
+
+def test_bench_generate_refuses_an_unknown_backend_or_an_empty_workload_before_loading(monkeypatch):
+    from typer.testing import CliRunner
+
+    from harness.cli import app
+    from harness.errors import ConfigError
+
+    monkeypatch.setattr(bench, "run_generation_benchmark", lambda **k: (_ for _ in ()).throw(AssertionError("ran")))
+    for given in ("bogus", "vllm,openai", " , "):
+        r = CliRunner().invoke(app, ["bench", "generate", "--backends", given, "--no-write"])
+        assert isinstance(r.exception, ConfigError), r.output
+        assert str(r.exception).startswith(f"--backends {given!r}: name one or more of vllm, transformers")
+    seen = {}
+    monkeypatch.setattr(bench, "run_generation_benchmark", lambda **k: seen.update(k))
+    assert CliRunner().invoke(app, ["bench", "generate", "--backends", " transformers, vllm", "--no-write"]).exit_code == 0
+    assert seen["backends"] == ["transformers", "vllm"]
+    for option in ("--samples", "--max-new-tokens"):
+        r = CliRunner().invoke(app, ["bench", "generate", option, "0", "--no-write"])
+        assert r.exit_code == 2 and option in r.output
