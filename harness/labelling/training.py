@@ -311,7 +311,10 @@ def _training_rows(files: Sequence[str | Path]) -> list[GoldStory]:
     rows: list[GoldStory] = []
     seen: dict[str, str] = {}  # text -> where it was read first
     for f in files:
-        for gs in load_gold(f):
+        stories = load_gold(f)
+        if not stories:  # given on purpose, so probably the wrong file or one not yet written
+            raise DataError(f"{f}: no stories in it; give a file of labelled stories or leave it out")
+        for gs in stories:
             where = f"{f}: story {gs.story.story_id!r}"
             if not gs.story.text or not gs.story.text.strip():
                 raise DataError(f"{where} has no text; give the story's text or drop the row")
@@ -644,7 +647,10 @@ def train_soup(files: Sequence[str | Path], seeds: Sequence[int], *, out_dir: st
     one after the other (``benchmarks/soup_training.py``). A member that fails does not stop the others:
     those that finish stay on disk for the rerun, and the first failure is raised once all have ended. On a
     GPU the members train one after the other, whatever ``jobs`` says."""
-    seeds = list(dict.fromkeys(int(s) for s in seeds))
+    seeds = [int(s) for s in seeds]
+    if (twice := next((s for i, s in enumerate(seeds) if s in seeds[:i]), None)) is not None:
+        raise ConfigError(f"seed {twice} is given twice; give each seed once (a soup of one model with itself is "
+                          "that model)")
     if not seeds:
         raise ConfigError("train_soup needs at least one seed")
     if jobs < 1:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from harness.errors import DataError
+from harness.errors import ConfigError, DataError
 from harness.labelling.training import _training_rows
 
 ROW = {"id": "a", "domain": "Learning", "condition": "laden", "model": "m",
@@ -45,6 +45,15 @@ def test_a_story_given_twice_is_refused(tmp_path):
         _training_rows([p, copy])
     other = _write(tmp_path / "other.jsonl", {**ROW, "id": "b", "text": ROW["text"] + " They left."})
     assert len(_training_rows([p, other])) == 2
+
+
+def test_a_training_file_without_stories_is_refused(tmp_path):
+    """An empty --extra (a file not yet written, or the wrong one) trained on the other files as if it were read."""
+    p = _write(tmp_path / "t.jsonl", ROW)
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    with pytest.raises(DataError, match=r"^\S*empty.jsonl: no stories in it; give a file of labelled stories or leave it out$"):
+        _training_rows([p, empty])
 
 
 def test_a_titled_name_follows_the_gender_flip():
@@ -205,7 +214,9 @@ def test_a_soup_is_the_mean_of_its_members_and_a_rerun_trains_only_the_missing_o
     train_soup([p], [0, 2], out_dir=out, epochs=2, layers=1)  # another setting: every member again
     assert trained == [2, 0, 2]
     single = tmp_path / "single"
-    train_soup([p], [5, 5], out_dir=single, epochs=1, layers=1)  # one seed: train_encoder's model, no members
+    with pytest.raises(ConfigError, match=r"^seed 5 is given twice; give each seed once"):
+        train_soup([p], [5, 1, 5], out_dir=single, epochs=1, layers=1)  # it was read as [5, 1], silently
+    train_soup([p], [5], out_dir=single, epochs=1, layers=1)  # one seed: train_encoder's model, no members
     assert trained == [2, 0, 2, 5] and not (single / "members").exists()
     assert read_model_meta(single)["train"]["seed"] == 5 and "soup" not in read_model_meta(single)
 
