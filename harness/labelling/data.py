@@ -172,6 +172,12 @@ def _reference_owners(raw: Any, chars: dict[str, GoldCharacter], where: str) -> 
     return out
 
 
+#: The label fields of the published format: the audit's manual labels, the fine-tuning set's correct ones.
+PUBLISHED_LABEL_FIELDS = tuple(f"{kind}_{role}_{what}" for kind, whats in (("manual", ("name", "gender")),
+                                                                           ("correct", ("name", "references")))
+                               for role in ROLE_KEYS for what in whats)
+
+
 def parse_row(row: dict[str, Any], story_id: str, where: str) -> GoldStory:
     """One JSONL row (any of the three formats) as a ``GoldStory``."""
     if not isinstance(row, dict):
@@ -221,6 +227,11 @@ def parse_row(row: dict[str, Any], story_id: str, where: str) -> GoldStory:
                         f"(role_category, subject, object, query) nor plain stories (text, roles)")
     for key in ("role_category", "subject", "object", "query", "condition"):
         _str_field(row, key, None, where)
+    misspelt = sorted(k for k in row if isinstance(k, str) and k.startswith(("manual_", "correct_"))
+                      and k not in PUBLISHED_LABEL_FIELDS)
+    if misspelt:  # its character would be read as unlabelled: out of the figures, or trained as unnamed
+        raise DataError(f"{where}: unknown label field {misspelt[0]!r}; the published format's are "
+                        f"{', '.join(PUBLISHED_LABEL_FIELDS)}")
     with _at(where):  # a role description RoleSpec refuses names no row
         roles, meta = roles_for_row(row, where)
     chars = {}

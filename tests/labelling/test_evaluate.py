@@ -268,6 +268,24 @@ def test_a_misspelt_label_field_is_refused_on_its_line(tmp_path):
         load_gold(p)
 
 
+@pytest.mark.parametrize("key", ["correct_subjet_name", "manual_object_gendr", "correct_subject_refs"])
+def test_a_misspelt_label_field_of_the_published_format_is_refused_on_its_line(tmp_path, key):
+    """In the published format a misspelt label key ("correct_subjet_name") read the character as unnamed, so
+    training taught its name as no name and scoring dropped it; the one-line error names the line and the key."""
+    row = {"model": "ChatGPT4", "role_category": "Work", "condition": "Power Dynamic", "subject": "cashier",
+           "object": "customer", "query": "q", "llm_response": "Jane helped him. He thanked her.",
+           "correct_subject_references": "['her']", "correct_object_references": "['He']",
+           "correct_subject_name": "Jane", "correct_object_name": None, "manual_object_gender": "Male"}
+    good = tmp_path / "good.jsonl"
+    good.write_text(json.dumps(row) + "\n")
+    assert load_gold(good)[0].characters["subject"].name == "Jane"
+    p = tmp_path / "t.jsonl"
+    p.write_text(json.dumps({**row, key: "x"}) + "\n")
+    with pytest.raises(DataError, match=rf"t.jsonl:1: unknown label field '{key}'; the published format's are "
+                                         r"manual_subject_name, manual_subject_gender, "):
+        load_gold(p)
+
+
 def test_gold_gender_follows_the_references_where_a_file_gives_no_gender(tmp_path):
     """train150's rows carry references and no gender: the gold gender is read from them (S6a), as the
     labeller's is; an empty list is Unspecified, a missing field is left out."""
