@@ -9,7 +9,7 @@ from pathlib import Path
 
 import typer
 
-from harness.errors import HarnessError
+from harness.errors import ConfigError, HarnessError
 
 app = typer.Typer(help="Homogeneity audit: generation with refusal top-up, embeddings, mixed models.", no_args_is_help=True)
 
@@ -46,20 +46,33 @@ def analyse(
     model_path: str = typer.Option(None, "--model-path", help="Local model directory for a preset that needs one."),
     target: int = typer.Option(None, "--target", help="Texts per prompt (default: every usable text)."),
     refusal: str = typer.Option("authors", "--refusal", help="Refusal filter: authors | open-models."),
-    n_boot: int = typer.Option(1000, "--bootstrap", help="Text-level bootstrap replicates (0 = skip)."),
-    n_perm: int = typer.Option(0, "--permutations", help="Text-level permutation replicates (0 = skip)."),
-    seed: int = typer.Option(0, "--seed"),
+    n_boot: int = typer.Option(1000, "--bootstrap", min=0, help="Text-level bootstrap replicates (0 = skip)."),
+    n_perm: int = typer.Option(0, "--permutations", min=0, help="Text-level permutation replicates (0 = skip)."),
+    seed: int = typer.Option(0, "--seed", min=0),
     backend: str = typer.Option("auto", "--backend", help="Kernel backend: auto | numpy | triton | cupy."),
-    device: str = typer.Option("auto", "--device", help="Embedding device: auto | cpu | cuda."),
-    batch_size: int = typer.Option(64, "--batch-size"),
+    device: str = typer.Option("auto", "--device", help="Embedding device: auto | cpu | cuda | cuda:N."),
+    batch_size: int = typer.Option(64, "--batch-size", min=1),
     no_pairs: bool = typer.Option(False, "--no-pairs", help="Skip the extreme pairs and histograms."),
 ) -> None:
     """Embed the run's texts and write the homogeneity tables under RUN_DIR/homogeneity/."""
-    from harness.homogeneity.embed import get_spec
+    from harness.homogeneity.embed import get_spec, resolve_path
+    from harness.homogeneity.refusal import get_filter
     from harness.homogeneity.stage import run_homogeneity
+    from harness.models import resolve_device
+    from harness.stats.sweep import BACKENDS
 
-    try:
+    try:  # every option before the run is read or a model loads
         specs = [get_spec(e, **({"path": model_path} if model_path else {})) for e in embedder]
+        for spec in specs:
+            resolve_path(spec.path)
+        get_filter(refusal)
+        resolve_device(device, "--device")
+        if backend not in BACKENDS:
+            raise ConfigError(f"--backend {backend!r}: use one of {', '.join(BACKENDS)}")
+        if n_boot == 1:
+            raise ConfigError("--bootstrap 1: a text bootstrap needs at least 2 replicates (0 skips it)")
+        if target is not None and target < 2:
+            raise ConfigError(f"--target {target}: pairs need at least 2 texts per prompt")
         res = run_homogeneity(run_dir, embedders=specs, refusal=refusal, target=target, n_boot=n_boot, n_perm=n_perm,
                               seed=seed, backend=backend, device=device, batch_size=batch_size, pairs=not no_pairs)
     except HarnessError as e:

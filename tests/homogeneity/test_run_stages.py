@@ -400,3 +400,24 @@ def test_report_command_refuses_to_mix_a_homogeneity_run_with_a_laissez_faire_ru
     assert res.exit_code != 0 and isinstance(res.exception, DataError)  # `harness` prints it as one line, exit 3
     assert f"{run} is a homogeneity run and {other} is not" in str(res.exception)
     assert not (tmp_path / "rep" / "index.html").exists()
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--embedder", "bert-9"], "embedder must be one of minilm-l6"),
+    (["--embedder", "bert-2"], "embedder bert-2: needs path="),
+    (["--embedder", "bert-2", "--model-path", "no/such/dir"], "embedder: model directory 'no/such/dir' not found"),
+    (["--refusal", "strict"], "refusal filter must be one of authors, open-models"),
+    (["--device", "tpu"], "--device: must be auto, cpu, cuda or cuda:N, got 'tpu'"),
+    (["--backend", "jax"], "--backend 'jax': use one of numpy, triton, cupy, auto"),
+    (["--bootstrap", "1"], "--bootstrap 1: a text bootstrap needs at least 2 replicates"),
+    (["--target", "1"], "--target 1: pairs need at least 2 texts per prompt"),
+])
+def test_homogeneity_analyse_refuses_its_options_before_reading_the_run(tmp_path, monkeypatch, args, says):
+    from typer.testing import CliRunner
+
+    import harness.homogeneity.stage as H
+    from harness.homogeneity.cli import app
+
+    monkeypatch.setattr(H, "run_homogeneity", lambda *a, **k: (_ for _ in ()).throw(AssertionError("ran")))
+    r = CliRunner().invoke(app, ["analyse", str(tmp_path / "no-run"), *args])
+    assert r.exit_code == 2 and r.output.startswith(f"error: {says}") and len(r.output.strip().splitlines()) == 1, r.output
