@@ -31,7 +31,8 @@ def generate(
     from harness.homogeneity.stage import generate_homogeneity
 
     try:
-        cfg = load_config(config)
+        # a config of one sample per prompt passes its load check with the target given here
+        cfg = load_config(config, {"homogeneity.target": target} if target is not None and target >= 2 else None)
         s = generate_homogeneity(cfg, target=target, refusal=refusal, max_rounds=max_rounds)
     except HarnessError as e:
         _fail(e)

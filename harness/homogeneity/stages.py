@@ -252,5 +252,5 @@ def run_homogeneity_stages(cfg: RunConfig, stages: list[str] | None = None, *, s
     return results
 
 
-__all__ = ["HOMOGENEITY_STAGES", "check_homogeneity", "embedder_spec", "included_texts", "is_homogeneity", "run_homogeneity_stages",
-           "wanted_stages"]
+__all__ = ["HOMOGENEITY_STAGES", "check_homogeneity", "embedder_spec", "included_texts", "is_homogeneity",
+           "run_homogeneity_stages", "wanted_stages"]

@@ -421,3 +421,28 @@ def test_homogeneity_analyse_refuses_its_options_before_reading_the_run(tmp_path
     monkeypatch.setattr(H, "run_homogeneity", lambda *a, **k: (_ for _ in ()).throw(AssertionError("ran")))
     r = CliRunner().invoke(app, ["analyse", str(tmp_path / "no-run"), *args])
     assert r.exit_code == 2 and r.output.startswith(f"error: {says}") and len(r.output.strip().splitlines()) == 1, r.output
+
+
+def test_homogeneity_generate_reads_its_target_with_the_config(tmp_path, monkeypatch):
+    """One sample per prompt in the config is refused at load, unless --target asks for two or more; a --target
+    under 2 is refused by the top-up before a backend loads."""
+    import yaml
+    from typer.testing import CliRunner
+
+    import harness.homogeneity.stage as H
+    from harness.homogeneity.cli import app
+
+    path = tmp_path / "h.yaml"
+    path.write_text(yaml.safe_dump({**BASE, "samples_per_prompt": 1, "output_dir": str(tmp_path / "run")}))
+    r = CliRunner().invoke(app, ["generate", str(path)])
+    assert r.exit_code == 2 and "field 'samples_per_prompt': a homogeneity run compares pairs" in r.output
+    seen = {}
+    monkeypatch.setattr(H, "generate_homogeneity", lambda cfg, **k: seen.update(k, cfg=cfg) or H.TopUpSummary(3, 0, 0, {}))
+    r = CliRunner().invoke(app, ["generate", str(path), "--target", "3"])
+    assert r.exit_code == 0, r.output
+    assert seen["target"] == 3 and seen["cfg"].homogeneity.target == 3
+    monkeypatch.undo()
+    path.write_text(yaml.safe_dump({**BASE, "samples_per_prompt": 3, "output_dir": str(tmp_path / "run")}))
+    r = CliRunner().invoke(app, ["generate", str(path), "--target", "1"])
+    assert r.exit_code == 2 and r.output.startswith("error: target must be at least 2 texts per prompt"), r.output
+    assert not (tmp_path / "run").exists()
