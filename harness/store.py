@@ -58,7 +58,7 @@ def shard_of(prompt_id: str, sample_idx: int, n_shards: int) -> int:
 
 def parse_shard(spec: str | None) -> tuple[int, int]:
     """``"i/N"`` -> (i, N) with 0 <= i < N; None -> (0, 1)."""
-    if not spec:
+    if spec is None:  # "" is refused below: an empty --shard (an unset variable in a job script) is no shard 0/1
         return 0, 1
     try:
         i, n = (int(x) for x in spec.split("/"))
@@ -67,6 +67,51 @@ def parse_shard(spec: str | None) -> tuple[int, int]:
     if not (n >= 1 and 0 <= i < n):
         raise ConfigError(f"--shard: need 0 <= i < N, got {spec!r}")
     return i, n
+
+
+def file_in_the_way(path: Path | str) -> Path | None:
+    """The nearest of ``path`` and the folders above it that exists and is no folder (so no folder can be
+    made there), or None."""
+    path = Path(path)
+    for at in (path, *path.parents):
+        if at.exists():
+            return None if at.is_dir() else at
+    return None
+
+
+def make_folder(path: Path | str, option: str) -> Path:
+    """Make the output folder ``path`` given by ``option`` (``--out``, ``field 'output_dir'``), or a ConfigError
+    in one line naming it: a file at it or above it, or a folder the system will not make there (a read-only
+    disk, /proc, no permission)."""
+    path = Path(path)
+    if (blocked := file_in_the_way(path)) is not None:
+        where = "a file is there" if blocked == path else f"{blocked} above it is a file"
+        raise ConfigError(f"{option} {path}: {where}; give a folder path")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"{option} {path}: cannot make this folder ({e.strerror}); give a folder you can "
+                          f"write to") from None
+    return path
+
+
+def check_output_file(path: Path | str, option: str) -> Path:
+    """An output file's path given by ``option``, checked before any work and its folder made: a ConfigError in
+    one line where it is a folder, a device, pipe or socket (the file is written beside it and renamed over it:
+    over /dev/null that replaces the device), or its folder cannot be made."""
+    path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"{option} {path}: a folder; give a file path")
+    if path.exists() and not path.is_file():
+        raise ConfigError(f"{option} {path}: not a regular file (a device, pipe or socket), which the output would be "
+                          f"renamed over; give a file path")
+    if (blocked := file_in_the_way(path.parent)) is not None:
+        raise ConfigError(f"{option} {path}: {blocked} above it is a file; give a path in a folder")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"{option} {path}: cannot make its folder ({e.strerror}); give a path you can write to") from None
+    return path
 
 
 def fsync_dir(path: Path) -> None:
@@ -180,7 +225,7 @@ class RunStore:
         return manifest
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
+        make_folder(self.root, "output_dir")
         atomic_write_text(self.manifest_path, json.dumps(manifest, indent=2, sort_keys=False, default=str) + "\n")
 
     @contextlib.contextmanager
@@ -189,7 +234,7 @@ class RunStore:
         ``.run.json.lock`` beside it: the jobs of an array update it at the same time, and each reading it
         and writing it back unlocked would write over the updates another made in between. Not re-entrant: called
         again inside it (``update_manifest`` too) by the same thread, it raises instead of waiting for itself."""
-        self.root.mkdir(parents=True, exist_ok=True)
+        make_folder(self.root, "output_dir")
         path = (self.root / ".run.json.lock").resolve()
         held = _editing.locks
         if path in held:
@@ -241,6 +286,7 @@ class RunStore:
         then wrote with different settings. A job alone deletes every temporary file of the stage, those a
         killed job of another shard count left too (no later job has its tag); beside another job, only its own
         tag's, as the other's may be a shard it is committing."""
+        make_folder(self.root, "output_dir")  # a run's first write: a folder that cannot be made is named
         d = self.stage_dir(stage)
         d.mkdir(parents=True, exist_ok=True)
         with open(d / ".writers.lock", "a") as lock:

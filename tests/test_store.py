@@ -66,7 +66,7 @@ def test_seeds_and_shards_are_pure_functions():
     owners = [shard_of("p", i, 4) for i in range(400)]
     assert set(owners) == {0, 1, 2, 3} and min(owners.count(k) for k in range(4)) > 60
     assert parse_shard("2/4") == (2, 4) and parse_shard(None) == (0, 1)
-    for bad in ("4/4", "x", "1/0"):
+    for bad in ("4/4", "x", "1/0", ""):  # "" (an unset variable in a job script) was no shard at all
         with pytest.raises(ConfigError):
             parse_shard(bad)
 
@@ -888,3 +888,13 @@ def test_a_prompt_whose_text_changed_since_its_stories_is_refused_on_resume(tmp_
         generate_run(cfg(tmp_path, samples_per_prompt=3), backend=EchoBackend(), progress=False)
     monkeypatch.setattr(P, "get_suite", reworded("labor-laden-01"))  # not in this run: nothing to mix
     assert generate_run(cfg(tmp_path, samples_per_prompt=3), backend=EchoBackend(), progress=False).generated == 3
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs /proc, where no folder can be made")
+def test_a_run_folder_the_system_will_not_make_is_one_line(tmp_path):
+    """`harness run -o /proc/x` (or a read-only disk): a FileNotFoundError traceback from the first mkdir before."""
+    c = cfg(tmp_path).model_copy(update={"output_dir": "/proc/harness-test/run"})
+    with pytest.raises(ConfigError) as e:
+        generate_run(c, backend=EchoBackend(), progress=False)
+    assert str(e.value) == ("output_dir /proc/harness-test/run: cannot make this folder (No such file or directory); "
+                            "give a folder you can write to")

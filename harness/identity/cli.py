@@ -70,14 +70,13 @@ def build(
 
 
 def _check_table_path(path: Path) -> None:
-    """Refuse, before building, a --out the table could not be written to (a folder, or under a file)."""
+    """Refuse, before building, a --out the table could not be written to (a folder, a device or pipe, a path
+    under a file or where no folder can be made)."""
+    from harness.store import check_output_file
+
     if path.is_dir():
         raise ConfigError(f"--out {path}: a folder; give the path of the Parquet file to write, e.g. {path / 'names.parquet'}")
-    for above in path.parents:
-        if above.exists():
-            if not above.is_dir():
-                raise ConfigError(f"--out {path}: {above} above it is a file; give a path in a folder")
-            return
+    check_output_file(path, "--out")
 
 
 def _fmt(v: float) -> float | None:

@@ -94,17 +94,6 @@ def _refuse_encoder_flags(labeller: str, model_dir: Path | None, precision: str 
         raise ConfigError(f"{flag} is read by the encoder labeller only; drop it, or use --labeller encoder")
 
 
-def _output_file(path: Path, option: str) -> Path:
-    """An output file's path, checked before any work: not a directory, its folder made."""
-    if path.is_dir():
-        raise ConfigError(f"{option} {path}: a directory; give a file path")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise ConfigError(f"{option} {path}: cannot make its folder ({e.strerror}); give another path") from None
-    return path
-
-
 def _run_fingerprint(items: list, info: dict[str, Any]) -> str:
     """What a ``harness label label`` run's labels depend on: every story (id, text, roles) and the
     labeller's settings (``Labeller.info()``)."""
@@ -285,7 +274,9 @@ def eval_(
 
     try:
         if details is not None:
-            _output_file(details, "--details")
+            from harness.store import check_output_file
+
+            check_output_file(details, "--details")
             for given, flag in ((gold, "--gold"), (name_table, "--name-table")):
                 if given is not None and details.resolve() == given.resolve():
                     raise ConfigError(f"--details {details}: the report would be written over the {flag} file "
@@ -374,10 +365,10 @@ def label_(
     (only a run of the same stories and labeller settings: OUT.tmp.json says whose they are), labelling again
     the stories whose backend failed in the killed run (by way of OUT.tmp.retried)."""
     from harness.labelling.data import read_stories
-    from harness.store import atomic_write_text, commit_file
+    from harness.store import atomic_write_text, check_output_file, commit_file
 
     try:
-        _output_file(out, "--out")
+        check_output_file(out, "--out")
         tmp = out.with_name(out.name + ".tmp")
         meta = out.with_name(out.name + ".tmp.json")  # what tmp's labels are of: a rerun resumes only the same run
         retried = out.with_name(out.name + ".tmp.retried")  # tmp written anew with the retried stories' labels

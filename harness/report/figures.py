@@ -17,9 +17,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.colors import TwoSlopeNorm  # noqa: E402
 
-from harness.errors import ConfigError  # noqa: E402
 from harness.identity import RACE_DISPLAY  # noqa: E402
-from harness.store import atomic_write  # noqa: E402
+from harness.store import atomic_write, make_folder  # noqa: E402
 
 SIG_COLOURS = [(0.001, "#c0392b", "p < .001"), (0.01, "#e67e22", "p < .01"), (0.05, "#f1c40f", "p < .05")]
 GREY = "#bdbdbd"
@@ -174,11 +173,7 @@ def report_folder(out: Path | str) -> Path:
     """``out`` with its figures/ and tables/ folders made, or a ConfigError naming ``--out`` where a file
     stands at it or above it. Called once the runs have been read, so a report that fails on its inputs
     leaves no empty folders."""
-    out = Path(out)
-    blocked = next((at for at in (out, *out.parents) if at.exists() and not at.is_dir()), None)
-    if blocked is not None:
-        where = "a file is there" if blocked == out else f"{blocked} above it is a file"
-        raise ConfigError(f"--out {out}: {where}; give a folder for the report")
+    out = make_folder(out, "--out")
     (out / "figures").mkdir(parents=True, exist_ok=True)
     (out / "tables").mkdir(parents=True, exist_ok=True)
     return out

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 from html import unescape
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -119,7 +120,10 @@ def test_report_inputs_that_are_no_runs_and_an_output_where_a_file_stands_are_na
                 build([*good, bad], out)
             assert message in str(e.value) and str(bad) in str(e.value) and "\n" not in str(e.value)
             assert not out.exists()
-    for out, message in ((a_file, f"--out {a_file}: a file is there; give a folder for the report"),
+    for out, message in ((a_file, f"--out {a_file}: a file is there; give a folder path"),
                          (a_file / "report", f"--out {a_file / 'report'}: {a_file} above it is a file")):
         with pytest.raises(ConfigError, match=re.escape(message)):
             build_report([run], out)
+    if Path("/proc/self").is_dir():  # a folder the system will not make: FileNotFoundError's traceback before
+        with pytest.raises(ConfigError, match=re.escape("--out /proc/harness-test: cannot make this folder (")):
+            build_report([run], "/proc/harness-test")

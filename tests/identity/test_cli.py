@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 from typer.testing import CliRunner
 
@@ -92,8 +93,11 @@ def test_build_refuses_its_options_before_building(tmp_path, synthetic_table, mo
     monkeypatch.setattr(b, "build_table", lambda *a, **k: (_ for _ in ()).throw(AssertionError("built")))
     a_file = tmp_path / "a_file"
     a_file.write_text("x")
+    pipe = tmp_path / "pipe"  # renamed over, as /dev/null would have been
+    os.mkfifo(pipe)
     for args, says in ((["--out", str(tmp_path)], f"--out {tmp_path}: a folder; give the path of the Parquet file"),
                        (["--out", str(a_file / "t.parquet")], f"--out {a_file / 't.parquet'}: {a_file} above it is a file"),
+                       (["--out", str(pipe)], f"--out {pipe}: not a regular file (a device, pipe or socket)"),
                        (["--out", str(tmp_path / "new.parquet"), "--mode", "bogus"], "--mode 'bogus': use one of paper, renormalised")):
         r = runner.invoke(app, ["build", *args])
         assert r.exit_code == 2 and r.output.startswith(f"error: {says}"), r.output

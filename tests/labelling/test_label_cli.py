@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
+from pathlib import Path
 
 from typer.testing import CliRunner
 
@@ -185,10 +188,20 @@ def test_bad_paths_stop_before_any_work(tmp_path, gold_path, tiny_encoder):
     folder = tmp_path / "folder"
     folder.mkdir()
     r = runner.invoke(app, ["eval", "--gold", str(gold_path), "--labeller", "rules", "--details", str(folder)])
-    _one_line_error(r, 2, f"--details {folder}: a directory")
+    _one_line_error(r, 2, f"--details {folder}: a folder; give a file path")
     r = runner.invoke(app, ["label", str(gold_path), "--out", str(folder), "--labeller", "rules"])
-    _one_line_error(r, 2, f"--out {folder}: a directory")
+    _one_line_error(r, 2, f"--out {folder}: a folder; give a file path")
     assert not (tmp_path / "folder.tmp").exists()
+    # a pipe (or /dev/null): the labels were written beside it and renamed over it, replacing it with a file
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    for command in (["label", str(gold_path), "--out", str(pipe)], ["eval", "--gold", str(gold_path), "--details", str(pipe)]):
+        r = runner.invoke(app, [*command, "--labeller", "rules"])
+        _one_line_error(r, 2, f"{command[-2]} {pipe}: not a regular file (a device, pipe or socket)")
+        assert stat.S_ISFIFO(pipe.stat().st_mode) and not (tmp_path / "pipe.tmp").exists()
+    if Path("/proc/self").is_dir():  # a folder the system will not make: a traceback from mkdir before
+        r = runner.invoke(app, ["label", str(gold_path), "--out", "/proc/harness-test/l.jsonl", "--labeller", "rules"])
+        _one_line_error(r, 2, "--out /proc/harness-test/l.jsonl: cannot make its folder (No such file or directory)")
     r = runner.invoke(app, ["eval", "--gold", str(folder), "--labeller", "rules"])
     _one_line_error(r, 3, f"{folder}: a directory")
     # outputs in folders that do not exist yet: made
