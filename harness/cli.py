@@ -52,19 +52,32 @@ _mount_stage_apps()
 ConfigArg = Annotated[Path, typer.Argument(help="run config (YAML)", show_default=False)]
 ShardOpt = Annotated[Optional[str], typer.Option("--shard", help="i/N: do only shard i of N (job arrays)")]
 SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="override a config field: key.sub=value")]
-OutOpt = Annotated[Optional[Path], typer.Option("--output-dir", "-o", help="override output_dir")]
+OutOpt = Annotated[Optional[str], typer.Option("--output-dir", "-o", help="override output_dir")]
 ProgressOpt = Annotated[bool, typer.Option("--progress/--no-progress", help="show a progress bar")]
 
 
-def _overrides(sets: list[str] | None, output_dir: Path | None) -> dict[str, Any]:
+def _overrides(sets: list[str] | None, output_dir: str | None) -> dict[str, Any]:
+    """The ``--set key=value`` options (values read as YAML) and ``-o``, as ``load_config``'s overrides."""
     out: dict[str, Any] = {}
     for s in sets or []:
         if "=" not in s:
             raise ConfigError(f"--set {s!r}: expected key=value, e.g. --set samples_per_prompt=2")
-        k, v = s.split("=", 1)
-        out[k.strip()] = yaml.safe_load(v)
+        k, v = (part.strip() for part in s.split("=", 1))
+        if not k:
+            raise ConfigError(f"--set {s!r}: no key before '='; e.g. --set samples_per_prompt=2")
+        if k in out:
+            raise ConfigError(f"--set {k}: given twice; give each key once")
+        try:
+            out[k] = yaml.safe_load(v)
+        except yaml.YAMLError:
+            raise ConfigError(f"--set {s!r}: the value is not valid YAML; close its brackets and quotes, or quote "
+                              f"it as a YAML string") from None
     if output_dir is not None:
-        out["output_dir"] = str(output_dir)
+        if "output_dir" in out:
+            raise ConfigError("--set output_dir and -o both give the run's folder; give one of them")
+        if not output_dir.strip():  # a Path option reads "" as ".", the working directory
+            raise ConfigError("-o '': an empty path; give the run's folder, e.g. -o runs/run")
+        out["output_dir"] = output_dir
     return out
 
 
@@ -132,7 +145,7 @@ def models_prepare(
     typer.echo(str(prepare(alias, force=force)))
 
 
-def _generate(config: Path, shard: str | None, sets: list[str] | None, output_dir: Path | None, progress: bool):
+def _generate(config: Path, shard: str | None, sets: list[str] | None, output_dir: str | None, progress: bool):
     from harness.config import load_config
     from harness.pipeline import generate_run, one_line
     from harness.store import parse_shard

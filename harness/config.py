@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from harness.errors import ConfigError
+from harness.errors import ConfigError, HarnessError
 from harness.generation.base import GenParams
 
 BACKEND_NAMES = ("openai", "transformers", "vllm")
@@ -162,7 +162,7 @@ class LabelConfig(_Strict):
                                                     "he/his or she/her its own sentences bind to it, or (with the "
                                                     "name check) those of the gender nobody holds when its first "
                                                     "name fits them (harness.labelling.pronoun_binding)")
-    precision: str | None = Field(None, description="encoder: the model's arithmetic (CPU: bfloat16, int8 or float32; "
+    precision: Literal["bfloat16", "int8", "float32", "float16"] | None = Field(None, description="encoder: the model's arithmetic (CPU: bfloat16, int8 or float32; "
                                   "GPU: float16, bfloat16 or float32); default: float16 on a GPU, bfloat16 on a CPU "
                                   "with AMX, else int8 (harness.labelling.encoder.default_precision)")
     apposition_check: bool = Field(True, description="encoder: exchange the two characters when the story ties them "
@@ -196,6 +196,13 @@ class StatsConfig(_Strict):
     n_boot: int = Field(1000, ge=0)
     seed: int = Field(0, ge=0)
     backend: Literal["auto", "numpy", "triton", "cupy"] = "auto"
+
+    @model_validator(mode="after")
+    def _thresholds_in_order(self) -> "StatsConfig":
+        if self.threshold_min > self.threshold_max:  # an empty sweep: every ratio NaN, found after generating
+            raise ValueError(f"threshold_min {self.threshold_min} is above threshold_max {self.threshold_max}; "
+                             f"give threshold_min <= threshold_max")
+        return self
 
 
 class EmbeddingConfig(_Strict):
@@ -257,6 +264,27 @@ class RunConfig(_Strict):
     statistics: StatsConfig = Field(default_factory=StatsConfig)
     embedding: EmbeddingConfig = Field(default_factory=EmbeddingConfig)
     homogeneity: HomogeneityConfig = Field(default_factory=HomogeneityConfig)
+
+    @field_validator("prompts")
+    @classmethod
+    def _some_prompts(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None and not v:  # a run of no prompts did nothing and exited 0
+            raise ValueError("an empty list runs no prompt; list prompt ids or drop the key for all of them")
+        return v
+
+    @field_validator("stages")
+    @classmethod
+    def _some_stages(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("an empty list runs no stage; list the stages or drop the key for all of them")
+        return v
+
+    @field_validator("output_dir")
+    @classmethod
+    def _a_folder(cls, v: str) -> str:
+        if not v.strip():  # "" wrote the run's folders into the working directory
+            raise ValueError("an empty path; give the run's folder, e.g. runs/run")
+        return v
 
 
 def _expand_env(value: Any, where: str, path: Path) -> Any:
@@ -335,9 +363,12 @@ def read_yaml(path: Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     return doc
 
 
-def _describe(err: ValidationError, path: Path) -> str:
+def _describe(err: ValidationError, path: Path, overridden: tuple[str, ...] = ()) -> str:
     e = err.errors()[0]
     field = ".".join(str(p) for p in e["loc"]) or "(top level)"
+    by_set = next((k for k in overridden if field == k or field.startswith(k + ".")), None)
+    if by_set is not None:  # the value came from the command line, not from the file
+        path = Path(f"--set {by_set} (over {path})")
     kind = e["type"]
     if kind == "extra_forbidden":
         return f"{path}: unknown key '{field}'; remove it or check its spelling"
@@ -347,13 +378,29 @@ def _describe(err: ValidationError, path: Path) -> str:
     return f"{path}: field '{field}': {msg} (got {e.get('input')!r})"
 
 
-def parse_config(doc: dict[str, Any], path: Path | str = "<config>") -> RunConfig:
+def parse_config(doc: dict[str, Any], path: Path | str = "<config>", overridden: tuple[str, ...] = ()) -> RunConfig:
+    """Validate a config's mapping; an error names ``path``, or the ``--set`` key (of ``overridden``) it came by."""
     path = Path(path)
     doc = _expand_env(doc, "", path)
     try:
         return RunConfig.model_validate(doc)
     except ValidationError as err:
-        raise ConfigError(_describe(err, path)) from None
+        raise ConfigError(_describe(err, path, overridden)) from None
+
+
+def apply_override(doc: dict[str, Any], key: str, value: Any) -> None:
+    """Set the dotted ``key`` (``model.backend``) of a config's mapping to ``value``, making the sections it names;
+    a ConfigError where a part of it names a value that is no section (``model.path.x`` with a path set)."""
+    parts = key.split(".")
+    if not all(parts):
+        raise ConfigError(f"--set {key}: an empty part in the key; give a dotted key such as model.backend")
+    node = doc
+    for i, p in enumerate(parts[:-1]):
+        node = node.setdefault(p, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"--set {key}: {'.'.join(parts[:i + 1])} is a value ({node!r}), not a section with "
+                              f"keys; set {'.'.join(parts[:i + 1])} itself")
+    node[parts[-1]] = value
 
 
 def load_config(path: Path | str, overrides: dict[str, Any] | None = None) -> RunConfig:
@@ -361,12 +408,8 @@ def load_config(path: Path | str, overrides: dict[str, Any] | None = None) -> Ru
     path = Path(path)
     doc = read_yaml(path)
     for key, value in (overrides or {}).items():
-        node = doc
-        parts = key.split(".")
-        for p in parts[:-1]:
-            node = node.setdefault(p, {})
-        node[parts[-1]] = value
-    cfg = parse_config(doc, path)
+        apply_override(doc, key, value)
+    cfg = parse_config(doc, path, tuple(overrides or ()))
     check_suite(cfg, path)
     check_model(cfg.model, path)
     check_output_dir(cfg, path)
@@ -388,6 +431,23 @@ def check_output_dir(cfg: RunConfig, path: Path | str) -> None:
                 raise ConfigError(f"{path}: field 'output_dir': {out} cannot be a run's folder ({reason}); give a "
                                   f"folder path (-o DIR)")
             return
+
+
+def check_kernel_backend(cfg: RunConfig) -> None:
+    """Stop a run whose statistics stage names a kernel backend this machine cannot run (cupy or triton without a
+    GPU) before its first stage, not when the statistics begin after hours of generating."""
+    backend = cfg.statistics.backend
+    if backend in ("auto", "numpy"):
+        return
+    try:
+        from harness.kernels._common import resolve_backend
+    except ImportError as e:
+        raise ConfigError(f"statistics.backend {backend!r} needs harness.kernels ({e}); install the kernels extra or "
+                          f"use numpy or auto") from None
+    try:
+        resolve_backend(backend, what="statistics.backend")
+    except HarnessError as e:
+        raise ConfigError(str(e)) from None
 
 
 def check_suite(cfg: RunConfig, path: Path | str) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+from pydantic import ValidationError
 
 from harness import __version__
 from harness.config import RunConfig
@@ -146,7 +147,14 @@ def check_resumable(store: RunStore, cfg: RunConfig, suite: Suite | None = None)
     old = store.read_manifest().get("config")
     if not old:
         return
-    old_cfg = RunConfig.model_validate(old)
+    try:
+        old_cfg = RunConfig.model_validate(old)
+    except ValidationError as err:  # written by another version of harness, or edited by hand
+        e = err.errors()[0]
+        field = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        raise ConfigError(f"{store.manifest_path}: its config does not read as this version's (field '{field}': "
+                          f"{e['msg']}), so this run's settings cannot be checked against it; use a new output_dir, "
+                          f"or finish the run with the harness version that started it") from None
     for f in IDENTITY_FIELDS:
         if _get(old_cfg, f) != _get(cfg, f):
             raise ConfigError(

@@ -57,6 +57,18 @@ def test_shipped_configs_validate(monkeypatch, tmp_path):
          r"field 'suite': unknown suite 'nope'; choose one of .*laissez-faire"),
         ("model: {backend: vllm, path: smollm2-135m}\nwording: tabloid\n",
          r"field 'wording': .*one of released, paper, got 'tabloid'; use one of those"),
+        # an empty list ran nothing and exited 0; an empty output_dir wrote the run into the working directory
+        ("model: {backend: vllm, path: smollm2-135m}\nprompts: []\n",
+         r"field 'prompts': an empty list runs no prompt; list prompt ids or drop the key"),
+        ("model: {backend: vllm, path: smollm2-135m}\nstages: []\n",
+         r"field 'stages': an empty list runs no stage; list the stages or drop the key"),
+        ("model: {backend: vllm, path: smollm2-135m}\noutput_dir: ' '\n",
+         r"field 'output_dir': an empty path; give the run's folder"),
+        # these stopped the run only at the stage that reads them, after generating
+        ("model: {backend: vllm, path: smollm2-135m}\nstatistics: {threshold_min: 60, threshold_max: 40}\n",
+         r"field 'statistics': threshold_min 60 is above threshold_max 40; give threshold_min <= threshold_max"),
+        ("model: {backend: vllm, path: smollm2-135m}\nlabel: {precision: fp7}\n",
+         r"field 'label.precision': Input should be 'bfloat16', 'int8', 'float32' or 'float16'"),
         ("model: {backend: vllm, path: smollm2-135m}\nprompts: [learning-neutral-01, nope-99]\n",
          r"field 'prompts': unknown prompt id\(s\) 'nope-99' in suite laissez-faire; list the ids with `harness prompts list"),
     ],
@@ -153,3 +165,75 @@ def test_cli_exits_nonzero_with_one_line(tmp_path):
     r = subprocess.run([sys.executable, "-m", "harness.cli", "generate", str(p)], capture_output=True, text=True)
     assert r.returncode == 2
     assert r.stderr.strip().splitlines() == [f"error: {p}: unknown key 'bogus'; remove it or check its spelling"]
+
+
+def test_set_options_are_refused_in_one_line_naming_the_option(tmp_path):
+    """`--set` values that are not YAML, keys through a value (`model.path.x`, `stages.0`), a key given twice,
+    `--set output_dir` beside -o, and an empty -o: one line, exit 2, nothing made (a yaml traceback, a TypeError,
+    last-wins and the working directory before). A value --set gives that fails validation names --set."""
+    from typer.testing import CliRunner
+
+    from harness.cli import app
+
+    config = write(tmp_path, f"model: {{backend: transformers, path: smollm2-135m}}\nstages: [generate]\n"
+                             f"output_dir: {tmp_path / 'run'}\n")
+    for args, says in (
+        (["--set", "prompts=[a"], "--set 'prompts=[a': the value is not valid YAML"),
+        (["--set", "model.path.x=1"], "--set model.path.x: model.path is a value ('smollm2-135m'), not a section"),
+        (["--set", "stages.0=label"], "--set stages.0: stages is a value (['generate']), not a section"),
+        (["--set", "model..path=x"], "--set model..path: an empty part in the key"),
+        (["--set", "=3"], "--set '=3': no key before '='"),
+        (["--set", "seed=1", "--set", "seed=2"], "--set seed: given twice"),
+        (["--set", f"output_dir={tmp_path / 'b'}", "-o", str(tmp_path / "c")], "--set output_dir and -o both give"),
+        (["-o", ""], "-o '': an empty path"),
+        (["--set", "samples_per_prompt=lots"], f"--set samples_per_prompt (over {config}): field 'samples_per_prompt'"),
+        (["--shard", ""], "--shard: expected i/N such as 0/4, got ''"),
+    ):
+        r = CliRunner().invoke(app, ["generate", str(config), *args, "--no-progress"])
+        assert isinstance(r.exception, ConfigError), (args, r.output)
+        assert str(r.exception).startswith(says) and "\n" not in str(r.exception), (args, str(r.exception))
+    assert not (tmp_path / "run").exists() and not any(tmp_path.glob("[bc]"))
+
+
+def test_a_run_whose_recorded_config_no_longer_reads_is_one_line(tmp_path):
+    """A run.json written by another version (a key since removed) stopped a rerun with pydantic's traceback."""
+    import json
+
+    from harness.pipeline import check_resumable
+    from harness.store import RunStore
+
+    cfg = load_config(write(tmp_path, f"model: {{backend: transformers, path: smollm2-135m}}\n"
+                                      f"output_dir: {tmp_path / 'run'}\n"))
+    store = RunStore(tmp_path / "run")
+    store.write_manifest({"config": {**cfg.model_dump(mode="json"), "retired_key": 1}})
+    with pytest.raises(ConfigError) as e:
+        check_resumable(store, cfg)
+    assert str(e.value).startswith(f"{store.manifest_path}: its config does not read as this version's (field "
+                                   "'retired_key': ") and "use a new output_dir" in str(e.value)
+    store.write_manifest({"config": cfg.model_dump(mode="json")})
+    check_resumable(store, cfg)  # the same config: resumes
+    assert json.loads(store.manifest_path.read_text())["config"]["seed"] == 0
+
+
+@pytest.mark.parametrize("backend, runnable", [("cupy", "cupy_runnable"), ("triton", "triton_runnable")])
+def test_a_kernel_backend_this_machine_cannot_run_stops_the_run_before_generating(tmp_path, monkeypatch, backend,
+                                                                                  runnable):
+    """statistics.backend cupy (or triton) where it cannot run failed in the statistics stage, after generating
+    and labelling (or embedding): now before the first stage, in one line; a run without statistics passes."""
+    from harness.audit.stages import run_stages
+    from harness.kernels import _common
+
+    monkeypatch.setattr(_common, runnable, lambda: False)
+    for config in ("smoke.yaml", "homogeneity_smoke.yaml"):
+        cfg = load_config(ROOT / "configs" / config, {"statistics.backend": backend, "output_dir": str(tmp_path / "run")})
+        with pytest.raises(ConfigError, match=rf"^statistics.backend: backend='{backend}' needs {backend} and a CUDA "
+                                              r"device.*; use backend='numpy' or 'auto'$"):
+            run_stages(cfg, progress=False, echo=lambda line: None)
+        assert not (tmp_path / "run").exists()
+    def generating(*args, **kwargs):
+        raise RuntimeError("generating")
+
+    monkeypatch.setattr("harness.audit.stages.RUNNERS", {"generate": generating})
+    cfg = load_config(ROOT / "configs" / "smoke.yaml", {"statistics.backend": backend, "stages": ["generate"]})
+    with pytest.raises(RuntimeError, match="generating"):  # no statistics stage: the backend is not checked
+        run_stages(cfg, progress=False, echo=lambda line: None)

@@ -22,7 +22,7 @@ from typing import Any
 import pandas as pd
 
 from harness.audit.labels import LABELS, TEXT_SHA1
-from harness.config import STAGES, RunConfig
+from harness.config import STAGES, RunConfig, check_kernel_backend
 from harness.errors import ConfigError, DataError
 from harness.pipeline import GENERATIONS
 from harness.store import RunStore, atomic_write, atomic_write_text, utcnow
@@ -260,6 +260,8 @@ def run_stages(
         from harness.audit.labels import check_llm
 
         check_llm(cfg)  # so does a missing or mistyped label.llm
+    if "statistics" in wanted:
+        check_kernel_backend(cfg)  # cupy without a GPU stopped the run after generating and labelling
     if "identities" in wanted:
         from harness.identity.gender import load_lexicon
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import pandas as pd
 
-from harness.config import HOMOGENEITY_STAGES, STAGES, RunConfig
+from harness.config import HOMOGENEITY_STAGES, STAGES, RunConfig, check_kernel_backend
 from harness.errors import ConfigError
 from harness.homogeneity.embed import EMBEDDERS, PREPROCESSORS, EmbedderSpec, EmbeddingCache, get_spec, resolve_path
 from harness.store import RunStore
@@ -243,6 +243,8 @@ def run_homogeneity_stages(cfg: RunConfig, stages: list[str] | None = None, *, s
     wanted = wanted_stages(cfg, stages)
     if shard != (0, 1) and any(s != "generate" for s in wanted):
         raise ConfigError("--shard applies to generate only on a homogeneity run; run embed, statistics and report once, unsharded")
+    if "statistics" in wanted:
+        check_kernel_backend(cfg)  # before generating and embedding, not after
     store = RunStore(cfg.output_dir)
     results = []
     for stage in wanted:
