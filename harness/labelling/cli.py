@@ -94,6 +94,22 @@ def _refuse_encoder_flags(labeller: str, model_dir: Path | None, precision: str 
         raise ConfigError(f"{flag} is read by the encoder labeller only; drop it, or use --labeller encoder")
 
 
+def _check_before_labelling(lexicon: str | None, against: Path | None) -> None:
+    """A --lexicon that does not load and an --against directory that holds no trained encoder stopped ``label
+    eval`` only after the labeller had read every story: refused before."""
+    if lexicon is not None:
+        from harness.identity.gender import load_lexicon
+
+        try:
+            load_lexicon(lexicon)
+        except ConfigError as e:
+            raise ConfigError(f"--lexicon {lexicon}: {e}") from None
+    if against is not None:
+        from harness.labelling.encoder import read_model_meta
+
+        read_model_meta(against, "--against")
+
+
 def _run_fingerprint(items: list, info: dict[str, Any]) -> str:
     """What a ``harness label label`` run's labels depend on: every story (id, text, roles) and the
     labeller's settings (``Labeller.info()``)."""
@@ -285,6 +301,7 @@ def eval_(
             if given and not statistics:
                 raise ConfigError(f"{flag} is read by --statistics only; add --statistics or drop {flag}")
         _refuse_encoder_flags(labeller, model_dir, precision, threads, against)
+        _check_before_labelling(lexicon, against)
         if statistics:  # the table is read before the labelling, so a bad path costs nothing
             from harness.identity.names import NameTable
             from harness.labelling.impact import statistics_shift

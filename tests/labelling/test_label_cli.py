@@ -161,6 +161,17 @@ def test_errors_are_one_line(tmp_path, gold_path):
     assert len(r.output.strip().splitlines()) == 1 and not (tmp_path / "m").exists()
 
 
+def test_eval_refuses_a_lexicon_or_second_encoder_it_cannot_read_before_labelling(tmp_path, gold_path, monkeypatch):
+    """--lexicon bogus and an --against folder without a trained encoder failed after every story was labelled."""
+    import harness.labelling.cli as cli
+
+    monkeypatch.setattr(cli, "_labeller", lambda *a, **k: (_ for _ in ()).throw(AssertionError("labelled")))
+    r = runner.invoke(app, ["eval", "--gold", str(gold_path), "--labeller", "rules", "--lexicon", "bogus"])
+    _one_line_error(r, 2, "--lexicon bogus: gender lexicon file", "bogus not found; pass one of s6a, code")
+    r = runner.invoke(app, ["eval", "--gold", str(gold_path), "--labeller", "rules", "--against", str(tmp_path)])
+    _one_line_error(r, 2, f"--against {tmp_path}: no trained encoder labeller there (meta.json missing)")
+
+
 def _rules_killed_after(monkeypatch, n: int) -> None:
     """The rules labeller's ``iter_label`` raises (a kill) after yielding ``n`` labels."""
     from harness.labelling.rules import RulesLabeller
