@@ -31,6 +31,23 @@ S13_COLUMNS = ["model", "domain", "kind", "gender", "group", "statistic", "p", "
                "p_exact", "p_boot", "boot_low", "boot_high", "q_bh", "q_bh_from", "flags", "reason"]
 
 
+def distinct_runs(runs: list[Path | str]) -> list[Path]:
+    """``runs`` as paths, or a DataError in one line where one is given twice or two carry one config name: a
+    report's tables, figures and stories are keyed by that name, so the two were merged as one model."""
+    paths = [Path(r) for r in runs]
+    seen: dict[Path, Path] = {}
+    names: dict[str, Path] = {}
+    for run in paths:
+        if (same := seen.setdefault(run.resolve(), run)) is not run:
+            raise DataError(f"{run}: given twice (as {same} too); give each run once")
+        config = RunStore(run).read_manifest().get("config")
+        name = config.get("name", run.name) if isinstance(config, dict) else run.name
+        if (other := names.setdefault(name, run)) is not run:
+            raise DataError(f"{run} and {other} are both named {name!r} in their run.json, and the report would merge "
+                            f"them as one model; rerun one with another name (--set name=...)")
+    return paths
+
+
 def _load_run(run: Path) -> tuple[dict, dict[str, pd.DataFrame], pd.DataFrame]:
     store = RunStore(run)
     manifest = store.read_run()
@@ -72,7 +89,7 @@ def build_report(runs: list[Path | str], out: Path | str, *, title: str = "Laiss
     """Build the report for ``runs`` into ``out``; returns the path of ``index.html``."""
     manifests, stories = [], []
     stacked: dict[str, list[pd.DataFrame]] = {t: [] for t in TABLES}
-    for run in map(Path, runs):
+    for run in distinct_runs(runs):
         m, tables, st = _load_run(run)
         manifests.append((run, m))
         stories.append(st)

@@ -174,8 +174,10 @@ def extreme_pairs_figure(ext: pd.DataFrame, path: Path) -> Path:
 
 def build_homogeneity_report(runs: list[Path | str], out: Path | str, *, title: str = "Homogeneity audit") -> Path:
     """Build the homogeneity report for ``runs`` into ``out``; returns the path of ``index.html``."""
+    from harness.report import distinct_runs
+
     manifests, stacked = [], {}
-    for run in map(Path, runs):
+    for run in distinct_runs(runs):
         m, tables = load_run_tables(run)
         manifests.append((run, m))
         for k, v in tables.items():

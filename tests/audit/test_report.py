@@ -90,6 +90,31 @@ def test_every_report_file_reaches_the_disk_before_its_rename_and_the_stage_reco
         "figures/fig1a_representation_race.csv", "tables/representation.parquet", "tables/coding_sheet.csv"})
 
 
+def test_a_run_given_twice_or_two_runs_of_one_name_are_refused_not_merged(tmp_path):
+    """`harness report A A`, or two runs whose configs share a name: the report keys every table and figure by that
+    name, so it drew the two as one model (twice the stories). Refused in one line, nothing written."""
+    import shutil
+
+    from harness.errors import DataError
+    from harness.report.homogeneity import build_homogeneity_report
+    from harness.store import RunStore
+
+    chars = synthetic_characters(60, models=("model-a", "model-b"))
+    a, b = write_synthetic_runs(tmp_path / "runs", chars, compute_tables(chars, StatsConfig()))
+    copy = tmp_path / "copy-of-a"
+    shutil.copytree(a, copy)
+    out = tmp_path / "out"
+    for build in (build_report, build_homogeneity_report):
+        with pytest.raises(DataError, match=re.escape(f"{tmp_path / 'runs' / '.' / 'model-a'}: given twice (as {a} "
+                                                      "too); give each run once")):
+            build([a, tmp_path / "runs" / "." / "model-a"], out)
+        with pytest.raises(DataError, match=re.escape(f"{copy} and {a} are both named 'model-a' in their run.json")):
+            build([a, b, copy], out)
+        assert not out.exists()
+    RunStore(copy).update_manifest(config={**RunStore(copy).read_manifest()["config"], "name": "model-a-again"})
+    assert build_report([a, b, copy], out).is_file()
+
+
 def test_report_inputs_that_are_no_runs_and_an_output_where_a_file_stands_are_named_in_one_line(report, tmp_path):
     """`harness report` over a path that is missing, a file, a folder without run.json or with an empty or
     non-UTF-8 one, or into --out where a file stands: one error naming the path (no traceback), and no
