@@ -82,16 +82,27 @@ def _labeller(name: str, model_dir: Path | None, llm_model: str, threads: int | 
     return get_labeller(name, **kwargs)
 
 
-def _refuse_encoder_flags(labeller: str, model_dir: Path | None, precision: str | None, threads: int | None,
-                          against: Path | None = None) -> None:
-    """A ConfigError for an encoder option given to another labeller, which would not read it (an fp7 precision or a
-    model path passed unseen); --against's encoder reads --precision and --threads."""
-    if labeller == "encoder":
-        return
-    given = [("--model-dir", model_dir)] + ([] if against else [("--precision", precision), ("--threads", threads)])
-    flag = next((f for f, value in given if value is not None), None)
-    if flag is not None:
-        raise ConfigError(f"{flag} is read by the encoder labeller only; drop it, or use --labeller encoder")
+#: The options one labeller reads; given to another on the command line, they did nothing.
+READ_BY = {"encoder": ("model_dir", "precision", "threads", "name_check", "action_check", "pronoun_binding",
+                       "apposition_check"),
+           "llm": ("llm_model", "llm_backend", "llm_base_url")}
+
+
+def _refuse_unread_options(ctx: typer.Context, labeller: str, against: Path | None = None) -> None:
+    """A ConfigError for an option given to a labeller that does not read it (an fp7 precision, a model path or
+    --no-name-check passed to the rules labeller unseen; --llm-model to the encoder). --against's encoder reads
+    the encoder's options, --model-dir excepted."""
+    flags = {p.name: p.opts[0] for p in ctx.command.params}
+    for reader, names in READ_BY.items():
+        if reader == labeller:
+            continue
+        for name in names:
+            if reader == "encoder" and against is not None and name != "model_dir":
+                continue
+            source = ctx.get_parameter_source(name)  # by name: typer may carry its own copy of click's enum
+            if source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP"):
+                raise ConfigError(f"{flags[name]} is read by the {reader} labeller only; drop it, or use "
+                                  f"--labeller {reader}")
 
 
 def _check_before_labelling(lexicon: str | None, against: Path | None) -> None:
@@ -250,6 +261,7 @@ def _train_line(rep: Any) -> str:
 
 @app.command("eval")
 def eval_(
+    ctx: typer.Context,
     gold: Path = typer.Option(..., "--gold", help="JSONL with manual labels (laissez_faire_audit_dev.jsonl format)."),
     labeller: str = typer.Option("encoder", "--labeller", help="encoder, llm or rules."),
     model_dir: Optional[Path] = typer.Option(None, "--model-dir", help="Encoder weights directory."),
@@ -300,7 +312,7 @@ def eval_(
         for given, flag in ((name_table is not None, "--name-table"), (statistics_boot > 0, "--statistics-boot")):
             if given and not statistics:
                 raise ConfigError(f"{flag} is read by --statistics only; add --statistics or drop {flag}")
-        _refuse_encoder_flags(labeller, model_dir, precision, threads, against)
+        _refuse_unread_options(ctx, labeller, against)
         _check_before_labelling(lexicon, against)
         if statistics:  # the table is read before the labelling, so a bad path costs nothing
             from harness.identity.names import NameTable
@@ -360,6 +372,7 @@ def eval_(
 
 @app.command("label")
 def label_(
+    ctx: typer.Context,
     stories: Path = typer.Argument(..., help="JSONL of stories (story_id, text, roles) or of published rows."),
     out: Path = typer.Option(..., "--out", "-o", help="JSONL to write, one StoryLabels per line."),
     labeller: str = typer.Option("encoder", "--labeller", help="encoder, llm or rules."),
@@ -394,7 +407,7 @@ def label_(
                 via = f" (as {written.name}, written while labelling)" if written != out else ""
                 raise ConfigError(f"--out {out}: the labels would be written over the stories file {stories}{via}; "
                                   f"give another path for the labels")
-        _refuse_encoder_flags(labeller, model_dir, precision, threads)
+        _refuse_unread_options(ctx, labeller)
         items = read_stories(stories)
         if not items:  # before the labeller loads, and before an earlier OUT is written over with nothing
             raise DataError(f"{stories}: no stories to label; pass a JSONL file with one story per line "
