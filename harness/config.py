@@ -413,6 +413,7 @@ def load_config(path: Path | str, overrides: dict[str, Any] | None = None) -> Ru
     check_suite(cfg, path)
     check_model(cfg.model, path)
     check_output_dir(cfg, path)
+    check_unread_fields(cfg, path)
     if cfg.suite == "homogeneity":
         from harness.homogeneity.stages import check_homogeneity
 
@@ -431,6 +432,32 @@ def check_output_dir(cfg: RunConfig, path: Path | str) -> None:
                 raise ConfigError(f"{path}: field 'output_dir': {out} cannot be a run's folder ({reason}); give a "
                                   f"folder path (-o DIR)")
             return
+
+
+def check_unread_fields(cfg: RunConfig, path: Path | str) -> None:
+    """Stop early, naming the config file, on a stage or a section the run's kind never reads, set to other than its
+    default: a laissez-faire run's embed stage, embedding: or homogeneity: block; a homogeneity run's label and
+    identities stages, label: or identity: block, or statistics.mode and thresholds; a bootstrap (statistics.n_boot,
+    statistics.seed) in the paper mode, which draws none. Each did nothing, or failed once its stage began."""
+    homogeneity = cfg.suite == "homogeneity"
+    kind, other = ("homogeneity", "laissez-faire") if homogeneity else ("laissez-faire", "homogeneity")
+    stages = HOMOGENEITY_STAGES if homogeneity else STAGES
+    if not (homogeneity and list(cfg.stages) == list(STAGES)):  # the default list means all four homogeneity stages
+        if wrong := [s for s in cfg.stages if s not in stages]:
+            raise ConfigError(f"{path}: field 'stages': {', '.join(wrong)} is no stage of a {kind} run (suite "
+                              f"{cfg.suite}); choose from {', '.join(stages)}")
+    unread = ["label", "identity"] if homogeneity else ["embedding", "homogeneity"]
+    for section in unread:
+        if getattr(cfg, section) != type(getattr(cfg, section))():
+            raise ConfigError(f"{path}: field '{section}': read by {other} runs only, and this is a {kind} run (suite "
+                              f"{cfg.suite}); remove it")
+    stats = ("mode", "threshold_min", "threshold_max") if homogeneity else \
+        (("n_boot", "seed") if cfg.statistics.mode == "paper" else ())
+    for name in stats:
+        if getattr(cfg.statistics, name) != StatsConfig.model_fields[name].default:
+            why = (f"a {kind} run does not read it" if homogeneity else
+                   "the paper mode draws no bootstrap; set statistics.mode: principled for one")
+            raise ConfigError(f"{path}: field 'statistics.{name}': {why}; remove it")
 
 
 def check_kernel_backend(cfg: RunConfig) -> None:

@@ -237,3 +237,42 @@ def test_a_kernel_backend_this_machine_cannot_run_stops_the_run_before_generatin
     cfg = load_config(ROOT / "configs" / "smoke.yaml", {"statistics.backend": backend, "stages": ["generate"]})
     with pytest.raises(RuntimeError, match="generating"):  # no statistics stage: the backend is not checked
         run_stages(cfg, progress=False, echo=lambda line: None)
+
+
+@pytest.mark.parametrize("body, pattern", [
+    ("stages: [generate, embed]\n", r"field 'stages': embed is no stage of a laissez-faire run \(suite laissez-faire\); "
+                                    r"choose from generate, label, identities, statistics, report$"),
+    ("embedding: {embedder: sbert}\n", r"field 'embedding': read by homogeneity runs only, and this is a laissez-faire "
+                                       r"run \(suite laissez-faire\); remove it$"),
+    ("homogeneity: {n_perm: 100}\n", r"field 'homogeneity': read by homogeneity runs only"),
+    ("statistics: {n_boot: 200}\n", r"field 'statistics.n_boot': the paper mode draws no bootstrap; set "
+                                    r"statistics.mode: principled for one; remove it$"),
+    ("statistics: {seed: 3}\n", r"field 'statistics.seed': the paper mode draws no bootstrap"),
+    ("suite: homogeneity\nsamples_per_prompt: 2\nstages: [generate, label]\n",
+     r"field 'stages': label is no stage of a homogeneity run \(suite homogeneity\); choose from generate, embed, "
+     r"statistics, report$"),
+    ("suite: homogeneity\nsamples_per_prompt: 2\nlabel: {labeller: rules}\n",
+     r"field 'label': read by laissez-faire runs only, and this is a homogeneity run"),
+    ("suite: homogeneity\nsamples_per_prompt: 2\nidentity: {name_mode: renormalised}\n", r"field 'identity': read by "
+                                                                                          r"laissez-faire runs only"),
+    ("suite: homogeneity\nsamples_per_prompt: 2\nstatistics: {mode: principled}\n",
+     r"field 'statistics.mode': a homogeneity run does not read it; remove it$"),
+])
+def test_a_stage_or_field_the_runs_kind_never_reads_is_refused_at_load(tmp_path, body, pattern):
+    """Each did nothing (an embedding: block in a laissez-faire config, n_boot in the paper mode) or stopped the run
+    only when its stage began (stages: [embed] blamed --stages)."""
+    p = write(tmp_path, "model: {backend: transformers, path: smollm2-135m}\n" + body)
+    with pytest.raises(ConfigError, match=pattern) as e:
+        load_config(p)
+    assert str(e.value).startswith(f"{p}: ")
+
+
+def test_the_fields_a_run_reads_pass_at_any_value_and_unread_ones_at_their_default(tmp_path):
+    model = "model: {backend: transformers, path: smollm2-135m}\n"
+    cfg = load_config(write(tmp_path, model + "statistics: {mode: principled, n_boot: 200, seed: 3}\n"
+                                              "embedding: {embedder: minilm-l6}\n"))
+    assert (cfg.statistics.n_boot, cfg.statistics.seed) == (200, 3)
+    cfg = load_config(write(tmp_path, model + "suite: homogeneity\nsamples_per_prompt: 2\n"
+                                              "statistics: {n_boot: 50, seed: 2, mode: paper}\n"))
+    assert cfg.stages == ["generate", "label", "identities", "statistics", "report"]  # the default: all four stages
+    assert load_config(ROOT / "configs" / "homogeneity_smoke.yaml").statistics.n_boot == 200
