@@ -252,14 +252,29 @@ def bench_generate(
 
 
 def main() -> None:
+    """The ``harness`` command. Every error is one line on stderr and a non-zero exit: harness's own (exit 2 for a
+    config, 3 for data, 4 for a backend) and the command line's usage errors (a missing argument, an unknown
+    option: exit 2), which Typer draws as a box of several lines."""
+    from typer.exceptions import TyperException
+
     from harness.models import offline_env
 
     offline_env()
     try:
-        app()
+        code = app(prog_name="harness", standalone_mode=False)
     except HarnessError as e:
         typer.echo(f"error: {e}", err=True)
         sys.exit(e.exit_code)
+    except typer.Abort:  # Ctrl-C at a prompt, as Click's own main says it
+        typer.echo("Aborted!", err=True)
+        sys.exit(1)
+    except TyperException as e:  # Click's usage errors
+        if type(e).__name__ != "NoArgsIsHelpError":  # that one has printed the help already
+            ctx = getattr(e, "ctx", None)
+            see = f"; see `{ctx.command_path} --help`" if ctx is not None else "; see --help"
+            typer.echo(f"error: {e.format_message().rstrip('.')}{see}", err=True)
+        sys.exit(getattr(e, "exit_code", 2))
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

@@ -167,6 +167,23 @@ def test_cli_exits_nonzero_with_one_line(tmp_path):
     assert r.stderr.strip().splitlines() == [f"error: {p}: unknown key 'bogus'; remove it or check its spelling"]
 
 
+def test_usage_errors_are_one_line_and_exit_codes_pass_through_the_command():
+    """A missing argument or an unknown option was a box of five lines; the harness command now prints one, as for
+    its own errors. A subcommand's exit code (label eval: 3 for a missing gold file) reaches the shell."""
+    def harness(*args):
+        r = subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True, cwd=ROOT)
+        return r.returncode, r.stdout, r.stderr.strip().splitlines()
+
+    assert harness("run") == (2, "", ["error: Missing argument 'config'; see `harness run --help`"])
+    assert harness("run", "configs/smoke.yaml", "--bogus") == (2, "", ["error: No such option: --bogus; see "
+                                                                       "`harness run --help`"])
+    code, out, err = harness("label", "eval", "--gold", "no/such.jsonl", "--labeller", "rules")
+    assert (code, out) == (3, "") and err == ["error: no/such.jsonl: file not found; pass a JSONL file of labelled "
+                                              "stories"]
+    code, out, err = harness("prompts", "list", "--json")
+    assert code == 0 and out.startswith("[") and not err
+
+
 def test_set_options_are_refused_in_one_line_naming_the_option(tmp_path):
     """`--set` values that are not YAML, keys through a value (`model.path.x`, `stages.0`), a key given twice,
     `--set output_dir` beside -o, and an empty -o: one line, exit 2, nothing made (a yaml traceback, a TypeError,
