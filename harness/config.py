@@ -77,6 +77,13 @@ class ModelConfig(_Strict):
     def _known_device(cls, v: str) -> str:
         return _device_name(v)
 
+    @field_validator("base_url")
+    @classmethod
+    def _a_url(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"https?://[^/\s]+", v):  # else every request failed at generation
+            raise ValueError("must be the server's http:// or https:// address, e.g. http://127.0.0.1:8000/v1")
+        return v
+
 
 def _device_name(v: str) -> str:
     from harness.models import DEVICE_NAME

@@ -40,6 +40,10 @@ def test_shipped_configs_validate(monkeypatch, tmp_path):
         ("model: {backend: llamafile, path: smollm2-135m}\n", r"field 'model.backend': unknown backend 'llamafile'; choose one of openai, transformers, vllm"),
         ("model: {backend: vllm, path: /no/such/model}\n", r"model.path: '/no/such/model' does not exist"),
         ("model: {backend: openai, path: m}\n", r"'model.base_url' is required"),
+        # every request failed at generation with 'UnsupportedProtocol'
+        ("model: {backend: openai, path: m, base_url: notaurl}\n",
+         r"field 'model.base_url': must be the server's http:// or https:// address, e.g. http://127.0.0.1:8000/v1 "
+         r"\(got 'notaurl'\)$"),
         # a field its backend does not read would do nothing: refused, naming the backends that read it
         ("model: {backend: vllm, path: smollm2-135m, device: cuda}\n",
          r"model\.device: the vllm backend does not read it \(vLLM places the model itself\); remove it, or use "

@@ -489,6 +489,9 @@ class NameTable:
         if path.is_dir():
             raise DataError(f"name table {path}: a directory; give the table's file (a .parquet that "
                             f"`harness names build` wrote)")
+        if path.exists() and not path.is_file():
+            raise DataError(f"name table {path}: not a regular file (a device, pipe or socket); give the table's file "
+                            f"(a .parquet that `harness names build` wrote)")
         if not path.is_file():
             raise DataError(f"name table {path} not found; run `harness names build --out {path}`")
         provenance = read_provenance(path)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 
 import numpy as np
 import pandas as pd
@@ -148,6 +149,10 @@ def test_errors(synthetic_table, tmp_path):
         assert str(e.value).endswith(f"build one with `harness names build --out {bad}`")
     with pytest.raises(DataError, match=r"a directory; give the table's file"):
         NameTable.load(tmp_path)
+    pipe = tmp_path / "pipe"  # as /dev/null: it is there, so 'not found; run names build --out' was the wrong cause
+    os.mkfifo(pipe)
+    with pytest.raises(DataError, match=rf"^name table {pipe}: not a regular file \(a device, pipe or socket\); give"):
+        NameTable.load(pipe)
 
 
 def test_default_cache_location(monkeypatch, tmp_path):
