@@ -898,3 +898,21 @@ def test_a_run_folder_the_system_will_not_make_is_one_line(tmp_path):
         generate_run(c, backend=EchoBackend(), progress=False)
     assert str(e.value) == ("output_dir /proc/harness-test/run: cannot make this folder (No such file or directory); "
                             "give a folder you can write to")
+
+
+def test_a_stage_run_before_the_stage_it_reads_is_one_line_and_makes_no_folder(tmp_path):
+    """`harness run --stages identities` on a run without labels named a missing column ('labels table lacks
+    column(s) name, ...'); statistics without identities was a FileNotFoundError traceback; each left its folder."""
+    from harness.audit.stages import run_stages
+    from harness.errors import DataError
+
+    c = cfg(tmp_path)
+    generate_run(c, backend=EchoBackend(), progress=False)
+    run = Path(c.output_dir)
+    for stage, folder, before in (("identities", "labels", "label"), ("statistics", "identities", "identities"),
+                                  ("report", "statistics", "statistics")):
+        with pytest.raises(DataError) as e:
+            run_stages(c, [stage], progress=False, echo=lambda line: None)
+        assert str(e.value) == (f"{run / folder}: nothing there, and the {stage} stage reads it; run the {before} "
+                                f"stage first (`harness run CONFIG --stages {before}`)")
+    assert sorted(p.name for p in run.iterdir() if p.is_dir()) == ["generations", "invocations"]

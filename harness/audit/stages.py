@@ -109,6 +109,15 @@ def writing_alone(store: RunStore, stage: str) -> Iterator[None]:
         yield
 
 
+def require(store: RunStore, folder: str, stage: str, present: bool, needed_by: str) -> None:
+    """A DataError in one line where the ``needed_by`` stage finds nothing in the ``folder`` the earlier ``stage``
+    writes (``present`` False), raised before it makes its own folder: it named a missing column or gave a
+    FileNotFoundError traceback, and left an empty folder."""
+    if not present:
+        raise DataError(f"{store.stage_dir(folder)}: nothing there, and the {needed_by} stage reads it; run the {stage} "
+                        f"stage first (`harness run CONFIG --stages {stage}`)")
+
+
 def write_table(store: RunStore, stage: str, name: str, df: pd.DataFrame, csv: bool = True) -> Path:
     """Write one whole-stage table as Parquet (and CSV for people), atomically and synced to disk: the
     stage's ``_stage.json``, written next, must not call a table current that a power loss left empty."""
@@ -151,6 +160,8 @@ def stage_identities(cfg: RunConfig, store: RunStore, **_: Any) -> StageResult:
     from harness.suites import get_suite
 
     t = time.perf_counter()
+    for folder, before in ((GENERATIONS, "generate"), (LABELS, "label")):
+        require(store, folder, before, bool(store.shard_paths(folder)), IDENTITIES)
     names = NameTable.load(mode=cfg.identity.name_mode)
     lexicon = load_lexicon(cfg.identity.lexicon)
     suite = get_suite(cfg.suite, cfg.wording)
@@ -188,6 +199,7 @@ def stage_statistics(cfg: RunConfig, store: RunStore, **_: Any) -> StageResult:
 
     t = time.perf_counter()
     options = {"statistics": cfg.statistics.model_dump(), "min_population": cfg.identity.min_population}
+    require(store, IDENTITIES, IDENTITIES, (store.stage_dir(IDENTITIES) / "characters.parquet").is_file(), STATISTICS)
     with writing_alone(store, STATISTICS):
         fp = fingerprint(store, [IDENTITIES], options)
         if is_current(store, STATISTICS, fp, recorded(store, STATISTICS).get("tables", {})):
@@ -218,6 +230,7 @@ def stage_report(cfg: RunConfig, store: RunStore, **_: Any) -> StageResult:
     from harness.report import build_report
 
     t = time.perf_counter()
+    require(store, STATISTICS, STATISTICS, bool(recorded(store, STATISTICS)), REPORT)
     fp = fingerprint(store, [STATISTICS, IDENTITIES], {"manifest": store.read_manifest().get("config")})
     return run_report_stage(store, fp, build_report, t)
 
