@@ -441,11 +441,20 @@ def check_output_dir(cfg: RunConfig, path: Path | str) -> None:
             return
 
 
+#: The label: fields one labeller reads (the rest, labeller, batch_size and shard_rows, every labeller reads).
+LABELLER_FIELDS = {
+    "encoder": ("model_dir", "train_if_missing", "train_extra", "train_epochs", "train_seeds", "train_jobs",
+                "name_check", "action_check", "pronoun_binding", "precision", "apposition_check"),
+    "llm": ("llm", "llm_sampling", "llm_attempts"),
+}
+
+
 def check_unread_fields(cfg: RunConfig, path: Path | str) -> None:
     """Stop early, naming the config file, on a stage or a section the run's kind never reads, set to other than its
     default: a laissez-faire run's embed stage, embedding: or homogeneity: block; a homogeneity run's label and
-    identities stages, label: or identity: block, or statistics.mode and thresholds; a bootstrap (statistics.n_boot,
-    statistics.seed) in the paper mode, which draws none. Each did nothing, or failed once its stage began."""
+    identities stages, label: or identity: block, or statistics.mode and thresholds; a label: field of another
+    labeller than label.labeller (``LABELLER_FIELDS``); a bootstrap (statistics.n_boot, statistics.seed) in the
+    paper mode, which draws none. Each did nothing, or failed once its stage began."""
     homogeneity = cfg.suite == "homogeneity"
     kind, other = ("homogeneity", "laissez-faire") if homogeneity else ("laissez-faire", "homogeneity")
     stages = HOMOGENEITY_STAGES if homogeneity else STAGES
@@ -458,6 +467,14 @@ def check_unread_fields(cfg: RunConfig, path: Path | str) -> None:
         if getattr(cfg, section) != type(getattr(cfg, section))():
             raise ConfigError(f"{path}: field '{section}': read by {other} runs only, and this is a {kind} run (suite "
                               f"{cfg.suite}); remove it")
+    if not homogeneity:
+        for reader, names in LABELLER_FIELDS.items():
+            if cfg.label.labeller == reader:
+                continue
+            for name in names:
+                if getattr(cfg.label, name) != LabelConfig.model_fields[name].get_default(call_default_factory=True):
+                    raise ConfigError(f"{path}: field 'label.{name}': read by the {reader} labeller only, and this run "
+                                      f"labels with {cfg.label.labeller}; remove it, or set label.labeller: {reader}")
     stats = ("mode", "threshold_min", "threshold_max") if homogeneity else \
         (("n_boot", "seed") if cfg.statistics.mode == "paper" else ())
     for name in stats:

@@ -1,3 +1,4 @@
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -101,7 +102,7 @@ def test_a_config_that_cannot_be_read_as_text_or_repeats_a_key_is_named_in_one_l
         with pytest.raises(ConfigError, match=pattern) as e:
             load_config(path)
         assert str(e.value).startswith(f"{path}: ") and "\n" not in str(e.value)
-    cfg = load_config(write(tmp_path, "model: &m {backend: vllm, path: smollm2-135m}\nlabel:\n  llm:\n    <<: *m\n"
+    cfg = load_config(write(tmp_path, "model: &m {backend: vllm, path: smollm2-135m}\nlabel:\n  labeller: llm\n  llm:\n    <<: *m\n"
                                       "    max_model_len: 512\n", "merge.yaml"))
     assert (cfg.label.llm.backend, cfg.label.llm.max_model_len, cfg.model.max_model_len) == ("vllm", 512, 1024)
 
@@ -269,6 +270,13 @@ def test_a_kernel_backend_this_machine_cannot_run_stops_the_run_before_generatin
     ("statistics: {n_boot: 200}\n", r"field 'statistics.n_boot': the paper mode draws no bootstrap; set "
                                     r"statistics.mode: principled for one; remove it$"),
     ("statistics: {seed: 3}\n", r"field 'statistics.seed': the paper mode draws no bootstrap"),
+    ("label: {labeller: rules, precision: int8}\n", r"field 'label.precision': read by the encoder labeller only, and "
+                                                    r"this run labels with rules; remove it, or set label.labeller: "
+                                                    r"encoder$"),
+    ("label: {labeller: llm, llm: {backend: transformers, path: smollm2-135m}, train_seeds: [0, 1]}\n",
+     r"field 'label.train_seeds': read by the encoder labeller only, and this run labels with llm"),
+    ("label: {llm_attempts: 5}\n", r"field 'label.llm_attempts': read by the llm labeller only, and this run labels "
+                                   r"with encoder; remove it, or set label.labeller: llm$"),
     ("suite: homogeneity\nsamples_per_prompt: 2\nstages: [generate, label]\n",
      r"field 'stages': label is no stage of a homogeneity run \(suite homogeneity\); choose from generate, embed, "
      r"statistics, report$"),
@@ -297,3 +305,30 @@ def test_the_fields_a_run_reads_pass_at_any_value_and_unread_ones_at_their_defau
                                               "statistics: {n_boot: 50, seed: 2, mode: paper}\n"))
     assert cfg.stages == ["generate", "label", "identities", "statistics", "report"]  # the default: all four stages
     assert load_config(ROOT / "configs" / "homogeneity_smoke.yaml").statistics.n_boot == 200
+
+
+def test_training_settings_an_encoder_already_trained_would_ignore_are_refused(tmp_path):
+    """label.train_epochs, train_seeds and train_extra train the encoder on first use only: with an encoder already
+    in label.model_dir (or the cache) they did nothing, silently. Refused where they differ from its meta.json."""
+    import json
+
+    from harness.audit.labels import encoder_dir
+
+    model = tmp_path / "enc"
+    (model / "encoder").mkdir(parents=True)
+    for f in ("encoder/config.json", "encoder/model.safetensors", "head.pt"):
+        (model / f).write_text("{}")
+    (model / "meta.json").write_text(json.dumps({"train": {"epochs": 16, "seeds": [0, 1]},
+                                                 "files": ["project.jsonl", "laissez_faire_train150.jsonl"]}))
+    head = f"model: {{backend: transformers, path: smollm2-135m}}\nlabel: {{model_dir: {model}, "
+    for fields, says in (("train_epochs: 8", "label.train_epochs: the encoder at {m} was trained with 16, not 8, and a "
+                                             "trained encoder is used as it is; delete it"),
+                         ("train_seeds: [0]", "label.train_seeds: the encoder at {m} was trained with [0, 1], not [0]"),
+                         ("train_extra: [more.jsonl]", "label.train_extra: the encoder at {m} was trained with the files "
+                                                       "laissez_faire_train150.jsonl, project.jsonl, not ['more.jsonl']")):
+        cfg = load_config(write(tmp_path, head + fields + "}\n"))
+        with pytest.raises(ConfigError, match=re.escape(says.format(m=model))):
+            encoder_dir(cfg)
+    same = "train_epochs: 16, train_seeds: [0, 1], train_extra: [data/laissez_faire_train150.jsonl]"
+    assert encoder_dir(load_config(write(tmp_path, head + same + "}\n"))) == model
+    assert encoder_dir(load_config(write(tmp_path, head[:-2] + "}\n"))) == model  # nothing asked: used as it is

@@ -85,7 +85,32 @@ def encoder_dir(cfg: RunConfig) -> Path:
         raise ConfigError(f"{where}: {path} holds no trained encoder (meta.json missing); correct the path, train "
                           f"one there with `harness label train --out {path}`, or set label.train_if_missing: true "
                           f"to train it on first use")
+    check_training_settings(cfg, path)
     return path
+
+
+def check_training_settings(cfg: RunConfig, path: Path) -> None:
+    """A ConfigError where the config sets how the encoder is trained on first use (``label.train_epochs``,
+    ``train_seeds``, ``train_extra``) and the encoder already at ``path`` was trained otherwise: it is used as it
+    is, so those settings did nothing, silently."""
+    from harness.labelling.encoder import read_model_meta
+
+    asked = cfg.label.model_fields_set & {"train_epochs", "train_seeds", "train_extra"}
+    if not asked or not (path / "meta.json").is_file():
+        return
+    meta = read_model_meta(path, "label.model_dir" if cfg.label.model_dir else "the user cache's encoder")
+    train = meta.get("train", {})
+    had = {"train_epochs": train.get("epochs"), "train_seeds": train.get("seeds", [train.get("seed")]),
+           "train_extra": sorted(set(meta.get("files", [])))}
+    want = {"train_epochs": cfg.label.train_epochs, "train_seeds": list(cfg.label.train_seeds),
+            "train_extra": [Path(f).name for f in cfg.label.train_extra]}
+    for field in sorted(asked):
+        differs = (not set(want[field]) <= set(had[field])) if field == "train_extra" else want[field] != had[field]
+        if differs:
+            shown = had[field] if field != "train_extra" else f"the files {', '.join(had[field])}"
+            raise ConfigError(f"label.{field}: the encoder at {path} was trained with {shown}, not {want[field]}, and "
+                              f"a trained encoder is used as it is; delete it (or set label.model_dir to a new folder) "
+                              f"to train one with these settings, or drop label.{field}")
 
 
 def check_llm(cfg: RunConfig) -> None:
