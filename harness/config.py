@@ -169,9 +169,10 @@ class LabelConfig(_Strict):
                                                     "he/his or she/her its own sentences bind to it, or (with the "
                                                     "name check) those of the gender nobody holds when its first "
                                                     "name fits them (harness.labelling.pronoun_binding)")
-    precision: Literal["bfloat16", "int8", "float32", "float16"] | None = Field(None, description="encoder: the model's arithmetic (CPU: bfloat16, int8 or float32; "
-                                  "GPU: float16, bfloat16 or float32); default: float16 on a GPU, bfloat16 on a CPU "
-                                  "with AMX, else int8 (harness.labelling.encoder.default_precision)")
+    precision: Literal["bfloat16", "int8", "float32", "float16"] | None = Field(
+        None, description="encoder: the model's arithmetic (CPU: bfloat16, int8 or float32; GPU: float16, bfloat16 or "
+                          "float32); default: float16 on a GPU, bfloat16 on a CPU with AMX, else int8 "
+                          "(harness.labelling.encoder.default_precision)")
     apposition_check: bool = Field(True, description="encoder: exchange the two characters when the story ties them "
                                                      "to each other's role nouns ('an actor, Ethan Michaels') "
                                                      "(harness.labelling.role_apposition)")
