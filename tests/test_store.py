@@ -916,3 +916,23 @@ def test_a_stage_run_before_the_stage_it_reads_is_one_line_and_makes_no_folder(t
         assert str(e.value) == (f"{run / folder}: nothing there, and the {stage} stage reads it; run the {before} "
                                 f"stage first (`harness run CONFIG --stages {before}`)")
     assert sorted(p.name for p in run.iterdir() if p.is_dir()) == ["generations", "invocations"]
+
+
+def test_every_stage_refuses_a_run_made_by_another_config(tmp_path):
+    """The generate stage compared the config with the run's only when it had stories to write: a second config
+    (another sampling) on a finished run, or a run of the later stages only, went on over the first one's stories
+    with exit 0. Now any stage list is refused first, laissez-faire and homogeneity alike."""
+    from harness.audit.stages import run_stages
+
+    c = cfg(tmp_path)
+    generate_run(c, backend=EchoBackend(), progress=False)
+    other = cfg(tmp_path, sampling={"temperature": 0.3})
+    for stages in (["generate"], ["identities", "statistics"]):
+        with pytest.raises(ConfigError, match=r"run.json: this run was made with a different sampling "):
+            run_stages(other, stages, progress=False, echo=lambda line: None)
+    assert sorted(p.name for p in Path(c.output_dir).iterdir() if p.is_dir()) == ["generations", "invocations"]
+    hom = parse_config({"model": {"backend": "transformers", "path": "smollm2-135m"}, "suite": "homogeneity",
+                        "samples_per_prompt": 2, "output_dir": str(tmp_path / "hom")})
+    RunStore(hom.output_dir).write_manifest({"config": hom.model_copy(update={"seed": 5}).model_dump(mode="json")})
+    with pytest.raises(ConfigError, match=r"run.json: this run was made with a different seed \(5 vs 0\)"):
+        run_stages(hom, ["report"], progress=False, echo=lambda line: None)

@@ -244,6 +244,17 @@ RUNNERS: dict[str, Callable[..., StageResult]] = {
 }
 
 
+def check_run_config(cfg: RunConfig, store: RunStore) -> None:
+    """Refuse, before any stage, a config other than the one that made the run in ``store`` (another model,
+    sampling, suite or seed: ``pipeline.check_resumable``): the generate stage checks it only when it has stories
+    to write, so a run whose stories were all there, or a run of the later stages only, went on with the other
+    config's settings over the first one's stories."""
+    from harness.pipeline import check_resumable
+    from harness.suites import get_suite
+
+    check_resumable(store, cfg, get_suite(cfg.suite, cfg.wording))
+
+
 def run_stages(
     cfg: RunConfig,
     stages: list[str] | None = None,
@@ -280,6 +291,7 @@ def run_stages(
 
         load_lexicon(cfg.identity.lexicon)  # and a mistyped identity.lexicon (a few ms: a small YAML file)
     store = RunStore(cfg.output_dir)
+    check_run_config(cfg, store)
     results = []
     for stage in STAGES:
         if stage not in wanted:

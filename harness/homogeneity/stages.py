@@ -240,12 +240,15 @@ def wanted_stages(cfg: RunConfig, stages: list[str] | None) -> list[str]:
 def run_homogeneity_stages(cfg: RunConfig, stages: list[str] | None = None, *, shard: tuple[int, int] = (0, 1),
                            progress: bool = True, echo: Callable[[str], None] = print) -> list:
     """Run the homogeneity stages of ``cfg`` (see the module docstring)."""
+    from harness.audit.stages import check_run_config
+
     wanted = wanted_stages(cfg, stages)
     if shard != (0, 1) and any(s != "generate" for s in wanted):
         raise ConfigError("--shard applies to generate only on a homogeneity run; run embed, statistics and report once, unsharded")
     if "statistics" in wanted:
         check_kernel_backend(cfg)  # before generating and embedding, not after
     store = RunStore(cfg.output_dir)
+    check_run_config(cfg, store)
     results = []
     for stage in wanted:
         r = RUNNERS[stage](cfg, store, shard=shard, progress=progress)
