@@ -30,6 +30,7 @@ plus ``<run>/homogeneity/texts.parquet`` (every generation with its flags) and
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Sequence
@@ -259,11 +260,27 @@ class EmbedderOutputs:
                 "n_texts": self.n_texts, "n_pairs": self.n_pairs, "seconds": self.seconds}
 
 
+#: Every table ``analyse_embeddings`` may write into an embedder's folder: those a later analysis does not write
+#: (no bootstrap, no permutations, no pairs) are deleted, or a report would read them as the later analysis's.
+TABLE_FILES = ("cells.csv", "groups.csv", "coefficients.csv", "variances.csv", "lrt.csv", "simple_effects.csv",
+               "text_coefficients.csv", "text_group_means.csv", "cell_mean_models.csv", "permutation.csv",
+               "extreme_pairs.csv", "pair_hist.parquet")
+
+
+def texts_fingerprint(texts: pd.DataFrame) -> str:
+    """Which texts an analysis read: the sha256 of their sorted keys (prompt id, sample index)."""
+    keys = sorted(f"{p}#{i}" for p, i in zip(texts["prompt_id"], texts["sample_idx"]))
+    return hashlib.sha256("\n".join(keys).encode()).hexdigest()
+
+
 def analyse_embeddings(x: np.ndarray, texts: pd.DataFrame, out_dir: Path | str, *, levels=None, refs=None,
                        n_boot: int = 1000, n_perm: int = 0, seed: int = 0, backend: str = "auto", top_k: int = 3,
-                       pairs: bool = True, cell_order=None, alpha: float = 0.05) -> tuple[list[str], dict[str, float]]:
+                       pairs: bool = True, cell_order=None, alpha: float = 0.05,
+                       selection: dict[str, Any] | None = None) -> tuple[list[str], dict[str, float]]:
     """Statistics of embedded texts (rows of ``x`` = rows of ``texts``, with race / gender /
-    format columns): writes the tables into ``out_dir``; returns (file names, seconds per step)."""
+    format columns): writes the tables into ``out_dir``; returns (file names, seconds per step).
+    ``selection`` (the target and refusal filter that chose the texts) goes into ``summary.json`` with the
+    texts' count and fingerprint, which the report compares across a run's embedders."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     secs: dict[str, float] = {}
@@ -297,10 +314,17 @@ def analyse_embeddings(x: np.ndarray, texts: pd.DataFrame, out_dir: Path | str, 
         tables["extreme_pairs.csv"] = ext
         tables["pair_hist.parquet"] = hist
     secs["pair_tables"] = time.perf_counter() - t
+    (out / "summary.json").unlink(missing_ok=True)  # killed from here on, the folder reads as no analysis
+    for name in TABLE_FILES:
+        if name not in tables:
+            (out / name).unlink(missing_ok=True)
     for name, df in tables.items():  # each synced by its rename, summary.json last: the stage records them current next
         write = df.to_csv if name.endswith(".csv") else df.to_parquet
         atomic_write(out / name, lambda tmp, write=write: write(tmp, index=False))
-    summary = {"standardization": st.to_dict(), "n_texts": int(len(texts)), "n_cells": int(len(cells)),
+    chosen = {"n": int(len(texts)), "sha256": texts_fingerprint(texts), **(selection or {})}
+    if isinstance(chosen.get("target"), int):  # prompts the top-up left short: analysed with what they have
+        chosen["prompts_short_of_target"] = int((texts.groupby("prompt_id").size() < chosen["target"]).sum())
+    summary = {"texts": chosen, "standardization": st.to_dict(), "n_texts": int(len(texts)), "n_cells": int(len(cells)),
                "n_pairs": int(cells["n_pairs"].sum()), "n_boot": n_boot, "n_perm": n_perm, "seed": seed,
                "alpha": alpha, "backend": backend, "seconds": {k: round(v, 3) for k, v in secs.items()},
                "models_converged": bool(suite.variances["converged"].all()), "files": sorted(tables)}
@@ -355,7 +379,8 @@ def run_homogeneity(
             embed_s = time.perf_counter() - t
             files, secs = analyse_embeddings(x, texts, out_root / spec.name, levels=levels, refs=refs, n_boot=n_boot,
                                              n_perm=n_perm, seed=seed, backend=backend, top_k=top_k, pairs=pairs,
-                                             cell_order=cell_order)
+                                             cell_order=cell_order,
+                                             selection={"target": target, "refusal": getattr(refusal, "name", str(refusal))})
             secs = {"embed": embed_s, **secs}
             results.append(EmbedderOutputs(spec.name, out_root / spec.name, tuple(files), len(texts),
                                            int(pd.read_csv(out_root / spec.name / "cells.csv")["n_pairs"].sum()), secs))

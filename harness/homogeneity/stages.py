@@ -196,6 +196,7 @@ def stage_statistics(cfg: RunConfig, store: RunStore, **_: Any):
             x, texts, out / spec.name, levels=levels, refs=refs, n_boot=cfg.statistics.n_boot, n_perm=h.n_perm,
             seed=cfg.statistics.seed, backend=cfg.statistics.backend, top_k=h.top_k, alpha=h.alpha,
             cell_order=[tuple(p.meta[k] for k in FACTORS) for p in suite],
+            selection={"target": target_of(cfg), "refusal": cfg.homogeneity.refusal},
         )
         n_pairs = int(pd.read_csv(out / spec.name / "cells.csv")["n_pairs"].sum())
         mark_current(store, STATS_DIR, fp, {"embedder": spec.name, "texts": len(texts), "generated": len(allt),

@@ -45,6 +45,22 @@ REQUIRED = ("groups.csv", "coefficients.csv", "lrt.csv", "simple_effects.csv")
 GENDER_COLOURS = {"man": "#1f77b4", "woman": "#d62728"}
 
 
+def same_texts(dirs: list[Path]) -> None:
+    """A DataError where two embedders' analyses of one run read different texts (another target or refusal
+    filter: their summary.json say so), which a report would set side by side as one run's."""
+    seen: dict[str, tuple[Path, dict]] = {}
+    for d in dirs:
+        texts = json.loads((d / "summary.json").read_text()).get("texts")
+        if texts is None:  # written before summaries named their texts
+            continue
+        if seen and texts["sha256"] not in seen:
+            (other, was), = list(seen.values())[:1]
+            raise DataError(f"{d} and {other} analysed different texts ({texts['n']} vs {was['n']}; target "
+                            f"{texts.get('target')} vs {was.get('target')}, refusal filter {texts.get('refusal')} vs "
+                            f"{was.get('refusal')}); analyse both over the same texts, or delete the folder of one")
+        seen.setdefault(texts["sha256"], (d, texts))
+
+
 def load_run_tables(run: Path | str) -> tuple[dict, dict[str, pd.DataFrame]]:
     """(manifest, {report table name: stacked table}) of one run, a ``model`` and an
     ``embedder`` column first in every table."""
@@ -55,6 +71,7 @@ def load_run_tables(run: Path | str) -> tuple[dict, dict[str, pd.DataFrame]]:
     dirs = sorted(p.parent for p in root.glob("*/summary.json"))
     if not dirs:
         raise DataError(f"{run}: no homogeneity tables; run `harness run CONFIG --stages statistics` first")
+    same_texts(dirs)
     out: dict[str, list[pd.DataFrame]] = {}
     for d in dirs:
         missing = [f for f in REQUIRED if not (d / f).exists()]

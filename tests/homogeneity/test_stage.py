@@ -18,6 +18,33 @@ from harness.kernels import homogeneity as hk
 from homogeneity_fixtures import synthetic_corpus
 
 
+def test_a_second_analysis_leaves_no_table_of_the_first_and_names_its_texts(tmp_path):
+    """Rerun without the bootstrap (or permutations, or pairs), the first analysis's text_*.csv and permutation.csv
+    stayed beside the new tables, and the report published them as current. Two embedders' analyses over other
+    texts (another target) were set side by side in one report; their summaries now say which texts they read."""
+    from harness.errors import DataError
+    from harness.report.homogeneity import same_texts
+
+    x, texts = synthetic_corpus(6, n_formats=2, seed=3)
+    first, _ = analyse_embeddings(x, texts, tmp_path / "a", n_boot=20, n_perm=5, backend="numpy", top_k=2,
+                                  selection={"target": None, "refusal": "authors"})
+    assert {"text_coefficients.csv", "permutation.csv", "extreme_pairs.csv"} <= set(first)
+    again, _ = analyse_embeddings(x, texts, tmp_path / "a", n_boot=0, backend="numpy", pairs=False)
+    on_disk = {p.name for p in (tmp_path / "a").iterdir()}
+    assert on_disk == set(again) and not on_disk & {"text_coefficients.csv", "permutation.csv", "pair_hist.parquet"}
+    fewer = texts["sample_idx"] < 4  # a target of 4 texts per prompt
+    analyse_embeddings(x[fewer.to_numpy()], texts[fewer].reset_index(drop=True), tmp_path / "b", n_boot=0,
+                       backend="numpy", pairs=False, selection={"target": 4, "refusal": "authors"})
+    summary = json.loads((tmp_path / "b" / "summary.json").read_text())
+    assert summary["texts"]["n"] == int(fewer.sum()) and summary["texts"]["target"] == 4
+    assert summary["texts"]["prompts_short_of_target"] == 0
+    with pytest.raises(DataError, match=rf"{tmp_path / 'b'} and {tmp_path / 'a'} analysed different texts \("
+                                        rf"{int(fewer.sum())} vs {len(texts)}; target 4 vs None"):
+        same_texts([tmp_path / "a", tmp_path / "b"])
+    analyse_embeddings(x, texts, tmp_path / "b", n_boot=0, backend="numpy", pairs=False)
+    same_texts([tmp_path / "a", tmp_path / "b"])  # the same texts: one run's report
+
+
 def test_analyse_embeddings_writes_consistent_tables(tmp_path):
     x, texts = synthetic_corpus(10, n_formats=3, seed=9)
     files, secs = analyse_embeddings(x, texts, tmp_path, n_boot=30, n_perm=9, backend="numpy", top_k=2)
