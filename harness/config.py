@@ -18,7 +18,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from harness.errors import ConfigError, HarnessError
+from harness.errors import ConfigError
 from harness.generation.base import GenParams
 
 BACKEND_NAMES = ("openai", "transformers", "vllm")
@@ -485,21 +485,22 @@ def check_unread_fields(cfg: RunConfig, path: Path | str) -> None:
             raise ConfigError(f"{path}: field 'statistics.{name}': {why}; remove it")
 
 
-def check_kernel_backend(cfg: RunConfig) -> None:
-    """Stop a run whose statistics stage names a kernel backend this machine cannot run (cupy or triton without a
-    GPU) before its first stage, not when the statistics begin after hours of generating."""
-    backend = cfg.statistics.backend
+def check_kernel_backend(backend: str, where: str = "statistics.backend") -> None:
+    """Stop a kernel ``backend`` this machine cannot run (cupy or triton without a GPU), named as ``where`` gives
+    it (``statistics.backend``, ``--backend``), before the run's first stage or the analysis's embedding, not when
+    the statistics begin after hours of generating."""
     if backend in ("auto", "numpy"):
         return
     try:
-        from harness.kernels._common import resolve_backend
+        from harness.kernels import _common
     except ImportError as e:
-        raise ConfigError(f"statistics.backend {backend!r} needs harness.kernels ({e}); install the kernels extra or "
-                          f"use numpy or auto") from None
-    try:
-        resolve_backend(backend, what="statistics.backend")
-    except HarnessError as e:
-        raise ConfigError(str(e)) from None
+        raise ConfigError(f"{where} {backend}: needs harness.kernels ({e}); install the kernels extra, or use numpy "
+                          f"or auto") from None
+    if backend == "triton" and not _common.triton_runnable():
+        raise ConfigError(f"{where} triton: needs triton and a CUDA device (or TRITON_INTERPRET=1 for the CPU "
+                          f"interpreter) and this machine has none; use numpy or auto")
+    if backend == "cupy" and not _common.cupy_runnable():
+        raise ConfigError(f"{where} cupy: needs cupy and a CUDA device and this machine has none; use numpy or auto")
 
 
 def check_suite(cfg: RunConfig, path: Path | str) -> None:

@@ -285,7 +285,7 @@ def run_stages(
 
         check_llm(cfg)  # so does a missing or mistyped label.llm
     if "statistics" in wanted:
-        check_kernel_backend(cfg)  # cupy without a GPU stopped the run after generating and labelling
+        check_kernel_backend(cfg.statistics.backend)  # cupy without a GPU stopped the run after generating and labelling
     if "identities" in wanted:
         from harness.identity.gender import load_lexicon
 

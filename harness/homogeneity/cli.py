@@ -22,18 +22,28 @@ def _fail(e: HarnessError) -> None:
 @app.command()
 def generate(
     config: Path = typer.Argument(..., help="Run config YAML with suite: homogeneity."),
-    target: int = typer.Option(None, "--target", help="Usable texts per prompt (default: samples_per_prompt)."),
-    refusal: str = typer.Option("authors", "--refusal", help="Refusal filter: authors | open-models."),
-    max_rounds: int = typer.Option(5, "--max-rounds", help="Top-up rounds at most."),
+    target: int = typer.Option(None, "--target", help="Usable texts per prompt (default: the config's "
+                               "homogeneity.target, else samples_per_prompt)."),
+    refusal: str = typer.Option(None, "--refusal", help="Refusal filter: authors | open-models (default: the "
+                                "config's homogeneity.refusal)."),
+    max_rounds: int = typer.Option(None, "--max-rounds", min=0, help="Top-up rounds at most (default: the config's "
+                                   "homogeneity.max_topup_rounds)."),
 ) -> None:
-    """Generate the suite, then top up refused or empty samples until each prompt has TARGET."""
+    """Generate the suite, then top up refused or empty samples until each prompt has TARGET.
+
+    An option given here replaces the config's field; one not given is the config's (the CLI's own defaults
+    won over the config's before, so a config's target of 3 generated nothing, as `harness run` would)."""
     from harness.config import load_config
     from harness.homogeneity.stage import generate_homogeneity
+    from harness.homogeneity.stages import target_of
 
     try:
         # a config of one sample per prompt passes its load check with the target given here
         cfg = load_config(config, {"homogeneity.target": target} if target is not None and target >= 2 else None)
-        s = generate_homogeneity(cfg, target=target, refusal=refusal, max_rounds=max_rounds)
+        h = cfg.homogeneity
+        s = generate_homogeneity(cfg, target=target if target is not None else target_of(cfg),
+                                 refusal=refusal if refusal is not None else h.refusal,
+                                 max_rounds=max_rounds if max_rounds is not None else h.max_topup_rounds)
     except HarnessError as e:
         _fail(e)
     typer.echo(f"generated {s.generated} texts in {s.rounds} top-up round(s); "
@@ -56,6 +66,7 @@ def analyse(
     no_pairs: bool = typer.Option(False, "--no-pairs", help="Skip the extreme pairs and histograms."),
 ) -> None:
     """Embed the run's texts and write the homogeneity tables under RUN_DIR/homogeneity/."""
+    from harness.config import check_kernel_backend
     from harness.homogeneity.embed import get_spec, resolve_path
     from harness.homogeneity.refusal import get_filter
     from harness.homogeneity.stage import run_homogeneity
@@ -63,6 +74,15 @@ def analyse(
     from harness.stats.sweep import BACKENDS
 
     try:  # every option before the run is read or a model loads
+        if len(set(embedder)) < len(embedder):
+            twice = next(e for e in embedder if embedder.count(e) > 1)
+            raise ConfigError(f"-e {twice}: given twice; give each embedder once")
+        if model_path and len(embedder) > 1:  # it applied to each, a packaged preset's cached vectors too
+            raise ConfigError("--model-path: one local model for one embedder; give a single -e with it, and analyse "
+                              "the others in another call")
+        if n_perm and not n_boot:
+            raise ConfigError(f"--permutations {n_perm}: the permutations run within the text bootstrap, which "
+                              f"--bootstrap 0 skips; give --bootstrap 2 or more, or drop --permutations")
         specs = [get_spec(e, **({"path": model_path} if model_path else {})) for e in embedder]
         for spec in specs:
             resolve_path(spec.path)
@@ -70,6 +90,7 @@ def analyse(
         resolve_device(device, "--device")
         if backend not in BACKENDS:
             raise ConfigError(f"--backend {backend!r}: use one of {', '.join(BACKENDS)}")
+        check_kernel_backend(backend, "--backend")  # before the embedding, not after it
         if n_boot == 1:
             raise ConfigError("--bootstrap 1: a text bootstrap needs at least 2 replicates (0 skips it)")
         if target is not None and target < 2:

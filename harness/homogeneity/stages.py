@@ -75,6 +75,9 @@ def check_homogeneity(cfg: RunConfig, path: Path | str) -> None:
     if cfg.statistics.n_boot == 1:
         raise ConfigError(f"{path}: field 'statistics.n_boot': a text bootstrap needs at least 2 replicates (0 skips "
                           "it), got 1")
+    if cfg.homogeneity.n_perm and not cfg.statistics.n_boot:  # written as asked in summary.json, and never run
+        raise ConfigError(f"{path}: field 'homogeneity.n_perm': the permutations run within the text bootstrap, which "
+                          f"statistics.n_boot: 0 skips; set n_boot to 2 or more, or drop n_perm")
     try:
         resolve_path(embedder_spec(cfg).path)
     except ConfigError as e:
@@ -247,7 +250,7 @@ def run_homogeneity_stages(cfg: RunConfig, stages: list[str] | None = None, *, s
     if shard != (0, 1) and any(s != "generate" for s in wanted):
         raise ConfigError("--shard applies to generate only on a homogeneity run; run embed, statistics and report once, unsharded")
     if "statistics" in wanted:
-        check_kernel_backend(cfg)  # before generating and embedding, not after
+        check_kernel_backend(cfg.statistics.backend)  # before generating and embedding, not after
     store = RunStore(cfg.output_dir)
     check_run_config(cfg, store)
     results = []

@@ -60,6 +60,8 @@ def test_shipped_configs_load(monkeypatch, tmp_path):
     ({"embedding": {"device": "tpu"}}, "field 'embedding.device': must be auto, cpu, cuda or cuda:N"),
     ({"samples_per_prompt": 1}, "field 'samples_per_prompt': a homogeneity run compares pairs"),
     ({"statistics": {"n_boot": 1}}, "field 'statistics.n_boot': a text bootstrap needs at least 2"),
+    ({"statistics": {"n_boot": 0}, "homogeneity": {"n_perm": 20}},
+     "field 'homogeneity.n_perm': the permutations run within the text bootstrap, which statistics.n_boot: 0 skips"),
 ])
 def test_a_homogeneity_config_is_checked_when_it_loads_not_after_generating(tmp_path, over, says):
     import yaml
@@ -411,6 +413,10 @@ def test_report_command_refuses_to_mix_a_homogeneity_run_with_a_laissez_faire_ru
     (["--backend", "jax"], "--backend 'jax': use one of numpy, triton, cupy, auto"),
     (["--bootstrap", "1"], "--bootstrap 1: a text bootstrap needs at least 2 replicates"),
     (["--target", "1"], "--target 1: pairs need at least 2 texts per prompt"),
+    # permutations without the bootstrap were recorded as asked in summary.json and never run
+    (["--bootstrap", "0", "--permutations", "20"], "--permutations 20: the permutations run within the text bootstrap"),
+    (["-e", "minilm-l6", "-e", "minilm-l6"], "-e minilm-l6: given twice; give each embedder once"),
+    (["-e", "minilm-l6", "-e", "bert-2", "--model-path", "x"], "--model-path: one local model for one embedder"),
 ])
 def test_homogeneity_analyse_refuses_its_options_before_reading_the_run(tmp_path, monkeypatch, args, says):
     from typer.testing import CliRunner
@@ -421,6 +427,43 @@ def test_homogeneity_analyse_refuses_its_options_before_reading_the_run(tmp_path
     monkeypatch.setattr(H, "run_homogeneity", lambda *a, **k: (_ for _ in ()).throw(AssertionError("ran")))
     r = CliRunner().invoke(app, ["analyse", str(tmp_path / "no-run"), *args])
     assert r.exit_code == 2 and r.output.startswith(f"error: {says}") and len(r.output.strip().splitlines()) == 1, r.output
+
+
+def test_homogeneity_analyse_refuses_a_kernel_backend_the_machine_cannot_run_before_embedding(tmp_path, monkeypatch):
+    """--backend cupy on a CPU machine failed after the embedding, in Python's words (backend='numpy')."""
+    from typer.testing import CliRunner
+
+    import harness.homogeneity.stage as H
+    from harness.homogeneity.cli import app
+    from harness.kernels import _common
+
+    monkeypatch.setattr(_common, "cupy_runnable", lambda: False)
+    monkeypatch.setattr(H, "run_homogeneity", lambda *a, **k: (_ for _ in ()).throw(AssertionError("ran")))
+    r = CliRunner().invoke(app, ["analyse", str(tmp_path / "no-run"), "--backend", "cupy"])
+    assert r.exit_code == 2 and r.output == ("error: --backend cupy: needs cupy and a CUDA device and this machine has "
+                                             "none; use numpy or auto\n"), r.output
+
+
+def test_homogeneity_generate_takes_the_configs_top_up_unless_an_option_replaces_it(tmp_path, monkeypatch):
+    """The CLI's defaults (every usable text, authors, 5 rounds) won over the config's homogeneity block: a config
+    target of 3 on a run of 2 per prompt generated nothing, exit 0, where `harness run` tops up to 3."""
+    import yaml
+    from typer.testing import CliRunner
+
+    import harness.homogeneity.stage as H
+    from harness.homogeneity.cli import app
+
+    path = tmp_path / "h.yaml"
+    path.write_text(yaml.safe_dump({**BASE, "samples_per_prompt": 2, "output_dir": str(tmp_path / "run"),
+                                    "homogeneity": {"target": 3, "refusal": "open-models", "max_topup_rounds": 2}}))
+    seen = {}
+    monkeypatch.setattr(H, "generate_homogeneity", lambda cfg, **k: seen.update(k) or H.TopUpSummary(0, 0, 0, {}))
+    assert CliRunner().invoke(app, ["generate", str(path)]).exit_code == 0
+    assert seen == {"target": 3, "refusal": "open-models", "max_rounds": 2}
+    r = CliRunner().invoke(app, ["generate", str(path), "--target", "4", "--refusal", "authors", "--max-rounds", "0"])
+    assert r.exit_code == 0 and seen == {"target": 4, "refusal": "authors", "max_rounds": 0}
+    r = CliRunner().invoke(app, ["generate", str(path), "--max-rounds", "-1"])
+    assert r.exit_code == 2 and "--max-rounds" in r.output
 
 
 def test_homogeneity_generate_reads_its_target_with_the_config(tmp_path, monkeypatch):
