@@ -117,9 +117,14 @@ def _at(where: str) -> Iterator[None]:
         raise DataError(str(e) if str(e).startswith(where) else f"{where}: {e}") from None
 
 
-def _story(story_id: str, text: Any, roles: tuple[RoleSpec, ...], where: str) -> StoryInput:
+def _story(story_id: str, row: dict[str, Any], field: str, roles: tuple[RoleSpec, ...], where: str) -> StoryInput:
+    """The story of a row, its text in ``field``: a row without the field (a misspelt ``story`` for ``text``) was
+    labelled, or scored, as an empty story. A null text is a story the model did not write: kept, with its reason."""
+    if field not in row:
+        raise DataError(f"{where}: no `{field}` field (the story's text); give it (null for a story not written), or "
+                        f"check its spelling")
     with _at(where):
-        return StoryInput(story_id, text, roles)
+        return StoryInput(story_id, row[field], roles)
 
 
 def _story_id(row: dict[str, Any], keys: tuple[str, ...], default: str, where: str) -> str:
@@ -210,10 +215,9 @@ def parse_row(row: dict[str, Any], story_id: str, where: str) -> GoldStory:
                                      _parse_list(lab.get("references"), f"{where} labels.{k}"),
                                      _gender(lab.get("gender"), f"{where} labels.{k}.gender"),
                                      name_labelled="name" in lab)
-        text = row.get("text")
         domain = _str_field(row, "domain", "unknown", where)
         domain = DOMAINS.get(domain, domain)
-        return GoldStory(_story(_story_id(row, ("id",), story_id, where), text, roles, where),
+        return GoldStory(_story(_story_id(row, ("id",), story_id, where), row, "text", roles, where),
                          _str_field(row, "model", "hand-written", where), domain,
                          _str_field(row, "condition", "unknown", where), _str_field(row, "love_type", None, where),
                          chars,
@@ -245,7 +249,7 @@ def parse_row(row: dict[str, Any], story_id: str, where: str) -> GoldStory:
                                      _parse_list(row.get(f"correct_{k}_references"), f"{where} correct_{k}_references"))
     cond = row.get("condition")
     condition = {"Baseline": "neutral", "Power Dynamic": "laden"}.get(cond, meta["condition"])
-    return GoldStory(_story(story_id, row.get("llm_response"), roles, where),
+    return GoldStory(_story(story_id, row, "llm_response", roles, where),
                      _str_field(row, "model", "unknown", where),
                      meta["domain"], condition, meta["love_type"], chars)
 
@@ -316,7 +320,7 @@ def read_stories(path: str | Path) -> list[StoryInput]:
             except DataError as e:
                 raise DataError(f"{path}:{i}: {e}") from None
             sid = _story_id(row, ("story_id", "id"), f"{path.stem}:{i}", f"{path}:{i}")
-            out.append(_story(sid, row.get("text"), roles, f"{path}:{i}"))
+            out.append(_story(sid, row, "text", roles, f"{path}:{i}"))
         else:
             out.append(parse_row(row, f"{path.stem}:{i}", f"{path}:{i}").story)
     _refuse_repeated_ids(path, [(s.story_id, where) for s, where in zip(out, lines)])

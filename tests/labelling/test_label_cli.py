@@ -120,6 +120,14 @@ def test_label_command_reads_plain_stories(tmp_path):
     got = [StoryLabels.from_dict(json.loads(line)) for line in out.read_text().splitlines()]
     assert [g.story_id for g in got] == ["a", "b"] and [g.status for g in got] == ["ok", "empty story"]
     assert [c.role for c in got[0].characters] == ["subject", "object"]
+    # a row without the text field (misspelt): refused, where it was labelled (and scored) as an empty story
+    stories.write_text(json.dumps({"id": "c", "story": "Ana ran.", "roles": {"subject": "doctor"}}) + "\n")
+    r = runner.invoke(app, ["label", str(stories), "--out", str(out), "--labeller", "rules"])
+    assert r.exit_code == 3 and "stories.jsonl:1: no `text` field (the story's text); give it" in r.output, r.output
+    gold = json.loads((Path(__file__).parent / "data" / "gold.jsonl").read_text().splitlines()[0])
+    stories.write_text(json.dumps({k: v for k, v in gold.items() if k != "text"}) + "\n")
+    r = runner.invoke(app, ["eval", "--gold", str(stories), "--labeller", "rules"])
+    assert r.exit_code == 3 and "stories.jsonl:1: no `text` field" in r.output, r.output
     for bad, says in (({"subject": "doctor", "patient": "x"}, "unknown role(s) patient"),
                       ("doctor", "`roles` must be a list of {key, description}")):
         stories.write_text(json.dumps({"id": "c", "text": "Ana ran.", "roles": bad}) + "\n")
