@@ -95,6 +95,16 @@ def make_folder(path: Path | str, option: str) -> Path:
     return path
 
 
+def run_folder(path: Path | str) -> Path:
+    """Make a folder a run keeps (a stage's, ``invocations/``): a DataError in one line where a file stands at it or
+    above it inside the run (a FileExistsError or NotADirectoryError traceback before)."""
+    path = Path(path)
+    if (blocked := file_in_the_way(path)) is not None:
+        raise DataError(f"{blocked}: a file where the run keeps a folder ({path}); move the file away and rerun")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def check_output_file(path: Path | str, option: str) -> Path:
     """An output file's path given by ``option``, checked before any work and its folder made: a ConfigError in
     one line where it is a folder, a device, pipe or socket (the file is written beside it and renamed over it:
@@ -257,7 +267,7 @@ class RunStore:
 
     def record_invocation(self, record: dict[str, Any]) -> Path:
         d = self.root / "invocations"
-        d.mkdir(parents=True, exist_ok=True)
+        run_folder(d)
         path = d / f"{record.get('stage', 'run')}-{record.get('shard', '0of1')}-{record['invocation_id']}.json"
         atomic_write_text(path, json.dumps(record, indent=2, default=str) + "\n")
         return path
@@ -288,7 +298,7 @@ class RunStore:
         tag's, as the other's may be a shard it is committing."""
         make_folder(self.root, "output_dir")  # a run's first write: a folder that cannot be made is named
         d = self.stage_dir(stage)
-        d.mkdir(parents=True, exist_ok=True)
+        run_folder(d)
         with open(d / ".writers.lock", "a") as lock:
             with self.edit_manifest() as manifest:
                 try:  # every other job's test waits for the manifest's lock, so two jobs never both find they are alone
@@ -305,7 +315,7 @@ class RunStore:
     def write_shard(self, stage: str, rows: Sequence[dict[str, Any]], tag: str, schema: pa.Schema | None = None) -> Path:
         """Write ``rows`` as one Parquet shard, atomically."""
         d = self.stage_dir(stage)
-        d.mkdir(parents=True, exist_ok=True)
+        run_folder(d)
         table = pa.Table.from_pylist(list(rows), schema=schema)
         name = f"{tag}-{utcnow().replace(':', '').replace('+0000', 'Z')}-{uuid.uuid4().hex[:8]}.parquet"
         tmp = d / f".tmp-{name}"

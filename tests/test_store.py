@@ -936,3 +936,30 @@ def test_every_stage_refuses_a_run_made_by_another_config(tmp_path):
     RunStore(hom.output_dir).write_manifest({"config": hom.model_copy(update={"seed": 5}).model_dump(mode="json")})
     with pytest.raises(ConfigError, match=r"run.json: this run was made with a different seed \(5 vs 0\)"):
         run_stages(hom, ["report"], progress=False, echo=lambda line: None)
+
+
+def test_a_file_where_the_run_keeps_a_folder_is_one_line(tmp_path):
+    """generations/, a stage's folder or embeddings/ replaced by a file: a FileExistsError or NotADirectoryError
+    traceback before; now one line naming the file."""
+    from harness.audit.stages import run_stages
+    from harness.errors import DataError
+    from harness.homogeneity.embed import EmbeddingCache, get_spec
+
+    c = cfg(tmp_path)
+    run = Path(c.output_dir)
+    (run / "generations").parent.mkdir(parents=True)
+    (run / "generations").write_text("hi\n")
+    with pytest.raises(DataError) as e:
+        generate_run(c, backend=EchoBackend(), progress=False)
+    assert str(e.value) == (f"{run / 'generations'}: a file where the run keeps a folder ({run / 'generations'}); "
+                            "move the file away and rerun")
+    (run / "generations").unlink()
+    generate_run(c, backend=EchoBackend(), progress=False)
+    (run / "labels").write_text("hi\n")
+    with pytest.raises(DataError, match=rf"^{run / 'labels'}: a file where the run keeps a folder"):
+        run_stages(c.model_copy(update={"label": c.label.model_copy(update={"labeller": "rules"})}), ["label"],
+                   progress=False, echo=lambda line: None)
+    (run / "embeddings").write_text("hi\n")
+    with pytest.raises(DataError, match=rf"^{run / 'embeddings'}: a file where the run keeps a folder "
+                                        rf"\({run / 'embeddings' / 'minilm-l6'}\)"):
+        EmbeddingCache(run, get_spec("minilm-l6"))

@@ -25,7 +25,7 @@ from harness.audit.labels import LABELS, TEXT_SHA1
 from harness.config import STAGES, RunConfig, check_kernel_backend
 from harness.errors import ConfigError, DataError
 from harness.pipeline import GENERATIONS
-from harness.store import RunStore, atomic_write, atomic_write_text, utcnow
+from harness.store import RunStore, atomic_write, atomic_write_text, run_folder, utcnow
 
 IDENTITIES, STATISTICS, REPORT = "identities", "statistics", "report"
 
@@ -83,7 +83,7 @@ def is_current(store: RunStore, stage: str, fp: str, tables: Iterable[str] = ())
 
 
 def mark_current(store: RunStore, stage: str, fp: str, info: dict[str, Any]) -> None:
-    store.stage_dir(stage).mkdir(parents=True, exist_ok=True)
+    run_folder(store.stage_dir(stage))
     atomic_write_text(_state_path(store, stage), json.dumps({"fingerprint": fp, "finished_at": utcnow(), **info}, indent=2, default=str))
 
 
@@ -121,8 +121,7 @@ def require(store: RunStore, folder: str, stage: str, present: bool, needed_by: 
 def write_table(store: RunStore, stage: str, name: str, df: pd.DataFrame, csv: bool = True) -> Path:
     """Write one whole-stage table as Parquet (and CSV for people), atomically and synced to disk: the
     stage's ``_stage.json``, written next, must not call a table current that a power loss left empty."""
-    d = store.stage_dir(stage)
-    d.mkdir(parents=True, exist_ok=True)
+    d = run_folder(store.stage_dir(stage))
     atomic_write(d / f"{name}.parquet", lambda tmp: df.to_parquet(tmp, index=False))
     if csv:
         atomic_write(d / f"{name}.csv", lambda tmp: df.to_csv(tmp, index=False))

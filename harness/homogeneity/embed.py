@@ -39,7 +39,7 @@ import pandas as pd
 
 from harness.errors import ConfigError, DataError
 from harness.models import resolve_device
-from harness.store import RunStore, atomic_write_text, commit_file
+from harness.store import RunStore, atomic_write_text, commit_file, run_folder
 
 # ============================================================================ preprocessing
 
@@ -284,7 +284,7 @@ class EmbeddingCache:
             if old != meta:
                 raise ConfigError(f"{path}: cached embeddings were made with {old}; use another embedder name or delete the folder")
         else:
-            self.dir.mkdir(parents=True, exist_ok=True)
+            run_folder(self.dir)
             atomic_write_text(path, json.dumps(meta, indent=2) + "\n")
 
     def shards(self) -> list[tuple[Path, Path]]:

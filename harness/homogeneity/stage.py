@@ -46,7 +46,7 @@ from harness.homogeneity.embed import EmbedderSpec, EmbeddingCache, get_spec
 from harness.homogeneity.inference import text_inference
 from harness.homogeneity.mixed import fit_paper_models
 from harness.homogeneity.refusal import flag_refusals, plan_topup, refusal_table, select_usable
-from harness.store import atomic_write, atomic_write_text
+from harness.store import atomic_write, atomic_write_text, run_folder
 
 OUT = "homogeneity"
 FACTORS = ("race", "gender", "format")
@@ -281,8 +281,7 @@ def analyse_embeddings(x: np.ndarray, texts: pd.DataFrame, out_dir: Path | str, 
     format columns): writes the tables into ``out_dir``; returns (file names, seconds per step).
     ``selection`` (the target and refusal filter that chose the texts) goes into ``summary.json`` with the
     texts' count and fingerprint, which the report compares across a run's embedders."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = run_folder(out_dir)
     secs: dict[str, float] = {}
     t = time.perf_counter()
     cells, cell, _ = cell_table(texts, x, backend=backend, cell_order=cell_order)
