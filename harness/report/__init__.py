@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import html
 import json
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -95,6 +96,7 @@ def build_report(runs: list[Path | str], out: Path | str, *, title: str = "Laiss
         stories.append(st)
         for t in TABLES:
             stacked[t].append(tables[t])
+    started = time.time()  # what this build writes is newer: finish_report deletes the rest
     out = F.report_folder(out)
     T = {t: pd.concat(v, ignore_index=True) for t, v in stacked.items()}
     T["pooled_curve"] = pooled_curve(T["threshold_curve"]) if len(T["threshold_curve"]) else T["threshold_curve"]
@@ -122,7 +124,7 @@ def build_report(runs: list[Path | str], out: Path | str, *, title: str = "Laiss
         lambda p: F.threshold_curves(T["pooled_curve"], p), T["pooled_curve"])
 
     page = _render(title, manifests, figs, T)
-    return atomic_write(out / "index.html", lambda tmp: tmp.write_text(page))
+    return F.finish_report(out, started, page)
 
 
 def _manifest_rows(manifests) -> str:

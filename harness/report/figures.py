@@ -17,6 +17,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.colors import TwoSlopeNorm  # noqa: E402
 
+from harness.errors import ConfigError  # noqa: E402
 from harness.identity import RACE_DISPLAY  # noqa: E402
 from harness.store import atomic_write, make_folder  # noqa: E402
 
@@ -169,14 +170,35 @@ def threshold_curves(pooled: pd.DataFrame, path: Path) -> Path:
     return _save(fig, path)
 
 
+#: The folders of a report's own files: what a rebuild did not write again there is deleted (``finish_report``).
+REPORT_PARTS = ("figures", "tables")
+
+
 def report_folder(out: Path | str) -> Path:
-    """``out`` with its figures/ and tables/ folders made, or a ConfigError naming ``--out`` where a file
-    stands at it or above it. Called once the runs have been read, so a report that fails on its inputs
-    leaves no empty folders."""
+    """``out`` with its figures/ and tables/ folders made, or a ConfigError naming ``--out`` where a file stands at
+    it or above it, or where it holds an index.html that is no report's (no figures/ or tables/ beside it: a
+    page of another site, which the report would write over). Called once the runs have been read, so a report
+    that fails on its inputs leaves no empty folders."""
+    out = Path(out)
+    if (out / "index.html").exists() and not any((out / part).is_dir() for part in REPORT_PARTS):
+        raise ConfigError(f"--out {out}: holds an index.html that is no harness report's; give a new or empty folder")
     out = make_folder(out, "--out")
-    (out / "figures").mkdir(parents=True, exist_ok=True)
-    (out / "tables").mkdir(parents=True, exist_ok=True)
+    for part in REPORT_PARTS:
+        (out / part).mkdir(exist_ok=True)
     return out
+
+
+def finish_report(out: Path, started: float, page: str) -> Path:
+    """Write the report's ``index.html`` (``page``) and delete what an earlier build into ``out`` left in its
+    figures/ and tables/ that this one, begun at ``started`` (``time.time()``), did not write again: a report over
+    other runs or another kind of audit kept the earlier figures and tables beside its own. A second from the
+    start is kept, for file systems whose clocks lag (what a build a second before wrote is then left)."""
+    index = atomic_write(out / "index.html", lambda tmp: tmp.write_text(page))
+    for part in REPORT_PARTS:
+        for f in (out / part).iterdir():
+            if f.is_file() and not f.name.startswith(".") and f.stat().st_mtime < started - 1:
+                f.unlink(missing_ok=True)
+    return index
 
 
 def write_tables(out: Path, tables: dict[str, pd.DataFrame]) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import html
 import json
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -25,8 +26,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from harness.errors import DataError  # noqa: E402
-from harness.report.figures import Figures, _save, report_folder, write_tables  # noqa: E402
-from harness.store import RunStore, atomic_write  # noqa: E402
+from harness.report.figures import Figures, _save, finish_report, report_folder, write_tables  # noqa: E402
+from harness.store import RunStore  # noqa: E402
 
 STATS_DIR = "homogeneity"
 #: table file in each embedder folder -> report table name
@@ -199,6 +200,7 @@ def build_homogeneity_report(runs: list[Path | str], out: Path | str, *, title: 
         manifests.append((run, m))
         for k, v in tables.items():
             stacked.setdefault(k, []).append(v)
+    started = time.time()  # what this build writes is newer: finish_report deletes the rest
     out = report_folder(out)
     T = {k: pd.concat(v, ignore_index=True) for k, v in stacked.items()}
     T["hom_coefficients"] = coefficient_table(T["hom_coefficients"], T.pop("hom_text_coefficients", None))
@@ -220,7 +222,7 @@ def build_homogeneity_report(runs: list[Path | str], out: Path | str, *, title: 
         "(per-prompt top-k of the homogeneity kernel, pooled over formats); the texts are in the table below.",
         lambda p: extreme_pairs_figure(ext, p), ext)
     page = _render(title, manifests, figs, T)
-    return atomic_write(out / "index.html", lambda tmp: tmp.write_text(page))
+    return finish_report(out, started, page)
 
 
 def _group_means(groups: pd.DataFrame, text_means: pd.DataFrame | None) -> pd.DataFrame:

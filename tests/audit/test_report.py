@@ -90,6 +90,35 @@ def test_every_report_file_reaches_the_disk_before_its_rename_and_the_stage_reco
         "figures/fig1a_representation_race.csv", "tables/representation.parquet", "tables/coding_sheet.csv"})
 
 
+def test_a_report_rebuilt_into_its_folder_keeps_none_of_the_earlier_files_and_spares_another_site(tmp_path):
+    """`harness report A -o DIR` then `harness report B -o DIR` (another kind of audit, other runs) left the first
+    build's figures and tables beside the second's; an index.html of another site in DIR was written over."""
+    import os
+    import time
+
+    from harness.errors import ConfigError
+
+    chars = synthetic_characters(60, models=("model-a",))
+    (run,) = write_synthetic_runs(tmp_path / "runs", chars, compute_tables(chars, StatsConfig()))
+    out = tmp_path / "rep"
+    build_report([run], out)
+    stale = [out / "figures" / "hom1_group_means.png", out / "tables" / "hom_coefficients.csv"]
+    for f in stale:  # as an earlier homogeneity report into the same folder left them
+        f.write_text("old")
+        os.utime(f, (time.time() - 60, time.time() - 60))
+    kept = out / "notes.txt"  # the report's own folders only: a file the user put beside them stays
+    kept.write_text("mine")
+    build_report([run], out)
+    assert not any(f.exists() for f in stale) and kept.exists()
+    assert (out / "figures" / "fig1a_representation_race.png").is_file() and (out / "tables" / "rmrs.csv").is_file()
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "index.html").write_text("<html>my page</html>")
+    with pytest.raises(ConfigError, match=re.escape(f"--out {site}: holds an index.html that is no harness report's")):
+        build_report([run], site)
+    assert (site / "index.html").read_text() == "<html>my page</html>" and not (site / "figures").exists()
+
+
 def test_a_run_given_twice_or_two_runs_of_one_name_are_refused_not_merged(tmp_path):
     """`harness report A A`, or two runs whose configs share a name: the report keys every table and figure by that
     name, so it drew the two as one model (twice the stories). Refused in one line, nothing written."""
