@@ -47,6 +47,9 @@ def build(
             raise ConfigError(f"--mode {mode!r}: use one of {', '.join(MODES)}")
         path = out or b.default_table_path()
         _check_table_path(path)
+        sources = [(c, tuple(field)) for c in coverage] if coverage else default_coverage_sources(repo_root)
+        # read before the build: a missing file or a field no row gives failed after the table was written, exit 3
+        names_of = [(cov_path, first_names_from_jsonl(cov_path, fields)) for cov_path, fields in sources]
         if path.exists() and not force:
             typer.echo(f"table exists: {path} (use --force to rebuild)")
         else:
@@ -56,9 +59,7 @@ def build(
             for name, src in rep.provenance["sources"].items():
                 typer.echo(f"  {name:7s} {src['file']} sha256={src['sha256'][:16]}…")
         table = NameTable.load(path, mode=mode)
-        sources = [(c, tuple(field)) for c in coverage] if coverage else default_coverage_sources(repo_root)
-        for cov_path, fields in sources:
-            names = first_names_from_jsonl(cov_path, fields)
+        for cov_path, names in names_of:
             cov = table.coverage(names)
             typer.echo(f"coverage on {cov_path} ({mode}): {cov.distinct_matched}/{cov.distinct} distinct names "
                        f"({100 * cov.distinct_share:.2f}%), {cov.occurrences_matched}/{cov.occurrences} "

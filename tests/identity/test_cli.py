@@ -108,3 +108,7 @@ def test_build_refuses_its_options_before_building(tmp_path, synthetic_table, mo
     r = runner.invoke(app, ["build", "--out", str(synthetic_table), "--coverage", str(jl), "--field", "subject_name"])
     assert r.exit_code == 3 and f"{jl}: no row gives a value for field 'subject_name' (the first row has " \
         "manual_subject_name)" in r.output and "nan" not in r.output
+    # checked before the build: they failed (exit 3) after the table was written
+    for args in (["--coverage", str(jl), "--field", "subject_name"], ["--coverage", str(tmp_path / "none.jsonl")]):
+        r = runner.invoke(app, ["build", "--out", str(tmp_path / "new.parquet"), *args])
+        assert r.exit_code == 3 and "built" not in r.output and not (tmp_path / "new.parquet").exists(), r.output
