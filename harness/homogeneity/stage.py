@@ -289,7 +289,12 @@ def analyse_embeddings(x: np.ndarray, texts: pd.DataFrame, out_dir: Path | str, 
     if len(cells) < 2:
         raise DataError(f"{out}: fewer than two prompts with two usable texts; nothing to compare")
     t = time.perf_counter()
-    suite = fit_paper_models(cells, levels=levels, refs=refs, alpha=alpha)
+    try:
+        suite = fit_paper_models(cells, levels=levels, refs=refs, alpha=alpha)
+    except DataError as e:  # named an internal function, after the embedding, with no way out
+        raise DataError(f"{out}: {len(cells)} prompts with {int(cells['n_pairs'].sum())} pairs of texts are too few "
+                        f"for the mixed models ({str(e).removeprefix('fit_lmm: ')}); analyse more prompts (the "
+                        f"suite's race x gender x format cells) or more texts per prompt") from None
     st = suite.standardization
     secs["mixed_models"] = time.perf_counter() - t
     cells["mean_z"] = (cells["mean_raw"] - st.mean) / st.sd

@@ -45,6 +45,19 @@ def test_a_second_analysis_leaves_no_table_of_the_first_and_names_its_texts(tmp_
     same_texts([tmp_path / "a", tmp_path / "b"])  # the same texts: one run's report
 
 
+def test_too_few_prompts_for_the_mixed_models_say_so_in_the_users_words(tmp_path):
+    """Two prompts of two texts: 'fit_lmm: 2 observations cannot identify ...', an internal name and no fix."""
+    from harness.errors import DataError
+
+    x, texts = synthetic_corpus(2, n_formats=2, seed=1)
+    few = texts["prompt_id"].isin(texts["prompt_id"].unique()[:2]).to_numpy()
+    with pytest.raises(DataError) as e:
+        analyse_embeddings(x[few], texts[few].reset_index(drop=True), tmp_path, n_boot=0, backend="numpy", pairs=False)
+    assert str(e.value).startswith(f"{tmp_path}: 2 prompts with 2 pairs of texts are too few for the mixed models (")
+    assert str(e.value).endswith("analyse more prompts (the suite's race x gender x format cells) or more texts per "
+                                 "prompt") and "fit_lmm" not in str(e.value)
+
+
 def test_analyse_embeddings_writes_consistent_tables(tmp_path):
     x, texts = synthetic_corpus(10, n_formats=3, seed=9)
     files, secs = analyse_embeddings(x, texts, tmp_path, n_boot=30, n_perm=9, backend="numpy", top_k=2)
