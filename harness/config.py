@@ -476,6 +476,9 @@ def check_unread_fields(cfg: RunConfig, path: Path | str) -> None:
                 if getattr(cfg.label, name) != LabelConfig.model_fields[name].get_default(call_default_factory=True):
                     raise ConfigError(f"{path}: field 'label.{name}': read by the {reader} labeller only, and this run "
                                       f"labels with {cfg.label.labeller}; remove it, or set label.labeller: {reader}")
+    if not homogeneity and cfg.label.train_jobs > 1 and len(cfg.label.train_seeds) == 1:
+        raise ConfigError(f"{path}: field 'label.train_jobs': trains a soup's members at once, and one seed in "
+                          f"label.train_seeds trains one model; give more seeds, or drop it")
     stats = ("mode", "threshold_min", "threshold_max") if homogeneity else \
         (("n_boot", "seed") if cfg.statistics.mode == "paper" else ())
     for name in stats:

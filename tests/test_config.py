@@ -275,6 +275,8 @@ def test_a_kernel_backend_this_machine_cannot_run_stops_the_run_before_generatin
                                                     r"encoder$"),
     ("label: {labeller: llm, llm: {backend: transformers, path: smollm2-135m}, train_seeds: [0, 1]}\n",
      r"field 'label.train_seeds': read by the encoder labeller only, and this run labels with llm"),
+    ("label: {train_jobs: 2}\n", r"field 'label.train_jobs': trains a soup's members at once, and one seed in "
+                                 r"label.train_seeds trains one model; give more seeds, or drop it$"),
     ("label: {llm_attempts: 5}\n", r"field 'label.llm_attempts': read by the llm labeller only, and this run labels "
                                    r"with encoder; remove it, or set label.labeller: llm$"),
     ("suite: homogeneity\nsamples_per_prompt: 2\nstages: [generate, label]\n",

@@ -200,6 +200,10 @@ def parse_row(row: dict[str, Any], story_id: str, where: str) -> GoldStory:
         labels = row["labels"] or {}
         if not isinstance(labels, dict):
             raise DataError(f"{where}: `labels` must map each role to {{\"name\", \"references\", \"gender\"}}")
+        unroled = sorted(set(labels) - {r.key for r in roles})
+        if unroled:  # the label of a role the story does not have was read by nothing, silently
+            raise DataError(f"{where}: `labels.{unroled[0]}` labels no role of the story's `roles` "
+                            f"({', '.join(r.key for r in roles)}); add the role, or drop the label")
         for k in (r.key for r in roles):
             lab = labels.get(k)
             if lab is None:

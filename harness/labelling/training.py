@@ -655,6 +655,9 @@ def train_soup(files: Sequence[str | Path], seeds: Sequence[int], *, out_dir: st
         raise ConfigError("train_soup needs at least one seed")
     if jobs < 1:
         raise ConfigError(f"jobs must be >= 1, got {jobs}")
+    if jobs > 1 and len(seeds) == 1:  # it did nothing, silently
+        raise ConfigError(f"jobs {jobs} (--jobs, label.train_jobs): trains a soup's members at once, and one seed "
+                          f"trains one model; give more seeds, or drop it")
     if len(seeds) == 1:  # no soup: the one model, as train_encoder saves it
         return train_encoder(files, out_dir=out_dir, seed=seeds[0], **kwargs)
     if kwargs.get("init_from") is not None:

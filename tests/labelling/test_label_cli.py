@@ -164,6 +164,9 @@ def test_errors_are_one_line(tmp_path, gold_path):
     assert "missing.jsonl: file not found" in r.output
     r = runner.invoke(app, ["eval", "--gold", str(gold_path), "--labeller", "bogus"])
     assert r.exit_code == 2 and "unknown labeller 'bogus'; available: encoder, llm, rules" in r.output
+    r = runner.invoke(app, ["train", "--jobs", "2", "--limit", "2", "--out", str(tmp_path / "m")])  # one seed
+    assert r.exit_code == 2 and "jobs 2 (--jobs, label.train_jobs): trains a soup's members at once, and one seed " \
+        "trains one model" in r.output and not (tmp_path / "m").exists()
     r = runner.invoke(app, ["train", "--base", "bert", "--limit", "2", "--out", str(tmp_path / "m")])
     assert r.exit_code == 2 and "unknown base encoder 'bert'; available: minilm, mpnet" in r.output
     assert len(r.output.strip().splitlines()) == 1 and not (tmp_path / "m").exists()
@@ -328,6 +331,12 @@ def test_bad_rows_name_their_file_line_and_field(tmp_path, gold_path):
         p.write_text("".join(json.dumps(r) + "\n" for r in rows))
         r = runner.invoke(app, ["eval", "--gold", str(p), "--labeller", "rules"])
         _one_line_error(r, 3, *want[name])
+    # the label of a role the story does not have: read by nothing, silently
+    gold = next(row for row in map(json.loads, gold_path.read_text().splitlines()) if "object" in row["roles"])
+    one_role = {**gold, "roles": {"subject": gold["roles"]["subject"]}}
+    (tmp_path / "unroled.jsonl").write_text(json.dumps(one_role) + "\n")
+    r = runner.invoke(app, ["eval", "--gold", str(tmp_path / "unroled.jsonl"), "--labeller", "rules"])
+    _one_line_error(r, 3, "unroled.jsonl:1: `labels.object` labels no role of the story's `roles` (subject)")
     latin = tmp_path / "latin1.jsonl"
     latin.write_bytes((json.dumps(dev_row) + "\n").encode() + json.dumps({**dev_row, "llm_response": "café"},
                                                                          ensure_ascii=False).encode("latin-1"))
