@@ -228,8 +228,9 @@ def parse_row(row: dict[str, Any], story_id: str, where: str) -> GoldStory:
                          _tags(row.get("tags"), where),
                          _reference_owners(row.get("reference_owners"), chars, where))
     if "role_category" not in row and "roles" in row and ("text" in row or "story_id" in row):
-        raise DataError(f"{where}: a story without manual labels (no `labels`); scoring needs the labels of each "
-                        f"role (project format: roles, labels), or label such stories with `harness label label`")
+        raise DataError(f"{where}: a story without manual labels (no `labels`); scoring and training need the labels "
+                        f"of each role (project format: roles, labels), or label such stories with `harness label "
+                        f"label`")
     if "role_category" not in row:
         raise DataError(f"{where}: neither the project format (roles, labels), the published one "
                         f"(role_category, subject, object, query) nor plain stories (text, roles)")

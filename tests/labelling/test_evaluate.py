@@ -200,8 +200,8 @@ def test_readers(gold, tmp_path):
     # stories to label, not labelled ones: the message says what is missing (not "neither ... nor plain stories")
     plain = {k: v for k, v in _PROJECT_ROW.items() if k != "labels"}
     p.write_text(json.dumps(_PROJECT_ROW) + "\n" + json.dumps(plain) + "\n")
-    with pytest.raises(DataError, match=r"^\S*x.jsonl:2: a story without manual labels \(no `labels`\); scoring needs "
-                                        r"the labels of each role .* `harness label label`$"):
+    with pytest.raises(DataError, match=r"^\S*x.jsonl:2: a story without manual labels \(no `labels`\); scoring and "
+                                        r"training need the labels of each role .* `harness label label`$"):
         load_gold(p)
 
 
