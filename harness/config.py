@@ -432,14 +432,13 @@ def load_config(path: Path | str, overrides: dict[str, Any] | None = None) -> Ru
 def check_output_dir(cfg: RunConfig, path: Path | str) -> None:
     """Stop early, naming the config file, when ``output_dir`` or a folder above it is a file (a run's folders
     could not be made there)."""
+    from harness.store import file_in_the_way
+
     out = Path(cfg.output_dir)
-    for at in (out, *out.parents):
-        if at.exists():
-            if not at.is_dir():
-                reason = "a file is there" if at == out else f"{at} above it is a file"
-                raise ConfigError(f"{path}: field 'output_dir': {out} cannot be a run's folder ({reason}); give a "
-                                  f"folder path (-o DIR)")
-            return
+    if (at := file_in_the_way(out)) is not None:
+        reason = "a file is there" if at == out else f"{at} above it is a file"
+        raise ConfigError(f"{path}: field 'output_dir': {out} cannot be a run's folder ({reason}); give a folder path "
+                          f"(-o DIR)")
 
 
 #: The label: fields one labeller reads (the rest, labeller, batch_size and shard_rows, every labeller reads).
