@@ -202,6 +202,51 @@ def test_openai_backend_retries_429_and_5xx_and_records_failures(json_server):
     assert b.retries == 2
 
 
+def test_openai_backend_keeps_a_reply_of_the_wrong_shape_as_the_requests_error(json_server):
+    """Valid JSON in the wrong shape (a list, a null message, a number as the text, null token counts) raised a
+    TypeError or AttributeError that stopped the run with a traceback, the stories in flight lost."""
+    replies = {"list": [], "nullmsg": {"choices": [{"message": None}]}, "number": {"choices": [{"message": {"content": 42}}]},
+               "nochoice": {"choices": []}}
+
+    def answer(body):
+        prompt = body["messages"][-1]["content"]
+        if prompt == "nullusage":  # a good story, its token counts left null: kept, counted as 0
+            return 200, {"choices": [{"message": {"content": "A story."}}], "usage": {"prompt_tokens": None}}
+        return 200, replies[prompt]
+
+    b = OpenAIBackend("m", base_url=json_server(answer), max_retries=2, backoff_s=0.01)
+    try:
+        out = {r.request_id: r for r in b.generate([GenRequest(k, k, 1) for k in [*replies, "nullusage"]], GenParams())}
+    finally:
+        b.close()
+    for k, says in (("list", "no list of choices"), ("nullmsg", "choices[0].message has no content"),
+                    ("number", "the text is a int, not a string"), ("nochoice", "no list of choices")):
+        assert out[k].finish_reason == "error" and out[k].error == f"malformed response: {says}", out[k]
+    assert (out["nullusage"].text, out["nullusage"].finish_reason, out["nullusage"].prompt_tokens) == ("A story.", "stop", 0)
+    assert b.retries == 0  # a malformed reply is not asked again
+
+
+def test_openai_backend_stopped_early_sends_no_more_requests(json_server):
+    """Ctrl-C (or a failed write) while the stories come: every queued request was still sent, and its story thrown
+    away, before the command could exit."""
+    sent = []
+
+    def answer(body):
+        sent.append(body["messages"][-1]["content"])
+        time.sleep(0.05)
+        return 200, {"choices": [{"message": {"content": "A story."}}]}
+
+    b = OpenAIBackend("m", base_url=json_server(answer), concurrency=1)
+    try:
+        stories = b.generate([GenRequest(str(i), str(i), 1) for i in range(40)], GenParams())
+        next(stories)
+        stories.close()  # as a KeyboardInterrupt in the consumer closes the generator
+        time.sleep(0.3)
+    finally:
+        b.close()
+    assert len(sent) <= 3, sent
+
+
 class StallingHandler(BaseHTTPRequestHandler):
     """Accepts a request, reads it, then says nothing until ``release`` is set (or 10 s)."""
 

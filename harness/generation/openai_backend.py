@@ -13,6 +13,7 @@ import random
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from typing import Any
 
 import httpx
 
@@ -105,15 +106,8 @@ class OpenAIBackend(Backend):
             try:
                 r = self.client.post(url, json=body)
                 if r.status_code == 200:
-                    data = r.json()
-                    choice = data["choices"][0]
-                    text = choice["message"]["content"] if self.chat else choice["text"]
-                    usage = data.get("usage") or {}
-                    reason = "length" if choice.get("finish_reason") == "length" else "stop"
-                    return GenResult(
-                        req.request_id, text or "", reason,
-                        int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0)),
-                    )
+                    text, reason, prompt_tokens, output_tokens = self._reply(r.json())
+                    return GenResult(req.request_id, text, reason, prompt_tokens, output_tokens)
                 last = f"HTTP {r.status_code}: {r.text[:200]}"
                 if r.status_code not in RETRY_STATUS:
                     break
@@ -128,13 +122,45 @@ class OpenAIBackend(Backend):
                 time.sleep(self._delay(attempt, retry_after))
         return GenResult(req.request_id, "", "error", error=last)
 
+    def _reply(self, data: Any) -> tuple[str, str, int, int]:
+        """(text, finish reason, prompt tokens, output tokens) of a 200 reply; a ValueError (a malformed response,
+        kept as the request's error) where its shape is not a completion's: a list, a null message, a text that is a
+        number were TypeErrors and AttributeErrors that stopped the run with a traceback."""
+        choices = data.get("choices") if isinstance(data, dict) else None
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            raise ValueError("no list of choices")
+        choice = choices[0]
+        if self.chat:
+            message = choice.get("message")
+            if not isinstance(message, dict) or "content" not in message:
+                raise ValueError("choices[0].message has no content")
+            text = message["content"]
+        elif "text" in choice:
+            text = choice["text"]
+        else:
+            raise ValueError("choices[0] has no text")
+        if text is not None and not isinstance(text, str):
+            raise ValueError(f"the text is a {type(text).__name__}, not a string")
+        usage = data.get("usage")
+        usage = usage if isinstance(usage, dict) else {}
+
+        def tokens(key: str) -> int:  # a server may leave a count out, or null
+            value = usage.get(key)
+            return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
+
+        reason = "length" if choice.get("finish_reason") == "length" else "stop"
+        return text or "", reason, tokens("prompt_tokens"), tokens("completion_tokens")
+
     def generate(
         self, requests: Sequence[GenRequest], params: GenParams, *, progress: bool = False
     ) -> Iterator[GenResult]:
-        with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
+        pool = ThreadPoolExecutor(max_workers=self.concurrency)
+        try:
             futures = [pool.submit(self._one, r, params) for r in requests]
             for f in as_completed(futures):
                 yield f.result()
+        finally:  # stopped (Ctrl-C, a failed write): the requests not yet sent are dropped, not sent and discarded
+            pool.shutdown(wait=False, cancel_futures=True)
 
     def close(self) -> None:
         self.client.close()
