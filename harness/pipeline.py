@@ -55,7 +55,10 @@ GENERATION_SCHEMA = pa.schema(
 )
 
 # Config fields that change what is generated: a rerun into the same directory must match them.
-IDENTITY_FIELDS = ("model.backend", "model.path", "model.gguf_file", "model.chat_template", "sampling", "suite", "wording", "seed")
+#: What a run's stories depend on: a rerun whose config differs in any is refused (``check_resumable``), or one run
+#: would hold stories of two settings (float32 and bfloat16, a context cut at two lengths).
+IDENTITY_FIELDS = ("model.backend", "model.path", "model.gguf_file", "model.chat_template", "model.dtype",
+                   "model.max_model_len", "model.engine_kwargs", "sampling", "suite", "wording", "seed")
 
 
 @dataclass

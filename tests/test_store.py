@@ -963,3 +963,15 @@ def test_a_file_where_the_run_keeps_a_folder_is_one_line(tmp_path):
     with pytest.raises(DataError, match=rf"^{run / 'embeddings'}: a file where the run keeps a folder "
                                         rf"\({run / 'embeddings' / 'minilm-l6'}\)"):
         EmbeddingCache(run, get_spec("minilm-l6"))
+
+
+def test_a_rerun_with_another_dtype_context_or_engine_setting_is_refused(tmp_path):
+    """model.dtype, max_model_len and engine_kwargs were not compared: a rerun in bfloat16 added its stories to a
+    float32 run, and run.json's model block then named the second setting only."""
+    c = cfg(tmp_path, samples_per_prompt=1)
+    generate_run(c, backend=EchoBackend(), progress=False)
+    for field, value in (("dtype", "bfloat16"), ("max_model_len", 64), ("engine_kwargs", {"enforce_eager": True})):
+        other = cfg(tmp_path, samples_per_prompt=2, model={**c.model.model_dump(), field: value})
+        with pytest.raises(ConfigError, match=rf"this run was made with a different model\.{field} "):
+            generate_run(other, backend=EchoBackend(), progress=False)
+    assert len(RunStore(c.output_dir).read_keys(GENERATIONS)) == 3
