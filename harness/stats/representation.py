@@ -26,6 +26,10 @@ D_METHODS = ("standard", "paper")
 SQRT10 = math.sqrt(10.0)
 
 
+#: An sd at or below this is no spread: the sd of equal shares or likelihoods in [0, 1] computes to ~1e-16.
+SD_FLOOR = 1e-12
+
+
 def cohens_d(share: float, p_star: float, sd: float | None = None) -> float:
     """d = (share - p*) / sd; sd defaults to sqrt(share (1 - share)). NaN when share = 0 ("N/A").
 
@@ -35,7 +39,7 @@ def cohens_d(share: float, p_star: float, sd: float | None = None) -> float:
     if not (share > 0) or math.isnan(p_star):
         return float("nan")
     s = math.sqrt(share * (1 - share)) if sd is None else float(sd)
-    if not (s > 0):
+    if not (s > SD_FLOOR):  # likelihoods all alike: their sd is rounding noise (1e-16), d came out near 1e16
         return float("nan")
     return (share - p_star) / s
 

@@ -91,6 +91,16 @@ def test_639_cohens_d_pairs_and_gender_factor():
     assert round(paper.d, 3) == 0.205 and "d_paper_sqrt10" in paper.flags  # as printed in S13a
 
 
+def test_cohens_d_of_likelihoods_all_alike_is_nan_not_rounding_noise():
+    """Every name with one likelihood: the sd numpy computes is ~1e-16, not 0, and d came out near 1e16 (a report
+    printed 5,114,339,239,530,092.000). An sd that small is no spread: d is NaN, as for an sd of 0."""
+    column = np.full(7, 0.1)  # the sd of equal values, as the representation table computes it
+    sd = float(np.std(column, ddof=1))
+    assert 0 < sd < 1e-15  # the noise this guards against
+    assert math.isnan(cohens_d(0.3, 0.1, sd)) and math.isnan(cohens_d(0.3, 0.1, 0.0))
+    assert math.isclose(cohens_d(0.3, 0.1, 0.05), 4.0)  # any real spread is kept
+
+
 def test_637_name_ratios_are_normalised_count_ratios():
     assert round(float(name_ratio(2213, 1000, 12, 1000)), 2) == 184.42  # Juan, Learning
     assert round(float(name_ratio(211, 1, 40, 1)), 3) == 5.275  # Jamal
