@@ -19,7 +19,7 @@ from typing import Annotated, Any, Optional
 import typer
 import yaml
 
-from harness.errors import BackendError, ConfigError, DataError, HarnessError
+from harness.errors import ConfigError, DataError, HarnessError
 
 app = typer.Typer(
     help="Offline audit harness: generate stories with open-weight LMs, label the characters, "
@@ -147,7 +147,7 @@ def models_prepare(
 
 def _generate(config: Path, shard: str | None, sets: list[str] | None, output_dir: str | None, progress: bool):
     from harness.config import load_config
-    from harness.pipeline import generate_run, one_line
+    from harness.pipeline import generate_run, raise_for_failed
     from harness.store import parse_shard
 
     cfg = load_config(config, _overrides(sets, output_dir))
@@ -158,11 +158,7 @@ def _generate(config: Path, shard: str | None, sets: list[str] | None, output_di
         f"{summary.tokens_per_s:.1f} output tokens/s"
     )
     typer.echo(f"run directory: {summary.run_dir} ({summary.total_rows} stories)")
-    if summary.errors:  # a job array's scheduler, or a script, sees the shard as not done
-        first = one_line(summary.first_error or "")
-        raise BackendError(f"{summary.errors} of {summary.generated} requests failed (the first: {first}); the "
-                           f"stories that finished are on disk, kept as they are: fix the cause and rerun the same "
-                           f"command, which retries only the failed ones")
+    raise_for_failed(summary)
     return cfg, summary
 
 

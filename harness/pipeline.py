@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from harness import __version__
 from harness.config import RunConfig
-from harness.errors import ConfigError
+from harness.errors import BackendError, ConfigError
 from harness.generation import Backend, GenRequest, load_backend
 from harness.provenance import git_commit, host_info, package_versions
 from harness.store import KEY, RunStore, sample_seed, shard_of, utcnow
@@ -103,6 +103,15 @@ def one_line(reason: str, limit: int = 300) -> str:
     """
     flat = " ".join(reason.split())
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def raise_for_failed(summary: GenerationSummary) -> None:
+    """A BackendError (exit 4) where requests of this generation failed: a job array's scheduler, or a script,
+    sees the shard as not done, and ``harness run`` goes no further than the stories that came."""
+    if summary.errors:
+        raise BackendError(f"{summary.errors} of {summary.generated} requests failed (the first: "
+                           f"{one_line(summary.first_error or '')}); the stories that finished are on disk, kept as "
+                           f"they are: fix the cause and rerun the same command, which retries only the failed ones")
 
 
 def select_prompts(cfg: RunConfig, suite: Suite) -> list[Prompt]:

@@ -25,7 +25,7 @@ from harness.audit.labels import LABELS, TEXT_SHA1
 from harness.config import STAGES, RunConfig, check_kernel_backend
 from harness.errors import ConfigError, DataError
 from harness.pipeline import GENERATIONS
-from harness.store import RunStore, atomic_write, atomic_write_text, run_folder, utcnow
+from harness.store import ERROR, STATUS, RunStore, atomic_write, atomic_write_text, run_folder, utcnow
 
 IDENTITIES, STATISTICS, REPORT = "identities", "statistics", "report"
 
@@ -130,15 +130,14 @@ def write_table(store: RunStore, stage: str, name: str, df: pd.DataFrame, csv: b
 
 # ---------------------------------------------------------------------------------------------
 def stage_generate(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int], progress: bool) -> StageResult:
-    from harness.pipeline import generate_run, one_line
+    from harness.pipeline import generate_run, raise_for_failed
 
     t = time.perf_counter()
     s = generate_run(cfg, shard=shard, progress=progress)
-    failed = (f"; {s.errors} requests failed (the first: {one_line(s.first_error or '')}), rerun to retry them"
-              if s.errors else "")
+    raise_for_failed(s)  # as `harness generate`: exit 4, and no later stage over the stories that did come
     return StageResult("generate", "done" if s.generated else "skipped (current)", time.perf_counter() - t,
                        f"{s.generated} generated, {s.already_done} on disk, {s.total_rows} rows; "
-                       f"{s.stories_per_s:.2f} stories/s, {s.tokens_per_s:.1f} tokens/s{failed}")
+                       f"{s.stories_per_s:.2f} stories/s, {s.tokens_per_s:.1f} tokens/s")
 
 
 def stage_label(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int], progress: bool) -> StageResult:
@@ -149,6 +148,28 @@ def stage_label(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int], prog
     retry = f"; {unretried} failed generations not labelled (rerun generate to retry them)" if unretried else ""
     return StageResult("label", "done" if n_new else "skipped (current)", time.perf_counter() - t,
                        f"{n_new} stories labelled now, {n_total} in all, {failed} with a failure reason{retry}")
+
+
+def planned_keys(cfg: RunConfig, suite: Any) -> set[tuple[str, int]]:
+    """The (prompt id, sample index) of every story ``cfg`` plans: its prompts times its samples_per_prompt."""
+    from harness.pipeline import plan
+
+    return {(item.prompt.id, item.sample_idx) for item in plan(cfg, suite, (0, 1))}
+
+
+def planned_stories(store: RunStore, generations: pd.DataFrame, keys: set[tuple[str, int]]) -> tuple[pd.DataFrame, int]:
+    """The generations of the planned ``keys`` and how many of those failed. The stages after generate read all
+    the run held: a config narrowed to fewer prompts or samples got the earlier tables, called current, and a
+    run missing a shard (job arrays of different N) its part, exit 0. A planned story not on disk is a DataError
+    naming the counts; one that failed (an error row, retried by each generate) is left out and counted."""
+    on_disk = [(pid, int(i)) in keys for pid, i in zip(generations["prompt_id"], generations["sample_idx"])]
+    mine = generations[on_disk]
+    if missing := len(keys) - len(mine):
+        raise DataError(f"{store.stage_dir(GENERATIONS)}: {missing} of the {len(keys)} stories the config plans are "
+                        f"not generated (a shard not run, or run with another N?); run `harness generate CONFIG` "
+                        f"(each shard) until none is left, or narrow prompts or samples_per_prompt")
+    failed = int(mine[STATUS].eq(ERROR).sum()) if STATUS in mine.columns else 0
+    return mine, failed
 
 
 def stage_identities(cfg: RunConfig, store: RunStore, **_: Any) -> StageResult:
@@ -168,11 +189,13 @@ def stage_identities(cfg: RunConfig, store: RunStore, **_: Any) -> StageResult:
     options = {"identity": cfg.identity.model_dump(), "names": names.provenance, "lexicon": lexicon.provenance(),
                "name_parsing": name_lists().version, "gender_inference": INFERENCE_VERSION, "model": cfg.name,
                "suite": [suite.name, suite.version, suite.wording]}
+    keys = planned_keys(cfg, suite)
+    options["plan"] = {"prompts": sorted({pid for pid, _ in keys}), "samples_per_prompt": cfg.samples_per_prompt}
     with writing_alone(store, IDENTITIES):
         fp = fingerprint(store, [GENERATIONS, LABELS], options)
         if is_current(store, IDENTITIES, fp, ["characters"]):
             return StageResult("identities", "skipped (current)", time.perf_counter() - t)
-        generations = store.read_stage(GENERATIONS)
+        generations, failed = planned_stories(store, store.read_stage(GENERATIONS), keys)
         labels = store.read_stage(LABELS, key=("prompt_id", "sample_idx", "role", TEXT_SHA1))  # build_characters picks
         chars = build_characters(
             generations, labels, suite, model=cfg.name, names=names, lexicon=cfg.identity.lexicon
@@ -182,6 +205,7 @@ def stage_identities(cfg: RunConfig, store: RunStore, **_: Any) -> StageResult:
         named = chars.first_name.notna()
         matched = chars[list(RACES)].notna().any(axis=1) & named  # as NameTable: any source has the name
         info = {
+            "failed_generations": failed,
             "characters": len(chars),
             "named": int(named.sum()),
             "matched": int(matched.sum()),
@@ -189,8 +213,10 @@ def stage_identities(cfg: RunConfig, store: RunStore, **_: Any) -> StageResult:
             **options,
         }
         mark_current(store, IDENTITIES, fp, info)
+    left_out = f"; {failed} planned stories failed to generate and are left out" if failed else ""
     return StageResult("identities", "done", time.perf_counter() - t,
-                       f"{len(chars)} characters, {int(named.sum())} named, {int(matched.sum())} matched to the name table")
+                       f"{len(chars)} characters, {int(named.sum())} named, {int(matched.sum())} matched to the name "
+                       f"table{left_out}")
 
 
 def stage_statistics(cfg: RunConfig, store: RunStore, **_: Any) -> StageResult:

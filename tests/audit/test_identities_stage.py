@@ -29,7 +29,8 @@ def _label_rows(stories=STORIES):
 def _run(tmp_path, stories=STORIES, **identity):
     """A run directory with generations and labels written as the generate and label stages write them."""
     cfg = parse_config({"name": "m1", "model": {"backend": "transformers", "path": "smollm2-135m"},
-                        "prompts": sorted({p for p, _ in stories}), "output_dir": str(tmp_path / "run"),
+                        "prompts": sorted({p for p, _ in stories}), "samples_per_prompt": 1,
+                        "output_dir": str(tmp_path / "run"),
                         "identity": identity})
     store = RunStore(cfg.output_dir)
     store.write_shard(GENERATIONS, [{"prompt_id": p, "sample_idx": i, "domain": d, "condition": c, "love_type": lt,
@@ -297,7 +298,8 @@ def test_a_story_whose_generation_failed_since_has_no_characters_and_no_error(tm
     labels of its earlier text: they are no labels of it, and the label stage skips a failed generation, so
     the error "rerun the label stage" could never clear. The story has no characters until it is generated."""
     cfg = parse_config({"name": "m1", "model": {"backend": "transformers", "path": "smollm2-135m"},
-                        "prompts": sorted({p for p, _ in STORIES}), "output_dir": str(tmp_path / "run")})
+                        "prompts": sorted({p for p, _ in STORIES}), "samples_per_prompt": 1,
+                        "output_dir": str(tmp_path / "run")})
     store = RunStore(cfg.output_dir)
     failed = ("learning-neutral-01", 0)
     store.write_shard(GENERATIONS, [{"prompt_id": p, "sample_idx": i, "domain": d, "condition": c, "love_type": lt,
@@ -308,3 +310,50 @@ def test_a_story_whose_generation_failed_since_has_no_characters_and_no_error(tm
     assert stage_identities(cfg, store).status == "done"
     chars = pd.read_parquet(store.stage_dir(IDENTITIES) / "characters.parquet")
     assert set(chars.prompt_id) == {"love-laden-01"} and len(chars) == 2
+
+
+def test_the_identities_read_the_stories_the_config_plans_and_refuse_a_run_missing_some(tmp_path):
+    """The stages after generate read whatever the run held: a config narrowed to one prompt got the earlier
+    characters, 'skipped (current)'; a run missing planned stories (a shard of a job array not run, or run with
+    another N) was tabled from its part, exit 0."""
+    import pytest
+
+    from harness.errors import DataError
+
+    cfg, store = _run(tmp_path)
+    assert stage_identities(cfg, store).status == "done"
+    narrowed = parse_config({**cfg.model_dump(), "prompts": ["learning-neutral-01"]})
+    assert stage_identities(narrowed, store).status == "done"
+    chars = pd.read_parquet(store.stage_dir(IDENTITIES) / "characters.parquet")
+    assert set(chars.prompt_id) == {"learning-neutral-01"} and len(chars) == 1
+    more = parse_config({**cfg.model_dump(), "samples_per_prompt": 3})
+    with pytest.raises(DataError, match=r"generations: 4 of the 6 stories the config plans are not generated \(a shard "
+                                        r"not run, or run with another N\?\); run `harness generate CONFIG`"):
+        stage_identities(more, store)
+
+
+def test_harness_run_stops_after_a_generation_with_failed_requests(tmp_path, monkeypatch):
+    """`harness run` went on to label, table and report the stories that came, exit 0, where `harness generate`
+    exits 4: a job array running generate and label together saw the shard as done."""
+    import sys
+    from pathlib import Path
+
+    import pytest
+
+    import harness.pipeline as P
+    from harness.audit.stages import run_stages
+    from harness.errors import BackendError
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from test_store import EchoBackend
+
+    cfg = parse_config({"model": {"backend": "transformers", "path": "smollm2-135m"}, "samples_per_prompt": 2,
+                        "prompts": ["learning-neutral-01"], "output_dir": str(tmp_path / "run"),
+                        "label": {"labeller": "rules"}})
+    real = P.generate_run
+    monkeypatch.setattr(P, "generate_run", lambda c, **kw: real(c, backend=EchoBackend(fail_ids={"learning-neutral-01#1"}),
+                                                               **kw))
+    with pytest.raises(BackendError, match=r"^1 of 2 requests failed \(the first: HTTP 503: server unavailable\); the "
+                                           r"stories that finished are on disk"):
+        run_stages(cfg, progress=False, echo=lambda line: None)
+    assert not (tmp_path / "run" / LABELS).exists()
