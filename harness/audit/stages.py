@@ -271,13 +271,18 @@ RUNNERS: dict[str, Callable[..., StageResult]] = {
 
 def check_run_config(cfg: RunConfig, store: RunStore) -> None:
     """Refuse, before any stage, a config other than the one that made the run in ``store`` (another model,
-    sampling, suite or seed: ``pipeline.check_resumable``): the generate stage checks it only when it has stories
-    to write, so a run whose stories were all there, or a run of the later stages only, went on with the other
-    config's settings over the first one's stories."""
+    sampling, suite or seed: ``pipeline.check_resumable``; other label settings than its labels':
+    ``labels.check_label_settings``): the generate and label stages check them only when they have stories to
+    write, so a run whose stories were all there, or a run of the later stages only, went on with the other
+    config's settings over the first one's stories and labels."""
+    from harness.audit.labels import check_label_settings
     from harness.pipeline import check_resumable
     from harness.suites import get_suite
 
     check_resumable(store, cfg, get_suite(cfg.suite, cfg.wording))
+    if store.shard_paths(LABELS):  # the label stage checks its settings; run without it, identities took the labels
+        # another labeller made as this config's
+        check_label_settings(store, cfg, len(store.read_keys(LABELS, ("prompt_id", "sample_idx"))))
 
 
 def run_stages(

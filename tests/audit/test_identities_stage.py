@@ -357,3 +357,23 @@ def test_harness_run_stops_after_a_generation_with_failed_requests(tmp_path, mon
                                            r"stories that finished are on disk"):
         run_stages(cfg, progress=False, echo=lambda line: None)
     assert not (tmp_path / "run" / LABELS).exists()
+
+
+def test_later_stages_refuse_labels_another_labeller_made(tmp_path):
+    """A run labelled with rules, rerun with label.labeller llm for identities, statistics and report only: the
+    three stages were 'skipped (current)' and the rules labels reported under the llm config, exit 0."""
+    import pytest
+
+    from harness.audit.labels import label_settings
+    from harness.audit.stages import run_stages
+    from harness.errors import ConfigError
+
+    cfg, store = _run(tmp_path)
+    rules = parse_config({**cfg.model_dump(), "label": {"labeller": "rules"}})
+    store.update_manifest(label_settings=label_settings(rules))
+    run_stages(rules, ["identities"], progress=False, echo=lambda line: None)
+    llm = parse_config({**cfg.model_dump(), "label": {"labeller": "llm", "llm": {"backend": "openai", "path": "m",
+                                                                                 "base_url": "http://127.0.0.1:9/v1"}}})
+    with pytest.raises(ConfigError, match=r"labels: these 2 stories were labelled with other label settings "
+                                          r"\(labeller 'rules' -> 'llm'"):
+        run_stages(llm, ["identities", "statistics"], progress=False, echo=lambda line: None)
