@@ -75,11 +75,15 @@ def recorded_fingerprint(store: RunStore, stage: str) -> str | None:
     return recorded(store, stage).get("fingerprint")
 
 
-def is_current(store: RunStore, stage: str, fp: str, tables: Iterable[str] = ()) -> bool:
-    """Whether ``stage`` recorded ``fp`` and each of its ``tables`` (``write_table`` names) is still on disk: a
-    table deleted (to have it made again, as for a shard that does not read) is not skipped as current."""
+def is_current(store: RunStore, stage: str, fp: str, tables: Iterable[str] = (),
+               suffixes: tuple[str, ...] = (".parquet",), files: Iterable[str] = ()) -> bool:
+    """Whether ``stage`` recorded ``fp`` and each of its ``tables`` (``write_table`` names, in each of ``suffixes``)
+    and ``files`` (paths in its folder) is still on disk: a table, its CSV or a report's figure deleted (to have it
+    made again, as for a shard that does not read) is not skipped as current."""
+    d = store.stage_dir(stage)
     return recorded_fingerprint(store, stage) == fp and all(
-        (store.stage_dir(stage) / f"{name}.parquet").is_file() for name in tables)
+        (d / f"{name}{suffix}").is_file() for name in tables for suffix in suffixes) and all(
+        (d / f).is_file() for f in files)
 
 
 def mark_current(store: RunStore, stage: str, fp: str, info: dict[str, Any]) -> None:
@@ -227,7 +231,7 @@ def stage_statistics(cfg: RunConfig, store: RunStore, **_: Any) -> StageResult:
     require(store, IDENTITIES, IDENTITIES, (store.stage_dir(IDENTITIES) / "characters.parquet").is_file(), STATISTICS)
     with writing_alone(store, STATISTICS):
         fp = fingerprint(store, [IDENTITIES], options)
-        if is_current(store, STATISTICS, fp, recorded(store, STATISTICS).get("tables", {})):
+        if is_current(store, STATISTICS, fp, recorded(store, STATISTICS).get("tables", {}), (".parquet", ".csv")):
             return StageResult("statistics", "skipped (current)", time.perf_counter() - t)
         chars = pd.read_parquet(store.stage_dir(IDENTITIES) / "characters.parquet")
         tables = compute_tables(chars, cfg.statistics, min_population=cfg.identity.min_population)
@@ -243,11 +247,13 @@ def run_report_stage(store: RunStore, fp: str, build: Callable[[list[Path], Path
     exists, else ``build([run], out)`` and recorded; ``t`` is when the stage started."""
     out = store.root / REPORT
     with writing_alone(store, REPORT):
-        if is_current(store, REPORT, fp) and (out / "index.html").exists():
+        if is_current(store, REPORT, fp, files=recorded(store, REPORT).get("files", ["index.html"])):
             return StageResult("report", "skipped (current)", time.perf_counter() - t, str(out / "index.html"))
         mark_stale(store, REPORT)
         index = build([store.root], out)
-        mark_current(store, REPORT, fp, {"index": str(index)})
+        written = sorted(f.relative_to(out).as_posix() for f in out.rglob("*") if f.is_file()
+                         and not f.name.startswith((".", "_")))  # a figure deleted since is made again
+        mark_current(store, REPORT, fp, {"index": str(index), "files": written})
     return StageResult("report", "done", time.perf_counter() - t, str(index))
 
 

@@ -214,6 +214,24 @@ def test_a_deleted_table_is_made_again(tmp_path):
     (store.stage_dir(STATISTICS) / "representation.parquet").unlink()
     assert stage_statistics(cfg, store).status == "done"
     assert (store.stage_dir(STATISTICS) / "representation.parquet").is_file()
+    (store.stage_dir(STATISTICS) / "representation.csv").unlink()  # the CSV for people: it stayed missing
+    assert stage_statistics(cfg, store).status == "done"
+    assert (store.stage_dir(STATISTICS) / "representation.csv").is_file()
+
+
+def test_a_deleted_figure_or_table_of_the_report_is_made_again(tmp_path):
+    """The report stage checked index.html alone: a deleted figure stayed missing, 'skipped (current)', and the page
+    pointed at it."""
+    from harness.audit.stages import REPORT, stage_report
+
+    cfg, store = _run(tmp_path)
+    store.write_manifest({"config": cfg.model_dump(mode="json")})
+    for stage in (stage_identities, stage_statistics, stage_report):
+        assert stage(cfg, store).status == "done"
+    assert stage_report(cfg, store).status == "skipped (current)"
+    figure = next((store.stage_dir(REPORT) / "figures").glob("*.png"))
+    figure.unlink()
+    assert stage_report(cfg, store).status == "done" and figure.is_file()
 
 
 def test_a_title_that_repeats_the_role_comes_off_as_in_the_labellers_evaluation(tmp_path):
