@@ -9,6 +9,7 @@ stories of the shard being filled; rerunning does only what is missing.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import time
 import uuid
@@ -302,6 +303,12 @@ def generate_run(
                 seconds = time.perf_counter() - t0
                 bar.close()
                 info_extra = {"load_seconds": round(load_s, 2)}
+                if hasattr(backend, "retries"):  # counted as the requests went (it read 0, taken before them)
+                    info_extra["retries"] = int(backend.retries)
+            except BaseException:  # Ctrl-C, a kill the process sees, a crash: not "running" for ever
+                with contextlib.suppress(Exception):
+                    store.update_manifest(status="interrupted", updated_at=utcnow())
+                raise
             finally:
                 if own_backend:
                     backend.close()

@@ -975,3 +975,13 @@ def test_a_rerun_with_another_dtype_context_or_engine_setting_is_refused(tmp_pat
         with pytest.raises(ConfigError, match=rf"this run was made with a different model\.{field} "):
             generate_run(other, backend=EchoBackend(), progress=False)
     assert len(RunStore(c.output_dir).read_keys(GENERATIONS)) == 3
+
+
+def test_a_generation_stopped_by_ctrl_c_says_interrupted_not_running(tmp_path):
+    """run.json kept "running" after a Ctrl-C or a crash; nothing read it as anything else."""
+    c = cfg(tmp_path)
+    with pytest.raises(KeyboardInterrupt):
+        generate_run(c, backend=EchoBackend(fail_after=2), progress=False)
+    assert json.loads((Path(c.output_dir) / "run.json").read_text())["status"] == "interrupted"
+    generate_run(c, backend=EchoBackend(), progress=False)  # the rerun finishes it
+    assert json.loads((Path(c.output_dir) / "run.json").read_text())["status"] == "complete"

@@ -58,13 +58,13 @@ class OpenAIBackend(Backend):
             headers=headers,
             limits=httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency),
         )
-        self.retries = 0  # retried attempts, for the manifest
+        self.retries = 0  # retried attempts, for the manifest's throughput block (generate_run reads it at the end)
 
     def info(self) -> BackendInfo:
         return BackendInfo(
             backend=self.name,
             model=self.model,
-            extra={"base_url": self.base_url, "concurrency": self.concurrency, "retries": self.retries},
+            extra={"base_url": self.base_url, "concurrency": self.concurrency},
         )
 
     def _body(self, req: GenRequest, params: GenParams) -> dict[str, object]:
