@@ -153,8 +153,8 @@ def _generate(config: Path, shard: str | None, sets: list[str] | None, output_di
     cfg = load_config(config, _overrides(sets, output_dir))
     summary = generate_run(cfg, shard=parse_shard(shard), progress=progress)
     typer.echo(
-        f"generated {summary.generated} stories ({summary.already_done} already on disk, "
-        f"{summary.errors} errors) in {summary.seconds:.1f}s: {summary.stories_per_s:.2f} stories/s, "
+        f"generated {summary.stories} stories ({summary.already_done} already on disk, "
+        f"{summary.errors} requests failed) in {summary.seconds:.1f}s: {summary.stories_per_s:.2f} stories/s, "
         f"{summary.tokens_per_s:.1f} output tokens/s"
     )
     typer.echo(f"run directory: {summary.run_dir} ({summary.total_rows} stories)")

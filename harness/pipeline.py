@@ -87,8 +87,13 @@ class GenerationSummary:
     first_error: str | None = None  # the reason of this call's first failed request, if any failed
 
     @property
+    def stories(self) -> int:
+        """Stories this call wrote: its requests less the failed ones (kept as error rows, retried by a rerun)."""
+        return self.generated - self.errors
+
+    @property
     def stories_per_s(self) -> float:
-        return self.generated / self.seconds if self.seconds else 0.0
+        return self.stories / self.seconds if self.seconds else 0.0
 
     @property
     def tokens_per_s(self) -> float:
@@ -318,7 +323,8 @@ def generate_run(
     )
     ended = utcnow()
     throughput = {
-        "stories": generated,
+        "stories": generated - errors,  # a failed request is no story: the rate counted them (268 stories/s)
+        "failed_requests": errors,
         "seconds": round(seconds, 3),
         "stories_per_s": round(summary.stories_per_s, 3),
         "output_tokens": out_tokens,

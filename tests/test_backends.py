@@ -212,17 +212,21 @@ def test_openai_backend_keeps_a_reply_of_the_wrong_shape_as_the_requests_error(j
         prompt = body["messages"][-1]["content"]
         if prompt == "nullusage":  # a good story, its token counts left null: kept, counted as 0
             return 200, {"choices": [{"message": {"content": "A story."}}], "usage": {"prompt_tokens": None}}
+        if prompt == "filtered":  # the server's content filter: kept as such, not as a story the model ended
+            return 200, {"choices": [{"message": {"content": None}, "finish_reason": "content_filter"}]}
         return 200, replies[prompt]
 
     b = OpenAIBackend("m", base_url=json_server(answer), max_retries=2, backoff_s=0.01)
     try:
-        out = {r.request_id: r for r in b.generate([GenRequest(k, k, 1) for k in [*replies, "nullusage"]], GenParams())}
+        out = {r.request_id: r for r in b.generate([GenRequest(k, k, 1) for k in [*replies, "nullusage", "filtered"]],
+                                                   GenParams())}
     finally:
         b.close()
     for k, says in (("list", "no list of choices"), ("nullmsg", "choices[0].message has no content"),
                     ("number", "the text is a int, not a string"), ("nochoice", "no list of choices")):
         assert out[k].finish_reason == "error" and out[k].error == f"malformed response: {says}", out[k]
     assert (out["nullusage"].text, out["nullusage"].finish_reason, out["nullusage"].prompt_tokens) == ("A story.", "stop", 0)
+    assert (out["filtered"].text, out["filtered"].finish_reason) == ("", "content_filter")
     assert b.retries == 0  # a malformed reply is not asked again
 
 

@@ -349,7 +349,7 @@ def test_generate_command_exits_4_when_requests_failed_and_names_the_first_reaso
         "kept as they are: fix the cause and rerun the same command, which retries only the failed ones")
     assert len(RunStore(tmp_path / "run").read_keys(GENERATIONS)) == 2
     r = CliRunner().invoke(app, ["generate", str(config), "--no-progress"])
-    assert r.exit_code == 0 and "generated 1 stories (2 already on disk, 0 errors)" in r.output
+    assert r.exit_code == 0 and "generated 1 stories (2 already on disk, 0 requests failed)" in r.output
 
 
 def test_run_command_with_an_empty_stages_list_is_refused_not_run_whole(tmp_path):

@@ -140,7 +140,7 @@ def stage_generate(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int], p
     s = generate_run(cfg, shard=shard, progress=progress)
     raise_for_failed(s)  # as `harness generate`: exit 4, and no later stage over the stories that did come
     return StageResult("generate", "done" if s.generated else "skipped (current)", time.perf_counter() - t,
-                       f"{s.generated} generated, {s.already_done} on disk, {s.total_rows} rows; "
+                       f"{s.stories} generated, {s.already_done} on disk, {s.total_rows} rows; "
                        f"{s.stories_per_s:.2f} stories/s, {s.tokens_per_s:.1f} tokens/s")
 
 

@@ -77,7 +77,7 @@ class GenResult:
 
     request_id: str
     text: str
-    finish_reason: str  # "stop" (end of sequence or stop string), "length", or "error"
+    finish_reason: str  # "stop" (end of sequence or stop string), "length", "content_filter" (a server's), or "error"
     prompt_tokens: int = 0
     output_tokens: int = 0
     error: str | None = None

@@ -148,7 +148,8 @@ class OpenAIBackend(Backend):
             value = usage.get(key)
             return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
 
-        reason = "length" if choice.get("finish_reason") == "length" else "stop"
+        # a server's content filter is kept as such: stored as "stop" it read as a story the model chose to end
+        reason = choice.get("finish_reason") if choice.get("finish_reason") in ("length", "content_filter") else "stop"
         return text or "", reason, tokens("prompt_tokens"), tokens("completion_tokens")
 
     def generate(
