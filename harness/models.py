@@ -61,8 +61,16 @@ def resolve_device(device: str | None, where: str) -> str:
 
 
 def cache_dir() -> Path:
-    """``$HARNESS_CACHE`` or ``~/.cache/harness``."""
-    return Path(os.environ.get("HARNESS_CACHE", Path.home() / ".cache" / "harness"))
+    """``$HARNESS_CACHE`` or ``~/.cache/harness``; a ConfigError in one line where a file stands at it or above it
+    (a NotADirectoryError traceback when the first model or table was stored)."""
+    from harness.store import file_in_the_way
+
+    path = Path(os.environ.get("HARNESS_CACHE") or Path.home() / ".cache" / "harness").expanduser()
+    if (blocked := file_in_the_way(path)) is not None:
+        where = "HARNESS_CACHE" if os.environ.get("HARNESS_CACHE") else "the user cache"
+        raise ConfigError(f"{where} {path}: {blocked} is a file, where harness keeps its cache folder; point "
+                          f"HARNESS_CACHE at a folder")
+    return path
 
 
 @dataclass(frozen=True)

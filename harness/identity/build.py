@@ -130,7 +130,9 @@ def cache_dir() -> Path:
     """Where built tables live: ``$HARNESS_CACHE/names``, else ``$XDG_CACHE_HOME/harness/names``,
     else ``~/.cache/harness/names``."""
     if os.environ.get("HARNESS_CACHE"):
-        return Path(os.environ["HARNESS_CACHE"]).expanduser() / "names"
+        from harness.models import cache_dir as harness_cache
+
+        return harness_cache() / "names"
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base).expanduser() / "harness" / "names"
 
@@ -335,7 +337,8 @@ def read_provenance(path: str | Path) -> dict[str, Any]:
         meta = pq.read_schema(path).metadata or {}
     except (pa.ArrowInvalid, OSError) as e:  # not Parquet at all: an empty file, JSONL, a cut download
         raise DataError(f"{path}: not a Parquet name table ({' '.join(str(e).split())[:120]}); give the table "
-                        f"`harness names build` wrote, or build one with `harness names build --out {path}`") from None
+                        f"`harness names build` wrote, or build one at a new path with `harness names build --out "
+                        f"NEW.parquet`") from None
     raw = meta.get(b"harness.provenance")
     if raw is None:
         raise DataError(f"{path}: no harness provenance in the Parquet metadata; rebuild with `harness names build`")

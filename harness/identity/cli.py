@@ -99,6 +99,12 @@ def lookup(
     from harness.identity.names import NameTable, parse_first_name, redact
 
     try:
+        for i, name in enumerate(names, 1):
+            if not name.strip():  # it printed ": no first name", exit 0
+                raise ConfigError(f"name {i}: empty; give the names to look up")
+            if any(0xDC80 <= ord(c) <= 0xDCFF for c in name):  # a byte the shell's locale could not decode
+                raise ConfigError(f"name {i} {name.encode('utf-8', 'surrogateescape')!r}: not UTF-8 text; give the "
+                                  f"name in UTF-8")
         nt = NameTable.load(table, mode=mode, fallback=not no_fallback)
         firsts = [parse_first_name(n) for n in names]
         res = redact(nt.lookup(firsts), min_population)

@@ -46,6 +46,21 @@ def test_lookup_errors(tmp_path, synthetic_table):
     jsonl.write_text('{"name": "John"}\n')
     r = runner.invoke(app, ["lookup", "--table", str(jsonl), "John"])
     assert r.exit_code == 3 and f"{jsonl}: not a Parquet name table" in r.output and "Traceback" not in r.output
+    # an empty name printed ': no first name', exit 0; a byte the locale could not decode matched another name
+    for name, says in (("", "name 2: empty; give the names to look up"),
+                       ("Mar\udce9a", "name 2 b'Mar\\xe9a': not UTF-8 text; give the name in UTF-8")):
+        r = runner.invoke(app, ["lookup", "--table", str(synthetic_table), "John", name])
+        assert r.exit_code == 2 and r.output == f"error: {says}\n", r.output
+
+
+def test_a_harness_cache_that_is_a_file_is_one_line(tmp_path, monkeypatch):
+    """HARNESS_CACHE pointing at a file: a NotADirectoryError traceback when the first table or model was stored."""
+    a_file = tmp_path / "afile"
+    a_file.write_text("x")
+    monkeypatch.setenv("HARNESS_CACHE", str(a_file))
+    r = runner.invoke(app, ["lookup", "John"])
+    assert r.exit_code == 2 and r.output == (f"error: HARNESS_CACHE {a_file}: {a_file} is a file, where harness keeps "
+                                             f"its cache folder; point HARNESS_CACHE at a folder\n"), r.output
 
 
 def test_build_reports_coverage(synthetic_table, tmp_path):

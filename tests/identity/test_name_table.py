@@ -146,7 +146,8 @@ def test_errors(synthetic_table, tmp_path):
         with pytest.raises(DataError) as e:
             NameTable.load(bad)
         assert str(e.value).startswith(f"{bad}: not a Parquet name table (") and "\n" not in str(e.value)
-        assert str(e.value).endswith(f"build one with `harness names build --out {bad}`")
+        # never the advice to build over the file given (the gold file, a CSV): a new path
+        assert str(e.value).endswith("build one at a new path with `harness names build --out NEW.parquet`")
     with pytest.raises(DataError, match=r"a directory; give the table's file"):
         NameTable.load(tmp_path)
     pipe = tmp_path / "pipe"  # as /dev/null: it is there, so 'not found; run names build --out' was the wrong cause
