@@ -82,6 +82,10 @@ def _labeller(name: str, model_dir: Path | None, llm_model: str, threads: int | 
     return get_labeller(name, **kwargs)
 
 
+#: The fewest paired resamples --statistics-boot takes: as many as a bootstrap p needs finite replicates
+#: (``harness.stats.bootstrap.bootstrap_p``'s ``min_finite``).
+MIN_SHIFT_REPLICATES = 20
+
 #: The options one labeller reads; given to another on the command line, they did nothing.
 READ_BY = {"encoder": ("model_dir", "precision", "threads", "name_check", "action_check", "pronoun_binding",
                        "apposition_check"),
@@ -312,6 +316,9 @@ def eval_(
         for given, flag in ((name_table is not None, "--name-table"), (statistics_boot > 0, "--statistics-boot")):
             if given and not statistics:
                 raise ConfigError(f"{flag} is read by --statistics only; add --statistics or drop {flag}")
+        if 0 < statistics_boot < MIN_SHIFT_REPLICATES:  # one resample's "95% interval" excluded 0 for any shift
+            raise ConfigError(f"--statistics-boot {statistics_boot}: a 95% interval needs at least "
+                              f"{MIN_SHIFT_REPLICATES} resamples (0 skips the intervals)")
         _refuse_unread_options(ctx, labeller, against)
         _check_before_labelling(lexicon, against)
         if statistics:  # the table is read before the labelling, so a bad path costs nothing

@@ -617,7 +617,9 @@ class LLMLabeller(Labeller):
     def info(self) -> dict[str, Any]:
         """Labeller name, backend and model, sampling and retry settings."""
         b = self.backend.info()
-        return {"labeller": self.name, "backend": b.backend, "model": b.model, "max_attempts": self.max_attempts,
+        # the server too: a killed `label label` resumed against another server mixed two servers' labels
+        served = {"base_url": b.extra["base_url"]} if b.extra.get("base_url") else {}
+        return {"labeller": self.name, "backend": b.backend, "model": b.model, **served, "max_attempts": self.max_attempts,
                 "temperature": self.params.temperature, "top_p": self.params.top_p, "top_k": self.params.top_k,
                 "max_tokens": self.params.max_tokens, "stop": list(self.params.stop), "seed": self.seed,
                 "constrained": self.constrain and b.backend in ("vllm", "openai", "transformers")}

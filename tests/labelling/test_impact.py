@@ -142,7 +142,10 @@ def test_label_eval_statistics_prints_the_comparison_and_its_json(gold_path, tmp
     assert set(full["statistics"]) >= {"representation", "subordination", "rmrs"}
     assert full["statistics_cells"] and {"table", "manual", "labeller", "within"} <= set(full["statistics_cells"][0])
     res = runner.invoke(app, ["label", "eval", "--gold", str(gold_path), "--labeller", "rules", "--statistics",
-                              "--statistics-boot", "3", "--json"])
+                              "--statistics-boot", "3"])  # one resample's "95% interval" excluded 0 for any shift
+    assert res.exit_code == 2 and "--statistics-boot 3: a 95% interval needs at least 20 resamples" in res.output
+    res = runner.invoke(app, ["label", "eval", "--gold", str(gold_path), "--labeller", "rules", "--statistics",
+                              "--statistics-boot", "20", "--json"])
     assert res.exit_code == 0, res.output
     out = json.loads(res.output.strip().splitlines()[-1])
     assert out["statistics"]["representation"]["shift_tested"] >= 0 and "gender_precision" in out

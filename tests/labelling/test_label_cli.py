@@ -446,6 +446,21 @@ def test_a_killed_label_command_resumes(tmp_path, gold_path, monkeypatch):
     assert out.read_text() == fresh.read_text()
 
 
+def test_the_llm_labellers_server_is_part_of_what_a_killed_run_resumes():
+    """Killed, then rerun against another server (--llm-base-url), `label label` resumed: one file held two
+    servers' labels, all 'ok'. The server is now in the labeller's info, which the run's fingerprint hashes."""
+    from harness.labelling import get_labeller
+    from harness.labelling.cli import _run_fingerprint
+
+    a, b = (get_labeller("llm", model="m", engine="openai", base_url=f"http://127.0.0.1:{port}/v1") for port in (9, 10))
+    try:
+        assert a.info()["base_url"] == "http://127.0.0.1:9/v1"
+        assert _run_fingerprint([], a.info()) != _run_fingerprint([], b.info())
+    finally:
+        a.close()
+        b.close()
+
+
 def test_a_run_killed_before_its_first_label_does_not_resume_the_labels_of_another_run(tmp_path, gold_path,
                                                                                        monkeypatch):
     """Starting over, ``label`` wrote OUT.tmp.json for the new run and only then emptied the other run's
