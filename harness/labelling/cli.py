@@ -17,7 +17,7 @@ from typing import Any, Optional
 
 import typer
 
-from harness.errors import ConfigError, DataError, HarnessError
+from harness.errors import BackendError, ConfigError, DataError, HarnessError
 
 app = typer.Typer(help="Label characters (name and references) in stories; train and evaluate labellers.",
                   no_args_is_help=True)
@@ -400,9 +400,14 @@ def label_(
 
     The labels go to OUT.tmp as they come and OUT at the end; a killed run's rerun goes on where it stopped
     (only a run of the same stories and labeller settings: OUT.tmp.json says whose they are), labelling again
-    the stories whose backend failed in the killed run (by way of OUT.tmp.retried)."""
+    the stories whose backend failed in the killed run (by way of OUT.tmp.retried). Where the backend failed for
+    some stories, OUT holds them with their reason, OUT.tmp stays and the command exits 4: the rerun labels only
+    them."""
+    import shutil
+
+    from harness.labelling.base import BACKEND_FAILURE
     from harness.labelling.data import read_stories
-    from harness.store import atomic_write_text, check_output_file, commit_file
+    from harness.store import atomic_write, atomic_write_text, check_output_file, commit_file
 
     try:
         check_output_file(out, "--out")
@@ -440,13 +445,22 @@ def label_(
                 atomic_write_text(meta, json.dumps({"fingerprint": fingerprint, "stories": str(stories),
                                                     "labeller": lab.info()}, default=str))
             n_bad = sum(res.status != "ok" for res in earlier)
+            outage = [res for res in earlier if res.status.startswith(BACKEND_FAILURE)]
             with open(tmp, "a" if done else "w", encoding="utf-8") as f:
                 for res in lab.iter_label(items[done:], batch_size=batch_size, progress=progress):
                     n_bad += res.status != "ok"
+                    if res.status.startswith(BACKEND_FAILURE):
+                        outage.append(res)
                     f.write(json.dumps(res.to_dict(), ensure_ascii=False) + "\n")
                     f.flush()
         finally:
             lab.close()
+        if outage:  # OUT holds every story, those with their reason; OUT.tmp stays, so a rerun labels only them
+            atomic_write(out, lambda written: shutil.copyfile(tmp, written))
+            raise BackendError(f"{len(outage)} of {len(items)} stories could not be labelled: the labeller's backend "
+                               f"failed (the first, {outage[0].story_id}: {' '.join(outage[0].status.split())[:200]}); "
+                               f"{out} holds them with that reason: fix the cause and rerun the same command, which "
+                               f"labels only them again")
         commit_file(tmp, out)  # flushed line by line, synced to disk once, before the rename
         meta.unlink(missing_ok=True)
     except HarnessError as e:

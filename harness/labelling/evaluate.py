@@ -40,7 +40,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from harness.labelling.base import Labeller, StoryLabels
+from harness.errors import BackendError
+from harness.labelling.base import BACKEND_FAILURE, Labeller, StoryLabels
 from harness.labelling.data import GENDER_LABELS, GoldStory
 
 GENDERED = ("Female", "Male", "Non-binary")
@@ -415,6 +416,11 @@ def evaluate(labeller: Labeller, gold: Sequence[GoldStory], *, lexicon: Any = No
     t0 = time.perf_counter()
     labels = labeller.label([g.story for g in gold], batch_size=batch_size, progress=progress)
     seconds = time.perf_counter() - t0
+    if failed := [lab for lab in labels if lab.status.startswith(BACKEND_FAILURE)]:
+        # an outage is no verdict on a story: scored, it read as the labeller's misses (recall 0 with a server down)
+        raise BackendError(f"{len(failed)} of {len(labels)} stories could not be labelled: the labeller's backend "
+                           f"failed (the first, {failed[0].story_id}: {' '.join(failed[0].status.split())[:200]}); "
+                           f"the figures would score them as misses: fix the cause (a server down?) and rerun")
     return score(gold, labels, labeller=labeller.name, lexicon=lexicon, seconds=seconds)
 
 

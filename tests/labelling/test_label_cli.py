@@ -580,3 +580,42 @@ def test_label_command_with_an_llm_served_over_http(tmp_path, json_server):
                        (["--llm-base-url", url], "base_url (--llm-base-url) is for the openai engine, not transformers")):
         r = runner.invoke(app, ["label", str(stories), "--out", str(out), "--labeller", "llm", *args])
         assert r.exit_code == 2 and says in r.output and len(r.output.strip().splitlines()) == 1, r.output
+
+
+def test_label_and_eval_exit_4_when_the_llms_backend_failed_and_the_rerun_labels_only_those(tmp_path, json_server):
+    """A server down for some stories: `label label` said 'labelled 2 stories', exit 0, and a rerun labelled every
+    story again; `label eval` scored the failures as the labeller's misses (recall 0 with the server down), exit 0."""
+    reply = {"doctor name": "Ana Ruiz", "doctor references": ["She"]}
+    down, asked = {"on": True}, []
+
+    def answer(body):
+        text = body["messages"][-1]["content"]
+        asked.append("Tom" in text)
+        if down["on"] and "Tom" in text:
+            return 400, {"error": "down for this one"}
+        return 200, {"choices": [{"message": {"content": json.dumps(reply)}, "finish_reason": "stop"}]}
+
+    stories = tmp_path / "stories.jsonl"
+    stories.write_text("".join(json.dumps({"id": i, "text": t, "roles": {"subject": "doctor"}}) + "\n"
+                               for i, t in (("a", "Ana Ruiz met Tom. She smiled."), ("b", "Ana Ruiz ran. She won."))))
+    out = tmp_path / "labels.jsonl"
+    llm = ["--labeller", "llm", "--llm-backend", "openai", "--llm-base-url", json_server(answer), "--llm-model", "m"]
+    r = runner.invoke(app, ["label", str(stories), "--out", str(out), *llm])
+    _one_line_error(r, 4, "1 of 2 stories could not be labelled: the labeller's backend failed (the first, a: llm: "
+                          "backend error", f"{out} holds them with that reason: fix the cause and rerun")
+    rows = [StoryLabels.from_dict(json.loads(line)) for line in out.read_text().splitlines()]
+    assert [g.story_id for g in rows] == ["a", "b"] and rows[1].status == "ok"
+    down["on"], asked[:] = False, []
+    r = runner.invoke(app, ["label", str(stories), "--out", str(out), *llm])
+    assert r.exit_code == 0 and "retrying 1 stories whose backend failed" in r.stderr, r.output
+    assert asked == [True]  # the failed story alone was asked again
+    assert all(StoryLabels.from_dict(json.loads(line)).status == "ok" for line in out.read_text().splitlines())
+    down["on"] = True
+    gold = tmp_path / "gold.jsonl"
+    gold.write_text(json.dumps({"id": "a", "roles": {"subject": "doctor"}, "text": "Ana Ruiz met Tom. She smiled.",
+                                "labels": {"subject": {"name": "Ana Ruiz", "references": ["She"],
+                                                       "gender": "Female"}}}) + "\n")
+    r = runner.invoke(app, ["eval", "--gold", str(gold), "--json", *llm])
+    _one_line_error(r, 4, "1 of 1 stories could not be labelled: the labeller's backend failed",
+                    "the figures would score them as misses")
+    assert r.stdout == ""
