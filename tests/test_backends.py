@@ -108,8 +108,9 @@ def check_json_schema(b):
 
 
 @pytest.fixture(scope="module")
-def vllm_server(smollm2_dir):
-    """`vllm serve` on loopback with the embedded model (a real OpenAI-compatible server)."""
+def vllm_server(smollm2_dir, tmp_path_factory):
+    """`vllm serve` on loopback with the embedded model (a real OpenAI-compatible server). Its log
+    goes to the test's temporary folder, not beside the model in the user's cache."""
     import socket
 
     with socket.socket() as s:
@@ -119,7 +120,7 @@ def vllm_server(smollm2_dir):
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(smollm2_dir),
            "--served-model-name", "smollm2", "--dtype", "float32", "--max-model-len", "512",
            "--enforce-eager", "--host", "127.0.0.1", "--port", str(port), "--max-num-seqs", "8"]
-    log = open(smollm2_dir.parent / f"vllm-serve-{port}.log", "w")
+    log = open(tmp_path_factory.mktemp("vllm-serve") / f"vllm-serve-{port}.log", "w")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
     base = f"http://127.0.0.1:{port}/v1"
     deadline = time.time() + 300

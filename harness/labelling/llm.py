@@ -328,9 +328,14 @@ def _seq(v: Any) -> Any:
 
 
 def _name_list(v: Any) -> list[str]:
+    """The names a value holds: a string, or a (nested) list of them; null is no name. A name written as an
+    object ({"first": "Tom"}) is no reading the labeller can trust (which of its values is the name?): it
+    raises, so the story is sent again and, failing again, kept with that reason, not read as nobody named."""
     v = _seq(v)
-    if v is None or isinstance(v, dict):
+    if v is None:
         return []
+    if isinstance(v, dict):
+        raise ParseError(f"a name written as an object ({json.dumps(v, ensure_ascii=False)[:60]}), not a string")
     if isinstance(v, str):
         return [v]
     if isinstance(v, (list, tuple)):
@@ -347,8 +352,10 @@ def _ref_list(v: Any) -> list[str]:
     if isinstance(v, (list, tuple)):
         out: list[str] = []
         for x in map(_seq, v):
-            out.extend(_ref_list(x) if isinstance(x, (list, tuple)) else [] if x is None or isinstance(x, dict)
-                       else [str(x)])
+            if isinstance(x, dict):
+                raise ParseError(f"a reference written as an object ({json.dumps(x, ensure_ascii=False)[:60]}), "
+                                 "not a string")
+            out.extend(_ref_list(x) if isinstance(x, (list, tuple)) else [] if x is None else [str(x)])
         return out
     raise ParseError(f"references must be a list, got {type(v).__name__}")
 

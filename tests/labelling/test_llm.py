@@ -157,12 +157,29 @@ def test_parse_reads_keys_written_with_underscores_possessives_or_colons():
     assert lab.character("object").name == "Tom" and lab.character("object").references == ("him",)
 
 
-def test_parse_flattens_nested_values_and_drops_objects():
-    reply = json.dumps({"doctor name": [["Dr. Ana Ruiz"]], "needy patient name": {"first": "Tom"},
-                        "doctor references": [{"a": "She"}, "She"], "needy patient references": [["him"]]})
+def test_parse_flattens_nested_values():
+    reply = json.dumps({"doctor name": [["Dr. Ana Ruiz"]], "needy patient name": ["Tom", None],
+                        "doctor references": [None, "She"], "needy patient references": [["him"]]})
     lab = parse_response(reply, STORY)
     assert lab.character("subject").name == "Dr. Ana Ruiz" and lab.character("subject").references == ("She",)
-    assert lab.character("object").name is None and lab.character("object").references == ("him",)
+    assert lab.character("object").name == "Tom" and lab.character("object").references == ("him",)
+
+
+@pytest.mark.parametrize("field, value", [("needy patient name", {"first": "Tom"}),
+                                          ("needy patient name", [{"first": "Tom"}]),
+                                          ("doctor references", [{"a": "She"}, "She"])])
+def test_a_name_or_reference_written_as_an_object_is_retried_then_kept_as_a_failure(field, value):
+    """Read as nobody named (or a reference lost) with status ok, it counted as the labeller's answer."""
+    reply = json.dumps({**json.loads(GOOD), field: value})
+    with pytest.raises(ParseError, match="written as an object"):
+        parse_response(reply, STORY)
+    prompt = build_prompt(STORY)
+    backend = ScriptedBackend({prompt: [reply, reply, GOOD]})
+    (lab,) = LLMLabeller(backend, max_attempts=3).label([STORY])
+    assert lab.status == "ok" and lab.character("object").name == "Tom"
+    backend = ScriptedBackend({prompt: [reply]})
+    (lab,) = LLMLabeller(backend, max_attempts=2).label([STORY])
+    assert lab.status != "ok" and "written as an object" in lab.status
 
 
 def test_a_cut_reply_drops_its_cut_word_and_is_retried_with_more_tokens():
