@@ -57,15 +57,24 @@ def _load_run(run: Path) -> tuple[dict, dict[str, pd.DataFrame], pd.DataFrame]:
     if missing:
         raise DataError(f"{run}: statistics table(s) {', '.join(missing)} missing; run `harness run CONFIG --stages statistics`")
     tables = {t: pd.read_parquet(stats_dir / f"{t}.parquet") for t in TABLES}
+    return manifest, tables, tabled_stories(store, manifest.get("config", {}).get("name", run.name))
+
+
+def tabled_stories(store: RunStore, name: str) -> pd.DataFrame:
+    """The stories behind the run's tables, as the cue search reads them (model, story_id, prompt_id, text): those
+    of the plan its identities stage recorded. A run folder holds every story generated into it; a config narrowed
+    to fewer prompts or samples tables only its own, and the cue counts and coding sheet counted the rest too."""
+    from harness.audit.stages import IDENTITIES, recorded
+
     gens = store.read_stage("generations", columns=["prompt_id", "sample_idx", "text_clean"])
-    name = manifest.get("config", {}).get("name", run.name)
-    stories = pd.DataFrame({
+    if plan := recorded(store, IDENTITIES).get("plan"):
+        gens = gens[gens.prompt_id.isin(plan["prompts"]) & (gens.sample_idx < plan["samples_per_prompt"])]
+    return pd.DataFrame({
         "model": name,
         "story_id": gens.prompt_id + "#" + gens.sample_idx.astype(str),
         "prompt_id": gens.prompt_id,
         "text": gens.text_clean,
     })
-    return manifest, tables, stories
 
 
 def _fmt_table(df: pd.DataFrame, max_rows: int = 400) -> str:

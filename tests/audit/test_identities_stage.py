@@ -344,6 +344,9 @@ def test_the_identities_read_the_stories_the_config_plans_and_refuse_a_run_missi
     assert stage_identities(narrowed, store).status == "done"
     chars = pd.read_parquet(store.stage_dir(IDENTITIES) / "characters.parquet")
     assert set(chars.prompt_id) == {"learning-neutral-01"} and len(chars) == 1
+    from harness.report import tabled_stories  # the report's cue search and coding sheet read the same stories
+
+    assert tabled_stories(store, "m1").story_id.tolist() == ["learning-neutral-01#0"]
     more = parse_config({**cfg.model_dump(), "samples_per_prompt": 3})
     with pytest.raises(DataError, match=r"generations: 4 of the 6 stories the config plans are not generated \(a shard "
                                         r"not run, or run with another N\?\); run `harness generate CONFIG`"):
