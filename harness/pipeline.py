@@ -265,6 +265,8 @@ def generate_run(
         )
 
     with store.writing(GENERATIONS, f"gen-{shard_tag}", claim):
+        buffer: list[dict[str, Any]] = []  # stories not yet in a shard
+        writing: list[bool] = []  # non-empty while a shard is written (a failure there is not written again)
         generated = errors = out_tokens = 0
         first_error: str | None = None
         seconds = 0.0
@@ -284,7 +286,18 @@ def generate_run(
                 store.update_manifest(model={"backend": info.backend, "name": info.model, **info.extra, "weights": weights})
                 by_id = {it.request_id: it for it in todo}
                 requests = [GenRequest(it.request_id, it.prompt.text, it.seed, it.prompt.meta.get("system")) for it in todo]
-                buffer: list[dict[str, Any]] = []
+
+                def flush(rows: list[dict[str, Any]]) -> None:
+                    """Write ``rows`` as a shard (none: nothing), empty them, then hand the shard on."""
+                    if rows:
+                        n = len(rows)
+                        writing.append(True)
+                        path = store.write_shard(GENERATIONS, rows, f"gen-{shard_tag}", GENERATION_SCHEMA)
+                        writing.clear()
+                        rows.clear()  # written: a failure after this (in on_shard) must not write them again
+                        if on_shard:
+                            on_shard(path, n)
+
                 bar = _progress(len(todo), enabled=progress)
                 t0 = time.perf_counter()
                 for res in backend.generate(requests, cfg.sampling.to_params()):
@@ -297,20 +310,17 @@ def generate_run(
                     out_tokens += res.output_tokens
                     bar.advance(res.output_tokens, time.perf_counter() - t0)
                     if len(buffer) >= cfg.shard_rows:
-                        path = store.write_shard(GENERATIONS, buffer, f"gen-{shard_tag}", GENERATION_SCHEMA)
-                        if on_shard:
-                            on_shard(path, len(buffer))
-                        buffer = []
-                if buffer:
-                    path = store.write_shard(GENERATIONS, buffer, f"gen-{shard_tag}", GENERATION_SCHEMA)
-                    if on_shard:
-                        on_shard(path, len(buffer))
+                        flush(buffer)
+                flush(buffer)
                 seconds = time.perf_counter() - t0
                 bar.close()
                 info_extra = {"load_seconds": round(load_s, 2)}
                 if hasattr(backend, "retries"):  # counted as the requests went (it read 0, taken before them)
                     info_extra["retries"] = int(backend.retries)
             except BaseException:  # Ctrl-C, a kill the process sees, a crash: not "running" for ever
+                with contextlib.suppress(Exception):  # the stories that came are kept (a rerun asks the rest)
+                    if buffer and not writing:
+                        store.write_shard(GENERATIONS, buffer, f"gen-{shard_tag}", GENERATION_SCHEMA)
                 with contextlib.suppress(Exception):
                     store.update_manifest(status="interrupted", updated_at=utcnow())
                 raise

@@ -562,3 +562,52 @@ def test_a_device_torch_cannot_see_is_one_line_naming_the_setting(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(ConfigError, match="model.device: cuda but torch sees no GPU"):
         load_backend(ModelConfig(backend="transformers", path="smollm2-135m", device="cuda"))
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # closed again: a connection to it is refused
+
+
+def test_openai_backend_calls_a_server_that_fails_every_request_down_and_sends_no_more():
+    """A dead port failed every request after its retries, one after another: a corpus of 100,000 stories took
+    days to fail. down_after requests in a row that failed so stop the backend with one line naming the server;
+    the stories before are yielded, and a later call sends nothing."""
+    from harness.errors import BackendError
+
+    b = OpenAIBackend("m", base_url=f"http://127.0.0.1:{_closed_port()}/v1", concurrency=2, max_retries=1,
+                      backoff_s=0.001, max_backoff_s=0.001)
+    assert b.down_after == 8
+    got = []
+    try:
+        with pytest.raises(BackendError, match=r"/v1: the server looks down: (8|9|10) requests in a row failed, each after "
+                                               r"1 retries \(last: ConnectError"):
+            for r in b.generate([GenRequest(str(i), "x", i) for i in range(60)], GenParams()):
+                got.append(r)
+        assert 8 <= len(got) < 12 and all(r.finish_reason == "error" for r in got)
+        with pytest.raises(BackendError, match="looks down"):
+            next(iter(b.generate([GenRequest("again", "x", 1)], GenParams())))
+    finally:
+        b.close()
+
+
+def test_openai_backend_is_not_called_down_by_requests_the_server_answered(json_server):
+    """A 400 is the request's own fault, and one reply between failures shows the server up: neither stops it."""
+    def answer(body):
+        prompt = body["messages"][-1]["content"]
+        if prompt.startswith("bad"):
+            return 400, {"error": "too long"}
+        if prompt.startswith("busy"):
+            return 503, {"error": "busy"}
+        return 200, {"choices": [{"message": {"content": "A story."}}]}
+
+    b = OpenAIBackend("m", base_url=json_server(answer), concurrency=1, max_retries=0, down_after=3)
+    prompts = ["bad"] * 10 + ["busy", "busy", "ok"] * 5
+    try:
+        out = list(b.generate([GenRequest(str(i), p, 1) for i, p in enumerate(prompts)], GenParams()))
+    finally:
+        b.close()
+    assert len(out) == len(prompts) and sum(r.finish_reason == "error" for r in out) == 20

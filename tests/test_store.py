@@ -285,10 +285,10 @@ def test_interrupted_run_resumes_only_missing_keys(tmp_path):
         generate_run(c, backend=EchoBackend(fail_after=7), progress=False)
     store = RunStore(c.output_dir)
     before = store.read_stage(GENERATIONS)
-    assert len(before) == 6  # two whole shards committed, the third was being filled
+    assert len(before) == 7  # two whole shards, and the story of the third that came before the kill
     b2 = EchoBackend()
     s = generate_run(c, backend=b2, progress=False)
-    assert len(b2.seen) == 6 and s.already_done == 6
+    assert len(b2.seen) == 5 and s.already_done == 7
     after = store.read_stage(GENERATIONS)
     assert len(after) == 12
     pd.testing.assert_frame_equal(
@@ -985,3 +985,25 @@ def test_a_generation_stopped_by_ctrl_c_says_interrupted_not_running(tmp_path):
     assert json.loads((Path(c.output_dir) / "run.json").read_text())["status"] == "interrupted"
     generate_run(c, backend=EchoBackend(), progress=False)  # the rerun finishes it
     assert json.loads((Path(c.output_dir) / "run.json").read_text())["status"] == "complete"
+
+
+def test_a_backend_that_raises_mid_stream_keeps_the_stories_that_came(tmp_path):
+    """A backend that stops the run (an openai server called down, a Ctrl-C) lost the stories not yet in a whole
+    shard: up to shard_rows of them, generated again by the rerun."""
+    from harness.errors import BackendError
+
+    class Dies(EchoBackend):
+        def generate(self, requests, params, *, progress=False):
+            for i, res in enumerate(super().generate(requests, params)):
+                if i == 5:
+                    raise BackendError("http://127.0.0.1:1/v1: the server looks down")
+                yield res
+
+    c = cfg(tmp_path, shard_rows=100)
+    with pytest.raises(BackendError, match="looks down"):
+        generate_run(c, backend=Dies(), progress=False)
+    store = RunStore(c.output_dir)
+    assert len(store.read_stage(GENERATIONS)) == 5
+    assert json.loads((Path(c.output_dir) / "run.json").read_text())["status"] == "interrupted"
+    rest = EchoBackend()
+    assert generate_run(c, backend=rest, progress=False).already_done == 5 and len(rest.seen) == 7

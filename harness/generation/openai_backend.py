@@ -4,12 +4,18 @@ Requests run concurrently on a thread pool over one ``httpx.Client``. 429 and 5x
 timeouts and dropped connections are retried with exponential backoff and jitter (honouring
 ``Retry-After``); other 4xx answers fail at once. A request that still fails is returned with
 ``finish_reason="error"`` and its reason, so a run never loses the stories that did finish.
+
+A server that is down fails every request, each after its retries: ``down_after`` requests in a row that
+failed so (no reply between them, not a 4xx that was the request's own fault) stop the backend with a
+``BackendError`` naming the server, instead of working through the rest of the corpus a timeout at a time
+(days, for a large run against a dead port); the stories done are kept and a rerun goes on from them.
 """
 
 from __future__ import annotations
 
 import json
 import random
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -42,6 +48,7 @@ class OpenAIBackend(Backend):
         max_retries: int = 5,
         backoff_s: float = 0.5,
         max_backoff_s: float = 30.0,
+        down_after: int | None = None,
     ) -> None:
         if not base_url:
             raise BackendError("model.base_url: the openai backend needs a server URL, e.g. http://127.0.0.1:8000/v1")
@@ -59,6 +66,12 @@ class OpenAIBackend(Backend):
             limits=httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency),
         )
         self.retries = 0  # retried attempts, for the manifest's throughput block (generate_run reads it at the end)
+        #: requests in a row that failed after every retry (a refused connection, a timeout, 429/5xx) before the
+        #: backend calls the server down: twice the requests in flight at once, and at least 8
+        self.down_after = down_after or max(8, 2 * concurrency)
+        self._failing = 0  # such requests in a row so far (a reply of the server sets it to 0)
+        self._last_failure = ""
+        self._lock = threading.Lock()
 
     def info(self) -> BackendInfo:
         return BackendInfo(
@@ -107,6 +120,7 @@ class OpenAIBackend(Backend):
                 r = self.client.post(url, json=body)
                 if r.status_code == 200:
                     text, reason, prompt_tokens, output_tokens = self._reply(r.json())
+                    self._answered()
                     return GenResult(req.request_id, text, reason, prompt_tokens, output_tokens)
                 last = f"HTTP {r.status_code}: {r.text[:200]}"
                 if r.status_code not in RETRY_STATUS:
@@ -120,7 +134,25 @@ class OpenAIBackend(Backend):
             if attempt < self.max_retries:
                 self.retries += 1
                 time.sleep(self._delay(attempt, retry_after))
+        else:  # every attempt failed as a server that is down or overloaded fails
+            with self._lock:
+                self._failing += 1
+                self._last_failure = last
+            return GenResult(req.request_id, "", "error", error=last)
+        self._answered()  # the server answered (a 4xx, a reply of the wrong shape): it is up
         return GenResult(req.request_id, "", "error", error=last)
+
+    def _answered(self) -> None:
+        with self._lock:
+            self._failing = 0
+
+    def _check_up(self) -> None:
+        """A BackendError naming the server once ``down_after`` requests in a row failed after their retries."""
+        if self._failing >= self.down_after:
+            raise BackendError(
+                f"{self.base_url}: the server looks down: {self._failing} requests in a row failed, each after "
+                f"{self.max_retries} retries (last: {self._last_failure[:200]}); start it (or fix model.base_url) and "
+                f"rerun: the stories done are kept")
 
     def _reply(self, data: Any) -> tuple[str, str, int, int]:
         """(text, finish reason, prompt tokens, output tokens) of a 200 reply; a ValueError (a malformed response,
@@ -155,11 +187,13 @@ class OpenAIBackend(Backend):
     def generate(
         self, requests: Sequence[GenRequest], params: GenParams, *, progress: bool = False
     ) -> Iterator[GenResult]:
+        self._check_up()  # called down by an earlier call: no request is sent (each would wait out its retries)
         pool = ThreadPoolExecutor(max_workers=self.concurrency)
         try:
             futures = [pool.submit(self._one, r, params) for r in requests]
             for f in as_completed(futures):
                 yield f.result()
+                self._check_up()
         finally:  # stopped (Ctrl-C, a failed write): the requests not yet sent are dropped, not sent and discarded
             pool.shutdown(wait=False, cancel_futures=True)
 
