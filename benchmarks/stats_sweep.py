@@ -29,7 +29,7 @@ import pandas as pd  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _results import machine_description, write_section  # noqa: E402
 
-from harness.stats.sweep import DEFAULT_THRESHOLDS, story_weights, sweep_counts  # noqa: E402
+from harness.stats.sweep import DEFAULT_THRESHOLDS, PERCENT_DECIMALS, story_weights, sweep_counts  # noqa: E402
 
 RACES5 = ("mena", "asian", "black", "latine", "white")
 
@@ -67,7 +67,7 @@ def pandas_loop(df: pd.DataFrame, weights: np.ndarray | None = None) -> np.ndarr
             for j, r in enumerate(RACES5):
                 col = part[r]
                 for ti, t in enumerate(thr):
-                    hit = 100 * col > t
+                    hit = (100 * col.astype(np.float64)).round(PERCENT_DECIMALS) > t  # the contract's percentage
                     out[gi, j, ti, k] = hit.sum() if weights is None else part.loc[hit, "w"].sum()
     return out
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from harness.errors import ConfigError, DataError
-from harness.stats.sweep import SweepCounts, validate_inputs as _validate
+from harness.stats.sweep import PERCENT_DECIMALS, SweepCounts, percent_bucket, validate_inputs as _validate
 
 from ._common import resolve_backend, torch_device
 
@@ -70,15 +70,9 @@ def story_weights(seed: int, replicates, stories, xp=np):
 
 
 def buckets(likelihood: np.ndarray) -> np.ndarray:
-    """Bucket u = ceil(100 * p) (int16, -1 for NaN): ``100 * p > t`` iff ``u > t`` for integer t.
-
-    The product is formed exactly as the reference states it, ``100 * likelihood`` on float32
-    input (float32 arithmetic, IEEE rounding), so every backend puts boundary values such as
-    p = 0.07 on the same side of t = 7.
-    """
-    prod = np.float32(100) * np.asarray(likelihood, dtype=np.float32)
-    u = np.ceil(prod)
-    return np.where(np.isnan(u), -1, u).astype(np.int16)
+    """Bucket u = ceil(100 * p) (int16, -1 for NaN) as the reference forms it (``percent_bucket``): every backend
+    puts an exact percentage such as p = 0.07 or 0.6 at its own threshold, not above it."""
+    return percent_bucket(likelihood)
 
 
 # ----------------------------------------------------------------------------- reference
@@ -93,7 +87,8 @@ def reference(likelihood, role, group, story, thresholds=None, *, n_groups, n_bo
     above = np.zeros((B + 1, G, R, thr.size, 2), dtype=np.int64)
     totals = np.zeros((B + 1, G, 2), dtype=np.int64)
     with np.errstate(invalid="ignore"):
-        hit = (100 * lik)[:, :, None] > thr[None, None, :]  # (n, R, T); NaN compares False
+        pct = np.round(100.0 * lik.astype(np.float64), PERCENT_DECIMALS)  # the percentage the contract compares
+        hit = pct[:, :, None] > thr[None, None, :]  # (n, R, T); NaN compares False
     keep = g >= 0
     for b in range(B + 1):
         w = story_weights(seed, [b], s)[0]

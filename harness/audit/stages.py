@@ -225,9 +225,11 @@ def stage_identities(cfg: RunConfig, store: RunStore, **_: Any) -> StageResult:
 
 def stage_statistics(cfg: RunConfig, store: RunStore, **_: Any) -> StageResult:
     from harness.audit.statistics import compute_tables
+    from harness.stats import METHODS_VERSION
 
     t = time.perf_counter()
-    options = {"statistics": cfg.statistics.model_dump(), "min_population": cfg.identity.min_population}
+    options = {"statistics": cfg.statistics.model_dump(), "min_population": cfg.identity.min_population,
+               "methods": METHODS_VERSION}
     require(store, IDENTITIES, IDENTITIES, (store.stage_dir(IDENTITIES) / "characters.parquet").is_file(), STATISTICS)
     with writing_alone(store, STATISTICS):
         fp = fingerprint(store, [IDENTITIES], options)

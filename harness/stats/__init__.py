@@ -7,4 +7,9 @@ FDR, smoothing / small-count flags) sit beside them. Submodules: ``intervals``,
 ``results``. Nothing heavy is imported here.
 """
 
-__all__ = ["bootstrap", "fdr", "intervals", "representation", "results", "rmrs", "subordination", "sweep", "tables"]
+#: The version of how the tables are computed, part of the statistics stage's fingerprint: a release that changes a
+#: computation (2: an exact percentage is not above its own threshold in the R_mrs sweep; story bootstraps without
+#: sampling variation; Fig. 1c,d bins) bumps it, so a run's tables are made again, not skipped as current.
+METHODS_VERSION = "2"
+
+__all__ = ["METHODS_VERSION", "bootstrap", "fdr", "intervals", "representation", "results", "rmrs", "subordination", "sweep", "tables"]

@@ -3,14 +3,18 @@
 ``sweep_counts`` returns, for every replicate b (0 = observed data, 1..B = Poisson(1) story
 weights), gender group g, race r, threshold t and role k (0 dominant, 1 subordinate), the
 weighted number of characters whose race-r likelihood is above t (``100 * likelihood > t``,
-strict; NaN is never above), and the weighted number of characters per (g, k).
+strict, the percentage to ``PERCENT_DECIMALS`` decimals; NaN is never above), and the weighted number of characters per (g, k).
 
 Story weights are a pure function of (seed, replicate, story) through the lowbias32 hash
 (C. Wellons) and an integer inverse-CDF of Poisson(1), so every backend (this NumPy reference,
 the Triton and CuPy kernels of ``harness.kernels.sweep``) returns identical integer counts.
 
+A likelihood is read as a percentage to ``PERCENT_DECIMALS`` decimals (``percent_bucket``): the likelihoods are
+ratios of counts and names-dataset's three-decimal shares, so 0.60 is 60%, not above t = 60 (the digest's strict
+``>``); formed in float32, ``100 * 0.6`` is 60.0000024 and 3,093 names of the table sat one threshold too high.
+
 How the reference avoids a loop over thresholds: for integer t, ``100 * p > t`` iff
-``ceil(100 * p) > t`` (``100 * p`` is formed in float32 exactly as the contract states). Each
+``ceil(100 * p) > t``. Each
 (character, race) therefore falls in one bucket u = ceil(100 p) in 0..100; the per-story
 bucket counts form a sparse (key, story) matrix, the replicate weights a dense (story, B+1)
 matrix, and one sparse product gives every replicate's histogram; a suffix sum over buckets
@@ -32,12 +36,16 @@ __all__ = [
     "POISSON1_CDF_U32",
     "SweepCounts",
     "mix32",
+    "percent_bucket",
     "poisson1_cdf_u32",
     "story_weights",
     "sweep_counts",
 ]
 
 BACKENDS = ("numpy", "triton", "cupy", "auto")
+#: Decimals of the percentage ``100 * likelihood`` compared with a threshold: finer than any likelihood the name
+#: table holds (a count ratio of a name's bearers, a three-decimal share), coarser than float32's rounding of it.
+PERCENT_DECIMALS = 4
 M32 = 0xFFFFFFFF
 N_BUCKETS = 101  # u = ceil(100 p) in 0..100
 #: The authors' code sweeps ``range(1, 100)``; the paper says 1..100 (digest 5.5, 10.6).
@@ -122,6 +130,19 @@ def story_weights(seed: int, replicates, stories) -> np.ndarray:
     return w
 
 
+def percent_bucket(likelihood) -> np.ndarray:
+    """Bucket u = ceil(100 * p), int16, -1 for NaN: ``100 * p > t`` iff ``u > t`` for integer t, the percentage
+    read to ``PERCENT_DECIMALS`` decimals in float64, so every backend puts an exact percentage (0.07, 0.6) at its
+    own threshold, not above it.
+
+    >>> percent_bucket(np.array([0.6, 0.07, 0.6001, 0.0, np.nan], np.float32)).tolist()
+    [60, 7, 61, 0, -1]
+    """
+    pct = np.round(100.0 * np.asarray(likelihood, dtype=np.float64), PERCENT_DECIMALS)
+    u = np.ceil(pct)
+    return np.where(np.isnan(u), -1, u).astype(np.int16)
+
+
 def validate_inputs(likelihood, role, group, story, thresholds, n_groups, n_boot, seed):
     """Check ``sweep_counts``' arguments (one-line errors naming the argument and, for arrays, the
     first bad row) and return them as (float32 likelihood, int8 role, int32 group, int64 story,
@@ -173,9 +194,8 @@ def _numpy_sweep(lik, rl, g, s, thr, G, B, seed, chunk_elems=1 << 24):
 
     n, R = lik.shape
     keep = g >= 0
-    with np.errstate(invalid="ignore"):
-        u = np.ceil(np.float32(100) * lik)  # float32 product, as the contract states
-    ci, ri = np.nonzero(keep[:, None] & ~np.isnan(u))
+    u = percent_bucket(lik)
+    ci, ri = np.nonzero(keep[:, None] & (u >= 0))
     # Histogram keys: ((g * R + r) * 101 + u) * 2 + role, then one totals key per (g, role).
     n_hist = G * R * N_BUCKETS * 2
     keys = ((g[ci].astype(np.int64) * R + ri) * N_BUCKETS + u[ci, ri].astype(np.int64)) * 2 + rl[ci]

@@ -74,6 +74,19 @@ def test_statistics_are_computed_again_when_the_identities_are(tmp_path):
     pd.testing.assert_frame_equal(got, expected["representation"].reset_index(drop=True), check_dtype=False)
 
 
+def test_statistics_are_computed_again_by_a_release_that_changes_a_computation(tmp_path, monkeypatch):
+    """The statistics stage's fingerprint held the config and the identities only: a harness whose R_mrs sweep
+    changed kept the tables of the old one, 'skipped (current)'."""
+    import harness.stats
+
+    cfg, store = _run(tmp_path)
+    assert stage_identities(cfg, store).status == "done"
+    assert stage_statistics(cfg, store).status == "done"
+    assert stage_statistics(cfg, store).status == "skipped (current)"
+    monkeypatch.setattr(harness.stats, "METHODS_VERSION", harness.stats.METHODS_VERSION + "+changed")
+    assert stage_statistics(cfg, store).status == "done"
+
+
 def test_the_characters_are_made_again_under_another_model_name(tmp_path):
     """Every character row carries the config's ``name`` (its ``model`` column): renaming the run's model
     made the identities stage skip as current and keep the old name in every row."""

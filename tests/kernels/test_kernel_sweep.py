@@ -40,7 +40,7 @@ def random_case(seed=0, n=70, R=7, G=3, S_=25):
     rng = np.random.default_rng(seed)
     lik = rng.random((n, R)).astype(np.float32)
     lik[rng.random((n, R)) < 0.25] = np.nan
-    lik[:6, 0] = np.float32(0.07)  # 100 * p lands on an integer threshold in float32
+    lik[:6, 0] = np.float32(0.07)  # 100 * p is an integer threshold: not above it
     lik[6:9, 1] = 0.0
     lik[9:12, 2] = 1.0
     lik[12:15, 3] = np.round(rng.random(3), 2).astype(np.float32)
@@ -87,7 +87,7 @@ def test_reference_hand_computed():
     thr = np.array([0, 6, 7, 50, 99, 100], dtype=np.int32)
     for fn in (S.reference, S.numpy_sweep_counts):
         out = fn(lik, role, group, story, thr, n_groups=1)
-        # float32: 100 * 0.07 == 7.0 exactly, so that character is not above t = 7
+        # 0.07 is 7%, not above t = 7 (the percentage read to PERCENT_DECIMALS decimals)
         assert out.above[0, 0, 0, :, 0].tolist() == [1, 1, 1, 0, 0, 0]
         assert out.above[0, 0, 0, :, 1].tolist() == [2, 2, 1, 1, 1, 0]
         assert out.totals[0, 0].tolist() == [2, 2]

@@ -43,7 +43,7 @@ def brute(lik, role, group, story, thr, G, B, seed):
                 if np.isnan(v):
                     continue
                 for j, t in enumerate(thr):
-                    if np.float32(100) * v > t:  # float32 product, strict
+                    if round(100 * float(v), 4) > t:  # the percentage to 4 decimals, strict
                         above[b, group[i], r, j, role[i]] += w
     return above, totals
 
@@ -95,11 +95,18 @@ def test_matches_brute_force_with_bootstrap(seed):
     assert got.above.dtype == np.int64 and got.n_boot == 4
 
 
-def test_float32_boundary_is_the_contracts():
-    # float32(0.07) * float32(100) rounds to exactly 7.0: not above t = 7 (in float64 it would be).
-    lik = np.array([[0.07], [0.29]], np.float32)
-    c = S.sweep_counts(lik, np.array([1, 1]), np.array([0, 0]), np.arange(2), np.array([6, 7, 28, 29]), n_groups=1)
-    assert c.above[0, 0, 0, :, 1].tolist() == [2, 1, 1, int(np.float32(100) * np.float32(0.29) > 29)]
+def test_an_exact_percentage_is_not_above_its_own_threshold():
+    """Digest 5.5: a name counts at t when its likelihood is above t, strictly. Formed in float32, 100 * 0.6 is
+    60.0000024: names-dataset's three-decimal shares (811 names at exactly 60% MENA) and count ratios such as 27%
+    were counted above their own threshold, on every backend."""
+    exact = [0.07, 0.29, 0.6, 0.27, 0.15, 0.3, 0.54, 0.6]
+    lik = np.array([[v] for v in [*exact, 0.6001, 0.0]], np.float32)
+    thr = np.array([7, 29, 60, 27, 15, 30, 54, 59])
+    c = S.sweep_counts(lik, np.ones(len(lik), int), np.zeros(len(lik), int), np.arange(len(lik)), thr, n_groups=1)
+    # above t: the exact values strictly greater than t, plus 0.6001 wherever t <= 60
+    want = [sum(round(100 * v) > t for v in exact) + int(60.01 > t) for t in thr]
+    assert c.above[0, 0, 0, :, 1].tolist() == want
+    assert c.above[0, 0, 0, 2, 1] == 1  # at t = 60 only 0.6001, not the two 0.6
 
 
 def test_story_is_the_bootstrap_unit():
