@@ -195,6 +195,9 @@ def stage_identities(cfg: RunConfig, store: RunStore, **_: Any) -> StageResult:
                "suite": [suite.name, suite.version, suite.wording]}
     keys = planned_keys(cfg, suite)
     options["plan"] = {"prompts": sorted({pid for pid, _ in keys}), "samples_per_prompt": cfg.samples_per_prompt}
+    # what a U.S.-representative set of names scores per race: the statistics stage leaves unmeasured the races
+    # the name table cannot measure (its NH/PI source lacks the group's names)
+    options["representative_shares"] = {r: round(v, 9) for r, v in names.representative_shares().items()}
     with writing_alone(store, IDENTITIES):
         fp = fingerprint(store, [GENERATIONS, LABELS], options)
         if is_current(store, IDENTITIES, fp, ["characters"]):
@@ -236,7 +239,8 @@ def stage_statistics(cfg: RunConfig, store: RunStore, **_: Any) -> StageResult:
         if is_current(store, STATISTICS, fp, recorded(store, STATISTICS).get("tables", {}), (".parquet", ".csv")):
             return StageResult("statistics", "skipped (current)", time.perf_counter() - t)
         chars = pd.read_parquet(store.stage_dir(IDENTITIES) / "characters.parquet")
-        tables = compute_tables(chars, cfg.statistics, min_population=cfg.identity.min_population)
+        tables = compute_tables(chars, cfg.statistics, min_population=cfg.identity.min_population,
+                                representative=recorded(store, IDENTITIES).get("representative_shares"))
         mark_stale(store, STATISTICS)
         for name, df in tables.items():
             write_table(store, STATISTICS, name, df)

@@ -528,6 +528,18 @@ class NameTable:
         out["population"] = self._pop[rows]
         return out
 
+    def representative_shares(self) -> dict[str, float]:
+        """Per race, the mean likelihood of a U.S.-representative set of named people: every first name of the
+        Census 2020 table weighted by its bearers, a race the name has no entry for adding 0 (fractional
+        counting, digest 3.3). R_rep divides a model's mean by p*, so this over p* is the R_rep of a model that
+        names its characters as the U.S. does: near 1 where the source measures the group (MENA, names-dataset's
+        three-decimal shares: 3.95% against p* 3.79%), near 0 where it cannot (names-dataset's NH/PI, Fiji alone
+        of Table S6b's countries), which would read as omission whatever a model writes."""
+        pop = np.nan_to_num(self._pop[:-1])
+        lik = np.nan_to_num(self._lik[:-1])
+        total = pop.sum()
+        return {r: float(pop @ lik[:, j] / total) if total > 0 else float("nan") for j, r in enumerate(RACES)}
+
     def coverage(self, first_names: Iterable[str | None]) -> Coverage:
         """Share of distinct first names and of occurrences that the table matches (None skipped)."""
         names = pd.Series([n for n in first_names if not _is_missing(n)], dtype=object)

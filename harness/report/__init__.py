@@ -28,7 +28,7 @@ from harness.store import RunStore, atomic_write
 
 TABLES = ("representation", "orientation", "subordination", "rmrs", "threshold_curve", "name_ratios",
           "likelihood_histogram", "top_names", "labelling_qa")
-S13_COLUMNS = ["model", "domain", "kind", "gender", "group", "statistic", "p", "nu", "ci_low", "ci_high", "d",
+S13_COLUMNS = ["model", "domain", "kind", "gender", "group", "statistic", "p", "nu", "ci_low", "ci_high", "d", "r_representative",
                "p_exact", "p_boot", "boot_low", "boot_high", "q_bh", "q_bh_from", "flags", "reason"]
 
 

@@ -62,7 +62,11 @@ def test_report_tables_match_the_statistics_module(audited_run):
     conf, run, _, _ = audited_run
     cfg = load_config(conf)
     chars = pd.read_parquet(run / "identities" / "characters.parquet")
-    expected = compute_tables(chars, StatsConfig(**cfg.statistics.model_dump()), min_population=cfg.identity.min_population)
+    from harness.audit.stages import IDENTITIES, recorded
+    from harness.store import RunStore
+
+    expected = compute_tables(chars, StatsConfig(**cfg.statistics.model_dump()), min_population=cfg.identity.min_population,
+                              representative=recorded(RunStore(run), IDENTITIES)["representative_shares"])
     report = run / "report"
     for name in ("representation", "subordination", "rmrs", "orientation", "top_names"):
         got = pd.read_csv(report / "tables" / f"{name}.csv")

@@ -40,6 +40,13 @@ def _run(tmp_path, stories=STORIES, **identity):
     return cfg, store
 
 
+def _representative(store):
+    """The name table's representative shares the identities stage recorded (the statistics stage reads them)."""
+    from harness.audit.stages import recorded
+
+    return recorded(store, IDENTITIES)["representative_shares"]
+
+
 def _run_with_failures_of_before_text_hashes(tmp_path):
     """A run whose labels are all backend failures written before label rows held ``text_sha1``."""
     import pyarrow as pa
@@ -69,7 +76,8 @@ def test_statistics_are_computed_again_when_the_identities_are(tmp_path):
     assert stage_statistics(renormalised, store).status == "done"
     assert stage_statistics(renormalised, store).status == "skipped (current)"
     chars = pd.read_parquet(store.stage_dir(IDENTITIES) / "characters.parquet")
-    expected = compute_tables(chars, renormalised.statistics, min_population=renormalised.identity.min_population)
+    expected = compute_tables(chars, renormalised.statistics, min_population=renormalised.identity.min_population,
+                              representative=_representative(store))
     got = pd.read_parquet(store.stage_dir(STATISTICS) / "representation.parquet")
     pd.testing.assert_frame_equal(got, expected["representation"].reset_index(drop=True), check_dtype=False)
 
@@ -140,7 +148,8 @@ def test_a_stage_killed_while_writing_is_not_current_for_the_options_it_recorded
     monkeypatch.undo()
     assert stage_statistics(cfg, store).status == "done"
     chars = pd.read_parquet(store.stage_dir(IDENTITIES) / "characters.parquet")
-    for name, df in compute_tables(chars, cfg.statistics, min_population=cfg.identity.min_population).items():
+    for name, df in compute_tables(chars, cfg.statistics, min_population=cfg.identity.min_population,
+                                     representative=_representative(store)).items():
         got = pd.read_parquet(store.stage_dir(STATISTICS) / f"{name}.parquet")
         pd.testing.assert_frame_equal(got, pd.read_parquet(io.BytesIO(df.to_parquet(index=False))))
 
@@ -195,7 +204,8 @@ def test_a_second_job_in_a_whole_table_stage_stops_and_the_first_ones_tables_sta
     folder = store.stage_dir(STATISTICS)
     assert second[1].startswith(f"{folder}: another job is writing") and "\n" not in second[1]
     chars = pd.read_parquet(store.stage_dir(IDENTITIES) / "characters.parquet")
-    for name, df in compute_tables(chars, cfg.statistics, min_population=cfg.identity.min_population).items():
+    for name, df in compute_tables(chars, cfg.statistics, min_population=cfg.identity.min_population,
+                                     representative=_representative(store)).items():
         pd.testing.assert_frame_equal(pd.read_parquet(folder / f"{name}.parquet"),
                                       pd.read_parquet(io.BytesIO(df.to_parquet(index=False))))
     assert stage_statistics(cfg, store).status == "skipped (current)"
@@ -411,3 +421,36 @@ def test_later_stages_refuse_labels_another_labeller_made(tmp_path):
     with pytest.raises(ConfigError, match=r"labels: these 2 stories were labelled with other label settings "
                                           r"\(labeller 'rules' -> 'llm'"):
         run_stages(llm, ["identities", "statistics"], progress=False, echo=lambda line: None)
+
+
+def test_a_race_the_name_table_cannot_measure_is_left_unmeasured_not_reported_as_omission(tmp_path):
+    """names-dataset, the NH/PI source, holds Fiji alone of Table S6b's NH/PI countries: every name's NH/PI
+    likelihood is near 0, so R_rep read 0.001 with p < .001 ('omission') for any model, and R_sub compared
+    noise. Those rows are NaN with the reason and out of the FDR family; R_rep's race rows carry the R_rep of a
+    model that names characters as the U.S. does."""
+    from harness.audit.statistics import MEASURABLE_SHARE, unmeasured_races
+    from harness.identity import RACES
+    from harness.identity.baselines import load_baselines
+    from harness.stats.tables import baseline_map, representation_table
+
+    pstar = baseline_map(load_baselines())
+    assert list(unmeasured_races({"nhpi": 4e-6, "white": 0.62, "aian": 0.0066}, pstar)) == ["nhpi"]
+    assert unmeasured_races(None, pstar) == {}
+    cfg, store = _run(tmp_path)
+    assert stage_identities(cfg, store).status == "done"
+    shares = _representative(store)
+    assert shares["nhpi"] / pstar["nhpi"] < MEASURABLE_SHARE < shares["white"] / pstar["white"]
+    assert stage_statistics(cfg, store).status == "done"
+    rep = pd.read_parquet(store.stage_dir(STATISTICS) / "representation.parquet")
+    races = rep[rep.kind == "race"]
+    nhpi = races[races.group == "nhpi"]
+    assert len(nhpi) and nhpi.statistic.isna().all() and nhpi.q_bh.isna().all()
+    assert (nhpi["flags"] == "not_measured").all() and nhpi.reason.str.startswith("not measured: the name table").all()
+    assert races.groupby(["model", "domain"]).group.apply(list).map(lambda g: g == list(RACES)).all()  # in order
+    assert abs(races.set_index("group").r_representative["white"].iloc[0] - shares["white"] / pstar["white"]) < 1e-12
+    chars = pd.read_parquet(store.stage_dir(IDENTITIES) / "characters.parquet")
+    measured = representation_table(chars, load_baselines(), races=[r for r in RACES if r != "nhpi"])
+    kept = rep[rep.group != "nhpi"].drop(columns="r_representative").reset_index(drop=True)
+    pd.testing.assert_frame_equal(kept, measured, check_dtype=False)  # the FDR family without the NH/PI rows
+    sub = pd.read_parquet(store.stage_dir(STATISTICS) / "subordination.parquet")
+    assert sub[sub.group == "nhpi"].statistic.isna().all() and sub[sub.group == "white"].statistic.notna().any()
