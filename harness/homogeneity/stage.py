@@ -184,7 +184,10 @@ def _sufficient_stats(x: np.ndarray, cell: np.ndarray, n_cells: int, backend: st
 def cell_table(texts: pd.DataFrame, x: np.ndarray, *, backend: str = "auto", cell_order: Sequence[tuple] | None = None):
     """Per-cell sufficient statistics of the included texts (rows of ``x`` align with ``texts``).
 
-    Returns (cells DataFrame, cell index of each text, GroupStats).
+    Returns (cells DataFrame of the cells with a pair, each text's row in it (-1: its cell has no pair, a prompt
+    with one usable text), GroupStats of every cell with a text). The rows were renumbered after the cells
+    without a pair were dropped and the texts' were not: every text after such a cell was read as the next
+    cell's, in the text bootstrap, the permutations and the extreme pairs.
     """
     keys = list(zip(*(texts[k] for k in FACTORS)))
     present = set(keys)
@@ -201,7 +204,10 @@ def cell_table(texts: pd.DataFrame, x: np.ndarray, *, backend: str = "auto", cel
     with np.errstate(invalid="ignore", divide="ignore"):
         cells["mean_raw"] = gs.sum / gs.n_pairs
         cells["sd_raw"] = np.sqrt(np.maximum(gs.sumsq - gs.n_pairs * cells["mean_raw"] ** 2, 0) / (gs.n_pairs - 1))
-    return cells[cells["n_pairs"] > 0].reset_index(drop=True), cell, gs
+    paired = cells["n_pairs"].to_numpy() > 0
+    row = np.full(len(order), -1, dtype=np.int64)
+    row[paired] = np.arange(int(paired.sum()))
+    return cells[paired].reset_index(drop=True), row[cell] if len(cell) else cell, gs
 
 
 def group_table(cells: pd.DataFrame, st) -> pd.DataFrame:
@@ -285,6 +291,8 @@ def analyse_embeddings(x: np.ndarray, texts: pd.DataFrame, out_dir: Path | str, 
     secs: dict[str, float] = {}
     t = time.perf_counter()
     cells, cell, _ = cell_table(texts, x, backend=backend, cell_order=cell_order)
+    paired = cell >= 0  # a text alone in its cell has no pair: no part of any text-level table
+    x, cell, texts = x[paired], cell[paired], texts[paired].reset_index(drop=True)
     secs["sufficient_stats"] = time.perf_counter() - t
     if len(cells) < 2:
         raise DataError(f"{out}: fewer than two prompts with two usable texts; nothing to compare")

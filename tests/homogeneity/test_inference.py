@@ -128,3 +128,28 @@ def test_cell_mean_models_match_statsmodels(fitted):
         ref = sm.MixedLM(y, d.X, groups=cells["format"].to_numpy()).fit(reml=True, method=["nm", "bfgs"], maxiter=5000)
     np.testing.assert_allclose(cm["estimate"], ref.fe_params, atol=1e-6)
     np.testing.assert_allclose(cm["se"], ref.bse_fe, rtol=5e-3)
+
+
+def test_a_prompt_with_one_usable_text_shifts_no_other_texts_cell(tmp_path):
+    """cell_table dropped the cells without a pair and renumbered the table, not the texts: every text after a
+    prompt with one usable text was read as the next cell's, in the text bootstrap, the permutations and the
+    extreme pairs (139 of 139 texts of a corpus of six prompts a cell on)."""
+    from harness.homogeneity.stage import FACTORS, analyse_embeddings
+
+    x, texts = synthetic_corpus(6, n_formats=3, seed=1)
+    first = texts.prompt_id.iloc[0]
+    alone = texts.index[texts.prompt_id == first][1:]
+    keep = ~texts.index.isin(alone)
+    x1, t1 = x[keep], texts[keep].reset_index(drop=True)
+    cells, cell, _ = cell_table(t1, x1, backend="numpy")
+    assert (cell[t1.prompt_id == first] == -1).all()
+    has = cell >= 0
+    got = cells.loc[cell[has], list(FACTORS)].to_numpy()
+    np.testing.assert_array_equal(got, t1.loc[has, list(FACTORS)].to_numpy())
+    # the analysis equals the one of the corpus without that text, in every table
+    without = t1.prompt_id != first
+    kw = dict(n_boot=30, n_perm=20, backend="numpy", seed=3)
+    analyse_embeddings(x1, t1, tmp_path / "one", **kw)
+    analyse_embeddings(x1[without.to_numpy()], t1[without].reset_index(drop=True), tmp_path / "none", **kw)
+    for name in ("text_coefficients.csv", "permutation.csv", "extreme_pairs.csv"):
+        pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "one" / name), pd.read_csv(tmp_path / "none" / name))
