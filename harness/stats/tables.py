@@ -296,7 +296,9 @@ def _representation_cell(cell, st, lab, pstar, d_method, n_boot, seed, alpha, ra
             res = representation_ratio(np.nan, n, pstar.get(r), kind="race")
             res = _replace(res, reason=f"no named character has a {r} likelihood entry (all NaN)")
         else:
-            sd = float(np.std(filled[:, j], ddof=1)) if n > 1 else None
+            # d's SD is that of the likelihoods (digest 5.3), undefined for one character: d NaN, not
+            # the sqrt(p (1 - p)) of an indicator that representation_ratio falls back to without sd
+            sd = float(np.std(filled[:, j], ddof=1)) if n > 1 else float("nan")
             res = representation_ratio(x, n, pstar.get(r), kind="race", sd=sd, d_method=d_method)
             if res.ok and (filled[:, j] > RACIALIZED).sum() < 5:
                 res = _replace(res, flags=(*res.flags, "lt5_racialized"))
