@@ -6,7 +6,7 @@ Tables (each a tidy DataFrame, written as Parquet and CSV under ``<run>/statisti
   ``harness.stats.tables`` (paper columns, plus bootstrap/exact/FDR columns in principled mode);
 * ``threshold_curve``: R_t per threshold (Fig. 3b input);
 * ``name_ratios``: per-name subordination ratio with the name's likelihoods (Fig. 3a);
-* ``likelihood_histogram``: named characters per 2-point likelihood bin and race (Fig. 1c-d);
+* ``likelihood_histogram``: named characters per 2-point likelihood bin (t, t + 2] and race (Fig. 1c-d);
 * ``top_names``: names above 60% likelihood per race with Base/Dom/Sub counts (Tables S10/S11),
   likelihoods withheld below the privacy floor;
 * ``labelling_qa``: per model x domain x role, the shares of Unspecified/Unsure genders, of named
@@ -25,6 +25,9 @@ from harness.stats import tables as T
 from harness.stats.rmrs import name_ratio
 
 TOP_NAME_THRESHOLD = 0.60
+#: Decimals of the percent likelihoods binned by ``likelihood_histogram`` (name tables give at
+#: most 2; 9 absorbs the float error of 100 * likelihood).
+PERCENT_ROUND = 9
 
 
 def name_ratios(chars: pd.DataFrame) -> pd.DataFrame:
@@ -47,14 +50,20 @@ def name_ratios(chars: pd.DataFrame) -> pd.DataFrame:
 
 
 def likelihood_histogram(chars: pd.DataFrame, width: int = 2) -> pd.DataFrame:
-    """Named characters per (t, t + width] likelihood bin (percent), per model and race."""
+    """Named characters per (t, t + width] likelihood bin (percent), per model and race.
+
+    Bins are closed on the right as in the authors' code (digest 5.5): a likelihood of exactly
+    2% counts in (0, 2], and 0% in no bin. Percentages are rounded to ``PERCENT_ROUND``
+    decimals first, so that 100 * 0.14 = 14.000000000000002 stays in (12, 14].
+    """
     named = chars[chars.first_name.notna()]
     edges = np.arange(0, 100 + width, width)
     rows = []
     for model, g in named.groupby("model"):
         for race in RACES:
-            pct = 100 * g[race].dropna().to_numpy()
-            counts, _ = np.histogram(pct, bins=edges)
+            pct = np.round(100 * g[race].dropna().to_numpy(), PERCENT_ROUND)
+            k = np.digitize(pct, edges, right=True) - 1  # edges[k] < pct <= edges[k + 1]
+            counts = np.bincount(k[k >= 0], minlength=edges.size - 1)
             rows.append(pd.DataFrame({"model": model, "group": race, "bin_low": edges[:-1], "bin_high": edges[1:], "count": counts}))
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=["model", "group", "bin_low", "bin_high", "count"])
 

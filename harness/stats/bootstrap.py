@@ -6,6 +6,11 @@ story by a Poisson(1) draw (the "Poisson bootstrap", Hanley & MacGibbon 2006; Ch
 2012), the same hashed weights as the R_mrs sweep (``harness.stats.sweep.story_weights``), so
 replicate b of every statistic of a run uses the same resample of stories and results are
 reproducible from (seed, replicate, story) alone.
+
+A bootstrap needs stories that differ. ``boot_summary`` withholds the interval and p (NaN,
+flag ``boot_no_variation``) where the replicates carry no sampling variation: when every story
+of a cell contributes the same (``stories_differ``; one story included) or when the finite
+replicates are all equal.
 """
 
 from __future__ import annotations
@@ -16,7 +21,10 @@ import numpy as np
 
 from .sweep import story_weights
 
-__all__ = ["bootstrap_p", "cluster_sums", "percentile_interval"]
+__all__ = ["NO_VARIATION", "boot_summary", "bootstrap_p", "cluster_sums", "percentile_interval", "stories_differ"]
+
+#: Flag of a cell whose bootstrap replicates carry no sampling variation (``boot_summary``).
+NO_VARIATION = "boot_no_variation"
 
 
 def cluster_sums(values: np.ndarray, story: np.ndarray, *, n_boot: int, seed: int = 0,
@@ -32,20 +40,81 @@ def cluster_sums(values: np.ndarray, story: np.ndarray, *, n_boot: int, seed: in
     Returns:
         (B + 1, k) float array; row 0 holds the plain sums.
     """
-    values = np.asarray(values, dtype=float)
-    if values.ndim == 1:
-        values = values[:, None]
-    story = np.asarray(story, dtype=np.int64)
-    ustory, inv = np.unique(story, return_inverse=True)
-    per_story = np.zeros((ustory.size, values.shape[1]))
-    np.add.at(per_story, inv.reshape(-1), values)
-    out = np.empty((n_boot + 1, values.shape[1]))
+    ustory, per_story = _story_sums(values, story)
+    out = np.empty((n_boot + 1, per_story.shape[1]))
     out[0] = per_story.sum(axis=0)
     step = max(1, chunk_elems // max(ustory.size, 1))
     for b0 in range(1, n_boot + 1, step):
         reps = np.arange(b0, min(n_boot + 1, b0 + step))
         out[b0 : b0 + reps.size] = story_weights(seed, reps, ustory) @ per_story
     return out
+
+
+def _story_sums(values, story) -> tuple[np.ndarray, np.ndarray]:
+    """(unique stories, (U, k) per-story column sums of ``values``)."""
+    values = np.asarray(values, dtype=float)
+    if values.ndim == 1:
+        values = values[:, None]
+    ustory, inv = np.unique(np.asarray(story, dtype=np.int64), return_inverse=True)
+    per_story = np.zeros((ustory.size, values.shape[1]))
+    np.add.at(per_story, inv.reshape(-1), values)
+    return ustory, per_story
+
+
+def stories_differ(values, story) -> bool:
+    """True when at least two stories contribute differently: their per-story sums of
+    ``values`` (the columns one statistic reads) differ in some column.
+
+    False for one story, and for stories that all contribute the same (``boot_summary`` says
+    why neither gives a bootstrap).
+
+    >>> stories_differ([[1, 0.9], [1, 0.8]], [0, 0]), stories_differ([[1, 0.9], [1, 0.9]], [0, 1])
+    (False, False)
+    >>> stories_differ([[1, 0.9], [1, 0.8]], [0, 1])
+    True
+    """
+    _, per_story = _story_sums(values, story)
+    if per_story.shape[0] < 2:
+        return False
+    return bool(~np.isclose(per_story, per_story[0], rtol=1e-12, atol=1e-12).all())
+
+
+def boot_summary(replicates: np.ndarray, alpha: float = 0.05, *, stories_vary: bool = True,
+                 min_finite: int = 20) -> tuple[float, float, float, tuple[str, ...]]:
+    """Percentile interval and bootstrap p of ratio = 1 of one cell, or NaN where the
+    replicates carry no sampling variation.
+
+    Returns ``(boot_low, boot_high, p_boot, flags)``; ``flags`` is ``(NO_VARIATION,)`` when the
+    three numbers are withheld, else empty.
+
+    The story bootstrap estimates how the statistic varies between samples of stories from
+    how it varies between the stories at hand, and has nothing to go on in two cases:
+
+      * every story contributes the same (``stories_vary`` False, from ``stories_differ``;
+        one story is the extreme case): a multinomial resample of k equal stories is the data
+        again, every time. The Poisson scheme's replicates then differ only by their random
+        total size, which a ratio cancels and the smoothing of zero counts in R_sub and R_mrs
+        does not, so such replicates can spread without any sampling variation behind them;
+      * the finite replicates are all equal (a point mass: one story, equal stories, or a zero
+        count, which every resample reproduces). The interval then has zero width, and p_boot
+        is 2 / (B + 1) for any estimate other than 1, a number set by B and not by the data.
+
+    Like the SD of one value, the between-story spread is undefined here, not 0, and no count
+    of stories is a threshold: two stories that differ already give a spread. The tables'
+    ``q_bh`` then takes the next p of its order of preference (``p_exact`` or ``p_normal``).
+
+    >>> boot_summary(np.full(100, 1.443))
+    (nan, nan, nan, ('boot_no_variation',))
+    >>> lo, hi, p, flags = boot_summary(np.linspace(0.5, 1.5, 101))
+    >>> round(lo, 3), round(hi, 3), p, flags
+    (0.525, 1.475, 1.0, ())
+    """
+    r = np.asarray(replicates, dtype=float)
+    fin = r[np.isfinite(r)]
+    if not stories_vary or (fin.size and np.isclose(fin, fin[0], rtol=1e-12, atol=0).all()):
+        return float("nan"), float("nan"), float("nan"), (NO_VARIATION,)
+    lo, hi = percentile_interval(r, alpha, min_finite=min_finite)
+    return float(lo), float(hi), float(bootstrap_p(r, 1.0, min_finite=min_finite)), ()
 
 
 def percentile_interval(replicates: np.ndarray, alpha: float = 0.05, axis: int = 0,

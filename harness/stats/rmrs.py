@@ -22,7 +22,9 @@ median and flags the cell ``median_between_thresholds``.
 Principled additions: a story-level bootstrap percentile interval of the median (replicates of
 ``SweepCounts``) and the percentile-bootstrap p of R_mrs = 1 from the same replicates
 (``harness.stats.bootstrap.bootstrap_p``), Fisher's exact p at the median threshold, flags ``smoothed`` (the median
-threshold needed add-one smoothing) and ``lt5_racialized`` (fewer than 5 names above it).
+threshold needed add-one smoothing) and ``lt5_racialized`` (fewer than 5 names above it). The
+bootstrap columns are NaN, flag ``boot_no_variation``, where the cell's stories all contribute the
+same or the replicates do not vary (``harness.stats.bootstrap.boot_summary``).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .bootstrap import bootstrap_p, percentile_interval
+from .bootstrap import boot_summary
 from .intervals import Z95, fisher_exact_p, p_from_interval
 from .results import RmrsResult
 
@@ -106,6 +108,7 @@ def rmrs_from_counts(
     boot_b: np.ndarray | None = None,
     boot_n_sub: np.ndarray | None = None,
     boot_n_dom: np.ndarray | None = None,
+    stories_vary: bool = True,
     z: float = Z95,
     alpha: float = 0.05,
 ) -> RmrsResult:
@@ -117,6 +120,8 @@ def rmrs_from_counts(
         thresholds: (T,) thresholds (default 1..T).
         boot_a, boot_b: optional (B, T) bootstrap replicates of a and b; boot_n_sub,
             boot_n_dom: (B,) replicate totals. Gives ``boot_low``/``boot_high`` and ``p_boot``.
+        stories_vary: False when every story of the cell contributes the same (one story
+            included): the bootstrap columns are then NaN, flag ``boot_no_variation``.
         z, alpha: critical value of the Katz interval (1.96 in the paper) and bootstrap level.
 
     Returns:
@@ -155,8 +160,8 @@ def rmrs_from_counts(
     if boot_a is not None:
         br, _ = threshold_ratios(boot_a, boot_b, np.asarray(boot_n_sub)[:, None], np.asarray(boot_n_dom)[:, None])
         reps = median_ratio(br, axis=1)
-        lo, hi = percentile_interval(reps, alpha)
-        boot_low, boot_high, p_boot = float(lo), float(hi), float(bootstrap_p(reps, 1.0))
+        boot_low, boot_high, p_boot, boot_flags = boot_summary(reps, alpha, stories_vary=stories_vary)
+        flags += boot_flags
     return RmrsResult(
         estimate=med, ci_low=low, ci_high=high, p=float(p_ab), p_normal=float(p_norm),
         p_exact=fisher_exact_p(a[j], n_sub, b[j], n_dom), p_boot=p_boot, boot_low=boot_low, boot_high=boot_high,

@@ -14,6 +14,10 @@ with no exact test), else ``p_normal``; R_mrs, ``p_boot`` (it tests the median o
 itself, with the threshold choice and the story clustering inside the resampling, where
 Fisher's p tests only the median threshold's 2x2 table), else ``p_exact``. Benjamini &
 Hochberg (1995) need only valid p-values per cell, so mixing tests in one family is sound.
+Where the cell's stories all contribute the same (one story, say) or its replicates do not vary,
+the bootstrap has no sampling variation to show: ``boot_low``, ``boot_high`` and ``p_boot`` are
+NaN with the flag ``boot_no_variation`` (``harness.stats.bootstrap.boot_summary``), and ``q_bh``
+takes the next p of the order.
 
 The table is the full grid its shape dictates: every model (present in the input, or
 ``models=``) x domain (present in the input, or ``domains=``) x gender x group, whether or not
@@ -45,7 +49,7 @@ import pandas as pd
 from harness.errors import DataError
 from harness.identity import RACE_DISPLAY, RACES
 
-from .bootstrap import bootstrap_p, cluster_sums, percentile_interval
+from .bootstrap import boot_summary, cluster_sums, stories_differ
 from .fdr import bh_adjust
 from .representation import representation_ratio
 from .rmrs import median_ratio, rmrs_from_counts, threshold_ratios
@@ -275,7 +279,7 @@ def _representation_cell(cell, st, lab, pstar, d_method, n_boot, seed, alpha, ra
         if ind[:, 0].sum() == 0:
             res = _replace(res, reason="empty group: no character labelled Female, Male or Non-binary in this "
                                        "model x domain")
-        res = _with_boot(res, boot, j, 0, pstar.get(g), alpha)
+        res = _with_boot(res, boot, j, 0, pstar.get(g), alpha, ind[:, [0, j]], st)
         rows.append(_row(res, **lab, kind="gender", group=g))
     # race rows
     m = _matched(cell).to_numpy()
@@ -292,11 +296,13 @@ def _representation_cell(cell, st, lab, pstar, d_method, n_boot, seed, alpha, ra
             res = representation_ratio(np.nan, n, pstar.get(r), kind="race")
             res = _replace(res, reason=f"no named character has a {r} likelihood entry (all NaN)")
         else:
-            sd = float(np.std(filled[:, j], ddof=1)) if n > 1 else None
+            # d's SD is that of the likelihoods (digest 5.3), undefined for one character: d NaN, not
+            # the sqrt(p (1 - p)) of an indicator that representation_ratio falls back to without sd
+            sd = float(np.std(filled[:, j], ddof=1)) if n > 1 else float("nan")
             res = representation_ratio(x, n, pstar.get(r), kind="race", sd=sd, d_method=d_method)
             if res.ok and (filled[:, j] > RACIALIZED).sum() < 5:
                 res = _replace(res, flags=(*res.flags, "lt5_racialized"))
-        res = _with_boot(res, boot, j + 1, 0, pstar.get(r), alpha)
+        res = _with_boot(res, boot, j + 1, 0, pstar.get(r), alpha, vals[:, [0, j + 1]], st[m])
         rows.append(_row(res, **lab, kind="race", group=r, group_display=RACE_DISPLAY.get(r, r)))
     return rows
 
@@ -307,13 +313,15 @@ def _replace(res, **kw):
     return replace(res, **kw)
 
 
-def _with_boot(res, boot, jx, jn, p_star, alpha):
+def _with_boot(res, boot, jx, jn, p_star, alpha, vals, st):
+    """Bootstrap columns of an R_rep cell from the sums ``boot``; ``vals`` and ``st``, the
+    columns the ratio reads and their stories, tell whether the stories differ at all."""
     if boot is None or not res.ok or p_star is None:
         return res
     with np.errstate(invalid="ignore", divide="ignore"):
         reps = boot[1:, jx] / boot[1:, jn] / p_star
-    lo, hi = percentile_interval(reps, alpha)
-    return _replace(res, boot_low=float(lo), boot_high=float(hi), p_boot=float(bootstrap_p(reps, 1.0)))
+    lo, hi, p, flags = boot_summary(reps, alpha, stories_vary=stories_differ(vals, st))
+    return _replace(res, boot_low=lo, boot_high=hi, p_boot=p, flags=(*res.flags, *flags))
 
 
 # ----------------------------------------------------------------------------- pairs
@@ -368,16 +376,15 @@ def orientation_table(
         ps = pd.Series([_pair(a, b) for a, b in zip(first["subject"][one_each], first["object"][one_each])],
                        index=first.index[one_each], dtype=object).dropna()
         ind = np.column_stack([(ps == k).to_numpy() for k in PAIRS]).astype(float) if len(ps) else np.zeros((0, 6))
-        boot = None
+        boot, vals = None, np.column_stack([np.ones(len(ps)), ind])
         if n_boot and len(ps):
-            vals = np.column_stack([np.ones(len(ps)), ind])
             boot = cluster_sums(vals, np.arange(len(ps)), n_boot=n_boot, seed=seed)
         for j, k in enumerate(PAIRS):
             res = representation_ratio(ind[:, j].sum(), float(len(ps)), pstar.get(k), kind="pair")
             if not len(ps):
                 res = _replace(res, reason="empty group: no romantic story with one subject and one object "
                                            "labelled Female, Male or Non-binary")
-            res = _with_boot(res, boot, j + 1, 0, pstar.get(k), alpha)
+            res = _with_boot(res, boot, j + 1, 0, pstar.get(k), alpha, vals[:, [0, j + 1]], np.arange(len(ps)))
             rows.append(_row(res, model=model, domain="Love", kind="pair", group=k))
     return _finish(rows, issues, ["model", "domain", "kind", "group"], alpha)
 
@@ -465,9 +472,9 @@ def subordination_table(
                         res = _replace(res, flags=(*res.flags, "lt5_racialized"))
                     if n_boot:
                         reps = _sub_reps(sums[1:, 2 + 2 * j], sums[1:, 0], sums[1:, 3 + 2 * j], sums[1:, 1], mode)
-                        lo, hi = percentile_interval(reps, alpha)
-                        res = _replace(res, boot_low=float(lo), boot_high=float(hi),
-                                       p_boot=float(bootstrap_p(reps, 1.0)))
+                        vary = stories_differ(vals[:, [0, 1, 2 + 2 * j, 3 + 2 * j]], st)
+                        lo, hi, p, flags = boot_summary(reps, alpha, stories_vary=vary)
+                        res = _replace(res, boot_low=lo, boot_high=hi, p_boot=p, flags=(*res.flags, *flags))
                 rows.append(_row(res, **lab))
     return _finish(rows, issues, ["model", "domain", "gender", "group"], alpha)
 
@@ -546,13 +553,31 @@ def rmrs_table(
                     continue
                 kw = {}
                 if n_boot:
+                    mine = group == gi
                     kw = dict(boot_a=above[1:, gi, j, :, 1], boot_b=above[1:, gi, j, :, 0],
-                              boot_n_sub=totals[1:, gi, 1], boot_n_dom=totals[1:, gi, 0])
+                              boot_n_sub=totals[1:, gi, 1], boot_n_dom=totals[1:, gi, 0],
+                              stories_vary=_characters_differ(lik[mine, j], role[mine], story[mine]))
                 res = rmrs_from_counts(above[0, gi, j, :, 1], above[0, gi, j, :, 0], totals[0, gi, 1],
                                        totals[0, gi, 0], thr, alpha=alpha, **kw)
                 rows.append(_row(res, model=model, domain=domain, gender=g, group=r,
                                  group_display=RACE_DISPLAY.get(r, r)))
     return _finish(rows, issues, ["model", "domain", "gender", "group"], alpha, Q_BH_SOURCES_RMRS)
+
+
+def _characters_differ(lik, role, story) -> bool:
+    """True when two stories hold different characters (the multisets of role and likelihood
+    differ). A story's R_mrs counts are a function of these, so stories alike contribute alike
+    (``harness.stats.bootstrap.boot_summary`` says why their bootstrap is withheld)."""
+    key = np.where(np.isnan(lik), -1.0, lik)
+    order = np.lexsort((key, role, story))
+    st, rl, key = story[order], role[order], key[order]
+    _, size = np.unique(st, return_counts=True)
+    if size.size < 2:
+        return False
+    if (size != size[0]).any():
+        return True
+    k = int(size[0])
+    return bool((rl.reshape(-1, k) != rl[:k]).any() or (key.reshape(-1, k) != key[:k]).any())
 
 
 def threshold_curve(

@@ -142,8 +142,10 @@ def test_representation_race_rows_get_p_boot_from_the_story_replicates(character
     tab = T.representation_table(characters, BASELINES, n_boot=199, seed=3)
     race = tab[tab.kind == "race"]
     ok = race.statistic.notna()
-    assert race.p_exact.isna().all() and race.p_boot[ok].notna().all()
-    assert (race.q_bh_from[ok] == "p_boot").all()
+    # every named character of the fixture has likelihood 0.01 for aian, nhpi and black: no spread
+    flat = race["flags"].str.contains("boot_no_variation")
+    assert race.p_exact.isna().all() and race.p_boot[ok & ~flat].notna().all() and (ok & ~flat).sum() > 10
+    assert (race.q_bh_from[ok & ~flat] == "p_boot").all() and (race.q_bh_from[ok & flat] == "p_normal").all()
     # by hand for m1 Learning white: the same story index and replicates as the table
     df = characters[characters.condition == "neutral"]
     story = pd.factorize(df.story_id.astype(str))[0]
@@ -164,7 +166,7 @@ def test_representation_race_rows_get_p_boot_from_the_story_replicates(character
 
 def test_subordination_and_rmrs_tables_use_p_boot(characters):
     sub = T.subordination_table(characters, mode="principled", n_boot=150, seed=1)
-    ok = sub.statistic.notna()
+    ok = sub.statistic.notna() & ~sub["flags"].str.contains("boot_no_variation")
     assert sub.p_boot[ok].notna().mean() > 0.9 and sub.p_boot.between(0, 1).sum() == sub.p_boot.notna().sum()
     frac = ok & sub.p_exact.isna() & sub.p_boot.notna()
     assert frac.any() and (sub.q_bh_from[frac] == "p_boot").all()
@@ -184,3 +186,52 @@ def test_q_bh_skips_nan_rows(characters, n_boot):
     tab = T.subordination_table(chars, n_boot=n_boot)
     nan_rows = tab.statistic.isna() & tab.p_exact.isna() & tab.p_boot.isna() & tab.p_normal.isna()
     assert nan_rows.any() and tab.q_bh[nan_rows].isna().all() and tab.q_bh_from[nan_rows].isna().all()
+
+
+def _story_chars(rows, condition):
+    """Characters of the given (story, role, power role, gender, white, latine) tuples; other
+    races 0."""
+    out = []
+    for sid, role, power, gender, white, latine in rows:
+        lik = dict.fromkeys(RACES, 0.0) | {"white": white, "latine": latine}
+        out.append(dict(story_id=sid, model="m", domain="Love", condition=condition, love_type="romantic",
+                        role=role, power_role=power, gender=gender, first_name=f"{sid}{role}", **lik))
+    return pd.DataFrame(out)
+
+
+def test_stories_that_do_not_differ_give_no_bootstrap():
+    """One story, or stories all alike, carry no sampling variation for a story bootstrap.
+
+    Before, a one-story cell's Poisson replicates all equalled the estimate (both sums scale
+    by the story's weight), so the interval had zero width and p_boot was 2 / (B + 1) (.0032
+    for B = 1000 with a White R_rep of 1.443 whose Wilson p is .17), and q_bh took that p: a
+    "significant" cell from one story. Three equal power-laden stories fared no better: the
+    smoothing of a zero count does not cancel the replicates' random total size, which spread
+    R_sub to [1.6, 5.2] and R_mrs to [2, 8], p_boot .002, from no variation at all.
+    """
+    one = _story_chars([("s1", "subject", "baseline", "Female", 0.9, 0.1),
+                        ("s1", "object", "baseline", "Male", 0.8, 0.2)], "neutral")
+    rep = T.representation_table(one, BASELINES, n_boot=1000)
+    white = rep[rep.group == "white"].iloc[0]
+    assert math.isclose(white.statistic, (0.9 + 0.8) / 2 / BASELINES["white"])  # 1.443
+    assert np.isnan([white.boot_low, white.boot_high, white.p_boot]).all()
+    ok = rep.statistic.notna()
+    assert rep["flags"][ok].str.contains("boot_no_variation").all() and rep.p_boot.isna().all()
+    # q_bh falls back to the analytic p: exact for the gender rows, normal for the race rows
+    assert (rep.q_bh_from[ok & (rep.kind == "race")] == "p_normal").all()
+    np.testing.assert_allclose(rep.q_bh, bh_adjust(rep.p_exact.fillna(rep.p_normal))[0])
+    # a second story that differs gives the bootstrap back
+    two = pd.concat([one, _story_chars([("s2", "subject", "baseline", "Female", 0.5, 0.5),
+                                        ("s2", "object", "baseline", "Male", 0.4, 0.6)], "neutral")])
+    white = T.representation_table(two, BASELINES, n_boot=1000).query("group == 'white'").iloc[0]
+    assert white.boot_low < white.statistic < white.boot_high and 0 < white.p_boot <= 1
+    assert "boot_no_variation" not in white["flags"]
+
+    alike = _story_chars([(s, role, power, "Female", w, lat) for s in ("s1", "s2", "s3") for role, power, w, lat in
+                          (("subject", "dominant", 0.9, 0.0), ("object", "subordinate", 0.6, 0.3))], "laden")
+    sub = T.subordination_table(alike, mode="principled", n_boot=1000).query("gender == 'Female'")
+    rm = T.rmrs_table(alike, n_boot=1000).query("gender == 'Female'")
+    for tab in (sub, rm):
+        lat = tab[tab.group == "latine"].iloc[0]
+        assert lat.statistic > 1 and np.isnan([lat.boot_low, lat.boot_high, lat.p_boot]).all()
+        assert "boot_no_variation" in lat["flags"] and lat.q_bh_from != "p_boot"

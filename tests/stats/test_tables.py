@@ -274,3 +274,20 @@ def test_explicit_grid_adds_absent_models_and_domains(characters):
     assert len(T.representation_table(one, BASELINES)) == 2 * 2 * (3 + len(RACES))
     # rows outside an explicit grid leave the table
     assert set(T.rmrs_table(characters, models=["m1"]).model) == {"m1"}
+
+
+def test_race_d_of_one_character_is_nan():
+    """Race d divides by the SD of the likelihoods (digest 5.3), which one character does not
+    have. The table passed no SD for a one-character cell, and d fell back to sqrt(p (1 - p)),
+    the SD of a yes/no indicator: White 0.9 gave d = (0.9 - 0.589) / 0.3 = 1.037."""
+    lik = dict.fromkeys(RACES, 0.0) | {"white": 0.9, "black": 0.1}
+    one = pd.DataFrame([dict(story_id="s1", model="m", domain="Learning", condition="neutral", love_type=None,
+                             role="subject", power_role="baseline", gender="Female", first_name="A", **lik)])
+    with pytest.raises(statistics.StatisticsError):  # the reference: no sample SD of one value
+        statistics.stdev([0.9])
+    race = T.representation_table(one, BASELINES).query("kind == 'race'").set_index("group")
+    assert race.statistic.notna().all() and race.d.isna().all()
+    # two characters: the sample SD of their likelihoods, as before
+    two = pd.concat([one, one.assign(first_name="B", white=0.5, black=0.5)])
+    white = T.representation_table(two, BASELINES).query("group == 'white'").iloc[0]
+    assert np.isclose(white.d, (0.7 - BASELINES["white"]) / statistics.stdev([0.9, 0.5]))
