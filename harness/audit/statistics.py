@@ -23,11 +23,9 @@ from harness.identity import RACE_DISPLAY, RACES
 from harness.identity.baselines import load_baselines
 from harness.stats import tables as T
 from harness.stats.rmrs import name_ratio
+from harness.stats.sweep import PERCENT_DECIMALS
 
 TOP_NAME_THRESHOLD = 0.60
-#: Decimals of the percent likelihoods binned by ``likelihood_histogram`` (name tables give at
-#: most 2; 9 absorbs the float error of 100 * likelihood).
-PERCENT_ROUND = 9
 
 
 def name_ratios(chars: pd.DataFrame) -> pd.DataFrame:
@@ -53,15 +51,15 @@ def likelihood_histogram(chars: pd.DataFrame, width: int = 2) -> pd.DataFrame:
     """Named characters per (t, t + width] likelihood bin (percent), per model and race.
 
     Bins are closed on the right as in the authors' code (digest 5.5): a likelihood of exactly
-    2% counts in (0, 2], and 0% in no bin. Percentages are rounded to ``PERCENT_ROUND``
-    decimals first, so that 100 * 0.14 = 14.000000000000002 stays in (12, 14].
+    2% counts in (0, 2], and 0% in no bin. Percentages are read to ``PERCENT_DECIMALS`` decimals
+    first, as the R_mrs sweep reads them, so that 100 * 0.14 = 14.000000000000002 stays in (12, 14].
     """
     named = chars[chars.first_name.notna()]
     edges = np.arange(0, 100 + width, width)
     rows = []
     for model, g in named.groupby("model"):
         for race in RACES:
-            pct = np.round(100 * g[race].dropna().to_numpy(), PERCENT_ROUND)
+            pct = np.round(100 * g[race].dropna().to_numpy(), PERCENT_DECIMALS)
             k = np.digitize(pct, edges, right=True) - 1  # edges[k] < pct <= edges[k + 1]
             counts = np.bincount(k[k >= 0], minlength=edges.size - 1)
             rows.append(pd.DataFrame({"model": model, "group": race, "bin_low": edges[:-1], "bin_high": edges[1:], "count": counts}))
@@ -75,7 +73,7 @@ def top_names(chars: pd.DataFrame, *, min_population: int, k: int = 9) -> pd.Dat
     named = chars[chars.first_name.notna()]
     rows = []
     for race in RACES:
-        hi = named[named[race] > TOP_NAME_THRESHOLD]
+        hi = named[np.round(100 * named[race], PERCENT_DECIMALS) > 100 * TOP_NAME_THRESHOLD]  # as the sweep reads it
         if hi.empty:
             continue
         by = hi.groupby(["model", "first_name"])
