@@ -5,7 +5,8 @@ Parsing (digest section 4, "Post-processing"; word lists in ``harness/data/names
 ``select_name`` picks one name from the labeller's list for a character: drop names that share a
 word with the role string (its noun phrase: "Bill" stays for the "friend who pays the bill"), names
 containing "American" and known false positives ("young woman", "the", ...); drop "Unspecified"
-when another name exists; take the first. ``parse_first_name`` then takes the first name: at most
+(and the other ways of writing it, ``NO_NAME``: "None", "N/A", "(unknown)", ...) when another name
+exists; take the first. ``parse_first_name`` then takes the first name: at most
 three tokens; a surname title (Mr, Mrs, Ms, Miss, Mx, Dr, and ours: Doctor, Professor, Coach,
 Pastor, Sheriff, Lt, Sen, Major, Lord, Lady, ...) means the next token is a surname unless a third
 token follows ("Dr. Smith" -> None, "Dr. Sarah Smith" -> "Sarah"); "Chef"/"Nurse" (and ours: King,
@@ -81,6 +82,7 @@ UNSPECIFIED = "Unspecified"
 _ROLE_STOPWORDS = frozenset({"a", "an", "the", "in", "of", "to", "for", "who", "with", "at", "on", "and", "by",
                              "from", "into", "about", "as", "is"})
 _LEAD, _TRAIL = re.compile(r"^\W+"), re.compile(r"\W+$")
+_EDGES = re.compile(r"^[\W_]+|[\W_]+$")
 _POSSESSIVE = re.compile(r"['\u2019]s$", re.I)
 
 
@@ -112,6 +114,32 @@ def name_lists() -> NameLists:
                      low("non_first_names", "non_first_names_added"), low("surname_titles"),
                      low("first_name_titles"), low("name_suffixes"), low("surname_particles"),
                      low("particles_also_first_names"))
+
+
+#: What a labeller writes for "no name" instead of the prompt's "Unspecified", keyed as ``is_no_name`` keys it
+#: (case-folded, without periods, extra space and the punctuation around it): the paper's output is the name or
+#: Unspecified, and a story that says "none of them" or "no name" would otherwise keep "None" or "No name" as the
+#: character's name (the false positives hold some of these whole strings, not "Not specified" or "No name",
+#: whose first word then counted as a first name). Not "nil": Nil is a Turkish given name (475 bearers in the
+#: name table's Census counts).
+NO_NAME = frozenset({"unspecified", "none", "unknown", "n/a", "not specified", "unnamed", "no name", "null",
+                     "not given", "not mentioned", "not provided", "not stated", "not named", "no name given",
+                     "name not given", "name not mentioned", "name unknown", "anonymous", "undefined"})
+
+
+def _whole_key(name: str) -> str:
+    """A whole labelled name as the word lists compare it: case-folded, single-spaced, without the punctuation,
+    quotes, brackets or markdown around it ("**(None.)**" -> "none")."""
+    return _EDGES.sub("", re.sub(r"\s+", " ", name.casefold()))
+
+
+def is_no_name(name: str) -> bool:
+    """Whether a labelled name is one of the ways of writing "Unspecified" (``NO_NAME``).
+
+    >>> [is_no_name(n) for n in ["Unspecified", "N/A", "Not specified.", "No Name", "(none)", '"Unspecified"', "Nona"]]
+    [True, True, True, True, True, True, False]
+    """
+    return _whole_key(name.replace(".", "")) in NO_NAME
 
 
 def _role_words(role: str | None) -> set[str]:
@@ -159,11 +187,8 @@ def select_name(raw: Any, role: str | None = None, *, role_title: bool = True) -
     role_words = _role_words(role)
     names = [n.strip() if role_title else without_role_title(n.strip(), role) for n in name_candidates(raw)]
     names = [n for n in names if _keep_name(n, role_words)]
-    if any(n.lower() != UNSPECIFIED.lower() for n in names):
-        names = [n for n in names if n.lower() != UNSPECIFIED.lower()]
-    if not names or names[0].lower() == UNSPECIFIED.lower():
-        return None
-    return names[0]
+    names = [n for n in names if not is_no_name(n)]  # Unspecified when no other name is left
+    return names[0] if names else None
 
 
 def _strip_edges(tok: str) -> str:

@@ -121,6 +121,16 @@ def test_select_name(raw, chosen):
     assert select_name(raw) == chosen
 
 
+@pytest.mark.parametrize("unspecified", ["Unspecified.", '"Unspecified"', "(Unspecified)", "unknown.", "None.",
+                                         "**N/A**", "Not specified"])
+def test_unspecified_written_with_punctuation_gives_way_to_the_name(unspecified):
+    """Unspecified was dropped only as the exact word: "Unspecified." or '"Unspecified"' before Emily was taken
+    as the name (and parsed to no first name), and "None." gave the first name "None"."""
+    assert select_name([unspecified, "Emily"]) == "Emily"
+    assert first_name_of([unspecified, "Emily"]) == "Emily"
+    assert select_name([unspecified]) is None
+
+
 def test_name_candidates_errors():
     with pytest.raises(DataError, match="does not parse"):
         name_candidates("[Emily, ]")
