@@ -15,7 +15,8 @@ particle that starts a surname ("de la Cruz", "von Braun") makes one token with 
 "Maria de la Cruz" has three tokens' room and gives Maria, and "Dr. von Braun" gives None as "Dr.
 Braun" does (``surname_particles`` in the word lists). Possessives and edge punctuation are removed, and non-names (the
 authors' list: Coach, Mom, Little, ...; plus ours, and any single letter) give None; so does a
-possessive before the last word ("Jake's mom" names Jake's mother, not Jake).
+possessive before the last word ("Jake's mom" names Jake's mother, not Jake). Both steps compare the
+false positives and no-names to the whole name without the punctuation around it ("He.", "(None)").
 Ours too: trailing suffixes (Jr, Sr, III, PhD, ...) are dropped before the tokens are counted, so
 "Dr. Smith Jr." has no first name where the authors' parser took "Smith"; a title is recognised
 behind quotes or markdown ("**Dr. Sarah Smith**"); and the name is read in Unicode's composed form
@@ -78,7 +79,6 @@ from harness.jsonl import iter_jsonl, parse_list_text
 
 MODES = ("paper", "renormalised")
 DEFAULT_MIN_POPULATION = 100
-UNSPECIFIED = "Unspecified"
 _ROLE_STOPWORDS = frozenset({"a", "an", "the", "in", "of", "to", "for", "who", "with", "at", "on", "and", "by",
                              "from", "into", "about", "as", "is"})
 _LEAD, _TRAIL = re.compile(r"^\W+"), re.compile(r"\W+$")
@@ -156,7 +156,9 @@ def _is_missing(raw: Any) -> bool:
 
 
 def _keep_name(name: str, role_words: set[str]) -> bool:
-    low = name.strip().lower()
+    """Whether a labelled name survives the filters: not empty, no false positive (compared without the
+    punctuation around it: "He." is "he"), without "American", sharing no word with the role."""
+    low = _whole_key(name)
     if not low or low in name_lists().false_positives or "american" in low:
         return False
     return not (role_words and set(re.findall(r"[a-z]+", low)) & role_words)
@@ -274,7 +276,7 @@ def parse_first_name(raw: str | None, role: str | None = None) -> str | None:
     if not isinstance(raw, str):
         raise DataError(f"name must be a string, got {type(raw).__name__} {raw!r}")
     raw = unicodedata.normalize("NFC", raw)
-    if not _keep_name(raw, _role_words(role)) or raw.strip().lower() == UNSPECIFIED.lower():
+    if not _keep_name(raw, _role_words(role)) or is_no_name(raw):
         return None
     lists = name_lists()
     tokens = [t for t in raw.split() if _strip_edges(t)]
