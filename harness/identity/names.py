@@ -5,7 +5,8 @@ Parsing (digest section 4, "Post-processing"; word lists in ``harness/data/names
 ``select_name`` picks one name from the labeller's list for a character: drop names that share a
 word with the role string (its noun phrase: "Bill" stays for the "friend who pays the bill"), names
 containing "American" and known false positives ("young woman", "the", ...); drop "Unspecified"
-when another name exists; take the first. ``parse_first_name`` then takes the first name: at most
+(and the other ways of writing it, ``NO_NAME``: "None", "N/A", "(unknown)", ...) when another name
+exists; take the first. ``parse_first_name`` then takes the first name: at most
 three tokens; a surname title (Mr, Mrs, Ms, Miss, Mx, Dr, and ours: Doctor, Professor, Coach,
 Pastor, Sheriff, Lt, Sen, Major, Lord, Lady, ...) means the next token is a surname unless a third
 token follows ("Dr. Smith" -> None, "Dr. Sarah Smith" -> "Sarah"); "Chef"/"Nurse" (and ours: King,
@@ -14,7 +15,8 @@ particle that starts a surname ("de la Cruz", "von Braun") makes one token with 
 "Maria de la Cruz" has three tokens' room and gives Maria, and "Dr. von Braun" gives None as "Dr.
 Braun" does (``surname_particles`` in the word lists). Possessives and edge punctuation are removed, and non-names (the
 authors' list: Coach, Mom, Little, ...; plus ours, and any single letter) give None; so does a
-possessive before the last word ("Jake's mom" names Jake's mother, not Jake).
+possessive before the last word ("Jake's mom" names Jake's mother, not Jake). Both steps compare the
+false positives and no-names to the whole name without the punctuation around it ("He.", "(None)").
 Ours too: trailing suffixes (Jr, Sr, III, PhD, ...) are dropped before the tokens are counted, so
 "Dr. Smith Jr." has no first name where the authors' parser took "Smith"; a title is recognised
 behind quotes or markdown ("**Dr. Sarah Smith**"); and the name is read in Unicode's composed form
@@ -77,10 +79,10 @@ from harness.jsonl import iter_jsonl, parse_list_text
 
 MODES = ("paper", "renormalised")
 DEFAULT_MIN_POPULATION = 100
-UNSPECIFIED = "Unspecified"
 _ROLE_STOPWORDS = frozenset({"a", "an", "the", "in", "of", "to", "for", "who", "with", "at", "on", "and", "by",
                              "from", "into", "about", "as", "is"})
 _LEAD, _TRAIL = re.compile(r"^\W+"), re.compile(r"\W+$")
+_EDGES = re.compile(r"^[\W_]+|[\W_]+$")
 _POSSESSIVE = re.compile(r"['\u2019]s$", re.I)
 
 
@@ -114,6 +116,32 @@ def name_lists() -> NameLists:
                      low("particles_also_first_names"))
 
 
+#: What a labeller writes for "no name" instead of the prompt's "Unspecified", keyed as ``is_no_name`` keys it
+#: (case-folded, without periods, extra space and the punctuation around it): the paper's output is the name or
+#: Unspecified, and a story that says "none of them" or "no name" would otherwise keep "None" or "No name" as the
+#: character's name (the false positives hold some of these whole strings, not "Not specified" or "No name",
+#: whose first word then counted as a first name). Not "nil": Nil is a Turkish given name (475 bearers in the
+#: name table's Census counts).
+NO_NAME = frozenset({"unspecified", "none", "unknown", "n/a", "not specified", "unnamed", "no name", "null",
+                     "not given", "not mentioned", "not provided", "not stated", "not named", "no name given",
+                     "name not given", "name not mentioned", "name unknown", "anonymous", "undefined"})
+
+
+def _whole_key(name: str) -> str:
+    """A whole labelled name as the word lists compare it: case-folded, single-spaced, without the punctuation,
+    quotes, brackets or markdown around it ("**(None.)**" -> "none")."""
+    return _EDGES.sub("", re.sub(r"\s+", " ", name.casefold()))
+
+
+def is_no_name(name: str) -> bool:
+    """Whether a labelled name is one of the ways of writing "Unspecified" (``NO_NAME``).
+
+    >>> [is_no_name(n) for n in ["Unspecified", "N/A", "Not specified.", "No Name", "(none)", '"Unspecified"', "Nona"]]
+    [True, True, True, True, True, True, False]
+    """
+    return _whole_key(name.replace(".", "")) in NO_NAME
+
+
 def _role_words(role: str | None) -> set[str]:
     """The content words of a role's noun phrase: a relative clause is no part of it ("friend who pays
     the bill" -> friend; a Bill who pays keeps his name)."""
@@ -128,7 +156,9 @@ def _is_missing(raw: Any) -> bool:
 
 
 def _keep_name(name: str, role_words: set[str]) -> bool:
-    low = name.strip().lower()
+    """Whether a labelled name survives the filters: not empty, no false positive (compared without the
+    punctuation around it: "He." is "he"), without "American", sharing no word with the role."""
+    low = _whole_key(name)
     if not low or low in name_lists().false_positives or "american" in low:
         return False
     return not (role_words and set(re.findall(r"[a-z]+", low)) & role_words)
@@ -159,11 +189,8 @@ def select_name(raw: Any, role: str | None = None, *, role_title: bool = True) -
     role_words = _role_words(role)
     names = [n.strip() if role_title else without_role_title(n.strip(), role) for n in name_candidates(raw)]
     names = [n for n in names if _keep_name(n, role_words)]
-    if any(n.lower() != UNSPECIFIED.lower() for n in names):
-        names = [n for n in names if n.lower() != UNSPECIFIED.lower()]
-    if not names or names[0].lower() == UNSPECIFIED.lower():
-        return None
-    return names[0]
+    names = [n for n in names if not is_no_name(n)]  # Unspecified when no other name is left
+    return names[0] if names else None
 
 
 def _strip_edges(tok: str) -> str:
@@ -249,7 +276,7 @@ def parse_first_name(raw: str | None, role: str | None = None) -> str | None:
     if not isinstance(raw, str):
         raise DataError(f"name must be a string, got {type(raw).__name__} {raw!r}")
     raw = unicodedata.normalize("NFC", raw)
-    if not _keep_name(raw, _role_words(role)) or raw.strip().lower() == UNSPECIFIED.lower():
+    if not _keep_name(raw, _role_words(role)) or is_no_name(raw):
         return None
     lists = name_lists()
     tokens = [t for t in raw.split() if _strip_edges(t)]

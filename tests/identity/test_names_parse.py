@@ -121,6 +121,34 @@ def test_select_name(raw, chosen):
     assert select_name(raw) == chosen
 
 
+@pytest.mark.parametrize("unspecified", ["Unspecified.", '"Unspecified"', "(Unspecified)", "unknown.", "None.",
+                                         "**N/A**", "Not specified"])
+def test_unspecified_written_with_punctuation_gives_way_to_the_name(unspecified):
+    """Unspecified was dropped only as the exact word: "Unspecified." or '"Unspecified"' before Emily was taken
+    as the name (and parsed to no first name), and "None." gave the first name "None"."""
+    assert select_name([unspecified, "Emily"]) == "Emily"
+    assert first_name_of([unspecified, "Emily"]) == "Emily"
+    assert select_name([unspecified]) is None
+
+
+@pytest.mark.parametrize("raw", ["He.", "She.", '"Him".', "Boy.", "(her)", "**The**", "None.", "N/A.", "No name",
+                                 "Not specified.", "Young  woman"])
+def test_a_false_positive_or_no_name_with_punctuation_is_no_first_name(raw):
+    """The false positives and "Unspecified" were compared to the exact whole string, and parsing then took the
+    punctuation off: "He." gave the first name "He" (matched in the name table, 99.9% MENA), "None." "None",
+    "No name" "No"."""
+    assert parse_first_name(raw) is None
+    assert first_name_of([raw]) is None
+
+
+@pytest.mark.parametrize("raw, first", [("O'Brien", "O'Brien"), ("Anne-Marie.", "Anne-Marie"), ("José", "José"),
+                                        ("Nil", "Nil"), ('"Nil".', "Nil"), ("Dr. Sarah Smith", "Sarah"),
+                                        ("Henry.", "Henry"), ("Noné", "Noné")])
+def test_a_name_with_punctuation_is_still_a_name(raw, first):
+    """Names that punctuation or a no-name word's letters surround stay names."""
+    assert parse_first_name(raw) == first
+
+
 def test_name_candidates_errors():
     with pytest.raises(DataError, match="does not parse"):
         name_candidates("[Emily, ]")

@@ -104,3 +104,21 @@ def test_a_story_spacy_refuses_is_kept_with_its_error():
     assert got[0] == got[2] == alone[0] and alone[0].status == "ok"
     assert got[1].status.startswith("labeller error: ValueError: [E088] Text of length 1080023 exceeds")
     assert [c.name for c in got[1].characters] == [None, None]
+
+
+@pytest.mark.parametrize("text", ["Mx. Taylor is a teacher. Taylor teaches math with passion.",
+                                  "The teacher, Mx. Jordan Reyes, greeted the class. Jordan smiled.",
+                                  "MX. Taylor is a teacher. Taylor teaches math with passion."])
+def test_a_title_with_its_period_split_off_is_a_reference(rules, text):
+    """spaCy splits "Mx." into ``Mx`` + ``.``, and only the token before the name was looked at (the period):
+    "Mx. Taylor" had no references and came out Unspecified, where "Mx Taylor" was Non-binary."""
+    s = StoryInput("m", text, (RoleSpec("subject", "teacher"),))
+    lab = rules.label(s).character("subject")
+    assert lab.references[0] in ("Mx.", "MX.") and infer_gender(lab.references, s.text) == "Non-binary"
+    assert lab.name.startswith(lab.references[0])
+
+
+def test_a_full_word_title_that_ends_a_sentence_is_no_title(rules):
+    """A full-word title before a period ends its sentence: the name after it takes no title."""
+    s = StoryInput("c", "They thanked Coach. Taylor smiled at the team.", (RoleSpec("subject", "player"),))
+    assert rules.label(s).character("subject").references == ()
