@@ -16,6 +16,7 @@ sufficient statistics with ``harness.kernels.homogeneity`` and writes tidy table
     variances.csv          variance components, REML log-likelihood, convergence
     lrt.csv                Table A3: Type-3 likelihood-ratio tests (ML, sum coding)
     simple_effects.csv     Table A4: Women - Men within each race (asymptotic z)
+    welch.csv              A.2.3-4: each race against White, one-sided Welch t on the raw pair cosines
     text_coefficients.csv  the same coefficients with text-level bootstrap SE / CI (+ permutation p)
     text_group_means.csv   group means of z with text-level bootstrap CIs
     permutation.csv        text-level permutation tests (when n_perm > 0)
@@ -43,6 +44,7 @@ import pandas as pd
 
 from harness.errors import ConfigError, DataError
 from harness.homogeneity.embed import EmbedderSpec, EmbeddingCache, get_spec
+from harness.homogeneity.followup import welch_table
 from harness.homogeneity.inference import text_inference
 from harness.homogeneity.mixed import fit_paper_models
 from harness.homogeneity.refusal import flag_refusals, plan_topup, refusal_table, select_usable
@@ -268,7 +270,7 @@ class EmbedderOutputs:
 
 #: Every table ``analyse_embeddings`` may write into an embedder's folder: those a later analysis does not write
 #: (no bootstrap, no permutations, no pairs) are deleted, or a report would read them as the later analysis's.
-TABLE_FILES = ("cells.csv", "groups.csv", "coefficients.csv", "variances.csv", "lrt.csv", "simple_effects.csv",
+TABLE_FILES = ("cells.csv", "groups.csv", "coefficients.csv", "variances.csv", "lrt.csv", "simple_effects.csv", "welch.csv",
                "text_coefficients.csv", "text_group_means.csv", "cell_mean_models.csv", "permutation.csv",
                "extreme_pairs.csv", "pair_hist.parquet")
 
@@ -310,6 +312,7 @@ def analyse_embeddings(x: np.ndarray, texts: pd.DataFrame, out_dir: Path | str, 
     tables: dict[str, pd.DataFrame] = {
         "cells.csv": cells, "groups.csv": group_table(cells, st), "coefficients.csv": suite.coefficients,
         "variances.csv": suite.variances, "lrt.csv": suite.lrt, "simple_effects.csv": suite.simple_effects,
+        "welch.csv": welch_table(cells, reference=(refs or {}).get("race")),
     }
     t = time.perf_counter()
     if n_boot:

@@ -37,6 +37,7 @@ TABLES = {
     "text_coefficients.csv": "hom_text_coefficients",
     "lrt.csv": "hom_lrt",
     "simple_effects.csv": "hom_simple_effects",
+    "welch.csv": "hom_welch",
     "text_group_means.csv": "hom_text_group_means",
     "variances.csv": "hom_variances",
     "extreme_pairs.csv": "hom_extreme_pairs",
@@ -282,6 +283,8 @@ def _render(title, manifests, figs, T) -> str:
          "hom_coefficients", T["hom_coefficients"][cols_coef]),
         ("Table A3: likelihood-ratio tests (Type 3, ML)", "hom_lrt", T["hom_lrt"]),
         ("Table A4: simple effects of gender within race", "hom_simple_effects", T["hom_simple_effects"]),
+        ("A.2.3-4: each race against White, one-sided Welch t-test on the raw pair cosines (pairs taken as "
+         "independent, as in the paper)", "hom_welch", T.get("hom_welch", pd.DataFrame())),
         ("Text-level intervals of the group means (cluster bootstrap over texts)", "hom_text_group_means",
          T.get("hom_text_group_means", pd.DataFrame())),
         ("Variance components and convergence", "hom_variances", T.get("hom_variances", pd.DataFrame())),
