@@ -298,6 +298,36 @@ def test_openai_backend_times_out_and_gives_up():
     assert 3 * 0.4 <= elapsed < 3.5, elapsed  # each attempt waited its timeout, and no longer
 
 
+def test_openai_backend_stopped_by_ctrl_c_cuts_the_requests_in_flight_and_retries_none():
+    """Ctrl-C while a hung server held requests: the interpreter joins the pool's threads at exit, and each went
+    on through its retries (timeout x retries: twelve minutes at the defaults) before the command could end."""
+    import os
+    import signal
+
+    StallingHandler.calls.clear()
+    StallingHandler.release.clear()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), StallingHandler)
+    server.daemon_threads = True
+    server.block_on_close = False
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    b = OpenAIBackend("m", base_url=base, concurrency=2, max_retries=3, backoff_s=0.01, max_backoff_s=0.01,
+                      timeout_s=1.0)
+    try:
+        stories = b.generate([GenRequest(str(i), "x", 1) for i in range(2)], GenParams())
+        threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()  # Ctrl-C while next() waits
+        with pytest.raises(KeyboardInterrupt):
+            next(stories)
+        assert b.client.is_closed
+        time.sleep(1.6)  # past the timeout: a request still in flight would have been sent again
+        assert len(StallingHandler.calls) == 2, StallingHandler.calls
+    finally:
+        b.close()
+        StallingHandler.release.set()
+        server.shutdown()
+        server.server_close()
+
+
 def test_seeded_sampler_draws_from_the_filtered_distribution():
     """The per-request sampler of the transformers backend against the exact distribution:
     chi-square goodness of fit after temperature, top-k and top-p, and zero mass outside."""

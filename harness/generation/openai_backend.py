@@ -110,11 +110,14 @@ class OpenAIBackend(Backend):
                 pass
         return min(self.max_backoff_s, self.backoff_s * 2**attempt) * (0.5 + random.random() / 2)
 
-    def _one(self, req: GenRequest, params: GenParams) -> GenResult:
+    def _one(self, req: GenRequest, params: GenParams, stop: threading.Event | None = None) -> GenResult:
         url = f"{self.base_url}/chat/completions" if self.chat else f"{self.base_url}/completions"
         body = self._body(req, params)
         last = ""
+        stop = stop or threading.Event()
         for attempt in range(self.max_retries + 1):
+            if stop.is_set():  # the caller stopped (Ctrl-C): no more tries, none of their waits
+                return GenResult(req.request_id, "", "error", error=f"stopped before it was answered ({last or 'not sent'})")
             retry_after = None
             try:
                 r = self.client.post(url, json=body)
@@ -133,7 +136,7 @@ class OpenAIBackend(Backend):
                 break
             if attempt < self.max_retries:
                 self.retries += 1
-                time.sleep(self._delay(attempt, retry_after))
+                stop.wait(self._delay(attempt, retry_after))
         else:  # every attempt failed as a server that is down or overloaded fails
             with self._lock:
                 self._failing += 1
@@ -189,13 +192,21 @@ class OpenAIBackend(Backend):
     ) -> Iterator[GenResult]:
         self._check_up()  # called down by an earlier call: no request is sent (each would wait out its retries)
         pool = ThreadPoolExecutor(max_workers=self.concurrency)
+        stop = threading.Event()
+        done = False
         try:
-            futures = [pool.submit(self._one, r, params) for r in requests]
+            futures = [pool.submit(self._one, r, params, stop) for r in requests]
             for f in as_completed(futures):
                 yield f.result()
                 self._check_up()
-        finally:  # stopped (Ctrl-C, a failed write): the requests not yet sent are dropped, not sent and discarded
+            done = True
+        finally:  # stopped (Ctrl-C, a failed write, the server called down): the requests not yet sent are dropped,
+            # those in flight are cut (the client closed) and tried no more: the interpreter joins the pool's threads
+            # at exit, and each went on through its retries, minutes against a hung server, before Ctrl-C could end
+            stop.set()
             pool.shutdown(wait=False, cancel_futures=True)
+            if not done:
+                self.client.close()
 
     def close(self) -> None:
         self.client.close()
