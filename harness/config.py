@@ -57,6 +57,10 @@ class ModelConfig(_Strict):
     api_key: str | None = Field(None, description="openai backend: bearer token, if the server needs one")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     chat_template: bool = Field(True, description="wrap the prompt in the model's chat template")
+    system_message: Literal["turn", "in_user_turn", "drop"] = Field(
+        "turn", description="where a prompt's system message goes (the homogeneity suite's 'You are a chatbot'): its "
+                            "own turn, the start of the user turn (a template without a system role: Gemma 2), or "
+                            "nowhere")
     max_model_len: int = Field(1024, ge=16)
     batch_size: int = Field(16, ge=1, description="sequences per batch (vLLM: max_num_seqs)")
     concurrency: int = Field(8, ge=1, description="openai backend: requests in flight")

@@ -58,8 +58,8 @@ GENERATION_SCHEMA = pa.schema(
 # Config fields that change what is generated: a rerun into the same directory must match them.
 #: What a run's stories depend on: a rerun whose config differs in any is refused (``check_resumable``), or one run
 #: would hold stories of two settings (float32 and bfloat16, a context cut at two lengths).
-IDENTITY_FIELDS = ("model.backend", "model.path", "model.gguf_file", "model.chat_template", "model.dtype",
-                   "model.max_model_len", "model.engine_kwargs", "sampling", "suite", "wording", "seed")
+IDENTITY_FIELDS = ("model.backend", "model.path", "model.gguf_file", "model.chat_template", "model.system_message",
+                   "model.dtype", "model.max_model_len", "model.engine_kwargs", "sampling", "suite", "wording", "seed")
 
 
 @dataclass
@@ -71,6 +71,17 @@ class WorkItem:
     @property
     def request_id(self) -> str:
         return f"{self.prompt.id}#{self.sample_idx}"
+
+
+def gen_request(item: WorkItem, system_message: str = "turn") -> GenRequest:
+    """The request of one story: the prompt, its seed, and its system message where ``model.system_message`` puts
+    it (its own turn; the start of the user turn, for a chat template without a system role; or nowhere)."""
+    text, system = item.prompt.text, item.prompt.meta.get("system")
+    if system and system_message == "in_user_turn":
+        text, system = f"{system}\n\n{text}", None
+    elif system_message == "drop":
+        system = None
+    return GenRequest(item.request_id, text, item.seed, system)
 
 
 @dataclass
@@ -285,7 +296,7 @@ def generate_run(
                     weights = models.weights_identity(models.resolve(cfg.model.backend, cfg.model.path, cfg.model.gguf_file).weights_path)
                 store.update_manifest(model={"backend": info.backend, "name": info.model, **info.extra, "weights": weights})
                 by_id = {it.request_id: it for it in todo}
-                requests = [GenRequest(it.request_id, it.prompt.text, it.seed, it.prompt.meta.get("system")) for it in todo]
+                requests = [gen_request(it, cfg.model.system_message) for it in todo]
 
                 def flush(rows: list[dict[str, Any]]) -> None:
                     """Write ``rows`` as a shard (none: nothing), empty them, then hand the shard on."""

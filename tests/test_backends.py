@@ -359,6 +359,41 @@ def test_seeded_sampler_draws_from_the_filtered_distribution():
     assert (a == 0).sum() == 4 and a[0].argmax() == a[3].argmax() == b[0].argmax()
 
 
+def test_a_system_message_goes_where_the_config_puts_it():
+    """Gemma 2's chat template has no system role: every homogeneity prompt ("You are a chatbot") raised
+    'System role not supported' in it. model.system_message puts the message in the user turn (or drops it), and a
+    template that refuses it says so in one line with that way out."""
+    from jinja2.exceptions import TemplateError
+
+    from harness.errors import BackendError
+    from harness.generation.chat import render_prompt
+    from harness.pipeline import WorkItem, gen_request
+    from harness.suites.base import Prompt
+
+    def prompt(pid, meta):
+        return Prompt(pid, "homogeneity", "Write a story.", "d", "neutral", "s", (), meta=meta)
+
+    item = WorkItem(prompt("p", {"system": "You are a chatbot"}), 0, 5)
+    assert gen_request(item) == GenRequest("p#0", "Write a story.", 5, "You are a chatbot")
+    assert gen_request(item, "in_user_turn") == GenRequest("p#0", "You are a chatbot\n\nWrite a story.", 5, None)
+    assert gen_request(item, "drop") == GenRequest("p#0", "Write a story.", 5, None)
+    bare = WorkItem(prompt("q", {}), 1, 6)
+    assert gen_request(bare, "in_user_turn") == GenRequest("q#1", "Write a story.", 6, None)
+
+    class NoSystemRole:
+        chat_template = "x"
+
+        def apply_chat_template(self, messages, tokenize, add_generation_prompt):
+            if messages[0]["role"] == "system":
+                raise TemplateError("System role not supported")
+            return messages[0]["content"]
+
+    with pytest.raises(BackendError, match=r"refused the prompt's system message \(System role not supported\); set "
+                                           r"model.system_message: in_user_turn"):
+        render_prompt(NoSystemRole(), "hi", True, "You are a chatbot")
+    assert render_prompt(NoSystemRole(), "You are a chatbot\n\nhi", True) == "You are a chatbot\n\nhi"
+
+
 def test_system_message_reaches_chat_templates_and_openai_bodies():
     from harness.generation.chat import render_prompt
 

@@ -970,7 +970,8 @@ def test_a_rerun_with_another_dtype_context_or_engine_setting_is_refused(tmp_pat
     float32 run, and run.json's model block then named the second setting only."""
     c = cfg(tmp_path, samples_per_prompt=1)
     generate_run(c, backend=EchoBackend(), progress=False)
-    for field, value in (("dtype", "bfloat16"), ("max_model_len", 64), ("engine_kwargs", {"enforce_eager": True})):
+    for field, value in (("dtype", "bfloat16"), ("max_model_len", 64), ("engine_kwargs", {"enforce_eager": True}),
+                         ("system_message", "in_user_turn")):
         other = cfg(tmp_path, samples_per_prompt=2, model={**c.model.model_dump(), field: value})
         with pytest.raises(ConfigError, match=rf"this run was made with a different model\.{field} "):
             generate_run(other, backend=EchoBackend(), progress=False)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.errors import BackendError
+
 
 def chat_messages(prompt: str, system: str | None = None) -> list[dict[str, str]]:
     """The chat turns of one request: an optional system message, then the user prompt."""
@@ -15,7 +17,15 @@ def render_prompt(tokenizer: Any, prompt: str, chat_template: bool, system: str 
     message, if any), or the raw prompt followed by a newline (how the authors ran Llama 2
     without a template; a system message has no place there and is dropped)."""
     if chat_template and getattr(tokenizer, "chat_template", None):
-        return tokenizer.apply_chat_template(chat_messages(prompt, system), tokenize=False, add_generation_prompt=True)
+        try:
+            return tokenizer.apply_chat_template(chat_messages(prompt, system), tokenize=False,
+                                                 add_generation_prompt=True)
+        except Exception as e:  # noqa: BLE001 - jinja2's TemplateError, raised by the template's own checks
+            if type(e).__name__ != "TemplateError" or not system:
+                raise
+            raise BackendError(f"the model's chat template refused the prompt's system message ({e}); set "
+                               f"model.system_message: in_user_turn (or drop) for a template without a system role, "
+                               f"as Gemma 2's") from None
     return prompt + "\n"
 
 
