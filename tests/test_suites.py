@@ -73,6 +73,17 @@ def test_wordings_differ_exactly_where_the_digest_says():
                     "labor-neutral-05", "labor-laden-08", "love-laden-05"}
 
 
+@pytest.mark.parametrize("wording", ["released", "paper"])
+def test_the_roles_of_learning_and_labor_prompts_are_written_as_in_their_prompt(wording):
+    """The labeller reads each role's description as the prompt's {Character}: in the paper's wording
+    learning-laden-03 asked for a 'struggling student in foreign language class' and the labeller was given
+    '... classes', the released wording's."""
+    for p in get_suite("laissez-faire", wording):
+        if p.domain != "Love":
+            for role in p.roles:
+                assert f" {role.description}" in p.text, (p.id, role.description)
+
+
 def test_unknown_suite_and_wording_fail_with_the_choices():
     with pytest.raises(ConfigError, match="available: .*laissez-faire"):
         get_suite("nope")

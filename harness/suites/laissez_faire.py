@@ -26,10 +26,12 @@ def load(wording: str = "released") -> Suite:
         if missing:
             raise ConfigError(f"{path}: prompt #{i} lacks {', '.join(missing)}")
         laden = row["condition"] == "laden"
-        roles = [Role("subject", row["subject"], "dominant" if laden else "baseline")]
+        released = wording == "released"  # the published data's wording: its own text and roles where they differ
+        pick = lambda key: row.get(f"{key}_released", row.get(key)) if released else row.get(key)  # noqa: E731
+        roles = [Role("subject", pick("subject"), "dominant" if laden else "baseline")]
         if row.get("object"):
-            roles.append(Role("object", row["object"], "subordinate" if laden else "baseline"))
-        text = row.get("text_released", row["text"]) if wording == "released" else row["text"]
+            roles.append(Role("object", pick("object"), "subordinate" if laden else "baseline"))
+        text = pick("text")
         prompts.append(
             Prompt(
                 id=row["id"],
