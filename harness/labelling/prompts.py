@@ -108,6 +108,12 @@ def _love_type(text: str) -> str | None:
     return next((t for t in LOVE_TYPES if t in low), None)
 
 
+def _love_type_name(love: str | None) -> str | None:
+    """A Love scenario as the suite spells it ("romantic", "friend", "sibling"): the romantic-pairs table keeps
+    ``love_type == "romantic"``, and "romantic partner" left published-format rows out of it."""
+    return "romantic" if love == "romantic partner" else love
+
+
 def roles_for_row(row: dict[str, Any], where: str = "row") -> tuple[tuple[RoleSpec, ...], dict[str, Any]]:
     """Roles (and domain, condition, love type) of a row in the published data's format.
 
@@ -134,7 +140,7 @@ def roles_for_row(row: dict[str, Any], where: str = "row") -> tuple[tuple[RoleSp
         love = _love_type(subject)
         if love is None:
             raise DataError(f"{where}: cannot tell the Love type of subject {subject!r}")
-        meta.update(condition="neutral", love_type=love)
+        meta.update(condition="neutral", love_type=_love_type_name(love))
         return (RoleSpec("subject", f"first {love}"), RoleSpec("object", f"second {love}")), meta
     love = _love_type(obj or "")
     if love is None:
@@ -144,7 +150,7 @@ def roles_for_row(row: dict[str, Any], where: str = "row") -> tuple[tuple[RoleSp
     if key is None:
         raise DataError(f"{where}: query {query!r} matches none of the Love power-laden actions "
                         f"({', '.join(p for p, _ in LOVE_LADEN_KEYS)})")
-    meta.update(condition="laden", love_type=love)
+    meta.update(condition="laden", love_type=_love_type_name(love))
     return (RoleSpec("subject", f"{love} {key}"), RoleSpec("object", f"other {love}")), meta
 
 
