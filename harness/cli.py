@@ -84,7 +84,7 @@ def _overrides(sets: list[str] | None, output_dir: str | None) -> dict[str, Any]
 @prompts_app.command("list")
 def prompts_list(
     suite: Annotated[str, typer.Option(help="suite name")] = "laissez-faire",
-    wording: Annotated[Optional[str], typer.Option(help="released (default) or paper")] = None,
+    wording: Annotated[Optional[str], typer.Option(help="released (default) or paper; the homogeneity suite also no-hardship or chef")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print a JSON array")] = False,
 ) -> None:
     """List the prompts of a suite."""
