@@ -272,46 +272,46 @@ class StallingHandler(BaseHTTPRequestHandler):
         pass
 
 
-def test_openai_backend_times_out_and_gives_up():
-    """A server that accepts and never answers: each attempt times out, the backend retries
-    ``max_retries`` times, then records the failure, within a bounded time."""
+@pytest.fixture
+def stalling_server():
+    """The base URL of a server that accepts every request and answers none (until the test ends)."""
     StallingHandler.calls.clear()
     StallingHandler.release.clear()
     server = ThreadingHTTPServer(("127.0.0.1", 0), StallingHandler)
     server.daemon_threads = True
     server.block_on_close = False
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    base = f"http://127.0.0.1:{server.server_address[1]}/v1"
-    b = OpenAIBackend("m", base_url=base, max_retries=2, backoff_s=0.01, max_backoff_s=0.05, timeout_s=0.4)
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        StallingHandler.release.set()
+        server.shutdown()
+        server.server_close()
+
+
+def test_openai_backend_times_out_and_gives_up(stalling_server):
+    """A server that accepts and never answers: each attempt times out, the backend retries
+    ``max_retries`` times, then records the failure, within a bounded time."""
+    b = OpenAIBackend("m", base_url=stalling_server, max_retries=2, backoff_s=0.01, max_backoff_s=0.05, timeout_s=0.4)
     t0 = time.monotonic()
     try:
         r = list(b.generate([GenRequest("a", "x", 1)], GenParams()))[0]
         elapsed = time.monotonic() - t0
     finally:
         b.close()
-        StallingHandler.release.set()
-        server.shutdown()
-        server.server_close()
     assert r.request_id == "a" and r.finish_reason == "error" and r.text == ""
     assert "ReadTimeout" in r.error, r.error  # a timeout, not a refused connection
     assert len(StallingHandler.calls) == 3 and b.retries == 2  # the first try and two retries
     assert 3 * 0.4 <= elapsed < 3.5, elapsed  # each attempt waited its timeout, and no longer
 
 
-def test_openai_backend_stopped_by_ctrl_c_cuts_the_requests_in_flight_and_retries_none():
+def test_openai_backend_stopped_by_ctrl_c_cuts_the_requests_in_flight_and_retries_none(stalling_server):
     """Ctrl-C while a hung server held requests: the interpreter joins the pool's threads at exit, and each went
     on through its retries (timeout x retries: twelve minutes at the defaults) before the command could end."""
     import os
     import signal
 
-    StallingHandler.calls.clear()
-    StallingHandler.release.clear()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), StallingHandler)
-    server.daemon_threads = True
-    server.block_on_close = False
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    base = f"http://127.0.0.1:{server.server_address[1]}/v1"
-    b = OpenAIBackend("m", base_url=base, concurrency=2, max_retries=3, backoff_s=0.01, max_backoff_s=0.01,
+    b = OpenAIBackend("m", base_url=stalling_server, concurrency=2, max_retries=3, backoff_s=0.01, max_backoff_s=0.01,
                       timeout_s=1.0)
     try:
         stories = b.generate([GenRequest(str(i), "x", 1) for i in range(2)], GenParams())
@@ -323,9 +323,6 @@ def test_openai_backend_stopped_by_ctrl_c_cuts_the_requests_in_flight_and_retrie
         assert len(StallingHandler.calls) == 2, StallingHandler.calls
     finally:
         b.close()
-        StallingHandler.release.set()
-        server.shutdown()
-        server.server_close()
 
 
 def test_seeded_sampler_draws_from_the_filtered_distribution():
