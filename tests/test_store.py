@@ -151,6 +151,10 @@ def test_the_label_stage_labels_retried_generations_and_resumes(tmp_path, monkey
     store3.update_manifest(labeller={**first, "spacy_version": "0.0"})
     with pytest.raises(ConfigError, match=r"11 stories were labelled with other label settings \(spacy_version"):
         L.label_run(c3, store3, progress=False)
+    # labelled by other rules (an earlier release): not mixed with this release's labels
+    store3.update_manifest(labeller={**first, "rules_version": "1"})
+    with pytest.raises(ConfigError, match=r"other label settings \(rules_version '1' -> '2'\)"):
+        L.label_run(c3, store3, progress=False)
     store3.update_manifest(labeller=first)
     assert L.label_run(c3, store3, progress=False) == (1, 12, 0, 0)
     assert L.label_run(c3, store3, progress=False) == (0, 12, 0, 0)

@@ -286,6 +286,11 @@ _CAMEL = re.compile(r"(?<=[a-z])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 _NAME_OF = re.compile(r"(name|references?) (?:of|to|for) (?:the )?(.+)")
 
 
+#: The version of the reply parsing: a release that reads a reply differently bumps it, so a run's labels of two
+#: versions are not mixed (2: a name or reference written as an object is a parse error, retried).
+PARSER_VERSION = "2"
+
+
 def _norm_key(k: str) -> str:
     """A key as words: case (camelCase split), underscores, hyphens, a possessive and a closing colon aside
     ("Patient's_Name:", "patientName" and "patient-name" are "patient name"), and "name of the patient" as
@@ -607,7 +612,8 @@ class LLMLabeller(Labeller):
         b = self.backend.info()
         # the server too: a killed `label label` resumed against another server mixed two servers' labels
         served = {"base_url": b.extra["base_url"]} if b.extra.get("base_url") else {}
-        return {"labeller": self.name, "backend": b.backend, "model": b.model, **served, "max_attempts": self.max_attempts,
+        return {"labeller": self.name, "parser_version": PARSER_VERSION, "backend": b.backend, "model": b.model, **served,
+                "max_attempts": self.max_attempts,
                 "temperature": self.params.temperature, "top_p": self.params.top_p, "top_k": self.params.top_k,
                 "max_tokens": self.params.max_tokens, "stop": list(self.params.stop), "seed": self.seed,
                 "constrained": self.constrain and b.backend in ("vllm", "openai", "transformers")}

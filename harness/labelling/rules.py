@@ -57,6 +57,11 @@ class _Char:
     role_score: dict[str, int] = field(default_factory=dict)
 
 
+#: The version of the rules: a release whose rules label a story differently bumps it, so a run's labels of two
+#: versions are not mixed (2: a title spaCy split from its period, "Mx." + "Taylor", is a reference).
+RULES_VERSION = "2"
+
+
 class RulesLabeller(Labeller):
     """spaCy NER + heuristics.
 
@@ -83,8 +88,9 @@ class RulesLabeller(Labeller):
         self.n_process = n_process
 
     def info(self) -> dict[str, Any]:
-        """Labeller name and the spaCy model."""
-        return {"labeller": self.name, "spacy_model": self.model, "spacy_version": self.nlp.meta.get("version")}
+        """Labeller name, the version of its rules, and the spaCy model."""
+        return {"labeller": self.name, "rules_version": RULES_VERSION, "spacy_model": self.model,
+                "spacy_version": self.nlp.meta.get("version")}
 
     def _label_batch(self, stories: Sequence[StoryInput]) -> list[StoryLabels]:
         docs = self.nlp.pipe([s.text for s in stories], n_process=self.n_process, batch_size=len(stories))
