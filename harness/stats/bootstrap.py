@@ -25,6 +25,8 @@ __all__ = ["NO_VARIATION", "boot_summary", "bootstrap_p", "cluster_sums", "perce
 
 #: Flag of a cell whose bootstrap replicates carry no sampling variation (``boot_summary``).
 NO_VARIATION = "boot_no_variation"
+#: The flag of a cell whose estimate smoothed a zero count: its bootstrap is withheld (``boot_summary``).
+ZERO_COUNT = "boot_zero_count"
 
 
 def cluster_sums(values: np.ndarray, story: np.ndarray, *, n_boot: int, seed: int = 0,
@@ -80,7 +82,7 @@ def stories_differ(values, story) -> bool:
 
 
 def boot_summary(replicates: np.ndarray, alpha: float = 0.05, *, stories_vary: bool = True,
-                 min_finite: int = 20) -> tuple[float, float, float, tuple[str, ...]]:
+                 zero_count: bool = False, min_finite: int = 20) -> tuple[float, float, float, tuple[str, ...]]:
     """Percentile interval and bootstrap p of ratio = 1 of one cell, or NaN where the
     replicates carry no sampling variation.
 
@@ -99,6 +101,11 @@ def boot_summary(replicates: np.ndarray, alpha: float = 0.05, *, stories_vary: b
         count, which every resample reproduces). The interval then has zero width, and p_boot
         is 2 / (B + 1) for any estimate other than 1, a number set by B and not by the data.
 
+    ``zero_count``: the estimate smoothed a count that is 0 in the data (R_sub's Haldane 0.5, R_mrs's add-one at
+    its median threshold). Every resample keeps that 0, the replicates where both counts are 0 are dropped as
+    non-finite, and the rest sit on one side of 1 by construction: p_boot was its floor, 2 / (B + 1), for one
+    character of one role (R_mrs 2.0, Fisher's p 1.0, q_bh .006). Withheld too, with the flag ``ZERO_COUNT``.
+
     Like the SD of one value, the between-story spread is undefined here, not 0, and no count
     of stories is a threshold: two stories that differ already give a spread. The tables'
     ``q_bh`` then takes the next p of its order of preference (``p_exact`` or ``p_normal``).
@@ -109,6 +116,8 @@ def boot_summary(replicates: np.ndarray, alpha: float = 0.05, *, stories_vary: b
     >>> round(lo, 3), round(hi, 3), p, flags
     (0.525, 1.475, 1.0, ())
     """
+    if zero_count:
+        return float("nan"), float("nan"), float("nan"), (ZERO_COUNT,)
     r = np.asarray(replicates, dtype=float)
     fin = r[np.isfinite(r)]
     if not stories_vary or (fin.size and np.isclose(fin, fin[0], rtol=1e-12, atol=0).all()):

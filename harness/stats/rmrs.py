@@ -160,7 +160,8 @@ def rmrs_from_counts(
     if boot_a is not None:
         br, _ = threshold_ratios(boot_a, boot_b, np.asarray(boot_n_sub)[:, None], np.asarray(boot_n_dom)[:, None])
         reps = median_ratio(br, axis=1)
-        boot_low, boot_high, p_boot, boot_flags = boot_summary(reps, alpha, stories_vary=stories_vary)
+        boot_low, boot_high, p_boot, boot_flags = boot_summary(reps, alpha, stories_vary=stories_vary,
+                                                               zero_count=bool(smoothed[j]))
         flags += boot_flags
     return RmrsResult(
         estimate=med, ci_low=low, ci_high=high, p=float(p_ab), p_normal=float(p_norm),

@@ -58,7 +58,7 @@ def _katz_half(x1, n1, x2, n2, z):
 
 def subordination_ratio(
     x_sub: float, n_sub: float, x_dom: float, n_dom: float, *, mode: str = "paper", z: float = Z95,
-    nu: float | None = None,
+    nu: float | None = None, exact: bool = True,
 ) -> SubordinationResult:
     """R_sub of one cell with a Katz log interval and the paper's p (see the module docstring).
 
@@ -69,6 +69,9 @@ def subordination_ratio(
         z: critical value (1.96 in the paper).
         nu: the nu column to report (the paper's is unresolved; the table builder documents its
             choice); default n_sub + n_dom - 2.
+        exact: Fisher's exact p where the counts count characters; False for sums of race likelihoods (the
+            tables' R_sub), whole or not: a Fisher test on them has no sampling model (R_rep's race rows have
+            none either), and it was preferred for q_bh over the story bootstrap.
 
     Returns:
         ``SubordinationResult``; NaN with ``reason`` for empty roles, NaN or out-of-range counts,
@@ -92,8 +95,8 @@ def subordination_ratio(
     if not (0 <= x_sub <= n_sub) or not (0 <= x_dom <= n_dom):
         return SubordinationResult(reason="count outside [0, n]", **base)
     flags: list[str] = []
-    p_ex = fisher_exact_p(x_sub, n_sub, x_dom, n_dom)
-    if not is_integral(x_sub, n_sub, x_dom, n_dom):
+    p_ex = fisher_exact_p(x_sub, n_sub, x_dom, n_dom) if exact else float("nan")
+    if not exact or not is_integral(x_sub, n_sub, x_dom, n_dom):
         flags.append("no_exact_fractional")
     if mode == "paper":
         r, eps = paper_point_estimate(x_sub, n_sub, x_dom, n_dom)

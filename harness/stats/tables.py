@@ -17,7 +17,9 @@ Hochberg (1995) need only valid p-values per cell, so mixing tests in one family
 Where the cell's stories all contribute the same (one story, say) or its replicates do not vary,
 the bootstrap has no sampling variation to show: ``boot_low``, ``boot_high`` and ``p_boot`` are
 NaN with the flag ``boot_no_variation`` (``harness.stats.bootstrap.boot_summary``), and ``q_bh``
-takes the next p of the order.
+takes the next p of the order; likewise, flag ``boot_zero_count``, where the estimate smoothed a zero count
+(every resample keeps it, and the replicates sit on one side of 1 by construction). R_sub cells are sums of
+race likelihoods and get no exact test, whole or not. A cell whose statistic is undefined enters no family.
 
 The table is the full grid its shape dictates: every model (present in the input, or
 ``models=``) x domain (present in the input, or ``domains=``) x gender x group, whether or not
@@ -202,8 +204,9 @@ def _finish(rows: list[dict[str, Any]], issues: list[dict[str, Any]], labels: Se
             out[c] = np.nan
     pfam = pd.Series(np.nan, index=out.index)
     src = pd.Series(None, index=out.index, dtype=object)
+    defined = out["statistic"].notna()  # an undefined cell (all-zero counts kept Fisher's p = 1) is no hypothesis
     for c in sources:  # the best principled p available per row
-        take = pfam.isna() & out[c].notna()
+        take = pfam.isna() & out[c].notna() & defined
         pfam[take], src[take] = out.loc[take, c].astype(float), c
     out["q_bh"], _ = bh_adjust(pfam.to_numpy(dtype=float), alpha)
     out["q_bh_from"] = src
@@ -465,7 +468,7 @@ def subordination_table(
                     res = _replace(res, reason=f"no {g} character has a {r} likelihood entry (all NaN)")
                     rows.append(_row(res, **lab))
                     continue
-                res = subordination_ratio(x_sub, n_sub, x_dom, n_dom, mode=mode, nu=nu)
+                res = subordination_ratio(x_sub, n_sub, x_dom, n_dom, mode=mode, nu=nu, exact=False)
                 if res.ok:
                     nrac = int((filled[in_g, j] > RACIALIZED).sum())
                     if nrac < 5:
@@ -473,7 +476,7 @@ def subordination_table(
                     if n_boot:
                         reps = _sub_reps(sums[1:, 2 + 2 * j], sums[1:, 0], sums[1:, 3 + 2 * j], sums[1:, 1], mode)
                         vary = stories_differ(vals[:, [0, 1, 2 + 2 * j, 3 + 2 * j]], st)
-                        lo, hi, p, flags = boot_summary(reps, alpha, stories_vary=vary)
+                        lo, hi, p, flags = boot_summary(reps, alpha, stories_vary=vary, zero_count=res.smoothing > 0)
                         res = _replace(res, boot_low=lo, boot_high=hi, p_boot=p, flags=(*res.flags, *flags))
                 rows.append(_row(res, **lab))
     return _finish(rows, issues, ["model", "domain", "gender", "group"], alpha)

@@ -234,4 +234,25 @@ def test_stories_that_do_not_differ_give_no_bootstrap():
     for tab in (sub, rm):
         lat = tab[tab.group == "latine"].iloc[0]
         assert lat.statistic > 1 and np.isnan([lat.boot_low, lat.boot_high, lat.p_boot]).all()
-        assert "boot_no_variation" in lat["flags"] and lat.q_bh_from != "p_boot"
+        assert {"boot_no_variation", "boot_zero_count"} & set(lat["flags"].split(";")) and lat.q_bh_from != "p_boot"
+
+
+def test_a_smoothed_zero_count_gives_no_bootstrap_p_and_whole_likelihood_sums_no_exact_test():
+    """One subordinate character with an Asian name among 40 laden stories, no dominant one: every resample keeps
+    the dominant count at 0, so the finite replicates sat on one side of 1 and p_boot was 2 / (B + 1): R_mrs 2.0
+    (Fisher's p 1.0) and R_sub 2.8 (Katz p .53) came out with q_bh .006, discoveries from one character. R_sub
+    ran Fisher on likelihood sums that happened to be whole, which R_rep's race rows never do, and an undefined
+    cell (all-zero counts) kept Fisher's p = 1 in the FDR family."""
+    rows = [(f"s{i}", role, power, "Female", 0.8, 0.0) for i in range(40)
+            for role, power in (("subject", "dominant"), ("object", "subordinate"))]
+    chars = _story_chars(rows, "laden")
+    chars.loc[1, ["asian", "white"]] = [0.9, 0.1]  # the subordinate character of story s0
+    sub = T.subordination_table(chars, mode="principled", n_boot=300).query("gender == 'Female'")
+    rm = T.rmrs_table(chars, n_boot=300).query("gender == 'Female'")
+    for tab in (sub, rm):
+        row = tab[tab.group == "asian"].iloc[0]
+        assert row.statistic > 1 and np.isnan(row.p_boot) and "boot_zero_count" in row["flags"]
+        assert row.q_bh_from != "p_boot" and row.q_bh > 0.05
+    assert sub.p_exact.isna().all() and sub["flags"].str.contains("no_exact_fractional").all()
+    undefined = sub[sub.statistic.isna()]
+    assert len(undefined) and undefined.q_bh.isna().all()
