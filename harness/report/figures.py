@@ -82,8 +82,9 @@ def likelihood_histograms(hist: pd.DataFrame, path: Path) -> Path:
     groups = list(dict.fromkeys(hist.group))
     fig, axes = plt.subplots(1, len(groups), figsize=(2.6 * len(groups), 2.6), sharey=True)
     for ax, g in zip(np.atleast_1d(axes), groups):
-        for model, d in hist[hist.group == g].groupby("model"):
-            ax.step(d.bin_high, d["count"].clip(lower=0.8), where="pre", label=model, lw=1)
+        for model, d in hist[hist.group == g].groupby("model"):  # each bin (t, t+2] drawn across its width
+            ax.stairs(d["count"].clip(lower=0.8).to_numpy(), np.append(d.bin_low.to_numpy(), d.bin_high.iloc[-1]),
+                      label=model, lw=1)
         ax.set_yscale("log")
         ax.set_title(_label(g), fontsize=9)
         ax.set_xlabel("likelihood (%)", fontsize=8)

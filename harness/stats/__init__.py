@@ -8,8 +8,10 @@ FDR, smoothing / small-count flags) sit beside them. Submodules: ``intervals``,
 """
 
 #: The version of how the tables are computed, part of the statistics stage's fingerprint: a release that changes a
-#: computation (2: an exact percentage is not above its own threshold in the R_mrs sweep; story bootstraps without
-#: sampling variation; Fig. 1c,d bins) bumps it, so a run's tables are made again, not skipped as current.
+#: computation bumps it, so a run's tables are made again, not skipped as current (2: an exact percentage is not
+#: above its own threshold in the R_mrs sweep; NH/PI unmeasured; no story bootstrap without sampling variation or
+#: over a smoothed zero count; no Fisher test on likelihood sums; undefined cells out of the FDR family; Fig. 1c,d
+#: bins (t, t+2]).
 METHODS_VERSION = "2"
 
 __all__ = ["METHODS_VERSION", "bootstrap", "fdr", "intervals", "representation", "results", "rmrs", "subordination", "sweep", "tables"]
