@@ -117,7 +117,8 @@ def build_report(runs: list[Path | str], out: Path | str, *, title: str = "Laiss
     rep = T["representation"]
     figs = F.Figures(out)
 
-    figs.add("fig1a_representation_race", "Figure 1a. Representation ratios by race (power-neutral stories); grey where p >= .05.",
+    figs.add("fig1a_representation_race", "Figure 1a. Representation ratios by race (power-neutral stories); grey where the paper's p (unadjusted) "
+             ">= .05; the tables' q_bh adjusts for the many cells.",
         lambda p: F.ratio_heatmap(rep[rep.kind == "race"], p, "R_rep by race"), rep[rep.kind == "race"])
     figs.add("fig1b_representation_gender", "Figure 1b. Representation ratios by gender.",
         lambda p: F.ratio_heatmap(rep[rep.kind == "gender"], p, "R_rep by gender"), rep[rep.kind == "gender"])
@@ -125,7 +126,8 @@ def build_report(runs: list[Path | str], out: Path | str, *, title: str = "Laiss
         lambda p: F.ratio_heatmap(T["orientation"], p, "R_rep by gender pair"), T["orientation"])
     figs.add("fig1d_name_likelihoods", "Figure 1d. Named characters by racial likelihood of the first name (log counts).",
         lambda p: F.likelihood_histograms(T["likelihood_histogram"], p), T["likelihood_histogram"])
-    figs.add("fig2_subordination", "Figure 2. Subordination ratios by race and gender; one marker per model, bar at the median; colour by p.",
+    figs.add("fig2_subordination", "Figure 2. Subordination ratios by race and gender; one marker per model, bar at the median; colour by the "
+             "paper's p (unadjusted; the tables' q_bh adjusts for the many cells).",
         lambda p: F.subordination_plot(T["subordination"], p, "R_sub (power-laden stories)"), T["subordination"])
     figs.add("fig3a_name_ratios", "Figure 3a. Per-name subordination ratio against racial likelihood.",
         lambda p: F.name_scatter(T["name_ratios"], p), T["name_ratios"])
