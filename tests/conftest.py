@@ -103,7 +103,7 @@ def free_port() -> int:
 @pytest.fixture
 def json_server():
     """Starts loopback HTTP servers that answer each POST with ``answer(body) -> (status, json
-    object[, headers])``, ``body`` being the request's parsed JSON; returns each server's
+    object or raw bytes[, headers])``, ``body`` being the request's parsed JSON; returns each server's
     ``http://127.0.0.1:PORT/v1``. Servers stop when the test ends."""
     import json
     import threading
@@ -115,7 +115,7 @@ def json_server():
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):  # noqa: N802
                 status, obj, *headers = answer(json.loads(self.rfile.read(int(self.headers["content-length"]))))
-                data = json.dumps(obj).encode()
+                data = obj if isinstance(obj, bytes) else json.dumps(obj).encode()  # bytes: a body sent as is
                 self.send_response(status)
                 for k, v in (headers[0] if headers else {}).items():
                     self.send_header(k, v)

@@ -319,6 +319,8 @@ def test_openai_backend_stopped_by_ctrl_c_cuts_the_requests_in_flight_and_retrie
         with pytest.raises(KeyboardInterrupt):
             next(stories)
         assert b.client.is_closed
+        mine = [t for t in threading.enumerate() if t.name.startswith("harness-openai")]
+        assert mine and all(t.daemon for t in mine)  # not joined at exit: their reads may wait out the timeout
         time.sleep(1.6)  # past the timeout: a request still in flight would have been sent again
         assert len(StallingHandler.calls) == 2, StallingHandler.calls
     finally:
@@ -624,6 +626,25 @@ def test_a_device_torch_cannot_see_is_one_line_naming_the_setting(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(ConfigError, match="model.device: cuda but torch sees no GPU"):
         load_backend(ModelConfig(backend="transformers", path="smollm2-135m", device="cuda"))
+
+
+def test_openai_backend_keeps_a_reply_that_does_not_decode_as_its_requests_error(json_server):
+    """A 200 whose gzip body did not decode raised httpx.DecodingError out of the backend: the run stopped (a
+    traceback), and the LLM labeller's later requests all failed on the closed client."""
+    def answer(body):
+        if body["messages"][-1]["content"] == "bad":
+            return 200, b"not gzip", {"Content-Encoding": "gzip"}
+        return 200, {"choices": [{"message": {"content": "A story."}}]}
+
+    b = OpenAIBackend("m", base_url=json_server(answer), max_retries=1, backoff_s=0.001)
+    try:
+        out = {r.request_id: r for r in b.generate([GenRequest(p, p, 1) for p in ("bad", "ok")], GenParams())}
+        assert out["bad"].finish_reason == "error" and "DecodingError" in out["bad"].error
+        assert out["ok"].text == "A story."
+        again = list(b.generate([GenRequest("later", "ok", 1)], GenParams()))
+        assert again[0].text == "A story."  # the backend is still usable
+    finally:
+        b.close()
 
 
 def _closed_port() -> int:

@@ -1,6 +1,6 @@
 """The OpenAI-compatible HTTP backend (``vllm serve``, llama.cpp's server, TGI, ...).
 
-Requests run concurrently on a thread pool over one ``httpx.Client``. 429 and 5xx answers,
+Requests run concurrently on ``concurrency`` daemon threads over one ``httpx.Client``. 429 and 5xx answers,
 timeouts and dropped connections are retried with exponential backoff and jitter (honouring
 ``Retry-After``); other 4xx answers fail at once. A request that still fails is returned with
 ``finish_reason="error"`` and its reason, so a run never loses the stories that did finish.
@@ -14,11 +14,10 @@ failed so (no reply between them, not a 4xx that was the request's own fault) st
 from __future__ import annotations
 
 import json
+import queue
 import random
 import threading
-import time
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any
 
 import httpx
@@ -129,10 +128,13 @@ class OpenAIBackend(Backend):
                 if r.status_code not in RETRY_STATUS:
                     break
                 retry_after = r.headers.get("retry-after")
-            except (httpx.TimeoutException, httpx.TransportError) as e:
+            except httpx.RequestError as e:  # a timeout, a dropped connection, a body that does not decode
                 last = f"{type(e).__name__}: {e}"
             except (KeyError, IndexError, ValueError) as e:
                 last = f"malformed response: {e}"
+                break
+            except Exception as e:  # noqa: BLE001 - anything else is this request's error, never the run's
+                last = f"{type(e).__name__}: {e}"
                 break
             if attempt < self.max_retries:
                 self.retries += 1
@@ -191,21 +193,37 @@ class OpenAIBackend(Backend):
         self, requests: Sequence[GenRequest], params: GenParams, *, progress: bool = False
     ) -> Iterator[GenResult]:
         self._check_up()  # called down by an earlier call: no request is sent (each would wait out its retries)
-        pool = ThreadPoolExecutor(max_workers=self.concurrency)
+        todo: queue.SimpleQueue[GenRequest] = queue.SimpleQueue()
+        results: queue.SimpleQueue[GenResult] = queue.SimpleQueue()
+        for r in requests:
+            todo.put(r)
         stop = threading.Event()
-        done = False
+
+        def worker() -> None:
+            while not stop.is_set():
+                try:
+                    req = todo.get_nowait()
+                except queue.Empty:
+                    return
+                try:
+                    results.put(self._one(req, params, stop))
+                except BaseException as e:  # noqa: BLE001 - the caller waits for one result per request
+                    results.put(GenResult(req.request_id, "", "error", error=f"{type(e).__name__}: {e}"))
+
+        # daemon threads: the interpreter joined a pool's threads at exit, so Ctrl-C waited for every request in
+        # flight to time out (120 s at the defaults), and before that for each one's retries
+        for k in range(min(self.concurrency, len(requests))):
+            threading.Thread(target=worker, name=f"harness-openai-{k}", daemon=True).start()
+        finished = False
         try:
-            futures = [pool.submit(self._one, r, params, stop) for r in requests]
-            for f in as_completed(futures):
-                yield f.result()
+            for _ in range(len(requests)):
+                yield results.get()
                 self._check_up()
-            done = True
+            finished = True
         finally:  # stopped (Ctrl-C, a failed write, the server called down): the requests not yet sent are dropped,
-            # those in flight are cut (the client closed) and tried no more: the interpreter joins the pool's threads
-            # at exit, and each went on through its retries, minutes against a hung server, before Ctrl-C could end
+            # and those in flight are tried no more
             stop.set()
-            pool.shutdown(wait=False, cancel_futures=True)
-            if not done:
+            if not finished:
                 self.client.close()
 
     def close(self) -> None:

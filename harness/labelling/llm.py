@@ -341,7 +341,7 @@ def _name_list(v: Any) -> list[str]:
     if v is None:
         return []
     if isinstance(v, dict):
-        raise ParseError(f"a name written as an object ({json.dumps(v, ensure_ascii=False)[:60]}), not a string")
+        raise ParseError(f"a name written as an object ({repr(v)[:60]}), not a string")
     if isinstance(v, str):
         return [v]
     if isinstance(v, (list, tuple)):
@@ -359,8 +359,7 @@ def _ref_list(v: Any) -> list[str]:
         out: list[str] = []
         for x in map(_seq, v):
             if isinstance(x, dict):
-                raise ParseError(f"a reference written as an object ({json.dumps(x, ensure_ascii=False)[:60]}), "
-                                 "not a string")
+                raise ParseError(f"a reference written as an object ({repr(x)[:60]}), not a string")
             out.extend(_ref_list(x) if isinstance(x, (list, tuple)) else [] if x is None else [str(x)])
         return out
     raise ParseError(f"references must be a list, got {type(v).__name__}")

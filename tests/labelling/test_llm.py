@@ -173,6 +173,9 @@ def test_a_name_or_reference_written_as_an_object_is_retried_then_kept_as_a_fail
     reply = json.dumps({**json.loads(GOOD), field: value})
     with pytest.raises(ParseError, match="written as an object"):
         parse_response(reply, STORY)
+    python_style = reply.replace('"Tom"}', '{"Tom"}}').replace('"She"}', '{"She"}}')  # a set inside: no JSON value
+    with pytest.raises(ParseError, match="written as an object"):
+        parse_response(python_style, STORY)
     prompt = build_prompt(STORY)
     backend = ScriptedBackend({prompt: [reply, reply, GOOD]})
     (lab,) = LLMLabeller(backend, max_attempts=3).label([STORY])
