@@ -239,8 +239,13 @@ def stage_statistics(cfg: RunConfig, store: RunStore, **_: Any) -> StageResult:
         if is_current(store, STATISTICS, fp, recorded(store, STATISTICS).get("tables", {}), (".parquet", ".csv")):
             return StageResult("statistics", "skipped (current)", time.perf_counter() - t)
         chars = pd.read_parquet(store.stage_dir(IDENTITIES) / "characters.parquet")
+        shares = recorded(store, IDENTITIES).get("representative_shares")
+        if shares is None:  # identities of an earlier release, not made again (--stages statistics): NH/PI measured
+            from harness.identity.names import NameTable
+
+            shares = NameTable.load(mode=cfg.identity.name_mode).representative_shares()
         tables = compute_tables(chars, cfg.statistics, min_population=cfg.identity.min_population,
-                                representative=recorded(store, IDENTITIES).get("representative_shares"))
+                                representative=shares)
         mark_stale(store, STATISTICS)
         for name, df in tables.items():
             write_table(store, STATISTICS, name, df)

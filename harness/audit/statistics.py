@@ -117,31 +117,12 @@ def unmeasured_races(representative: dict[str, float] | None, pstar: dict[str, f
     out = {}
     for race, share in (representative or {}).items():
         p = pstar.get(race)
-        if p and share / p < MEASURABLE_SHARE:
+        if p and isinstance(share, (int, float)) and share / p < MEASURABLE_SHARE:  # None, NaN: no evidence
             out[race] = (f"not measured: the name table gives a U.S.-representative set of names a mean "
                          f"{RACE_DISPLAY.get(race, race)} likelihood of {100 * share:.2g}% against p* {100 * p:.2g}% "
                          f"(R_rep {share / p:.2g} for a model that names characters as the U.S. does); its source "
                          f"lacks the group's names")
     return out
-
-
-def _with_unmeasured(table: pd.DataFrame, unmeasured: dict[str, str], keys: list[str]) -> pd.DataFrame:
-    """``table`` (computed over the measured races) with a NaN row and its reason for each unmeasured race of
-    each of its cells (``keys``), in the order of ``RACES`` within the cell."""
-    if not unmeasured or table.empty:
-        return table
-    race_rows = table[table["kind"] == "race"] if "kind" in table.columns else table
-    cells = race_rows[keys].drop_duplicates()
-    extra = pd.DataFrame([{**cell, "group": race, "group_display": RACE_DISPLAY.get(race, race),
-                           "statistic": np.nan, "reason": why, "flags": "not_measured"}
-                          for cell in cells.to_dict("records") for race, why in unmeasured.items()])
-    out = pd.concat([table, extra], ignore_index=True)
-    order = {r: i for i, r in enumerate(RACES)}
-    rank = out["group"].map(order).fillna(-1)  # gender rows (not races) first in their cell, as computed
-    cell_of = out[[k for k in keys if k != "kind"]].astype(str).agg("\0".join, axis=1)
-    first = {c: i for i, c in enumerate(dict.fromkeys(cell_of))}
-    out = out.assign(_cell=cell_of.map(first), _rank=rank).sort_values(["_cell", "_rank"], kind="stable")
-    return out.drop(columns=["_cell", "_rank"]).reset_index(drop=True)
 
 
 def compute_tables(chars: pd.DataFrame, scfg: StatsConfig, *, min_population: int = 100,
@@ -156,14 +137,11 @@ def compute_tables(chars: pd.DataFrame, scfg: StatsConfig, *, min_population: in
     boot = {"n_boot": scfg.n_boot if principled else 0, "seed": scfg.seed}
     thresholds = np.arange(scfg.threshold_min, scfg.threshold_max + 1, dtype=np.int32)
     unmeasured = unmeasured_races(representative, pstar)
-    measured = [r for r in RACES if r not in unmeasured]
-    representation = _with_unmeasured(T.representation_table(chars, baselines, races=measured, **boot), unmeasured,
-                                      ["model", "domain", "kind"])
+    representation = T.representation_table(chars, baselines, unmeasured=unmeasured, **boot)
     if representative:
         ratio = {r: representative[r] / pstar[r] for r in representative if pstar.get(r)}
         representation["r_representative"] = representation["group"].map(ratio).where(representation["kind"] == "race")
-    subordination = _with_unmeasured(T.subordination_table(chars, mode=scfg.mode, races=measured, **boot), unmeasured,
-                                     ["model", "domain", "gender"])
+    subordination = T.subordination_table(chars, mode=scfg.mode, unmeasured=unmeasured, **boot)
     return {
         "representation": representation,
         "orientation": T.orientation_table(chars, baselines, **boot),

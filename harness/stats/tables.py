@@ -89,6 +89,8 @@ ALLOWED = {
     "power_role": ("baseline", "dominant", "subordinate"),
     "gender": GENDER_LABELS,
 }
+#: The flag of a race the name table cannot measure (``unmeasured``).
+NOT_MEASURED = "not_measured"
 #: A character is a "racialized name" for the small-count flag when its likelihood exceeds this.
 RACIALIZED = 0.5
 COLUMNS = ["statistic", "p", "nu", "ci_low", "ci_high", "d", "p_normal", "p_exact", "p_boot", "boot_low",
@@ -230,6 +232,7 @@ def representation_table(
     races: Sequence[str] = RACES,
     models: Sequence[str] | None = None,
     domains: Sequence[str] | None = None,
+    unmeasured: Mapping[str, str] | None = None,
 ) -> pd.DataFrame:
     """Tables S13a-c: R_rep per model x domain for every race and gender (power-neutral stories).
 
@@ -243,6 +246,8 @@ def representation_table(
         races: race codes to report.
         models, domains: the grid (default: those present in the input); a model x domain
             without power-neutral characters gets NaN rows with the reason.
+        unmeasured: {race: why} for races the name table cannot measure: NaN rows with the reason and the
+            flag ``not_measured``, out of the FDR family.
 
     Returns:
         DataFrame with ``model, domain, kind ("race"|"gender"), group`` and the S13 columns.
@@ -262,15 +267,22 @@ def representation_table(
                 why = "no power-neutral characters in this model x domain"
                 rows += [_row(_nan_result("R_rep", why, method="wilson"), **lab, kind="gender", group=g)
                          for g in GENDERED]
-                rows += [_row(_nan_result("R_rep", why, method="wilson"), **lab, kind="race", group=r,
+                rows += [_row(_not_measured("R_rep", unmeasured[r], "wilson") if r in (unmeasured or {}) else
+                              _nan_result("R_rep", why, method="wilson"), **lab, kind="race", group=r,
                               group_display=RACE_DISPLAY.get(r, r)) for r in races]
                 continue
             rows += _representation_cell(df.iloc[cells[model, domain]], story[cells[model, domain]], lab, pstar,
-                                         d_method, n_boot, seed, alpha, races)
+                                         d_method, n_boot, seed, alpha, races, unmeasured or {})
     return _finish(rows, issues, ["model", "domain", "kind", "group"], alpha)
 
 
-def _representation_cell(cell, st, lab, pstar, d_method, n_boot, seed, alpha, races) -> list[dict[str, Any]]:
+def _not_measured(statistic: str, why: str, method: str):
+    """The NaN result of a race the name table cannot measure (``unmeasured``)."""
+    return _nan_result(statistic, why, method=method, flags=(NOT_MEASURED,))
+
+
+def _representation_cell(cell, st, lab, pstar, d_method, n_boot, seed, alpha, races, unmeasured
+                         ) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     # gender rows
     gendered = cell["gender"].isin(GENDERED).to_numpy()
@@ -292,6 +304,10 @@ def _representation_cell(cell, st, lab, pstar, d_method, n_boot, seed, alpha, ra
     boot = cluster_sums(vals, st[m], n_boot=n_boot, seed=seed) if n_boot else None
     for j, r in enumerate(races):
         x, n = filled[:, j].sum(), float(m.sum())
+        if r in unmeasured:
+            rows.append(_row(_not_measured("R_rep", unmeasured[r], "wilson"), **lab, kind="race", group=r,
+                             group_display=RACE_DISPLAY.get(r, r)))
+            continue
         if n == 0:
             res = _replace(representation_ratio(x, n, pstar.get(r), kind="race"),
                            reason="empty group: no named character matched to the name table in this model x domain")
@@ -406,6 +422,7 @@ def subordination_table(
     races: Sequence[str] = RACES,
     models: Sequence[str] | None = None,
     domains: Sequence[str] | None = None,
+    unmeasured: Mapping[str, str] | None = None,
 ) -> pd.DataFrame:
     """Tables S13e-m: R_sub per model x domain x gender (F, M, NB, All) x race.
 
@@ -419,8 +436,9 @@ def subordination_table(
     race. A model x domain without named power-laden characters, and a gender with no named
     power-laden character in either role, give NaN rows with the reason (in both modes: the
     authors' "both counts 0 -> R = 1" rule is kept for a race absent from a gender that is
-    present, not for a gender with no characters at all).
+    present, not for a gender with no characters at all). ``unmeasured``: as ``representation_table``'s.
     """
+    unmeasured = unmeasured or {}
     if denominator not in ("joint", "conditional"):
         raise ValueError(f"subordination_table: denominator must be 'joint' or 'conditional', got {denominator!r}")
     df, issues = validate_characters(chars)
@@ -433,7 +451,8 @@ def subordination_table(
     for model, domain in ((m, d) for m in models for d in domains):
         if (model, domain) not in cells:
             why = "no named characters in power-laden stories of this model x domain"
-            rows += [_row(SubordinationResult(statistic="R_sub", method="katz", reason=why), model=model,
+            rows += [_row(_not_measured("R_sub", unmeasured[r], "katz") if r in unmeasured else
+                          SubordinationResult(statistic="R_sub", method="katz", reason=why), model=model,
                           domain=domain, gender=g, group=r, group_display=RACE_DISPLAY.get(r, r))
                      for g in (*GENDERED, "All") for r in races]
             continue
@@ -457,6 +476,9 @@ def subordination_table(
             for j, r in enumerate(races):
                 x_sub, x_dom = sums[0, 2 + 2 * j], sums[0, 3 + 2 * j]
                 lab = dict(model=model, domain=domain, gender=g, group=r, group_display=RACE_DISPLAY.get(r, r))
+                if r in unmeasured:
+                    rows.append(_row(_not_measured("R_sub", unmeasured[r], "katz"), **lab))
+                    continue
                 if not in_g.any():
                     res = SubordinationResult(
                         statistic="R_sub", method="katz", x_sub=x_sub, n_sub=n_sub, x_dom=x_dom, n_dom=n_dom, nu=nu,

@@ -428,7 +428,7 @@ def test_a_race_the_name_table_cannot_measure_is_left_unmeasured_not_reported_as
     likelihood is near 0, so R_rep read 0.001 with p < .001 ('omission') for any model, and R_sub compared
     noise. Those rows are NaN with the reason and out of the FDR family; R_rep's race rows carry the R_rep of a
     model that names characters as the U.S. does."""
-    from harness.audit.statistics import MEASURABLE_SHARE, unmeasured_races
+    from harness.audit.statistics import MEASURABLE_SHARE, compute_tables, unmeasured_races
     from harness.identity import RACES
     from harness.identity.baselines import load_baselines
     from harness.stats.tables import baseline_map, representation_table
@@ -454,3 +454,20 @@ def test_a_race_the_name_table_cannot_measure_is_left_unmeasured_not_reported_as
     pd.testing.assert_frame_equal(kept, measured, check_dtype=False)  # the FDR family without the NH/PI rows
     sub = pd.read_parquet(store.stage_dir(STATISTICS) / "subordination.parquet")
     assert sub[sub.group == "nhpi"].statistic.isna().all() and sub[sub.group == "white"].statistic.notna().any()
+    # identities recorded by an earlier release (no shares), the statistics stage run alone: still unmeasured
+    import json
+
+    from harness.audit.stages import _state_path
+
+    state = json.loads(_state_path(store, IDENTITIES).read_text())
+    del state["representative_shares"]
+    _state_path(store, IDENTITIES).write_text(json.dumps(state))
+    _state_path(store, STATISTICS).unlink()
+    assert stage_statistics(cfg, store).status == "done"
+    again = pd.read_parquet(store.stage_dir(STATISTICS) / "representation.parquet")
+    assert again[again.group == "nhpi"].statistic.isna().all() and again.r_representative.notna().any()
+    # every race unmeasured: each still has its NaN rows, with the reason
+    every = compute_tables(chars, cfg.statistics, representative=dict.fromkeys(RACES, 0.0))
+    for name in ("representation", "subordination"):
+        races_of = every[name][every[name].group.isin(RACES)]
+        assert set(races_of.group) == set(RACES) and races_of.statistic.isna().all(), name
