@@ -186,6 +186,9 @@ def check_resumable(store: RunStore, cfg: RunConfig, suite: Suite | None = None)
                           f"or finish the run with the harness version that started it") from None
     for f in IDENTITY_FIELDS:
         if _get(old_cfg, f) != _get(cfg, f):
+            if f == "model.system_message" and not any(
+                    p.meta.get("system") for p in (suite or get_suite(cfg.suite, cfg.wording)).prompts):
+                continue  # no prompt of the suite has one (laissez-faire): the stories do not depend on it
             raise ConfigError(
                 f"{store.manifest_path}: this run was made with a different {f} "
                 f"({_get(old_cfg, f)!r} vs {_get(cfg, f)!r}); use a new output_dir to start another run"

@@ -974,12 +974,20 @@ def test_a_rerun_with_another_dtype_context_or_engine_setting_is_refused(tmp_pat
     float32 run, and run.json's model block then named the second setting only."""
     c = cfg(tmp_path, samples_per_prompt=1)
     generate_run(c, backend=EchoBackend(), progress=False)
-    for field, value in (("dtype", "bfloat16"), ("max_model_len", 64), ("engine_kwargs", {"enforce_eager": True}),
-                         ("system_message", "in_user_turn")):
+    for field, value in (("dtype", "bfloat16"), ("max_model_len", 64), ("engine_kwargs", {"enforce_eager": True})):
         other = cfg(tmp_path, samples_per_prompt=2, model={**c.model.model_dump(), field: value})
         with pytest.raises(ConfigError, match=rf"this run was made with a different model\.{field} "):
             generate_run(other, backend=EchoBackend(), progress=False)
     assert len(RunStore(c.output_dir).read_keys(GENERATIONS)) == 3
+    # model.system_message changes the stories of a suite with system messages only (homogeneity's, not these)
+    gemma_style = cfg(tmp_path, samples_per_prompt=2, model={**c.model.model_dump(), "system_message": "in_user_turn"})
+    assert generate_run(gemma_style, backend=EchoBackend(), progress=False).generated == 3
+    hom = cfg(tmp_path, suite="homogeneity", prompts=None, samples_per_prompt=1, output_dir=str(tmp_path / "hom"))
+    hom = hom.model_copy(update={"prompts": [get_suite("homogeneity").prompts[0].id]})
+    generate_run(hom, backend=EchoBackend(), progress=False)
+    moved = hom.model_copy(update={"model": hom.model.model_copy(update={"system_message": "in_user_turn"})})
+    with pytest.raises(ConfigError, match=r"this run was made with a different model\.system_message "):
+        generate_run(moved, backend=EchoBackend(), progress=False)
 
 
 def test_a_generation_stopped_by_ctrl_c_says_interrupted_not_running(tmp_path):
