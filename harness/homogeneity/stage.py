@@ -294,6 +294,7 @@ def analyse_embeddings(x: np.ndarray, texts: pd.DataFrame, out_dir: Path | str, 
     t = time.perf_counter()
     cells, cell, _ = cell_table(texts, x, backend=backend, cell_order=cell_order)
     paired = cell >= 0  # a text alone in its cell has no pair: no part of any text-level table
+    read = texts  # what the analysis read, for summary.json: the texts of a prompt short of two too
     x, cell, texts = x[paired], cell[paired], texts[paired].reset_index(drop=True)
     secs["sufficient_stats"] = time.perf_counter() - t
     if len(cells) < 2:
@@ -336,9 +337,10 @@ def analyse_embeddings(x: np.ndarray, texts: pd.DataFrame, out_dir: Path | str, 
     for name, df in tables.items():  # each synced by its rename, summary.json last: the stage records them current next
         write = df.to_csv if name.endswith(".csv") else df.to_parquet
         atomic_write(out / name, lambda tmp, write=write: write(tmp, index=False))
-    chosen = {"n": int(len(texts)), "sha256": texts_fingerprint(texts), **(selection or {})}
+    chosen = {"n": int(len(read)), "sha256": texts_fingerprint(read), "without_pair": int((~paired).sum()),
+              **(selection or {})}
     if isinstance(chosen.get("target"), int):  # prompts the top-up left short: analysed with what they have
-        chosen["prompts_short_of_target"] = int((texts.groupby("prompt_id").size() < chosen["target"]).sum())
+        chosen["prompts_short_of_target"] = int((read.groupby("prompt_id").size() < chosen["target"]).sum())
     summary = {"texts": chosen, "standardization": st.to_dict(), "n_texts": int(len(texts)), "n_cells": int(len(cells)),
                "n_pairs": int(cells["n_pairs"].sum()), "n_boot": n_boot, "n_perm": n_perm, "seed": seed,
                "alpha": alpha, "backend": backend, "seconds": {k: round(v, 3) for k, v in secs.items()},

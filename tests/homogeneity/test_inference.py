@@ -149,7 +149,12 @@ def test_a_prompt_with_one_usable_text_shifts_no_other_texts_cell(tmp_path):
     # the analysis equals the one of the corpus without that text, in every table
     without = t1.prompt_id != first
     kw = dict(n_boot=30, n_perm=20, backend="numpy", seed=3)
-    analyse_embeddings(x1, t1, tmp_path / "one", **kw)
+    analyse_embeddings(x1, t1, tmp_path / "one", selection={"target": 6}, **kw)
     analyse_embeddings(x1[without.to_numpy()], t1[without].reset_index(drop=True), tmp_path / "none", **kw)
     for name in ("text_coefficients.csv", "permutation.csv", "extreme_pairs.csv"):
         pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "one" / name), pd.read_csv(tmp_path / "none" / name))
+    # summary.json names the texts read, the lone one too (the prompt short of the target was not counted)
+    import json
+
+    texts_read = json.loads((tmp_path / "one" / "summary.json").read_text())["texts"]
+    assert (texts_read["n"], texts_read["without_pair"], texts_read["prompts_short_of_target"]) == (len(t1), 1, 1)
