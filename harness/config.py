@@ -64,7 +64,8 @@ class ModelConfig(_Strict):
     max_model_len: int = Field(1024, ge=16)
     batch_size: int = Field(16, ge=1, description="sequences per batch (vLLM: max_num_seqs)")
     concurrency: int = Field(8, ge=1, description="openai backend: requests in flight")
-    timeout_s: float = Field(120.0, gt=0, description="openai backend: per-request timeout")
+    timeout_s: float = Field(120.0, gt=0, description="openai backend: seconds a request waits to connect, or "
+                                                        "between two reads of the reply (not the reply's whole time)")
     max_retries: int = Field(5, ge=0, description="openai backend: retries on 429/5xx/timeouts")
     device: str = Field("auto", description="transformers backend: auto, cpu or cuda")
     engine_kwargs: dict[str, Any] = Field(default_factory=dict, description="passed to the engine as is")

@@ -200,6 +200,7 @@ def test_openai_backend_retries_429_and_5xx_and_records_failures(json_server):
     assert calls.count("hello") == 3  # 429, 503, 200
     assert out["b"].finish_reason == "error" and "HTTP 400" in out["b"].error
     assert calls.count("bad") == 1  # a 4xx other than 429 is not retried
+    assert "system_message" not in out["b"].error  # (the hint is for a server refusing a system turn)
     assert b.retries == 2
 
 
@@ -645,6 +646,20 @@ def test_openai_backend_keeps_a_reply_that_does_not_decode_as_its_requests_error
         assert again[0].text == "A story."  # the backend is still usable
     finally:
         b.close()
+
+
+def test_openai_backend_names_the_way_out_when_the_server_refuses_a_system_turn(json_server):
+    def answer(body):
+        if body["messages"][0]["role"] == "system":
+            return 400, {"error": "System role not supported"}
+        return 200, {"choices": [{"message": {"content": "A story."}}]}
+
+    b = OpenAIBackend("m", base_url=json_server(answer))
+    try:
+        (r,) = b.generate([GenRequest("a", "hi", 1, system="You are a chatbot")], GenParams())
+    finally:
+        b.close()
+    assert r.finish_reason == "error" and r.error.endswith("set model.system_message: in_user_turn")
 
 
 def _closed_port() -> int:

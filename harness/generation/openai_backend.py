@@ -126,6 +126,8 @@ class OpenAIBackend(Backend):
                     return GenResult(req.request_id, text, reason, prompt_tokens, output_tokens)
                 last = f"HTTP {r.status_code}: {r.text[:200]}"
                 if r.status_code not in RETRY_STATUS:
+                    if req.system and "system" in r.text.casefold():  # a template without a system role (Gemma 2)
+                        last += "; if the model's template has no system role, set model.system_message: in_user_turn"
                     break
                 retry_after = r.headers.get("retry-after")
             except httpx.RequestError as e:  # a timeout, a dropped connection, a body that does not decode
