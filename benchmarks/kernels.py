@@ -35,6 +35,7 @@ from _results import machine_description, write_section  # noqa: E402
 
 from harness.kernels import homogeneity as H  # noqa: E402
 from harness.kernels import sweep as S  # noqa: E402
+from harness.stats.sweep import PERCENT_DECIMALS  # noqa: E402
 from harness.kernels._common import cuda_available, cupy_runnable  # noqa: E402
 
 NO_GPU = "not measured on this CPU machine; see section kernels-gpu"
@@ -278,7 +279,7 @@ def pandas_loop(lik, role, group, story, thresholds, G, n_boot, seed):
         w = pd.Series(S.story_weights(seed, [b], df["story"].to_numpy())[0], index=df.index)
         for ti, t in enumerate(thresholds):
             for ri, r in enumerate(RACES):
-                hit = df[r] * 100 > t
+                hit = (df[r].astype(np.float64) * 100).round(PERCENT_DECIMALS) > t  # the contract's percentage
                 for gi in range(G):
                     for k in (0, 1):
                         sel = hit & (df["group"] == gi) & (df["role"] == k)
