@@ -25,17 +25,18 @@ def search(stories: pd.DataFrame, cues: dict | None = None, *, samples_per_term:
     cues = cues or load_cues()
     counts, sheet = [], []
     text = stories.text.fillna("")
+    models = list(dict.fromkeys(stories.model))
     for group, terms in cues["groups"].items():
-        for term, paper_count in terms.items():
+        for term, paper_count in terms.items():  # the paper's count is over its five models together
             hit = text.str.contains(re.escape(term), case=False, regex=True)
-            for model, g in stories[hit].groupby("model"):
-                counts.append({"model": model, "group": group, "term": term, "stories": len(g), "paper_count": paper_count})
+            found = dict(list(stories[hit].groupby("model")))
+            for model in models:  # a model without the term counts 0 (it had no row where another model had one)
+                g = found.get(model, stories.iloc[:0])
+                counts.append({"model": model, "group": group, "term": term, "stories": len(g),
+                               "paper_count_5_models": paper_count})
                 for _, row in g.head(samples_per_term).iterrows():
                     sheet.append({"model": model, "group": group, "term": term, "story_id": row.story_id,
                                   "prompt_id": row.prompt_id, "text": row.text,
                                   **{code: "" for code in cues["codebook"]}, "notes": ""})
-            if not hit.any():
-                for model in stories.model.unique():
-                    counts.append({"model": model, "group": group, "term": term, "stories": 0, "paper_count": paper_count})
     cols = ["model", "group", "term", "story_id", "prompt_id", "text", *cues["codebook"], "notes"]
-    return pd.DataFrame(counts, columns=["model", "group", "term", "stories", "paper_count"]), pd.DataFrame(sheet, columns=cols)
+    return pd.DataFrame(counts, columns=["model", "group", "term", "stories", "paper_count_5_models"]), pd.DataFrame(sheet, columns=cols)
