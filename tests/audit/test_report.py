@@ -181,3 +181,22 @@ def test_report_inputs_that_are_no_runs_and_an_output_where_a_file_stands_are_na
     if Path("/proc/self").is_dir():  # a folder the system will not make: FileNotFoundError's traceback before
         with pytest.raises(ConfigError, match=re.escape("--out /proc/harness-test: cannot make this folder (")):
             build_report([run], "/proc/harness-test")
+
+
+def test_the_report_takes_q_bh_over_every_run_it_stacks(tmp_path):
+    """Each run adjusted over its own cells: a report of three models set three families side by side, and its
+    q_bh read as one table's."""
+    from statsmodels.stats.multitest import multipletests
+
+    chars = synthetic_characters(120, models=("model-a", "model-b", "model-c"))
+    per_run = [compute_tables(g, StatsConfig(mode="principled", n_boot=30)) for _, g in chars.groupby("model")]
+    tables = {k: pd.concat([t[k] for t in per_run], ignore_index=True) for k in per_run[0]}  # as each run made them
+    runs = write_synthetic_runs(tmp_path / "runs", chars, tables)
+    build_report(runs, tmp_path / "report")
+    for name in ("representation", "subordination", "rmrs"):
+        got = pd.read_csv(tmp_path / "report" / "tables" / f"{name}.csv")
+        p = [row[src] if isinstance(src, str) else float("nan") for src, (_, row) in zip(got.q_bh_from, got.iterrows())]
+        p = pd.Series(p, dtype=float)
+        want = pd.Series(float("nan"), index=p.index)
+        want[p.notna()] = multipletests(p[p.notna()], method="fdr_bh")[1]
+        pd.testing.assert_series_equal(got.q_bh, want, check_names=False, rtol=1e-9)
