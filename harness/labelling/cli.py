@@ -82,9 +82,9 @@ def _labeller(name: str, model_dir: Path | None, llm_model: str, threads: int | 
     return get_labeller(name, **kwargs)
 
 
-#: The fewest paired resamples --statistics-boot takes: as many as a bootstrap p needs finite replicates
-#: (``harness.stats.bootstrap.bootstrap_p``'s ``min_finite``).
-MIN_SHIFT_REPLICATES = 20
+#: The fewest paired resamples --statistics-boot takes: the fewest whose bootstrap test can find a shift at .05
+#: (its p is never below 2 / (B + 1): B = 40 gives .049; 20 resamples could find none).
+MIN_SHIFT_REPLICATES = 40
 
 #: The options one labeller reads; given to another on the command line, they did nothing.
 READ_BY = {"encoder": ("model_dir", "precision", "threads", "name_check", "action_check", "pronoun_binding",
@@ -317,8 +317,8 @@ def eval_(
             if given and not statistics:
                 raise ConfigError(f"{flag} is read by --statistics only; add --statistics or drop {flag}")
         if 0 < statistics_boot < MIN_SHIFT_REPLICATES:  # one resample's "95% interval" excluded 0 for any shift
-            raise ConfigError(f"--statistics-boot {statistics_boot}: a 95% interval needs at least "
-                              f"{MIN_SHIFT_REPLICATES} resamples (0 skips the intervals)")
+            raise ConfigError(f"--statistics-boot {statistics_boot}: the paired bootstrap test needs at least "
+                              f"{MIN_SHIFT_REPLICATES} resamples to find a shift at .05 (0 skips the intervals)")
         _refuse_unread_options(ctx, labeller, against)
         _check_before_labelling(lexicon, against)
         if statistics:  # the table is read before the labelling, so a bad path costs nothing

@@ -23,7 +23,10 @@ a ratio of 0, a group the labels omit, counts), those defined under one only, an
 The interval comparison is not a test of the difference (the two estimates share their stories).
 With ``n_boot``, each cell also gets a paired story-bootstrap interval of log(labeller / manual):
 every resample of the stories is applied to both labellings, so the interval is of the shift the
-labeller causes; ``shift_excludes_0`` counts the cells where it excludes 0.
+labeller causes; ``shift_excludes_0`` counts the cells where the paired bootstrap test of a shift of 0 gives
+p < alpha (``harness.stats.bootstrap.bootstrap_p``, which the interval inverts; at B resamples it is never
+below 2 / (B + 1)). The gender pairs (S13d) are compared too, and the races the name table cannot measure
+are left unmeasured on both sides, as the audit leaves them.
 """
 
 from __future__ import annotations
@@ -37,11 +40,12 @@ import numpy as np
 import pandas as pd
 
 from harness.identity import RACES
-from harness.stats.bootstrap import percentile_interval
+from harness.stats.bootstrap import bootstrap_p, percentile_interval
 
 POOLED = "all sources"
-TABLES = ("representation", "subordination", "rmrs")
+TABLES = ("representation", "orientation", "subordination", "rmrs")
 KEYS = {"representation": ["model", "domain", "kind", "group"],
+        "orientation": ["model", "domain", "kind", "group"],
         "subordination": ["model", "domain", "gender", "group"],
         "rmrs": ["model", "domain", "gender", "group"]}
 
@@ -81,12 +85,15 @@ def characters_tables(characters: Sequence[Any], gold: Sequence[Any], names: Any
     return out[0], out[1]
 
 
-def _tables(chars: pd.DataFrame) -> dict[str, pd.DataFrame]:
+def _tables(chars: pd.DataFrame, unmeasured: dict[str, str] | None = None) -> dict[str, pd.DataFrame]:
+    """The statistics stage's tables of ``chars``, the gender pairs (S13d) among them, and the races the name table
+    cannot measure (``unmeasured``) left unmeasured as the audit leaves them."""
     from harness.identity.baselines import load_baselines
     from harness.stats import tables as T
 
-    return {"representation": T.representation_table(chars, load_baselines()),
-            "subordination": T.subordination_table(chars, mode="paper"),
+    return {"representation": T.representation_table(chars, load_baselines(), unmeasured=unmeasured),
+            "orientation": T.orientation_table(chars, load_baselines()),
+            "subordination": T.subordination_table(chars, mode="paper", unmeasured=unmeasured),
             "rmrs": T.rmrs_table(chars)}
 
 
@@ -101,8 +108,9 @@ class StatisticsShift:
     Attributes:
         cells: one row per cell: ``table``, the table's keys, ``manual``, ``manual_low``,
             ``manual_high``, ``labeller``, ``labeller_low``, ``labeller_high``, ``within``,
-            ``same_verdict``; with ``n_boot``, also ``log_shift`` (log(labeller / manual)) and its
-            paired bootstrap interval ``log_shift_low``, ``log_shift_high``.
+            ``same_verdict`` (None where either side is undefined); with ``n_boot``, also ``log_shift``
+            (log(labeller / manual)), its paired bootstrap interval ``log_shift_low``, ``log_shift_high``, the
+            bootstrap test's ``log_shift_p`` and ``shift_excludes_0`` (p < alpha).
         summary: ``{table: {"cells", "one_sided", "within", "same_verdict", "median_abs_log"}}`` over the
             source models' cells, and the same for the pooled cells (``"<table> (all sources)"``); with
             ``n_boot``, also ``"shift_tested"`` (cells with an interval) and ``"shift_excludes_0"``.
@@ -141,9 +149,9 @@ def _summary(cells: pd.DataFrame) -> dict[str, Any]:
            "same_verdict": int(ok.same_verdict.sum()),
            "median_abs_log": float(np.median(logs)) if len(logs) else float("nan")}
     if "log_shift_low" in cells:
-        tested = cells.dropna(subset=["log_shift_low", "log_shift_high"])
+        tested = cells.dropna(subset=["log_shift_low", "log_shift_high", "log_shift_p"])
         out["shift_tested"] = len(tested)
-        out["shift_excludes_0"] = int(((tested.log_shift_low > 0) | (tested.log_shift_high < 0)).sum())
+        out["shift_excludes_0"] = int(tested.shift_excludes_0.astype(bool).sum())
     return out
 
 
@@ -163,12 +171,24 @@ def statistics_shift(report: Any, gold: Sequence[Any], names: Any = None, *, n_b
         from harness.identity.names import NameTable
 
         names = NameTable.load()
+    from harness.audit.statistics import unmeasured_races
+    from harness.identity.baselines import load_baselines
+    from harness.stats.tables import baseline_map
+
     manual, labelled = characters_tables(report.characters, gold, names, pooled=False)
-    cells = _cells(_tables(_pool(manual)), _tables(_pool(labelled)))
+    shares = names.representative_shares() if hasattr(names, "representative_shares") else None  # a table's
+    unmeasured = unmeasured_races(shares, baseline_map(load_baselines()))
+    cells = _cells(_tables(_pool(manual), unmeasured), _tables(_pool(labelled), unmeasured))
     if n_boot:
         cells["log_shift"] = _log_shift(cells)
-        low, high = _paired_intervals(manual, labelled, cells, n_boot, seed, alpha)
+        reps = _paired_replicates(manual, labelled, cells, n_boot, seed, unmeasured)
+        low, high = percentile_interval(reps, alpha, min_finite=math.ceil(0.9 * n_boot))
         cells["log_shift_low"], cells["log_shift_high"] = low, high
+        # the decision is the bootstrap test's (p < alpha): the interpolated interval "excluded 0" at 20 resamples
+        # with one on the other side, where the test's p is .19 (and never below 2 / (B + 1))
+        p = np.asarray(bootstrap_p(reps, 0.0, min_finite=math.ceil(0.9 * n_boot)), dtype=float)
+        cells["log_shift_p"] = np.where(np.isfinite(low) & np.isfinite(high), p, np.nan)
+        cells["shift_excludes_0"] = cells.log_shift_p < alpha
     summary = {}
     for name in TABLES:
         t = cells[cells.table == name]
@@ -198,8 +218,9 @@ def _cells(a: dict[str, pd.DataFrame], b: dict[str, pd.DataFrame]) -> pd.DataFra
         both = m.merge(lab, on=keys, how="outer")
         both.insert(0, "table", name)
         both["within"] = (both.labeller >= both.manual_low) & (both.labeller <= both.manual_high)
-        both["same_verdict"] = (_verdict(both.manual_low, both.manual_high)
-                                == _verdict(both.labeller_low, both.labeller_high))
+        same = _verdict(both.manual_low, both.manual_high) == _verdict(both.labeller_low, both.labeller_high)
+        defined = _defined(both, "manual") & _defined(both, "labeller")  # NaN read as "includes 1" on both sides
+        both["same_verdict"] = same.astype(object).where(defined, None)
         frames.append(both)
     return pd.concat(frames, ignore_index=True)
 
@@ -209,11 +230,12 @@ def _cell_ids(cells: pd.DataFrame) -> pd.Index:
     return pd.Index(["|".join(str(v) for v in row) for row in cells.reindex(columns=cols).fillna("").to_numpy()])
 
 
-def _paired_intervals(manual: pd.DataFrame, labelled: pd.DataFrame, cells: pd.DataFrame, n_boot: int, seed: int,
-                      alpha: float) -> tuple[np.ndarray, np.ndarray]:
-    """Percentile intervals of log(labeller / manual) per cell over ``n_boot`` story resamples, each drawn
-    once and applied to both labellings (so the interval is of the shift, not of either ratio). A cell
-    whose shift is undefined (a ratio of 0 or none) in more than 10% of the resamples gets none."""
+def _paired_replicates(manual: pd.DataFrame, labelled: pd.DataFrame, cells: pd.DataFrame, n_boot: int, seed: int,
+                       unmeasured: dict[str, str] | None = None) -> np.ndarray:
+    """(n_boot, cells) log(labeller / manual) over story resamples, each drawn once and applied to both
+    labellings (so the spread is of the shift, not of either ratio); NaN where a resample leaves it undefined
+    (a ratio of 0 or none). The caller takes percentile intervals and the bootstrap test from them; a cell
+    undefined in more than 10% of the resamples gets neither."""
     codes, uniques = pd.factorize(manual.story_id)
     order = np.argsort(codes, kind="stable")
     starts = np.searchsorted(codes[order], np.arange(len(uniques) + 1))
@@ -229,9 +251,9 @@ def _paired_intervals(manual: pd.DataFrame, labelled: pd.DataFrame, cells: pd.Da
         def draw(chars: pd.DataFrame) -> pd.DataFrame:
             return _pool(chars.iloc[rows].assign(story_id=story))
 
-        rep = _cells(_tables(draw(manual)), _tables(draw(labelled)))
+        rep = _cells(_tables(draw(manual), unmeasured), _tables(draw(labelled), unmeasured))
         reps[r] = pd.Series(_log_shift(rep), index=_cell_ids(rep)).reindex(ids).to_numpy()
-    return percentile_interval(reps, alpha, min_finite=math.ceil(0.9 * n_boot))
+    return reps
 
 
 __all__ = ["POOLED", "StatisticsShift", "characters_tables", "statistics_shift"]

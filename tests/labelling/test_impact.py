@@ -143,9 +143,9 @@ def test_label_eval_statistics_prints_the_comparison_and_its_json(gold_path, tmp
     assert full["statistics_cells"] and {"table", "manual", "labeller", "within"} <= set(full["statistics_cells"][0])
     res = runner.invoke(app, ["label", "eval", "--gold", str(gold_path), "--labeller", "rules", "--statistics",
                               "--statistics-boot", "3"])  # one resample's "95% interval" excluded 0 for any shift
-    assert res.exit_code == 2 and "--statistics-boot 3: a 95% interval needs at least 20 resamples" in res.output
+    assert res.exit_code == 2 and "--statistics-boot 3: the paired bootstrap test needs at least 40 resamples" in res.output
     res = runner.invoke(app, ["label", "eval", "--gold", str(gold_path), "--labeller", "rules", "--statistics",
-                              "--statistics-boot", "20", "--json"])
+                              "--statistics-boot", "40", "--json"])
     assert res.exit_code == 0, res.output
     out = json.loads(res.output.strip().splitlines()[-1])
     assert out["statistics"]["representation"]["shift_tested"] >= 0 and "gender_precision" in out
@@ -213,3 +213,37 @@ def test_the_paired_bootstrap_of_gold_without_a_manual_gender_has_no_interval_an
     shift = statistics_shift(SimpleNamespace(characters=chars), [_gold("x"), _gold("y")], Names(), n_boot=20)
     assert all(s["cells"] == s["shift_tested"] == s["shift_excludes_0"] == 0 for s in shift.summary.values())
     assert "0 of 0" in shift.to_text()
+
+
+def test_a_shift_counts_by_the_bootstrap_test_and_twenty_resamples_cannot_find_one():
+    """The interpolated percentile interval 'excluded 0' at 20 resamples with one of them on the other side, where
+    the bootstrap test's p is .19; the count is now the test's (p < alpha), never below 2 / (B + 1)."""
+    chars, gold = _neutral(30, 20, flipped=10)
+    few = statistics_shift(SimpleNamespace(characters=chars), gold, Names(), n_boot=20, seed=1)
+    tested = few.cells.dropna(subset=["log_shift_p"])
+    assert len(tested) and (tested.log_shift_p >= 2 / 21 - 1e-12).all()
+    assert all(v.get("shift_excludes_0", 0) == 0 for v in few.summary.values())
+    many = statistics_shift(SimpleNamespace(characters=chars), gold, Names(), n_boot=40, seed=1)
+    assert (many.cells.shift_excludes_0 == (many.cells.log_shift_p < 0.05)).all()
+
+
+def test_gender_pairs_are_compared_and_unmeasured_races_stay_unmeasured_on_both_sides():
+    """The gender pairs (S13d), the cells a labeller moves most, were left out; a race the audit leaves unmeasured
+    (the name table's NH/PI) was compared as 1 against 1."""
+
+    class Unmeasured(Names):
+        def representative_shares(self):
+            return {**dict.fromkeys(RACES, 0.5), "nhpi": 0.0}
+
+    chars, gold = [], []
+    for i in range(12):  # romantic stories: F-M by the manual labels, F-F by the labeller's in a third of them
+        sid = f"r{i}"
+        chars += [_score(sid, "subject", "Female", "Female", "ana", "ana", domain="Love"),
+                  _score(sid, "object", "Male", "Female" if i % 3 == 0 else "Male", "bo", "bo", domain="Love")]
+        gold.append(_gold(sid, "romantic", two=True))
+    shift = statistics_shift(SimpleNamespace(characters=chars), gold, Unmeasured())
+    pairs = shift.cells[shift.cells.table == "orientation"].set_index(["model", "group"])
+    assert pairs.loc[("M", "F-F"), "manual"] == 0 and pairs.loc[("M", "F-F"), "labeller"] > 0
+    assert "orientation" in shift.summary and "orientation (all sources)" in shift.summary
+    nhpi = shift.cells[shift.cells.group == "nhpi"]
+    assert len(nhpi) and nhpi.manual.isna().all() and nhpi.labeller.isna().all() and nhpi.same_verdict.isna().all()
