@@ -28,6 +28,9 @@ from harness.jsonl import iter_jsonl, parse_list_text
 from harness.labelling.base import ROLE_KEYS, RoleSpec, StoryInput
 from harness.labelling.prompts import DOMAINS, roles_for_row
 
+#: The published data's names of the power conditions, as the suites name them.
+CONDITIONS = {"Baseline": "neutral", "Power Dynamic": "laden"}
+
 GENDER_LABELS = ("Female", "Male", "Non-binary", "Unspecified", "Unsure")
 #: Whom one occurrence of a shared reference word refers to (``reference_owners``).
 OWNERS = ("subject", "object", "both", "neither")
@@ -221,9 +224,14 @@ def parse_row(row: dict[str, Any], story_id: str, where: str) -> GoldStory:
                                      name_labelled="name" in lab)
         domain = _str_field(row, "domain", "unknown", where)
         domain = DOMAINS.get(domain, domain)
+        condition = _str_field(row, "condition", "unknown", where)
+        condition = CONDITIONS.get(condition, condition)
+        if condition not in ("neutral", "laden", "unknown"):  # else out of every table of --statistics, unsaid
+            raise DataError(f"{where}: condition {condition!r}; use neutral or laden (or the published data's "
+                            f"Baseline / Power Dynamic), or leave it out")
         return GoldStory(_story(_story_id(row, ("id",), story_id, where), row, "text", roles, where),
                          _str_field(row, "model", "hand-written", where), domain,
-                         _str_field(row, "condition", "unknown", where), _str_field(row, "love_type", None, where),
+                         condition, _str_field(row, "love_type", None, where),
                          chars,
                          _tags(row.get("tags"), where),
                          _reference_owners(row.get("reference_owners"), chars, where))
@@ -253,7 +261,7 @@ def parse_row(row: dict[str, Any], story_id: str, where: str) -> GoldStory:
             chars[k] = GoldCharacter(k, _name(row.get(f"correct_{k}_name"), f"{where} correct_{k}_name"),
                                      _parse_list(row.get(f"correct_{k}_references"), f"{where} correct_{k}_references"))
     cond = row.get("condition")
-    condition = {"Baseline": "neutral", "Power Dynamic": "laden"}.get(cond, meta["condition"])
+    condition = CONDITIONS.get(cond, meta["condition"])
     return GoldStory(_story(story_id, row, "llm_response", roles, where),
                      _str_field(row, "model", "unknown", where),
                      meta["domain"], condition, meta["love_type"], chars)

@@ -175,6 +175,12 @@ def statistics_shift(report: Any, gold: Sequence[Any], names: Any = None, *, n_b
     from harness.identity.baselines import load_baselines
     from harness.stats.tables import baseline_map
 
+    unknown = sorted({c.story_id for c in report.characters if c.condition not in ("neutral", "laden")})
+    if unknown:  # every character of such a story left the tables, and every table read 0 cells, exit 0
+        from harness.errors import DataError
+
+        raise DataError(f"--statistics needs each gold story's condition (neutral or laden): {len(unknown)} of "
+                        f"{len(gold)} have none, e.g. {unknown[0]}; add `condition` to them, or drop --statistics")
     manual, labelled = characters_tables(report.characters, gold, names, pooled=False)
     shares = names.representative_shares() if hasattr(names, "representative_shares") else None  # a table's
     unmeasured = unmeasured_races(shares, baseline_map(load_baselines()))

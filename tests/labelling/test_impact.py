@@ -247,3 +247,21 @@ def test_gender_pairs_are_compared_and_unmeasured_races_stay_unmeasured_on_both_
     assert "orientation" in shift.summary and "orientation (all sources)" in shift.summary
     nhpi = shift.cells[shift.cells.group == "nhpi"]
     assert len(nhpi) and nhpi.manual.isna().all() and nhpi.labeller.isna().all() and nhpi.same_verdict.isna().all()
+
+
+def test_a_gold_condition_spelled_as_the_published_data_is_read_and_a_missing_one_is_refused_for_statistics():
+    """A project-format row with "Power Dynamic" (the published data's name) kept it as its condition, and one
+    without a condition was 'unknown': either way every character left the tables, which read 0 cells, exit 0."""
+    from harness.errors import DataError
+    from harness.labelling.data import parse_row
+
+    row = {"id": "x", "domain": "Labor", "model": "m", "roles": {"subject": "doctor", "object": "patient"},
+           "text": "Ana helped Bo.", "labels": {"subject": {"gender": "Female", "name": "Ana"},
+                                                "object": {"gender": "Male", "name": "Bo"}}}
+    assert parse_row({**row, "condition": "Power Dynamic"}, "x", "gold.jsonl:1").condition == "laden"
+    assert parse_row({**row, "condition": "Baseline"}, "x", "gold.jsonl:1").condition == "neutral"
+    with pytest.raises(DataError, match=r"^gold.jsonl:1: condition 'powerful'; use neutral or laden"):
+        parse_row({**row, "condition": "powerful"}, "x", "gold.jsonl:1")
+    chars = [_score("u1", "subject", "Female", "Female", "ana", "ana", condition="unknown")]
+    with pytest.raises(DataError, match=r"--statistics needs each gold story's condition .* 1 of 1 have none, e.g. u1"):
+        statistics_shift(SimpleNamespace(characters=chars), [_gold("u1")], Names())
