@@ -131,7 +131,7 @@ def test_unspecified_written_with_punctuation_gives_way_to_the_name(unspecified)
     assert select_name([unspecified]) is None
 
 
-@pytest.mark.parametrize("raw", ["He.", "She.", '"Him".', "Boy.", "(her)", "**The**", "None.", "N/A.", "No name",
+@pytest.mark.parametrize("raw", ["He.", "She.", '"Him".', "Boy.", "(her)", "**The**", "None.", "N/A.", "N.A.", "No name",
                                  "Not specified.", "Young  woman"])
 def test_a_false_positive_or_no_name_with_punctuation_is_no_first_name(raw):
     """The false positives and "Unspecified" were compared to the exact whole string, and parsing then took the
