@@ -33,6 +33,9 @@ from harness.labelling.words import (as_double_quotes, fold_words, her_is_posses
 if TYPE_CHECKING:
     from harness.labelling.encoder import _Encoded
 
+#: The version of the decoding (the encoder labeller's info carries it): a release that decodes a story's
+#: scores into other labels bumps it, so a run's labels of two versions are not mixed.
+DECODER_VERSION = "1"
 #: How a word type's occurrences are pooled into one score per role (``WordDecoder.reference_pool``).
 REFERENCE_POOLS = ("mean", "max")
 #: Pronoun families: a character's pronouns agree, so decoding keeps one family per character.

@@ -640,7 +640,10 @@ class EncoderLabeller(Labeller):
     def info(self) -> dict[str, Any]:
         """Labeller name, weights directory, hashes of the training data and of the head's weights, and
         inference settings."""
-        return {"labeller": self.name, "path": str(self.path), "base": self.base.name, "threshold": self.threshold,
+        from harness.labelling.decoder import DECODER_VERSION
+
+        return {"labeller": self.name, "decoder_version": DECODER_VERSION, "path": str(self.path),
+                "base": self.base.name, "threshold": self.threshold,
                 "precision": self.precision, "quantized": self.quantized, "device": self.device,
                 "pronoun_agreement": self.pronoun_agreement, "name_check": self.name_check,
                 "action_check": self.decoder.action_check, "pronoun_binding": self.decoder.pronoun_binding,
