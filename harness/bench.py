@@ -121,12 +121,24 @@ TARGET = 0.95  # the pipeline keeps at least this share of the raw backend's sto
 LOCAL_BACKENDS = ("vllm", "transformers")
 
 
+def check_samples(samples: int) -> None:
+    """A ConfigError where ``samples`` stories cannot be drawn evenly from the laissez-faire suite: above its prompts,
+    a multiple of them (one sample each of more prompts than it has; 120 timed 100 stories, labelled 120)."""
+    from harness.errors import ConfigError
+
+    n = len(get_suite("laissez-faire"))
+    if samples > n and samples % n:
+        raise ConfigError(f"--samples {samples}: give at most {n} (one story per prompt of the laissez-faire suite) "
+                          f"or a multiple of {n} (as many of each), e.g. {samples // n * n} or {(samples // n + 1) * n}")
+
+
 def run_generation_benchmark(
     *, samples: int = 32, max_new_tokens: int = 64, backends: list[str] = ("vllm", "transformers"),
     model_path: str = "smollm2-135m", repeats: int = 3, write: bool = True,
 ) -> list[Measurement]:
     from harness.provenance import gpu_names
 
+    check_samples(samples)
     load_before = _load()
     results: list[Measurement] = []
     for b in backends:

@@ -237,8 +237,9 @@ def bench_generate(
     write: Annotated[bool, typer.Option(help="write benchmarks/RESULTS.md")] = True,
 ) -> None:
     """Stories/s and tokens/s: raw backend vs the harness pipeline, vLLM vs transformers."""
-    from harness.bench import LOCAL_BACKENDS, run_generation_benchmark
+    from harness.bench import LOCAL_BACKENDS, check_samples, run_generation_benchmark
 
+    check_samples(samples)  # before any engine loads
     names = [b.strip() for b in backends.split(",") if b.strip()]
     if not names or (unknown := [b for b in names if b not in LOCAL_BACKENDS]):
         raise ConfigError(f"--backends {backends!r}: name one or more of {', '.join(LOCAL_BACKENDS)}, comma-separated "

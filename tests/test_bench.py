@@ -88,3 +88,8 @@ def test_bench_generate_refuses_an_unknown_backend_or_an_empty_workload_before_l
     for option in ("--samples", "--max-new-tokens"):
         r = CliRunner().invoke(app, ["bench", "generate", option, "0", "--no-write"])
         assert r.exit_code == 2 and option in r.output
+    # 120 stories timed 100 (one of each of the 100 prompts), labelled 120
+    r = CliRunner().invoke(app, ["bench", "generate", "--samples", "120", "--no-write"])
+    assert isinstance(r.exception, ConfigError) and str(r.exception).startswith(
+        "--samples 120: give at most 100 (one story per prompt of the laissez-faire suite) or a multiple of 100")
+    assert CliRunner().invoke(app, ["bench", "generate", "--samples", "200", "--no-write"]).exit_code == 0
