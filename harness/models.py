@@ -128,6 +128,10 @@ def prepare(alias: str, *, force: bool = False) -> Path:
     out = model.prepared_dir()
     if out.is_dir() and (out / "config.json").exists() and not force:
         return out
+    for folder in (out.parent, out):  # a traceback (FileExistsError; NotADirectoryError after the conversion)
+        if folder.exists() and not folder.is_dir():
+            raise ConfigError(f"{folder}: a file where harness keeps its prepared models; move it away (or point "
+                              f"HARNESS_CACHE at another folder)")
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out.parent / f".{alias}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

@@ -334,3 +334,23 @@ def test_training_settings_an_encoder_already_trained_would_ignore_are_refused(t
     same = "train_epochs: 16, train_seeds: [0, 1], train_extra: [data/laissez_faire_train150.jsonl]"
     assert encoder_dir(load_config(write(tmp_path, head + same + "}\n"))) == model
     assert encoder_dir(load_config(write(tmp_path, head[:-2] + "}\n"))) == model  # nothing asked: used as it is
+
+
+def test_models_prepare_with_a_file_where_its_folders_go_is_one_line(tmp_path, monkeypatch):
+    """$HARNESS_CACHE/models, or the model's folder under it, a file: a FileExistsError traceback, or a
+    NotADirectoryError after 37 s of conversion."""
+    import pytest
+
+    from harness import models
+    from harness.errors import ConfigError
+
+    monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "c1"))
+    (tmp_path / "c1").mkdir()
+    (tmp_path / "c1" / "models").write_text("x")
+    with pytest.raises(ConfigError, match=rf"^{tmp_path / 'c1' / 'models'}: a file where harness keeps its prepared"):
+        models.prepare("smollm2-135m")
+    monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "c2"))
+    (tmp_path / "c2" / "models").mkdir(parents=True)
+    (tmp_path / "c2" / "models" / "smollm2-135m").write_text("x")
+    with pytest.raises(ConfigError, match=r"smollm2-135m: a file where harness keeps its prepared models"):
+        models.prepare("smollm2-135m")
