@@ -244,8 +244,15 @@ def bench_generate(
     if not names or (unknown := [b for b in names if b not in LOCAL_BACKENDS]):
         raise ConfigError(f"--backends {backends!r}: name one or more of {', '.join(LOCAL_BACKENDS)}, comma-separated "
                           "(the benchmark loads each engine here; an openai server is timed by its own tools)")
-    run_generation_benchmark(samples=samples, max_new_tokens=max_new_tokens, backends=names,
-                             model_path=model, repeats=repeats, write=write)
+    if not model.strip():  # read as the working directory
+        raise ConfigError("--model '': give a model folder or an embedded model's alias (smollm2-135m)")
+    try:
+        run_generation_benchmark(samples=samples, max_new_tokens=max_new_tokens, backends=names,
+                                 model_path=model, repeats=repeats, write=write)
+    except ConfigError as e:  # the model's errors name the config field the option fills
+        if str(e).startswith("model.path:"):
+            raise ConfigError("--model" + str(e).removeprefix("model.path")) from None
+        raise
 
 
 def main() -> None:

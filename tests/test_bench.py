@@ -93,3 +93,18 @@ def test_bench_generate_refuses_an_unknown_backend_or_an_empty_workload_before_l
     assert isinstance(r.exception, ConfigError) and str(r.exception).startswith(
         "--samples 120: give at most 100 (one story per prompt of the laissez-faire suite) or a multiple of 100")
     assert CliRunner().invoke(app, ["bench", "generate", "--samples", "200", "--no-write"]).exit_code == 0
+
+
+def test_bench_generate_names_its_model_option_in_the_models_errors(tmp_path):
+    """`--model nosuch` said "model.path: 'nosuch' does not exist", a config field the user never wrote, and
+    `--model ''` was read as the working directory."""
+    from typer.testing import CliRunner
+
+    from harness.cli import app
+    from harness.errors import ConfigError
+
+    r = CliRunner().invoke(app, ["bench", "generate", "--model", str(tmp_path / "nosuch"), "--backends",
+                                 "transformers", "--samples", "1", "--no-write"])
+    assert isinstance(r.exception, ConfigError) and str(r.exception).startswith("--model: "), r.exception
+    r = CliRunner().invoke(app, ["bench", "generate", "--model", "", "--no-write"])
+    assert isinstance(r.exception, ConfigError) and str(r.exception).startswith("--model '': give a model folder")
