@@ -61,9 +61,11 @@ def across_runs_fdr(table: pd.DataFrame) -> pd.DataFrame:
 
     if table.empty or "q_bh_from" not in table.columns:
         return table
-    p = [row[src] if isinstance(src, str) and src in table.columns else float("nan")
-         for src, (_, row) in zip(table["q_bh_from"], table.iterrows())]
-    return table.assign(q_bh=bh_adjust(p)[0])
+    p = pd.Series(float("nan"), index=table.index)
+    for src in table["q_bh_from"].dropna().unique():  # the p column each row's run chose
+        rows = table["q_bh_from"] == src
+        p[rows] = table.loc[rows, src].astype(float)
+    return table.assign(q_bh=bh_adjust(p.to_numpy())[0])
 
 
 def _load_run(run: Path) -> tuple[dict, dict[str, pd.DataFrame], pd.DataFrame]:
