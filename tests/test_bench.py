@@ -108,3 +108,51 @@ def test_bench_generate_names_its_model_option_in_the_models_errors(tmp_path):
     assert isinstance(r.exception, ConfigError) and str(r.exception).startswith("--model: "), r.exception
     r = CliRunner().invoke(app, ["bench", "generate", "--model", "", "--no-write"])
     assert isinstance(r.exception, ConfigError) and str(r.exception).startswith("--model '': give a model folder")
+
+
+def _fake_measure(monkeypatch, summaries, delay=0.05):
+    """measure() with the engine calls replaced: raw takes 1 s, each pipeline call ``delay`` s of wall clock."""
+    import time
+
+    from harness.config import ModelConfig
+    from harness.pipeline import GenerationSummary
+
+    monkeypatch.setattr(bench, "_raw", lambda *a: (1.0, 30))
+    monkeypatch.setattr(bench, "render_prompt", lambda tok, text, template: text)
+    calls = iter(summaries)
+
+    def generate_run(cfg, backend, progress):
+        time.sleep(delay)
+        generated, errors = next(calls)
+        return GenerationSummary(Path("."), generated, 0, generated, errors, 0.001, 30, generated,
+                                 first_error="HTTP 500" if errors else None)
+
+    from pathlib import Path
+
+    monkeypatch.setattr(bench, "generate_run", generate_run)
+    return ModelConfig(backend="transformers", path="smollm2-135m")
+
+
+def test_pipeline_is_timed_by_the_callers_clock_and_counts_only_stories(monkeypatch):
+    """generate_run's own `seconds` starts at its first request (70-100 ms a call were left out of the
+    pipeline's time); a failed request is no story."""
+    cfg = _fake_measure(monkeypatch, [(3, 0)] * 3)
+    raw, pipe = bench.measure(cfg, 3, 8, repeats=3, backend=_Backend())
+    assert raw.seconds == 1.0 and pipe.stories == 3
+    assert pipe.seconds >= 0.05  # the summary said 0.001 s
+    from harness.errors import BackendError
+
+    cfg = _fake_measure(monkeypatch, [(3, 1)])
+    try:
+        bench.measure(cfg, 3, 8, repeats=1, backend=_Backend())
+    except BackendError as e:
+        assert str(e).startswith("1 of 3 requests failed (the first: HTTP 500)")
+    else:
+        raise AssertionError("a benchmark with a failed request gave a rate")
+
+
+def test_median_of_an_even_number_of_repeats_is_the_mean_of_the_middle_two():
+    ms = [bench.Measurement("vllm", "raw", 32, s, t) for s, t in ((4.0, 100), (1.0, 90), (3.0, 80), (2.0, 70))]
+    m = bench._median(ms)
+    assert (m.seconds, m.output_tokens, m.stories) == (2.5, 85, 32)
+    assert bench._median(ms[:3]).seconds == 3.0
