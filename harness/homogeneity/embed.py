@@ -281,8 +281,13 @@ class EmbeddingCache:
         path = self.dir / "spec.json"
         if path.exists():
             old = json.loads(path.read_text())
-            if old != meta:
-                raise ConfigError(f"{path}: cached embeddings were made with {old}; use another embedder name or delete the folder")
+            if old != meta:  # one line: the fields that differ, and the way out the CLI and configs both have
+                was = {**old.get("spec", {}), "dtype": old.get("dtype")}
+                now = {**meta["spec"], "dtype": dtype}
+                diff = "; ".join(f"{k} {was.get(k)!r} there, {now.get(k)!r} now" for k in now if was.get(k) != now.get(k))
+                raise ConfigError(f"{self.dir}: the run's vectors for embedder {spec.name!r} were made otherwise ({diff}); "
+                                  f"delete that folder to embed the texts again this way (the stories are kept), or "
+                                  f"analyse a copy of the run")
         else:
             run_folder(self.dir)
             atomic_write_text(path, json.dumps(meta, indent=2) + "\n")

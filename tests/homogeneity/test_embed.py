@@ -73,8 +73,15 @@ def test_cache_is_resumable_and_checks_texts(tmp_path):
     with pytest.raises(DataError, match="no embedding"):
         cache.load(keys, changed)
     assert cache.embed(keys, changed, embedder=emb) == 1  # a changed text is re-embedded
-    with pytest.raises(ConfigError, match="made with"):
+    with pytest.raises(ConfigError) as e:
         EmbeddingCache(tmp_path, spec, dtype="float32")
+    # the fields that differ and a way out that exists: "use another embedder name" could not be given by the CLI
+    # (--model-path over a packaged preset's vectors) nor by a config (embedding has no name field)
+    assert str(e.value) == (f"{tmp_path / 'embeddings' / 'fake'}: the run's vectors for embedder 'fake' were made otherwise "
+                            "(dtype 'float16' there, 'float32' now); delete that folder to embed the texts again this way "
+                            "(the stories are kept), or analyse a copy of the run")
+    with pytest.raises(ConfigError, match=r"\(path 'unused' there, '/models/other' now\)"):
+        EmbeddingCache(tmp_path, EmbedderSpec("fake", path="/models/other"))
 
 
 def test_the_caches_files_reach_the_disk_before_their_rename_and_a_shards_keys_after_its_matrix(
