@@ -14,9 +14,11 @@ import hashlib
 import inspect
 import json
 import math
+import os
 import random
 import re
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -284,6 +286,8 @@ class TrainReport:
         seeds: the seeds of the model (several for a soup, ``train_soup``); trained_seeds: those whose
             model this call trained (a soup's rerun reuses members already trained alike, and
             ``seconds`` then still sums every member's training time).
+        resumed_epochs: the epochs an earlier call, cut short, had trained (``CHECKPOINT``); this call
+            trained the rest. ``seconds`` counts both calls' training.
     """
 
     out_dir: str
@@ -297,6 +301,7 @@ class TrainReport:
     device: str = "cpu"
     seeds: tuple[int, ...] = ()
     trained_seeds: tuple[int, ...] = ()
+    resumed_epochs: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-Python form for JSON."""
@@ -360,6 +365,37 @@ def _data_hash(rows: list[GoldStory]) -> str:
         if gs.reference_owners:
             h.update(json.dumps(sorted(gs.reference_owners.items())).encode())
     return h.hexdigest()
+
+
+#: The state of a training cut short (killed, Ctrl-C, a full disk), written into the model directory after every
+#: epoch but the last: a rerun with the same settings and data goes on from it, to the same weights as a run that
+#: was never stopped; the finished model removes it. Other settings or data start over (and replace it).
+CHECKPOINT = ".train-checkpoint.pt"
+
+
+def _save_checkpoint(path: Path, state: dict[str, Any]) -> None:
+    """``state`` at ``path``, whole or not at all (written beside it, then renamed)."""
+    torch = _torch()
+    tmp = path.with_name(path.name + ".part")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
+def _load_checkpoint(path: Path, key: dict[str, Any], device: str) -> dict[str, Any] | None:
+    """The checkpoint at ``path`` if it was written by a training with these settings (``key``), else None."""
+    if not path.is_file():
+        return None
+    torch = _torch()
+    try:
+        state = torch.load(path, map_location=device, weights_only=True)
+    except Exception as e:  # unreadable (another torch, a damaged file): the training starts over
+        warnings.warn(f"{path}: not read ({type(e).__name__}: {e}); training starts over", stacklevel=3)
+        return None
+    if not isinstance(state, dict) or state.get("key") != key:
+        warnings.warn(f"{path}: a training cut short with other settings or data; this one starts over",
+                      stacklevel=3)
+        return None
+    return state
 
 
 def train_encoder(
@@ -484,16 +520,33 @@ def train_encoder(
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min((s + 1) / warm, max(0.0, (total - s) / (total - warm + 1))))
     loss_fn = torch.nn.BCEWithLogitsLoss(reduction="none")
-    t0 = time.perf_counter()
-    last = float("nan")
-    words_seen = 0
+    data_sha256 = _data_hash(rows)
+    checkpoint = out / CHECKPOINT
+    key = {"data_sha256": data_sha256, "base": spec.name, "init_from": str(init_from) if init_from else None,
+           "epochs": epochs, "batch_size": batch_size, "lr": lr, "head_lr_mult": head_lr_mult, "layers": layers,
+           "max_length": max_length, "augment": augment, "flip_prob": flip_prob, "seed": seed, "limit": limit,
+           "occurrences": occurrences, "head_seed": head_seed, "device": device}
+    state = _load_checkpoint(checkpoint, key, device)
+    start, words_seen, earlier_seconds = 0, 0, 0.0
     losses: list[float] = []
+    if state is not None:  # every state the remaining epochs read: weights, optimiser, schedule, both generators
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        sched.load_state_dict(state["scheduler"])
+        rng.setstate((state["rng"][0], tuple(state["rng"][1]), state["rng"][2]))
+        torch.set_rng_state(state["torch_rng"].cpu())
+        if device == "cuda" and state.get("cuda_rng") is not None:
+            torch.cuda.set_rng_state(state["cuda_rng"].cpu())
+        start, words_seen, earlier_seconds = state["epoch"], state["words"], state["seconds"]
+        losses = list(state["losses"])
+    t0 = time.perf_counter()
+    last = losses[-1] if losses else float("nan")
     bar = None
     if progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=total, desc="train encoder", unit="step")
-    for ep in range(epochs):
+        bar = tqdm(total=total, initial=start * steps_per_epoch, desc="train encoder", unit="step")
+    for ep in range(start, epochs):
         examples = []
         for gs, ranks in zip(rows, owner_ranks):
             if augment:
@@ -537,17 +590,24 @@ def train_encoder(
                 bar.update(1)
         last = float(tot_loss) / max(float(tot_n), 1.0)
         losses.append(round(last, 5))
+        if ep + 1 < epochs:
+            _save_checkpoint(checkpoint, {
+                "key": key, "epoch": ep + 1, "words": words_seen, "losses": losses,
+                "seconds": earlier_seconds + time.perf_counter() - t0, "model": model.state_dict(),
+                "optimizer": opt.state_dict(), "scheduler": sched.state_dict(), "rng": rng.getstate(),
+                "torch_rng": torch.get_rng_state(),
+                "cuda_rng": torch.cuda.get_rng_state() if device == "cuda" else None})
     if bar is not None:
         bar.close()
-    seconds = time.perf_counter() - t0
+    seconds = earlier_seconds + time.perf_counter() - t0
     # meta.json goes first and comes back last: a save cut short (killed, a full disk) over an earlier model leaves
     # no meta.json, which the loader names, where it left the new encoder beside the old head and meta.json
     (out / "meta.json").unlink(missing_ok=True)
     model.encoder.save_pretrained(str(out / "encoder"))
     tok.save_pretrained(str(out / "encoder"))
     torch.save({k: v.cpu() for k, v in model.head.state_dict().items()}, out / "head.pt")
-    report = TrainReport(str(out), len(rows), words_seen, epochs, round(seconds, 2), round(last, 5), _data_hash(rows),
-                         tuple(losses), device, (seed,), (seed,))
+    report = TrainReport(str(out), len(rows), words_seen, epochs, round(seconds, 2), round(last, 5), data_sha256,
+                         tuple(losses), device, (seed,), (seed,), start)
     import transformers
 
     meta = {"format": 1, "slots": list(SLOTS), "max_length": max_length,
@@ -561,6 +621,7 @@ def train_encoder(
             "report": report.to_dict(), "versions": {"torch": torch.__version__,
                                                       "transformers": transformers.__version__}}
     atomic_write_text(out / "meta.json", json.dumps(meta, indent=2))  # whole, by rename
+    checkpoint.unlink(missing_ok=True)  # the model is whole: nothing to go on from
     return report
 
 

@@ -144,6 +144,16 @@ def test_train_command(tmp_path):
     assert d["stories"] == 4 and (tmp_path / "m" / "meta.json").is_file()
 
 
+def test_train_line_says_a_training_went_on_from_a_checkpoint():
+    from harness.labelling.cli import _train_line
+    from harness.labelling.training import TrainReport
+
+    rep = TrainReport("m", 4, 90, 16, 3000.4, 0.0123, "x", seeds=(0,), trained_seeds=(0,), resumed_epochs=12)
+    assert _train_line(rep) == ("trained on 4 stories (90 words) for 16 epochs in 3000 s (went on from epoch 12 of a "
+                                "training cut short; both calls' time) on cpu; final loss 0.0123; saved to m")
+    assert "went on" not in _train_line(TrainReport("m", 4, 90, 16, 3000.4, 0.0123, "x", seeds=(0,)))
+
+
 def test_train_command_with_two_seeds_saves_their_soup(tmp_path):
     from harness.labelling.encoder import read_model_meta
 

@@ -153,6 +153,57 @@ def test_a_save_cut_short_over_an_earlier_model_leaves_no_model_the_loader_takes
     assert read_model_meta(out)["train"]["seed"] == 1 and not (out / "meta.json.part").exists()
 
 
+def test_a_training_cut_short_goes_on_from_its_last_epoch_to_the_weights_of_one_never_stopped(tmp_path, monkeypatch):
+    """A training killed in its last epochs lost every epoch before (the shipped soup: ~88 min on 2 cores). Each
+    epoch but the last leaves a checkpoint; a rerun with the same settings goes on from it to bit-equal weights, and
+    the finished model removes it. Other settings start over."""
+    import torch
+    from safetensors.torch import load_file
+
+    import harness.labelling.training as training
+    from harness.labelling.encoder import read_model_meta
+    from harness.labelling.training import CHECKPOINT, train_encoder
+
+    p = _write(tmp_path / "t.jsonl", ROW, {**ROW, "id": "b", "text": "Priya helped Ethan. He smiled at her."})
+    kw = dict(epochs=3, layers=1, seed=0, batch_size=1, threads=1)
+    threads = torch.get_num_threads()
+    try:
+        whole = train_encoder([p], out_dir=tmp_path / "whole", **kw)
+        real, steps = training._token_targets, []
+
+        def killed_in_epoch_3(*a, **k):  # two stories, one a batch: steps 5 and 6 are the third epoch's
+            steps.append(1)
+            if len(steps) == 6:
+                raise KeyboardInterrupt
+            return real(*a, **k)
+
+        monkeypatch.setattr(training, "_token_targets", killed_in_epoch_3)
+        out = tmp_path / "cut"
+        with pytest.raises(KeyboardInterrupt):
+            train_encoder([p], out_dir=out, **kw)
+        monkeypatch.undo()
+        assert (out / CHECKPOINT).is_file() and not (out / "meta.json").exists()
+        again = train_encoder([p], out_dir=out, **kw)
+    finally:
+        torch.set_num_threads(threads)
+    assert again.resumed_epochs == 2 and whole.resumed_epochs == 0
+    assert again.epoch_losses == whole.epoch_losses and again.words == whole.words
+    a, b = (load_file(str(d / "encoder" / "model.safetensors")) for d in (tmp_path / "whole", out))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert torch.equal(torch.load(out / "head.pt")["weight"], torch.load(tmp_path / "whole" / "head.pt")["weight"])
+    assert not (out / CHECKPOINT).exists() and read_model_meta(out)["report"]["resumed_epochs"] == 2
+
+    # a checkpoint of other settings is not gone on from
+    monkeypatch.setattr(training, "_token_targets", killed_in_epoch_3)
+    steps.clear()
+    with pytest.raises(KeyboardInterrupt):
+        train_encoder([p], out_dir=out, **kw)
+    monkeypatch.undo()
+    with pytest.warns(UserWarning, match="other settings or data; this one starts over"):
+        other = train_encoder([p], out_dir=out, **{**kw, "lr": 5e-5})
+    assert other.resumed_epochs == 0 and not (out / CHECKPOINT).exists()
+
+
 def test_head_seed_draws_the_head_apart_from_the_seed_of_the_batches(tmp_path):
     """Members of a soup need one head start: with ``head_seed`` the new head's first weights come from it, and the
     seed alone orders the batches and draws the dropout. A negligible learning rate leaves each head where it began."""
