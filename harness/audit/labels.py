@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -137,6 +139,24 @@ def check_llm(cfg: RunConfig) -> None:
         models.resolve(llm.backend, llm.path, llm.gguf_file, where="label.llm.path", prepare_missing=False)
 
 
+@contextmanager
+def _training_lock(model_dir: Path, echo) -> Iterator[None]:
+    """An exclusive lock beside ``model_dir`` while one job trains the encoder there on first use; a job that finds
+    it held says so and waits, then uses the model the other trained."""
+    import fcntl
+
+    from harness.store import make_folder
+
+    make_folder(model_dir.parent, "the encoder's folder")
+    with open(model_dir.parent / f".{model_dir.name}.train.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            echo(f"[label] another job is training the encoder at {model_dir}; waiting for it")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        yield  # released when the file closes
+
+
 def make_labeller(cfg: RunConfig, *, echo=print):
     """The labeller the config names; the encoder is trained on first use from the project's own
     labelled stories when its directory holds no trained weights and ``encoder_dir`` allows it."""
@@ -154,11 +174,14 @@ def make_labeller(cfg: RunConfig, *, echo=print):
             if missing:
                 raise ConfigError(f"label.train_extra: {missing[0]} not found; give a labelled JSONL file that exists "
                                   f"(paths are relative to the working directory)")
-            echo(f"[label] no trained encoder at {path}: training it on the project's labelled stories"
-                 f"{' and ' + ', '.join(cfg.label.train_extra) if cfg.label.train_extra else ''} (minutes on CPU)")
-            files = builtin_training_files() + [Path(f) for f in cfg.label.train_extra]
-            train_soup(files, cfg.label.train_seeds, out_dir=path, epochs=cfg.label.train_epochs,
-                       jobs=cfg.label.train_jobs)
+            with _training_lock(path, echo):  # jobs of an array sharing the cache train it once, not each over the other
+                if not (path / "meta.json").is_file():
+                    echo(f"[label] no trained encoder at {path}: training it on the project's labelled stories"
+                         f"{' and ' + ', '.join(cfg.label.train_extra) if cfg.label.train_extra else ''} (minutes "
+                         f"on CPU; cut short, a rerun goes on from its last finished epoch)")
+                    files = builtin_training_files() + [Path(f) for f in cfg.label.train_extra]
+                    train_soup(files, cfg.label.train_seeds, out_dir=path, epochs=cfg.label.train_epochs,
+                               jobs=cfg.label.train_jobs)
         kwargs["path"] = path
         kwargs["name_check"] = cfg.label.name_check
         kwargs["action_check"] = cfg.label.action_check

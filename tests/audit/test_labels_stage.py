@@ -229,3 +229,35 @@ def test_a_mistyped_gender_lexicon_stops_the_run_before_generating(tmp_path, mon
     assert ran == [] and not (tmp_path / "run").exists()
     run_stages(cfg, stages=["generate", "label"], progress=False, echo=lambda s: None)  # no identities: not read
     assert ran == ["generate", "label"]
+
+
+def test_jobs_sharing_the_cache_train_the_encoder_once(tmp_path, monkeypatch):
+    """Two jobs of an array starting on a machine without a trained encoder each trained one into the same folder,
+    each writing over the other's files; now the second waits for the first and uses its model."""
+    import threading
+    import time
+
+    import harness.labelling as labelling
+    import harness.labelling.training as training
+
+    trained, said = [], []
+
+    def fake_train(files, seeds, out_dir, **kw):
+        trained.append(out_dir)
+        time.sleep(0.5)
+        out_dir.mkdir(parents=True)
+        (out_dir / "meta.json").write_text("{}")
+
+    monkeypatch.setattr(training, "train_soup", fake_train)
+    monkeypatch.setattr(labelling, "get_labeller", lambda name, **kw: kw["path"])
+    cfg = parse_config({"model": {"backend": "transformers", "path": "smollm2-135m"}, "output_dir": str(tmp_path / "run"),
+                        "label": {"labeller": "encoder", "model_dir": str(tmp_path / "enc"), "train_if_missing": True}})
+    got = []
+    first = threading.Thread(target=lambda: got.append(make_labeller(cfg, echo=said.append)))
+    first.start()
+    while not trained:
+        time.sleep(0.01)
+    got.append(make_labeller(cfg, echo=said.append))  # the second job, while the first trains
+    first.join()
+    assert trained == [tmp_path / "enc"] and got == [tmp_path / "enc"] * 2
+    assert any(s == f"[label] another job is training the encoder at {tmp_path / 'enc'}; waiting for it" for s in said)
