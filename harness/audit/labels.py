@@ -180,8 +180,9 @@ def make_labeller(cfg: RunConfig, *, echo=print):
                          f"{' and ' + ', '.join(cfg.label.train_extra) if cfg.label.train_extra else ''} (minutes "
                          f"on CPU; cut short, a rerun goes on from its last finished epoch)")
                     files = builtin_training_files() + [Path(f) for f in cfg.label.train_extra]
-                    train_soup(files, cfg.label.train_seeds, out_dir=path, epochs=cfg.label.train_epochs,
-                               jobs=cfg.label.train_jobs)
+                    rep = train_soup(files, cfg.label.train_seeds, out_dir=path, epochs=cfg.label.train_epochs,
+                                     jobs=cfg.label.train_jobs)
+                    echo(f"[label] {rep.line()}")
         kwargs["path"] = path
         kwargs["name_check"] = cfg.label.name_check
         kwargs["action_check"] = cfg.label.action_check

@@ -248,21 +248,7 @@ def train(
     if as_json:
         typer.echo(json.dumps(rep.to_dict()))
     else:
-        typer.echo(_train_line(rep))
-
-
-def _train_line(rep: Any) -> str:
-    """One line on what ``label train`` did: for a soup, which members this call trained and which it reused."""
-    what = f"on {rep.stories} stories ({rep.words} words) for {rep.epochs} epochs"
-    if len(rep.seeds) <= 1:
-        went_on = (f" (went on from epoch {rep.resumed_epochs} of a training cut short; both calls' time)"
-                   if rep.resumed_epochs else "")
-        return (f"trained {what} in {rep.seconds:.0f} s{went_on} on {rep.device}; final loss {rep.final_loss:.4f}; "
-                f"saved to {rep.out_dir}")
-    now = (f"trained seed{'s' if len(rep.trained_seeds) > 1 else ''} {', '.join(map(str, rep.trained_seeds))} now"
-           if rep.trained_seeds else "trained no seed now (every member was already trained alike)")
-    return (f"{now}; averaged seeds {', '.join(map(str, rep.seeds))}, each trained {what} ({rep.seconds:.0f} s of "
-            f"training in all, on {rep.device}); saved the soup to {rep.out_dir}")
+        typer.echo(rep.line())
 
 
 @app.command("eval")

@@ -287,7 +287,7 @@ class TrainReport:
             model this call trained (a soup's rerun reuses members already trained alike, and
             ``seconds`` then still sums every member's training time).
         resumed_epochs: the epochs an earlier call, cut short, had trained (``CHECKPOINT``); this call
-            trained the rest. ``seconds`` counts both calls' training.
+            trained the rest. ``seconds`` counts both calls' training. A soup's: its members', summed.
     """
 
     out_dir: str
@@ -306,6 +306,19 @@ class TrainReport:
     def to_dict(self) -> dict[str, Any]:
         """Plain-Python form for JSON."""
         return asdict(self)
+
+    def line(self) -> str:
+        """What the training did, in one line: for a soup, which members this call trained and which it reused."""
+        what = f"on {self.stories} stories ({self.words} words) for {self.epochs} epochs"
+        went_on = (f"; went on from {self.resumed_epochs} epoch{'s' if self.resumed_epochs > 1 else ''} a training cut "
+                   f"short had finished" if self.resumed_epochs else "")
+        if len(self.seeds) <= 1:
+            return (f"trained {what} in {self.seconds:.0f} s on {self.device}{went_on}; final loss "
+                    f"{self.final_loss:.4f}; saved to {self.out_dir}")
+        now = (f"trained seed{'s' if len(self.trained_seeds) > 1 else ''} {', '.join(map(str, self.trained_seeds))} "
+               f"now" if self.trained_seeds else "trained no seed now (every member was already trained alike)")
+        return (f"{now}; averaged seeds {', '.join(map(str, self.seeds))}, each trained {what} ({self.seconds:.0f} s "
+                f"of training in all, on {self.device}{went_on}); saved the soup to {self.out_dir}")
 
 
 def _training_rows(files: Sequence[str | Path]) -> list[GoldStory]:
@@ -739,25 +752,27 @@ def train_soup(files: Sequence[str | Path], seeds: Sequence[int], *, out_dir: st
     todo = {seed: member for seed, member in members.items()
             if not _member_done(member, base, {**settings, "seed": seed, "head_seed": seeds[0]}, data_sha256)}
     if min(jobs, len(todo)) > 1 and (kwargs.get("device") or default_device()) == "cpu":
-        _train_members_at_once(files, todo, seeds[0], min(jobs, len(todo)), kwargs)
+        reports = _train_members_at_once(files, todo, seeds[0], min(jobs, len(todo)), kwargs)
     else:
-        for seed, member in todo.items():
-            train_encoder(files, out_dir=member, seed=seed, head_seed=seeds[0], **kwargs)
+        reports = [train_encoder(files, out_dir=member, seed=seed, head_seed=seeds[0], **kwargs)
+                   for seed, member in todo.items()]
     average_encoders(list(members.values()), out)
     metas = [read_model_meta(m) for m in members.values()]
     first = metas[0]["report"]
     report = TrainReport(str(out), first["stories"], first["words"], first["epochs"],
                          round(sum(m["report"]["seconds"] for m in metas), 2), first["final_loss"], data_sha256,
-                         tuple(first.get("epoch_losses", ())), first.get("device", "cpu"), tuple(seeds), tuple(todo))
+                         tuple(first.get("epoch_losses", ())), first.get("device", "cpu"), tuple(seeds), tuple(todo),
+                         sum(r.resumed_epochs for r in reports))
     meta = json.loads((out / "meta.json").read_text())
-    meta["report"] = {k: v for k, v in report.to_dict().items() if k != "trained_seeds"}  # this call's, not the model's
+    meta["report"] = {k: v for k, v in report.to_dict().items()  # this call's, not the model's
+                      if k not in ("trained_seeds", "resumed_epochs")}
     meta["train"]["seeds"] = seeds
     atomic_write_text(out / "meta.json", json.dumps(meta, indent=2))
     return report
 
 
 def _train_members_at_once(files: Sequence[str | Path], members: dict[int, Path], head_seed: int, jobs: int,
-                           kwargs: dict[str, Any]) -> None:
+                           kwargs: dict[str, Any]) -> list[TrainReport]:
     """``train_soup``'s ``members`` (seed -> directory) trained in ``jobs`` processes at once (spawned: a forked
     torch can hang)."""
     import multiprocessing as mp
@@ -773,6 +788,7 @@ def _train_members_at_once(files: Sequence[str | Path], members: dict[int, Path]
     for error in errors:
         if error is not None:
             raise error
+    return [f.result() for f in futures]
 
 
 __all__ = ["TrainReport", "average_encoders", "flip_gender", "occurrence_targets", "project_labels", "train_encoder",

@@ -195,7 +195,8 @@ def test_first_use_training_with_several_seeds_saves_their_soup(tmp_path, monkey
     import harness.labelling.training as training
 
     calls = []
-    monkeypatch.setattr(training, "train_soup", lambda files, seeds, **kw: calls.append((list(seeds), kw)))
+    report = training.TrainReport("enc", 1, 1, 2, 1.0, 0.1, "x")
+    monkeypatch.setattr(training, "train_soup", lambda files, seeds, **kw: calls.append((list(seeds), kw)) or report)
     for seeds in ([0, 1], [3]):
         calls.clear()
         cfg = parse_config({"model": {"backend": "transformers", "path": "smollm2-135m"},
@@ -247,6 +248,7 @@ def test_jobs_sharing_the_cache_train_the_encoder_once(tmp_path, monkeypatch):
         time.sleep(0.5)
         out_dir.mkdir(parents=True)
         (out_dir / "meta.json").write_text("{}")
+        return training.TrainReport(str(out_dir), 1, 1, 2, 1.0, 0.1, "x", resumed_epochs=1)
 
     monkeypatch.setattr(training, "train_soup", fake_train)
     monkeypatch.setattr(labelling, "get_labeller", lambda name, **kw: kw["path"])
@@ -261,3 +263,6 @@ def test_jobs_sharing_the_cache_train_the_encoder_once(tmp_path, monkeypatch):
     first.join()
     assert trained == [tmp_path / "enc"] and got == [tmp_path / "enc"] * 2
     assert any(s == f"[label] another job is training the encoder at {tmp_path / 'enc'}; waiting for it" for s in said)
+    assert [s for s in said if "trained on" in s] == [  # the training's own line, once
+        f"[label] trained on 1 stories (1 words) for 2 epochs in 1 s on cpu; went on from 1 epoch a training cut "
+        f"short had finished; final loss 0.1000; saved to {tmp_path / 'enc'}"]

@@ -145,13 +145,16 @@ def test_train_command(tmp_path):
 
 
 def test_train_line_says_a_training_went_on_from_a_checkpoint():
-    from harness.labelling.cli import _train_line
     from harness.labelling.training import TrainReport
 
     rep = TrainReport("m", 4, 90, 16, 3000.4, 0.0123, "x", seeds=(0,), trained_seeds=(0,), resumed_epochs=12)
-    assert _train_line(rep) == ("trained on 4 stories (90 words) for 16 epochs in 3000 s (went on from epoch 12 of a "
-                                "training cut short; both calls' time) on cpu; final loss 0.0123; saved to m")
-    assert "went on" not in _train_line(TrainReport("m", 4, 90, 16, 3000.4, 0.0123, "x", seeds=(0,)))
+    assert rep.line() == ("trained on 4 stories (90 words) for 16 epochs in 3000 s on cpu; went on from 12 epochs a "
+                          "training cut short had finished; final loss 0.0123; saved to m")
+    assert "went on" not in TrainReport("m", 4, 90, 16, 3000.4, 0.0123, "x", seeds=(0,)).line()
+    soup = TrainReport("s", 4, 90, 16, 6000.0, 0.0123, "x", seeds=(0, 1), trained_seeds=(1,), resumed_epochs=3)
+    assert soup.line() == ("trained seed 1 now; averaged seeds 0, 1, each trained on 4 stories (90 words) for 16 epochs "
+                           "(6000 s of training in all, on cpu; went on from 3 epochs a training cut short had "
+                           "finished); saved the soup to s")
 
 
 def test_train_command_with_two_seeds_saves_their_soup(tmp_path):
