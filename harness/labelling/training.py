@@ -387,11 +387,17 @@ CHECKPOINT = ".train-checkpoint.pt"
 
 
 def _save_checkpoint(path: Path, state: dict[str, Any]) -> None:
-    """``state`` at ``path``, whole or not at all (written beside it, then renamed)."""
+    """``state`` at ``path``, whole or not at all (written beside it, then renamed). A checkpoint that cannot be
+    written (a full disk) is said and skipped: the training it guards goes on."""
     torch = _torch()
     tmp = path.with_name(path.name + ".part")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+    try:
+        torch.save(state, tmp)
+        os.replace(tmp, path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        warnings.warn(f"{path}: checkpoint not written ({e.strerror or e}); the training goes on, but if it is cut "
+                      f"short a rerun goes on only from an earlier checkpoint", stacklevel=2)
 
 
 def _load_checkpoint(path: Path, key: dict[str, Any], device: str) -> dict[str, Any] | None:

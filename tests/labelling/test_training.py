@@ -199,9 +199,30 @@ def test_a_training_cut_short_goes_on_from_its_last_epoch_to_the_weights_of_one_
     with pytest.raises(KeyboardInterrupt):
         train_encoder([p], out_dir=out, **kw)
     monkeypatch.undo()
-    with pytest.warns(UserWarning, match="other settings or data; this one starts over"):
-        other = train_encoder([p], out_dir=out, **{**kw, "lr": 5e-5})
+    try:
+        with pytest.warns(UserWarning, match="other settings or data; this one starts over"):
+            other = train_encoder([p], out_dir=out, **{**kw, "lr": 5e-5})
+    finally:
+        torch.set_num_threads(threads)
     assert other.resumed_epochs == 0 and not (out / CHECKPOINT).exists()
+
+    # a checkpoint the disk will not take is said and skipped; the training goes on to its model
+    real_save = torch.save
+
+    def full_for_checkpoints(obj, f, *a, **k):
+        if str(f).endswith(".part"):
+            raise OSError(28, "No space left on device")
+        return real_save(obj, f, *a, **k)
+
+    monkeypatch.setattr(torch, "save", full_for_checkpoints)
+    try:
+        with pytest.warns(UserWarning, match="checkpoint not written .No space left on device.; the training goes on"):
+            done = train_encoder([p], out_dir=tmp_path / "full", **kw)
+    finally:
+        monkeypatch.undo()
+        torch.set_num_threads(threads)
+    assert done.epoch_losses == whole.epoch_losses and (tmp_path / "full" / "meta.json").is_file()
+    assert not list((tmp_path / "full").glob(".train-checkpoint*"))
 
 
 def test_head_seed_draws_the_head_apart_from_the_seed_of_the_batches(tmp_path):
