@@ -233,7 +233,8 @@ def train(
     as_json: bool = typer.Option(False, "--json", help="Print the training report as JSON."),
     progress: bool = typer.Option(False, "--progress/--no-progress"),
 ) -> None:
-    """Fine-tune the encoder labeller on hand-labelled stories."""
+    """Fine-tune the encoder labeller on hand-labelled stories. Cut short (Ctrl-C, killed), the same command goes on
+    from the last epoch it finished."""
     from harness.labelling.data import builtin_training_files
     from harness.labelling.training import train_soup
 
