@@ -148,12 +148,19 @@ def _training_lock(model_dir: Path, echo) -> Iterator[None]:
     from harness.store import make_folder
 
     make_folder(model_dir.parent, "the encoder's folder")
-    with open(model_dir.parent / f".{model_dir.name}.train.lock", "w") as lock:
+    try:
+        lock = open(model_dir.parent / f".{model_dir.name}.train.lock", "w")
+    except OSError:  # a folder this job may read but not write: no lock, as before locks (it trains alone)
+        yield
+        return
+    with lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             echo(f"[label] another job is training the encoder at {model_dir}; waiting for it")
             fcntl.flock(lock, fcntl.LOCK_EX)
+        except OSError:  # a file system without flock (some network mounts): no lock, as before
+            pass
         yield  # released when the file closes
 
 
@@ -183,6 +190,8 @@ def make_labeller(cfg: RunConfig, *, echo=print):
                     rep = train_soup(files, cfg.label.train_seeds, out_dir=path, epochs=cfg.label.train_epochs,
                                      jobs=cfg.label.train_jobs)
                     echo(f"[label] {rep.line()}")
+                else:  # another job trained it while this one waited: its settings, checked as at the run's start
+                    check_training_settings(cfg, path)
         kwargs["path"] = path
         kwargs["name_check"] = cfg.label.name_check
         kwargs["action_check"] = cfg.label.action_check

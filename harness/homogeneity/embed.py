@@ -284,7 +284,8 @@ class EmbeddingCache:
             if old != meta:  # one line: the fields that differ, and the way out the CLI and configs both have
                 was = {**old.get("spec", {}), "dtype": old.get("dtype")}
                 now = {**meta["spec"], "dtype": dtype}
-                diff = "; ".join(f"{k} {was.get(k)!r} there, {now.get(k)!r} now" for k in now if was.get(k) != now.get(k))
+                keys = [*now, *(k for k in was if k not in now)]  # a field only an older spec wrote counts too
+                diff = "; ".join(f"{k} {was.get(k)!r} there, {now.get(k)!r} now" for k in keys if was.get(k) != now.get(k))
                 raise ConfigError(f"{self.dir}: the run's vectors for embedder {spec.name!r} were made otherwise ({diff}); "
                                   f"delete that folder to embed the texts again this way (the stories are kept), or "
                                   f"analyse a copy of the run")

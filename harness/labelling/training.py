@@ -394,19 +394,25 @@ def _save_checkpoint(path: Path, state: dict[str, Any]) -> None:
     try:
         torch.save(state, tmp)
         os.replace(tmp, path)
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        warnings.warn(f"{path}: checkpoint not written ({e.strerror or e}); the training goes on, but if it is cut "
-                      f"short a rerun goes on only from an earlier checkpoint", stacklevel=2)
+    except (OSError, RuntimeError) as e:  # torch's zip writer raises RuntimeError on a failed write (a full disk)
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        reason = " ".join(str(getattr(e, "strerror", None) or e).split())[:200]
+        warnings.warn(f"{path}: checkpoint not written ({reason}); the training goes on, but if it is cut short a "
+                      f"rerun goes on only from an earlier checkpoint", stacklevel=2)
 
 
-def _load_checkpoint(path: Path, key: dict[str, Any], device: str) -> dict[str, Any] | None:
+def _load_checkpoint(path: Path, key: dict[str, Any]) -> dict[str, Any] | None:
     """The checkpoint at ``path`` if it was written by a training with these settings (``key``), else None."""
     if not path.is_file():
         return None
     torch = _torch()
     try:
-        state = torch.load(path, map_location=device, weights_only=True)
+        # on the CPU: load_state_dict moves each tensor to its parameter's device (AdamW's step counts stay on the
+        # CPU, as a fresh optimiser keeps them; loaded onto a GPU they would cost a sync per parameter and step)
+        state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # unreadable (another torch, a damaged file): the training starts over
         warnings.warn(f"{path}: not read ({type(e).__name__}: {e}); training starts over", stacklevel=3)
         return None
@@ -545,7 +551,7 @@ def train_encoder(
            "epochs": epochs, "batch_size": batch_size, "lr": lr, "head_lr_mult": head_lr_mult, "layers": layers,
            "max_length": max_length, "augment": augment, "flip_prob": flip_prob, "seed": seed, "limit": limit,
            "occurrences": occurrences, "head_seed": head_seed, "device": device}
-    state = _load_checkpoint(checkpoint, key, device)
+    state = _load_checkpoint(checkpoint, key)
     start, words_seen, earlier_seconds = 0, 0, 0.0
     losses: list[float] = []
     if state is not None:  # every state the remaining epochs read: weights, optimiser, schedule, both generators
@@ -640,7 +646,11 @@ def train_encoder(
             "report": report.to_dict(), "versions": {"torch": torch.__version__,
                                                       "transformers": transformers.__version__}}
     atomic_write_text(out / "meta.json", json.dumps(meta, indent=2))  # whole, by rename
-    checkpoint.unlink(missing_ok=True)  # the model is whole: nothing to go on from
+    for left in (checkpoint, checkpoint.with_name(checkpoint.name + ".part")):  # the model is whole: nothing to go on from
+        try:
+            left.unlink(missing_ok=True)
+        except OSError:  # not a file (or not ours to remove): left as it is, the model is saved
+            pass
     return report
 
 

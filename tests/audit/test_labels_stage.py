@@ -235,6 +235,7 @@ def test_a_mistyped_gender_lexicon_stops_the_run_before_generating(tmp_path, mon
 def test_jobs_sharing_the_cache_train_the_encoder_once(tmp_path, monkeypatch):
     """Two jobs of an array starting on a machine without a trained encoder each trained one into the same folder,
     each writing over the other's files; now the second waits for the first and uses its model."""
+    import json
     import threading
     import time
 
@@ -264,5 +265,40 @@ def test_jobs_sharing_the_cache_train_the_encoder_once(tmp_path, monkeypatch):
     assert trained == [tmp_path / "enc"] and got == [tmp_path / "enc"] * 2
     assert any(s == f"[label] another job is training the encoder at {tmp_path / 'enc'}; waiting for it" for s in said)
     assert [s for s in said if "trained on" in s] == [  # the training's own line, once
+        f"[label] trained on 1 stories (1 words) for 2 epochs in 1 s on cpu; went on from 1 epoch a training cut "
+        f"short had finished; final loss 0.1000; saved to {tmp_path / 'enc'}"]
+
+    # a job that asked for other training settings, waiting while another trains with the defaults, is refused
+    # afterwards as it would be at its start (it used the other job's model without a word)
+    import shutil
+
+    shutil.rmtree(tmp_path / "enc")
+    trained.clear()
+    other = parse_config({"model": {"backend": "transformers", "path": "smollm2-135m"},
+                          "output_dir": str(tmp_path / "run2"),
+                          "label": {"labeller": "encoder", "model_dir": str(tmp_path / "enc"), "train_if_missing": True,
+                                    "train_epochs": 3}})
+
+    def fake_train_meta(files, seeds, out_dir, **kw):
+        trained.append(out_dir)
+        time.sleep(0.5)
+        (out_dir / "encoder").mkdir(parents=True)
+        (out_dir / "encoder" / "config.json").write_text("{}")
+        (out_dir / "head.pt").write_bytes(b"")
+        (out_dir / "encoder" / "model.safetensors").write_bytes(b"")
+        (out_dir / "meta.json").write_text(json.dumps({"format": 1, "train": {"epochs": 8, "seed": 0}, "files": []}))
+        return training.TrainReport(str(out_dir), 1, 1, 8, 1.0, 0.1, "x")
+
+    monkeypatch.setattr(training, "train_soup", fake_train_meta)
+    first = threading.Thread(target=lambda: make_labeller(cfg, echo=said.append))
+    first.start()
+    while not trained:
+        time.sleep(0.01)
+    try:
+        with pytest.raises(ConfigError, match=r"^label\.train_epochs: the encoder at .* was trained with 8, not 3"):
+            make_labeller(other, echo=said.append)
+    finally:
+        first.join()
+    assert [s for s in said if "trained on" in s][:1] == [  # (the first part's line)
         f"[label] trained on 1 stories (1 words) for 2 epochs in 1 s on cpu; went on from 1 epoch a training cut "
         f"short had finished; final loss 0.1000; saved to {tmp_path / 'enc'}"]
