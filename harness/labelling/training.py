@@ -508,7 +508,8 @@ def train_encoder(
     torch.manual_seed(seed if head_seed is None else head_seed)
     if init_from is not None:
         init = Path(init_from)
-        started = read_model_meta(init, "init_from").get("base_name", DEFAULT_BASE)
+        init_meta = read_model_meta(init, "init_from")
+        started = init_meta.get("base_name", DEFAULT_BASE)
         if base is not None and base != started:
             raise ConfigError(f"init_from={init}: that encoder was fine-tuned from base {started!r}, not {base!r}; "
                               f"leave out the base to continue it")
@@ -547,7 +548,10 @@ def train_encoder(
     loss_fn = torch.nn.BCEWithLogitsLoss(reduction="none")
     data_sha256 = _data_hash(rows)
     checkpoint = out / CHECKPOINT
-    key = {"data_sha256": data_sha256, "base": spec.name, "init_from": str(init_from) if init_from else None,
+    # --init-from by its path and what its meta.json says of it: a model trained again there is another start
+    init_key = (None if init_from is None else
+                [str(init_from), hashlib.sha256(json.dumps(init_meta, sort_keys=True).encode()).hexdigest()])
+    key = {"data_sha256": data_sha256, "base": spec.name, "init_from": init_key,
            "epochs": epochs, "batch_size": batch_size, "lr": lr, "head_lr_mult": head_lr_mult, "layers": layers,
            "max_length": max_length, "augment": augment, "flip_prob": flip_prob, "seed": seed, "limit": limit,
            "occurrences": occurrences, "head_seed": head_seed, "device": device}

@@ -232,6 +232,41 @@ def test_a_training_cut_short_goes_on_from_its_last_epoch_to_the_weights_of_one_
     assert (tmp_path / "full2" / "meta.json").is_file() and not list((tmp_path / "full2").glob(".train-checkpoint*"))
 
 
+def test_a_checkpoint_of_a_continuation_is_not_gone_on_from_once_its_start_was_trained_again(tmp_path, monkeypatch):
+    """--init-from was keyed by its path alone: a model trained again there between a cut-short continuation and its
+    rerun would have been continued from the old start's checkpoint."""
+    import torch
+
+    import harness.labelling.training as training
+    from harness.labelling.training import CHECKPOINT, train_encoder
+
+    p = _write(tmp_path / "t.jsonl", ROW, {**ROW, "id": "b", "text": "Priya helped Ethan. He smiled at her."})
+    start, out = tmp_path / "start", tmp_path / "more"
+    threads = torch.get_num_threads()
+    try:
+        train_encoder([p], out_dir=start, epochs=1, layers=1, seed=0, threads=1)
+        real, steps = training._token_targets, []
+
+        def killed_in_epoch_2(*a, **k):
+            steps.append(1)
+            if len(steps) == 4:
+                raise KeyboardInterrupt
+            return real(*a, **k)
+
+        monkeypatch.setattr(training, "_token_targets", killed_in_epoch_2)
+        kw = dict(epochs=2, layers=1, seed=0, batch_size=1, threads=1, init_from=start)
+        with pytest.raises(KeyboardInterrupt):
+            train_encoder([p], out_dir=out, **kw)
+        monkeypatch.undo()
+        assert (out / CHECKPOINT).is_file()
+        train_encoder([p], out_dir=start, epochs=1, layers=1, seed=1, threads=1)  # the start, trained again
+        with pytest.warns(UserWarning, match="other settings or data; this one starts over"):
+            rep = train_encoder([p], out_dir=out, **kw)
+    finally:
+        torch.set_num_threads(threads)
+    assert rep.resumed_epochs == 0
+
+
 def test_head_seed_draws_the_head_apart_from_the_seed_of_the_batches(tmp_path):
     """Members of a soup need one head start: with ``head_seed`` the new head's first weights come from it, and the
     seed alone orders the batches and draws the dropout. A negligible learning rate leaves each head where it began."""
