@@ -163,7 +163,9 @@ def test_the_label_stage_labels_retried_generations_and_resumes(tmp_path, monkey
     assert len(got) == 20 and not got.duplicated(["prompt_id", "sample_idx", "role"]).any()
     assert list(retried.status) == ["ok", "ok"]
 
-    # killed after 7 stories: the shards committed before then stay, the rerun labels the rest
+    # killed after 7 stories: the shards committed before then stay, and so do the stories labelled since the
+    # last of them (written on the way out, as generate's: an LLM labeller's shard_rows are an hour), whole
+    # stories only; the rerun labels the rest
     c2 = cfg(tmp_path, label={"labeller": "rules", "shard_rows": 4}, output_dir=str(tmp_path / "run2"))
     generate_run(c2, backend=EchoBackend(), progress=False)
     real = L.make_labeller
@@ -180,7 +182,10 @@ def test_the_label_stage_labels_retried_generations_and_resumes(tmp_path, monkey
     with pytest.raises(KeyboardInterrupt):
         L.label_run(c2, store2, progress=False)
     kept = len(store2.read_keys(L.LABELS))
-    assert 0 < kept < 7
+    assert kept == 7
+    rows = store2.read_stage(L.LABELS, key=("prompt_id", "sample_idx", "role"))
+    roles = {p.id: len(p.roles) for p in get_suite(c2.suite).by_id().values()}
+    assert all(len(g) == roles[pid] for (pid, _), g in rows.groupby(["prompt_id", "sample_idx"]))  # whole stories
     monkeypatch.setattr(L, "make_labeller", real)
     assert L.label_run(c2, store2, progress=False)[:2] == (12 - kept, 12)
     every = store2.read_stage(L.LABELS, key=("prompt_id", "sample_idx", "role"))
@@ -328,6 +333,17 @@ def test_generations_that_all_failed_stop_the_label_stage_with_their_reason(tmp_
     assert not store.shard_paths(L.LABELS)
     generate_run(c, backend=EchoBackend(fail_ids=every - {"love-neutral-01#0"}), progress=False)
     assert L.label_run(c, store, progress=False) == (1, 1, 0, 11)
+    # a job of an array: its own stories decide, and the message says they are its shard's, not the folder's
+    # (a shard whose generations all failed passed where another shard had labelled a story, and said "every
+    # one of its K generations" of a folder with good ones)
+    key = ("love-neutral-01", 0)  # the one good story
+    other = next(s for s in range(2) if shard_of(*key, 2) != s)
+    mine = sum(shard_of(r.split("#")[0], int(r.split("#")[1]), 2) == other for r in every)
+    with pytest.raises(BackendError) as e:
+        L.label_run(c, store, shard=(other, 2), progress=False)
+    assert str(e.value).startswith(f"{store.stage_dir(GENERATIONS)}: every one of the {mine} generations of shard "
+                                   f"{other}/2 failed (the first: ")
+    assert L.label_run(c, store, shard=(1 - other, 2), progress=False)[:2] == (0, 1)  # its own story is labelled
 
 
 def test_generate_command_exits_4_when_requests_failed_and_names_the_first_reason(tmp_path, monkeypatch):

@@ -35,6 +35,19 @@ def _failed_generations(generations: pd.DataFrame) -> set[tuple[str, int]]:
     return set(zip(bad.prompt_id, bad.sample_idx.astype(int)))
 
 
+def _refuse_unlabelled(generations: pd.DataFrame, labelled: set[tuple[str, int]]) -> None:
+    """A DataError where a story of ``generations`` whose generation did not fail has no labels: a label shard not
+    run, killed or failed in a job array left its stories out of every table after it, exit 0. (A story the
+    labeller could not handle has rows with its reason; a failed generation, retried by each generate, has none.)"""
+    failed = _failed_generations(generations)
+    stories = [k for k in zip(generations.prompt_id, generations.sample_idx.astype(int)) if k not in failed]
+    missing = [k for k in stories if k not in labelled]
+    if missing:
+        raise DataError(f"labels: {len(missing)} of the {len(stories)} stories have none (story {missing[0][0]}#"
+                        f"{missing[0][1]} and others: a label shard not run, or cut short?); run the label stage "
+                        f"(`harness run CONFIG --stages label`, each shard) until none is left")
+
+
 def build_characters(
     generations: pd.DataFrame,
     labels: pd.DataFrame,
@@ -49,6 +62,7 @@ def build_characters(
     if missing:
         raise DataError(f"labels table lacks column(s) {', '.join(missing)}; rerun the label stage")
     if labels.empty:
+        _refuse_unlabelled(generations, set())
         return pd.DataFrame(columns=list(CHARACTER_COLUMNS))
     stories = generations[["prompt_id", "sample_idx", "domain", "condition", "love_type", "text_clean"]]
     if TEXT_SHA1 in labels.columns:  # each story's text hashed once, not once per character
@@ -71,6 +85,7 @@ def build_characters(
             raise DataError(f"labels: {int(unlabelled.sum())} label rows (story {row.prompt_id}#{row.sample_idx} and "
                             f"others) were made from an earlier text of their story; rerun the label stage")
         df = df[current].reset_index(drop=True)
+    _refuse_unlabelled(generations, set(zip(df.prompt_id, df.sample_idx.astype(int))))
     prompts = suite.by_id()
     unknown = sorted(set(df.prompt_id) - set(prompts))
     if unknown:

@@ -19,6 +19,8 @@ a job labelling the run now, stops with an error instead of mixing two labelling
 
 from __future__ import annotations
 
+import contextlib
+
 import hashlib
 import json
 from collections.abc import Iterator
@@ -311,19 +313,23 @@ def label_run(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int] = (0, 1
     check_label_settings(store, cfg, len(done))
     prompts = get_suite(cfg.suite, cfg.wording).by_id()
     failed_gen = gens[STATUS].eq(ERROR).tolist() if STATUS in gens.columns else [False] * len(gens)
-    todo, unretried = [], 0
-    for pid, idx, text, bad in zip(gens.prompt_id, gens.sample_idx, gens.text_clean, failed_gen):
-        if (pid, int(idx)) in done or not (n == 1 or shard_of(pid, int(idx), n) == i):
+    todo, unretried, done_here, first = [], 0, 0, None
+    for pid, idx, text, bad, error in zip(gens.prompt_id, gens.sample_idx, gens.text_clean, failed_gen, gens["error"]):
+        if not (n == 1 or shard_of(pid, int(idx), n) == i):
             continue
-        if bad:
+        if (pid, int(idx)) in done:
+            done_here += 1
+        elif bad:
             unretried += 1
+            first = first or error
         else:
             todo.append((pid, int(idx), text))
-    if not todo and not done and unretried:
-        first = next((e for e, bad in zip(gens["error"], failed_gen) if bad and e), None) or "no reason given"
-        raise BackendError(f"{store.stage_dir(GENERATIONS)}: every one of its {unretried} generations failed (the "
-                           f"first: {one_line(first)}), so there is nothing to label; fix the cause and rerun, "
-                           f"which generates them again")
+    if not todo and not done_here and unretried:  # this job's stories: another shard's labels are not its
+        whose = f"every one of its {unretried} generations" if n == 1 else \
+            f"every one of the {unretried} generations of shard {i}/{n}"
+        raise BackendError(f"{store.stage_dir(GENERATIONS)}: {whose} failed (the first: "
+                           f"{one_line(first or 'no reason given')}), so there is nothing to label; fix the cause "
+                           f"and rerun, which generates them again")
     if not todo:
         return 0, len(done), 0, unretried
     labeller = make_labeller(cfg, echo=echo)
@@ -345,17 +351,28 @@ def label_run(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int] = (0, 1
             ]
             rows: list[dict[str, Any]] = []
             desc = {(pid, r.key): r.description for pid, p in prompts.items() for r in p.roles}
-            for (pid, idx, _), labels in zip(todo, labeller.iter_label(stories, batch_size=cfg.label.batch_size, progress=progress)):
-                for c in labels.characters:
-                    failed += c.status != "ok"
-                    rows.append({
-                        "prompt_id": pid, "sample_idx": idx, "role": c.role, "role_description": desc[(pid, c.role)],
-                        "name": c.name, "references": list(c.references), "status": c.status, "labeller": labeller.name,
-                        STATUS: ERROR if c.status.startswith(BACKEND_FAILURE) else "ok", TEXT_SHA1: hashes[(pid, idx)],
-                    })
-                if len(rows) >= cfg.label.shard_rows:
-                    store.write_shard(LABELS, rows, f"labels-{i}of{n}", LABEL_SCHEMA)
-                    rows = []
+            try:
+                for (pid, idx, _), labels in zip(todo, labeller.iter_label(stories, batch_size=cfg.label.batch_size,
+                                                                           progress=progress)):
+                    story_rows = []
+                    for c in labels.characters:
+                        failed += c.status != "ok"
+                        story_rows.append({
+                            "prompt_id": pid, "sample_idx": idx, "role": c.role,
+                            "role_description": desc[(pid, c.role)], "name": c.name,
+                            "references": list(c.references), "status": c.status, "labeller": labeller.name,
+                            STATUS: ERROR if c.status.startswith(BACKEND_FAILURE) else "ok",
+                            TEXT_SHA1: hashes[(pid, idx)],
+                        })
+                    rows.extend(story_rows)  # whole stories only: a shard never holds half of one
+                    if len(rows) >= cfg.label.shard_rows:
+                        written, rows = rows, []
+                        store.write_shard(LABELS, written, f"labels-{i}of{n}", LABEL_SCHEMA)
+            except BaseException:  # Ctrl-C, a kill the process sees, a labeller's crash: the stories labelled
+                if rows:  # so far are kept (up to shard_rows of them, an hour of an LLM labeller), as generate's
+                    with contextlib.suppress(Exception):
+                        store.write_shard(LABELS, rows, f"labels-{i}of{n}", LABEL_SCHEMA)
+                raise
             if rows:
                 store.write_shard(LABELS, rows, f"labels-{i}of{n}", LABEL_SCHEMA)
     finally:

@@ -376,6 +376,29 @@ def test_the_identities_read_the_stories_the_config_plans_and_refuse_a_run_missi
         stage_identities(more, store)
 
 
+def test_a_story_generated_but_never_labelled_stops_the_identities_stage(tmp_path):
+    """A label job of an array killed or never run left its stories out of the characters table (the labels were
+    joined to the stories inner), and every stage after it went on, exit 0, over part of the run. Now the stage
+    names the count and the way out; labelled once, the same run goes on."""
+    import pytest
+
+    from harness.errors import DataError
+
+    cfg, store = _run(tmp_path)
+    for p in store.shard_paths(LABELS):
+        p.unlink()
+    labelled = {k: v for k, v in STORIES.items() if k[0] == "love-laden-01"}
+    store.write_shard(LABELS, _label_rows(labelled), "labels-0of2", LABEL_SCHEMA)
+    with pytest.raises(DataError, match=r"^labels: 1 of the 2 stories have none \(story learning-neutral-01#0 and "
+                                        r"others: a label shard not run, or cut short\?\); run the label stage"):
+        stage_identities(cfg, store)
+    assert not (store.stage_dir(IDENTITIES) / "characters.parquet").exists()
+    store.write_shard(LABELS, _label_rows({k: v for k, v in STORIES.items() if k not in labelled}), "labels-1of2",
+                      LABEL_SCHEMA)
+    assert stage_identities(cfg, store).status == "done"
+    assert len(pd.read_parquet(store.stage_dir(IDENTITIES) / "characters.parquet")) == 3
+
+
 def test_harness_run_stops_after_a_generation_with_failed_requests(tmp_path, monkeypatch):
     """`harness run` went on to label, table and report the stories that came, exit 0, where `harness generate`
     exits 4: a job array running generate and label together saw the shard as done."""
