@@ -238,8 +238,10 @@ LABEL_SETTINGS = ("labeller", "model_dir", "llm", "name_check", "action_check", 
 LABELLER_SETTINGS = {"encoder": ("model_dir", "name_check", "action_check", "pronoun_binding", "apposition_check",
                                  "precision"),
                      "llm": ("llm",), "rules": ()}
-#: The fields of ``label.llm`` that decide what an LLM labeller writes: not where the model is served, its
-#: key, batching, timeouts or retries (a run resumed after a server outage may change those).
+#: The fields of ``label.llm`` that decide what an LLM labeller writes: not its key, batching, timeouts or retries
+#: (a run resumed after a server outage may change those). Where the model is served is no setting here, but the
+#: labeller's ``info()`` holds it (``base_url``): a run resumed against another server is refused by
+#: ``check_labeller``, as the same model name there may be other weights.
 LLM_LABEL_FIELDS = ("backend", "path", "gguf_file", "dtype", "chat_template", "max_model_len", "engine_kwargs")
 #: What a labeller's ``info()`` holds that does not change its labels: where it runs, where its weights lie.
 INFO_NOT_LABELS = ("device", "path")
