@@ -193,6 +193,13 @@ def select_name(raw: Any, role: str | None = None, *, role_title: bool = True) -
     return names[0] if names else None
 
 
+def survives_filters(name: str, role: str | None = None) -> bool:
+    """Whether one name, as a labeller wrote it, is left by ``select_name``'s filters with ``role_title=False``
+    (a title that repeats the role off first; no false positive, "American", word of the role or "Unspecified")."""
+    kept = without_role_title(name.strip(), role)
+    return _keep_name(kept, _role_words(role)) and not is_no_name(kept)
+
+
 def _strip_edges(tok: str) -> str:
     """``tok`` without the punctuation around it; a combining mark that ends a word (the vowel sign of
     "प्रिया", the tone mark of "สมศักดิ์") is part of it, though ``re``'s ``\\W`` matches it."""

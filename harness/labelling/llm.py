@@ -34,7 +34,8 @@ from typing import Any
 
 from harness.errors import BackendError, ConfigError
 from harness.generation.base import Backend, GenParams, GenRequest
-from harness.identity.names import is_no_name
+from harness.identity.names import is_no_name, survives_filters
+from harness.jsonl import parse_list_text
 from harness.labelling.base import (
     BACKEND_FAILURE,
     CharacterLabel,
@@ -243,9 +244,9 @@ def _loads(s: str) -> Any:
         raise ParseError("not JSON") from None
 
 
-def _objects(text: str, cut: bool = False) -> Iterator[tuple[dict[str, Any], bool]]:
+def _objects(text: str, cut: bool = False) -> Iterator[tuple[dict[str, Any], bool, str]]:
     """The JSON objects a reply may hold, most likely first (``_candidates``), each with whether the reply
-    left it open; each distinct substring is read once."""
+    left it open and the text it was read from; each distinct substring is read once."""
     seen: set[str] = set()
     for cand, closed_here in _candidates(text, cut):
         if cand in seen:
@@ -256,15 +257,15 @@ def _objects(text: str, cut: bool = False) -> Iterator[tuple[dict[str, Any], boo
         except ParseError:
             continue
         if isinstance(val, dict):
-            yield val, closed_here
+            yield val, closed_here, cand
 
 
 def _parse_object(text: str, cut: bool = False) -> tuple[dict[str, Any], bool]:
     """The first JSON object in a reply, and whether the reply left it open (see ``_candidates``)."""
     if not text or "{" not in text:
         raise ParseError("no JSON object in the reply")
-    for found in _objects(text, cut):
-        return found
+    for found, closed_here, _ in _objects(text, cut):
+        return found, closed_here
     raise ParseError("reply holds a '{' but no parseable JSON object")
 
 
@@ -287,8 +288,10 @@ _NAME_OF = re.compile(r"(name|references?) (?:of|to|for) (?:the )?(.+)")
 
 
 #: The version of the reply parsing: a release that reads a reply differently bumps it, so a run's labels of two
-#: versions are not mixed (2: a name or reference written as an object is a parse error, retried).
-PARSER_VERSION = "2"
+#: versions are not mixed (2: a name or reference written as an object is a parse error, retried; 3: the first
+#: name the paper's filters keep, a name list written as a string, no "nobody named" read from a copied type
+#: definition before an answer that did not parse).
+PARSER_VERSION = "3"
 
 
 def _norm_key(k: str) -> str:
@@ -343,6 +346,11 @@ def _name_list(v: Any) -> list[str]:
     if isinstance(v, dict):
         raise ParseError(f"a name written as an object ({repr(v)[:60]}), not a string")
     if isinstance(v, str):
+        # a list written as a string ("['Unspecified', 'Tom Lee']"), as the published labels hold them, is its names
+        if v.strip().startswith("[") and v.strip().endswith("]"):
+            inner = parse_list_text(v.strip())
+            if isinstance(inner, list):
+                return [n for x in inner for n in _name_list(x)]
         return [v]
     if isinstance(v, (list, tuple)):
         return [n for x in v for n in _name_list(x)]
@@ -479,9 +487,11 @@ def parse_response(text: str, story: StoryInput, *, cut: bool = False, retry_cut
     error: ParseError | None = None
     template = False  # an object was the prompt's template
     nobody: StoryLabels | None = None  # the labels of a template of the type definition's values alone
+    definitions: list[str] = []  # the text of each object read as the type definition
 
-    def answer(obj: dict[str, Any]) -> StoryLabels | bool:
-        """Labels from ``obj``; else whether it was the template (its error kept where it lacks keys)."""
+    def answer(obj: dict[str, Any]) -> StoryLabels | str | bool:
+        """Labels from ``obj``; else the kind of template it was (``_template``), or False (its error kept where
+        it lacks keys)."""
         nonlocal error, nobody
         try:
             names = _pick(obj, descs, "name")
@@ -491,14 +501,14 @@ def parse_response(text: str, story: StoryInput, *, cut: bool = False, retry_cut
                 return _labels(story, names, refs, story_tokens)
             if kind == "definition" and nobody is None:
                 nobody = _labels(story, names, refs, story_tokens)
-            return True
+            return kind
         except ParseError as e:
             error = error or e
             return False
 
     if text and "{" in text:
         merged: dict[str, Any] = {}  # the keys of every object, the first object's value of each
-        for found, closed_here in _objects(text, cut):
+        for found, closed_here, cand in _objects(text, cut):
             if cut and closed_here and retry_cut:
                 raise ParseError("reply cut at max_tokens before its JSON object closed")
             for obj in _readings(found):
@@ -507,6 +517,8 @@ def parse_response(text: str, story: StoryInput, *, cut: bool = False, retry_cut
                     return got
                 if got:
                     template = True
+                    if got == "definition":
+                        definitions.append(cand)
                     break
             else:
                 merged.update((k, v) for k, v in found.items() if k not in merged)
@@ -515,15 +527,22 @@ def parse_response(text: str, story: StoryInput, *, cut: bool = False, retry_cut
             return got
     else:
         error = ParseError("no JSON object in the reply")
-    if not template and text:  # markdown bullets or "key: value" lines instead of JSON
+    if (not template or nobody is not None) and text:  # markdown bullets or "key: value" lines instead of JSON
         first_error = error
         got = answer(_key_values(_without_cut_word(text) if cut else text))
         if isinstance(got, StoryLabels):
             if cut and retry_cut:  # its lists may lack what the model had yet to write
                 raise ParseError("reply cut at max_tokens in its lines of keys and values")
             return got
-        template, error = got, first_error
+        template, error = bool(got), first_error
     if nobody is not None:  # no other answer: the type definition's values are this story's ("nobody named")
+        # unless, after its last copy of the definition, the reply writes a role's key again (`"doctor pronouns":`,
+        # an object that did not read: a quote inside a name): an answer in a form that did not parse, sent again,
+        # not taken for nobody named
+        ends = [text.rfind(d) + len(d) for d in definitions if d in text]
+        after = text[max(ends):].casefold() if ends else ""
+        if any(re.search(re.escape(d.casefold()) + r"[^\n:]{0,24}:", after) for d in descs):
+            raise ParseError("reply repeats the prompt's type definition, then answers in a form that does not parse")
         return nobody
     if template:
         raise ParseError("reply only repeats the prompt's template of placeholders (\"<name>\", [\"...\"])")
@@ -536,7 +555,11 @@ def _labels(story: StoryInput, names: Sequence[Any], refs: Sequence[Any], story_
     for role, nv, rv in zip(story.roles, names, refs):
         cands = [c for c in (_text_of(n) for n in _name_list(nv)) if c]
         real = [n for n in cands if not is_no_name(n) and not _placeholder(n) and in_story(n, story_tokens)]
-        name = real[0] if real else None
+        # the paper's code filters the list first (false positives, "American", the role's words), then takes the
+        # first name left: ["The doctor", "Ana Ruiz"] of the doctor is Ana Ruiz, where the first in the story was
+        # kept and the audit's filters then dropped it, leaving the character unnamed
+        named = [n for n in real if survives_filters(n, role.description)]
+        name = (named or real or [None])[0]
         kept = [r for r in (_text_of(r) for r in _ref_list(rv)) if not _placeholder(r) and in_story(r, story_tokens)]
         chars.append(CharacterLabel(role.key, name, dedupe(kept)))
     return StoryLabels(story.story_id, tuple(chars))

@@ -635,3 +635,46 @@ def test_a_long_reply_of_unclosed_single_quotes_is_read_in_linear_time():
     with pytest.raises(ParseError):
         parse_response(("{'a' " * 1000)[:4000], STORY)
     assert time.perf_counter() - start < 10
+
+
+def test_a_copied_type_definition_before_an_answer_that_does_not_parse_is_retried_not_nobody_named():
+    """The definition's values were taken for "nobody named", status ok, no retry, where the model had copied the
+    definition and then answered in a form the parser cannot read (a quote inside a name, "pronouns" keys): the
+    story counted as labelled with nobody in it. Now such a reply is sent again and, failing, kept as a failure;
+    an answer in "key: value" lines after the definition is read (it was skipped); the definition alone, or
+    copied twice, is still nobody named."""
+    definition = _type_definition(STORY)
+    bad_quotes = definition + '\n{"doctor name": "Dr. Ana Ruiz", "needy patient name": "Tom "T" Ruiz", ' \
+                              '"doctor references": ["She"], "needy patient references": ["him"]}'
+    pronoun_keys = definition + "\n" + GOOD.replace("references", "pronouns")
+    for reply in (bad_quotes, pronoun_keys):
+        with pytest.raises(ParseError, match="repeats the prompt's type definition, then answers in a form"):
+            parse_response(reply, STORY)
+    labeller = LLMLabeller(ScriptedBackend({build_prompt(STORY): [pronoun_keys, GOOD]}), max_attempts=3)
+    (out,) = labeller.label([STORY])
+    assert out.status == "ok" and out.character("subject").name == "Dr. Ana Ruiz" and len(labeller.failures) == 1
+    (out,) = LLMLabeller(ScriptedBackend({build_prompt(STORY): [bad_quotes]}), max_attempts=2).label([STORY])
+    assert out.status.startswith("llm: unparseable reply (reply repeats the prompt's type definition")
+    bullets = (definition + "\nAnswer:\n- doctor name: Dr. Ana Ruiz\n- needy patient name: Tom\n"
+               "- doctor references: She\n- needy patient references: him, his\n")
+    lab = parse_response(bullets, STORY)
+    assert [(c.name, c.references) for c in lab.characters] == [("Dr. Ana Ruiz", ("She",)), ("Tom", ("him", "his"))]
+    for nobody in (definition, definition + "\nAnswer:\n" + definition,
+                   "Note: the doctor is never named.\n" + definition + "\nThe story names no doctor."):
+        assert [(c.name, c.references) for c in parse_response(nobody, STORY).characters] == [(None, ()), (None, ())]
+
+
+@pytest.mark.parametrize("names, first", [
+    (["The doctor", "Dr. Ana Ruiz"], "Dr. Ana Ruiz"),  # a word of the role: the paper's filter drops it
+    (["She", "Dr. Ana Ruiz"], "Dr. Ana Ruiz"),  # a false positive of the paper's list
+    ("['Unspecified', 'Dr. Ana Ruiz']", "Dr. Ana Ruiz"),  # a list written as a string, as the published labels
+    (["Ruiz", "Dr. Ana Ruiz"], "Ruiz"),  # both kept: the first
+    (["She"], "She"),  # none kept: as written (the audit's filters drop it)
+])
+def test_the_name_is_the_first_the_papers_filters_keep(names, first):
+    """The first name in the story was kept and the others dropped, before the filters the audit applies (the
+    paper's code filters the list, then takes the first left): ["The doctor", "Dr. Ana Ruiz"] left the doctor
+    unnamed in the audit; a list written as a string was one name, not in the story, so nobody."""
+    reply = json.dumps({"doctor name": names, "needy patient name": "Tom", "doctor references": ["She"],
+                        "needy patient references": ["him"]})
+    assert parse_response(reply, STORY).character("subject").name == first
