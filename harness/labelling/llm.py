@@ -91,6 +91,10 @@ def _object_end(text: str, start: int) -> int:
     return -1
 
 
+#: A single-quoted string opened after a delimiter and never closed, at the end of a reply cut short.
+_OPEN_SINGLE = re.compile(r"(?<=[\[{:,])\s*'[^']*$")
+
+
 def _open_tail(tail: str, cut: bool) -> list[str]:
     """A reply whose object never closes, closed. Cut at ``max_tokens`` (``cut``), its last string may
     end inside a word, so that string goes (with a key left without a value); otherwise the model just
@@ -99,6 +103,8 @@ def _open_tail(tail: str, cut: bool) -> list[str]:
         return [tail.rstrip().rstrip(",") + closer for closer in ("}", "]}", '"]}', '"}', '" }')]
     if tail.count('"') % 2:  # inside a string: drop it
         tail = tail[: tail.rfind('"')]
+    elif open_single := _OPEN_SINGLE.search(tail):  # inside a single-quoted string ('she', 'he|'): drop it too
+        tail = tail[: open_single.start()]
     tail = _DANGLING_KEY.sub("", tail.rstrip().rstrip(",[").rstrip())
     tail = tail.rstrip().rstrip(",")
     return [tail + closer for closer in ("}", "]}")]

@@ -192,6 +192,11 @@ def test_a_cut_reply_drops_its_cut_word_and_is_retried_with_more_tokens():
     assert parse_json_object(cut, cut=True) == {"doctor name": "Ana", "doctor references": ["her"]}
     assert parse_json_object(cut) == {"doctor name": "Ana", "doctor references": ["her", "he"]}  # stopped there
     assert parse_json_object('{"doctor name": "Ana", "doctor refer', cut=True) == {"doctor name": "Ana"}
+    # single-quoted as small models write it: the cut word goes too (it was kept: Ana got "he")
+    single = cut.replace('"', "'")
+    assert parse_json_object(single, cut=True) == {"doctor name": "Ana", "doctor references": ["her"]}
+    assert parse_json_object("{'doctor name': 'Ana O\\'Neil', 'doctor references': ['her', 'he", cut=True) == {
+        "doctor name": "Ana O'Neil", "doctor references": ["her"]}
     # behind a stray "{" too: the object the reply was cut in opens at the second one
     assert parse_json_object("Use { braces\n" + cut, cut=True) == {"doctor name": "Ana", "doctor references": ["her"]}
     with pytest.raises(ParseError, match="cut at max_tokens"):
