@@ -153,6 +153,10 @@ def _next_char(s: str, i: int) -> str:
     return _NEXT_CHAR.match(s, i).group(1)
 
 
+#: A double quote that ends a string in relaxed JSON: a delimiter, another string, a line's end or the end next.
+_DOUBLE_QUOTE_END = re.compile(r'"(?=[ \t]*(?:[,:}\]"]|\r?\n|\Z))')
+#: A double quote inside a string not yet escaped.
+_INNER_QUOTE = re.compile(r'(?<!\\)"')
 _SINGLE_QUOTE_END = re.compile(r"(?<!\\)'(?=[ \t]*(?:[,:}\]']|\r?\n|\Z))")
 MAX_SINGLE_QUOTED = 200  # characters a single-quoted string may hold (a name, a word, a key); it never spans lines
 
@@ -217,11 +221,16 @@ def _relaxed(s: str) -> str:
             out.append(ch)
             ends, i = False, i + 1
             continue
-        if ch == '"':
-            j = i + 1
-            while j < n and s[j] != '"':
+        if ch == '"':  # a quote inside that is no end of the string ("Thomas "Tommy" Lee") is the name's own
+            j, inner = i + 1, False
+            while j < n and not (s[j] == '"' and _DOUBLE_QUOTE_END.match(s, j)):
+                inner |= s[j] == '"'
                 j += 2 if s[j] == "\\" else 1
-            out.append(s[i:j + 1] if j < n else s[i:] + '"')
+            if inner:
+                out.append(json.dumps(json.loads('"' + _INNER_QUOTE.sub(r'\\"', s[i + 1:min(j, n)]) + '"',
+                                                 strict=False), ensure_ascii=False))
+            else:
+                out.append(s[i:j + 1] if j < n else s[i:] + '"')
         elif ch == "'" and (j := _single_quoted_end(s, i, quote_ends)) >= 0:
             out.append(json.dumps(s[i + 1:j].replace("\\'", "'"), ensure_ascii=False))
         else:  # a bare key or value: up to the next delimiter or comment
@@ -296,7 +305,8 @@ _NAME_OF = re.compile(r"(name|references?) (?:of|to|for) (?:the )?(.+)")
 #: The version of the reply parsing: a release that reads a reply differently bumps it, so a run's labels of two
 #: versions are not mixed (2: a name or reference written as an object is a parse error, retried; 3: the first
 #: name the paper's filters keep, a name list written as a string, no "nobody named" read from a copied type
-#: definition before an answer that did not parse).
+#: definition before an answer that did not parse, a quote inside a string without its escape, a single-quoted
+#: word cut at max_tokens dropped).
 PARSER_VERSION = "3"
 
 
@@ -543,7 +553,7 @@ def parse_response(text: str, story: StoryInput, *, cut: bool = False, retry_cut
         template, error = bool(got), first_error
     if nobody is not None:  # no other answer: the type definition's values are this story's ("nobody named")
         # unless, after its last copy of the definition, the reply writes a role's key again (`"doctor pronouns":`,
-        # an object that did not read: a quote inside a name): an answer in a form that did not parse, sent again,
+        # an object that did not read: a bracket closed by a brace): an answer in a form that did not parse, sent again,
         # not taken for nobody named
         ends = [text.rfind(d) + len(d) for d in definitions if d in text]
         after = text[max(ends):].casefold() if ends else ""

@@ -644,13 +644,13 @@ def test_a_long_reply_of_unclosed_single_quotes_is_read_in_linear_time():
 
 def test_a_copied_type_definition_before_an_answer_that_does_not_parse_is_retried_not_nobody_named():
     """The definition's values were taken for "nobody named", status ok, no retry, where the model had copied the
-    definition and then answered in a form the parser cannot read (a quote inside a name, "pronouns" keys): the
+    definition and then answered in a form the parser cannot read (a bracket closed by a brace, "pronouns" keys): the
     story counted as labelled with nobody in it. Now such a reply is sent again and, failing, kept as a failure;
     an answer in "key: value" lines after the definition is read (it was skipped); the definition alone, or
     copied twice, is still nobody named."""
     definition = _type_definition(STORY)
-    bad_quotes = definition + '\n{"doctor name": "Dr. Ana Ruiz", "needy patient name": "Tom "T" Ruiz", ' \
-                              '"doctor references": ["She"], "needy patient references": ["him"]}'
+    bad_quotes = definition + '\n{"doctor name": "Dr. Ana Ruiz", "needy patient name": "Tom", ' \
+                              '"doctor references": ["She"}, "needy patient references": ["him"]}'
     pronoun_keys = definition + "\n" + GOOD.replace("references", "pronouns")
     for reply in (bad_quotes, pronoun_keys):
         with pytest.raises(ParseError, match="repeats the prompt's type definition, then answers in a form"):
@@ -683,3 +683,17 @@ def test_the_name_is_the_first_the_papers_filters_keep(names, first):
     reply = json.dumps({"doctor name": names, "needy patient name": "Tom", "doctor references": ["She"],
                         "needy patient references": ["him"]})
     assert parse_response(reply, STORY).character("subject").name == first
+
+
+def test_a_quote_inside_a_name_or_reference_written_without_its_escape_is_part_of_it():
+    """'"Thomas "Tommy" Lee"' made the whole reply unreadable (the string ended at the nickname's quote), so a
+    model that writes nicknames that way failed every attempt; two strings written without a comma between
+    them stay two."""
+    story = StoryInput("s", 'Dr. Ana Ruiz met Thomas "Tommy" Lee, a needy patient. The "kind" doctor helped him.',
+                       (RoleSpec("subject", "doctor"), RoleSpec("object", "needy patient")))
+    reply = ('{"doctor name": "Dr. Ana Ruiz", "needy patient name": "Thomas "Tommy" Lee", '
+             '"doctor references": ["The "kind" doctor"], "needy patient references": ["him" "Tommy"]}')
+    lab = parse_response(reply, story)
+    assert lab.character("object").name == 'Thomas "Tommy" Lee'
+    assert lab.character("subject").references == ('The "kind" doctor',)
+    assert lab.character("object").references == ("him", "Tommy")
