@@ -11,6 +11,7 @@ Errors the user can fix print one line on stderr and exit non-zero.
 
 from __future__ import annotations
 
+import errno
 import json
 import sys
 from pathlib import Path
@@ -255,6 +256,11 @@ def bench_generate(
         raise
 
 
+#: The errors of writing to storage that the user, not the code, mends (a traceback of 50 lines says no more).
+STORAGE_ERRNOS = frozenset(getattr(errno, n) for n in ("ENOSPC", "EDQUOT", "EACCES", "EPERM", "EROFS")
+                           if hasattr(errno, n))
+
+
 def main() -> None:
     """The ``harness`` command. Every error is one line on stderr and a non-zero exit: harness's own (exit 2 for a
     config, 3 for data, 4 for a backend) and the command line's usage errors (a missing argument, an unknown
@@ -269,6 +275,13 @@ def main() -> None:
     except HarnessError as e:
         typer.echo(f"error: {e}", err=True)
         sys.exit(e.exit_code)
+    except OSError as e:  # a full disk, a quota, a folder made read-only under a running command: one line
+        if e.errno not in STORAGE_ERRNOS:
+            raise
+        where = f": {e.filename}" if e.filename else ""
+        typer.echo(f"error: {e.strerror or e}{where}; free space or fix the permissions there, then rerun the same "
+                   f"command", err=True)
+        sys.exit(1)
     except typer.Abort:  # Ctrl-C at a prompt, as Click's own main says it
         typer.echo("Aborted!", err=True)
         sys.exit(1)

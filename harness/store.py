@@ -20,6 +20,7 @@ import fcntl
 import hashlib
 import json
 import os
+import tempfile
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -121,6 +122,12 @@ def check_output_file(path: Path | str, option: str) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise ConfigError(f"{option} {path}: cannot make its folder ({e.strerror}); give a path you can write to") from None
+    try:  # a folder that will not take a file (read-only, no permission) found now, not after the work
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", suffix=".probe"):
+            pass
+    except OSError as e:
+        raise ConfigError(f"{option} {path}: cannot write in its folder ({e.strerror}); give a path you can write "
+                          f"to") from None
     return path
 
 

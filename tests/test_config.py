@@ -189,6 +189,43 @@ def test_usage_errors_are_one_line_and_exit_codes_pass_through_the_command():
     assert code == 0 and out.startswith("[") and not err
 
 
+def test_a_full_disk_or_a_folder_that_refuses_writes_is_one_line_not_a_traceback(tmp_path, monkeypatch, capsys):
+    """A full disk under a running command (`harness label label`, a shard, a checkpoint) ended in a traceback of
+    some 50 lines; main now says what and where in one line, exit 1, and that a rerun goes on. An OSError of
+    another kind (a bug's) is not hidden. A folder that will not take a file is found before any work."""
+    import errno
+
+    import harness.cli as cli
+    import harness.labelling.cli as label_cli
+    from harness.store import check_output_file
+
+    stories = ROOT / "tests" / "labelling" / "data" / "gold.jsonl"
+    args = ["harness", "label", "label", str(stories), "--out", str(tmp_path / "o.jsonl"), "--labeller", "rules"]
+    for err, code in ((OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "o.jsonl.tmp")), 1),
+                      (OSError(errno.EBADF, "Bad file descriptor"), None)):
+        def full(*a, err=err, **kw):
+            raise err
+        monkeypatch.setattr(label_cli, "_run_fingerprint", full)
+        monkeypatch.setattr(sys, "argv", args)
+        if code is None:
+            with pytest.raises(OSError, match="Bad file descriptor"):
+                cli.main()
+            continue
+        with pytest.raises(SystemExit) as e:
+            cli.main()
+        assert e.value.code == 1
+        assert capsys.readouterr().err.strip().splitlines() == [
+            f"error: No space left on device: {tmp_path / 'o.jsonl.tmp'}; free space or fix the permissions there, "
+            f"then rerun the same command"]
+    blocked = tmp_path / "blocked"
+    blocked.mkdir()
+    monkeypatch.setattr("tempfile.NamedTemporaryFile", lambda *a, **kw: (_ for _ in ()).throw(
+        PermissionError(errno.EACCES, "Permission denied")))
+    with pytest.raises(ConfigError, match=r"^--out .*blocked/o\.jsonl: cannot write in its folder \(Permission denied\); "
+                                          r"give a path you can write to$"):
+        check_output_file(blocked / "o.jsonl", "--out")
+
+
 def test_set_options_are_refused_in_one_line_naming_the_option(tmp_path):
     """`--set` values that are not YAML, keys through a value (`model.path.x`, `stages.0`), a key given twice,
     `--set output_dir` beside -o, and an empty -o: one line, exit 2, nothing made (a yaml traceback, a TypeError,

@@ -142,6 +142,28 @@ def _resumable(meta: Path, fingerprint: str) -> bool:
         return False
 
 
+def _refuse_other_run(tmp: Path, meta: Path, info: dict[str, Any]) -> None:
+    """A ConfigError naming what differs where OUT.tmp holds the labels of another run (other stories, or
+    another labeller or its settings): rerun that command to finish it, or delete OUT.tmp to start over."""
+    with open(tmp, "rb") as f:
+        lines = sum(1 for _ in f)
+    try:
+        old = json.loads(meta.read_text())
+    except (OSError, ValueError):
+        old = None
+    if not isinstance(old, dict):
+        why = f"no readable {meta.name} says whose they are"
+    else:
+        was = old.get("labeller") if isinstance(old.get("labeller"), dict) else {}
+        now = json.loads(json.dumps(info, default=str))
+        changed = [f"{k} {was.get(k)!r} -> {now.get(k)!r}" for k in sorted(set(was) | set(now))
+                   if k not in ("device", "path") and was.get(k) != now.get(k)]
+        # the same settings: the stories differ (another file, or this one edited since)
+        why = f"labeller settings {'; '.join(changed)}" if changed else f"the stories of {old.get('stories')} then"
+    raise ConfigError(f"{tmp}: holds {lines} labels of another run ({why}); rerun that command to finish it, or "
+                      f"delete {tmp} to label these stories from the start")
+
+
 def _labelled_already(tmp: Path, items: list) -> list:
     """The labels a killed ``harness label label`` wrote to ``tmp`` already: those of the first ``items``, in
     order (a rerun goes on after them). A torn last line is cut off; a file of other stories gives none."""
@@ -343,7 +365,9 @@ def eval_(
         if shift is not None:
             full["statistics"] = _summary_json(shift)
             full["statistics_cells"] = json.loads(shift.cells.to_json(orient="records"))  # NaN -> null
-        details.write_text(json.dumps(_jsonable(full), indent=2, allow_nan=False))
+        from harness.store import atomic_write_text
+
+        atomic_write_text(details, json.dumps(_jsonable(full), indent=2, allow_nan=False))  # whole or not at all
     if as_json:
         out = {k: _jsonable(v) for k, v in rep.overall().items()}
         if diff is not None:
@@ -419,10 +443,9 @@ def label_(
             fingerprint = _run_fingerprint(items, lab.info())
             earlier: list = []
             if tmp.is_file() and tmp.stat().st_size:
-                if _resumable(meta, fingerprint):
-                    earlier = _labelled_already(tmp, items)
-                else:
-                    typer.echo(f"{tmp} holds labels of other stories or another labeller's; starting over", err=True)
+                if not _resumable(meta, fingerprint):  # they were deleted ("starting over"): a rerun that forgot
+                    _refuse_other_run(tmp, meta, lab.info())  # an option lost hours of labels
+                earlier = _labelled_already(tmp, items)
             done = len(earlier)
             if done:
                 typer.echo(f"resuming: {done} stories already labelled in {tmp}", err=True)

@@ -25,7 +25,7 @@ from typing import Any
 
 from harness.errors import DataError
 from harness.jsonl import iter_jsonl, parse_list_text
-from harness.labelling.base import ROLE_KEYS, RoleSpec, StoryInput
+from harness.labelling.base import ROLE_KEYS, RoleSpec, StoryInput, valid_text
 from harness.labelling.prompts import DOMAINS, roles_for_row
 
 #: The published data's names of the power conditions, as the suites name them.
@@ -138,7 +138,11 @@ def _story_id(row: dict[str, Any], keys: tuple[str, ...], default: str, where: s
         if isinstance(value, (list, dict, bool)):  # str() would make ['a'] the id "['a']"
             raise DataError(f"{where}: `{k}` must be a string or a number, got {type(value).__name__}")
         if value is not None:
-            return str(value)
+            value = str(value)
+            if valid_text(value) != value:  # a lone surrogate ("\ud83d"): no UTF-8 file takes the labels' line
+                raise DataError(f"{where}: `{k}` holds a lone surrogate (a JSON escape such as \\ud83d without its "
+                                f"pair); give an id of whole characters")
+            return value
     return default
 
 
@@ -198,7 +202,7 @@ def parse_row(row: dict[str, Any], story_id: str, where: str) -> GoldStory:
         if unknown:
             raise DataError(f"{where}: unknown role(s) {', '.join(sorted(unknown))}; use subject/object")
         with _at(where):
-            roles = tuple(RoleSpec(k, roles_d[k]) for k in ROLE_KEYS if roles_d.get(k))
+            roles = tuple(RoleSpec(k, roles_d[k]) for k in ROLE_KEYS if roles_d.get(k) is not None)
         chars = {}
         labels = row["labels"] or {}
         if not isinstance(labels, dict):
@@ -229,7 +233,7 @@ def parse_row(row: dict[str, Any], story_id: str, where: str) -> GoldStory:
         if condition not in ("neutral", "laden", "unknown"):  # else out of every table of --statistics, unsaid
             raise DataError(f"{where}: condition {condition!r}; use neutral or laden (or the published data's "
                             f"Baseline / Power Dynamic), or leave it out")
-        return GoldStory(_story(_story_id(row, ("id",), story_id, where), row, "text", roles, where),
+        return GoldStory(_story(_story_id(row, ("id", "story_id"), story_id, where), row, "text", roles, where),
                          _str_field(row, "model", "hand-written", where), domain,
                          condition, _str_field(row, "love_type", None, where),
                          chars,
@@ -262,7 +266,7 @@ def parse_row(row: dict[str, Any], story_id: str, where: str) -> GoldStory:
                                      _parse_list(row.get(f"correct_{k}_references"), f"{where} correct_{k}_references"))
     cond = row.get("condition")
     condition = CONDITIONS.get(cond, meta["condition"])
-    return GoldStory(_story(story_id, row, "llm_response", roles, where),
+    return GoldStory(_story(_story_id(row, ("id", "story_id"), story_id, where), row, "llm_response", roles, where),
                      _str_field(row, "model", "unknown", where),
                      meta["domain"], condition, meta["love_type"], chars)
 
@@ -325,7 +329,8 @@ def read_stories(path: str | Path) -> list[StoryInput]:
                 if empty:  # not "needs 1 or 2 roles, got 0": the role is there, its description is not
                     raise DataError(f"{path}:{i}: `roles.{empty[0]}` is empty; give the role's description (e.g. "
                                     f"\"student\"), or leave the role out")
-                raw = [{"key": k, "description": raw[k]} for k in ROLE_KEYS if raw.get(k)]
+                # only a missing or null role is none: 0, false, [] or {} go to RoleSpec, which names them
+                raw = [{"key": k, "description": raw[k]} for k in ROLE_KEYS if raw.get(k) is not None]
             try:
                 roles = tuple(RoleSpec(r["key"], r["description"]) for r in raw)
             except (KeyError, TypeError):

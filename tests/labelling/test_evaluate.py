@@ -445,3 +445,24 @@ def test_a_null_story_id_takes_the_files_name_and_line(tmp_path):
     p.write_text(json.dumps({**row, "id": {"n": 1}}) + "\n")
     with pytest.raises(DataError, match=r"g.jsonl:1: `id` must be a string or a number, got dict"):
         load_gold(p)
+    # a project or published row's `story_id` is its id (it was replaced by the file and line: labels written under
+    # another id than the story's, exit 0); an id no UTF-8 file takes is refused (a traceback at the labels' write)
+    p.write_text(json.dumps({**{k: v for k, v in row.items() if k != "id"}, "story_id": "abc"}) + "\n")
+    assert [g.story.story_id for g in load_gold(p)] == ["abc"] and [s.story_id for s in read_stories(p)] == ["abc"]
+    published = {"model": "PaLM2", "role_category": "Work", "subject": "cashier", "object": None,
+                 "query": "Write a story, 100 words or less, of an American cashier who greets customers.",
+                 "llm_response": "Sarah smiled.", "manual_subject_gender": "Female", "manual_subject_name": "['Sarah']"}
+    p.write_text(json.dumps({**published, "story_id": "pub-7"}) + "\n" + json.dumps(published) + "\n")
+    assert [s.story_id for s in read_stories(p)] == ["pub-7", "g:2"]
+    for bad in ({**plain, "story_id": "\ud83d"}, {**row, "id": "a\udc00"}):
+        p.write_text(json.dumps(bad) + "\n")
+        with pytest.raises(DataError, match=r"g.jsonl:1: `(story_)?id` holds a lone surrogate"):
+            read_stories(p)
+    # a role given as 0, false, [] or {} is no "no role" (the story was labelled with its subject alone, exit 0)
+    for value in (0, False, [], {}):
+        p.write_text(json.dumps({**plain, "roles": {"subject": "waiter", "object": value}}) + "\n")
+        with pytest.raises(DataError, match=r"g.jsonl:1: .*role 'object': description must be a non-empty string"):
+            read_stories(p)
+        p.write_text(json.dumps({**row, "roles": {"subject": "student", "object": value}}) + "\n")
+        with pytest.raises(DataError, match=r"g.jsonl:1: .*role 'object': description must be a non-empty string"):
+            load_gold(p)

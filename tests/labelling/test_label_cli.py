@@ -386,10 +386,10 @@ def test_bad_rows_name_their_file_line_and_field(tmp_path, gold_path):
     assert not (tmp_path / "m").exists()
 
 
-def test_a_killed_label_command_resumes(tmp_path, gold_path, monkeypatch):
+def test_a_killed_label_command_resumes(tmp_path, gold_path, monkeypatch, tiny_encoder):
     """``label`` writes OUT.tmp as it goes: a rerun keeps the whole lines of a killed run (a torn last line
-    is cut) and labels only the rest; a .tmp of other stories, or of the same stories as other stories' run
-    or another labeller's, is started over."""
+    is cut) and labels only the rest; a .tmp of other stories, or of the same story ids with other texts, or
+    another labeller's, is refused, not started over."""
     out = tmp_path / "labels.jsonl"
     args = ["label", str(gold_path), "--out", str(out), "--labeller", "rules"]
     r = runner.invoke(app, args)
@@ -453,7 +453,17 @@ def test_a_killed_label_command_resumes(tmp_path, gold_path, monkeypatch):
     other.write_text("".join(json.dumps({**row, "text": row["text"].replace(".", "!")}) + "\n" for row in rows))
     killed_after(8)
     r = runner.invoke(app, ["label", str(other), "--out", str(out), "--labeller", "rules"])
-    assert r.exit_code == 0 and "resuming" not in r.stderr and "holds labels of other stories" in r.stderr
+    # refused, the other run's labels kept (they were deleted, "starting over": a rerun that forgot an option,
+    # or a stories file with one row mended, lost every label of hours of labelling)
+    _one_line_error(r, 2, str(tmp), f"holds 8 labels of another run (the stories of {gold_path} then); rerun that "
+                                    f"command to finish it, or delete {tmp} to label these stories from the start")
+    assert tmp.read_text().splitlines() == full[:8]
+    r = runner.invoke(app, args[:-1] + ["encoder", "--model-dir", str(tiny_encoder[0])])  # another labeller: named
+    _one_line_error(r, 2, str(tmp), "holds 8 labels of another run (labeller settings ")
+    assert "labeller 'rules' -> 'encoder'" in r.stderr and tmp.read_text().splitlines() == full[:8]
+    tmp.unlink()
+    r = runner.invoke(app, ["label", str(other), "--out", str(out), "--labeller", "rules"])
+    assert r.exit_code == 0 and "resuming" not in r.stderr
     fresh = tmp_path / "fresh.jsonl"
     assert runner.invoke(app, ["label", str(other), "--out", str(fresh), "--labeller", "rules"]).exit_code == 0
     assert out.read_text() == fresh.read_text()
@@ -498,9 +508,12 @@ def test_a_run_killed_before_its_first_label_does_not_resume_the_labels_of_anoth
         return open(path, *a, **kw)
 
     args = ["label", str(other), "--out", str(out), "--labeller", "rules"]
+    assert runner.invoke(app, args).exit_code == 2  # the other run's labels: refused, kept
+    assert len(tmp.read_text().splitlines()) == 8
+    tmp.unlink()  # as the refusal says; OUT.tmp.json still names the other run
     monkeypatch.setattr(cli, "open", killed_opening_the_labels, raising=False)
     r = runner.invoke(app, args)
-    assert isinstance(r.exception, RuntimeError) and "holds labels of other stories" in r.stderr
+    assert isinstance(r.exception, RuntimeError)
     monkeypatch.undo()
     r = runner.invoke(app, args)
     assert r.exit_code == 0 and "resuming" not in r.stderr
