@@ -287,7 +287,9 @@ def _encode_windows(tokenizer, stories: Sequence[StoryInput], max_length: int = 
             read = sum(t >= 0 for t in current.word_token[start:])
             if read == 0:
                 break
-            start += max(1, int(read * (1.0 - WINDOW_OVERLAP)))
+            before, start = start, start + max(1, int(read * (1.0 - WINDOW_OVERLAP)))
+            while start > before + 1 and e.words[start][1] == e.words[start - 1][2]:
+                start -= 1  # glued to the word before ("Maya|'s", "did|n't"): cut there, the text splits it apart
             rest = _encode_many(tokenizer, [story], [story.text[e.words[start][1]:]], max_length)[0]
             if [w for w, _, _ in rest.words] != [w for w, _, _ in e.words[start:]]:
                 break  # the slice splits a word otherwise (an apostrophe at its start): label what was read

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from harness.errors import ConfigError
-from harness.labelling.base import CharacterLabel
+from harness.labelling.base import CharacterLabel, RoleSpec, StoryInput
 from harness.labelling.data import builtin_training_files, parse_row
 from harness.labelling.decoder import WordDecoder
 from harness.labelling.encoder import EncoderLabeller
@@ -1337,6 +1337,32 @@ def test_a_long_story_is_read_in_overlapping_windows_and_a_short_one_as_before()
     # past MAX_WINDOWS a story is read as far as they reach, and says it was cut
     huge = _encode_windows(tok, [_long_story("huge", repeat=12)], 384)[0]
     assert len(huge.windows) == MAX_WINDOWS and huge.windows[-1].truncated
+
+
+def test_a_window_that_would_start_on_a_clitic_starts_at_the_word_it_is_glued_to():
+    """A next window was cut from the story's text at its first word; where that word was a clitic ("'s" of
+    "Maya's", "n't"), the text split it otherwise and the windowing stopped: the rest of the story was never
+    read (27 of 200 long stories with possessives), its status "truncated" with windows to spare. Wherever
+    the clitic stands, every word is read now."""
+    from transformers import AutoTokenizer
+
+    from harness.labelling.bases import base_model_path
+    from harness.labelling.encoder import _encode_windows
+
+    tok = AutoTokenizer.from_pretrained(str(base_model_path()))
+    filler = "The doctor walked slowly down the long hall and looked at the chart again ."
+    roles = (RoleSpec("subject", "doctor"), RoleSpec("object", "patient"))
+    starts = set()
+    for pad in range(260, 290):  # the clitic somewhere in the words where the second window starts
+        text = ("Dr. Maya Chen met her patient . " + " ".join(((filler + " ") * 40).split()[:pad]) +
+                " Maya's hands shook . " + (filler + " ") * 10 + "Omar Haddad smiled .")
+        e = _encode_windows(tok, [StoryInput("s", text, roles)], 384)[0]
+        assert e.truncated and e.windows and not e.windows[-1].truncated, pad
+        read = {i for w in e.windows for i, t in enumerate(w.word_token) if t >= 0}
+        assert read == set(range(len(e.words))), pad
+        first = min(i for i, t in enumerate(e.windows[1].word_token) if t >= 0)
+        starts.add(e.words[first + 1][1] == e.words[first][2])  # the word after it glued to it: moved back
+    assert starts == {True, False}  # some windows were moved back to the word a clitic is glued to
 
 
 def test_labels_of_a_long_story_come_from_all_its_windows_in_every_layout(tiny_encoder, gold, labelled):
