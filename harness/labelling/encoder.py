@@ -742,6 +742,8 @@ class EncoderLabeller(Labeller):
         return self._worker_mode != "model" or stories >= CPU_WORKER_MIN
 
     def _worker_pool(self):
+        if getattr(self._pool, "_broken", False):  # a worker died while the pool was idle (killed, out of memory):
+            self.close()  # a new pool, not a BrokenProcessPool at this call's first batch
         if self._pool is None and self._worker_mode == "host":
             self._pool = HostPool(self.workers, str(self.path / "encoder"), self.decoder)
         elif self._pool is None:

@@ -206,6 +206,20 @@ def test_worker_processes_give_the_same_labels(tiny_encoder, gold, labelled, mon
         monkeypatch.setattr(E, "CPU_WORKER_MIN", 1)
         assert lab.start_workers(len(stories)) > 0.0 and lab._pool is not None
         assert lab.label(stories, batch_size=4) == serial  # each process runs its own model, 1 thread
+        # a worker killed while the pool is idle (the out-of-memory killer between two calls): the next call
+        # starts a new pool and labels, where it raised BrokenProcessPool at once having labelled nothing
+        import os
+        import signal
+        import time
+
+        old = lab._pool
+        os.kill(next(iter(old._processes)), signal.SIGKILL)
+        for _ in range(100):  # the executor's manager thread marks it broken when it sees the process end
+            if old._broken:
+                break
+            time.sleep(0.1)
+        assert old._broken
+        assert lab.label(stories, batch_size=4) == serial and lab._pool is not old
 
 
 def test_host_workers_stream_windows_and_a_failure_closes_them(tiny_encoder, gold, labelled):
