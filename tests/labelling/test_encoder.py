@@ -206,20 +206,6 @@ def test_worker_processes_give_the_same_labels(tiny_encoder, gold, labelled, mon
         monkeypatch.setattr(E, "CPU_WORKER_MIN", 1)
         assert lab.start_workers(len(stories)) > 0.0 and lab._pool is not None
         assert lab.label(stories, batch_size=4) == serial  # each process runs its own model, 1 thread
-        # a worker killed while the pool is idle (the out-of-memory killer between two calls): the next call
-        # starts a new pool and labels, where it raised BrokenProcessPool at once having labelled nothing
-        import os
-        import signal
-        import time
-
-        old = lab._pool
-        os.kill(next(iter(old._processes)), signal.SIGKILL)
-        for _ in range(100):  # the executor's manager thread marks it broken when it sees the process end
-            if old._broken:
-                break
-            time.sleep(0.1)
-        assert old._broken
-        assert lab.label(stories, batch_size=4) == serial and lab._pool is not old
 
 
 def test_host_workers_stream_windows_and_a_failure_closes_them(tiny_encoder, gold, labelled):
@@ -305,8 +291,10 @@ def test_host_workers_keep_a_story_the_model_fails_on_with_a_reason(tiny_encoder
 
 
 def test_cpu_workers_a_killed_worker_leaves_the_next_call_a_new_pool(tiny_encoder, gold, monkeypatch):
-    # a CPU model worker that dies (killed, out of memory) breaks its executor for good: that call fails,
-    # the next one starts new processes, as beside a GPU (test_host_workers_stream_windows_and_a_failure_closes_them)
+    # a CPU model worker that dies (killed, out of memory) breaks its executor for good: a call it was working
+    # for fails, the next one starts new processes, as beside a GPU
+    # (test_host_workers_stream_windows_and_a_failure_closes_them); one that died while the pool was idle (between
+    # two calls) fails no call: the next one starts new processes (it raised BrokenProcessPool, labelling nothing)
     import os
     import signal
     import time
@@ -325,8 +313,24 @@ def test_cpu_workers_a_killed_worker_leaves_the_next_call_a_new_pool(tiny_encode
             if pool._broken:
                 break
             time.sleep(0.05)
+        assert lab.label(stories, batch_size=2) == want and lab._pool is not pool
+        # killed while this call's batches are in its queue: this call raises, the next labels
+        pool = lab._pool
+        victim = next(iter(pool._processes))
+
+        def kill_then_yield():
+            yield stories[:2]
+            os.kill(victim, signal.SIGKILL)
+            for _ in range(200):
+                if pool._broken:
+                    break
+                time.sleep(0.05)
+            yield stories[2:4]
+            yield stories[4:]
+
         with pytest.raises(BrokenProcessPool):
-            lab.label(stories, batch_size=2)
+            list(lab._label_batches(kill_then_yield(), len(stories)))
+        assert lab._pool is None
         assert lab.label(stories, batch_size=2) == want
         assert lab._pool is not pool
 
