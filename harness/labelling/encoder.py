@@ -350,6 +350,10 @@ def _encode_word_by_word(tokenizer, stories: Sequence[StoryInput], texts: Sequen
     return [_encoded_from(enc, i, ws) for i, ws in enumerate(words)]
 
 
+#: Role prefixes whose frame ``_WordPieces`` keeps (about 1.5 KB each); a prompt suite has a few hundred.
+FRAMES_CAPACITY = 4096
+
+
 class _WordPieces:
     """One tokenizer's word pieces for each word it has seen, and its frame (special tokens and role
     prefix) for each prefix: a word given on its own is tokenised alike in every story (normalised,
@@ -379,6 +383,8 @@ class _WordPieces:
         key = tuple(prefix)
         f = self.frames.get(key)
         if f is None:
+            if len(self.frames) >= FRAMES_CAPACITY:  # a corpus of many role descriptions: bounded as `pieces` is
+                self.frames.clear()
             e = self.backend.encode(list(prefix), ["x"], is_pretokenized=True, add_special_tokens=True)
             seq = e.sequence_ids
             first, end = seq.index(1), len(seq) - seq[::-1].index(1)

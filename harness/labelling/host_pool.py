@@ -72,9 +72,16 @@ class HostPool:
         sent = yielded = 0
         more = True
         finished = False
+        # batches given out and not yet yielded: at most DEPTH a worker, so a slow batch (or a dead worker's)
+        # holds back the others' results in `done` only so far, not the whole input
+        cap = DEPTH * len(self._procs)
+        hungry: list[int] = []  # workers that finished a batch while the cap was reached
 
         def give(w: int) -> None:
             nonlocal sent, more
+            if more and sent - yielded >= cap:
+                hungry.append(w)
+                return
             batch = next(todo, None) if more else None
             if batch is None:
                 more = False
@@ -99,6 +106,8 @@ class HostPool:
                 while yielded in done:
                     yield done.pop(yielded)
                     yielded += 1
+                while hungry and sent - yielded < cap:
+                    give(hungry.pop(0))
             finished = True
         finally:
             if not finished:  # an error here, in a worker, or the caller stopped early: nothing to wait for
@@ -111,17 +120,21 @@ class HostPool:
             try:
                 kind, bid, payload = self._results.get(timeout=1.0)
             except queue.Empty:
-                dead = [p for p in self._procs if not p.is_alive()]
-                if dead:
-                    raise HostWorkerError(f"encoder labeller: host worker {dead[0].name} exited with code "
-                                          f"{dead[0].exitcode}") from None
+                self._raise_if_dead()
                 waited += 1.0
                 if timeout is not None and waited >= timeout:
                     raise HostWorkerError(f"encoder labeller: host workers sent nothing for {timeout:.0f} s") from None
                 continue
             if kind == "error":
                 raise payload
+            self._raise_if_dead()  # at each message too: the others' messages kept the queue from running dry
             return kind, bid, payload
+
+    def _raise_if_dead(self) -> None:
+        dead = [p for p in self._procs if not p.is_alive()]
+        if dead:
+            raise HostWorkerError(f"encoder labeller: host worker {dead[0].name} exited with code "
+                                  f"{dead[0].exitcode}") from None
 
     def close(self, wait: bool = True) -> None:
         """Stop the workers: after the batches they hold (``wait``), or at once."""

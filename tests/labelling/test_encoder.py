@@ -290,6 +290,43 @@ def test_host_workers_keep_a_story_the_model_fails_on_with_a_reason(tiny_encoder
         assert lab.label(stories, batch_size=4) == serial
 
 
+def test_host_workers_hold_a_bounded_number_of_batches_and_a_dead_one_is_named_at_once(tiny_encoder, gold):
+    """A host worker killed mid-call: the others were fed the whole rest of the input, every result held in memory
+    behind the dead one's batch, and the death named only when the input ran out (400 batches pulled, 8 yielded,
+    a minute later). Now at most DEPTH batches a worker are out beyond the last yielded, and a death is seen at
+    the next message."""
+    import os
+    import signal
+
+    from harness.labelling.host_pool import DEPTH, HostPool, HostWorkerError
+
+    out_dir, _ = tiny_encoder
+    lab = EncoderLabeller(out_dir, device="cpu", precision="int8", workers=0)
+    stories = [g.story for g in gold]
+    pool = HostPool(2, str(lab.path / "encoder"), lab.decoder)
+    pulled = 0
+
+    def batches(n):
+        nonlocal pulled
+        for i in range(n):
+            pulled += 1
+            yield stories[(2 * i) % len(stories):(2 * i) % len(stories) + 2]
+
+    try:
+        got = list(pool.label(batches(12), lab._forward))  # whole, in order
+        assert [b[0].story_id for b in got] == [stories[(2 * i) % len(stories)].story_id for i in range(12)]
+        pulled, yielded = 0, 0
+        with pytest.raises(HostWorkerError, match="host worker harness-host-0 exited"):
+            for _ in pool.label(batches(400), lab._forward):
+                yielded += 1
+                assert pulled - yielded <= DEPTH * 2
+                if yielded == 3:
+                    os.kill(pool.pids[0], signal.SIGKILL)
+        assert pulled <= yielded + DEPTH * 2 + 1
+    finally:
+        pool.close(wait=False)
+
+
 def test_cpu_workers_a_killed_worker_leaves_the_next_call_a_new_pool(tiny_encoder, gold, monkeypatch):
     # a CPU model worker that dies (killed, out of memory) breaks its executor for good: a call it was working
     # for fails, the next one starts new processes, as beside a GPU
@@ -1014,6 +1051,16 @@ def test_remembered_word_pieces_encode_as_the_tokenizer_word_by_word(max_length)
     small = _WordPieces(tok, capacity=50)  # emptied again and again
     assert [small.encode(_prefix(s), split_words(s.text), max_length) for s in stories] == want
     assert len(small.pieces) <= max(50, *(len({w for w, _, _ in split_words(s.text)}) for s in stories))
+    # the frames of the role prefixes too (one was kept for every description ever seen: memory without bound)
+    import harness.labelling.encoder as E
+
+    few = _WordPieces(tok)
+    E.FRAMES_CAPACITY, capacity = 3, E.FRAMES_CAPACITY
+    try:
+        assert [few.encode(_prefix(s), split_words(s.text), max_length) for s in stories] == want
+    finally:
+        E.FRAMES_CAPACITY = capacity
+    assert len({tuple(_prefix(s)) for s in stories}) > 3 and len(few.frames) <= 3
     if max_length < 384:
         assert sum(e.truncated for e in want) >= 3
 
