@@ -33,7 +33,7 @@ import pyarrow as pa
 
 from harness.config import RunConfig, unread_field
 from harness.errors import BackendError, ConfigError, DataError
-from harness.labelling.base import BACKEND_FAILURE
+from harness.labelling.base import BACKEND_FAILURE, INFO_NOT_LABELS
 from harness.pipeline import GENERATIONS, one_line
 from harness.store import ERROR, KEY, STATUS, RunStore, shard_of
 
@@ -243,8 +243,6 @@ LABELLER_SETTINGS = {"encoder": ("model_dir", "name_check", "action_check", "pro
 #: labeller's ``info()`` holds it (``base_url``): a run resumed against another server is refused by
 #: ``check_labeller``, as the same model name there may be other weights.
 LLM_LABEL_FIELDS = ("backend", "path", "gguf_file", "dtype", "chat_template", "max_model_len", "engine_kwargs")
-#: What a labeller's ``info()`` holds that does not change its labels: where it runs, where its weights lie.
-INFO_NOT_LABELS = ("device", "path")
 
 
 def label_settings(cfg: RunConfig) -> dict[str, Any]:

@@ -82,6 +82,11 @@ def valid_text(text: str) -> str:
     return text
 
 
+#: What a labeller's ``info()`` holds that does not change its labels: where it runs, where its weights lie (the
+#: encoder's weights are named by their training data's and head's hashes, its arithmetic by ``precision``).
+INFO_NOT_LABELS = ("device", "path")
+
+
 @dataclass(frozen=True, slots=True)
 class RoleSpec:
     """One character the prompt asks for.

@@ -127,8 +127,12 @@ def _check_before_labelling(lexicon: str | None, against: Path | None) -> None:
 
 def _run_fingerprint(items: list, info: dict[str, Any]) -> str:
     """What a ``harness label label`` run's labels depend on: every story (id, text, roles) and the
-    labeller's settings (``Labeller.info()``)."""
-    h = hashlib.sha256(json.dumps(info, sort_keys=True, default=str).encode())
+    labeller's settings (``Labeller.info()`` but where it runs and the path to its weights, as the run stage
+    compares them: a run killed on a GPU node goes on on a CPU node with ``--precision`` pinned)."""
+    from harness.labelling.base import INFO_NOT_LABELS
+
+    labels_of = {k: v for k, v in info.items() if k not in INFO_NOT_LABELS}
+    h = hashlib.sha256(json.dumps(labels_of, sort_keys=True, default=str).encode())
     for s in items:
         h.update(json.dumps([s.story_id, s.text, [[r.key, r.description] for r in s.roles]]).encode())
     return h.hexdigest()
@@ -145,6 +149,8 @@ def _resumable(meta: Path, fingerprint: str) -> bool:
 def _refuse_other_run(tmp: Path, meta: Path, info: dict[str, Any]) -> None:
     """A ConfigError naming what differs where OUT.tmp holds the labels of another run (other stories, or
     another labeller or its settings): rerun that command to finish it, or delete OUT.tmp to start over."""
+    from harness.labelling.base import INFO_NOT_LABELS
+
     with open(tmp, "rb") as f:
         lines = sum(1 for _ in f)
     try:
@@ -157,9 +163,11 @@ def _refuse_other_run(tmp: Path, meta: Path, info: dict[str, Any]) -> None:
         was = old.get("labeller") if isinstance(old.get("labeller"), dict) else {}
         now = json.loads(json.dumps(info, default=str))
         changed = [f"{k} {was.get(k)!r} -> {now.get(k)!r}" for k in sorted(set(was) | set(now))
-                   if k not in ("device", "path") and was.get(k) != now.get(k)]
-        # the same settings: the stories differ (another file, or this one edited since)
-        why = f"labeller settings {'; '.join(changed)}" if changed else f"the stories of {old.get('stories')} then"
+                   if k not in INFO_NOT_LABELS and was.get(k) != now.get(k)]
+        # the same settings: the stories differ (another file, or this one edited since), or the run was of a
+        # release that fingerprinted its device and path too
+        why = (f"labeller settings {'; '.join(changed)}" if changed else
+               f"the stories of {old.get('stories')} then, or a run of an earlier release")
     raise ConfigError(f"{tmp}: holds {lines} labels of another run ({why}); rerun that command to finish it, or "
                       f"delete {tmp} to label these stories from the start")
 

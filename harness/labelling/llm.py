@@ -153,6 +153,9 @@ def _next_char(s: str, i: int) -> str:
     return _NEXT_CHAR.match(s, i).group(1)
 
 
+#: What follows a role's description in a key of the reply ("doctor name":, 'doctor pronouns':, **doctor
+#: references:**), not in prose about it ("the doctor: never named").
+_KEY_AFTER_ROLE = r"[\s'\"_*-]*(?:name|ref\w*|pronoun\w*)s?[\s'\"*]*:"
 #: A double quote that ends a string in relaxed JSON: a delimiter, another string, a line's end or the end next.
 _DOUBLE_QUOTE_END = re.compile(r'"(?=[ \t]*(?:[,:}\]"]|\r?\n|\Z))')
 #: A double quote inside a string not yet escaped.
@@ -172,7 +175,7 @@ def _single_quoted_end(s: str, i: int, ends: list[int]) -> int:
     return ends[k]
 
 
-def _relaxed(s: str) -> str:
+def _relaxed(s: str, inner_quotes: bool = False) -> str:
     """JSON as small models write it, made JSON: comments (``//``, ``/* */``, ``#``) taken out, single-quoted
     strings, unquoted keys and unquoted values quoted, ``None``/``True``/``False`` as JSON's literals, a
     comma put between two values written without one and taken out before a closing bracket.
@@ -181,6 +184,10 @@ def _relaxed(s: str) -> str:
     name: ..} is {"name": ..}), splits or merges single-quoted strings at their apostrophes (['She', 'doctor's']
     is ["She", "doctor", "s'"]), closes any object left open (which ``_candidates`` relies on failing) and
     takes seconds, growing quadratically, on a 20,000-character list of 'O'Brien'.
+
+    ``inner_quotes``: a double quote ends a string only before a delimiter, another string or a line's end, so
+    '"Thomas "Tommy" Lee"' is one string (tried where the plain reading does not parse: a comment or a note
+    right after a string ends it there).
 
     >>> print(_relaxed("{doctor name: 'Dr. O'Brien', // the doctor\\n 'refs': ['he' 'him',], x: None}"))
     {"doctor name":"Dr. O'Brien","refs":["he","him"],"x":null}
@@ -223,7 +230,7 @@ def _relaxed(s: str) -> str:
             continue
         if ch == '"':  # a quote inside that is no end of the string ("Thomas "Tommy" Lee") is the name's own
             j, inner = i + 1, False
-            while j < n and not (s[j] == '"' and _DOUBLE_QUOTE_END.match(s, j)):
+            while j < n and not (s[j] == '"' and (not inner_quotes or _DOUBLE_QUOTE_END.match(s, j))):
                 inner |= s[j] == '"'
                 j += 2 if s[j] == "\\" else 1
             if inner:
@@ -253,10 +260,12 @@ def _loads(s: str) -> Any:
                 return parse(fixed)
             except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
                 continue
-    try:  # comments, unquoted keys, JSON and Python literals mixed, missing commas
-        return json.loads(_relaxed(s.translate(_SMART)), strict=False)
-    except (ValueError, RecursionError):
-        raise ParseError("not JSON") from None
+    for inner_quotes in (False, True):  # comments, unquoted keys, JSON and Python literals mixed, missing commas;
+        try:  # then quotes inside strings written without their escape
+            return json.loads(_relaxed(s.translate(_SMART), inner_quotes), strict=False)
+        except (ValueError, RecursionError):
+            continue
+    raise ParseError("not JSON")
 
 
 def _objects(text: str, cut: bool = False) -> Iterator[tuple[dict[str, Any], bool, str]]:
@@ -365,7 +374,7 @@ def _name_list(v: Any) -> list[str]:
         # a list written as a string ("['Unspecified', 'Tom Lee']"), as the published labels hold them, is its names
         if v.strip().startswith("[") and v.strip().endswith("]"):
             inner = parse_list_text(v.strip())
-            if isinstance(inner, list):
+            if isinstance(inner, list) and all(x is None or isinstance(x, (str, list)) for x in inner):  # not [...]
                 return [n for x in inner for n in _name_list(x)]
         return [v]
     if isinstance(v, (list, tuple)):
@@ -557,7 +566,7 @@ def parse_response(text: str, story: StoryInput, *, cut: bool = False, retry_cut
         # not taken for nobody named
         ends = [text.rfind(d) + len(d) for d in definitions if d in text]
         after = text[max(ends):].casefold() if ends else ""
-        if any(re.search(re.escape(d.casefold()) + r"[^\n:]{0,24}:", after) for d in descs):
+        if any(re.search(re.escape(d.casefold()) + _KEY_AFTER_ROLE, after) for d in descs):
             raise ParseError("reply repeats the prompt's type definition, then answers in a form that does not parse")
         return nobody
     if template:

@@ -1428,6 +1428,11 @@ def test_a_window_that_would_start_on_a_clitic_starts_at_the_word_it_is_glued_to
         first = min(i for i, t in enumerate(e.windows[1].word_token) if t >= 0)
         starts.add(e.words[first + 1][1] == e.words[first][2])  # the word after it glued to it: moved back
     assert starts == {True, False}  # some windows were moved back to the word a clitic is glued to
+    # only clitics: in a text without spaces every clause is glued to its punctuation, and moving back over those
+    # walked each window to one word past the last (57 of 244 words read)
+    text = "王医生见到了她的病人。" + "，".join(["医生走进病房看了看病人的病历"] * 120) + "。李明笑了。"
+    e = _encode_windows(tok, [StoryInput("s", text, roles)], 384)[0]
+    assert {i for w in e.windows for i, t in enumerate(w.word_token) if t >= 0} == set(range(len(e.words)))
 
 
 def test_labels_of_a_long_story_come_from_all_its_windows_in_every_layout(tiny_encoder, gold, labelled):

@@ -455,8 +455,9 @@ def test_a_killed_label_command_resumes(tmp_path, gold_path, monkeypatch, tiny_e
     r = runner.invoke(app, ["label", str(other), "--out", str(out), "--labeller", "rules"])
     # refused, the other run's labels kept (they were deleted, "starting over": a rerun that forgot an option,
     # or a stories file with one row mended, lost every label of hours of labelling)
-    _one_line_error(r, 2, str(tmp), f"holds 8 labels of another run (the stories of {gold_path} then); rerun that "
-                                    f"command to finish it, or delete {tmp} to label these stories from the start")
+    _one_line_error(r, 2, str(tmp), f"holds 8 labels of another run (the stories of {gold_path} then, or a run of an "
+                                    f"earlier release); rerun that command to finish it, or delete {tmp} to label "
+                                    f"these stories from the start")
     assert tmp.read_text().splitlines() == full[:8]
     r = runner.invoke(app, args[:-1] + ["encoder", "--model-dir", str(tiny_encoder[0])])  # another labeller: named
     _one_line_error(r, 2, str(tmp), "holds 8 labels of another run (labeller settings ")
@@ -467,6 +468,20 @@ def test_a_killed_label_command_resumes(tmp_path, gold_path, monkeypatch, tiny_e
     fresh = tmp_path / "fresh.jsonl"
     assert runner.invoke(app, ["label", str(other), "--out", str(fresh), "--labeller", "rules"]).exit_code == 0
     assert out.read_text() == fresh.read_text()
+
+
+def test_a_killed_run_goes_on_on_another_device_or_by_another_path_to_its_weights():
+    """The run's fingerprint hashed the labeller's device and weights path: the same stories and settings resumed
+    on a CPU node after a GPU node (precision pinned) started over, and then were refused as "other stories".
+    The run stage leaves both out (``INFO_NOT_LABELS``); so does ``label label`` now. Settings still count."""
+    from harness.labelling.base import RoleSpec, StoryInput
+    from harness.labelling.cli import _run_fingerprint
+
+    items = [StoryInput("a", "Ana smiled.", (RoleSpec("subject", "doctor"),))]
+    gpu = {"labeller": "encoder", "path": "/models/enc", "precision": "float32", "device": "cuda", "head_sha256": "1"}
+    assert _run_fingerprint(items, gpu) == _run_fingerprint(items, {**gpu, "device": "cpu", "path": "/m/../models/enc"})
+    assert _run_fingerprint(items, gpu) != _run_fingerprint(items, {**gpu, "precision": "int8"})
+    assert _run_fingerprint(items, gpu) != _run_fingerprint(items, {**gpu, "head_sha256": "2"})
 
 
 def test_the_llm_labellers_server_is_part_of_what_a_killed_run_resumes():

@@ -665,7 +665,9 @@ def test_a_copied_type_definition_before_an_answer_that_does_not_parse_is_retrie
     lab = parse_response(bullets, STORY)
     assert [(c.name, c.references) for c in lab.characters] == [("Dr. Ana Ruiz", ("She",)), ("Tom", ("him", "his"))]
     for nobody in (definition, definition + "\nAnswer:\n" + definition,
-                   "Note: the doctor is never named.\n" + definition + "\nThe story names no doctor."):
+                   "Note: the doctor is never named.\n" + definition + "\nThe story names no doctor.",
+                   definition + "\n- The doctor: never named in the story.",  # prose, not a key
+                   definition + "\nno name given for the needy patient: Unspecified"):
         assert [(c.name, c.references) for c in parse_response(nobody, STORY).characters] == [(None, ()), (None, ())]
 
 
@@ -697,3 +699,27 @@ def test_a_quote_inside_a_name_or_reference_written_without_its_escape_is_part_o
     assert lab.character("object").name == 'Thomas "Tommy" Lee'
     assert lab.character("subject").references == ('The "kind" doctor',)
     assert lab.character("object").references == ("him", "Tommy")
+
+
+@pytest.mark.parametrize("reply", [
+    '{"doctor name": "Dr. Ana Ruiz" // the doctor\n, "needy patient name": "Tom", "doctor references": ["She"], '
+    '"needy patient references": ["him"]}',
+    '{"doctor name": "Dr. Ana Ruiz" /* x */, "needy patient name": "Tom", "doctor references": ["She"], '
+    '"needy patient references": ["him"]}',
+    '{"doctor name": "Dr. Ana Ruiz", "needy patient name": "Tom", "doctor references": ["She" (pronoun)], '
+    '"needy patient references": ["him"]}',
+])
+def test_a_comment_or_note_right_after_a_string_still_ends_it(reply):
+    """Reading a quote inside a string as the string's own (\"Thomas "Tommy" Lee\") is the second reading, for a
+    reply the first does not read: first, a comment or note right after a string ran it on into the next key."""
+    lab = parse_response(reply, STORY)
+    assert [(c.name, c.references) for c in lab.characters] == [("Dr. Ana Ruiz", ("She",)), ("Tom", ("him",))]
+
+
+def test_a_placeholder_list_written_as_a_string_is_still_a_placeholder():
+    """'[...]' as a name is a template's placeholder (retried); parsed as a list it became the name "Ellipsis"
+    and the reply nobody named, status ok."""
+    reply = json.dumps({"doctor name": "[...]", "needy patient name": "[...]", "doctor references": ["..."],
+                        "needy patient references": ["..."]})
+    with pytest.raises(ParseError, match="only repeats the prompt's template"):
+        parse_response(reply, STORY)
