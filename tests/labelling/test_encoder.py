@@ -751,6 +751,11 @@ def _decode_names(text, tags, roles=("doctor", "needy patient")):
     ("Then محمد علي smiled.", {("محمد", 0, 0): 0.9, ("علي", 0, 0): 0.9}, "محمد علي"),
     ("Then Юлия smiled.", {("Юлия", 0, 0): 0.9}, "Юлия"),
     ("Then 李明 smiled.", {("李明", 0, 0): 0.9, ("smiled", 0, 0): 0.9}, "李明"),  # a lower-case end is still cut
+    # never across a line break: a title line or a list of names is no part of the name below it
+    ("# Maya Patel\n\nMaya Patel was a doctor.", {("Maya", 0, 0): 0.9, ("Patel", 0, 0): 0.9, ("Maya", 1, 0): 0.9,
+                                                  ("Patel", 1, 0): 0.9}, "Maya Patel"),
+    ("- Maya\n- Ethan\n\nMaya paid.", {("Maya", 0, 0): 0.9, ("Ethan", 0, 0): 0.9, ("Maya", 1, 0): 0.9}, "Maya"),
+    ("Ana Lee-\nRuiz came.", {("Ana", 0, 0): 0.9, ("Lee", 0, 0): 0.9, ("Ruiz", 0, 0): 0.9}, "Ana Lee"),
 ])
 def test_decode_name_runs_as_written(text, tags, want):
     assert _decode_names(text, tags)[0] == want
