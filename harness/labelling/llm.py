@@ -315,7 +315,7 @@ _NAME_OF = re.compile(r"(name|references?) (?:of|to|for) (?:the )?(.+)")
 #: versions are not mixed (2: a name or reference written as an object is a parse error, retried; 3: the first
 #: name the paper's filters keep, a name list written as a string, no "nobody named" read from a copied type
 #: definition before an answer that did not parse, a quote inside a string without its escape, a single-quoted
-#: word cut at max_tokens dropped).
+#: word cut at max_tokens dropped, "<role> names" read as "<role> name").
 PARSER_VERSION = "3"
 
 
@@ -339,7 +339,7 @@ def _pick(obj: dict[str, Any], roles: Sequence[str], suffix: str) -> list[Any]:
     wanted = [f"{_norm_key(r)} {suffix}" for r in roles]
     got: dict[int, Any] = {i: by_key[w] for i, w in enumerate(wanted) if w in by_key}
     if len(got) < len(roles):
-        loose = [k for k in by_key if k not in wanted and (k.endswith(suffix) or k.endswith(suffix.rstrip("s")))]
+        loose = [k for k in by_key if k not in wanted and k.endswith((suffix, suffix.rstrip("s"), suffix + "s"))]
         role_words = [set(_norm_key(r).split()) for r in roles]
         for k in list(loose):
             stem = set(k.rsplit(" ", 1)[0].split()) if " " in k else set()

@@ -147,6 +147,14 @@ def test_parse_keeps_exact_keys_where_the_model_reworded_another():
     assert lab.character("object").name == "Tom" and lab.character("object").references == ("him",)
 
 
+def test_parse_reads_a_name_key_written_in_the_plural():
+    """ "doctor names" (as "doctor reference" for "references") was a missing key: retried, then a failure."""
+    reply = json.dumps({"doctor names": ["Dr. Ana Ruiz"], "needy patient names": ["Tom"], "doctor references": ["She"],
+                        "needy patient references": ["him"]})
+    lab = parse_response(reply, STORY)
+    assert [(c.name, c.references) for c in lab.characters] == [("Dr. Ana Ruiz", ("She",)), ("Tom", ("him",))]
+
+
 def test_parse_reads_keys_written_with_underscores_possessives_or_colons():
     """A model not held to the schema writes "doctor_name", "patient's name" or "Doctor Name:"; they are the
     role's keys, not missing ones (and key order, which may swap roles, is not needed for them)."""
