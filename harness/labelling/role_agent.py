@@ -243,12 +243,17 @@ def _action_sentences(text: str, action: Action) -> list[str]:
                 keep.update((j, j - 1) if j else (j,))
     keep = {i for i in keep if len(sents[i]) <= MAX_PARSE_CHARS}
     chunks: list[list[str]] = []
+    size = 0  # of the last chunk, joined
     for i in sorted(keep):
-        if chunks and i - 1 in keep:
+        # neighbours are joined up to MAX_PARSE_CHARS, then a new chunk starts (a chunk longer than that was
+        # dropped whole, and the action check read none of its sentences, unsaid)
+        if chunks and i - 1 in keep and size + 1 + len(sents[i]) <= MAX_PARSE_CHARS:
             chunks[-1].append(sents[i])
+            size += 1 + len(sents[i])
         else:
             chunks.append([sents[i]])
-    return [chunk for chunk in (" ".join(c) for c in chunks) if len(chunk) <= MAX_PARSE_CHARS]
+            size = len(sents[i])
+    return [" ".join(c) for c in chunks]
 
 
 def action_clauses(text: str, action: Action, subject: Character, obj: Character) -> list[tuple[str, int]]:

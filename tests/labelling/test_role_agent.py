@@ -442,3 +442,17 @@ def test_every_verb_form_belongs_to_one_verb():
     for v in sorted(verbs):
         for f in verb_forms(v):
             assert seen.setdefault(f, v) == v, f"{f} is a form of both {seen[f]} and {v}"
+
+
+def test_a_long_run_of_action_sentences_is_parsed_in_chunks_not_dropped():
+    """Neighbouring sentences worth parsing were joined into one chunk and a chunk over MAX_PARSE_CHARS was dropped
+    whole: the action check read none of a long story's paying sentences, and said nothing. Now chunks end at the
+    limit and every such sentence is read once."""
+    from harness.labelling import role_agent
+
+    action = action_for("romantic partner who pays the bill")
+    sentence = "Sarah paid the bill for the dinner with Tom at the little place by the river."
+    text = " ".join([sentence] * 600)  # about 47,000 characters
+    chunks = role_agent._action_sentences(text, action)
+    assert len(chunks) >= 3 and all(len(c) <= role_agent.MAX_PARSE_CHARS for c in chunks)
+    assert sum(c.count("Sarah paid") for c in chunks) == 600
