@@ -20,7 +20,6 @@ a job labelling the run now, stops with an error instead of mixing two labelling
 from __future__ import annotations
 
 import contextlib
-
 import hashlib
 import json
 from collections.abc import Iterator
@@ -354,17 +353,15 @@ def label_run(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int] = (0, 1
             try:
                 for (pid, idx, _), labels in zip(todo, labeller.iter_label(stories, batch_size=cfg.label.batch_size,
                                                                            progress=progress)):
-                    story_rows = []
-                    for c in labels.characters:
+                    for c in labels.characters:  # whole stories only: a shard never holds half of one
                         failed += c.status != "ok"
-                        story_rows.append({
+                        rows.append({
                             "prompt_id": pid, "sample_idx": idx, "role": c.role,
                             "role_description": desc[(pid, c.role)], "name": c.name,
                             "references": list(c.references), "status": c.status, "labeller": labeller.name,
                             STATUS: ERROR if c.status.startswith(BACKEND_FAILURE) else "ok",
                             TEXT_SHA1: hashes[(pid, idx)],
                         })
-                    rows.extend(story_rows)  # whole stories only: a shard never holds half of one
                     if len(rows) >= cfg.label.shard_rows:
                         written, rows = rows, []
                         store.write_shard(LABELS, written, f"labels-{i}of{n}", LABEL_SCHEMA)

@@ -188,16 +188,19 @@ def select_name(raw: Any, role: str | None = None, *, role_title: bool = True) -
     (``without_role_title``), so the role filter leaves "Nurse Emily" of a nurse as "Emily"."""
     role_words = _role_words(role)
     names = [n.strip() if role_title else without_role_title(n.strip(), role) for n in name_candidates(raw)]
-    names = [n for n in names if _keep_name(n, role_words)]
-    names = [n for n in names if not is_no_name(n)]  # Unspecified when no other name is left
+    names = [n for n in names if _survives(n, role_words)]
     return names[0] if names else None
+
+
+def _survives(name: str, role_words: set[str]) -> bool:
+    """``_keep_name``, and no "Unspecified" (left out when no other name is left)."""
+    return _keep_name(name, role_words) and not is_no_name(name)
 
 
 def survives_filters(name: str, role: str | None = None) -> bool:
     """Whether one name, as a labeller wrote it, is left by ``select_name``'s filters with ``role_title=False``
     (a title that repeats the role off first; no false positive, "American", word of the role or "Unspecified")."""
-    kept = without_role_title(name.strip(), role)
-    return _keep_name(kept, _role_words(role)) and not is_no_name(kept)
+    return _survives(without_role_title(name.strip(), role), _role_words(role))
 
 
 def _strip_edges(tok: str) -> str:

@@ -18,6 +18,7 @@ from typing import Any, Optional
 import typer
 
 from harness.errors import BackendError, ConfigError, DataError, HarnessError
+from harness.labelling.base import INFO_NOT_LABELS
 
 app = typer.Typer(help="Label characters (name and references) in stories; train and evaluate labellers.",
                   no_args_is_help=True)
@@ -129,8 +130,6 @@ def _run_fingerprint(items: list, info: dict[str, Any]) -> str:
     """What a ``harness label label`` run's labels depend on: every story (id, text, roles) and the
     labeller's settings (``Labeller.info()`` but where it runs and the path to its weights, as the run stage
     compares them: a run killed on a GPU node goes on on a CPU node with ``--precision`` pinned)."""
-    from harness.labelling.base import INFO_NOT_LABELS
-
     labels_of = {k: v for k, v in info.items() if k not in INFO_NOT_LABELS}
     h = hashlib.sha256(json.dumps(labels_of, sort_keys=True, default=str).encode())
     for s in items:
@@ -149,8 +148,6 @@ def _resumable(meta: Path, fingerprint: str) -> bool:
 def _refuse_other_run(tmp: Path, meta: Path, info: dict[str, Any]) -> None:
     """A ConfigError naming what differs where OUT.tmp holds the labels of another run (other stories, or
     another labeller or its settings): rerun that command to finish it, or delete OUT.tmp to start over."""
-    from harness.labelling.base import INFO_NOT_LABELS
-
     with open(tmp, "rb") as f:
         lines = sum(1 for _ in f)
     try:

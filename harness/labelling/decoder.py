@@ -75,15 +75,15 @@ class WordDecoder:
     apposition_check: bool = True
     reference_pool: str = "mean"
 
-    def _name_runs(self, e: _Encoded, w: _Words, slot: int, threshold: float | None = None, text: str = ""
+    def _name_runs(self, e: _Encoded, w: _Words, slot: int, text: str, threshold: float | None = None
                    ) -> list[tuple[frozenset, list[int], float]]:
         """Runs of name-tagged words for one slot as (name words, word indices, score).
 
         A run never crosses a line break of ``text`` (the story): a title line or a list of names ("# Maya
         Patel", "- Maya\n- Ethan") is no part of the name on the next line ("Maya Patel\n\nMaya Patel" gave no
-        first name; "Sarah Kim\n\nJohn Lee" two characters' names as one). "-" may sit inside a run, and "." after a title or an initial ("Dr. Ana Ruiz", "J. Cole") but
-        not at the end of a sentence ("... Broussard. Chef ..." is two runs). Lower-case words at
-        either end are cut (a name starts and ends with a capitalised word), and a run with no
+        first name; "Sarah Kim\n\nJohn Lee" two characters' names as one). "-" may sit inside a run, and "."
+        after a title or an initial ("Dr. Ana Ruiz", "J. Cole") but not at the end of a sentence ("...
+        Broussard. Chef ..." is two runs). Lower-case words at either end are cut (a name starts and ends with a capitalised word), and a run with no
         capitalised word is not a name. A capitalised title right before a run is part of the name
         as written ("Mr. Thompson", "Chef Maria"), as the gold data writes it, even where the model
         left it untagged: "Mr. Thompson" has no first name, "Thompson" would pass for one. The name
@@ -237,11 +237,11 @@ class WordDecoder:
         # "Carter", "Jamal Carter"; not "Emma Smith", "Jack Smith"). A character both roles claim
         # goes to the role with the larger total probability for it, the other role takes its next
         # run that names someone else (or none)
-        runs = _own_runs([self._name_runs(e, w, 2 * r, text=story.text or "") for r in range(len(story.roles))])
+        runs = _own_runs([self._name_runs(e, w, 2 * r, story.text or "") for r in range(len(story.roles))])
         if self.name_fallback:
             # a role left with no run of its own (none at the threshold, or only the continuation of
             # the other role's name) takes its runs at the fallback threshold
-            runs = _own_runs([rs or self._name_runs(e, w, 2 * r, self.name_fallback, story.text or "")
+            runs = _own_runs([rs or self._name_runs(e, w, 2 * r, story.text or "", self.name_fallback)
                                 for r, rs in enumerate(runs)])
         chosen: list[list[int] | None] = [rs[0][1] if rs else None for rs in runs]
         # (role, the name words of the character taken) where a role's only character went to the other role
@@ -268,7 +268,7 @@ class WordDecoder:
             if lost is not None and self.name_fallback:
                 r, taken = lost
                 ends = {run[-1] for _, run, _ in runs[1 - r]}
-                run = next((run for k, run, _ in self._name_runs(e, w, 2 * r, self.name_fallback, story.text or "")
+                run = next((run for k, run, _ in self._name_runs(e, w, 2 * r, story.text or "", self.name_fallback)
                             if run[0] - 1 not in ends and not _any_same_character(k, taken)), None)
                 if run is not None:
                     alt = self._finish(story, e, [run if i == r else chosen[i] for i in (0, 1)], refs)

@@ -276,7 +276,7 @@ def _encode_many(tokenizer, stories: Sequence[StoryInput], texts: Sequence[str |
 
 #: A word that is a clitic of the one before it ("'s", "'ll", "n't"); read from the text at its own start, the
 #: apostrophe comes apart from it.
-_CLITIC = re.compile(r"(?:n)?['\u2019]")
+_CLITIC = re.compile(r"n?['\u2019]")
 
 
 def _encode_windows(tokenizer, stories: Sequence[StoryInput], max_length: int = 384) -> list[_Encoded]:
@@ -294,7 +294,8 @@ def _encode_windows(tokenizer, stories: Sequence[StoryInput], max_length: int = 
             if read == 0:
                 break
             before, start = start, start + max(1, int(read * (1.0 - WINDOW_OVERLAP)))
-            while start > before + 1 and e.words[start][1] == e.words[start - 1][2] and _CLITIC.match(e.words[start][0]):
+            while (start > before + 1 and e.words[start][1] == e.words[start - 1][2]
+                   and _CLITIC.match(e.words[start][0])):
                 start -= 1  # a clitic glued to the word before ("Maya|'s"): cut there, the text splits it apart
             rest = _encode_many(tokenizer, [story], [story.text[e.words[start][1]:]], max_length)[0]
             if [w for w, _, _ in rest.words] != [w for w, _, _ in e.words[start:]]:
