@@ -81,8 +81,9 @@ MODES = ("paper", "renormalised")
 DEFAULT_MIN_POPULATION = 100
 _ROLE_STOPWORDS = frozenset({"a", "an", "the", "in", "of", "to", "for", "who", "with", "at", "on", "and", "by",
                              "from", "into", "about", "as", "is"})
-_LEAD, _TRAIL = re.compile(r"^\W+"), re.compile(r"\W+$")
-_EDGES = re.compile(r"^[\W_]+|[\W_]+$")
+# anchored at the start only: a trailing run is found on the reversed string (``_trail_length``), since a
+# search for "\W+$" backtracks quadratically over a long run of marks that a letter ends
+_LEAD, _EDGE = re.compile(r"\W+"), re.compile(r"[\W_]+")
 _POSSESSIVE = re.compile(r"['\u2019]s$", re.I)
 
 
@@ -130,7 +131,16 @@ NO_NAME = frozenset({"unspecified", "none", "unknown", "n/a", "not specified", "
 def _whole_key(name: str) -> str:
     """A whole labelled name as the word lists compare it: case-folded, single-spaced, without the punctuation,
     quotes, brackets or markdown around it ("**(None.)**" -> "none")."""
-    return _EDGES.sub("", re.sub(r"\s+", " ", name.casefold()))
+    key = re.sub(r"\s+", " ", name.casefold())
+    lead = _EDGE.match(key)
+    key = key[lead.end():] if lead else key
+    return key[:len(key) - _trail_length(key, _EDGE)]
+
+
+def _trail_length(text: str, pattern: re.Pattern) -> int:
+    """How many characters at the end of ``text`` the start-anchored ``pattern`` matches, read backwards."""
+    m = pattern.match(text[::-1])
+    return m.end() if m else 0
 
 
 def is_no_name(name: str) -> bool:
@@ -206,10 +216,11 @@ def survives_filters(name: str, role: str | None = None) -> bool:
 def _strip_edges(tok: str) -> str:
     """``tok`` without the punctuation around it; a combining mark that ends a word (the vowel sign of
     "प्रिया", the tone mark of "สมศักดิ์") is part of it, though ``re``'s ``\\W`` matches it."""
-    tok = _LEAD.sub("", tok)
-    m = _TRAIL.search(tok)
-    if m:
-        end = m.start()
+    lead = _LEAD.match(tok)
+    tok = tok[lead.end():] if lead else tok
+    trail = _trail_length(tok, _LEAD)
+    if trail:
+        end = len(tok) - trail
         while end < len(tok) and end and unicodedata.category(tok[end])[0] == "M":
             end += 1
         tok = tok[:end]
@@ -246,9 +257,12 @@ def _join_particles(tokens: list[str], lists: NameLists) -> tuple[list[str], set
     "de la Cruz"), and the positions of the joined surnames. A particle in lower case starts one
     anywhere; a capitalised one ("De Luca", "Di Maio") anywhere but first or right after a
     first-name title, unless it is a common first name on its own ("Mr. Al Green", "Dr. Van Nguyen"). Either needs a
-    capitalised word after its run of particles (no surname in "Jake with ten dogs")."""
+    capitalised word after its run of particles (no surname in "Jake with ten dogs"). A name written all in
+    lower case says nothing by its capitals: there any word after the particles ends the surname ("maria de
+    la cruz" -> maria, "de la cruz")."""
     out: list[str] = []
     joined: set[int] = set()
+    lower_case = not any(_starts_upper(t) for t in tokens)
     k = 0
     while k < len(tokens):
         bare = _bare(tokens[k])
@@ -259,13 +273,15 @@ def _join_particles(tokens: list[str], lists: NameLists) -> tuple[list[str], set
         while starts and end + 1 < len(tokens) and _bare(tokens[end + 1]) in lists.surname_particles \
                 and not _starts_upper(tokens[end + 1]):
             end += 1
-        if starts and end + 1 < len(tokens) and _starts_upper(tokens[end + 1]):
+        if starts and end + 1 < len(tokens) and (lower_case or _starts_upper(tokens[end + 1])):
             joined.add(len(out))
             out.append(" ".join(tokens[k:end + 2]))
             k = end + 2
         else:
-            out.append(tokens[k])
-            k += 1
+            # the particles after k are lower case, so each would start the same run and fail the same way:
+            # kept as they are at once (a run of them read again from each was quadratic)
+            out.extend(tokens[k:end + 1])
+            k = end + 1
     return out, joined
 
 

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import ConfigError
+from harness.identity.names import name_lists
 from harness.labelling import role_agent
 from harness.labelling.base import Labeller, StoryInput, StoryLabels
 from harness.labelling.bases import DEFAULT_BASE, base_encoder
@@ -654,10 +655,11 @@ class EncoderLabeller(Labeller):
 
     def info(self) -> dict[str, Any]:
         """Labeller name, weights directory, hashes of the training data and of the head's weights, and
-        inference settings."""
+        inference settings. The name lists' version too: decoding reads their titles and particles."""
         from harness.labelling.decoder import DECODER_VERSION
 
-        return {"labeller": self.name, "decoder_version": DECODER_VERSION, "path": str(self.path),
+        return {"labeller": self.name, "decoder_version": DECODER_VERSION, "name_parsing": name_lists().version,
+                "path": str(self.path),
                 "base": self.base.name, "threshold": self.threshold,
                 "precision": self.precision, "quantized": self.quantized, "device": self.device,
                 "pronoun_agreement": self.pronoun_agreement, "name_check": self.name_check,

@@ -34,7 +34,7 @@ from typing import Any
 
 from harness.errors import BackendError, ConfigError
 from harness.generation.base import Backend, GenParams, GenRequest
-from harness.identity.names import is_no_name, survives_filters
+from harness.identity.names import is_no_name, name_lists, survives_filters
 from harness.jsonl import parse_list_text
 from harness.labelling.base import (
     BACKEND_FAILURE,
@@ -659,7 +659,9 @@ class LLMLabeller(Labeller):
         b = self.backend.info()
         # the server too: a killed `label label` resumed against another server mixed two servers' labels
         served = {"base_url": b.extra["base_url"]} if b.extra.get("base_url") else {}
-        return {"labeller": self.name, "parser_version": PARSER_VERSION, "backend": b.backend, "model": b.model, **served,
+        # the name lists' version: the reply's name is the first that their filters keep (``survives_filters``)
+        return {"labeller": self.name, "parser_version": PARSER_VERSION, "name_parsing": name_lists().version,
+                "backend": b.backend, "model": b.model, **served,
                 "max_attempts": self.max_attempts,
                 "temperature": self.params.temperature, "top_p": self.params.top_p, "top_k": self.params.top_k,
                 "max_tokens": self.params.max_tokens, "stop": list(self.params.stop), "seed": self.seed,

@@ -6,6 +6,8 @@ import doctest
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import harness.identity.names as names_mod
 from harness.errors import DataError
@@ -90,6 +92,58 @@ def test_titles_of_office_rank_nobility_and_royalty(raw, first):
 ])
 def test_a_surname_particle_starts_the_surname(raw, first):
     assert parse_first_name(raw) == first
+
+
+@pytest.mark.parametrize("raw, first", [
+    ("Sra. Rodriguez", None), ("Sr. Garcia", None), ("Srta. Lopez", None), ("Señora Lopez", None),  # a surname
+    ("Senora Lopez", None), ("Senhora Silva", None), ("Frau Weber", None), ("Herr Schmidt", None),
+    ("Mme. Dubois", None), ("Mlle Dubois", None), ("Monsieur Dubois", None), ("Signora Rossi", None),
+    ("Sr. Juan Garcia", "Juan"), ("Sra. Ana Lopez", "Ana"), ("Señor Juan Garcia", "Juan"),  # a first name
+    ("Herr Klaus Schmidt", "Klaus"), ("Mlle. Claire Dubois", "Claire"),
+    ("Doña Maria", "Maria"), ("Doña Maria Lopez", "Maria"),    # Doña precedes the given name
+    ("John Smith Sr.", "John"), ("Sr. Maria", None),           # Sr: a suffix at the end, a title in front
+    ("Don Diego", "Don"), ("Dona Ana Silva", "Dona"),          # first names too: no titles
+])
+def test_courtesy_titles_of_other_languages(raw, first):
+    """"Sra. Rodriguez" gave the first name "Sra", which the name table matches (MENA 0.52)."""
+    assert parse_first_name(raw) == first
+
+
+@pytest.mark.parametrize("raw, first", [
+    ("maria de la cruz", "maria"), ("leonardo da vinci", "leonardo"), ("omar bin salman", "omar"),
+    ("dr. maria de la cruz", "maria"), ("de la cruz", None), ("dr. von braun", None),
+    ("Maria de la Cruz", "Maria"), ("Jake with ten dogs", None),   # capitals still say where a surname starts
+    (" ".join(["de"] * 2000) + " Smith", None), ("Ana " + " ".join(["de"] * 2000), None),
+])
+def test_a_name_in_lower_case_keeps_its_particles_surname(raw, first):
+    """Particles joined their surname only before a capitalised word, so a name written all in lower case
+    had four tokens and no first name."""
+    assert parse_first_name(raw) == first
+
+
+@pytest.mark.parametrize("raw", ["No.", "No. 5", "no"])
+def test_no_is_no_first_name(raw):
+    assert parse_first_name(raw) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from(["a", "Z", "_", ".", " ", "\u0301", "\u093f", "!", "1", "é", "\u200b"]),
+               max_size=12))
+def test_edges_are_stripped_as_the_regular_expressions_did(text):
+    """The edges are found without searching for a trailing run (quadratic over a long run of marks that a
+    letter ends): the same strings as the expressions ``^\\W+``/``\\W+$`` and ``^[\\W_]+|[\\W_]+$``."""
+    import re
+    import unicodedata
+
+    tok = re.sub(r"^\W+", "", text)
+    m = re.search(r"\W+$", tok)
+    if m:
+        end = m.start()
+        while end < len(tok) and end and unicodedata.category(tok[end])[0] == "M":
+            end += 1
+        tok = tok[:end]
+    assert names_mod._strip_edges(text) == tok
+    assert names_mod._whole_key(text) == re.sub(r"^[\W_]+|[\W_]+$", "", re.sub(r"\s+", " ", text.casefold()))
 
 
 def test_role_and_american_filters():

@@ -8,6 +8,7 @@ import os
 import pytest
 
 from harness.errors import ConfigError
+from harness.identity.names import name_lists
 from harness.labelling.base import CharacterLabel, RoleSpec, StoryInput
 from harness.labelling.data import builtin_training_files, parse_row
 from harness.labelling.decoder import WordDecoder
@@ -1190,6 +1191,8 @@ def test_reference_pool_follows_how_the_tagger_was_trained(tiny_encoder, tmp_pat
     assert json.loads((out_dir / "meta.json").read_text())["train"]["occurrences"] is False  # the default
     lab = EncoderLabeller(out_dir, device="cpu", workers=0, action_check=False)
     assert lab.decoder.reference_pool == "mean" and lab.info()["reference_pool"] == "mean"
+    # decoding reads the name lists' titles and particles: a resumed run compares their version
+    assert lab.info()["name_parsing"] == name_lists().version
     # a tagger taught owners (project_train.jsonl's 16th story, pt-015, has some) pools occurrences by max
     owned = tmp_path / "owned"
     report = train_encoder([builtin_training_files()[0]], out_dir=owned, epochs=1, batch_size=8, layers=1,

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from harness.errors import BackendError
+from harness.identity.names import name_lists
 from harness.generation.base import Backend, BackendInfo, GenParams, GenResult
 from harness.labelling.base import RoleSpec, StoryInput
 from harness.labelling.llm import LLMLabeller, ParseError, parse_json_object, parse_response
@@ -382,6 +383,7 @@ def test_info_holds_every_setting_a_sampled_retry_depends_on():
     base = LLMLabeller(backend, seed=1).info()
     assert LLMLabeller(backend, params=DEFAULT_PARAMS, seed=1).info() == base
     assert LLMLabeller(backend, seed=2).info() != base
+    assert base["name_parsing"] == name_lists().version  # the reply's name is the first the name filters keep
     for change in ({"top_p": 0.9}, {"top_k": 5}):
         assert LLMLabeller(backend, params=dataclasses.replace(DEFAULT_PARAMS, **change), seed=1).info() != base
 
