@@ -629,12 +629,6 @@ def train_encoder(
     if bar is not None:
         bar.close()
     seconds = earlier_seconds + time.perf_counter() - t0
-    # meta.json goes first and comes back last: a save cut short (killed, a full disk) over an earlier model leaves
-    # no meta.json, which the loader names, where it left the new encoder beside the old head and meta.json
-    (out / "meta.json").unlink(missing_ok=True)
-    model.encoder.save_pretrained(str(out / "encoder"))
-    tok.save_pretrained(str(out / "encoder"))
-    torch.save({k: v.cpu() for k, v in model.head.state_dict().items()}, out / "head.pt")
     report = TrainReport(str(out), len(rows), words_seen, epochs, round(seconds, 2), round(last, 5), data_sha256,
                          tuple(losses), device, (seed,), (seed,), start)
     import transformers
@@ -649,7 +643,13 @@ def train_encoder(
             "init_from": str(init_from) if init_from else None,
             "report": report.to_dict(), "versions": {"torch": torch.__version__,
                                                       "transformers": transformers.__version__}}
-    atomic_write_text(out / "meta.json", json.dumps(meta, indent=2))  # whole, by rename
+
+    def write(stage: Path) -> None:
+        model.encoder.save_pretrained(str(stage / "encoder"))
+        tok.save_pretrained(str(stage / "encoder"))
+        torch.save({k: v.cpu() for k, v in model.head.state_dict().items()}, stage / "head.pt")
+
+    _install_model(out, write, meta)
     for left in (checkpoint, checkpoint.with_name(checkpoint.name + ".part")):  # the model is whole: nothing to go on from
         try:
             left.unlink(missing_ok=True)
@@ -660,6 +660,34 @@ def train_encoder(
 
 #: ``train_encoder``'s defaults, which a soup's members are checked against when its caller leaves one out.
 _TRAIN_DEFAULTS = {k: v.default for k, v in inspect.signature(train_encoder).parameters.items()}
+
+
+#: Where a model's files are written before they take the place of the model there (``_install_model``).
+SAVING, REPLACED = ".saving", ".replaced"
+
+
+def _install_model(out: Path, write: Any, meta: dict[str, Any]) -> None:
+    """A model's files written by ``write(folder)`` into a folder inside ``out``, then moved in place of the
+    model there, ``meta`` last. A save cut short while writing (killed, a full disk) leaves the model that was
+    there whole, so ``--init-from X --out X`` reads X again on the rerun and goes on from its checkpoint (the
+    save wrote over X's files, and X's meta.json was gone). Between the moves the folder has no meta.json, which
+    the loader names."""
+    import shutil
+
+    stage, old = out / SAVING, out / REPLACED
+    for left in (stage, old):  # an earlier save's, cut short
+        shutil.rmtree(left, ignore_errors=True)
+    stage.mkdir(parents=True)
+    write(stage)
+    (out / "meta.json").unlink(missing_ok=True)
+    old.mkdir()
+    for name in ("encoder", "head.pt"):
+        if (out / name).exists():
+            os.replace(out / name, old / name)
+        os.replace(stage / name, out / name)
+    atomic_write_text(out / "meta.json", json.dumps(meta, indent=2))  # whole, by rename
+    for left in (stage, old):
+        shutil.rmtree(left, ignore_errors=True)
 
 
 def average_encoders(members: Sequence[str | Path], out_dir: str | Path) -> Path:
@@ -685,11 +713,6 @@ def average_encoders(members: Sequence[str | Path], out_dir: str | Path) -> Path
             raise ConfigError(f"soup member {d}: no encoder/model.safetensors to average; retrain it")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "meta.json").unlink(missing_ok=True)
-    (out / "encoder").mkdir(exist_ok=True)
-    for f in (dirs[0] / "encoder").iterdir():  # config and tokenizer files, the first member's
-        if f.is_file() and f.name != "model.safetensors":
-            (out / "encoder" / f.name).write_bytes(f.read_bytes())
 
     def mean(tensors: list) -> Any:
         # summed in float64, so the order of the members does not round the average differently
@@ -701,16 +724,23 @@ def average_encoders(members: Sequence[str | Path], out_dir: str | Path) -> Path
         if sorted(w) != keys:
             raise ConfigError(f"soup member {d}: its encoder's tensors differ from the first member's; average "
                               f"only encoders of one base")
-    save_file({k: mean([w[k] for w in weights]).contiguous() for k in keys}, str(out / "encoder" / "model.safetensors"),
-              metadata={"format": "pt"})
-    heads = [torch.load(d / "head.pt", map_location="cpu") for d in dirs]
-    torch.save({k: mean([h[k] for h in heads]) for k in heads[0]}, out / "head.pt")
+
+    def write(stage: Path) -> None:
+        (stage / "encoder").mkdir()
+        for f in (dirs[0] / "encoder").iterdir():  # config and tokenizer files, the first member's
+            if f.is_file() and f.name != "model.safetensors":
+                (stage / "encoder" / f.name).write_bytes(f.read_bytes())
+        save_file({k: mean([w[k] for w in weights]).contiguous() for k in keys},
+                  str(stage / "encoder" / "model.safetensors"), metadata={"format": "pt"})
+        heads = [torch.load(d / "head.pt", map_location="cpu") for d in dirs]
+        torch.save({k: mean([h[k] for h in heads]) for k in heads[0]}, stage / "head.pt")
+
     meta = dict(metas[0])
     # members inside the soup's directory (train_soup's members/) by relative path, so the model can move
     listed = [str(d.resolve().relative_to(out.resolve())) if d.resolve().is_relative_to(out.resolve()) else str(d)
               for d in dirs]
     meta["soup"] = {"members": listed, "seeds": [m.get("train", {}).get("seed") for m in metas]}
-    atomic_write_text(out / "meta.json", json.dumps(meta, indent=2))
+    _install_model(out, write, meta)
     return out
 
 

@@ -125,32 +125,74 @@ def test_more_layers_than_the_encoder_has_are_refused(tmp_path):
     assert not (tmp_path / "m" / "meta.json").exists()
 
 
-def test_a_save_cut_short_over_an_earlier_model_leaves_no_model_the_loader_takes(tmp_path, monkeypatch):
+def test_a_save_cut_short_over_an_earlier_model_leaves_that_model_whole(tmp_path, monkeypatch):
     """Training into a directory that holds a model (the default one, or --init-from's own) wrote the new encoder,
-    then head.pt, then meta.json: a save cut short between them (killed, a full disk) left the new encoder beside
-    the old head and meta.json, which loaded without a word. meta.json now goes first and comes back last."""
+    then head.pt, then meta.json over the old ones: a save cut short between them (killed, a full disk) left the
+    new encoder beside the old head and meta.json, which loaded without a word, and later no model at all. The new
+    files are now written in a folder of their own first: the old model stays whole until they are."""
     import torch
+    from safetensors.torch import load_file
 
-    from harness.errors import ConfigError
     from harness.labelling.encoder import read_model_meta
-    from harness.labelling.training import train_encoder
+    from harness.labelling.training import REPLACED, SAVING, train_encoder
 
     p = _write(tmp_path / "t.jsonl", ROW)
     out = tmp_path / "m"
     train_encoder([p], out_dir=out, epochs=1, layers=1, seed=0)
-    assert read_model_meta(out)["train"]["seed"] == 0
+    before = load_file(out / "encoder" / "model.safetensors")
+    head = torch.load(out / "head.pt")
+    real = torch.save
 
-    def disk_full(*args, **kwargs):
-        raise OSError(28, "No space left on device")
+    def disk_full(obj, f, *args, **kwargs):
+        if str(f).endswith("head.pt"):
+            raise OSError(28, "No space left on device")
+        return real(obj, f, *args, **kwargs)
 
     monkeypatch.setattr(torch, "save", disk_full)
     with pytest.raises(OSError):
         train_encoder([p], out_dir=out, epochs=1, layers=1, seed=1)
-    with pytest.raises(ConfigError, match="meta.json missing"):
-        read_model_meta(out)
     monkeypatch.undo()
+    assert read_model_meta(out)["train"]["seed"] == 0
+    after = load_file(out / "encoder" / "model.safetensors")
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert all(torch.equal(v, torch.load(out / "head.pt")[k]) for k, v in head.items())
     train_encoder([p], out_dir=out, epochs=1, layers=1, seed=1)  # a rerun writes a whole model again
     assert read_model_meta(out)["train"]["seed"] == 1 and not (out / "meta.json.part").exists()
+    assert not (out / SAVING).exists() and not (out / REPLACED).exists()
+
+
+def test_a_model_continued_in_place_and_cut_short_while_saving_goes_on_at_the_rerun(tmp_path, monkeypatch):
+    """``--init-from X --out X``: the final save took X's meta.json off and wrote over its weights, so a save cut
+    short there (a full disk) left a rerun nothing to start from ("meta.json missing"), the checkpoint unusable and
+    X lost. Now X stays whole and the rerun goes on from the checkpoint."""
+    import torch
+
+    from harness.labelling.encoder import read_model_meta
+    from harness.labelling.training import CHECKPOINT, train_encoder
+
+    p = _write(tmp_path / "t.jsonl", ROW, {**ROW, "id": "b", "text": "Priya helped Ethan. He smiled at her."})
+    x = tmp_path / "x"
+    threads = torch.get_num_threads()
+    try:
+        train_encoder([p], out_dir=x, epochs=1, layers=1, seed=0, threads=1)
+        real = torch.save
+
+        def disk_full(obj, f, *args, **kwargs):
+            if str(f).endswith("head.pt"):
+                raise OSError(28, "No space left on device")
+            return real(obj, f, *args, **kwargs)
+
+        kw = dict(epochs=2, layers=1, seed=0, batch_size=1, threads=1, init_from=x)
+        monkeypatch.setattr(torch, "save", disk_full)
+        with pytest.raises(OSError):
+            train_encoder([p], out_dir=x, **kw)
+        monkeypatch.undo()
+        assert read_model_meta(x)["init_from"] is None and (x / CHECKPOINT).is_file()  # X as it was
+        rep = train_encoder([p], out_dir=x, **kw)
+    finally:
+        torch.set_num_threads(threads)
+    assert rep.resumed_epochs == 1 and read_model_meta(x)["init_from"] == str(x)
+    assert not (x / CHECKPOINT).exists()
 
 
 def test_a_training_cut_short_goes_on_from_its_last_epoch_to_the_weights_of_one_never_stopped(tmp_path, monkeypatch):
