@@ -467,7 +467,10 @@ def plain_forward(model):
     order, without the transformers library's per-call wrappers (attention-mask building, output capturing,
     a signature check per layer), which cost about a tenth of each CPU forward pass of a short story. The
     probabilities are the same to the bit (``tests/labelling/test_encoder.py``); None for another architecture
-    (MPNet, RoBERTa-like, relative positions), which keeps the library's forward."""
+    (MPNet, RoBERTa-like, relative positions), which keeps the library's forward.
+
+    Each layer's query, key and value projections run as one product (``fused_qkv``): the same int8 weights
+    and scales, one quantisation of the input instead of three, the same probabilities to the bit."""
     torch = _torch()
     enc = model.encoder
     if type(enc).__name__ != "BertModel":
@@ -476,21 +479,40 @@ def plain_forward(model):
     if getattr(cfg, "position_embedding_type", "absolute") != "absolute" or cfg.is_decoder:
         return None
     layers = list(enc.encoder.layer)
+    qkv = [fused_qkv(layer.attention.self) for layer in layers]
     sdpa = torch.nn.functional.scaled_dot_product_attention
 
     def forward(ids, tt):
         h = enc.embeddings(input_ids=ids, token_type_ids=tt)
         b, t, d = h.shape
-        for layer in layers:
-            att = layer.attention.self
-            heads = att.num_attention_heads
-            q, k, v = (m(h).view(b, t, heads, d // heads).transpose(1, 2) for m in (att.query, att.key, att.value))
+        for layer, project in zip(layers, qkv):
+            heads = layer.attention.self.num_attention_heads
+            q, k, v = project(h).view(b, t, 3, heads, d // heads).permute(2, 0, 3, 1, 4)
             out = layer.attention.output
             h = out.LayerNorm(out.dense(sdpa(q, k, v).transpose(1, 2).reshape(b, t, d)) + h)
             h = layer.output.LayerNorm(layer.output.dense(layer.intermediate(h)) + h)
         return model.head(h)
 
     return forward
+
+
+def fused_qkv(att):
+    """One int8 dynamic linear layer for an attention's quantised query, key and value layers (``quantized``):
+    their int8 weights stacked with their per-channel scales and biases. The input is quantised once, by its
+    own largest value as before, and each output channel is the same integer sum scaled the same way, so the
+    three outputs are the same to the bit as the three layers' (``tests/labelling/test_encoder.py``)."""
+    torch = _torch()
+    parts = [(m.weight(), m.bias()) for m in (att.query, att.key, att.value)]
+    weights = [w for w, _ in parts]
+    if any(w.qscheme() != torch.per_channel_affine or w.q_per_channel_axis() != 0 for w in weights):
+        raise ValueError("fused_qkv: expects weights quantised per output channel (quantized())")
+    weight = torch._make_per_channel_quantized_tensor(
+        torch.cat([w.int_repr() for w in weights]), torch.cat([w.q_per_channel_scales() for w in weights]),
+        torch.cat([w.q_per_channel_zero_points() for w in weights]), 0)
+    fused = torch.ao.nn.quantized.dynamic.Linear(weight.shape[1], weight.shape[0], dtype=torch.qint8)
+    fused.version = att.query.version  # the same reduce_range as the layers it replaces
+    fused.set_weight_bias(weight, torch.cat([b for _, b in parts]))
+    return fused
 
 
 #: On CPU a float model's padded batches are as long as their longest story rounded up to a multiple of this

@@ -186,6 +186,25 @@ def test_int8_runs_bert_without_the_librarys_wrappers_to_the_same_bit(tiny_encod
     assert plain_forward(types.SimpleNamespace(encoder=torch.nn.Linear(2, 2))) is None
 
 
+def test_the_fused_query_key_value_layer_gives_the_three_layers_outputs_to_the_bit():
+    import torch
+
+    from harness.labelling.encoder import fused_qkv, quantized
+
+    torch.manual_seed(0)
+    att = torch.nn.Module()
+    att.query, att.key, att.value = (torch.nn.Linear(16, 8) for _ in range(3))
+    with torch.no_grad():
+        att.value.weight.mul_(40.0)  # one layer's weights on another scale than the others'
+    q = quantized(att)
+    fused = fused_qkv(q)
+    for x in (torch.randn(1, 5, 16), 300.0 * torch.randn(2, 3, 16)):  # the input's own scale
+        assert torch.equal(fused(x), torch.cat([q.query(x), q.key(x), q.value(x)], -1))
+    per_tensor = torch.ao.quantization.quantize_dynamic(att, {torch.nn.Linear}, dtype=torch.qint8)
+    with pytest.raises(ValueError, match="per output channel"):
+        fused_qkv(per_tensor)
+
+
 def test_worker_processes_give_the_same_labels(tiny_encoder, gold, labelled, monkeypatch):
     import harness.labelling.encoder as E
 
