@@ -257,12 +257,15 @@ def _join_particles(tokens: list[str], lists: NameLists) -> tuple[list[str], set
     "de la Cruz"), and the positions of the joined surnames. A particle in lower case starts one
     anywhere; a capitalised one ("De Luca", "Di Maio") anywhere but first or right after a
     first-name title, unless it is a common first name on its own ("Mr. Al Green", "Dr. Van Nguyen"). Either needs a
-    capitalised word after its run of particles (no surname in "Jake with ten dogs"). A name written all in
-    lower case says nothing by its capitals: there any word after the particles ends the surname ("maria de
-    la cruz" -> maria, "de la cruz")."""
+    capitalised word after its run of particles (no surname in "Jake with ten dogs").
+
+    A name written all in lower case says nothing by its capitals (``_lower_case_surname``): there a run of
+    particles and the one word after it are a surname where they end the name and follow at most a title and a
+    first name ("maria de la cruz" -> maria, "de la cruz"; "dr. von braun"); not "al green", "mr. al green"
+    (Al is a first name), nor "woman from la paz" (no name)."""
     out: list[str] = []
     joined: set[int] = set()
-    lower_case = not any(_starts_upper(t) for t in tokens)
+    lower_case = not any(_starts_upper(t) for t in tokens) and any(c.islower() for t in tokens for c in t)
     k = 0
     while k < len(tokens):
         bare = _bare(tokens[k])
@@ -273,7 +276,8 @@ def _join_particles(tokens: list[str], lists: NameLists) -> tuple[list[str], set
         while starts and end + 1 < len(tokens) and _bare(tokens[end + 1]) in lists.surname_particles \
                 and not _starts_upper(tokens[end + 1]):
             end += 1
-        if starts and end + 1 < len(tokens) and (lower_case or _starts_upper(tokens[end + 1])):
+        if starts and end + 1 < len(tokens) and (
+                _lower_case_surname(tokens, k, end, lists) if lower_case else _starts_upper(tokens[end + 1])):
             joined.add(len(out))
             out.append(" ".join(tokens[k:end + 2]))
             k = end + 2
@@ -283,6 +287,22 @@ def _join_particles(tokens: list[str], lists: NameLists) -> tuple[list[str], set
             out.extend(tokens[k:end + 1])
             k = end + 1
     return out, joined
+
+
+def _lower_case_surname(tokens: list[str], k: int, end: int, lists: NameLists) -> bool:
+    """In a name written without capitals, whether the particles ``k..end`` and the word after them are a surname:
+    they end the name, and come first (a surname alone, unless the particle is also a first name), after one
+    word (a first name, or a title unless the particle is also a first name: "mr. al green") or after a title
+    and a first name."""
+    titles = lists.surname_titles | lists.first_name_titles
+    if end + 2 != len(tokens):
+        return False
+    also_first = _bare(tokens[k]) in lists.particles_also_first_names
+    if k == 0:
+        return not also_first
+    if k == 1:
+        return not (also_first and _bare(tokens[0]) in titles)
+    return k == 2 and _bare(tokens[0]) in titles
 
 
 def parse_first_name(raw: str | None, role: str | None = None) -> str | None:

@@ -508,6 +508,7 @@ def train_encoder(
     torch.manual_seed(seed if head_seed is None else head_seed)
     if init_from is not None:
         init = Path(init_from)
+        _restore_replaced(init)  # a save into it killed between its moves
         init_meta = read_model_meta(init, "init_from")
         started = init_meta.get("base_name", DEFAULT_BASE)
         if base is not None and base != started:
@@ -670,24 +671,51 @@ def _install_model(out: Path, write: Any, meta: dict[str, Any]) -> None:
     """A model's files written by ``write(folder)`` into a folder inside ``out``, then moved in place of the
     model there, ``meta`` last. A save cut short while writing (killed, a full disk) leaves the model that was
     there whole, so ``--init-from X --out X`` reads X again on the rerun and goes on from its checkpoint (the
-    save wrote over X's files, and X's meta.json was gone). Between the moves the folder has no meta.json, which
-    the loader names."""
-    import shutil
-
+    save wrote over X's files, and X's meta.json was gone). The model there is moved aside, meta.json first,
+    and moved back where a move fails; one killed between the moves (no meta.json, the loader names it) is
+    moved back by the next call that trains into or from the folder (``_restore_replaced``)."""
     stage, old = out / SAVING, out / REPLACED
     for left in (stage, old):  # an earlier save's, cut short
-        shutil.rmtree(left, ignore_errors=True)
+        _remove(left)
     stage.mkdir(parents=True)
     write(stage)
-    (out / "meta.json").unlink(missing_ok=True)
     old.mkdir()
-    for name in ("encoder", "head.pt"):
-        if (out / name).exists():
-            os.replace(out / name, old / name)
-        os.replace(stage / name, out / name)
+    try:
+        for name in ("meta.json", "encoder", "head.pt"):
+            if (out / name).exists():
+                os.replace(out / name, old / name)
+            if name != "meta.json":
+                os.replace(stage / name, out / name)
+    except OSError:
+        _restore_replaced(out)
+        raise
     atomic_write_text(out / "meta.json", json.dumps(meta, indent=2))  # whole, by rename
     for left in (stage, old):
-        shutil.rmtree(left, ignore_errors=True)
+        _remove(left)
+
+
+def _restore_replaced(out: Path) -> None:
+    """The model ``_install_model`` moved aside, moved back where the folder has no meta.json of its own (a save
+    killed between its moves): every file of it in place of the new one, and the rest of the save removed."""
+    old = out / REPLACED
+    if (out / "meta.json").exists() or not (old / "meta.json").is_file():
+        return
+    for name in ("encoder", "head.pt", "meta.json"):  # meta.json last: the model is whole before it names one
+        if (old / name).exists():
+            _remove(out / name)
+            os.replace(old / name, out / name)
+    for left in (old, out / SAVING):  # the new model's files that had not come in are no model
+        _remove(left)
+
+
+def _remove(path: Path) -> None:
+    """A file or folder gone, whichever is there."""
+    import shutil
+
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def average_encoders(members: Sequence[str | Path], out_dir: str | Path) -> Path:

@@ -99,7 +99,8 @@ def test_a_surname_particle_starts_the_surname(raw, first):
     ("Senora Lopez", None), ("Senhora Silva", None), ("Frau Weber", None), ("Herr Schmidt", None),
     ("Mme. Dubois", None), ("Mlle Dubois", None), ("Monsieur Dubois", None), ("Signora Rossi", None),
     ("Sr. Juan Garcia", "Juan"), ("Sra. Ana Lopez", "Ana"), ("Señor Juan Garcia", "Juan"),  # a first name
-    ("Herr Klaus Schmidt", "Klaus"), ("Mlle. Claire Dubois", "Claire"),
+    ("Herr Klaus Schmidt", "Klaus"), ("Mlle. Claire Dubois", "Claire"), ("Herr Doktor M\u00fcller", None),
+    ("Sen\u0303ora Ana Lopez", "Ana"), ("Don\u0303a Maria", "Maria"),  # decomposed accents
     ("Doña Maria", "Maria"), ("Doña Maria Lopez", "Maria"),    # Doña precedes the given name
     ("John Smith Sr.", "John"), ("Sr. Maria", None),           # Sr: a suffix at the end, a title in front
     ("Don Diego", "Don"), ("Dona Ana Silva", "Dona"),          # first names too: no titles
@@ -113,11 +114,17 @@ def test_courtesy_titles_of_other_languages(raw, first):
     ("maria de la cruz", "maria"), ("leonardo da vinci", "leonardo"), ("omar bin salman", "omar"),
     ("dr. maria de la cruz", "maria"), ("de la cruz", None), ("dr. von braun", None),
     ("Maria de la Cruz", "Maria"), ("Jake with ten dogs", None),   # capitals still say where a surname starts
+    ("al green", "al"), ("van nguyen", "van"), ("mr. al green", "al"), ("dr. van helsing", "van"),  # first names
+    ("della reese", "della"), ("maria della reese", "maria"),
+    ("jake with ten dogs", None), ("woman from la paz", None), ("man from del mar", None),  # no name
+    ("\u674e de \u738b", None),                                  # no letters with case: nothing changes
     (" ".join(["de"] * 2000) + " Smith", None), ("Ana " + " ".join(["de"] * 2000), None),
 ])
 def test_a_name_in_lower_case_keeps_its_particles_surname(raw, first):
     """Particles joined their surname only before a capitalised word, so a name written all in lower case
-    had four tokens and no first name."""
+    had four tokens and no first name. Without capitals, a surname is a run of particles and the word after it
+    that ends the name after at most a title and a first name (the review found "al green" and "woman from la
+    paz" misread by a first version that joined any particle run)."""
     assert parse_first_name(raw) == first
 
 

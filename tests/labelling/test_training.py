@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -193,6 +194,61 @@ def test_a_model_continued_in_place_and_cut_short_while_saving_goes_on_at_the_re
         torch.set_num_threads(threads)
     assert rep.resumed_epochs == 1 and read_model_meta(x)["init_from"] == str(x)
     assert not (x / CHECKPOINT).exists()
+
+
+def _model_files(folder, tag):
+    (folder / "encoder").mkdir(parents=True)
+    (folder / "encoder" / "model.safetensors").write_text(tag)
+    (folder / "head.pt").write_text(tag)
+
+
+def _tags(folder):
+    return [(folder / f).read_text() for f in ("encoder/model.safetensors", "head.pt")]
+
+
+def test_installing_a_model_moves_the_old_one_back_where_a_move_fails(tmp_path, monkeypatch):
+    """The old model was moved aside with nothing to put it back: a failed move left no meta.json and no encoder."""
+    import json
+
+    import harness.labelling.training as training
+
+    out = tmp_path / "x"
+    _model_files(out, "old")
+    (out / "meta.json").write_text(json.dumps({"tag": "old"}))
+    (out / training.REPLACED).write_text("a stray file, not a folder")  # left by hand, or by something else
+    real = os.replace
+
+    def fails_on_the_new_head(src, dst):
+        if str(src).endswith(f"{training.SAVING}/head.pt"):
+            raise OSError(28, "No space left on device")
+        return real(src, dst)
+
+    monkeypatch.setattr(training.os, "replace", fails_on_the_new_head)
+    with pytest.raises(OSError):
+        training._install_model(out, lambda stage: _model_files(stage, "new"), {"tag": "new"})
+    monkeypatch.undo()
+    assert _tags(out) == ["old", "old"] and json.loads((out / "meta.json").read_text()) == {"tag": "old"}
+    training._install_model(out, lambda stage: _model_files(stage, "new"), {"tag": "new"})
+    assert _tags(out) == ["new", "new"] and json.loads((out / "meta.json").read_text()) == {"tag": "new"}
+    assert sorted(p.name for p in out.iterdir()) == ["encoder", "head.pt", "meta.json"]
+
+
+def test_a_model_whose_save_was_killed_between_its_moves_is_moved_back_before_it_is_continued(tmp_path):
+    """A save killed between its moves leaves no meta.json and the old model aside: ``--init-from X`` put it back."""
+    import harness.labelling.training as training
+    from harness.labelling.encoder import read_model_meta
+    from harness.labelling.training import train_encoder
+
+    p = _write(tmp_path / "t.jsonl", ROW)
+    x = tmp_path / "x"
+    train_encoder([p], out_dir=x, epochs=1, layers=1, seed=0)
+    aside = x / training.REPLACED
+    aside.mkdir()
+    for name in ("meta.json", "encoder"):  # killed after moving the encoder aside, before the new one came
+        os.replace(x / name, aside / name)
+    rep = train_encoder([p], out_dir=tmp_path / "more", epochs=1, layers=1, seed=0, init_from=x)
+    assert read_model_meta(x)["train"]["seed"] == 0 and not aside.exists()
+    assert read_model_meta(tmp_path / "more")["init_from"] == str(x) and rep.epochs == 1
 
 
 def test_a_training_cut_short_goes_on_from_its_last_epoch_to_the_weights_of_one_never_stopped(tmp_path, monkeypatch):
