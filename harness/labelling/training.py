@@ -673,8 +673,9 @@ def _install_model(out: Path, write: Any, meta: dict[str, Any]) -> None:
     there whole, so ``--init-from X --out X`` reads X again on the rerun and goes on from its checkpoint (the
     save wrote over X's files, and X's meta.json was gone). The model there is moved aside, meta.json first,
     and moved back where a move fails; one killed between the moves (no meta.json, the loader names it) is
-    moved back by the next call that trains into or from the folder (``_restore_replaced``)."""
+    moved back by the next call that saves into the folder or continues from it (``_restore_replaced``)."""
     stage, old = out / SAVING, out / REPLACED
+    _restore_replaced(out)  # the model there, where an earlier save was killed between its moves
     for left in (stage, old):  # an earlier save's, cut short
         _remove(left)
     stage.mkdir(parents=True)

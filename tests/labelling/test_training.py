@@ -233,6 +233,27 @@ def test_installing_a_model_moves_the_old_one_back_where_a_move_fails(tmp_path, 
     assert sorted(p.name for p in out.iterdir()) == ["encoder", "head.pt", "meta.json"]
 
 
+def test_a_save_killed_between_its_moves_keeps_the_old_model_through_the_next_save_that_fails(tmp_path):
+    import json
+
+    import harness.labelling.training as training
+
+    out = tmp_path / "x"
+    _model_files(out, "old")
+    (out / "meta.json").write_text(json.dumps({"tag": "old"}))
+    aside = out / training.REPLACED
+    aside.mkdir()
+    for name in ("meta.json", "encoder"):  # killed after moving the encoder aside
+        os.replace(out / name, aside / name)
+
+    def disk_full(stage):
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError):
+        training._install_model(out, disk_full, {"tag": "new"})
+    assert _tags(out) == ["old", "old"] and json.loads((out / "meta.json").read_text()) == {"tag": "old"}
+
+
 def test_a_model_whose_save_was_killed_between_its_moves_is_moved_back_before_it_is_continued(tmp_path):
     """A save killed between its moves leaves no meta.json and the old model aside: ``--init-from X`` put it back."""
     import harness.labelling.training as training
