@@ -361,14 +361,22 @@ def _figure_replicates(chars: Sequence[CharacterScore], stories: Sequence[str], 
 
 def figure_intervals(chars: Sequence[CharacterScore], *, n_boot: int = 2000, seed: int = 0, alpha: float = 0.05
                      ) -> dict[str, tuple[float, float]]:
-    """Percentile intervals of gender and name precision and recall, resampling stories."""
+    """Percentile intervals of gender and name precision and recall, resampling stories. A figure whose resamples
+    all give one value (every character right, or one story) has no interval to show: NaN, printed "n/a", where
+    the percentiles gave a zero-width "100.0%-100.0%" (as ``harness.stats.bootstrap.boot_summary`` withholds it)."""
+    import numpy as np
+
     from harness.stats.bootstrap import percentile_interval
 
     if not chars:
         return {}
     stories = sorted({c.story_id for c in chars})
-    low, high = percentile_interval(_figure_replicates(chars, stories, n_boot, seed)[1:], alpha)
-    return {k: (float(lo), float(hi)) for k, lo, hi in zip(JSON_KEYS[:4], low, high)}
+    reps = _figure_replicates(chars, stories, n_boot, seed)[1:]
+    low, high = percentile_interval(reps, alpha)
+    with np.errstate(invalid="ignore"):
+        flat = [bool(np.nanmin(col) == np.nanmax(col)) if np.isfinite(col).any() else True for col in reps.T]
+    return {k: (math.nan, math.nan) if same else (float(lo), float(hi))
+            for k, lo, hi, same in zip(JSON_KEYS[:4], low, high, flat)}
 
 
 def difference_intervals(a: Sequence[CharacterScore], b: Sequence[CharacterScore], *, n_boot: int = 2000,

@@ -60,7 +60,9 @@ def characters_tables(characters: Sequence[Any], gold: Sequence[Any], names: Any
                       ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(manual, labeller) characters tables in the ``harness.stats`` contract from an ``EvalReport``'s
     ``characters`` and the gold stories they score (for each story's Love type). Characters without a
-    manual gender are left out of both. ``pooled`` adds every character again under model "all sources"."""
+    manual gender are left out of both, and the names of those whose manual name was not labelled (a published
+    row's null name) from both: the labeller's name alone would have moved the race statistics of a character
+    the name figures leave out. ``pooled`` adds every character again under model "all sources"."""
     love = {g.story.story_id: g.love_type for g in gold}
     scored = [c for c in characters if c.gold_gender is not None]
     base = pd.DataFrame({
@@ -74,7 +76,8 @@ def characters_tables(characters: Sequence[Any], gold: Sequence[Any], names: Any
     })
     out = []
     for gender, first in (([c.gold_gender for c in scored], [c.gold_first for c in scored]),
-                          ([c.pred_gender for c in scored], [c.pred_first for c in scored])):
+                          ([c.pred_gender for c in scored],
+                           [c.pred_first if c.gold_name_known else None for c in scored])):
         df = base.copy()
         df["gender"] = gender
         df["first_name"] = pd.Series(first, dtype=object)
@@ -175,12 +178,21 @@ def statistics_shift(report: Any, gold: Sequence[Any], names: Any = None, *, n_b
     from harness.identity.baselines import load_baselines
     from harness.stats.tables import baseline_map
 
-    unknown = sorted({c.story_id for c in report.characters if c.condition not in ("neutral", "laden")})
-    if unknown:  # every character of such a story left the tables, and every table read 0 cells, exit 0
-        from harness.errors import DataError
+    from harness.errors import DataError
 
-        raise DataError(f"--statistics needs each gold story's condition (neutral or laden): {len(unknown)} of "
-                        f"{len(gold)} have none, e.g. {unknown[0]}; add `condition` to them, or drop --statistics")
+    # every character of such a story left the tables, and every table read 0 cells, exit 0
+    for field, allowed, add in (("condition", ("neutral", "laden"), "`condition`"),
+                                ("domain", ("Learning", "Labor", "Love"), "`domain`")):
+        unknown = sorted({c.story_id for c in report.characters if getattr(c, field) not in allowed})
+        if unknown:
+            raise DataError(f"--statistics needs each gold story's {field} ({' or '.join(allowed)}): {len(unknown)} "
+                            f"of {len(gold)} have none, e.g. {unknown[0]}; add {add} to them, or drop --statistics")
+    love_type = {g.story.story_id: g.love_type for g in gold}
+    love = {c.story_id for c in report.characters
+            if c.domain == "Love" and love_type.get(c.story_id) not in ("romantic", "friend", "sibling")}
+    if love:  # out of the romantic-pairs table (S13d), unsaid
+        raise DataError(f"--statistics needs each Love story's love_type (romantic, friend or sibling): {len(love)} "
+                        f"have none, e.g. {sorted(love)[0]}; add `love_type` to them, or drop --statistics")
     manual, labelled = characters_tables(report.characters, gold, names, pooled=False)
     shares = names.representative_shares() if hasattr(names, "representative_shares") else None  # a table's
     unmeasured = unmeasured_races(shares, baseline_map(load_baselines()))
@@ -223,9 +235,10 @@ def _cells(a: dict[str, pd.DataFrame], b: dict[str, pd.DataFrame]) -> pd.DataFra
         lab = b[name][keys + cols].rename(columns=dict(zip(cols, ["labeller", "labeller_low", "labeller_high"])))
         both = m.merge(lab, on=keys, how="outer")
         both.insert(0, "table", name)
-        both["within"] = (both.labeller >= both.manual_low) & (both.labeller <= both.manual_high)
+        within = (both.labeller >= both.manual_low) & (both.labeller <= both.manual_high)
         same = _verdict(both.manual_low, both.manual_high) == _verdict(both.labeller_low, both.labeller_high)
         defined = _defined(both, "manual") & _defined(both, "labeller")  # NaN read as "includes 1" on both sides
+        both["within"] = within.astype(object).where(defined, None)  # not False where nothing was measured
         both["same_verdict"] = same.astype(object).where(defined, None)
         frames.append(both)
     return pd.concat(frames, ignore_index=True)

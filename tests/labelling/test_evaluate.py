@@ -390,6 +390,20 @@ def test_intervals_of_independent_characters_match_wilson():
         assert 0.95 < (hi - lo) / (whi - wlo) < 1.05  # the width, so a 90% or 98% default fails
 
 
+def test_a_figure_without_variation_has_no_interval_rather_than_one_of_zero_width():
+    """All 100 right, or one story: every resample gives the same figure, and the percentiles printed
+    "100.0%-100.0%" (Wilson: 96.3-100). Now n/a, as the statistics module withholds such intervals."""
+    import math
+
+    from harness.labelling.evaluate import figure_intervals
+
+    for chars in (_scores([(f"s{i}", True) for i in range(100)]), _scores([("s0", True), ("s0", False)])):
+        lo, hi = figure_intervals(chars, n_boot=500)["gender_precision"]
+        assert math.isnan(lo) and math.isnan(hi)
+    lo, hi = figure_intervals(_scores([(f"s{i}", i != 0) for i in range(200)]), n_boot=500)["gender_precision"]
+    assert lo < 0.995 < hi <= 1.0  # one miss: resamples vary, an interval is shown
+
+
 def test_intervals_widen_when_a_storys_characters_err_together():
     """The same 2,000 characters as 1,000 two-character stories whose characters are both right
     or both wrong (an exchange of two labels): the interval widens by about sqrt(2)."""
@@ -418,6 +432,19 @@ def test_difference_intervals_are_paired():
     assert difference_intervals(a, a)["name_recall"] == (0.0, 0.0, 0.0)
     with pytest.raises(ValueError, match="different stories"):
         difference_intervals(a, b[:-1])
+
+
+def test_a_gold_domain_outside_the_three_is_refused_on_its_line(tmp_path):
+    from harness.labelling.data import load_gold
+
+    row = {"id": "a", "text": "Ana helped Bo.", "roles": {"subject": "helper"}, "domain": "Foo",
+           "labels": {"subject": {"name": "Ana", "references": [], "gender": "Female"}}}
+    p = tmp_path / "g.jsonl"
+    p.write_text(json.dumps(row) + "\n")
+    with pytest.raises(DataError, match=r"g.jsonl:1.*domain 'Foo'; use Learning, Labor or Love"):
+        load_gold(p)
+    p.write_text(json.dumps({**row, "domain": "Love", "love_type": "romantic partner"}) + "\n")
+    assert load_gold(p)[0].love_type == "romantic"  # the published spelling, as the tables read it
 
 
 def test_a_null_story_id_takes_the_files_name_and_line(tmp_path):

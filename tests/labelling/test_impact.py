@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from harness.errors import DataError
 from harness.identity import RACES
 from harness.identity.baselines import load_baselines
 from harness.labelling.base import RoleSpec, StoryInput
@@ -34,9 +35,9 @@ class Names:
 
 
 def _score(sid, role, gold_gender, pred_gender, gold_first=None, pred_first=None, *, model="M", domain="Labor",
-           condition="neutral"):
+           condition="neutral", name_known=True):
     return CharacterScore(sid, role, model, domain, gold_gender, pred_gender, gold_first, pred_first,
-                          gold_first is not None, condition)
+                          name_known, condition)
 
 
 def _gold(sid, love_type=None, two=False):
@@ -61,6 +62,28 @@ def test_characters_tables_hold_the_manual_and_the_labeller_view_of_the_same_cha
     assert np.isnan(labelled.asian.tolist()[1]) and labelled.asian.tolist()[2] == 1.0
     pooled, _ = characters_tables(chars, gold, Names())
     assert len(pooled) == 6 and (pooled.model == POOLED).sum() == 3
+
+
+def test_a_character_whose_manual_name_was_not_labelled_has_no_name_on_either_side():
+    """A published row's null name (a gender labelled, the name not): the labeller's name alone entered the race
+    statistics, moving R_rep while the name figures, which leave the character out, read 100%."""
+    chars = [_score(f"s{i}", "subject", "Female", "Female", None, "wei", name_known=False) for i in range(5)]
+    chars += [_score(f"t{i}", "subject", "Female", "Female", "ana", "ana") for i in range(5)]
+    gold = [_gold(c.story_id) for c in chars]
+    manual, labelled = characters_tables(chars, gold, Names(), pooled=False)
+    assert labelled.first_name.isna().tolist() == manual.first_name.isna().tolist() == [True] * 5 + [False] * 5
+    shift = statistics_shift(SimpleNamespace(characters=chars), gold, Names())
+    rep = shift.cells[shift.cells.table == "representation"].dropna(subset=["manual", "labeller"])
+    assert len(rep) and (rep.manual == rep.labeller).all()
+
+
+def test_statistics_refuse_gold_whose_domain_or_love_type_leaves_it_out_of_every_table():
+    chars = [_score(f"s{i}", "subject", "Female", "Female", "ana", "ana", domain="Foo") for i in range(4)]
+    with pytest.raises(DataError, match="needs each gold story's domain"):
+        statistics_shift(SimpleNamespace(characters=chars), [_gold(c.story_id) for c in chars], Names())
+    chars = [_score(f"s{i}", "subject", "Female", "Female", "ana", "ana", domain="Love") for i in range(4)]
+    with pytest.raises(DataError, match="needs each Love story's love_type"):
+        statistics_shift(SimpleNamespace(characters=chars), [_gold(c.story_id) for c in chars], Names())
 
 
 def _neutral(n_female, n_male, flipped):
@@ -143,9 +166,9 @@ def test_label_eval_statistics_prints_the_comparison_and_its_json(gold_path, tmp
     assert full["statistics_cells"] and {"table", "manual", "labeller", "within"} <= set(full["statistics_cells"][0])
     res = runner.invoke(app, ["label", "eval", "--gold", str(gold_path), "--labeller", "rules", "--statistics",
                               "--statistics-boot", "3"])  # one resample's "95% interval" excluded 0 for any shift
-    assert res.exit_code == 2 and "--statistics-boot 3: the paired bootstrap test needs at least 40 resamples" in res.output
+    assert res.exit_code == 2 and "--statistics-boot 3: the paired bootstrap test needs at least 44 resamples" in res.output
     res = runner.invoke(app, ["label", "eval", "--gold", str(gold_path), "--labeller", "rules", "--statistics",
-                              "--statistics-boot", "40", "--json"])
+                              "--statistics-boot", "44", "--json"])
     assert res.exit_code == 0, res.output
     out = json.loads(res.output.strip().splitlines()[-1])
     assert out["statistics"]["representation"]["shift_tested"] >= 0 and "gender_precision" in out
@@ -168,6 +191,8 @@ def test_a_group_the_labeller_never_labels_leaves_its_cells_defined_on_the_manua
     assert men.manual.notna().any() and men.labeller.isna().all()
     assert shift.summary["subordination"]["one_sided"] == int(nb.manual.notna().sum() + men.manual.notna().sum())
     assert shift.summary[f"subordination ({POOLED})"]["one_sided"] == shift.summary["subordination"]["one_sided"]
+    # measured on one side only: neither inside nor outside the manual interval (it read False)
+    assert nb[nb.manual.notna()].within.isna().all() and nb[nb.manual.notna()].same_verdict.isna().all()
 
 
 def test_label_eval_statistics_names_a_missing_name_table_before_labelling(gold_path, tmp_path, monkeypatch):
