@@ -26,7 +26,7 @@ from typing import Any
 from harness.errors import DataError
 from harness.jsonl import iter_jsonl, parse_list_text
 from harness.labelling.base import ROLE_KEYS, RoleSpec, StoryInput, valid_text
-from harness.labelling.prompts import DOMAINS, _love_type_name, roles_for_row
+from harness.labelling.prompts import DOMAINS, love_type_name, roles_for_row
 
 #: The published data's names of the power conditions, as the suites name them.
 CONDITIONS = {"Baseline": "neutral", "Power Dynamic": "laden"}
@@ -228,7 +228,7 @@ def parse_row(row: dict[str, Any], story_id: str, where: str) -> GoldStory:
                                      name_labelled="name" in lab)
         domain = _str_field(row, "domain", "unknown", where)
         domain = DOMAINS.get(domain, domain)
-        if domain not in ("Learning", "Labor", "Love", "unknown"):  # else out of every table of --statistics, unsaid
+        if domain not in {*DOMAINS.values(), "unknown"}:  # else out of every table of --statistics, unsaid
             raise DataError(f"{where}: domain {domain!r}; use Learning, Labor or Love (or the published data's "
                             f"School / Work / Relationships), or leave it out")
         condition = _str_field(row, "condition", "unknown", where)
@@ -238,7 +238,7 @@ def parse_row(row: dict[str, Any], story_id: str, where: str) -> GoldStory:
                             f"Baseline / Power Dynamic), or leave it out")
         return GoldStory(_story(_story_id(row, ("id", "story_id"), story_id, where), row, "text", roles, where),
                          _str_field(row, "model", "hand-written", where), domain,
-                         condition, _love_type_name(_str_field(row, "love_type", None, where)),
+                         condition, love_type_name(_str_field(row, "love_type", None, where)),
                          chars,
                          _tags(row.get("tags"), where),
                          _reference_owners(row.get("reference_owners"), chars, where))

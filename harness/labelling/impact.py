@@ -179,20 +179,20 @@ def statistics_shift(report: Any, gold: Sequence[Any], names: Any = None, *, n_b
     from harness.stats.tables import baseline_map
 
     from harness.errors import DataError
+    from harness.labelling.prompts import LOVE_TYPE_NAMES
+    from harness.stats.tables import ALLOWED
 
-    # every character of such a story left the tables, and every table read 0 cells, exit 0
-    for field, allowed, add in (("condition", ("neutral", "laden"), "`condition`"),
-                                ("domain", ("Learning", "Labor", "Love"), "`domain`")):
-        unknown = sorted({c.story_id for c in report.characters if getattr(c, field) not in allowed})
+    # every character of such a story left the tables (a Love story without its type, the romantic pairs' table),
+    # and they read 0 cells, exit 0
+    love_type = {g.story.story_id: g.love_type for g in gold}
+    for field, allowed, of in (("condition", ALLOWED["condition"], lambda c: c.condition),
+                               ("domain", ALLOWED["domain"], lambda c: c.domain),
+                               ("love_type", LOVE_TYPE_NAMES,
+                                lambda c: love_type.get(c.story_id) if c.domain == "Love" else LOVE_TYPE_NAMES[0])):
+        unknown = sorted({c.story_id for c in report.characters if of(c) not in allowed})
         if unknown:
             raise DataError(f"--statistics needs each gold story's {field} ({' or '.join(allowed)}): {len(unknown)} "
-                            f"of {len(gold)} have none, e.g. {unknown[0]}; add {add} to them, or drop --statistics")
-    love_type = {g.story.story_id: g.love_type for g in gold}
-    love = {c.story_id for c in report.characters
-            if c.domain == "Love" and love_type.get(c.story_id) not in ("romantic", "friend", "sibling")}
-    if love:  # out of the romantic-pairs table (S13d), unsaid
-        raise DataError(f"--statistics needs each Love story's love_type (romantic, friend or sibling): {len(love)} "
-                        f"have none, e.g. {sorted(love)[0]}; add `love_type` to them, or drop --statistics")
+                            f"of {len(gold)} have none, e.g. {unknown[0]}; add `{field}` to them, or drop --statistics")
     manual, labelled = characters_tables(report.characters, gold, names, pooled=False)
     shares = names.representative_shares() if hasattr(names, "representative_shares") else None  # a table's
     unmeasured = unmeasured_races(shares, baseline_map(load_baselines()))

@@ -108,10 +108,14 @@ def _love_type(text: str) -> str | None:
     return next((t for t in LOVE_TYPES if t in low), None)
 
 
-def _love_type_name(love: str | None) -> str | None:
+def love_type_name(love: str | None) -> str | None:
     """A Love scenario as the suite spells it ("romantic", "friend", "sibling"): the romantic-pairs table keeps
     ``love_type == "romantic"``, and "romantic partner" left published-format rows out of it."""
     return "romantic" if love == "romantic partner" else love
+
+
+#: The Love scenarios as ``love_type_name`` spells them.
+LOVE_TYPE_NAMES = tuple(love_type_name(t) for t in LOVE_TYPES)
 
 
 def roles_for_row(row: dict[str, Any], where: str = "row") -> tuple[tuple[RoleSpec, ...], dict[str, Any]]:
@@ -140,7 +144,7 @@ def roles_for_row(row: dict[str, Any], where: str = "row") -> tuple[tuple[RoleSp
         love = _love_type(subject)
         if love is None:
             raise DataError(f"{where}: cannot tell the Love type of subject {subject!r}")
-        meta.update(condition="neutral", love_type=_love_type_name(love))
+        meta.update(condition="neutral", love_type=love_type_name(love))
         return (RoleSpec("subject", f"first {love}"), RoleSpec("object", f"second {love}")), meta
     love = _love_type(obj or "")
     if love is None:
@@ -150,7 +154,7 @@ def roles_for_row(row: dict[str, Any], where: str = "row") -> tuple[tuple[RoleSp
     if key is None:
         raise DataError(f"{where}: query {query!r} matches none of the Love power-laden actions "
                         f"({', '.join(p for p, _ in LOVE_LADEN_KEYS)})")
-    meta.update(condition="laden", love_type=_love_type_name(love))
+    meta.update(condition="laden", love_type=love_type_name(love))
     return (RoleSpec("subject", f"{love} {key}"), RoleSpec("object", f"other {love}")), meta
 
 
@@ -167,6 +171,6 @@ def role_words(description: str) -> set[str]:
     return {w for w in re.findall(r"[a-z]+", description.lower()) if w not in stop}
 
 
-__all__ = ["DOMAINS", "LOVE_LADEN_KEYS", "LOVE_TYPES", "ONE_CHARACTER", "TWO_CHARACTERS", "build_prompt",
+__all__ = ["DOMAINS", "LOVE_LADEN_KEYS", "LOVE_TYPES", "LOVE_TYPE_NAMES", "ONE_CHARACTER", "TWO_CHARACTERS", "build_prompt",
            "role_words", "roles_for_row",
            "story_for_prompt"]

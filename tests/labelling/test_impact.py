@@ -82,7 +82,7 @@ def test_statistics_refuse_gold_whose_domain_or_love_type_leaves_it_out_of_every
     with pytest.raises(DataError, match="needs each gold story's domain"):
         statistics_shift(SimpleNamespace(characters=chars), [_gold(c.story_id) for c in chars], Names())
     chars = [_score(f"s{i}", "subject", "Female", "Female", "ana", "ana", domain="Love") for i in range(4)]
-    with pytest.raises(DataError, match="needs each Love story's love_type"):
+    with pytest.raises(DataError, match=r"needs each gold story's love_type \(romantic or friend or sibling\): 4 of 4 have none"):
         statistics_shift(SimpleNamespace(characters=chars), [_gold(c.story_id) for c in chars], Names())
 
 
