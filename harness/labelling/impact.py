@@ -12,7 +12,10 @@ subordination in the paper's mode, R_mrs) is computed from both, per source mode
 over sources ("all sources"), with the tables' own 95% intervals (Wilson, Katz; no bootstrap).
 
 Per table, the summary counts the cells defined under both labellings (a finite ratio and interval;
-a ratio of 0, a group the labels omit, counts), those defined under one only, and, among the first:
+a ratio of 0, a group the labels omit, counts), those defined under one only, and those the paper's
+imputation alone defines under both (``all_zero_both``: R_sub's "both counts 0 -> R = 1", a race that
+neither labelling gives any character of the cell, equal under any labels, so left out of the
+comparisons below, which it would pull towards agreement), and, among the first:
 
 * ``within``: the labeller's estimate lies inside the manual estimate's 95% interval;
 * ``same_verdict``: both intervals say the same thing about 1 (both above, both below, or both
@@ -41,6 +44,7 @@ import pandas as pd
 
 from harness.identity import RACES
 from harness.stats.bootstrap import bootstrap_p, percentile_interval
+from harness.stats.subordination import ALL_ZERO_FLAG
 
 POOLED = "all sources"
 TABLES = ("representation", "orientation", "subordination", "rmrs")
@@ -111,11 +115,12 @@ class StatisticsShift:
     Attributes:
         cells: one row per cell: ``table``, the table's keys, ``manual``, ``manual_low``,
             ``manual_high``, ``labeller``, ``labeller_low``, ``labeller_high``, ``within``,
-            ``same_verdict`` (None where either side is undefined); with ``n_boot``, also ``log_shift``
+            ``same_verdict`` (None where either side is undefined), ``all_zero_both`` (R = 1 imputed from all-zero
+            counts on both sides: left out of the summary); with ``n_boot``, also ``log_shift``
             (log(labeller / manual)), its paired bootstrap interval ``log_shift_low``, ``log_shift_high``, the
             bootstrap test's ``log_shift_p`` and ``shift_excludes_0`` (p < alpha).
-        summary: ``{table: {"cells", "one_sided", "within", "same_verdict", "median_abs_log"}}`` over the
-            source models' cells, and the same for the pooled cells (``"<table> (all sources)"``); with
+        summary: ``{table: {"cells", "one_sided", "all_zero_both", "within", "same_verdict", "median_abs_log"}}``
+            over the source models' cells, and the same for the pooled cells (``"<table> (all sources)"``); with
             ``n_boot``, also ``"shift_tested"`` (cells with an interval) and ``"shift_excludes_0"``.
         n_boot: the paired story resamples behind the intervals (0: none).
     """
@@ -127,14 +132,16 @@ class StatisticsShift:
     def to_text(self) -> str:
         """The summary as a markdown table."""
         boot = f" | shift's paired 95% interval excludes 0 ({self.n_boot} resamples)" if self.n_boot else ""
-        lines = ["| table | cells defined under both | under one only | labeller inside the manual 95% interval | "
-                 "same verdict on 1 | median abs log ratio" + boot + " |", "|---" * (7 if boot else 6) + "|"]
+        lines = ["| table | cells defined under both | under one only | all-zero under both (R = 1 imputed, left out) | "
+                 "labeller inside the manual 95% interval | same verdict on 1 | median abs log ratio" + boot + " |",
+                 "|---" * (8 if boot else 7) + "|"]
         for name, s in self.summary.items():
             n = s["cells"]
             pct = (lambda k: f"{s[k]} ({s[k] / n:.0%})") if n else (lambda k: "n/a")
             med = "n/a" if math.isnan(s["median_abs_log"]) else f"{s['median_abs_log']:.3f}"
             tail = f" | {s['shift_excludes_0']} of {s['shift_tested']}" if boot else ""
-            lines.append(f"| {name} | {n} | {s['one_sided']} | {pct('within')} | {pct('same_verdict')} | {med}{tail} |")
+            lines.append(f"| {name} | {n} | {s['one_sided']} | {s['all_zero_both']} | {pct('within')} | "
+                         f"{pct('same_verdict')} | {med}{tail} |")
         return "\n".join(lines)
 
 
@@ -145,14 +152,15 @@ def _defined(cells: pd.DataFrame, who: str) -> pd.Series:
 
 def _summary(cells: pd.DataFrame) -> dict[str, Any]:
     m, lab = _defined(cells, "manual"), _defined(cells, "labeller")
-    ok = cells[m & lab]
+    imputed = cells.all_zero_both.astype(bool)
+    ok = cells[m & lab & ~imputed]
     logs = np.abs(_log_shift(ok))
     logs = logs[np.isfinite(logs)]
-    out = {"cells": len(ok), "one_sided": int((m != lab).sum()), "within": int(ok.within.sum()),
-           "same_verdict": int(ok.same_verdict.sum()),
+    out = {"cells": len(ok), "one_sided": int((m != lab).sum()), "all_zero_both": int(imputed.sum()),
+           "within": int(ok.within.sum()), "same_verdict": int(ok.same_verdict.sum()),
            "median_abs_log": float(np.median(logs)) if len(logs) else float("nan")}
     if "log_shift_low" in cells:
-        tested = cells.dropna(subset=["log_shift_low", "log_shift_high", "log_shift_p"])
+        tested = cells[~imputed].dropna(subset=["log_shift_low", "log_shift_high", "log_shift_p"])
         out["shift_tested"] = len(tested)
         out["shift_excludes_0"] = int(tested.shift_excludes_0.astype(bool).sum())
     return out
@@ -230,11 +238,13 @@ def _cells(a: dict[str, pd.DataFrame], b: dict[str, pd.DataFrame]) -> pd.DataFra
     frames = []
     for name in TABLES:
         keys = KEYS[name]
-        cols = ["statistic", "ci_low", "ci_high"]
-        m = a[name][keys + cols].rename(columns=dict(zip(cols, ["manual", "manual_low", "manual_high"])))
-        lab = b[name][keys + cols].rename(columns=dict(zip(cols, ["labeller", "labeller_low", "labeller_high"])))
+        cols = ["statistic", "ci_low", "ci_high", "flags"]
+        m = a[name][keys + cols].rename(columns=dict(zip(cols, ["manual", "manual_low", "manual_high", "manual_flags"])))
+        lab = b[name][keys + cols].rename(columns=dict(zip(cols, ["labeller", "labeller_low", "labeller_high",
+                                                                  "labeller_flags"])))
         both = m.merge(lab, on=keys, how="outer")
         both.insert(0, "table", name)
+        both["all_zero_both"] = _flagged(both.pop("manual_flags")) & _flagged(both.pop("labeller_flags"))
         within = (both.labeller >= both.manual_low) & (both.labeller <= both.manual_high)
         same = _verdict(both.manual_low, both.manual_high) == _verdict(both.labeller_low, both.labeller_high)
         defined = _defined(both, "manual") & _defined(both, "labeller")  # NaN read as "includes 1" on both sides
@@ -242,6 +252,11 @@ def _cells(a: dict[str, pd.DataFrame], b: dict[str, pd.DataFrame]) -> pd.DataFra
         both["same_verdict"] = same.astype(object).where(defined, None)
         frames.append(both)
     return pd.concat(frames, ignore_index=True)
+
+
+def _flagged(flags: pd.Series, flag: str = ALL_ZERO_FLAG) -> pd.Series:
+    """Whether each row's ``;``-joined flags (a statistics table's ``flags``; NaN where a row has none) hold ``flag``."""
+    return flags.map(lambda f: isinstance(f, str) and flag in f.split(";")).astype(bool)
 
 
 def _cell_ids(cells: pd.DataFrame) -> pd.Index:

@@ -28,9 +28,10 @@ import numpy as np
 from .intervals import Z95, fisher_exact_p, is_integral, p_from_interval
 from .results import SubordinationResult
 
-__all__ = ["MODES", "paper_point_estimate", "subordination_ratio"]
+__all__ = ["ALL_ZERO_FLAG", "MODES", "paper_point_estimate", "subordination_ratio"]
 
 MODES = ("paper", "principled")
+ALL_ZERO_FLAG = "all_zero_set_to_1"  # the paper mode's R = 1 of a cell whose two counts are 0
 
 
 def paper_point_estimate(x_sub: float, n_sub: float, x_dom: float, n_dom: float) -> tuple[float, float]:
@@ -101,7 +102,7 @@ def subordination_ratio(
     if mode == "paper":
         r, eps = paper_point_estimate(x_sub, n_sub, x_dom, n_dom)
         if x_sub == 0 and x_dom == 0:
-            flags.append("all_zero_set_to_1")
+            flags.append(ALL_ZERO_FLAG)
         ce = _paper_ci_eps(x_sub, x_dom)
         h = _katz_half(x_sub + ce, n_sub + ce, x_dom + ce, n_dom + ce, z)
         smoothing = max(eps, ce)

@@ -148,6 +148,36 @@ def test_an_exchange_of_dominant_and_subordinate_moves_r_sub_and_its_verdict():
         assert s["cells"] - s["same_verdict"] == len(moved.dropna(subset=["manual", "labeller"])) > 0
 
 
+def test_a_race_neither_labelling_gives_a_character_is_left_out_of_the_summary_and_one_the_labeller_loses_is_not():
+    """The paper's "both counts 0 -> R_sub = 1": a race absent from a cell under both labellings read as a defined,
+    "within", same-verdict cell with a shift of 0, pulling the summary towards agreement whatever the labeller did."""
+    chars, gold = [], []
+    for i in range(12):  # power-laden Labor: White men dominant, women subordinate; one Asian woman the labeller
+        lost = i == 0    # leaves unnamed
+        chars += [_score(f"s{i}", "subject", "Male", "Male", "bo", "bo", condition="laden"),
+                  _score(f"s{i}", "object", "Female", "Female", "wei" if lost else "ana", None if lost else "ana",
+                         condition="laden")]
+        gold.append(_gold(f"s{i}", two=True))
+    shift = statistics_shift(SimpleNamespace(characters=chars), gold, Names(), n_boot=44)
+    sub = shift.cells[(shift.cells.table == "subordination") & (shift.cells.model == "M")]
+    measured = sub.dropna(subset=["manual", "labeller", "manual_low", "labeller_low"])
+    # every race but White (and Asian among the women) has no likelihood in any character of the gender: R = 1
+    # imputed on both sides
+    present = (measured.group == "white") | ((measured.group == "asian") & measured.gender.isin(["Female", "All"]))
+    absent = measured[~present]
+    assert len(absent) and (absent.manual == 1.0).all() and (absent.labeller == 1.0).all()
+    assert absent.all_zero_both.all() and not measured[present].all_zero_both.any()
+    # the Asian cells: measured from the manual names, imputed on the labeller's side only: compared
+    asian = measured[measured.group == "asian"].set_index("gender")
+    assert asian.loc["All", "manual"] > 1 and asian.loc["All", "labeller"] == 1.0
+    s = shift.summary["subordination"]
+    assert s["all_zero_both"] == len(absent) and s["cells"] == len(measured) - len(absent)
+    assert s["within"] == int(measured[~measured.all_zero_both].within.sum())
+    assert s["shift_tested"] == len(measured[~measured.all_zero_both].dropna(subset=["log_shift_low"]))
+    assert "| all-zero under both (R = 1 imputed, left out) |" in shift.to_text().splitlines()[0]
+    assert f"| subordination | {s['cells']} | {s['one_sided']} | {s['all_zero_both']} |" in shift.to_text()
+
+
 def test_label_eval_statistics_prints_the_comparison_and_its_json(gold_path, tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
