@@ -89,12 +89,13 @@ def completed_name(name: str | None, text: str, words: Sequence[tuple[str, int, 
     if not name or len(name.split()) != 1:
         return name
     ends = {end for _, _, end in words}
+    others = {_fold(w) for w in others}
 
     def first_name_before(k: int, start: int) -> bool:
         """Whether word ``k`` is a common first name written one space before ``start``."""
         w, _, w_end = words[k]
         return (starts_capitalised(w) and _name_word(w) and text[w_end:start] == " "
-                and w.lower() not in _not_first_names() and w.lower() not in others
+                and _fold(w) not in _not_first_names() and _fold(w) not in others
                 and _bearers(w, table) >= min_count)
 
     for i in range(1, len(words)):
@@ -110,6 +111,11 @@ def completed_name(name: str | None, text: str, words: Sequence[tuple[str, int, 
     return name
 
 
+def _fold(word: str) -> str:
+    """A word as the word lists hold it: lower case, composed (a decomposed "Señora" is the title "señora")."""
+    return unicodedata.normalize("NFC", word.lower())
+
+
 def _name_word(word: str) -> bool:
     """Letters, with combining accents (a decomposed "José") and inner hyphens ("Mary-Jane")."""
     return all(part and all(c.isalpha() or unicodedata.category(c).startswith("M") for c in part)
@@ -121,7 +127,7 @@ def complete_names(characters: tuple[CharacterLabel, ...], text: str, words: Seq
     """``characters`` with each one-word name completed (``completed_name``)."""
     out = []
     for k, c in enumerate(characters):
-        others = {w.lower() for j, o in enumerate(characters) if j != k and o.name for w in o.name.split()}
+        others = {_fold(w) for j, o in enumerate(characters) if j != k and o.name for w in o.name.split()}
         name = completed_name(c.name, text, words, others, table)
         out.append(c if name == c.name else replace(c, name=name))
     return tuple(out)

@@ -106,15 +106,16 @@ def as_double_quotes(text: str, words: Sequence[tuple[str, int, int]], marks: Se
 
 
 def fold_word(w: str) -> str:
-    """A word as reference types compare it: case-folded, a curly apostrophe made straight."""
-    return w.casefold().replace("\u2019", "'")
+    """A word as reference types and the word lists compare it: case-folded, a curly apostrophe made straight,
+    composed (NFC: a decomposed "Señora", as macOS writes it, is the title "señora" of the lists)."""
+    return unicodedata.normalize("NFC", w.casefold().replace("\u2019", "'"))
 
 
 def fold_words(words: Sequence[str]) -> list[str]:
-    """``fold_word`` of each word, in one pass over their text: case folding maps each character on its
-    own, so folding the words joined by NUL and splitting again gives each word's folding (a story
-    with a NUL of its own is folded word by word)."""
-    out = "\0".join(words).casefold().replace("\u2019", "'").split("\0")
+    """``fold_word`` of each word, in one pass over their text: case folding and composition map each word
+    on its own (NUL composes with nothing), so folding the words joined by NUL and splitting again gives each
+    word's folding (a story with a NUL of its own is folded word by word)."""
+    out = unicodedata.normalize("NFC", "\0".join(words).casefold().replace("\u2019", "'")).split("\0")
     return out if len(out) == len(words) and words else [fold_word(w) for w in words]
 
 

@@ -776,6 +776,10 @@ def _decode_names(text, tags, roles=("doctor", "needy patient")):
                                                   ("Patel", 1, 0): 0.9}, "Maya Patel"),
     ("- Maya\n- Ethan\n\nMaya paid.", {("Maya", 0, 0): 0.9, ("Ethan", 0, 0): 0.9, ("Maya", 1, 0): 0.9}, "Maya"),
     ("Ana Lee-\nRuiz came.", {("Ana", 0, 0): 0.9, ("Lee", 0, 0): 0.9, ("Ruiz", 0, 0): 0.9}, "Ana Lee"),
+    # a title written in decomposed form (macOS writes it) is the same title: "Señora Lopez" has no first name
+    ("Sen\u0303ora Lopez smiled.", {("Lopez", 0, 0): 0.9}, "Sen\u0303ora Lopez"),
+    ("Sen\u0303ora Lopez smiled.", {("Sen\u0303ora", 0, 0): 0.9, ("Lopez", 0, 0): 0.9}, "Sen\u0303ora Lopez"),
+    ("Fra\u0308ulein Weber. Weber smiled.", {("Weber", 0, 0): 0.9}, "Fra\u0308ulein Weber"),
 ])
 def test_decode_name_runs_as_written(text, tags, want):
     assert _decode_names(text, tags)[0] == want
