@@ -105,6 +105,13 @@ def _labeller_that(make, change):
     return made
 
 
+def _hashes(store):
+    from harness.audit.labels import text_sha1
+
+    gens = store.read_stage(GENERATIONS, columns=["prompt_id", "sample_idx", "text_clean"])
+    return {k: text_sha1(t) for k, t in zip(zip(gens.prompt_id, gens.sample_idx.astype(int)), gens.text_clean)}
+
+
 def test_the_label_stage_labels_retried_generations_and_resumes(tmp_path, monkeypatch):
     """A failed generation (no story) is not labelled but counted; once generate has retried it, the label
     stage labels it. A killed label stage keeps its committed shards and a rerun labels only the rest."""
@@ -134,7 +141,9 @@ def test_the_label_stage_labels_retried_generations_and_resumes(tmp_path, monkey
     assert L.label_run(cfg(tmp_path, label={"labeller": "rules", "shard_rows": 9}), store, progress=False)[:2] == (0, 12)
 
     # a story whose labelling failed in the backend (an LLM server down) keeps its reason and is labelled
-    # again by the next run; the identities stage then reads the retry's rows
+    # again by the next run; the identities stage then reads the retry's rows. The stage says so as generate does:
+    # exit 4 (a BackendError), so neither a job array's scheduler nor `harness run` takes the shard for done
+    from harness.errors import BackendError
     from harness.labelling.base import failed
 
     c3 = cfg(tmp_path, label={"labeller": "rules", "shard_rows": 4}, output_dir=str(tmp_path / "run3"))
@@ -144,7 +153,11 @@ def test_the_label_stage_labels_retried_generations_and_resumes(tmp_path, monkey
         s, "llm: backend error: HTTP 503 in 3 attempt(s)") if s.story_id == "labor-laden-02#1" else res)
     monkeypatch.setattr(L, "make_labeller", server_down_for_one)
     store3 = RunStore(c3.output_dir)
-    assert L.label_run(c3, store3, progress=False) == (12, 11, 2, 0)  # both roles of that story failed
+    with pytest.raises(BackendError, match=r"labels: the labelling of 1 of 12 stories failed in the LLM backend \(the "
+                                           r"first: llm: backend error: HTTP 503 in 3 attempt\(s\)\); the labels that "
+                                           r"came are on disk: fix the cause and rerun the same command"):
+        L.label_run(c3, store3, progress=False)
+    assert len(L.labelled_keys(store3, _hashes(store3))) == 11  # and the failed story waits for the rerun
     monkeypatch.setattr(L, "make_labeller", real_make)
     # the retry is labelled by the labeller as resolved now, which must be the one of the first labelling
     first = store3.read_manifest()["labeller"]
@@ -194,6 +207,31 @@ def test_the_label_stage_labels_retried_generations_and_resumes(tmp_path, monkey
     store2.shard_paths(GENERATIONS)[0].write_bytes(b"not parquet")
     with pytest.raises(DataError, match=r"generations/.*\.parquet: unreadable shard .*delete it and rerun"):
         L.label_run(c2, store2, progress=False)
+
+
+def test_a_label_shard_whose_write_fails_keeps_its_stories_for_the_write_on_the_way_out(tmp_path, monkeypatch):
+    """A disk quota hit once in a shard's write: its rows were taken out before the write, so the write on the
+    way out had nothing left to keep and up to shard_rows rows (an hour of an LLM labeller) were lost."""
+    import harness.audit.labels as L
+
+    c = cfg(tmp_path, label={"labeller": "rules", "shard_rows": 4})
+    generate_run(c, backend=EchoBackend(), progress=False)
+    store = RunStore(c.output_dir)
+    real, calls = RunStore.write_shard, []
+
+    def quota_once(self, stage, rows, tag, schema=None):
+        calls.append(len(rows))
+        if stage == L.LABELS and len(calls) == 2:
+            raise OSError(122, "Disk quota exceeded")
+        return real(self, stage, rows, tag, schema)
+
+    monkeypatch.setattr(RunStore, "write_shard", quota_once)
+    with pytest.raises(OSError, match="Disk quota"):
+        L.label_run(c, store, progress=False)
+    rows = store.read_stage(L.LABELS, key=("prompt_id", "sample_idx", "role"))
+    assert calls[1] == calls[2] and len(rows) == calls[0] + calls[2]
+    monkeypatch.setattr(RunStore, "write_shard", real)
+    assert L.label_run(c, store, progress=False)[1] == 12
 
 
 def test_a_story_made_again_with_another_text_is_labelled_again_and_read_with_its_new_labels(tmp_path):

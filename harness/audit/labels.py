@@ -333,6 +333,7 @@ def label_run(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int] = (0, 1
         return 0, len(done), 0, unretried
     labeller = make_labeller(cfg, echo=echo)
     failed = 0
+    outage: list[str] = []  # the first status of each story whose labelling failed in an LLM backend
 
     def claim(manifest: dict[str, Any], alone: bool) -> None:
         # again under the run's lock, before recording them: since the check above, which the labeller's start (or
@@ -353,6 +354,8 @@ def label_run(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int] = (0, 1
             try:
                 for (pid, idx, _), labels in zip(todo, labeller.iter_label(stories, batch_size=cfg.label.batch_size,
                                                                            progress=progress)):
+                    if down := [c.status for c in labels.characters if c.status.startswith(BACKEND_FAILURE)]:
+                        outage.append(down[0])
                     for c in labels.characters:  # whole stories only: a shard never holds half of one
                         failed += c.status != "ok"
                         rows.append({
@@ -363,8 +366,8 @@ def label_run(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int] = (0, 1
                             TEXT_SHA1: hashes[(pid, idx)],
                         })
                     if len(rows) >= cfg.label.shard_rows:
-                        written, rows = rows, []
-                        store.write_shard(LABELS, written, f"labels-{i}of{n}", LABEL_SCHEMA)
+                        store.write_shard(LABELS, rows, f"labels-{i}of{n}", LABEL_SCHEMA)
+                        rows = []  # only once written: a write that fails (a full disk) leaves them to the one below
             except BaseException:  # Ctrl-C, a kill the process sees, a labeller's crash: the stories labelled
                 if rows:  # so far are kept (up to shard_rows of them, an hour of an LLM labeller), as generate's
                     with contextlib.suppress(Exception):
@@ -374,4 +377,9 @@ def label_run(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int] = (0, 1
                 store.write_shard(LABELS, rows, f"labels-{i}of{n}", LABEL_SCHEMA)
     finally:
         labeller.close()
+    if outage:  # as generate's: exit 4, so a job array's scheduler or a script sees the shard as not done, and
+        # `harness run` goes no further than the stories that were labelled (they would count as unnamed)
+        raise BackendError(f"{store.stage_dir(LABELS)}: the labelling of {len(outage)} of {len(todo)} stories failed "
+                           f"in the LLM backend (the first: {one_line(outage[0])}); the labels that came are on disk: "
+                           f"fix the cause and rerun the same command, which labels only those stories again")
     return len(todo), len(labelled_keys(store, hashes)), failed, unretried

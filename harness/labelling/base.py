@@ -234,9 +234,12 @@ def dedupe(words: Iterable[str]) -> tuple[str, ...]:
 # the labeller interface
 
 
+ERROR_PREFIX = "labeller error: "
+
+
 def error_status(e: BaseException) -> str:
     """The status of a story whose labelling raised ``e``."""
-    return f"labeller error: {type(e).__name__}: {e}"[:300]
+    return f"{ERROR_PREFIX}{type(e).__name__}: {e}"[:300]
 
 
 def warn_one_at_a_time(error: str) -> None:
@@ -244,7 +247,7 @@ def warn_one_at_a_time(error: str) -> None:
     at a time, once per kind of error and place (Python's default warning filter): where every batch runs
     out of GPU memory, each is retried story by story, many times slower, and the labels alone do not
     show it."""
-    kind = error.removeprefix("labeller error: ").split(":", 1)[0]
+    kind = error.removeprefix(ERROR_PREFIX).split(":", 1)[0]
     hint = (": a smaller --batch-size avoids the retries" if "out of memory" in error.lower() else
             "; a story that fails alone too is kept with the error as its status")
     warnings.warn(f"labeller: a batch of stories failed ({kind}); its stories are labelled one at a time{hint}",
@@ -256,7 +259,10 @@ def label_or_keep(label: Callable[[Sequence[Any]], list[StoryLabels]], items: Se
     """``label(items)``, where an item that breaks the labeller (a text spaCy refuses, an input the model
     cannot take, a batch too large for the GPU's memory) is labelled alone and kept with the error as its
     status, and the rest of its batch is labelled as it would have been. ``story`` gives an item's story
-    (items may carry more, as a decoder's story, encoding and probabilities do)."""
+    (items may carry more, as a decoder's story, encoding and probabilities do). Where every item of a batch
+    of several fails alone too, the fault is the labeller's or the machine's (a model that does not load, a
+    GPU another job fills), not the stories': the last item's error is raised, as ``host_pool.forward_or_keep``
+    raises it, since the label stage keeps a story's "labeller error" as its final labels."""
     try:
         return label(items)
     except Exception as e:  # noqa: BLE001 - kept on the story, never raised past it
@@ -265,7 +271,12 @@ def label_or_keep(label: Callable[[Sequence[Any]], list[StoryLabels]], items: Se
     # allocated (a forward pass's activations on the GPU that ran out of memory) until the block ends
     if len(items) > 1:
         warn_one_at_a_time(error)
-        return [lab for item in items for lab in label_or_keep(label, [item], story)]
+        out: list[StoryLabels] = []
+        for k, item in enumerate(items):
+            if k == len(items) - 1 and all(lab.status.startswith(ERROR_PREFIX) for lab in out):
+                return out + label([item])  # raises where this one fails too
+            out += label_or_keep(label, [item], story)
+        return out
     return [failed(story(items[0]), error)]
 
 

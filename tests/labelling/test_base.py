@@ -200,6 +200,30 @@ def test_a_failed_batch_is_retried_story_by_story_after_its_memory_is_released()
     assert [g.characters[0].name for g in got] == ["1", None, "3"]
 
 
+def test_a_labeller_that_fails_every_story_of_a_batch_alone_too_raises_rather_than_labels_them_all_failed():
+    """A model that does not load, a GPU another job fills: every story kept "labeller error" became the run's final
+    labels (the label stage retries only backend failures), the stage exited 0 and the statistics counted them
+    as unnamed. As ``host_pool.forward_or_keep`` does, the error is raised where no story of the batch passes."""
+    from harness.labelling.base import label_or_keep
+
+    calls = []
+
+    def broken(stories):
+        calls.append(len(stories))
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    stories = [_story(i, "x" * (i + 1)) for i in range(3)]
+    with pytest.warns(RuntimeWarning), pytest.raises(RuntimeError, match="illegal memory access"):
+        label_or_keep(broken, stories)
+    assert calls == [3, 1, 1, 1]
+    # one story that fails among others that pass is the story's: kept with its reason
+    got = label_or_keep(lambda b: LengthLabeller()._label_batch(b) if len(b) == 1 and b[0].story_id != "s0"
+                        else broken(b), stories)
+    assert [g.status.split(":")[0] for g in got] == ["labeller error", "ok", "ok"]
+    # and a batch of one story alone cannot tell: kept
+    assert label_or_keep(broken, stories[:1])[0].status.startswith("labeller error: RuntimeError")
+
+
 def test_a_batch_retried_story_by_story_is_warned_about():
     # every batch out of GPU memory is retried one story at a time, many times slower: the labels alone
     # would not show it, so a warning says so and what avoids it
@@ -221,10 +245,12 @@ def test_a_batch_retried_story_by_story_is_warned_about():
         assert [g.status for g in label_or_keep(label, stories)] == ["ok", "ok", "ok"]
 
     def refuses(stories):
-        raise ValueError("no story here")
+        if len(stories) > 1 or stories[0].story_id == "s0":
+            raise ValueError("no story here")
+        return LengthLabeller()._label_batch(stories)
 
     with pytest.warns(RuntimeWarning, match="a story that fails alone too is kept with the error"):
-        label_or_keep(refuses, stories)
+        assert [g.status for g in label_or_keep(refuses, stories)][1:] == ["ok", "ok"]
 
     def forward(ids, am, tt):
         if len(ids) > 1:
