@@ -172,7 +172,10 @@ def _refuse_other_run(tmp: Path, meta: Path, info: dict[str, Any]) -> None:
 
 def _labelled_already(tmp: Path, items: list) -> list:
     """The labels a killed ``harness label label`` wrote to ``tmp`` already: those of the first ``items``, in
-    order (a rerun goes on after them). A torn last line is cut off; a file of other stories gives none."""
+    order (a rerun goes on after them). A torn last line is cut off; a file of other stories gives none; a line
+    that is no label record is refused, naming it (the labels before it are this run's: not thrown away).
+    Lines are split at "\\n" alone: a label may hold U+2028 or U+0085, written as they are (``ensure_ascii=False``),
+    which ``str.splitlines`` splits at, and every earlier label was lost to the half-lines."""
     if not tmp.is_file():
         return []
     from harness.labelling.base import StoryLabels
@@ -180,11 +183,13 @@ def _labelled_already(tmp: Path, items: list) -> list:
     data = tmp.read_bytes()
     whole = data[: data.rfind(b"\n") + 1]
     done: list = []
-    for line in whole.decode("utf-8", errors="replace").splitlines():
+    for k, line in enumerate(whole.split(b"\n")[:-1], 1):
         try:
-            res = StoryLabels.from_dict(json.loads(line))
-        except (ValueError, KeyError, TypeError, HarnessError):
-            return []
+            res = StoryLabels.from_dict(json.loads(line.decode("utf-8", errors="replace")))
+        except (ValueError, KeyError, TypeError, HarnessError) as e:
+            raise DataError(f"{tmp}, line {k}: not a label record ({' '.join(str(e).split())[:120]}); it holds this run's "
+                            f"labels: mend or cut that line to resume after the ones before it, or delete {tmp} to "
+                            f"label these stories from the start") from None
         if len(done) >= len(items) or res.story_id != items[len(done)].story_id:
             return []
         done.append(res)

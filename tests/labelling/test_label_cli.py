@@ -413,6 +413,26 @@ def test_a_killed_label_command_resumes(tmp_path, gold_path, monkeypatch, tiny_e
     assert f"labelled {len(full)} stories (0 with a non-ok status), 8 of them by an earlier run" in r.stdout
     assert out.read_text().splitlines() == full and not tmp.exists() and not meta.exists()
 
+    # a label holding U+2028 or U+0085 (a name copied from a story), written as it is: str.splitlines split its line
+    # in two, the file read as another run's and every label of the killed run was thrown away
+    killed_after(8)
+    kept = tmp.read_text().splitlines()
+    row = json.loads(kept[3])
+    kept[3] = json.dumps({**row, "characters": [{**row["characters"][0], "name": "Ana\u2028Lee\x85"},
+                                                *row["characters"][1:]]}, ensure_ascii=False)
+    tmp.write_text("\n".join(kept) + "\n")
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0 and "resuming: 8 stories already labelled" in r.stderr
+    assert json.loads(out.read_text().split("\n")[3])["characters"][0]["name"] == "Ana\u2028Lee\x85"
+    # a line that is no label record, in this run's file: named, and the labels kept
+    killed_after(8)
+    kept = tmp.read_text().splitlines()
+    tmp.write_text("\n".join(kept[:5] + ["{not json"] + kept[6:]) + "\n")
+    r = runner.invoke(app, args)
+    _one_line_error(r, 3, f"{tmp}, line 6", "not a label record (")
+    assert tmp.read_text().splitlines()[:5] == kept[:5]
+    tmp.unlink()
+
     # the count of non-ok statuses covers the stories the killed run labelled, too
     killed_after(8)
     kept = tmp.read_text().splitlines()
