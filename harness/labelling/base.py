@@ -280,6 +280,19 @@ def label_or_keep(label: Callable[[Sequence[Any]], list[StoryLabels]], items: Se
     return [failed(story(items[0]), error)]
 
 
+def _as_asked(story: StoryInput, labels: StoryLabels) -> StoryLabels:
+    """``labels``, where they are the story's and hold each of its roles once; else the story kept failed with
+    what differs (a labeller that left a role out dropped that character from every table, silently, and one
+    that added a role stopped the label stage with a KeyError)."""
+    want = [r.key for r in story.roles]
+    got = [c.role for c in labels.characters]
+    if labels.story_id == story.story_id and sorted(got) == sorted(want):
+        return labels
+    what = (f"the labels of story {labels.story_id!r}" if labels.story_id != story.story_id else
+            f"roles {', '.join(got) or 'none'} for {', '.join(want)}")
+    return failed(story, f"{ERROR_PREFIX}the labeller returned {what}")
+
+
 class Labeller(abc.ABC):
     """Base class of every labeller; subclasses implement ``_label_batch``.
 
@@ -391,7 +404,7 @@ class Labeller(abc.ABC):
                     raise RuntimeError(f"{self.name} labeller returned {len(labels)} results "
                                        f"for {len(idx)} stories")
                 for j, lab in zip(idx, labels):
-                    win[1][j] = lab
+                    win[1][j] = _as_asked(win[0][j], lab)
                 win[2] -= 1
                 if bar is not None:
                     bar.update(len(idx))

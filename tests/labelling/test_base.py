@@ -139,6 +139,35 @@ def test_batches_stream_across_windows_and_results_keep_the_callers_order(ahead)
     assert [b[0] for b in lab.batches] == [i for w in windows for i in sorted(w, key=lambda i: -len(texts[int(i[1:])]))]
 
 
+def test_labels_that_are_not_the_storys_roles_keep_the_story_failed_with_what_differs():
+    """A labeller that left a role out dropped that character from every table (exit 0), one that added a role
+    stopped the label stage with a KeyError, one that answered for another story mislabelled this one."""
+
+    class Sloppy(LengthLabeller):
+        def _label_batch(self, stories):
+            out = []
+            for lab in super()._label_batch(stories):
+                if lab.story_id == "s0":  # the object left out
+                    lab = StoryLabels("s0", lab.characters[:1])
+                elif lab.story_id == "s1":  # a role the prompt does not have
+                    lab = StoryLabels("s1", (*lab.characters, CharacterLabel("witness", "Bo")))
+                elif lab.story_id == "s2":
+                    lab = StoryLabels("s9", lab.characters)
+                out.append(lab)
+            return out
+
+    stories = [_story(i, "x" * (i + 1), two=True) for i in range(4)]
+    got = Sloppy().label(stories)
+    assert [g.story_id for g in got] == ["s0", "s1", "s2", "s3"]
+    assert [g.status for g in got] == [
+        "labeller error: the labeller returned roles subject for subject, object",
+        "labeller error: the labeller returned roles subject, object, witness for subject, object",
+        "labeller error: the labeller returned the labels of story 's9'", "ok"]
+    assert all(c.name is None for g in got[:3] for c in g.characters) and [c.role for c in got[1].characters] == [
+        "subject", "object"]
+    assert [c.name for c in got[3].characters] == ["4", "4"]
+
+
 def test_a_labeller_that_stops_early_is_an_error():
     class Short(LengthLabeller):
         def _label_batches(self, batches, stories):
