@@ -301,8 +301,10 @@ class RunStore:
         first under that lock (``alone``: no other job holds the stage's) to check the settings the run recorded
         against the job's and to record them: checked before the lock, two jobs started together both passed and
         then wrote with different settings. A job alone deletes every temporary file of the stage, those a
-        killed job of another shard count left too (no later job has its tag); beside another job, only its own
-        tag's, as the other's may be a shard it is committing."""
+        killed job of another shard count left too (no later job has its tag); beside another job, none: the
+        other's may be a shard it is committing, under this job's tag too (a requeued array task beside the one
+        still running, two jobs without ``--shard``). The next job alone deletes what is left (hidden files,
+        never read)."""
         make_folder(self.root, "output_dir")  # a run's first write: a folder that cannot be made is named
         d = self.stage_dir(stage)
         run_folder(d)
@@ -315,7 +317,8 @@ class RunStore:
                     alone = False
                 if claim is not None:
                     claim(manifest, alone)
-                self.clean_partial(stage, None if alone else tag)
+                if alone:
+                    self.clean_partial(stage)
                 fcntl.flock(lock, fcntl.LOCK_SH)  # no wait: a job holds it exclusively only under the manifest's lock
             yield
 

@@ -497,7 +497,8 @@ def test_a_shard_not_yet_renamed_is_not_read_and_another_jobs_start_does_not_del
 def test_a_killed_jobs_temporary_file_of_another_shard_count_is_deleted_by_the_next_job_alone(tmp_path):
     """Each job deleted only its own tag's temporary files, so those of a job killed mid-write and rerun with
     another shard count (4 jobs, then 2 or one) stayed for ever. A job that starts while no other writes the stage
-    deletes every one; beside a running job (here the store's lock held as that job holds it), only its own."""
+    deletes every one; beside a running job (here the store's lock held as that job holds it), none: a job of the
+    same tag (a requeued array task beside the one still running) deleted the shard the other was committing."""
     import harness.audit.labels as L
 
     c = cfg(tmp_path, label={"labeller": "rules"})
@@ -514,11 +515,13 @@ def test_a_killed_jobs_temporary_file_of_another_shard_count_is_deleted_by_the_n
     assert not killed.exists()
 
     other, own = (store.stage_dir(GENERATIONS) / f".tmp-gen-{t}-x.parquet" for t in ("3of4", "1of2"))
-    with store.writing(GENERATIONS, "gen-3of4"):  # a job of the other shard count, still running
+    with store.writing(GENERATIONS, "gen-1of2"):  # a job of the same tag, still running, and its shard half written
         for p in (other, own):
             p.write_bytes(b"half a parquet")
         generate_run(c, shard=(1, 2), backend=EchoBackend(), progress=False)
-    assert other.exists() and not own.exists()
+        assert other.exists() and own.exists()
+    generate_run(c, shard=(1, 2), backend=EchoBackend(), progress=False)  # alone: every leftover goes
+    assert not other.exists() and not own.exists()
 
 
 def test_a_shard_reaches_the_disk_before_its_rename_and_its_rename_after(tmp_path, syncs_and_renames):
