@@ -170,6 +170,45 @@ def _refuse_other_run(tmp: Path, meta: Path, info: dict[str, Any]) -> None:
                       f"delete {tmp} to label these stories from the start")
 
 
+def _hold_out(out: Path) -> Any:
+    """An exclusive lock on ``OUT.tmp.lock`` for one ``harness label label`` into ``out`` (the open file; released
+    by ``_release_out``). Two at once (a command run twice, a requeued job beside the first) both resumed
+    ``OUT.tmp`` and appended to it, and OUT held stories twice. A lock file deleted by the job ending as another
+    took it is taken again, so two jobs never hold locks on two files of one name."""
+    import fcntl
+    import os
+
+    path = out.with_name(out.name + ".tmp.lock")
+    while True:
+        f = open(path, "a")  # noqa: SIM115 - held until _release_out
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.close()
+            raise ConfigError(f"--out {out}: another `harness label label` is labelling into it ({path} is held); "
+                              f"wait for it to end, or give another --out") from None
+        try:
+            if os.stat(path).st_ino == os.fstat(f.fileno()).st_ino:
+                return f
+        except FileNotFoundError:
+            pass
+        f.close()  # deleted by the job that held it as it ended: the next one of that name
+
+
+def _release_out(lock: Any) -> None:
+    """Delete and release ``_hold_out``'s lock file (deleted while held: a job that opened it meanwhile finds
+    it gone once it has the lock, and takes a new one)."""
+    if lock is None:
+        return
+    import os
+
+    try:
+        os.unlink(lock.name)
+    except FileNotFoundError:
+        pass
+    lock.close()
+
+
 def _labelled_already(tmp: Path, items: list) -> list:
     """The labels a killed ``harness label label`` wrote to ``tmp`` already: those of the first ``items``, in
     order (a rerun goes on after them). A torn last line is cut off; a file of other stories gives none; a line
@@ -433,6 +472,7 @@ def label_(
     from harness.labelling.data import read_stories
     from harness.store import atomic_write, atomic_write_text, check_output_file, commit_file
 
+    lock = None
     try:
         check_output_file(out, "--out")
         tmp = out.with_name(out.name + ".tmp")
@@ -444,6 +484,7 @@ def label_(
                 raise ConfigError(f"--out {out}: the labels would be written over the stories file {stories}{via}; "
                                   f"give another path for the labels")
         _refuse_unread_options(ctx, labeller)
+        lock = _hold_out(out)
         items = read_stories(stories)
         if not items:  # before the labeller loads, and before an earlier OUT is written over with nothing
             raise DataError(f"{stories}: no stories to label; pass a JSONL file with one story per line "
@@ -488,6 +529,8 @@ def label_(
         meta.unlink(missing_ok=True)
     except HarnessError as e:
         _fail(e)
+    finally:
+        _release_out(lock)
     typer.echo(f"labelled {len(items)} stories ({n_bad} with a non-ok status)"
                f"{f', {done} of them by an earlier run' if done else ''} -> {out}")
 

@@ -386,6 +386,25 @@ def test_bad_rows_name_their_file_line_and_field(tmp_path, gold_path):
     assert not (tmp_path / "m").exists()
 
 
+def test_a_second_label_command_into_the_same_out_is_refused_while_the_first_runs(tmp_path, gold_path):
+    """Two at once (a command run twice, a requeued job beside the first) both resumed OUT.tmp and appended to it:
+    OUT held stories twice. The second is refused; the lock file goes with the run that held it."""
+    import fcntl
+
+    out = tmp_path / "labels.jsonl"
+    args = ["label", str(gold_path), "--out", str(out), "--labeller", "rules"]
+    lock = tmp_path / "labels.jsonl.tmp.lock"
+    with open(lock, "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # as the first run holds it
+        r = runner.invoke(app, args)
+        _one_line_error(r, 2, f"--out {out}: another `harness label label` is labelling into it ({lock} is held)")
+        assert not out.exists() and not (tmp_path / "labels.jsonl.tmp").exists()
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0 and out.is_file() and not lock.exists()
+    lock.write_text("")  # one left by a killed run, held by nobody: taken
+    assert runner.invoke(app, args).exit_code == 0 and not lock.exists()
+
+
 def test_a_killed_label_command_resumes(tmp_path, gold_path, monkeypatch, tiny_encoder):
     """``label`` writes OUT.tmp as it goes: a rerun keeps the whole lines of a killed run (a torn last line
     is cut) and labels only the rest; a .tmp of other stories, or of the same story ids with other texts, or
