@@ -45,6 +45,18 @@ def quoted(words: Sequence[str]) -> list[bool]:
 #: Titles written before a name ("Mr. Thompson", "Chef Maria"), case-folded without their ".": not name words.
 NAME_TITLES = frozenset({"mr", "mrs", "ms", "miss", "mx", "dr", "chef", "nurse", "coach", "professor", "prof", "sir",
                          "madam", "mister", "doctor", "officer", "captain", "judge", "uncle", "aunt"})
+#: Titles written abbreviated, with a point ("Dr. Ruiz", "Sen. Hart", "Sra. Lopez": the abbreviations among the
+#: titles above and the name parser's): a point after one ends no sentence, where a point after a title written
+#: in full does ("He went to see the doctor. He said", "She thanked the Principal. Maya smiled").
+ABBREVIATED_TITLES = frozenset({"mr", "mrs", "ms", "mx", "dr", "prof", "rev", "fr", "det", "lt", "sgt", "capt", "col",
+                                "gen", "cmdr", "sen", "gov", "rep", "maj", "cpl", "sr", "sra", "srta", "mme", "mlle"})
+#: What ends a line, as ``str.splitlines`` reads it (CR alone, the Unicode line and paragraph separators too).
+LINE_BREAKS = frozenset("\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029")
+
+
+def breaks_line(text: str) -> bool:
+    """Whether ``text`` holds a line break (``LINE_BREAKS``)."""
+    return not LINE_BREAKS.isdisjoint(text)
 
 
 def _reject_unknown(cls: type, d: dict[str, Any], where: str) -> None:

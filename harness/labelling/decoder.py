@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 from harness.identity.gender import epicene_spans, infer_gender
 from harness.identity.names import name_lists, without_role_title
 from harness.labelling import role_agent, role_apposition
-from harness.labelling.base import NAME_TITLES, QUOTES, CharacterLabel, StoryInput, StoryLabels
+from harness.labelling.base import (ABBREVIATED_TITLES, NAME_TITLES, QUOTES, CharacterLabel, StoryInput, StoryLabels,
+                                    breaks_line)
 from harness.labelling.name_completion import complete_names
 from harness.labelling.name_gender import (DEFAULT_STRENGTH, check_pronoun_sets, default_lexicon,
                                           keep_the_names_gender, names_agree)
@@ -35,7 +36,9 @@ if TYPE_CHECKING:
 
 #: The version of the decoding (the encoder labeller's info carries it): a release that decodes a story's
 #: scores into other labels bumps it, so a run's labels of two versions are not mixed.
-DECODER_VERSION = "3"  # 2: a name never runs across a line break; 3: words compared composed (NFC)
+DECODER_VERSION = "3"  # 2: a name never runs across a line break; 3: words compared composed (NFC), a title
+# joins a name only on its line and abbreviated across a point, particles only after a name word or a title, the checks
+# read completed names
 #: How a word type's occurrences are pooled into one score per role (``WordDecoder.reference_pool``).
 REFERENCE_POOLS = ("mean", "max")
 #: Pronoun families: a character's pronouns agree, so decoding keeps one family per character.
@@ -107,14 +110,25 @@ class WordDecoder:
 
         def goes_on_after_dot(run: list[int]) -> bool:
             """Whether a run that a "." follows goes on to the word after it: its last word is an initial
-            ("J. Cole", "John F. Kennedy") or a title with only titles and initials before it ("Sen. Hart",
-            "Lt. Col. Smith"). A title after a name word is the surname that ends a sentence, as "King",
-            "Major" or "Prince" may be ("Dr. Maya King. Maya smiled": one run would give no first name)."""
-            return initial(run[-1]) or all(keys[k] in titles or initial(k) for k in run)
+            ("J. Cole", "John F. Kennedy") or an abbreviated title with only such titles and initials before it
+            ("Sen. Hart", "Lt. Col. Smith"). A title after a name word is the surname that ends a sentence, as
+            "King", "Major" or "Prince" may be ("Dr. Maya King. Maya smiled": one run would give no first name),
+            and a title written in full ends one ("She thanked the Principal. Maya smiled")."""
+            return initial(run[-1]) or all(keys[k] in ABBREVIATED_TITLES or initial(k) for k in run)
+
+        def glued_title(j: int) -> bool:
+            """Whether word ``j`` is the point of an abbreviated title written as one ("Mr."; not the "Principal."
+            that ends a sentence)."""
+            return (j >= 1 and words[j][0] == "." and words[j - 1][2] == words[j][1]
+                    and keys[j - 1] in ABBREVIATED_TITLES)
+
+        def on_its_line(j: int, run: list[int]) -> bool:
+            """Whether word ``j`` before ``run`` is on the run's line (a title line is no part of the name)."""
+            return not breaks_line(text[words[j][2]:words[run[0]][1]])
 
         runs: list[list[int]] = []
         for i in (w.scored & (col >= (threshold or self.threshold))).nonzero()[0].tolist():
-            if runs and "\n" not in text[words[runs[-1][-1]][2]:words[i][1]] and (
+            if runs and not breaks_line(text[words[runs[-1][-1]][2]:words[i][1]]) and (
                     i == runs[-1][-1] + 1 or (i == runs[-1][-1] + 2 and (
                     words[i - 1][0] == "-" or (words[i - 1][0] == "." and goes_on_after_dot(runs[-1]))
                     or _glued_name_part(words, i - 1)))):
@@ -132,12 +146,19 @@ class WordDecoder:
             score = float(col[run].sum())
             if keys[run[0]] not in titles:
                 j = run[0] - 1
-                while j >= 0 and keys[j] in particles and not cap(j):  # "von" of "Dr. von Braun", "da Vinci"
-                    run = [j, *run]
+                while j >= 0 and keys[j] in particles and not cap(j) and on_its_line(j, run):
                     j -= 1
-                if j >= 1 and words[j][0] == "." and words[j - 1][2] == words[j][1]:  # "Mr." written as one
+                # a surname's particles ("von" of "Dr. von Braun", "da" of "Leonardo da Vinci") after a title or a
+                # name word; not words of the sentence ("At ten Maya arrived", "loaded the van Maya drove")
+                if j < run[0] - 1:
+                    if on_its_line(max(j, 0), run) and (glued_title(j) or (j >= 0 and cap(j)
+                                                                        and keys[j] not in _stop_words())):
+                        run = [*range(j + 1, run[0]), *run]
+                    else:
+                        j = run[0] - 1
+                if glued_title(j):
                     j -= 1
-                if j >= 0 and cap(j) and keys[j] in titles:
+                if j >= 0 and cap(j) and keys[j] in titles and on_its_line(j, run):
                     run = [j, *run]
             if _glued_name_part(words, run[-1] + 1):  # "O'Brien", "Ja'Nae": split at the apostrophe
                 run = [*run, run[-1] + 1]
@@ -169,6 +190,10 @@ class WordDecoder:
             status = self._status(e)
             chars = tuple(CharacterLabel(role.key, names[r], refs[r], status) for r, role in enumerate(story.roles))
             if self.name_table is not None:
+                # the checks read the first name the story writes before a surname alone ("Sarah Mitchell" for
+                # "Mitchell"), as the audit will: Mitchell, a man's first name, took Sarah's "she" for a third
+                # person's word
+                chars = complete_names(chars, story.text, e.words, self.name_table)
                 chars = check_pronoun_sets(chars, story.roles, self.name_table, self.name_strength)
             # the checks read single-quote dialogue as quotations ("'Let me pay,' he said")
             text, split = as_double_quotes(story.text, e.words, single_quote_dialogue(story.text, e.words))
@@ -237,12 +262,13 @@ class WordDecoder:
         # "Carter", "Jamal Carter"; not "Emma Smith", "Jack Smith"). A character both roles claim
         # goes to the role with the larger total probability for it, the other role takes its next
         # run that names someone else (or none)
-        runs = _own_runs([self._name_runs(e, w, 2 * r, story.text or "") for r in range(len(story.roles))])
+        text = story.text or ""
+        runs = _own_runs([self._name_runs(e, w, 2 * r, text) for r in range(len(story.roles))], e.words, text)
         if self.name_fallback:
             # a role left with no run of its own (none at the threshold, or only the continuation of
             # the other role's name) takes its runs at the fallback threshold
-            runs = _own_runs([rs or self._name_runs(e, w, 2 * r, story.text or "", self.name_fallback)
-                                for r, rs in enumerate(runs)])
+            runs = _own_runs([rs or self._name_runs(e, w, 2 * r, text, self.name_fallback)
+                              for r, rs in enumerate(runs)], e.words, text)
         chosen: list[list[int] | None] = [rs[0][1] if rs else None for rs in runs]
         # (role, the name words of the character taken) where a role's only character went to the other role
         lost = None
@@ -268,8 +294,8 @@ class WordDecoder:
             if lost is not None and self.name_fallback:
                 r, taken = lost
                 ends = {run[-1] for _, run, _ in runs[1 - r]}
-                run = next((run for k, run, _ in self._name_runs(e, w, 2 * r, story.text or "", self.name_fallback)
-                            if run[0] - 1 not in ends and not _any_same_character(k, taken)), None)
+                run = next((run for k, run, _ in self._name_runs(e, w, 2 * r, text, self.name_fallback)
+                            if not _continues(run, ends, e.words, text) and not _any_same_character(k, taken)), None)
                 if run is not None:
                     alt = self._finish(story, e, [run if i == r else chosen[i] for i in (0, 1)], refs)
                     checked = check_pronoun_sets(_labels(story, alt), story.roles, self.name_table,
@@ -333,6 +359,14 @@ class WordDecoder:
 
 #: What an apostrophe glues to a word without making a name of it ("Maya's", "can't", "ma'am").
 _CLITICS = frozenset({"s", "t", "d", "m", "ll", "re", "ve", "em", "n", "am", "til", "cause", "all"})
+
+
+@lru_cache(maxsize=1)
+def _stop_words() -> frozenset[str]:
+    """spaCy's English stop words ("at", "the", "then"): a capitalised one opens a sentence, no name."""
+    from spacy.lang.en.stop_words import STOP_WORDS
+
+    return frozenset(STOP_WORDS)
 
 
 @lru_cache(maxsize=1)
@@ -436,16 +470,23 @@ def _any_same_character(a: frozenset, names: Sequence[frozenset]) -> bool:
     return any(_same_character(a, b) for b in names)
 
 
-def _own_runs(runs: list[list[tuple[frozenset, list[int], float]]]) -> list[list[tuple[frozenset, list[int], float]]]:
-    """Each role's name runs without those right after the other role's run: such a run continues
-    that name ("Jamal" tagged for one role, "Carter" of "Jamal Carter" for the other), no name of its own."""
+def _own_runs(runs: list[list[tuple[frozenset, list[int], float]]], words: Sequence[tuple[str, int, int]], text: str
+              ) -> list[list[tuple[frozenset, list[int], float]]]:
+    """Each role's name runs without those right after the other role's run on its line: such a run continues
+    that name ("Jamal" tagged for one role, "Carter" of "Jamal Carter" for the other), no name of its own; on the
+    next line it is a name of its own ("Maya Patel\nEthan Brooks", a list of the characters)."""
     if len(runs) != 2:
         return runs
     runs = list(runs)
     for r in (0, 1):
         ends = {run[-1] for _, run, _ in runs[1 - r]}
-        runs[r] = [x for x in runs[r] if x[1][0] - 1 not in ends]
+        runs[r] = [x for x in runs[r] if not _continues(x[1], ends, words, text)]
     return runs
+
+
+def _continues(run: list[int], ends: set[int], words: Sequence[tuple[str, int, int]], text: str) -> bool:
+    """Whether ``run`` starts right after a run that ends at one of ``ends``, on its line."""
+    return run[0] - 1 in ends and not breaks_line(text[words[run[0] - 1][2]:words[run[0]][1]])
 
 
 def _labels(story: StoryInput, names_refs: tuple[list, list]) -> tuple[CharacterLabel, ...]:

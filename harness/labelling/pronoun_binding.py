@@ -51,7 +51,7 @@ from dataclasses import replace
 from functools import lru_cache
 
 from harness.identity.gender import infer_gender
-from harness.labelling.base import NAME_TITLES, QUOTES, CharacterLabel, RoleSpec, quoted
+from harness.labelling.base import ABBREVIATED_TITLES, NAME_TITLES, QUOTES, CharacterLabel, RoleSpec, quoted
 from harness.labelling.name_gender import (BINARY_PRONOUN_WORDS, BINARY_PRONOUNS, DEFAULT_STRENGTH, default_lexicon,
                                           female_share)
 from harness.labelling.role_agent import verb_forms
@@ -200,12 +200,12 @@ def touched_possessive(words: Sequence[str], i: int) -> bool:
 
 
 def _abbreviation_point(words: Sequence[str], i: int) -> bool:
-    """Whether ``words[i]`` is the point of a title or an initial ("Dr. Ruiz", "J. Cole"), which ends
-    no sentence."""
+    """Whether ``words[i]`` is the point of an abbreviated title or an initial ("Dr. Ruiz", "J. Cole"), which
+    ends no sentence; the point after a title written in full does ("Jordan went to see the doctor. He said")."""
     if words[i] != "." or i == 0:
         return False
     prev = words[i - 1]
-    return prev.lower() in NAME_TITLES or (len(prev) == 1 and prev.isupper())
+    return prev.lower() in ABBREVIATED_TITLES or (len(prev) == 1 and prev.isupper())
 
 
 def claim_unheld(words: Sequence[str], characters: tuple[CharacterLabel, ...], roles: tuple[RoleSpec, ...],

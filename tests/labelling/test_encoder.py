@@ -776,6 +776,22 @@ def _decode_names(text, tags, roles=("doctor", "needy patient")):
                                                   ("Patel", 1, 0): 0.9}, "Maya Patel"),
     ("- Maya\n- Ethan\n\nMaya paid.", {("Maya", 0, 0): 0.9, ("Ethan", 0, 0): 0.9, ("Maya", 1, 0): 0.9}, "Maya"),
     ("Ana Lee-\nRuiz came.", {("Ana", 0, 0): 0.9, ("Lee", 0, 0): 0.9, ("Ruiz", 0, 0): 0.9}, "Ana Lee"),
+    # a title that ends the sentence or the line before is no part of the name; an abbreviated one goes on
+    ("She thanked the Principal. Maya smiled.", {("Maya", 0, 0): 0.9}, "Maya"),
+    ("He bowed to the Queen. Maya laughed.", {("Maya", 0, 0): 0.9}, "Maya"),
+    ("The Coach\n\nMaya Patel ran.", {("Maya", 0, 0): 0.9, ("Patel", 0, 0): 0.9}, "Maya Patel"),
+    ("Dr.\nMaya Patel ran.", {("Maya", 0, 0): 0.9, ("Patel", 0, 0): 0.9}, "Maya Patel"),
+    ("Sra. Lopez smiled.", {("Lopez", 0, 0): 0.9}, "Sra. Lopez"),
+    ("Sgt. Lopez smiled.", {("Sgt", 0, 0): 0.9, ("Lopez", 0, 0): 0.9}, "Sgt. Lopez"),
+    # a particle after a name word or a title starts the surname; after a word of the sentence it is that word
+    ("At ten Maya arrived.", {("Maya", 0, 0): 0.9}, "Maya"),
+    ("He loaded the van Maya rented.", {("Maya", 0, 0): 0.9}, "Maya"),
+    ("Then de Luca came.", {("Luca", 0, 0): 0.9}, "Luca"),
+    ("Mr. de Luca came.", {("Luca", 0, 0): 0.9}, "Mr. de Luca"),
+    ("Ana\nde Luca came.", {("Luca", 0, 0): 0.9}, "Luca"),
+    # a line break of any kind ends a name: CR alone, the Unicode line separator
+    ("Maya Patel\rEthan Brooks ran.", {("Maya", 0, 0): 0.9, ("Patel", 0, 0): 0.9, ("Ethan", 0, 0): 0.9}, "Maya Patel"),
+    ("Maya Patel\u2028Ethan ran.", {("Maya", 0, 0): 0.9, ("Patel", 0, 0): 0.9, ("Ethan", 0, 0): 0.9}, "Maya Patel"),
     # a title written in decomposed form (macOS writes it) is the same title: "Señora Lopez" has no first name
     ("Sen\u0303ora Lopez smiled.", {("Lopez", 0, 0): 0.9}, "Sen\u0303ora Lopez"),
     ("Sen\u0303ora Lopez smiled.", {("Sen\u0303ora", 0, 0): 0.9, ("Lopez", 0, 0): 0.9}, "Sen\u0303ora Lopez"),
@@ -783,6 +799,14 @@ def _decode_names(text, tags, roles=("doctor", "needy patient")):
 ])
 def test_decode_name_runs_as_written(text, tags, want):
     assert _decode_names(text, tags)[0] == want
+
+
+def test_a_name_on_the_line_after_the_other_roles_name_is_a_name_of_its_own():
+    """A list of the characters: a run right after the other role's run continues that name only on its line."""
+    tags = {("Maya", 0, 0): 0.9, ("Patel", 0, 0): 0.9, ("Ethan", 0, 2): 0.9, ("Brooks", 0, 2): 0.9}
+    text = "Maya Patel\nEthan Brooks\n\nThe two met at noon."
+    assert _decode_names(text, tags) == ["Maya Patel", "Ethan Brooks"]
+    assert _decode_names(text.replace("\n", " ", 1), tags) == ["Maya Patel", None]  # "Maya Patel Ethan Brooks"
 
 
 def test_decode_a_name_and_a_pronoun_that_open_a_single_quotation():

@@ -16,7 +16,7 @@ def table(tmp_path_factory) -> str:
     rows = {"ROBERT": (2_759_332, 0.01), "WILL": (44_842, 0.02), "THEN": (139, 0.44), "EMILY": (900_000, 0.99),
             "JOSE": (500_000, 0.01), "MONIQUE": (60_000, 0.99), "NOOR": (10_250, 0.7), "MARYJANE": (25_540, 0.99),
             "SEAN": (400_000, 0.01), "YOUNG": (22_159, 0.3), "ANA": (321_858, 0.99), "LUCIA": (71_626, 0.99),
-            "SENORA": (10_500, 0.9)}  # not in the real counts: a title the table counts is still no first name
+            "SENORA": (10_500, 0.9), "MITCHELL": (124_000, 0.065), "SARAH": (1_000_000, 0.99), "DAVID": (3_000_000, 0.0)}  # not in the real counts: a title the table counts is still no first name
     path = tmp_path_factory.mktemp("names") / "first_names.parquet"
     pd.DataFrame({"key": list(rows), "census_count": [c for c, _ in rows.values()],
                   "nd_female": [f for _, f in rows.values()]}).to_parquet(path)
@@ -141,3 +141,19 @@ def test_the_decoder_writes_names_for_the_roles_they_end_in(table):
     assert names == ["Robert Mitchell", "Jimmy"]
     names = [c.name for c in WordDecoder(0.5, True, 384, None, action_check=False).decode(story, enc, p).characters]
     assert names == ["Mitchell", "Jimmy"]
+
+
+def test_the_name_check_reads_the_first_name_the_story_writes_before_a_surname_alone(table):
+    """The tagger named the lawyer by "Mitchell" alone: the name check read Mitchell, a man's first name (6.5%
+    female), as hers, took her "She" for a third person's word and left her without a gender; completed only at
+    the end, the name the audit reads was "Sarah Mitchell"."""
+    text = ("The renowned lawyer, Sarah Mitchell, met David Brooks at the courthouse. Mitchell listened as David "
+            "explained his case. She nodded and he smiled.")
+    words = split_words(text)
+    enc = _Encoded([], [], list(range(len(words))), words, False)
+    story = StoryInput("x", text, (RoleSpec("subject", "lawyer"), RoleSpec("object", "defendant")))
+    p = _probs(words, {("Mitchell", 1, 0): 0.9, ("She", 0, 1): 0.9, ("David", 0, 2): 0.9, ("Brooks", 0, 2): 0.9,
+                       ("David", 1, 2): 0.9, ("his", 0, 3): 0.9, ("he", 0, 3): 0.9})
+    out = WordDecoder(0.5, True, 384, table, action_check=False).decode(story, enc, p)
+    assert [(c.name, c.references) for c in out.characters] == [("Sarah Mitchell", ("She",)),
+                                                                ("David Brooks", ("his", "he"))]

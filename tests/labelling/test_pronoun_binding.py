@@ -146,8 +146,12 @@ def test_the_point_of_a_title_or_an_initial_ends_no_sentence():
     assert bind("Max thanked Dr. Paul Ruiz for his help.", "Paul Ruiz", [], "Max", ["he"]) == [(), ("he",)]
     assert bind("Max thanked Dr. Ruiz for his help.", "Dr. Ruiz", [], "Max", ["he"]) == [(), ("he",)]
     assert bind("Max met J. Paul Ruiz and his dog.", "J. Paul Ruiz", [], "Max", ["he"]) == [(), ("he",)]
-    # a sentence's own point still ends it
+    # a sentence's own point still ends it, after a title written in full too ("the doctor." is no "Dr.")
     assert bind("Max left. Paul Ruiz took his coat.", "Paul Ruiz", [], "Max", ["he"]) == [("his",), ("he",)]
+    assert bind("Sam waited. Jordan went to see the doctor. He said no.", "Jordan", [], "Sam", ["he"]) == [
+        (), ("he",)]
+    assert bind("Sam sat. Jordan waved to the nurse. He brought menus.", "Jordan", [], "Sam", ["he"]) == [
+        (), ("he",)]
     chars = (CharacterLabel("subject", "Dr. Riley", ()), CharacterLabel("object", "Max", ("he",)))
     words = [w for w, _, _ in split_words("Max thanked Dr. Riley for their help.")]
     assert [c.references for c in bind_singular_they(words, chars, ROLES)] == [(), ("he",)]
