@@ -46,6 +46,14 @@ from harness.labelling.words import starts_capitalised
 MIN_COUNT = 10_000
 
 
+#: Months that are common first names too (June, April, May, August ...), and the words before a month that make it
+#: one ("in June", "last May", "since August").
+MONTHS = frozenset({"january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
+                    "november", "december"})
+TIME_WORDS = frozenset({"in", "on", "by", "since", "until", "till", "through", "during", "last", "next", "this", "that",
+                        "early", "late", "mid", "of", "from", "every", "each", "before", "after"})
+
+
 @lru_cache(maxsize=1)
 def _not_first_names() -> frozenset[str]:
     """Titles, and the words ``parse_first_name`` takes for no first name ("Young", "Baby", "Sister")."""
@@ -92,10 +100,12 @@ def completed_name(name: str | None, text: str, words: Sequence[tuple[str, int, 
     others = {_fold(w) for w in others}
 
     def first_name_before(k: int, start: int) -> bool:
-        """Whether word ``k`` is a common first name written one space before ``start``."""
+        """Whether word ``k`` is a common first name written one space before ``start``, and no month a word
+        of time puts there ("In June Mitchell hired"; "June Mitchell" stays a name)."""
         w, _, w_end = words[k]
         return (starts_capitalised(w) and _name_word(w) and text[w_end:start] == " "
                 and _fold(w) not in _not_first_names() and _fold(w) not in others
+                and not (_fold(w) in MONTHS and k and _fold(words[k - 1][0]) in TIME_WORDS)
                 and _bearers(w, table) >= min_count)
 
     for i in range(1, len(words)):

@@ -16,7 +16,8 @@ def table(tmp_path_factory) -> str:
     rows = {"ROBERT": (2_759_332, 0.01), "WILL": (44_842, 0.02), "THEN": (139, 0.44), "EMILY": (900_000, 0.99),
             "JOSE": (500_000, 0.01), "MONIQUE": (60_000, 0.99), "NOOR": (10_250, 0.7), "MARYJANE": (25_540, 0.99),
             "SEAN": (400_000, 0.01), "YOUNG": (22_159, 0.3), "ANA": (321_858, 0.99), "LUCIA": (71_626, 0.99),
-            "SENORA": (10_500, 0.9), "MITCHELL": (124_000, 0.065), "SARAH": (1_000_000, 0.99), "DAVID": (3_000_000, 0.0)}  # not in the real counts: a title the table counts is still no first name
+            "SENORA": (10_500, 0.9), "MITCHELL": (124_000, 0.065), "SARAH": (1_000_000, 0.99), "DAVID": (3_000_000, 0.0),
+            "JUNE": (300_000, 0.99)}  # not in the real counts: a title the table counts is still no first name
     path = tmp_path_factory.mktemp("names") / "first_names.parquet"
     pd.DataFrame({"key": list(rows), "census_count": [c for c, _ in rows.values()],
                   "nd_female": [f for _, f in rows.values()]}).to_parquet(path)
@@ -37,6 +38,9 @@ def _complete(name, text, table, others=frozenset()):
     ("Mitchell met Sam. Robert\nMitchell left.", "Mitchell"),  # not one space apart: not written as one name
     ("Mitchell met Sam. ROBERT's Mitchell left.", "Mitchell"),  # "ROBERT's" is split: "s" is no name
     ("Mitchell smiled.", "Mitchell"),  # nothing before it
+    ("Mitchell ran the bakery. In June Mitchell hired a baker.", "Mitchell"),  # a month, not a first name
+    ("Mitchell ran the bakery. Since June Mitchell hired a baker.", "Mitchell"),
+    ("Mitchell ran the bakery. Her friend June Mitchell hired a baker.", "June Mitchell"),
 ])
 def test_a_one_word_name_takes_the_common_first_name_written_before_it(table, text, want):
     got = _complete("Mitchell", text, table)
