@@ -303,6 +303,18 @@ def test_the_label_settings_that_change_labels_are_checked_and_no_others(tmp_pat
     # a setting the run's labeller does not read changes none of its labels: the encoder's checks for the LLM
     # labeller, an llm block left in the config of a rules or encoder run
     L.check_label_settings(store, cfg(tmp_path, label={"labeller": "llm", "llm": resumed, "name_check": False}), 5)
+    # the LLM labeller's sampling and attempts change its replies: checked without stories to label too (the
+    # identities stage took labels of other sampling as the config's), and not where an earlier release's manifest
+    # did not record them
+    store.update_manifest(label_settings=L.label_settings(first))
+    with pytest.raises(ConfigError, match=r"other label settings \(llm_sampling None -> \{.*'temperature': 0\.7"):
+        L.check_label_settings(store, cfg(tmp_path, label={"labeller": "llm", "llm": resumed,
+                                                           "llm_sampling": {"temperature": 0.7}}), 5)
+    with pytest.raises(ConfigError, match=r"other label settings \(llm_attempts 3 -> 5\)"):
+        L.check_label_settings(store, cfg(tmp_path, label={"labeller": "llm", "llm": resumed, "llm_attempts": 5}), 5)
+    earlier = {k: v for k, v in L.label_settings(first).items() if k not in ("llm_sampling", "llm_attempts")}
+    store.update_manifest(label_settings=earlier)
+    L.check_label_settings(store, cfg(tmp_path, label={"labeller": "llm", "llm": resumed, "llm_attempts": 5}), 5)
     rules = cfg(tmp_path, label={"labeller": "rules"})
     store.update_manifest(label_settings=L.label_settings(rules))
     L.check_label_settings(store, cfg(tmp_path, label={"labeller": "rules", "llm": llm, "action_check": False}), 5)

@@ -231,12 +231,15 @@ def make_labeller(cfg: RunConfig, *, echo=print):
 
 #: The label settings that decide what the labels say (not batch or shard sizes, nor first-use training).
 LABEL_SETTINGS = ("labeller", "model_dir", "llm", "name_check", "action_check", "pronoun_binding", "apposition_check",
-                  "precision")
+                  "precision", "llm_sampling", "llm_attempts")
 #: Of ``LABEL_SETTINGS``, those each labeller reads (besides "labeller"): the others, changed, change none of its
 #: labels ("name_check" of an LLM-labelled run, a ``label.llm`` block left in an encoder run's config).
 LABELLER_SETTINGS = {"encoder": ("model_dir", "name_check", "action_check", "pronoun_binding", "apposition_check",
                                  "precision"),
-                     "llm": ("llm",), "rules": ()}
+                     "llm": ("llm", "llm_sampling", "llm_attempts"), "rules": ()}
+#: Of ``LABEL_SETTINGS``, those a manifest of an earlier release does not record: compared only where it does (the
+#: labeller's ``info()`` holds them too, which the label stage compares whenever it has stories to label).
+LATER_SETTINGS = ("llm_sampling", "llm_attempts")
 #: The fields of ``label.llm`` that decide what an LLM labeller writes: not its key, batching, timeouts or retries
 #: (a run resumed after a server outage may change those). Where the model is served is no setting here, but the
 #: labeller's ``info()`` holds it (``base_url``): a run resumed against another server is refused by
@@ -272,7 +275,7 @@ def check_label_settings(store: RunStore, cfg: RunConfig, labelled: int, running
     read = {"labeller"} | {k for lab in (old.get("labeller"), new["labeller"])
                            for k in LABELLER_SETTINGS.get(lab, LABEL_SETTINGS)}
     changed = [f"{k} {old.get(k)!r} -> {new.get(k)!r}" for k in LABEL_SETTINGS
-               if k in read and old.get(k) != new.get(k)]
+               if k in read and (k in old or k not in LATER_SETTINGS) and old.get(k) != new.get(k)]
     if changed:
         _refuse(store, labelled, changed, "restore them, or ")
 
