@@ -155,8 +155,10 @@ def _refuse_other_run(tmp: Path, meta: Path, info: dict[str, Any]) -> None:
         old = json.loads(meta.read_text())
     except (OSError, ValueError):
         old = None
-    if not isinstance(old, dict):
+    finish = "rerun that command to finish it"
+    if not isinstance(old, dict):  # an earlier release's run, or a sidecar lost: this release cannot finish it
         why = f"no readable {meta.name} says whose they are"
+        finish = "finish it with the release and command that wrote it"
     else:
         was = old.get("labeller") if isinstance(old.get("labeller"), dict) else {}
         now = json.loads(json.dumps(info, default=str))
@@ -166,7 +168,7 @@ def _refuse_other_run(tmp: Path, meta: Path, info: dict[str, Any]) -> None:
         # release that fingerprinted its device and path too
         why = (f"labeller settings {'; '.join(changed)}" if changed else
                f"the stories of {old.get('stories')} then, or a run of an earlier release")
-    raise ConfigError(f"{tmp}: holds {lines} labels of another run ({why}); rerun that command to finish it, or "
+    raise ConfigError(f"{tmp}: holds {lines} labels of another run ({why}); {finish}, or "
                       f"delete {tmp} to label these stories from the start")
 
 

@@ -403,6 +403,11 @@ def test_a_second_label_command_into_the_same_out_is_refused_while_the_first_run
     assert r.exit_code == 0 and out.is_file() and not lock.exists()
     lock.write_text("")  # one left by a killed run, held by nobody: taken
     assert runner.invoke(app, args).exit_code == 0 and not lock.exists()
+    # an OUT.tmp with no sidecar (an earlier release's run): this release cannot finish it, and says so
+    (tmp_path / "labels.jsonl.tmp").write_text(out.read_text().splitlines()[0] + "\n")
+    _one_line_error(runner.invoke(app, args), 2, "holds 1 labels of another run (no readable labels.jsonl.tmp.json "
+                                                 "says whose they are); finish it with the release and command that "
+                                                 "wrote it, or delete")
 
 
 def test_a_killed_label_command_resumes(tmp_path, gold_path, monkeypatch, tiny_encoder):
