@@ -130,7 +130,8 @@ class WordDecoder:
         for i in (w.scored & (col >= (threshold or self.threshold))).nonzero()[0].tolist():
             if runs and not breaks_line(text[words[runs[-1][-1]][2]:words[i][1]]) and (
                     i == runs[-1][-1] + 1 or (i == runs[-1][-1] + 2 and (
-                    words[i - 1][0] == "-" or (words[i - 1][0] == "." and goes_on_after_dot(runs[-1]))
+                    (words[i - 1][0] == "-" and words[i - 2][2] == words[i - 1][1])  # a hyphen, not a spaced dash
+                    or (words[i - 1][0] == "." and goes_on_after_dot(runs[-1]))
                     or _glued_name_part(words, i - 1)))):
                 runs[-1].append(i)
             else:

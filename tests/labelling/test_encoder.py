@@ -789,6 +789,10 @@ def _decode_names(text, tags, roles=("doctor", "needy patient")):
     ("Then de Luca came.", {("Luca", 0, 0): 0.9}, "Luca"),
     ("Mr. de Luca came.", {("Luca", 0, 0): 0.9}, "Mr. de Luca"),
     ("Ana\nde Luca came.", {("Luca", 0, 0): 0.9}, "Luca"),
+    # a hyphen glued to the word before joins a name written over it; a spaced dash is punctuation
+    ("Ana Lee- Ruiz came.", {("Ana", 0, 0): 0.9, ("Lee", 0, 0): 0.9, ("Ruiz", 0, 0): 0.9}, "Ana Lee- Ruiz"),
+    ("Maya - Ethan's mentor - smiled.", {("Maya", 0, 0): 0.9, ("Ethan", 0, 0): 0.9}, "Maya"),
+    ("Maya -Ethan ran.", {("Maya", 0, 0): 0.9, ("Ethan", 0, 0): 0.9}, "Maya"),
     # a line break of any kind ends a name: CR alone, the Unicode line separator
     ("Maya Patel\rEthan Brooks ran.", {("Maya", 0, 0): 0.9, ("Patel", 0, 0): 0.9, ("Ethan", 0, 0): 0.9}, "Maya Patel"),
     ("Maya Patel\u2028Ethan ran.", {("Maya", 0, 0): 0.9, ("Patel", 0, 0): 0.9, ("Ethan", 0, 0): 0.9}, "Maya Patel"),
