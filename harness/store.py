@@ -280,31 +280,28 @@ class RunStore:
         return path
 
     # -- shards -----------------------------------------------------------------------------
-    def clean_partial(self, stage: str, tag: str | None = None) -> int:
-        """Delete the temporary shards and tables (``PARTIAL_SUFFIXES``) a killed writer left behind; returns how
-        many. With ``tag`` (a ``write_shard`` tag: this job's shard), only that writer's: another shard's job
-        writing into the same stage at the same time keeps the shard it is committing. A record's temporary file
-        is kept: its writer may be renaming it now."""
+    def clean_partial(self, stage: str) -> int:
+        """Delete the temporary shards and tables (``PARTIAL_SUFFIXES``) killed writers left behind; returns how
+        many. Only for a job alone at the stage (``writing``): another job's may be a shard it is committing. A
+        record's temporary file is kept: its writer may be renaming it now."""
         d = self.stage_dir(stage)
         if not d.is_dir():
             return 0
-        stale = [p for p in d.glob(f".tmp-{tag}-*" if tag else ".tmp-*") if p.suffix in PARTIAL_SUFFIXES]
+        stale = [p for p in d.glob(".tmp-*") if p.suffix in PARTIAL_SUFFIXES]
         for p in stale:
             p.unlink(missing_ok=True)
         return len(stale)
 
     @contextlib.contextmanager
-    def writing(self, stage: str, tag: str,
-                claim: Callable[[dict[str, Any], bool], None] | None = None) -> Iterator[None]:
-        """Held by a job for as long as it writes shards of ``stage`` (``tag``: its ``write_shard`` tag): a shared
-        lock on ``<stage>/.writers.lock``, taken under the manifest's lock. ``claim(manifest, alone)`` is called
-        first under that lock (``alone``: no other job holds the stage's) to check the settings the run recorded
-        against the job's and to record them: checked before the lock, two jobs started together both passed and
-        then wrote with different settings. A job alone deletes every temporary file of the stage, those a
-        killed job of another shard count left too (no later job has its tag); beside another job, none: the
-        other's may be a shard it is committing, under this job's tag too (a requeued array task beside the one
-        still running, two jobs without ``--shard``). The next job alone deletes what is left (hidden files,
-        never read)."""
+    def writing(self, stage: str, claim: Callable[[dict[str, Any], bool], None] | None = None) -> Iterator[None]:
+        """Held by a job for as long as it writes shards of ``stage``: a shared lock on ``<stage>/.writers.lock``,
+        taken under the manifest's lock. ``claim(manifest, alone)`` is called first under that lock (``alone``: no
+        other job holds the stage's) to check the settings the run recorded against the job's and to record them:
+        checked before the lock, two jobs started together both passed and then wrote with different settings. A
+        job alone deletes every temporary file of the stage, those a killed job of another shard count left too;
+        beside another job, none: the other's may be a shard it is committing, under this job's shard tag too (a
+        requeued array task beside the one still running, two jobs without ``--shard``). The next job alone deletes
+        what is left (hidden files, never read)."""
         make_folder(self.root, "output_dir")  # a run's first write: a folder that cannot be made is named
         d = self.stage_dir(stage)
         run_folder(d)

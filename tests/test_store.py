@@ -527,7 +527,7 @@ def test_a_killed_jobs_temporary_file_of_another_shard_count_is_deleted_by_the_n
     assert not killed.exists()
 
     other, own = (store.stage_dir(GENERATIONS) / f".tmp-gen-{t}-x.parquet" for t in ("3of4", "1of2"))
-    with store.writing(GENERATIONS, "gen-1of2"):  # a job of the same tag, still running, and its shard half written
+    with store.writing(GENERATIONS):  # a job of the same tag, still running, and its shard half written
         for p in (other, own):
             p.write_bytes(b"half a parquet")
         generate_run(c, shard=(1, 2), backend=EchoBackend(), progress=False)
@@ -602,7 +602,7 @@ def test_a_job_alone_at_a_stage_keeps_a_record_another_job_is_renaming(tmp_path)
     record = d / ".tmp-4242-ab-_stage.json"
     for p in [*shards, record]:
         p.write_text("half")
-    with store.writing("embeddings/minilm", "emb-1of2"):
+    with store.writing("embeddings/minilm"):
         pass
     assert record.exists() and not any(p.exists() for p in shards)
 

@@ -347,7 +347,7 @@ def label_run(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int] = (0, 1
         manifest.update(labeller=labeller.info(), label_settings=label_settings(cfg))
 
     try:
-        with store.writing(LABELS, f"labels-{i}of{n}", claim):
+        with store.writing(LABELS, claim):
             stories = [
                 StoryInput(f"{pid}#{idx}", text or "", tuple(RoleSpec(r.key, r.description) for r in prompts[pid].roles))
                 for pid, idx, text in todo

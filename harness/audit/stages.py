@@ -109,7 +109,7 @@ def writing_alone(store: RunStore, stage: str) -> Iterator[None]:
             raise DataError(f"{store.stage_dir(stage)}: another job is writing this stage now (harness run started "
                             f"twice?); let it finish, then rerun: what it made is skipped as current")
 
-    with store.writing(stage, stage, claim):
+    with store.writing(stage, claim):
         yield
 
 

@@ -326,7 +326,7 @@ class EmbeddingCache:
         tag = f"emb-{uuid.uuid4().hex[:8]}"
         # the run store's writer lock on the folder: alone, the job deletes the temporary files killed jobs left;
         # beside another job, only its own (none), as the other's may be a shard it is committing
-        with self.store.writing(self.stage, tag):
+        with self.store.writing(self.stage):
             for s0 in range(0, len(todo), shard_rows):
                 idx = todo[s0 : s0 + shard_rows]
                 vecs = embedder.encode([texts[i] for i in idx], batch_size=batch_size)

@@ -152,8 +152,7 @@ class WordDecoder:
                 # a surname's particles ("von" of "Dr. von Braun", "da" of "Leonardo da Vinci") after a title or a
                 # name word; not words of the sentence ("At ten Maya arrived", "loaded the van Maya drove")
                 if j < run[0] - 1:
-                    if on_its_line(max(j, 0), run) and (glued_title(j) or (j >= 0 and cap(j)
-                                                                        and keys[j] not in _stop_words())):
+                    if j >= 0 and on_its_line(j, run) and (glued_title(j) or (cap(j) and keys[j] not in _stop_words())):
                         run = [*range(j + 1, run[0]), *run]
                     else:
                         j = run[0] - 1

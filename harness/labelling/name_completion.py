@@ -39,7 +39,7 @@ from functools import lru_cache
 import pandas as pd
 
 from harness.labelling.base import NAME_TITLES, CharacterLabel
-from harness.labelling.words import starts_capitalised
+from harness.labelling.words import fold_word, starts_capitalised
 
 #: Bearers a word needs in the Census 2020 first-name counts to count as a first name here (Robert
 #: 2.8 M, Jimmy 173 k, Mitchell 124 k; "The" 3,185, "Then" 139). Set before any measurement.
@@ -97,15 +97,17 @@ def completed_name(name: str | None, text: str, words: Sequence[tuple[str, int, 
     if not name or len(name.split()) != 1:
         return name
     ends = {end for _, _, end in words}
-    others = {_fold(w) for w in others}
+    others = {fold_word(w) for w in others}
 
     def first_name_before(k: int, start: int) -> bool:
         """Whether word ``k`` is a common first name written one space before ``start``, and no month a word
         of time puts there ("In June Mitchell hired"; "June Mitchell" stays a name)."""
         w, _, w_end = words[k]
-        return (starts_capitalised(w) and _name_word(w) and text[w_end:start] == " "
-                and _fold(w) not in _not_first_names() and _fold(w) not in others
-                and not (_fold(w) in MONTHS and k and _fold(words[k - 1][0]) in TIME_WORDS)
+        if not (starts_capitalised(w) and _name_word(w) and text[w_end:start] == " "):
+            return False
+        key = fold_word(w)
+        return (key not in _not_first_names() and key not in others
+                and not (key in MONTHS and k and fold_word(words[k - 1][0]) in TIME_WORDS)
                 and _bearers(w, table) >= min_count)
 
     for i in range(1, len(words)):
@@ -121,11 +123,6 @@ def completed_name(name: str | None, text: str, words: Sequence[tuple[str, int, 
     return name
 
 
-def _fold(word: str) -> str:
-    """A word as the word lists hold it: lower case, composed (a decomposed "Señora" is the title "señora")."""
-    return unicodedata.normalize("NFC", word.lower())
-
-
 def _name_word(word: str) -> bool:
     """Letters, with combining accents (a decomposed "José") and inner hyphens ("Mary-Jane")."""
     return all(part and all(c.isalpha() or unicodedata.category(c).startswith("M") for c in part)
@@ -137,7 +134,7 @@ def complete_names(characters: tuple[CharacterLabel, ...], text: str, words: Seq
     """``characters`` with each one-word name completed (``completed_name``)."""
     out = []
     for k, c in enumerate(characters):
-        others = {_fold(w) for j, o in enumerate(characters) if j != k and o.name for w in o.name.split()}
+        others = {fold_word(w) for j, o in enumerate(characters) if j != k and o.name for w in o.name.split()}
         name = completed_name(c.name, text, words, others, table)
         out.append(c if name == c.name else replace(c, name=name))
     return tuple(out)

@@ -220,7 +220,7 @@ def test_a_second_job_in_a_whole_table_stage_stops_and_the_first_ones_tables_sta
     for stage, run_it in ((IDENTITIES, lambda: stage_identities(renamed, store)),
                           (STATISTICS, lambda: stage_statistics(renamed, store)),
                           (S.REPORT, lambda: S.run_report_stage(store, "fp", page, 0.0))):
-        with store.writing(stage, "another-job"):
+        with store.writing(stage):
             with pytest.raises(DataError, match=f"^{store.stage_dir(stage)}: another job is writing"):
                 run_it()
         assert run_it().status == "done"

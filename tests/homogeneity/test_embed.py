@@ -128,7 +128,7 @@ def test_a_second_embed_job_keeps_the_shard_the_first_is_writing_and_reads_no_te
 
     more = pd.DataFrame({"prompt_id": ["c", "c"], "sample_idx": [0, 1]})
     left = [cache.dir / f".tmp-emb-other-x{suffix}" for suffix in (".npy", ".keys.parquet")]
-    with cache.store.writing(cache.stage, "emb-other"):  # a job still writing that shard
+    with cache.store.writing(cache.stage):  # a job still writing that shard
         for p in left:
             p.write_bytes(b"half a file")
         assert len(cache.shards()) == 2 and len(cache.keys()) == 8
