@@ -685,7 +685,8 @@ def test_openai_backend_calls_a_server_that_fails_every_request_down_and_sends_n
                                                r"1 retries \(last: ConnectError"):
             for r in b.generate([GenRequest(str(i), "x", i) for i in range(60)], GenParams()):
                 got.append(r)
-        assert 8 <= len(got) < 12 and all(r.finish_reason == "error" for r in got)
+        # the workers count a failure before its result is yielded: with 2 in flight, the 8th may still be queued
+        assert b.down_after - (b.concurrency - 1) <= len(got) < 12 and all(r.finish_reason == "error" for r in got)
         with pytest.raises(BackendError, match="looks down"):
             next(iter(b.generate([GenRequest("again", "x", 1)], GenParams())))
     finally:
