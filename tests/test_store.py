@@ -19,6 +19,7 @@ import pytest
 from harness.config import parse_config
 from harness.errors import ConfigError
 from harness.generation.base import Backend, GenParams, GenRequest, GenResult
+from harness.labelling.rules import RULES_VERSION
 from harness.pipeline import GENERATIONS, generate_run, plan, prompt_hash
 from harness.store import RunStore, parse_shard, sample_seed, shard_of
 from harness.suites import get_suite
@@ -166,7 +167,7 @@ def test_the_label_stage_labels_retried_generations_and_resumes(tmp_path, monkey
         L.label_run(c3, store3, progress=False)
     # labelled by other rules (an earlier release): not mixed with this release's labels
     store3.update_manifest(labeller={**first, "rules_version": "1"})
-    with pytest.raises(ConfigError, match=r"other label settings \(rules_version '1' -> '2'\)"):
+    with pytest.raises(ConfigError, match=rf"other label settings \(rules_version '1' -> '{RULES_VERSION}'\)"):
         L.label_run(c3, store3, progress=False)
     store3.update_manifest(labeller=first)
     assert L.label_run(c3, store3, progress=False) == (1, 12, 0, 0)
