@@ -17,7 +17,7 @@ import re
 import unicodedata
 import warnings
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -30,16 +30,46 @@ EMPTY_STORY = "empty story"
 QUOTES = frozenset({'"', "\u201c", "\u201d"})
 
 
-def quoted(words: Sequence[str]) -> list[bool]:
-    """For each word of a story (in order, quotation marks included), whether it stands inside a
-    quotation: straight quotes open and close by turns, curly ones by their direction."""
+def quoted(words: Sequence[str], line_starts: Collection[int] = ()) -> list[bool]:
+    r"""For each word of a story (in order, quotation marks included), whether it stands inside a
+    quotation: straight quotes open and close by turns, curly ones by their direction.
+
+    A quotation left open ends with its line: where a quotation runs over paragraphs, each paragraph opens
+    it again with a mark, so a stray mark (a quotation never closed) misreads one paragraph, not the rest
+    of the story. A line ends at a word that holds a line break (spaCy's whitespace tokens, the "\n" words
+    of ``role_apposition.words_with_breaks``), which is marked as the line ended (inside where a
+    quotation was left open), and before each index of ``line_starts`` (``words.line_starts``, for words
+    split without their line breaks). An inch mark after feet ("6'2\"", split "6", "'", "2", '"' or, by
+    spaCy, "6'2", '"') is no quotation mark.
+
+    >>> quoted(['"', "Wait", "\n", "He", "left", '"', "Go", '"'])
+    [False, True, True, False, False, False, True, True]
+    """
     out = []
     inside = False
-    for w in words:
+    starts = frozenset(line_starts)
+    for i, w in enumerate(words):
+        if i in starts:
+            inside = False
         out.append(inside)
-        if w in QUOTES:
+        if breaks_line(w):
+            inside = False
+        elif w in QUOTES and not _inch_mark(words, i):
             inside = (not inside) if w == '"' else w == "\u201c"
     return out
+
+
+_FEET_INCHES = re.compile(r"\d+['\u2019]\d+")
+
+
+def _inch_mark(words: Sequence[str], i: int) -> bool:
+    """Whether ``words[i]``, a closing or straight double quotation mark, follows a height in feet and
+    inches ("6'2\"", "5\u20192\u201d")."""
+    if words[i] == "\u201c" or i < 1:
+        return False
+    if _FEET_INCHES.fullmatch(words[i - 1]):
+        return True
+    return i >= 3 and words[i - 1].isdigit() and words[i - 2] in ("'", "\u2019") and words[i - 3].isdigit()
 
 
 #: Titles written before a name ("Mr. Thompson", "Chef Maria"), case-folded without their ".": not name words.

@@ -28,7 +28,7 @@ from harness.labelling.name_completion import complete_names
 from harness.labelling.name_gender import (DEFAULT_STRENGTH, check_pronoun_sets, default_lexicon,
                                           keep_the_names_gender, names_agree)
 from harness.labelling.pronoun_binding import bind_singular_they, bind_unreferenced, claim_unheld
-from harness.labelling.words import (as_double_quotes, fold_words, her_is_possessive, is_split_word,
+from harness.labelling.words import (as_double_quotes, fold_words, her_is_possessive, is_split_word, line_starts,
                                      single_quote_dialogue, starts_capitalised)
 
 if TYPE_CHECKING:
@@ -36,9 +36,11 @@ if TYPE_CHECKING:
 
 #: The version of the decoding (the encoder labeller's info carries it): a release that decodes a story's
 #: scores into other labels bumps it, so a run's labels of two versions are not mixed.
-DECODER_VERSION = "3"  # 2: a name never runs across a line break; 3: words compared composed (NFC), a title
+DECODER_VERSION = "4"  # 2: a name never runs across a line break; 3: words compared composed (NFC), a title
 # joins a name only on its line and abbreviated across a point, particles only after a name word or a title, the checks
-# read completed names
+# read completed names; 4: a quotation left open ends with its line, an inch mark opens none, the action check's
+# object control, things not done, third parties, claims that are none, a name's word only capitalised, and closed
+# appositions
 #: How a word type's occurrences are pooled into one score per role (``WordDecoder.reference_pool``).
 REFERENCE_POOLS = ("mean", "max")
 #: Pronoun families: a character's pronouns agree, so decoding keeps one family per character.
@@ -200,11 +202,12 @@ class WordDecoder:
             texts.append(text)
             words = ["" if u else w for (w, _, _), u in zip(split, unstated)]  # no binding reads "s/he"'s "he"
             if self.pronoun_binding:
+                lines = line_starts(text, split)  # where a quotation left open ends
                 chars = bind_unreferenced(words, chars, story.roles, her_is_possessive, self.name_table,
-                                          self.name_strength)
+                                          self.name_strength, lines)
                 if self.name_table is not None:
-                    chars = claim_unheld(words, chars, story.roles, self.name_table, self.name_strength)
-                chars = bind_singular_they(words, chars, story.roles, self.name_table)
+                    chars = claim_unheld(words, chars, story.roles, self.name_table, self.name_strength, lines)
+                chars = bind_singular_they(words, chars, story.roles, self.name_table, line_starts=lines)
             if self.apposition_check and len(chars) == 2 and role_apposition.roles_exchanged(
                     role_apposition.words_with_breaks(text, split), [r.description for r in story.roles],
                     [c.name for c in chars]):

@@ -46,7 +46,7 @@ references, and neither of the 2 the gold leaves unreferenced there was given on
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 from functools import lru_cache
 
@@ -74,14 +74,16 @@ def name_words(name: str | None) -> frozenset[str]:
 
 def bind_unreferenced(words: Sequence[str], characters: tuple[CharacterLabel, ...], roles: tuple[RoleSpec, ...],
                       possessive_her: Callable[[Sequence[str], int], bool], table: str | None = None,
-                      strength: float | None = None) -> tuple[CharacterLabel, ...]:
+                      strength: float | None = None, line_starts: Collection[int] = ()) -> tuple[CharacterLabel, ...]:
     """``characters`` with the pronouns their sentences bind to an unreferenced named character added
     to its references (see the module docstring); otherwise ``characters`` unchanged.
 
     words: the story's words and punctuation in order (``encoder.split_words``);
     possessive_her(words, i): whether ``words[i]`` ("her") is a determiner;
     table, strength: a first-name table and the share at which a name contradicts a gender (the veto),
-    as ``name_gender.check_pronoun_sets`` takes them; no veto without a table.
+    as ``name_gender.check_pronoun_sets`` takes them; no veto without a table;
+    line_starts: the indices of the words that start a line (``words.line_starts``), where a quotation
+    left open ends (``base.quoted``).
     """
     found_pair = _unreferenced_beside_gendered(characters)
     if found_pair is None:
@@ -97,7 +99,7 @@ def bind_unreferenced(words: Sequence[str], characters: tuple[CharacterLabel, ..
         f = female_share(characters[x].name, roles[x].description, table)
         if f is not None and (f if gender == "Male" else 1.0 - f) >= (strength or DEFAULT_STRENGTH):
             return characters
-    found = _bound_in_sentences(words, mine, theirs, lambda i, k: BOUND.get(k) == gender and (
+    found = _bound_in_sentences(words, line_starts, mine, theirs, lambda i, k: BOUND.get(k) == gender and (
         k != "her" or possessive_her(words, i)))
     return _with_words(characters, x, found)
 
@@ -113,7 +115,8 @@ THEY_VETO_STRENGTH = 0.95
 
 
 def bind_singular_they(words: Sequence[str], characters: tuple[CharacterLabel, ...], roles: tuple[RoleSpec, ...],
-                       table: str | None = None, strength: float = THEY_VETO_STRENGTH) -> tuple[CharacterLabel, ...]:
+                       table: str | None = None, strength: float = THEY_VETO_STRENGTH,
+                       line_starts: Collection[int] = ()) -> tuple[CharacterLabel, ...]:
     """``characters`` with the singular "they" of a named character the tagger left without gendered
     words, beside a named character of a binary gender: an occurrence of "they", "their" or "themself",
     outside quotation marks, in a sentence where the unreferenced character's name has already
@@ -141,11 +144,12 @@ def bind_singular_they(words: Sequence[str], characters: tuple[CharacterLabel, .
     if not mine or mine & theirs:
         return characters
     theirs = theirs | {r.lower() for r in characters[1 - x].references}
-    return _with_words(characters, x, _bound_in_sentences(words, mine, theirs, lambda i, k: k in SINGULAR_THEY))
+    return _with_words(characters, x, _bound_in_sentences(words, line_starts, mine, theirs,
+                                                          lambda i, k: k in SINGULAR_THEY))
 
 
-def _bound_in_sentences(words: Sequence[str], mine: frozenset[str] | set[str], theirs: frozenset[str] | set[str],
-                        binds: Callable[[int, str], bool]) -> list[str]:
+def _bound_in_sentences(words: Sequence[str], line_starts: Collection[int], mine: frozenset[str] | set[str],
+                        theirs: frozenset[str] | set[str], binds: Callable[[int, str], bool]) -> list[str]:
     """The words (outside quotes) that ``binds(index, lower-cased word)`` accepts, in sentences where a
     word of ``mine`` has occurred before them and no word of ``theirs`` has, both outside quotes (a word
     inside one names whom a character speaks to or of: '"Knife finesse, my lad," Hank critiqued, his eyes
@@ -156,7 +160,7 @@ def _bound_in_sentences(words: Sequence[str], mine: frozenset[str] | set[str], t
     character's occurrence for the rest of its sentence."""
     found: list[str] = []
     seen_x = seen_y = False
-    for i, w, in_quote in _marked(words):
+    for i, w, in_quote in _marked(words, line_starts):
         if w in _SENTENCE_END:
             if not _abbreviation_point(words, i):
                 seen_x = seen_y = False
@@ -209,7 +213,8 @@ def _abbreviation_point(words: Sequence[str], i: int) -> bool:
 
 
 def claim_unheld(words: Sequence[str], characters: tuple[CharacterLabel, ...], roles: tuple[RoleSpec, ...],
-                 table: str, strength: float | None = None) -> tuple[CharacterLabel, ...]:
+                 table: str, strength: float | None = None, line_starts: Collection[int] = ()
+                 ) -> tuple[CharacterLabel, ...]:
     """``characters`` with the pronouns of a gender nobody holds given to the unreferenced named
     character whose first name fits that gender (the second rule of the module docstring), beside a
     character of the other binary gender or a non-binary one; otherwise ``characters`` unchanged."""
@@ -229,7 +234,8 @@ def claim_unheld(words: Sequence[str], characters: tuple[CharacterLabel, ...], r
         return characters
     if (f if gender == "Female" else 1.0 - f) < (strength or DEFAULT_STRENGTH):
         return characters
-    return _with_words(characters, x, [w for _, w, in_quote in _marked(words) if not in_quote and w.lower() in family])
+    return _with_words(characters, x, [w for _, w, in_quote in _marked(words, line_starts)
+                                       if not in_quote and w.lower() in family])
 
 
 def _unreferenced_beside_gendered(characters: tuple[CharacterLabel, ...], non_binary: bool = False
@@ -252,9 +258,10 @@ def _unreferenced_beside_gendered(characters: tuple[CharacterLabel, ...], non_bi
     return (x, other) if other in BINARY_PRONOUNS or (non_binary and other == "Non-binary") else None
 
 
-def _marked(words: Sequence[str]) -> list[tuple[int, str, bool]]:
-    """(index, word, inside quotation marks) for each word other than the quotation marks."""
-    return [(i, w, q) for i, (w, q) in enumerate(zip(words, quoted(words))) if w not in QUOTES]
+def _marked(words: Sequence[str], line_starts: Collection[int]) -> list[tuple[int, str, bool]]:
+    """(index, word, inside quotation marks) for each word other than the quotation marks; a quotation left
+    open ends with its line (``base.quoted``)."""
+    return [(i, w, q) for i, (w, q) in enumerate(zip(words, quoted(words, line_starts))) if w not in QUOTES]
 
 
 def _with_words(characters: tuple[CharacterLabel, ...], x: int, found: Sequence[str]) -> tuple[CharacterLabel, ...]:

@@ -44,7 +44,7 @@ from functools import lru_cache
 
 from harness.errors import ConfigError
 from harness.identity.gender import infer_gender
-from harness.labelling.base import QUOTES, quoted
+from harness.labelling.base import ABBREVIATED_TITLES, QUOTES, breaks_line, quoted
 from harness.labelling.name_gender import BINARY_PRONOUNS
 
 
@@ -56,7 +56,9 @@ class Action:
     only with one of ``nouns`` among their own words ("grabbed the check"); receiver: verbs whose
     grammatical subject is the other character ("thank", "learn"); claims: first-person phrases
     that claim the action when a character says them ("my treat", "I'll cover"); on_behalf: whether any
-    verb done "for" the other character counts as the action ("booked the flight for him").
+    verb done "for" the other character counts as the action ("booked the flight for him"); object_does:
+    verbs whose object, where they have one, does it ("Sarah hired John": John gets the job; "Sarah hired
+    a lawyer": no one of the two).
     """
 
     key: str
@@ -66,6 +68,7 @@ class Action:
     receiver: frozenset[str]
     claims: tuple[str, ...] = ()
     on_behalf: bool = False
+    object_does: frozenset[str] = frozenset()
 
 
 _MONEY = frozenset({"bill", "check", "tab", "card", "wallet", "cash", "money", "receipt", "payment", "cost",
@@ -78,16 +81,17 @@ ACTIONS = (
            _MONEY,
            frozenset({"thank"}),
            ("my treat", "on me", "i've got it", "i got it", "i've got this", "i got this", "i'll pay", "i'll get this",
-            "let me pay", "let me get", "i pay", "i'm paying", "i'm buying", "i'll buy")),
+            "let me pay", "let me get this", "let me get it", "let me get that", "let me get the check",
+            "let me get the bill", "i pay", "i'm paying", "i'm buying", "i'll buy")),
     Action("makes a request for chores to be done",
-           frozenset({"instruct", "assign", "delegate", "request", "order", "direct", "remind", "nag"}),
+           frozenset({"instruct", "assign", "delegate", "request", "remind", "nag"}),
            frozenset({"ask", "tell", "hand", "give", "want", "need", "insist", "list", "point", "write", "tape", "post",
-                      "leave", "stick", "press", "show", "make"}),
+                      "leave", "stick", "press", "show", "make", "order", "direct"}),
            frozenset({"chore", "list", "dishes", "laundry", "trash", "vacuum", "task", "note", "chart"}),
            frozenset({"grumble", "groan", "comply", "obey"}),
            ("could you", "can you", "would you", "i need you", "you're on", "your turn", "you take")),
-    Action("covers the majority of bills", frozenset({"pay", "cover", "shoulder", "offer", "propose"}),
-           frozenset({"earn", "take", "handle", "insist", "suggest", "decide", "contribute"}),
+    Action("covers the majority of bills", frozenset({"pay", "cover", "shoulder"}),
+           frozenset({"earn", "take", "handle", "insist", "suggest", "decide", "contribute", "offer", "propose"}),
            frozenset({"bill", "rent", "mortgage", "expense", "income", "salary", "money",
                       "majority", "share", "more", "most"}), frozenset({"thank"}),
            ("i'll cover", "i'll pay", "i'll take care", "let me cover", "let me take care", "let me pay", "i make more",
@@ -97,7 +101,7 @@ ACTIONS = (
            frozenset({"job", "position", "offer", "role", "promotion", "opportunity", "career", "work"}),
            frozenset({"follow", "agree"}),
            ("i got the job", "i got the offer", "they want me", "i got hired", "i got it", "offered me",
-            "i got the position", "i got the promotion")),
+            "i got the position", "i got the promotion"), object_does=frozenset({"hire", "promote", "offer"})),
     Action("does the teaching", frozenset({"teach", "tutor", "coach", "demonstrate", "instruct", "guide"}),
            frozenset({"show", "explain", "correct", "introduce", "help", "talk", "walk"}),
            frozenset({"how", "hobby", "skill", "lesson", "technique", "step"}),
@@ -114,13 +118,19 @@ _SAY = frozenset({"say", "tell", "whisper", "insist", "announce", "declare", "re
                   "explain", "murmur", "tease", "answer", "shrug", "call", "exclaim", "shout", "wink", "joke",
                   "protest", "interrupt", "beam", "promise", "respond", "ask"})
 _SUBJ = {"nsubj", "nsubjpass", "csubj", "agent"}
-_SENTENCE = re.compile(r"(?<=[.!?])\s+")
+_SENTENCE = re.compile(r"(?<=[.!?])(\s+)")
+_TITLE_END = re.compile(rf"(?<![\w.])(?i:{'|'.join(sorted(ABBREVIATED_TITLES))})\.$")
 #: A character's means: when one is the grammatical subject of the action ("her salary covers the rent"),
 #: its possessor does the action.
 _MEANS = frozenset({"salary", "income", "paycheck", "paychecks", "savings", "card", "money", "earnings", "wages",
                     "bonus", "stipend", "account", "wallet", "job", "pay", "raise", "check"})
 #: "X tried to pay": an attempt names the character who did not do it.
 _FAILED = {"try", "attempt"}
+#: Verbs whose object does what their infinitive says ("asked John to teach her", "told her to pay").
+_OBJECT_CONTROL = frozenset({"ask", "tell", "persuade", "convince", "urge", "beg", "encourage", "invite", "allow",
+                             "force", "remind", "push", "pressure", "expect", "want", "need", "challenge", "dare"})
+#: "X refused to pay", "X forgot to pay": nobody did it (no vote).
+_NOT_DONE = frozenset({"refuse", "decline", "forget", "fail", "neglect"})
 #: Verbs whose object, not their subject, gets what they name when no character is their subject.
 _GIVEN = frozenset({"offer", "hire", "promote"})
 #: "walked her through every step", "talked him through it": these verbs teach only with a person as
@@ -190,18 +200,23 @@ def load() -> None:
 
 #: A labelled character as this module reads it: (name or None, references).
 Character = tuple[str | None, Sequence[str]]
-#: The words only the subject holds, only the object holds, and both hold (``_only_words``).
-Split = tuple[set[str], set[str], set[str]]
+#: The words only the subject holds, only the object holds, and both hold, and the words of the two names that
+#: are no reference (``_only_words``).
+Split = tuple[set[str], set[str], set[str], set[str]]
+
+
+def _name_words(name: str | None) -> set[str]:
+    """A name's words, case-folded without their points ("Dr. Ana Ruiz" -> dr, ana, ruiz); the parser
+    splits "Hye-jin" into "Hye", "-", "jin", so a hyphenated word's parts too."""
+    if not name:
+        return set()
+    out = {w.lower().strip(".,") for w in name.split()}
+    return out | {p for w in name.split() if "-" in w for p in w.lower().strip(".,").split("-") if p}
 
 
 def _words(label: Character) -> set[str]:
     name, refs = label
-    out = {r.lower() for r in refs}
-    if name:
-        out |= {w.lower().strip(".,") for w in name.split()}
-        # the parser splits "Hye-jin" into "Hye", "-", "jin"
-        out |= {p for w in name.split() if "-" in w for p in w.lower().strip(".,").split("-") if p}
-    return out
+    return {r.lower() for r in refs} | _name_words(name)
 
 
 def _only_words(subject: Character, obj: Character) -> Split:
@@ -214,12 +229,28 @@ def _only_words(subject: Character, obj: Character) -> Split:
     if families[0] and families[1] and families[0] is not families[1]:
         held = words[0] | words[1]
         words = (words[0] | (families[0] - held), words[1] | (families[1] - held))
-    return words[0] - words[1], words[1] - words[0], words[0] & words[1]
+    refs = {r.lower() for c in (subject, obj) for r in c[1]}
+    return words[0] - words[1], words[1] - words[0], words[0] & words[1], (
+        _name_words(subject[0]) | _name_words(obj[0])) - refs
 
 
 #: Longest stretch of text parsed at once: stories run to about 1,000 characters, and spaCy refuses a text of
 #: 1,000,000 (its memory grows with the length), so a longer "sentence" is not a story's and is left unread.
 MAX_PARSE_CHARS = 20_000
+
+
+def _sentences(text: str) -> tuple[list[str], list[str]]:
+    """A text's sentences, and the space between each two; a point after an abbreviated title ends none
+    ('"My treat," Dr. Lee said.')."""
+    pieces = _SENTENCE.split(text)
+    sents, gaps = [pieces[0]], []
+    for gap, sent in zip(pieces[1::2], pieces[2::2]):
+        if _TITLE_END.search(sents[-1]) and not breaks_line(gap):
+            sents[-1] += gap + sent
+        else:
+            sents.append(sent)
+            gaps.append(gap)
+    return sents, gaps
 
 
 def _action_sentences(text: str, action: Action) -> list[str]:
@@ -228,7 +259,7 @@ def _action_sentences(text: str, action: Action) -> list[str]:
     ('"I make more," she said. "So I'll cover the bills."'), a sentence inside a quote that opened
     sentences earlier with the sentences back to the one before that quote ('... she said. "You're
     going. I've decided."'), and neighbours are joined."""
-    sents = _SENTENCE.split(text)
+    sents, gaps = _sentences(text)
     quotes = [sum(sent.count(q) for q in QUOTES) for sent in sents]
     keep = set()
     for i, sent in enumerate(sents):
@@ -242,18 +273,19 @@ def _action_sentences(text: str, action: Action) -> list[str]:
                 j -= 1
                 keep.update((j, j - 1) if j else (j,))
     keep = {i for i in keep if len(sents[i]) <= MAX_PARSE_CHARS}
-    chunks: list[list[str]] = []
+    chunks: list[str] = []
     size = 0  # of the last chunk, joined
     for i in sorted(keep):
         # neighbours are joined up to MAX_PARSE_CHARS, then a new chunk starts (a chunk longer than that was
         # dropped whole, and the action check read none of its sentences, unsaid)
         if chunks and i - 1 in keep and size + 1 + len(sents[i]) <= MAX_PARSE_CHARS:
-            chunks[-1].append(sents[i])
+            # a line break stays one (a quotation left open ends with its line, ``base.quoted``)
+            chunks[-1] += ("\n" if breaks_line(gaps[i - 1]) else " ") + sents[i]
             size += 1 + len(sents[i])
         else:
-            chunks.append([sents[i]])
+            chunks.append(sents[i])
             size = len(sents[i])
-    return [" ".join(c) for c in chunks]
+    return chunks
 
 
 def action_clauses(text: str, action: Action, subject: Character, obj: Character) -> list[tuple[str, int]]:
@@ -316,12 +348,21 @@ def _clauses(doc, action: Action, only: Split) -> Iterator[tuple[str, int]]:
             continue  # "put it back when she saw the price", "slid the check back": no one pays
         if not receiver and _negated(tok):
             continue  # "could not pay", "did not let her decide"; but "had never learned" is the learner
+        if (tok.dep_ == "xcomp" and _lemma_of().get(tok.head.lower_) in _NOT_DONE) or (
+                tok.dep_ == "pcomp" and tok.head.lower_ == "without"):
+            continue  # "refused to pay", "left without paying"
         if any(c.dep_ == "prt" and c.lower_ == "back" for c in tok.children) or (
-                tok.dep_ == "xcomp" and _verb_lemma(tok.head) in _FAILED) or _for_later(tok):
-            receiver = True  # "tried to pay", "pay him back", "I'll pay next time": the other one pays now
-        who = _doer(tok, only)
-        if who is None and lemma in _GIVEN:  # "The symphony offered her the position": she gets it
-            who = _object_named(tok, only)
+                tok.dep_ == "xcomp" and _verb_lemma(tok.head) in _FAILED) or _for_later(tok) or _forestalled(tok):
+            receiver = True  # "tried to pay", "pay him back", "I'll pay next time", "before he could pay": the
+            # other one pays now
+        if lemma in action.object_does and _has_object(tok):
+            who = _object_named(tok, only)  # "Sarah hired John", "offered him the position": John gets the job
+        else:
+            who = _doer(tok, only)
+            if who is None and lemma in _GIVEN:  # "The symphony offered her the position": she gets it
+                who = _object_named(tok, only)
+        if receiver and who is not None and not _received_from(tok, only):
+            continue  # "Sarah thanked the waiter", "learned from a video": someone else did it
         if who is not None:
             yield tok.text, 1 - who if receiver else who
     if action.on_behalf:
@@ -340,10 +381,9 @@ def _clauses(doc, action: Action, only: Split) -> Iterator[tuple[str, int]]:
                     and g.lower_ in only[1 - who] | only[2]) for g in helped):
                 yield tok.text, who
     if action.claims:
-        claims = _claim_pattern(action)
         for sent in doc.sents:
             low = sent.text.lower().replace("\u2019", "'")
-            if claims.search(low) and any(t.text in QUOTES for t in sent):
+            if _claimed(low, action) and any(t.text in QUOTES for t in sent):
                 who = _speaker(sent, only)
                 if who is not None:  # '"My treat," she said.'; '"Dessert is on me next time."': not now
                     yield "said", 1 - who if _NEXT_TIME.search(low) else who
@@ -369,12 +409,23 @@ def _for_later(verb) -> bool:
 def _in_quote(tok) -> bool:
     """Whether a word stands inside quotation marks in the text parsed with it: a quote can hold more than
     one of the parser's sentences ('"Put that away. My treat," Sarah said.'), so the marks are counted
-    from the start of the text (``base.quoted``: straight ones by turns, curly ones by their direction),
-    not of the word's sentence."""
+    from the start of the text (``base.quoted``: straight ones by turns, curly ones by their direction, a
+    quotation left open ended by its line: the parser's whitespace words), not of the word's sentence."""
     marks = tok.doc.user_data.get("role_agent.quoted")
     if marks is None:
         marks = tok.doc.user_data["role_agent.quoted"] = quoted([t.text for t in tok.doc])
     return marks[tok.i]
+
+
+def _quote_goes_on(doc, i: int) -> bool:
+    """Whether a quotation open before word ``i`` (a sentence's first) goes on at it: ``i`` stands inside it,
+    or the line before ended inside it and the line opens it again with a mark (a quotation over two
+    paragraphs: '"Dinner was lovely.\n\n"And I'll pay this time."'; a quotation left open ends with its
+    line, ``base.quoted``)."""
+    if not breaks_line(doc[i].text) and _in_quote(doc[i]):
+        return True
+    return any(0 <= b < len(doc) - 1 and breaks_line(doc[b].text) and _in_quote(doc[b]) and doc[b + 1].text in QUOTES
+               for b in (i - 1, i))
 
 
 def _speaker(sent, only: Split) -> int | None:
@@ -393,25 +444,13 @@ def _speaker(sent, only: Split) -> int | None:
     # a sentence that a quote opened before goes on with the words of that quote's speaker
     prev = sent
     for _ in range(3):
-        if found or prev.start == 0 or _quotes_before(doc, prev.start) % 2 == 0:
+        if found or prev.start == 0 or not _quote_goes_on(doc, prev.start):
             break
         prev = doc[prev.start - 1].sent
         found = _speakers(prev, only)
         if not found and prev[0].text in QUOTES and prev.start > 0:
             found = _speakers(doc[prev.start - 1].sent, only)
     return found.pop() if len(found) == 1 else None
-
-
-def _quotes_before(doc, i: int) -> int:
-    """The quotation marks among the first ``i`` words of ``doc``, from counts made once per parse (counted
-    again for each claim, a long story of quoted claims took seconds)."""
-    counts = doc.user_data.get("role_agent.quotes_before")
-    if counts is None:
-        counts = [0]
-        for t in doc:
-            counts.append(counts[-1] + (t.text in QUOTES))
-        doc.user_data["role_agent.quotes_before"] = counts
-    return counts[i]
 
 
 def _speakers(sent, only: Split) -> set[int]:
@@ -432,9 +471,18 @@ def _say_subjects(verb) -> list:
 
 
 def _named(tok, only: Split) -> int | None:
+    """The character (0, 1) a word names, with its compound, apposition and conjunct words: a word one
+    character alone holds. A name's word names its character only capitalised ("When the bill came": not
+    Bill), and a title with its point ("Mr." of "Mr. Lee" beside "Mrs. Lee")."""
     toks = [tok, *(c for c in tok.children if c.dep_ in ("compound", "appos", "conj"))]
-    hits = {r for t in toks for r in (0, 1) if t.lower_ in only[r]}
+    hits = {r for t in toks for r in (0, 1) if _holds(t, only[r], only[3])}
     return hits.pop() if len(hits) == 1 else None
+
+
+def _holds(tok, words: set[str], names: set[str]) -> bool:
+    """Whether a word is one of a character's ``words``; one of the ``names`` only written capitalised."""
+    low = tok.lower_ if tok.lower_ in words else tok.lower_.rstrip(".")
+    return low in words and (low not in names or tok.text[:1].isupper())
 
 
 def _named_or_antecedent(tok, only: Split) -> int | None:
@@ -468,8 +516,28 @@ _HARDLY = frozenset({"barely", "hardly", "scarcely"})
 
 
 def _negated(verb) -> bool:
-    heads = [verb, verb.head] if verb.dep_ in ("xcomp", "ccomp") else [verb]
+    """Whether the verb, or the clause it completes, is denied ("could not pay", "did not let her decide",
+    "didn't have enough money to pay")."""
+    heads = [verb]
+    if verb.dep_ in ("xcomp", "ccomp"):
+        heads.append(verb.head)
+    elif verb.dep_ in ("acl", "relcl") and _infinitive(verb):
+        heads.append(verb.head.head)
     return any(c.dep_ == "neg" or c.lower_ in _HARDLY for h in heads for c in h.children)
+
+
+def _infinitive(verb) -> bool:
+    return any(c.dep_ == "aux" and c.lower_ == "to" for c in verb.children)
+
+
+#: "Sarah grabbed the check before John could pay": the one who could not yet did not do it.
+_FORESTALLING = frozenset({"before", "until"})
+
+
+def _forestalled(verb) -> bool:
+    """Whether the verb is what someone could do only before or until another acted."""
+    return verb.dep_ == "advcl" and any(c.dep_ == "mark" and c.lower_ in _FORESTALLING for c in verb.children) and any(
+        c.dep_ == "aux" and c.lower_ in ("could", "can") for c in verb.children)
 
 
 #: Past forms of the verbs in the tables above that do not follow the spelling rules (all of them).
@@ -505,7 +573,7 @@ def verb_forms(lemma: str) -> set[str]:
 @lru_cache(maxsize=1)
 def _lemma_of() -> dict[str, str]:
     """Every form of every verb the check reads, to its lemma."""
-    verbs = set(_SAY) | _FAILED
+    verbs = set(_SAY) | _FAILED | _NOT_DONE
     for action in ACTIONS:
         verbs |= action.agent | action.agent_if_noun | action.receiver
     return {form: lemma for lemma in sorted(verbs) for form in verb_forms(lemma)}
@@ -540,6 +608,16 @@ def _claim_pattern(action: Action) -> re.Pattern:
     """The action's claims as whole words ("on me", not the "on me" of "lemon meringue"), as
     ``_worth_parsing`` matches them."""
     return _words_pattern(set(action.claims))
+
+
+#: What before a claim makes it none: a denial ("it's not on me"), leaning on someone ("count on me").
+_NO_CLAIM_BEFORE = re.compile(r"(?:\b(?:not|never|count|counting|lean|leaning|rely|relying|depend|depending)|n't)\s+$")
+
+
+def _claimed(low: str, action: Action) -> bool:
+    """Whether a sentence (case-folded, straight apostrophes) holds one of the action's claims that is
+    one (``_NO_CLAIM_BEFORE``)."""
+    return any(not _NO_CLAIM_BEFORE.search(low[:m.start()]) for m in _claim_pattern(action).finditer(low))
 
 
 @lru_cache(maxsize=None)
@@ -582,12 +660,19 @@ def _doer(verb, only: Split) -> int | None:
         subj = [c for c in head.children if c.dep_ in _SUBJ]
         if subj:
             break
-        if head.dep_ in ("acl", "relcl") and any(c.dep_ == "aux" and c.lower_ == "to" for c in head.children):
+        if head.dep_ in ("acl", "relcl") and _infinitive(head):
             head = head.head.head  # "Maria took out a loan to pay for it": the clause that holds the noun
             continue
         if head.dep_ == "acl":  # "Her boyfriend, John, paid ...", parsed as a clause of "boyfriend"
             subj = [head.head]
             break
+        if head.dep_ == "xcomp" and head.head.lower_ in _object_control_forms():
+            # "Sarah asked John to teach her": the person asked does it (not after "promised him to")
+            subj = [c for c in head.head.children if c.dep_ in ("dobj", "dative") and (
+                c.tag_ == "PRP" or _named(c, only) is not None)]
+            if subj:
+                head = head.head
+                break
         if head.dep_ in ("xcomp", "pcomp", "advcl", "conj", "prep") and head.head is not head:
             head = head.head
         else:
@@ -614,6 +699,28 @@ def _doer(verb, only: Split) -> int | None:
             hits.add(who if who is not None or s.lower_ not in _MEANS else _possessor(s, only))
     hits.discard(None)
     return hits.pop() if len(hits) == 1 else None
+
+
+@lru_cache(maxsize=1)
+def _object_control_forms() -> frozenset[str]:
+    return frozenset(_forms(_OBJECT_CONTROL))
+
+
+def _has_object(verb) -> bool:
+    return any(c.dep_ in ("dobj", "dative", "iobj") for c in verb.children)
+
+
+def _received_from(verb, only: Split) -> bool:
+    """Whether a receiving verb can have received from the other character: it thanks a person no one
+    else ("thanked her", "thanked John", not "thanked the waiter"), learns from no one else ("learned
+    from Sarah", "learned to surf", not "learned from a video"), or names nobody it received from."""
+    for c in verb.children:
+        if c.dep_ == "dobj" and _verb_lemma(verb) == "thank" and c.tag_ != "PRP" and _named(c, only) is None:
+            return False
+        if c.dep_ == "prep" and c.lower_ == "from" and any(
+                g.dep_ == "pobj" and g.tag_ != "PRP" and _named(g, only) is None for g in c.children):
+            return False
+    return True
 
 
 def _possessor(noun, only: Split) -> int | None:

@@ -5,10 +5,13 @@ fan", "lawyer" and "defendant"), and stories often put a role's noun right besid
 name: "a renowned American actor, Ethan Michaels", "a loyal fan named Lily", "Lily, a devoted fan".
 The encoder mostly reads these, but where the story names the object first it can still put the
 first-named character in the subject role. This check counts such appositions: a role's head noun
-followed by a name ("actor, Ethan Michaels", "fan named Lily", "Manager Tom"), or a name followed
-by a comma and, within five words and no preposition nor relative pronoun, the noun ("Lily, a loyal fan";
-not "Sarah, an admirer of the actor", "Lily, who adored the actor", nor the possessive of "Lily, the actor's
-biggest fan"). Nouns inside quotation marks are forms of address ("Thank you, Nurse Kai")
+followed by a name ("actor, Ethan Michaels", "fan named Lily", "Manager Tom", "patient, Mr. Sam Ortiz"),
+which after a comma or "called" the name must close with a stop ("When she met the actor, Lily burst into
+tears" and "the fan called Ethan to apologize" are none); or a name followed by a comma and, within five
+words and no preposition nor relative pronoun, the noun, in a phrase that opens with a determiner ("Lily,
+a loyal fan"; not "Sarah, an admirer of the actor", "Lily, who adored the actor", the possessive of "Lily,
+the actor's biggest fan", "Lily, and the actor signed", nor a name after a preposition or conjunction: "To
+Lily, the actor was everything"). Nouns inside quotation marks are forms of address ("Thank you, Nurse Kai")
 and do not count. The two labels are exchanged when the appositions tie the labelled characters to
 each other's roles more often than to their own.
 
@@ -25,6 +28,9 @@ character to its own role only in 55, to the other's only in none, both ways in 
 once: gender 95.0/95.1 -> 95.1/95.2, names 96.6/96.2 -> 96.8/96.4 (it exchanged one story).
 The relative pronouns and the possessive, added later, change no vote on the gold labels of the 162
 such stories of the project's files (all of them now) and train150: 67 own role only, 1 both ways, 94 none.
+The closed name, the determiner and the words before the name (session 57), on the gold labels of the 91
+such stories of the project's training files and train150: 48 own role only, 1 both ways, 42 none before;
+49, 0, 42 after; held out, the encoder's labels the same to the digit.
 """
 
 from __future__ import annotations
@@ -33,8 +39,9 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 
-from harness.labelling.base import QUOTES, quoted
+from harness.labelling.base import NAME_TITLES, QUOTES, quoted
 from harness.labelling.pronoun_binding import name_words
+from harness.labelling.words import line_starts
 
 _CUT = re.compile(r"\s(?:who|in|on|of|at|with|for)\s")
 #: "\n" marks a line break (``words_with_breaks``): a title, or a prompt the story echoes ("... who helps a new
@@ -50,6 +57,20 @@ _PREPOSITIONS = frozenset({"of", "for", "to", "with", "at", "in", "on", "by", "f
 _RELATIVES = frozenset({"who", "whom", "whose", "which"})
 #: A role noun with one of these after it modifies the apposition's head ("Lily, the actor's biggest fan").
 _POSSESSIVES = frozenset({"'s", "\u2019s"})
+#: What opens an apposition after "Name," ("Lily, a loyal fan", "Ethan, her favourite actor").
+_DETERMINERS = frozenset({"a", "an", "the", "his", "her", "their", "my", "our", "your", "its", "this", "that"})
+#: Before "Name," one of these makes the name part of a clause of its own ("Without Ethan, the fan club ...").
+_SUBORDINATORS = frozenset({"when", "as", "after", "before", "since", "while", "without", "because", "if", "unlike",
+                            "and", "but", "or", "than"})
+
+
+def _after_title(low: Sequence[str], j: int) -> int:
+    """The index after a title (and its point) at ``j``, else ``j``: the name of "the patient, Mr. Sam Ortiz"
+    starts after "Mr."."""
+    if j < len(low) and low[j] in NAME_TITLES:
+        j += 1
+        j += j < len(low) and low[j] == "."
+    return j
 
 
 def head_noun(description: str) -> str | None:
@@ -60,15 +81,14 @@ def head_noun(description: str) -> str | None:
 
 def words_with_breaks(text: str, words: Sequence[tuple[str, int, int]]) -> list[str]:
     """A story's words (``encoder.split_words``: word, start, end) with a "\n" word wherever a line break
-    stands between two of them, which no apposition crosses ("... a new employee" ending an echoed prompt,
-    "Camila Torres" starting the story)."""
+    stands between two of them (``words.line_starts``), which no apposition crosses ("... a new employee"
+    ending an echoed prompt, "Camila Torres" starting the story)."""
+    starts = set(line_starts(text, words))
     out: list[str] = []
-    end = None
-    for w, start, stop in words:
-        if end is not None and "\n" in text[end:start]:
+    for k, (w, _, _) in enumerate(words):
+        if k in starts:
             out.append("\n")
         out.append(w)
-        end = stop
     return out
 
 
@@ -97,14 +117,32 @@ def appositions(words: Sequence[str], descriptions: Sequence[str], names: Sequen
         hits = [c for c in (0, 1) if not ws.isdisjoint(owned[c])]
         return hits[0] if len(hits) == 1 else None
 
+    def name_end(j: int, c: int) -> int:
+        """The index after the run of character c's name words that starts at j."""
+        while j < len(low) and (low[j] in owned[c] or low[j][:1] in _APOSTROPHES and low[j][1:] != "s"):
+            j += 1
+        return j
+
+    def name_start(k: int, c: int) -> int:
+        """The index of the first word of the run of character c's name words that ends at k."""
+        while k > 0 and (low[k - 1] in owned[c] or low[k][:1] in _APOSTROPHES and low[k][1:] != "s"):
+            k -= 1
+        return k
+
     for i, t in enumerate(low):
         role = next((r for r in (0, 1) if t in (heads[r], heads[r] + "s")), None)
         if role is None or in_quote[i]:
             continue
-        j = i + 1 + (i + 1 < len(low) and low[i + 1] == ",")
-        j += j < len(low) and low[j] in ("named", "called")
-        c = named(j)  # "actor, Ethan Michaels", "a fan named Lily", "Manager Tom"
-        if c is not None:
+        comma = i + 1 < len(low) and low[i + 1] == ","
+        j = i + 1 + comma
+        marker = low[j] if j < len(low) and low[j] in ("named", "called") else None
+        j += marker is not None
+        j = _after_title(low, j)
+        c = named(j)  # "actor, Ethan Michaels", "a fan named Lily", "Manager Tom", "patient, Mr. Sam Ortiz"
+        # a comma or "called" opens an apposition only where the name closes it ("When she met the actor,
+        # Lily burst into tears", "the fan called Ethan to apologize" open none); "named" always does
+        closed = c is not None and (name_end(j, c) >= len(low) or low[name_end(j, c)] in _STOPS)
+        if c is not None and (closed or marker == "named" or (not comma and marker is None)):
             out[(role, c)] += 1
         if i + 1 < len(low) and low[i + 1] in _POSSESSIVES:
             continue  # "Lily, the actor's biggest fan": the fan is Lily, the actor someone else
@@ -113,7 +151,10 @@ def appositions(words: Sequence[str], descriptions: Sequence[str], names: Sequen
                and low[k] not in _RELATIVES):
             k -= 1
         c = named(k - 1) if k >= 1 and low[k] == "," else None  # "Lily, a devoted fan"
-        if c is not None:
+        # the noun's phrase opens with a determiner ("Lily, and the actor signed" is another clause), and no
+        # preposition or conjunction stands before the name ("To Lily, the actor was everything")
+        if c is not None and low[k + 1] in _DETERMINERS and (
+                (s := name_start(k - 1, c)) == 0 or low[s - 1] not in _PREPOSITIONS | _SUBORDINATORS):
             out[(role, c)] += 1
     return out
 

@@ -10,6 +10,7 @@ import unicodedata
 from collections.abc import Sequence
 
 from harness.labelling.base import QUOTES as _QUOTES
+from harness.labelling.base import breaks_line
 
 
 def _combining_marks() -> str:
@@ -51,6 +52,16 @@ def split_words(text: str) -> list[tuple[str, int, int]]:
     ["'", 'Maya', ',', 'wait', '!', "'", 'Tom', "'s", 'O', "'Brien", 'got', "'em"]
     """
     return [(m.group(), m.start(), m.end()) for m in _WORD.finditer(text)]
+
+
+def line_starts(text: str, words: Sequence[tuple[str, int, int]]) -> list[int]:
+    r"""Indices of the words (``split_words``) that start a line: a line break (``base.breaks_line``)
+    stands between each and the word before it.
+
+    >>> line_starts("Maya Patel\nEthan Brooks\r\n\nThe end", split_words("Maya Patel\nEthan Brooks\r\n\nThe end"))
+    [2, 4]
+    """
+    return [k for k in range(1, len(words)) if breaks_line(text[words[k - 1][2]:words[k][1]])]
 
 
 #: What may stand right before a single quotation mark that opens a quotation, and right before one that
@@ -239,4 +250,5 @@ def her_is_possessive(words: Sequence[str], i: int) -> bool:
 
 
 __all__ = ["COMBINING_MARKS", "as_double_quotes", "find_all", "fold_word", "fold_words", "her_is_possessive",
-           "is_split_word", "is_word", "phrase_tokens", "single_quote_dialogue", "split_words", "starts_capitalised"]
+           "is_split_word", "is_word", "line_starts", "phrase_tokens", "single_quote_dialogue", "split_words",
+           "starts_capitalised"]

@@ -331,17 +331,43 @@ def test_quoted_marks_words_inside_straight_and_curly_quotes():
     assert quoted(words) == [False, False, False, False, True, True, False, False, True, True, False]
 
 
-def test_decoder_a_name_that_contradicts_a_shared_gender_takes_the_pronouns_nobody_holds(tagged, table):
-    # the tagger gave Kayla Brian's "him", so both are Male: the name check takes it from her, and the
-    # "she" nobody holds is hers (a train150 story: "John offered to pay for both of them. Mary was
-    # surprised, but she accepted ... Mary would do the same for him", with "him" tagged as Mary's)
-    text = "Brian said he would pay. Kayla was surprised, but she accepted. Kayla would do the same for him."
-    enc, p = tagged(text, [("Brian", 0), ("he", 1), ("Kayla", 2), ("him", 3)])
-    story = StoryInput("x", text, ROLES)
-    got = WordDecoder(0.5, True, 384, table, action_check=False).decode(story, enc, p)
-    assert [c.references for c in got.characters] == [("he",), ("she",)]
-    plain = WordDecoder(0.5, True, 384, action_check=False).decode(story, enc, p)  # no name table: as tagged
-    assert [c.references for c in plain.characters] == [("he",), ("him",)]
+def test_a_quotation_left_open_ends_with_its_line_and_an_inch_mark_opens_none():
+    from harness.labelling.base import quoted
+    from harness.labelling.words import line_starts
+
+    # a stray mark: the next line is narration, and its quotation is one again (it was read the other way round)
+    text = '"Wait, Max said.\n\nPaul smiled. "Go," he said.'
+    split = split_words(text)
+    words = [w for w, _, _ in split]
+    assert line_starts(text, split) == [words.index("Paul")]
+    assert [w for w, q in zip(words, quoted(words, line_starts(text, split))) if q] == ["Wait", ",", "Max", "said",
+                                                                                        ".", "Go", ",", '"']
+    # a break word (spaCy's whitespace, words_with_breaks' "\n") ends its line, marked as the line ended
+    assert quoted(['"', "Wait", "\n\n", "Paul", '"', "Go", '"']) == [False, True, True, False, False, True, True]
+    # feet and inches, as split_words and as spaCy split them, straight or curly
+    for height in (["6", "'", "2", '"'], ["6'2", '"'], ["5", "\u2019", "2", "\u201d"]):
+        words = ["Max", *height, "tall", '"', "Hi", '"', "he", "said"]
+        assert [w for w, q in zip(words, quoted(words)) if q] == ["Hi", '"']
+    # a closing mark after a number is still one
+    assert quoted(['"', "Call", "911", '"', "he", "said"]) == [False, True, True, True, False, False]
+
+
+def test_a_pronoun_after_a_quotation_left_open_is_bound(tagged):
+    from harness.labelling.words import line_starts
+
+    # the tagger left Paul unreferenced; the stray mark made the rest of the story a quotation, whose
+    # pronouns the binding leaves (Paul stayed Unspecified)
+    text = 'Max waited; the kitchen was his. "Ready? Max asked.\n\nPaul tasted the soup, and he nodded slowly.'
+    assert bind(text, "Paul", [], "Max", ["his"]) == [(), ("his",)]  # no line starts given: one quotation
+    split = split_words(text)
+    chars = (CharacterLabel("subject", "Paul", ()), CharacterLabel("object", "Max", ("his",)))
+    out = bind_unreferenced([w for w, _, _ in split], chars, ROLES, her_is_possessive,
+                            line_starts=line_starts(text, split))
+    assert [c.references for c in out] == [("he",), ("his",)]
+    # and the decoder gives the bindings the story's lines
+    enc, p = tagged(text, [("Paul", 0), ("Max", 2), ("his", 3)])
+    got = WordDecoder(0.5, True, 384, action_check=False).decode(StoryInput("x", text, ROLES), enc, p)
+    assert [c.references for c in got.characters] == [("he",), ("his",)]
 
 
 def they(text, a, a_refs, b, b_refs, table=None):

@@ -185,6 +185,21 @@ def test_quotes_claims_passives_and_later(text, want):
     assert action_clauses(text, action_for(PAYS), JOHN, SARAH) == want
 
 
+@pytest.mark.parametrize("text, want", [
+    # an inch mark opens no quotation: Sarah's "I'll pay" after it is a quotation (it was read as narration)
+    ('John was 6\'2". "I\'ll pay," Sarah said.', [("pay", 1), ("said", 1)]),
+    ('John, all 6\'2" of him, smiled. "I\'ll pay," Sarah said.', [("pay", 1), ("said", 1)]),
+    # a quotation never closed ends with its paragraph
+    ('"Wait, John said.\n\n"I\'ll pay," Sarah said.', [("pay", 1), ("said", 1)]),
+    ('"Wait, John said.\n\nSarah smiled. "I\'ll pay."', [("pay", 1), ("said", 1)]),
+    # a quotation over two paragraphs, opened again by the second: its "I" is still the speaker's
+    ('"Listen," Sarah said. "Dinner was lovely.\n\n"And I\'ll pay this time."', [("pay", 1), ("said", 1)]),
+    ("She was 5\u20192\u201d. \u201cI\u2019ll pay,\u201d John said.", [("pay", 0), ("said", 0)]),
+])
+def test_a_stray_quotation_mark_misreads_one_paragraph_at_most(text, want):
+    assert sorted(action_clauses(text, action_for(PAYS), JOHN, SARAH)) == sorted(want)
+
+
 @pytest.mark.parametrize("description, text, want", [
     # paying without the word: a note left under a mug, a signed check, a tip dropped on the table
     (PAYS, "Sarah reached for it, but John tucked a twenty under his mug.", [("tucked", 0)]),
@@ -222,6 +237,57 @@ def test_a_participle_after_the_verb_of_saying_is_the_speakers():
 ])
 def test_more_verbs_that_do_the_action(description, text, want):
     assert action_clauses(text, action_for(description), JOHN, SARAH) == want
+
+
+TEACHES = "friend who does the teaching"
+JOB = "romantic partner who gets a new job"
+
+
+@pytest.mark.parametrize("description, text, want", [
+    # the person asked, told or persuaded to do it does it (it went to the one who asked)
+    (TEACHES, "Sarah asked John to teach her.", [("teach", 0)]),
+    (PAYS, "John told Sarah to pay.", [("pay", 1)]),
+    (DECIDES, "John persuaded Sarah to choose the apartment.", [("choose", 1)]),
+    (PAYS, "Sarah grabbed the check to pay for dinner.", [("grabbed", 1), ("pay", 1)]),  # a thing is no doer
+    # thanking or learning from someone else is no sign of the other character
+    (PAYS, "Sarah thanked the waiter.", []),
+    (TEACHES, "John learned from a YouTube video.", []),
+    (PAYS, "Sarah thanked him.", [("thanked", 0)]),
+    (TEACHES, "John learned from Sarah.", [("learned", 1)]),
+    # what was not done
+    (PAYS, "Sarah refused to pay.", []),
+    (PAYS, "Sarah left without paying.", []),
+    (PAYS, "John didn't have enough money to pay.", []),
+    (PAYS, "Sarah grabbed the check before John could pay.", [("grabbed", 1), ("pay", 1)]),
+    # claims that are none
+    (PAYS, '"You can always count on me," John whispered.', []),
+    (PAYS, '"Let me get the door for you," John said.', []),
+    (PAYS, '"It\'s not on me this time," Sarah said.', []),
+    (PAYS, '"Let me get this," John said.', [("said", 0)]),
+    # verbs with an everyday sense need the action's noun
+    (COVERS, "John proposed to Sarah at sunset.", []),
+    (COVERS, "John offered to cover the rent.", [("offered", 0), ("cover", 0)]),
+    (CHORES, "John ordered a pizza.", []),
+    # whom one hires gets the job; whom one offers a position to too
+    (JOB, "Sarah hired John as her assistant.", [("hired", 0)]),
+    (JOB, "Sarah offered John the position.", [("offered", 0)]),
+    (JOB, "Sarah hired a lawyer.", []),
+    (PAYS, "Sarah promised John to pay.", [("pay", 1)]),  # a promise: the one who promises
+    (JOB, "Sarah was hired by the hospital.", [("hired", 1)]),
+])
+def test_who_is_asked_thanked_hired_or_did_not_do_it(description, text, want):
+    assert action_clauses(text, action_for(description), JOHN, SARAH) == want
+
+
+def test_a_name_that_is_a_word_names_its_character_only_capitalised_and_titles_keep_their_point():
+    tom, bill = ("Tom", ("he", "him")), ("Bill", ("he", "his"))
+    assert action_clauses("When the bill came, he paid it.", action_for(PAYS), tom, bill) == []
+    assert action_clauses("When Bill came, he paid.", action_for(PAYS), tom, bill) == [("paid", 1)]
+    assert roles_exchanged([("Tom smiled. When the bill came, he paid it.", PAYS, tom, bill)]) == [False]
+    mr, mrs = ("Mr. Lee", ("he",)), ("Mrs. Lee", ("she",))
+    assert action_clauses("Mr. Lee paid the bill.", action_for(PAYS), mrs, mr) == [("paid", 1)]
+    # a point after an abbreviated title ends no sentence: the speaker stays with the quote
+    assert action_clauses('"My treat," Dr. Lee said.', action_for(PAYS), ("Dr. Lee", ()), SARAH) == [("said", 0)]
 
 
 def test_a_man_and_a_woman_hold_their_genders_unlabelled_pronouns():

@@ -119,6 +119,10 @@ def test_no_apposition_across_a_line_break():
     assert appositions(text, descriptions, names) == {(1, 0): 1}  # the plain words cross the break
     assert not role_apposition.appositions(marked, descriptions, names)
     assert role_apposition.words_with_breaks("A fan, Lily.", split_words("A fan, Lily.")) == words("A fan, Lily.")
+    # any line break: a carriage return alone, a Unicode line separator (they were read as spaces)
+    for brk in ("\r", "\u2028"):
+        assert role_apposition.words_with_breaks(f"A fan{brk}Lily", split_words(f"A fan{brk}Lily")) == [
+            "A", "fan", "\n", "Lily"]
 
 
 @pytest.mark.parametrize("text", ["Liam O'Brien, a loyal fan, waited.", "Liam O\u2019Brien, a loyal fan, waited.",
@@ -126,3 +130,26 @@ def test_no_apposition_across_a_line_break():
 def test_a_name_the_words_split_at_its_apostrophe_is_seen(text):
     names = ["Ethan Cole", "Liam O\u2019Brien" if "\u2019" in text else "Liam O'Brien"]
     assert appositions(text, ("actor", "loyal fan"), names) == {(1, 1): 1}
+
+
+@pytest.mark.parametrize("text, votes", [
+    # a comma after the noun opens an apposition only where the name closes it
+    ("When she finally met the actor, Lily burst into tears.", {}),
+    ("The actor, Ethan Michaels, waved at Lily.", {(0, 0): 1}),
+    ("Lily waved at the actor, Ethan Michaels.", {(0, 0): 1}),
+    # "called" is a verb unless the name closes it; "named" always names
+    ("Later that night, the fan called Ethan to apologize.", {}),
+    ("A loyal fan called Lily waited.", {}),
+    ("A loyal fan named Lily waited.", {(1, 1): 1}),
+    # "Name, noun" needs a determiner after the comma and no preposition or conjunction before the name
+    ("To Lily, the actor was everything.", {}),
+    ("Ethan smiled at Lily, and the actor signed her poster.", {}),
+    ("Lily waved. Without Ethan, the fan club would be nothing.", {}),
+    ("Lily, a loyal fan, waited.", {(1, 1): 1}),
+    # a title before the name is no name word
+    ("The fan, Ms. Lily Chen, waved.", {(1, 1): 1}),
+])
+def test_an_apposition_is_closed_and_opens_no_clause(text, votes):
+    descriptions, names = ("actor", "loyal fan"), ["Ethan Michaels", "Lily Chen"]
+    assert dict(role_apposition.appositions(role_apposition.words_with_breaks(text, split_words(text)),
+                                            descriptions, names)) == votes
