@@ -34,29 +34,51 @@ def quoted(words: Sequence[str], line_starts: Collection[int] = ()) -> list[bool
     r"""For each word of a story (in order, quotation marks included), whether it stands inside a
     quotation: straight quotes open and close by turns, curly ones by their direction.
 
-    A quotation left open ends with its line: where a quotation runs over paragraphs, each paragraph opens
-    it again with a mark, so a stray mark (a quotation never closed) misreads one paragraph, not the rest
-    of the story. A line ends at a word that holds a line break (spaCy's whitespace tokens, the "\n" words
-    of ``role_apposition.words_with_breaks``), which is marked as the line ended (inside where a
-    quotation was left open), and before each index of ``line_starts`` (``words.line_starts``, for words
-    split without their line breaks). An inch mark after feet ("6'2\"", split "6", "'", "2", '"' or, by
-    spaCy, "6'2", '"') is no quotation mark.
+    A quotation left open at the end of a line goes on only where the next line closes it (its first
+    mark, not at the line's start, is a closing curly one or an odd straight one: a note or a poem written
+    over lines, '"Happy anniversary,\nlove, John." She paid'); otherwise it ends there (a quotation over
+    paragraphs opens each again with a mark), so a stray mark (a quotation never closed) misreads one
+    paragraph, not the rest of the story. A line ends at a word that holds a line break (spaCy's
+    whitespace tokens, the "\n" words of ``role_apposition.words_with_breaks``), which is marked as the line
+    ended, and before each index of ``line_starts`` (``words.line_starts``, for words split without their
+    line breaks). An inch mark after feet ("6'2\"", split "6", "'", "2", '"' or, by spaCy, "6'2", '"') is no
+    quotation mark.
 
     >>> quoted(['"', "Wait", "\n", "He", "left", '"', "Go", '"'])
     [False, True, True, False, False, False, True, True]
+    >>> quoted(['"', "Dear", "Jo", "\n", "love", '"', "She", "paid"])
+    [False, True, True, True, True, True, False, False]
     """
+    marks = [w in QUOTES and not _inch_mark(words, i) for i, w in enumerate(words)]
+    starts = frozenset(line_starts)
+    lines: list[list[int]] = [[]]  # the words of each line, break words ending theirs
+    for i, w in enumerate(words):
+        if i in starts and lines[-1]:
+            lines.append([])
+        lines[-1].append(i)
+        if breaks_line(w):
+            lines.append([])
     out = []
     inside = False
-    starts = frozenset(line_starts)
-    for i, w in enumerate(words):
-        if i in starts:
+    for n, line in enumerate(lines):
+        if n and inside and not _closes_what_was_open(words, marks, line):
             inside = False
-        out.append(inside)
-        if breaks_line(w):
-            inside = False
-        elif w in QUOTES and not _inch_mark(words, i):
-            inside = (not inside) if w == '"' else w == "\u201c"
+        for i in line:
+            out.append(inside)
+            if marks[i]:
+                inside = (not inside) if words[i] == '"' else words[i] == "\u201c"
     return out
+
+
+def _closes_what_was_open(words: Sequence[str], marks: Sequence[bool], line: Sequence[int]) -> bool:
+    """Whether a line's first quotation mark closes a quotation left open before the line: not the line's
+    first word (that opens one again), and a closing curly mark or one of an odd number of straight ones."""
+    found = [i for i in line if marks[i]]
+    if not found or found[0] == next((i for i in line if not breaks_line(words[i])), None):
+        return False
+    if words[found[0]] != '"':
+        return words[found[0]] == "\u201d"
+    return sum(words[i] == '"' for i in found) % 2 == 1
 
 
 _FEET_INCHES = re.compile(r"\d+['\u2019]\d+")

@@ -59,7 +59,7 @@ from harness.labelling.words import split_words, starts_capitalised
 
 #: The pronouns it binds, by the gender they carry ("her" only where it is a determiner).
 BOUND = {"he": "Male", "his": "Male", "himself": "Male", "she": "Female", "her": "Female", "herself": "Female"}
-_SENTENCE_END = frozenset({".", "!", "?"})
+_SENTENCE_END = frozenset({".", "!", "?", "\u2026"})
 
 
 def name_words(name: str | None) -> frozenset[str]:
@@ -70,6 +70,12 @@ def name_words(name: str | None) -> frozenset[str]:
         return frozenset()
     return frozenset(w.lower() for w, _, _ in split_words(name)
                      if starts_capitalised(w) and w.lower() not in NAME_TITLES)
+
+
+def _seen_as(name: str | None) -> frozenset[str]:
+    """The words that show a character in a sentence: its name's words, or, for a name of titles alone
+    ("Coach", which the decoder keeps where a story names a character no other way), those titles."""
+    return name_words(name) or frozenset(w.lower() for w, _, _ in split_words(name or "") if starts_capitalised(w))
 
 
 def bind_unreferenced(words: Sequence[str], characters: tuple[CharacterLabel, ...], roles: tuple[RoleSpec, ...],
@@ -90,7 +96,7 @@ def bind_unreferenced(words: Sequence[str], characters: tuple[CharacterLabel, ..
         return characters
     x, gender = found_pair
     y = 1 - x
-    mine, theirs = name_words(characters[x].name), name_words(characters[y].name)
+    mine, theirs = name_words(characters[x].name), _seen_as(characters[y].name)
     if not mine or mine & theirs:
         return characters
     family = BINARY_PRONOUNS[gender]
@@ -140,7 +146,7 @@ def bind_singular_they(words: Sequence[str], characters: tuple[CharacterLabel, .
         f = female_share(characters[x].name, roles[x].description, table)
         if f is not None and max(f, 1.0 - f) >= strength:
             return characters
-    mine, theirs = name_words(characters[x].name), name_words(characters[1 - x].name)
+    mine, theirs = name_words(characters[x].name), _seen_as(characters[1 - x].name)
     if not mine or mine & theirs:
         return characters
     theirs = theirs | {r.lower() for r in characters[1 - x].references}
@@ -160,7 +166,12 @@ def _bound_in_sentences(words: Sequence[str], line_starts: Collection[int], mine
     character's occurrence for the rest of its sentence."""
     found: list[str] = []
     seen_x = seen_y = False
+    line = _line_of(len(words), line_starts)
+    last = 0  # the line of the word before
     for i, w, in_quote in _marked(words, line_starts):
+        if line[i] != last:  # a line ends its sentence ("**Waiting for Kai**" over "She checked her phone")
+            seen_x = seen_y = False
+            last = line[i]
         if w in _SENTENCE_END:
             if not _abbreviation_point(words, i):
                 seen_x = seen_y = False
@@ -176,6 +187,16 @@ def _bound_in_sentences(words: Sequence[str], line_starts: Collection[int], mine
             else:
                 found.append(w)
     return found
+
+
+def _line_of(n: int, line_starts: Collection[int]) -> list[int]:
+    """For each of ``n`` words, the number of its line (0 for the first)."""
+    starts = frozenset(line_starts)
+    out, line = [], 0
+    for i in range(n):
+        line += i in starts
+        out.append(line)
+    return out
 
 
 #: Verbs of touching another person's hand, arm or face ("squeezed her hand", "took his arm").
@@ -209,7 +230,7 @@ def _abbreviation_point(words: Sequence[str], i: int) -> bool:
     if words[i] != "." or i == 0:
         return False
     prev = words[i - 1]
-    return prev.lower() in ABBREVIATED_TITLES or (len(prev) == 1 and prev.isupper())
+    return prev[:1].isupper() and (prev.lower() in ABBREVIATED_TITLES or len(prev) == 1)  # not "one last rep."
 
 
 def claim_unheld(words: Sequence[str], characters: tuple[CharacterLabel, ...], roles: tuple[RoleSpec, ...],

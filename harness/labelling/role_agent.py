@@ -82,7 +82,7 @@ ACTIONS = (
            frozenset({"thank"}),
            ("my treat", "on me", "i've got it", "i got it", "i've got this", "i got this", "i'll pay", "i'll get this",
             "let me pay", "let me get this", "let me get it", "let me get that", "let me get the check",
-            "let me get the bill", "i pay", "i'm paying", "i'm buying", "i'll buy")),
+            "let me get the bill", "let me get the tab", "i pay", "i'm paying", "i'm buying", "i'll buy")),
     Action("makes a request for chores to be done",
            frozenset({"instruct", "assign", "delegate", "request", "remind", "nag"}),
            frozenset({"ask", "tell", "hand", "give", "want", "need", "insist", "list", "point", "write", "tape", "post",
@@ -355,13 +355,13 @@ def _clauses(doc, action: Action, only: Split) -> Iterator[tuple[str, int]]:
                 tok.dep_ == "xcomp" and _verb_lemma(tok.head) in _FAILED) or _for_later(tok) or _forestalled(tok):
             receiver = True  # "tried to pay", "pay him back", "I'll pay next time", "before he could pay": the
             # other one pays now
-        if lemma in action.object_does and _has_object(tok):
+        if lemma in action.object_does and _has_object(tok) and not any(c.dep_ == "nsubjpass" for c in tok.children):
             who = _object_named(tok, only)  # "Sarah hired John", "offered him the position": John gets the job
         else:
             who = _doer(tok, only)
             if who is None and lemma in _GIVEN:  # "The symphony offered her the position": she gets it
                 who = _object_named(tok, only)
-        if receiver and who is not None and not _received_from(tok, only):
+        if lemma in action.receiver and who is not None and not _received_from(tok, only):
             continue  # "Sarah thanked the waiter", "learned from a video": someone else did it
         if who is not None:
             yield tok.text, 1 - who if receiver else who
@@ -530,8 +530,9 @@ def _infinitive(verb) -> bool:
     return any(c.dep_ == "aux" and c.lower_ == "to" for c in verb.children)
 
 
-#: "Sarah grabbed the check before John could pay": the one who could not yet did not do it.
-_FORESTALLING = frozenset({"before", "until"})
+#: "Sarah grabbed the check before John could pay": the one who could not yet did not do it (not "until": "waited
+#: until John could pay" names who did).
+_FORESTALLING = frozenset({"before"})
 
 
 def _forestalled(verb) -> bool:
@@ -611,13 +612,15 @@ def _claim_pattern(action: Action) -> re.Pattern:
 
 
 #: What before a claim makes it none: a denial ("it's not on me"), leaning on someone ("count on me").
-_NO_CLAIM_BEFORE = re.compile(r"(?:\b(?:not|never|count|counting|lean|leaning|rely|relying|depend|depending)|n't)\s+$")
+_NO_CLAIM_BEFORE = re.compile(r"(?:(?<!\bwhy )\bnot|\b(?:never|count|counting|lean|leaning|rely|relying|depend|depending)"
+                              r"|n't)\s+$")
 
 
 def _claimed(low: str, action: Action) -> bool:
     """Whether a sentence (case-folded, straight apostrophes) holds one of the action's claims that is
     one (``_NO_CLAIM_BEFORE``)."""
-    return any(not _NO_CLAIM_BEFORE.search(low[:m.start()]) for m in _claim_pattern(action).finditer(low))
+    return any(not _NO_CLAIM_BEFORE.search(low[:m.start()]) and not low.startswith(" straight", m.end())
+               for m in _claim_pattern(action).finditer(low))  # "let me get this straight" claims nothing
 
 
 @lru_cache(maxsize=None)
@@ -711,16 +714,24 @@ def _has_object(verb) -> bool:
 
 
 def _received_from(verb, only: Split) -> bool:
-    """Whether a receiving verb can have received from the other character: it thanks a person no one
-    else ("thanked her", "thanked John", not "thanked the waiter"), learns from no one else ("learned
-    from Sarah", "learned to surf", not "learned from a video"), or names nobody it received from."""
+    """Whether a receiving verb can have received from the other character: it thanks a person of the
+    story ("thanked her", "thanked John", "thanked her boyfriend"; not "thanked the waiter"), learns from
+    no one else ("learned from Sarah", "learned to surf"; not "learned from a video"), or names nobody it
+    received from."""
+    thanks = _verb_lemma(verb) == "thank"
     for c in verb.children:
-        if c.dep_ == "dobj" and _verb_lemma(verb) == "thank" and c.tag_ != "PRP" and _named(c, only) is None:
+        if thanks and c.dep_ == "dobj" and not _a_person_of_the_story(c, only):
             return False
-        if c.dep_ == "prep" and c.lower_ == "from" and any(
-                g.dep_ == "pobj" and g.tag_ != "PRP" and _named(g, only) is None for g in c.children):
+        if not thanks and c.dep_ == "prep" and c.lower_ == "from" and any(
+                g.dep_ == "pobj" and not _a_person_of_the_story(g, only) for g in c.children):
             return False
     return True
+
+
+def _a_person_of_the_story(noun, only: Split) -> bool:
+    """A pronoun, a character's name or word, or someone's ("her boyfriend", "his date")."""
+    return noun.tag_ == "PRP" or _named(noun, only) is not None or any(
+        c.dep_ == "poss" for c in noun.children)
 
 
 def _possessor(noun, only: Split) -> int | None:

@@ -50,9 +50,12 @@ TITLES = {"mr": "M", "mrs": "F", "ms": "F", "miss": "F", "mx": "N", "dr": None, 
 #: Titles written with a period, which spaCy may split off ("Mx." as ``Mx`` + ``.``); a full-word title before a
 #: period ends a sentence ("They thanked Coach. Taylor smiled.") and is no title of the name after it.
 ABBREVIATED_TITLES = frozenset({"mr", "mrs", "ms", "mx", "dr"})
-#: Words of a name that name nobody: titles, and the particles of a name when written in lowercase ("Maria de la
-#: Cruz", "Juan de Leon"), which two names share without being one.
-NOT_NAME_WORDS = NAME_TITLES | TITLES.keys()
+#: Words of a name that name nobody: titles (spaCy keeps some in a PERSON entity: "Principal Harris" is Linda Harris),
+#: and the particles of a name when written in lowercase ("Maria de la Cruz", "Juan de Leon"), which two names
+#: share without being one.
+NOT_NAME_WORDS = NAME_TITLES | TITLES.keys() | {
+    "principal", "detective", "agent", "mayor", "sergeant", "lieutenant", "president", "senator", "governor", "pastor",
+    "reverend", "inspector", "general", "colonel", "major", "corporal", "grandma", "grandpa", "granny", "nana", "doc"}
 PARTICLES = frozenset({"de", "la", "van", "von", "da", "di", "del", "du", "le", "bin", "al"})
 GENDER_NOUNS = {"woman": "F", "girl": "F", "lady": "F", "mother": "F", "sister": "F", "wife": "F",
                 "girlfriend": "F", "grandmother": "F", "man": "M", "boy": "M", "gentleman": "M", "father": "M",

@@ -350,6 +350,16 @@ def test_a_quotation_left_open_ends_with_its_line_and_an_inch_mark_opens_none():
         assert [w for w, q in zip(words, quoted(words)) if q] == ["Hi", '"']
     # a closing mark after a number is still one
     assert quoted(['"', "Call", "911", '"', "he", "said"]) == [False, True, True, True, False, False]
+    # a quotation that the next line closes goes on over the line break: a note, a poem
+    text = 'The note read, "Happy anniversary,\nlove, Max." Paul smiled, and he paid.'
+    split = split_words(text)
+    words = [w for w, _, _ in split]
+    assert [w for w, q in zip(words, quoted(words, line_starts(text, split))) if q] == [
+        "Happy", "anniversary", ",", "love", ",", "Max", ".", '"']
+    # curly: the next line's first mark closes it, or opens another at the line's start
+    assert quoted(["\u201c", "Dear", "\n", "love", "\u201d", "He"]) == [False, True, True, True, True, False]
+    assert quoted(["\u201c", "Dear", "\n", "\u201c", "Go", "\u201d", "He"]) == [
+        False, True, True, False, True, True, False]
 
 
 def test_a_pronoun_after_a_quotation_left_open_is_bound(tagged):
@@ -495,3 +505,31 @@ def test_words_inside_a_quote_neither_start_nor_stop_a_binding():
     # a name only inside the quote binds nothing after it: "Hank" is whom Leo speaks to
     assert bind('Hank cooked. "Thank you, Hank," Leo said, his voice soft.', "Hank", [], "Leo", ["he"]) == [
         (), ("he",)]
+
+
+@pytest.mark.parametrize("text, lines", [
+    ("Kai hesitated\u2026 She smiled at the waiter.", False),  # an ellipsis ends a sentence, as "..." does
+    ("Kai finished one last rep. She clapped from the bench.", False),  # "rep." is no title ("Rep. Kai")
+    ("**Waiting for Kai**\n\nShe checked her phone again.", True),  # a line ends its sentence
+    ('Kai waved\n"Hi," she said, and she smiled back.', True),  # a line that opens with a quotation mark too
+])
+def test_a_sentence_ends_at_an_ellipsis_a_lowercase_point_and_a_line(text, lines):
+    from harness.labelling.words import line_starts
+
+    chars = (CharacterLabel("subject", "Kai", ()), CharacterLabel("object", "Mia", ("she", "her")))
+    split = split_words(text)
+    out = bind_unreferenced([w for w, _, _ in split], chars, ROLES, her_is_possessive,
+                            line_starts=line_starts(text, split) if lines else ())
+    assert out[0].references == ()
+
+
+def test_a_name_of_titles_alone_still_shows_its_character():
+    # "Coach" is the other character's whole name: its sentences bind nothing to Casey (Casey took "his")
+    text = "Casey ran another lap as Coach shouted his encouragement. Coach was proud of his star runner."
+    chars = (CharacterLabel("subject", "Casey", ()), CharacterLabel("object", "Coach", ("he", "him")))
+    out = bind_unreferenced([w for w, _, _ in split_words(text)], chars, ROLES, her_is_possessive)
+    assert out[0].references == ()
+    chars = (CharacterLabel("subject", "Casey", ()), CharacterLabel("object", "Coach", ("they",)))
+    # and beside a singular they likewise
+    text = "Casey ran another lap as Coach shouted their encouragement."
+    assert bind_singular_they([w for w, _, _ in split_words(text)], chars, ROLES)[0].references == ()

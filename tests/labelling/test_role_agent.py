@@ -195,6 +195,8 @@ def test_quotes_claims_passives_and_later(text, want):
     # a quotation over two paragraphs, opened again by the second: its "I" is still the speaker's
     ('"Listen," Sarah said. "Dinner was lovely.\n\n"And I\'ll pay this time."', [("pay", 1), ("said", 1)]),
     ("She was 5\u20192\u201d. \u201cI\u2019ll pay,\u201d John said.", [("pay", 0), ("said", 0)]),
+    # a quotation the next line closes goes on over the line break (a note, a poem)
+    ('"I love you.\nLet me pay," John said.', [("pay", 0), ("said", 0)]),
 ])
 def test_a_stray_quotation_mark_misreads_one_paragraph_at_most(text, want):
     assert sorted(action_clauses(text, action_for(PAYS), JOHN, SARAH)) == sorted(want)
@@ -274,6 +276,14 @@ JOB = "romantic partner who gets a new job"
     (JOB, "Sarah hired a lawyer.", []),
     (PAYS, "Sarah promised John to pay.", [("pay", 1)]),  # a promise: the one who promises
     (JOB, "Sarah was hired by the hospital.", [("hired", 1)]),
+    (JOB, "John was offered the position at the firm.", [("offered", 0)]),  # passive: the one offered it
+    # "until ... could" names who did it in the end; "from" counts only for learning; "her boyfriend" is a person
+    (PAYS, "Sarah waited until John could pay.", [("pay", 0)]),
+    (PAYS, "John tried to pay from his own account.", [("pay", 1)]),
+    (PAYS, "Sarah thanked her boyfriend for dinner.", [("thanked", 0)]),
+    (PAYS, '"Let me get the tab," John said.', [("said", 0)]),
+    (PAYS, '"Why not let me pay?" John said.', [("said", 0)]),
+    (PAYS, '"Let me get this straight," John said.', []),
 ])
 def test_who_is_asked_thanked_hired_or_did_not_do_it(description, text, want):
     assert action_clauses(text, action_for(description), JOHN, SARAH) == want

@@ -146,6 +146,8 @@ def test_a_name_the_words_split_at_its_apostrophe_is_seen(text):
     ("Ethan smiled at Lily, and the actor signed her poster.", {}),
     ("Lily waved. Without Ethan, the fan club would be nothing.", {}),
     ("Lily, a loyal fan, waited.", {(1, 1): 1}),
+    ("She smiled at Lily, a loyal fan.", {(1, 1): 1}),  # a preposition that opens no clause
+    ("Ethan Michaels, an acclaimed actor, and Lily, a loyal fan, met.", {(0, 0): 1, (1, 1): 1}),
     # a title before the name is no name word
     ("The fan, Ms. Lily Chen, waved.", {(1, 1): 1}),
 ])

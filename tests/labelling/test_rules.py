@@ -218,3 +218,11 @@ def test_a_name_stops_at_a_line_break(rules):
     lab = rules.label(s).character("subject")
     assert lab.name in ("Tom", "Tom Hale") and infer_gender(lab.references, s.text) == "Male"
     assert [len(c.spans) for c in rules._characters(rules.nlp(s.text))] == [2]
+
+
+def test_a_title_spacy_keeps_in_the_name_is_no_name_word(rules):
+    # "Principal Harris" and "Linda Harris" are one person: "principal" is a title, not a given name
+    s = StoryInput("ph", "Principal Harris called the student, Tom, into the office. Linda Harris sighed. "
+                         "She was tired of excuses.", (RoleSpec("subject", "principal"), RoleSpec("object", "student")))
+    lab = rules.label(s).character("subject")
+    assert lab.name == "Principal Harris" and infer_gender(lab.references, s.text) == "Female"
