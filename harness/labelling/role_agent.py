@@ -536,7 +536,7 @@ _FORESTALLING = frozenset({"before"})
 
 
 def _forestalled(verb) -> bool:
-    """Whether the verb is what someone could do only before or until another acted."""
+    """Whether the verb is what someone could do only before another acted."""
     return verb.dep_ == "advcl" and any(c.dep_ == "mark" and c.lower_ in _FORESTALLING for c in verb.children) and any(
         c.dep_ == "aux" and c.lower_ in ("could", "can") for c in verb.children)
 
@@ -670,12 +670,13 @@ def _doer(verb, only: Split) -> int | None:
             subj = [head.head]
             break
         if head.dep_ == "xcomp" and head.head.lower_ in _object_control_forms():
-            # "Sarah asked John to teach her": the person asked does it (not after "promised him to")
-            subj = [c for c in head.head.children if c.dep_ in ("dobj", "dative") and (
+            # "Sarah asked John to teach her": the person asked does it (not after "promised him to"); a
+            # pronoun both characters hold ("He asked him to pay") names neither
+            asked = [c for c in head.head.children if c.dep_ in ("dobj", "dative") and (
                 c.tag_ == "PRP" or _named(c, only) is not None)]
-            if subj:
-                head = head.head
-                break
+            if asked:
+                named = {_named(c, only) for c in asked} - {None}
+                return named.pop() if len(named) == 1 else None
         if head.dep_ in ("xcomp", "pcomp", "advcl", "conj", "prep") and head.head is not head:
             head = head.head
         else:

@@ -251,6 +251,7 @@ JOB = "romantic partner who gets a new job"
     (PAYS, "John told Sarah to pay.", [("pay", 1)]),
     (DECIDES, "John persuaded Sarah to choose the apartment.", [("choose", 1)]),
     (PAYS, "Sarah grabbed the check to pay for dinner.", [("grabbed", 1), ("pay", 1)]),  # a thing is no doer
+    (PAYS, "Sarah asked him to pay.", [("pay", 0)]),
     # thanking or learning from someone else is no sign of the other character
     (PAYS, "Sarah thanked the waiter.", []),
     (TEACHES, "John learned from a YouTube video.", []),
@@ -294,6 +295,8 @@ def test_a_name_that_is_a_word_names_its_character_only_capitalised_and_titles_k
     assert action_clauses("When the bill came, he paid it.", action_for(PAYS), tom, bill) == []
     assert action_clauses("When Bill came, he paid.", action_for(PAYS), tom, bill) == [("paid", 1)]
     assert roles_exchanged([("Tom smiled. When the bill came, he paid it.", PAYS, tom, bill)]) == [False]
+    # two men: the "him" asked is either, so no vote (it went to the one who asked)
+    assert action_clauses("He asked him to pay.", action_for(PAYS), tom, ("Mark", ("he", "him"))) == []
     mr, mrs = ("Mr. Lee", ("he",)), ("Mrs. Lee", ("she",))
     assert action_clauses("Mr. Lee paid the bill.", action_for(PAYS), mrs, mr) == [("paid", 1)]
     # a point after an abbreviated title ends no sentence: the speaker stays with the quote
