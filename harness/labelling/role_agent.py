@@ -230,8 +230,11 @@ def _only_words(subject: Character, obj: Character) -> Split:
         held = words[0] | words[1]
         words = (words[0] | (families[0] - held), words[1] | (families[1] - held))
     refs = {r.lower() for c in (subject, obj) for r in c[1]}
-    return words[0] - words[1], words[1] - words[0], words[0] & words[1], (
-        _name_words(subject[0]) | _name_words(obj[0])) - refs
+    # a name the story writes capitalised names its character only so written ("the bill" is not Bill); one it
+    # writes in lowercase ("john paid") in any case
+    capitalised = {w for c in (subject, obj) for w in _name_words(" ".join(
+        p for p in (c[0] or "").split() if p[:1].isupper()))}
+    return words[0] - words[1], words[1] - words[0], words[0] & words[1], capitalised - refs
 
 
 #: Longest stretch of text parsed at once: stories run to about 1,000 characters, and spaCy refuses a text of

@@ -123,7 +123,10 @@ class RulesLabeller(Labeller):
         # stopped the run (``base.label_or_keep`` takes that for the labeller's fault)
         limit = self.nlp.max_length
         texts = [s.text for s in stories if len(s.text) <= limit]
-        docs = iter(self.nlp.pipe(texts, n_process=self.n_process, batch_size=max(len(texts), 1)))
+        # a share of the batch for each process (spaCy hands a process whole minibatches: one minibatch of the
+        # whole batch kept every process but one idle)
+        share = max(-(-len(texts) // max(self.n_process, 1)), 1)
+        docs = iter(self.nlp.pipe(texts, n_process=self.n_process, batch_size=share))
         return [self._label_doc(s, next(docs)) if len(s.text) <= limit else
                 failed(s, f"{ERROR_PREFIX}text of {len(s.text)} characters is over spaCy's max_length of {limit}")
                 for s in stories]

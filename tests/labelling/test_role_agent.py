@@ -295,6 +295,8 @@ def test_a_name_that_is_a_word_names_its_character_only_capitalised_and_titles_k
     assert action_clauses("When the bill came, he paid it.", action_for(PAYS), tom, bill) == []
     assert action_clauses("When Bill came, he paid.", action_for(PAYS), tom, bill) == [("paid", 1)]
     assert roles_exchanged([("Tom smiled. When the bill came, he paid it.", PAYS, tom, bill)]) == [False]
+    # a name the story writes in lowercase names its character so written
+    assert action_clauses("john paid the bill.", action_for(PAYS), ("john", ()), SARAH) == [("paid", 0)]
     # two men: the "him" asked is either, so no vote (it went to the one who asked)
     assert action_clauses("He asked him to pay.", action_for(PAYS), tom, ("Mark", ("he", "him"))) == []
     mr, mrs = ("Mr. Lee", ("he",)), ("Mrs. Lee", ("she",))

@@ -226,3 +226,22 @@ def test_a_title_spacy_keeps_in_the_name_is_no_name_word(rules):
                          "She was tired of excuses.", (RoleSpec("subject", "principal"), RoleSpec("object", "student")))
     lab = rules.label(s).character("subject")
     assert lab.name == "Principal Harris" and infer_gender(lab.references, s.text) == "Female"
+
+
+def test_each_spacy_process_gets_a_share_of_the_batch(monkeypatch):
+    from harness.labelling.rules import RulesLabeller
+
+    lab = RulesLabeller(n_process=2)
+    asked = {}
+    real = lab.nlp.pipe
+
+    def pipe(texts, **kw):
+        asked.update(kw)
+        return real(texts, batch_size=kw["batch_size"])  # in this process: the test checks the split, not spaCy's
+
+    monkeypatch.setattr(lab.nlp, "pipe", pipe)
+    stories = [StoryInput(f"s{i}", f"Sam Lee{i} smiled. He waved.", (RoleSpec("subject", "teacher"),))
+               for i in range(5)]
+    out = lab.label(stories, batch_size=5)
+    assert [o.story_id for o in out] == [s.story_id for s in stories]
+    assert asked == {"n_process": 2, "batch_size": 3}  # it was 5: one process got the whole batch
