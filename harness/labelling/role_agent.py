@@ -577,7 +577,7 @@ def verb_forms(lemma: str) -> set[str]:
 @lru_cache(maxsize=1)
 def _lemma_of() -> dict[str, str]:
     """Every form of every verb the check reads, to its lemma."""
-    verbs = set(_SAY) | _FAILED | _NOT_DONE
+    verbs = set(_SAY) | _FAILED | _NOT_DONE | _OBJECT_CONTROL
     for action in ACTIONS:
         verbs |= action.agent | action.agent_if_noun | action.receiver
     return {form: lemma for lemma in sorted(verbs) for form in verb_forms(lemma)}
@@ -615,8 +615,8 @@ def _claim_pattern(action: Action) -> re.Pattern:
 
 
 #: What before a claim makes it none: a denial ("it's not on me"), leaning on someone ("count on me").
-_NO_CLAIM_BEFORE = re.compile(r"(?:(?<!\bwhy )\bnot|\b(?:never|count|counting|lean|leaning|rely|relying|depend|depending)"
-                              r"|n't)\s+$")
+_NO_CLAIM_BEFORE = re.compile(r"(?:(?<!\bwhy )\bnot|n't"
+                              r"|\b(?:never|count|counting|lean|leaning|rely|relying|depend|depending))\s+$")
 
 
 def _claimed(low: str, action: Action) -> bool:
@@ -672,7 +672,7 @@ def _doer(verb, only: Split) -> int | None:
         if head.dep_ == "acl":  # "Her boyfriend, John, paid ...", parsed as a clause of "boyfriend"
             subj = [head.head]
             break
-        if head.dep_ == "xcomp" and head.head.lower_ in _object_control_forms():
+        if head.dep_ == "xcomp" and _lemma_of().get(head.head.lower_) in _OBJECT_CONTROL:
             # "Sarah asked John to teach her": the person asked does it (not after "promised him to"); a
             # pronoun both characters hold ("He asked him to pay") names neither
             asked = [c for c in head.head.children if c.dep_ in ("dobj", "dative") and (
@@ -706,11 +706,6 @@ def _doer(verb, only: Split) -> int | None:
             hits.add(who if who is not None or s.lower_ not in _MEANS else _possessor(s, only))
     hits.discard(None)
     return hits.pop() if len(hits) == 1 else None
-
-
-@lru_cache(maxsize=1)
-def _object_control_forms() -> frozenset[str]:
-    return frozenset(_forms(_OBJECT_CONTROL))
 
 
 def _has_object(verb) -> bool:

@@ -11,8 +11,8 @@ tears" and "the fan called Ethan to apologize" are none); or a name followed by 
 words and no preposition nor relative pronoun, the noun, in a phrase that opens with a determiner ("Lily,
 a loyal fan"; not "Sarah, an admirer of the actor", "Lily, who adored the actor", the possessive of "Lily,
 the actor's biggest fan", "Lily, and the actor signed", nor a name after a preposition or conjunction that
-opens its clause: "To Lily, the actor was everything"). Nouns inside quotation marks are forms of address ("Thank you, Nurse Kai")
-and do not count. The two labels are exchanged when the appositions tie the labelled characters to
+opens its clause: "To Lily, the actor was everything"). Nouns inside quotation marks are forms of address
+("Thank you, Nurse Kai") and do not count. The two labels are exchanged when the appositions tie the labelled characters to
 each other's roles more often than to their own.
 
 A role's head noun is the last word of its description before "who", "in", "on", "of", "at", "with"
@@ -122,15 +122,19 @@ def appositions(words: Sequence[str], descriptions: Sequence[str], names: Sequen
         hits = [c for c in (0, 1) if not ws.isdisjoint(owned[c])]
         return hits[0] if len(hits) == 1 else None
 
+    def in_name(k: int, c: int) -> bool:
+        """Whether word k is one of character c's name words, or the "'Brien" of "O'Brien"."""
+        return low[k] in owned[c] or (low[k][:1] in _APOSTROPHES and low[k][1:] != "s")
+
     def name_end(j: int, c: int) -> int:
         """The index after the run of character c's name words that starts at j."""
-        while j < len(low) and (low[j] in owned[c] or low[j][:1] in _APOSTROPHES and low[j][1:] != "s"):
+        while j < len(low) and in_name(j, c):
             j += 1
         return j
 
     def name_start(k: int, c: int) -> int:
         """The index of the first word of the run of character c's name words that ends at k."""
-        while k > 0 and (low[k - 1] in owned[c] or low[k][:1] in _APOSTROPHES and low[k][1:] != "s"):
+        while k > 0 and in_name(k - 1, c):
             k -= 1
         return k
 
@@ -146,7 +150,7 @@ def appositions(words: Sequence[str], descriptions: Sequence[str], names: Sequen
         c = named(j)  # "actor, Ethan Michaels", "a fan named Lily", "Manager Tom", "patient, Mr. Sam Ortiz"
         # a comma or "called" opens an apposition only where the name closes it ("When she met the actor,
         # Lily burst into tears", "the fan called Ethan to apologize" open none); "named" always does
-        closed = c is not None and (name_end(j, c) >= len(low) or low[name_end(j, c)] in _STOPS)
+        closed = c is not None and ((e := name_end(j, c)) >= len(low) or low[e] in _STOPS)
         if c is not None and (closed or marker == "named" or (not comma and marker is None)):
             out[(role, c)] += 1
         if i + 1 < len(low) and low[i + 1] in _POSSESSIVES:

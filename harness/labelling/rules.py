@@ -187,13 +187,14 @@ class RulesLabeller(Labeller):
             title = self._title_before(doc, name_start)
             start = name_start - title
             words = self._name_words(doc[start:end])
-            if not words or set(words) <= PRONOUNS.keys():  # spaCy tags "Xe", "Ze" and "Xyr" PERSON: pronouns
+            names = set(words)
+            if not names or names <= PRONOUNS.keys():  # spaCy tags "Xe", "Ze" and "Xyr" PERSON: pronouns
                 continue
             given = words[0] if len(words) > 1 else None
             head = doc[start]
             titled = self._is_title(head)
             gender = TITLES[head.lower_.rstrip(".")] if titled else None
-            same = [c for c in chars if self._same(c, set(words), given, gender)]
+            same = [c for c in chars if self._same(c, names, given, gender)]
             if len(same) > 1:
                 continue  # "Carter" of "Emily Carter" and "David Carter": neither's
             text = doc[start:end].text
@@ -201,11 +202,11 @@ class RulesLabeller(Labeller):
                 text = text[:-2]
             if same:
                 hit = same[0]
-                hit.words |= set(words)
+                hit.words |= names
                 hit.given = hit.given or given
                 hit.gender = hit.gender or gender
             else:
-                hit = _Char(key=sorted(words)[0], words=set(words), name=text.strip(), first=start, given=given,
+                hit = _Char(key=sorted(names)[0], words=set(names), name=text.strip(), first=start, given=given,
                             gender=gender)
                 chars.append(hit)
             hit.spans.append((start, end))
