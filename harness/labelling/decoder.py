@@ -201,15 +201,15 @@ class WordDecoder:
             text, split = as_double_quotes(story.text, e.words, single_quote_dialogue(story.text, e.words))
             texts.append(text)
             words = ["" if u else w for (w, _, _), u in zip(split, unstated)]  # no binding reads "s/he"'s "he"
+            lines = line_starts(text, split)  # where a quotation left open ends; where no apposition reaches
             if self.pronoun_binding:
-                lines = line_starts(text, split)  # where a quotation left open ends
                 chars = bind_unreferenced(words, chars, story.roles, her_is_possessive, self.name_table,
                                           self.name_strength, lines)
                 if self.name_table is not None:
                     chars = claim_unheld(words, chars, story.roles, self.name_table, self.name_strength, lines)
                 chars = bind_singular_they(words, chars, story.roles, self.name_table, line_starts=lines)
             if self.apposition_check and len(chars) == 2 and role_apposition.roles_exchanged(
-                    role_apposition.words_with_breaks(text, split), [r.description for r in story.roles],
+                    role_apposition.words_with_breaks(text, split, lines), [r.description for r in story.roles],
                     [c.name for c in chars]):
                 chars = _exchanged(chars)
             labels.append(chars)

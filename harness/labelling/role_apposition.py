@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from harness.labelling.base import NAME_TITLES, QUOTES, quoted
 from harness.labelling.pronoun_binding import name_words
@@ -84,11 +84,12 @@ def head_noun(description: str) -> str | None:
     return words[-1] if words else None
 
 
-def words_with_breaks(text: str, words: Sequence[tuple[str, int, int]]) -> list[str]:
+def words_with_breaks(text: str, words: Sequence[tuple[str, int, int]], starts: Collection[int] | None = None
+                      ) -> list[str]:
     """A story's words (``encoder.split_words``: word, start, end) with a "\n" word wherever a line break
-    stands between two of them (``words.line_starts``), which no apposition crosses ("... a new employee"
-    ending an echoed prompt, "Camila Torres" starting the story)."""
-    starts = set(line_starts(text, words))
+    stands between two of them (``words.line_starts``, or ``starts`` where the caller has them already), which
+    no apposition crosses ("... a new employee" ending an echoed prompt, "Camila Torres" starting the story)."""
+    starts = frozenset(line_starts(text, words) if starts is None else starts)
     out: list[str] = []
     for k, (w, _, _) in enumerate(words):
         if k in starts:

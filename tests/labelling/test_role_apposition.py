@@ -6,7 +6,7 @@ import pytest
 
 from harness.labelling.base import RoleSpec, StoryInput
 from harness.labelling.decoder import WordDecoder
-from harness.labelling.words import split_words
+from harness.labelling.words import line_starts, split_words
 from harness.labelling import role_apposition
 
 
@@ -123,6 +123,9 @@ def test_no_apposition_across_a_line_break():
     for brk in ("\r", "\u2028"):
         assert role_apposition.words_with_breaks(f"A fan{brk}Lily", split_words(f"A fan{brk}Lily")) == [
             "A", "fan", "\n", "Lily"]
+    # the caller's line starts (the decoder computes them once for the bindings too) give the same words
+    split = split_words(text)
+    assert role_apposition.words_with_breaks(text, split, line_starts(text, split)) == marked
 
 
 @pytest.mark.parametrize("text", ["Liam O'Brien, a loyal fan, waited.", "Liam O\u2019Brien, a loyal fan, waited.",
