@@ -48,6 +48,21 @@ def test_a_one_word_name_takes_the_common_first_name_written_before_it(table, te
     assert got in text  # a cut of the story as written
 
 
+@pytest.mark.parametrize("given, text, want", [
+    ("Emily", "Jake paid. Later Jake wondered: Will Emily ever call again? She had seemed happy.", "Emily"),
+    ("Emily", "Will Emily ever call again?", "Emily"),  # the story's first word
+    ("Emily", "'Will Emily come?' Jake asked.", "Emily"),  # after a quotation's opening mark
+    ("Emily", "Jake sat.\nWill Emily come? he thought.", "Emily"),  # the first of its line
+    ("Mitchell", "Will Mitchell come? Nobody knew.", "Mitchell"),
+    # a name: in a sentence that is no question, or not opening its question
+    ("Mitchell", "Will Mitchell paid. Mitchell smiled.", "Will Mitchell"),
+    ("Mitchell", "Did Will Mitchell pay? Mitchell smiled.", "Will Mitchell"),
+    ("Mitchell", "Will Mitchell paid the bill. Was it fair? Mitchell smiled.", "Will Mitchell"),
+])
+def test_a_modal_that_opens_a_question_is_no_first_name(table, given, text, want):
+    assert _complete(given, text, table) == want
+
+
 @pytest.mark.parametrize("name, text, want", [
     ("Mitchell", "Mary-Jane Mitchell waved. Mitchell left.", "Mary-Jane Mitchell"),  # a hyphenated first name
     ("Mitchell", "Jose\u0301 Mitchell waved. Mitchell left.", "Jose\u0301 Mitchell"),  # a decomposed accent
