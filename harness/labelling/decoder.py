@@ -102,21 +102,29 @@ class WordDecoder:
         col = w.probs[:, slot]
         words, keys = e.words, w.keys
 
-        def cap(i: int) -> bool:
-            return starts_capitalised(words[i][0])
-
         titles, particles = _titles_and_particles()
+
+        def cap(i: int) -> bool:
+            """Capitalised as a name word is: its first letter, or the part after a particle's hyphen ("al-Rashid",
+            "el-Amin", one word to the splitter)."""
+            w = words[i][0]
+            if starts_capitalised(w):
+                return True
+            head, hyphen, rest = w.partition("-")
+            return bool(hyphen) and head in particles and starts_capitalised(rest)
 
         def initial(i: int) -> bool:
             return len(words[i][0]) == 1 and cap(i)
 
         def goes_on_after_dot(run: list[int]) -> bool:
             """Whether a run that a "." follows goes on to the word after it: its last word is an initial
-            ("J. Cole", "John F. Kennedy") or an abbreviated title with only such titles and initials before it
-            ("Sen. Hart", "Lt. Col. Smith"). A title after a name word is the surname that ends a sentence, as
-            "King", "Major" or "Prince" may be ("Dr. Maya King. Maya smiled": one run would give no first name),
-            and a title written in full ends one ("She thanked the Principal. Maya smiled")."""
-            return initial(run[-1]) or all(keys[k] in ABBREVIATED_TITLES or initial(k) for k in run)
+            ("J. Cole", "John F. Kennedy"), an abbreviated title with only such titles and initials before it
+            ("Sen. Hart", "Lt. Col. Smith") or an abbreviation inside a surname ("Ethan St. James"). A title after
+            a name word is the surname that ends a sentence, as "King", "Major" or "Prince" may be ("Dr. Maya
+            King. Maya smiled": one run would give no first name), and a title written in full ends one ("She
+            thanked the Principal. Maya smiled")."""
+            return (initial(run[-1]) or all(keys[k] in ABBREVIATED_TITLES or initial(k) for k in run)
+                    or (keys[run[-1]] in NAME_ABBREVIATIONS and cap(run[-1])))
 
         def glued_title(j: int) -> bool:
             """Whether word ``j`` is the point of an abbreviated title written as one ("Mr."; not the "Principal."
@@ -138,7 +146,7 @@ class WordDecoder:
                 runs[-1].append(i)
             else:
                 runs.append([i])
-        out = []
+        out, bare = [], []
         for run in runs:
             while run and not cap(run[-1]):
                 run = run[:-1]
@@ -166,8 +174,12 @@ class WordDecoder:
                 run = [*run, run[-1] + 1]
             run = _with_nickname(run, words, keys)
             caps = [keys[i] for i in run if cap(i)]
-            out.append((frozenset(k for k in caps if k not in titles) or frozenset(caps), run, score))
-        return out
+            named = frozenset(k for k in caps if k not in titles)
+            if not named:  # a title alone ("Mr" of "Mr. and Mrs. Patel"): a name only where the role has no other
+                bare.append((frozenset(caps), run, score))
+            else:  # "Mr. Patel" and "Mrs. Patel" are two characters (``_same_character``)
+                out.append((named | _title_gender(words[run[0]][0]) if keys[run[0]] in titles else named, run, score))
+        return out + bare
 
     def decode(self, story: StoryInput, e: _Encoded, p) -> StoryLabels:
         """One story's labels (``decode_many`` of one)."""
@@ -463,8 +475,29 @@ def _unstated_words(text: str | None, words: Sequence[tuple[str, int, int]]) -> 
     return out
 
 
+#: Abbreviations written with a point inside a name ("Ethan St. James", "Marie Ste. Croix").
+NAME_ABBREVIATIONS = frozenset({"st", "ste"})
+
+
+#: The marks a name run's key holds for the gender of its title (``_title_gender``), beside its name words.
+TITLE_GENDERS = frozenset({"<Female>", "<Male>", "<Non-binary>"})
+
+
+@lru_cache(maxsize=256)
+def _title_gender(title: str) -> frozenset[str]:
+    """The mark of a title's gender for a name run's key ("Mr" -> {"<Male>"}; "Dr" -> none)."""
+    gender = infer_gender([title], lexicon=default_lexicon())
+    return frozenset({f"<{gender}>"}) & TITLE_GENDERS
+
+
 def _same_character(a: frozenset, b: frozenset) -> bool:
-    """Whether two name runs' name words (see ``WordDecoder._name_runs``) can name one character."""
+    """Whether two name runs' keys (see ``WordDecoder._name_runs``) can name one character: the name words of
+    one are among the other's ("Ana", "Dr. Ana Ruiz"), and their titles' genders, where both have one, are one
+    ("Mr. Patel" and "Mrs. Patel" are two; "Mr. Patel" and "Raj Patel" may be one)."""
+    ga, gb = a & TITLE_GENDERS, b & TITLE_GENDERS
+    if ga and gb and ga != gb:
+        return False
+    a, b = a - TITLE_GENDERS, b - TITLE_GENDERS
     return a <= b or b <= a
 
 
@@ -517,7 +550,7 @@ def _best_pair(runs: list[list[tuple[frozenset, list[int], float]]]) -> list[lis
             # a fuller run joins candidates met apart ("Ana", then "Ruiz", then "Ana Ruiz"): one character;
             # a shorter one joins the earliest only ("Smith" after "Emma Smith" and "Jack Smith")
             c = hits[0]  # the earliest, whose first run comes first
-            for other in (o for o in hits[1:] if o[0] <= key):
+            for other in (o for o in hits[1:] if o[0] - TITLE_GENDERS <= key - TITLE_GENDERS):
                 c[2] += other[2]
                 c[0] = other[0] if len(other[0]) > len(c[0]) else c[0]
                 cands.remove(other)
