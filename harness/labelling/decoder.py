@@ -36,11 +36,13 @@ if TYPE_CHECKING:
 
 #: The version of the decoding (the encoder labeller's info carries it): a release that decodes a story's
 #: scores into other labels bumps it, so a run's labels of two versions are not mixed.
-DECODER_VERSION = "4"  # 2: a name never runs across a line break; 3: words compared composed (NFC), a title
+DECODER_VERSION = "5"  # 2: a name never runs across a line break; 3: words compared composed (NFC), a title
 # joins a name only on its line and abbreviated across a point, particles only after a name word or a title, the checks
 # read completed names; 4: a quotation left open ends with its line, an inch mark opens none, the action check's
 # object control, things not done, third parties, claims that are none, a name's word only capitalised, and closed
-# appositions
+# appositions; 5: titles of two genders name two characters, a title alone names a role last, "al-Rashid" and
+# "St. James" in a name, a noun or title keeps a gender-nonconforming name's words, a modal opening a question
+# completes no name
 #: How a word type's occurrences are pooled into one score per role (``WordDecoder.reference_pool``).
 REFERENCE_POOLS = ("mean", "max")
 #: Pronoun families: a character's pronouns agree, so decoding keeps one family per character.
