@@ -17,6 +17,7 @@ derived with ``harness.labelling.prompts.roles_for_row``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -48,6 +49,9 @@ class GoldCharacter:
     #: Whether the source labels the name at all; None: where ``name`` is given. The project format
     #: labels every name, null for none; the published formats leave a null name unlabelled.
     name_labelled: bool | None = None
+    #: Whether the gold gender is the one the references give (train150's correct labels have no gender field);
+    #: elsewhere a null gender is unlabelled, out of the gender figures.
+    gender_from_references: bool = False
 
     @property
     def name_known(self) -> bool:
@@ -91,10 +95,22 @@ def _parse_list(raw: Any, where: str) -> tuple[str, ...] | None:
     return tuple(raw)
 
 
+def _missing(raw: Any) -> bool:
+    """Whether a published label field holds nothing: null, NaN (pandas' missing value), blank, "Unspecified",
+    "None" or an empty list."""
+    if raw is None or (isinstance(raw, float) and math.isnan(raw)):
+        return True
+    return isinstance(raw, (str, list)) and str(raw).strip().strip("[]").strip().strip("'\"").casefold() in (
+        "", "unspecified", "none", "n/a")
+
+
 def _name(raw: Any, where: str) -> Any:
     """The raw name field, once it reads as the identity module reads names (a DataError naming the
-    row and field otherwise)."""
+    row and field otherwise); NaN, pandas' missing value, is null (unlabelled, as in the published formats)."""
     from harness.identity.names import name_candidates
+
+    if isinstance(raw, float) and math.isnan(raw):
+        return None
 
     try:
         name_candidates(raw)
@@ -222,10 +238,13 @@ def parse_row(row: dict[str, Any], story_id: str, where: str) -> GoldStory:
             if unknown:  # a misspelt key ("gendr") left the field unlabelled: out of the figures, or trained as none
                 raise DataError(f"{where}: `labels.{k}` has unknown field(s) {', '.join(sorted(unknown))}; "
                                 f"allowed: gender, name, references")
-            chars[k] = GoldCharacter(k, _name(lab.get("name"), f"{where} labels.{k}.name"),
+            missing = [f for f in ("name", "gender") if f not in lab]
+            if missing:  # a left-out field read as unlabelled: the character out of that figure, unsaid
+                raise DataError(f"{where}: `labels.{k}` has no `{missing[0]}`; give it (null for no name, or to "
+                                f"leave the gender out of the figures)")
+            chars[k] = GoldCharacter(k, _name(lab["name"], f"{where} labels.{k}.name"),
                                      _parse_list(lab.get("references"), f"{where} labels.{k}"),
-                                     _gender(lab.get("gender"), f"{where} labels.{k}.gender"),
-                                     name_labelled="name" in lab)
+                                     _gender(lab["gender"], f"{where} labels.{k}.gender"), name_labelled=True)
         domain = _str_field(row, "domain", "unknown", where)
         domain = DOMAINS.get(domain, domain)
         if domain not in {*DOMAINS.values(), "unknown"}:  # else out of every table of --statistics, unsaid
@@ -259,6 +278,12 @@ def parse_row(row: dict[str, Any], story_id: str, where: str) -> GoldStory:
     with _at(where):  # a role description RoleSpec refuses names no row
         roles, meta = roles_for_row(row, where)
     chars = {}
+    have = {r.key for r in roles}
+    for k in ROLE_KEYS:  # a role the row has not: labels of it were read by nothing, silently
+        labelled = next((f for f in PUBLISHED_LABEL_FIELDS if f.split("_")[1] == k and not _missing(row.get(f))), None)
+        if k not in have and labelled:
+            raise DataError(f"{where}: `{labelled}` labels an {k} the row has not ({k!r} is null for its "
+                            f"role_category and condition); drop the label, or give the row its {k}")
     for r in roles:
         k = r.key
         if f"manual_{k}_gender" in row or f"manual_{k}_name" in row:
@@ -266,7 +291,8 @@ def parse_row(row: dict[str, Any], story_id: str, where: str) -> GoldStory:
                                      _gender(row.get(f"manual_{k}_gender"), f"{where} manual_{k}_gender"))
         elif f"correct_{k}_references" in row or f"correct_{k}_name" in row:
             chars[k] = GoldCharacter(k, _name(row.get(f"correct_{k}_name"), f"{where} correct_{k}_name"),
-                                     _parse_list(row.get(f"correct_{k}_references"), f"{where} correct_{k}_references"))
+                                     _parse_list(row.get(f"correct_{k}_references"), f"{where} correct_{k}_references"),
+                                     gender_from_references=True)
     cond = row.get("condition")
     condition = CONDITIONS.get(cond, meta["condition"])
     return GoldStory(_story(_story_id(row, ("id", "story_id"), story_id, where), row, "llm_response", roles, where),
@@ -283,9 +309,11 @@ def iter_gold(path: str | Path) -> Iterator[GoldStory]:
 
 def load_gold(path: str | Path) -> list[GoldStory]:
     """All labelled stories of a JSONL file, their ids unique (the story bootstrap resamples by id)."""
-    stories = list(iter_gold(path))
-    _refuse_repeated_ids(path, [(gs.story.story_id, f"story {i}") for i, gs in enumerate(stories, 1)])
-    return stories
+    path = Path(path)
+    rows = [(i, parse_row(row, f"{path.stem}:{i}", f"{path}:{i}"))
+            for i, row in iter_jsonl(path, what="JSONL file of labelled stories")]
+    _refuse_repeated_ids(path, [(gs.story.story_id, f"line {i}") for i, gs in rows])
+    return [gs for _, gs in rows]
 
 
 def _refuse_repeated_ids(path: str | Path, ids: list[tuple[str, str]]) -> None:

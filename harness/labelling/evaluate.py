@@ -248,7 +248,8 @@ def score_characters(gold: Sequence[GoldStory], labels: Sequence[StoryLabels], l
                           if pch is not None and pch.name else None)
             gold_first = first_name_of(gch.name, role.description, role_title=False) if gch.name is not None else None
             gold_gender = gch.gender
-            if gold_gender is None and gch.references is not None:  # train150: references, no gender field
+            if gold_gender is None and gch.gender_from_references and gch.references is not None:
+                # train150: references, no gender field (a missing list is unlabelled)
                 gold_gender = gender_of(gch.references, text)
             out.append(CharacterScore(gs.story.story_id, role.key, gs.model, gs.domain, gold_gender, pred_gender,
                                       _name_key(gold_first), _name_key(pred_first), gch.name_known,

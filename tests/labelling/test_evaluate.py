@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
 
@@ -123,15 +124,13 @@ def test_misses_tell_exchanged_roles_from_copies():
 
 def test_an_unnamed_character_of_the_project_format_counts_against_name_precision():
     # the project format labels every name, null for a character without one: a name the labeller gives
-    # "the doctor" is a miss of precision, as with "Unspecified"; a row without the key labels no name
+    # "the doctor" is a miss of precision, as with "Unspecified" (a row without the key is refused:
+    # test_a_left_out_label_field_of_the_project_format_is_refused_on_its_line)
     for name in (None, "Unspecified"):
         gold = [_row(1, "Labor", "doctor", {"name": name, "gender": "Male"})]
         rep = score(gold, [StoryLabels("g1", (CharacterLabel("subject", "Tom", ("He",)),))], n_boot=0)
         assert (rep.name.tp_p, rep.name.n_p, rep.name.tp_r, rep.name.n_r) == (0, 1, 0, 0), name
         assert rep.misses["name"]["name where manual has none"] == 1
-    gold = [_row(1, "Labor", "doctor", {"gender": "Male"})]
-    rep = score(gold, [StoryLabels("g1", (CharacterLabel("subject", "Tom", ("He",)),))], n_boot=0)
-    assert rep.name.n_p == 0 and rep.gender.n_p == 1
 
 
 def test_a_title_that_repeats_the_role_comes_off_both_names():
@@ -493,3 +492,71 @@ def test_a_null_story_id_takes_the_files_name_and_line(tmp_path):
         p.write_text(json.dumps({**row, "roles": {"subject": "student", "object": value}}) + "\n")
         with pytest.raises(DataError, match=r"g.jsonl:1: .*role 'object': description must be a non-empty string"):
             load_gold(p)
+
+
+_LABELLED = {"id": "a", "domain": "Learning", "condition": "neutral", "model": "gpt", "roles": {"subject": "student"},
+             "text": "Priya ran home. She smiled."}
+
+
+@pytest.mark.parametrize("label, field", [({}, "name"), ({"references": ["She"], "gender": "Female"}, "name"),
+                                          ({"name": "Priya", "references": ["She"]}, "gender")])
+def test_a_left_out_label_field_of_the_project_format_is_refused_on_its_line(tmp_path, label, field):
+    """A label without its name or gender read as unlabelled: the character left that figure without a word (an
+    unnamed character's invented name no longer counted against precision); null says so on purpose."""
+    p = tmp_path / "g.jsonl"
+    p.write_text(json.dumps({**_LABELLED, "labels": {"subject": label}}) + "\n")
+    with pytest.raises(DataError, match=rf"^{re.escape(str(p))}:1: `labels.subject` has no `{field}`; give it \(null "):
+        load_gold(p)
+
+
+def test_a_null_gender_of_the_project_format_leaves_the_character_out_of_the_gender_figures(tmp_path):
+    """Only train150's rows, which have no gender field, take their gold gender from the references; a project
+    row's null gender (the reader's docstring: left out) was read from its references too."""
+    p = tmp_path / "g.jsonl"
+    p.write_text(json.dumps({**_LABELLED, "labels": {"subject": {"name": "Priya", "references": ["She"],
+                                                                 "gender": None}}}) + "\n")
+    gold = load_gold(p)
+    rep = score(gold, [StoryLabels("a", (CharacterLabel("subject", "Priya", ("She",)),))])
+    assert (rep.gender.n_p, rep.gender.n_r) == (0, 0)  # out of both gender figures
+    assert (rep.name.n_p, rep.name.tp_p) == (1, 1)  # the name still scored
+
+
+def _published(**labels):
+    return {"model": "ChatGPT4", "role_category": "Work", "condition": "Baseline", "subject": "cashier",
+            "object": None, "query": "q", "llm_response": "Jane helped. She smiled.", "manual_subject_name": "Jane",
+            "manual_subject_gender": "Female", **labels}
+
+
+@pytest.mark.parametrize("labels", [{"manual_object_gender": "Male"}, {"manual_object_name": "['Tom']"},
+                                    {"correct_object_references": "['he']"}])
+def test_a_published_label_of_a_role_the_row_has_not_is_refused(tmp_path, labels):
+    """A power-neutral Work row has no object: its object labels were read by nothing, silently (the project
+    format refuses the same); null, NaN or "Unspecified" there is the published files' way of saying none."""
+    p = tmp_path / "g.jsonl"
+    p.write_text(json.dumps(_published(**labels)) + "\n")
+    with pytest.raises(DataError, match=rf"g.jsonl:1: `{next(iter(labels))}` labels an object the row has not"):
+        load_gold(p)
+    p.write_text("".join(json.dumps(_published(manual_object_gender=v, manual_object_name=v)) + "\n"
+                         for v in (None, "Unspecified", "None", "[]")).replace('"manual_object_gender": null',
+                                                                           '"manual_object_gender": NaN'))
+    assert [list(gs.characters) for gs in load_gold(p)] == [["subject"]] * 4
+
+
+def test_a_nan_name_is_unlabelled_as_null_is(tmp_path):
+    """pandas writes a missing name as NaN, which the reader took for a labelled "no name": a predicted name
+    counted against precision where null leaves the character out of the name figures."""
+    rows = [{**_published(), "manual_subject_name": v} for v in (None, float("nan"))]
+    for i, row in enumerate(rows):
+        p = tmp_path / f"g{i}.jsonl"
+        p.write_text(json.dumps({**row, "id": f"s{i}"}) + "\n")
+        rep = score(load_gold(p), [StoryLabels(f"s{i}", (CharacterLabel("subject", "Ana", ("She",)),))])
+        assert rep.name.n_p == 0
+
+
+def test_a_repeated_gold_id_is_named_by_its_lines(tmp_path):
+    """The error named the stories' numbers, which blank lines put off the file's line numbers."""
+    row = {**_LABELLED, "labels": {"subject": {"name": "Priya", "references": ["She"], "gender": "Female"}}}
+    p = tmp_path / "g.jsonl"
+    p.write_text("\n" + json.dumps(row) + "\n\n\n" + json.dumps(row) + "\n")
+    with pytest.raises(DataError, match=r"story id 'a' is given twice \(line 2 and line 5 of the file\)"):
+        load_gold(p)

@@ -623,7 +623,7 @@ def test_gold_ids_are_unique_and_tags_a_list(tmp_path, gold_path):
     p = tmp_path / "dup.jsonl"
     p.write_text("".join(json.dumps(r) + "\n" for r in (rows[0], rows[1], {**rows[2], "id": rows[0]["id"]})))
     r = runner.invoke(app, ["eval", "--gold", str(p), "--labeller", "rules"])
-    _one_line_error(r, 3, f"story id {rows[0]['id']!r} is given twice (story 1 and story 3")
+    _one_line_error(r, 3, f"story id {rows[0]['id']!r} is given twice (line 1 and line 3")
     # stories to label: their labels are joined to them by id, so an id given twice is refused too
     r = runner.invoke(app, ["label", str(p), "--out", str(tmp_path / "labels.jsonl"), "--labeller", "rules"])
     _one_line_error(r, 3, f"story id {rows[0]['id']!r} is given twice (line 1 and line 3")
