@@ -38,6 +38,9 @@ def iter_jsonl(path: str | Path, *, what: str = "JSONL file") -> Iterator[tuple[
                 yield i, json.loads(line)
             except json.JSONDecodeError as e:
                 raise DataError(f"{path}:{i}: not valid JSON ({e.msg}); one object per line") from None
+            except (ValueError, RecursionError) as e:  # a number of over 4,300 digits, brackets nested too deep
+                raise DataError(f"{path}:{i}: JSON this reader cannot take ({type(e).__name__}: "
+                                f"{str(e).splitlines()[0][:120]}); one object per line") from None
 
 
 def parse_list_text(text: str) -> list | None:

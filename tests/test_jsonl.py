@@ -44,3 +44,13 @@ def test_a_missing_path_and_a_path_that_is_no_regular_file_are_told_apart(tmp_pa
     os.mkfifo(fifo)
     with pytest.raises(DataError, match=r"pipe: not a regular file \(a device or pipe\); pass a JSONL file"):
         list(iter_jsonl(fifo))
+
+
+@pytest.mark.parametrize("line", ['{"id": ' + "9" * 5000 + "}", "[" * 100_000 + "]" * 100_000])
+def test_json_the_reader_cannot_take_is_named_on_its_line(tmp_path, line):
+    """A number of over 4,300 digits (Python's limit on int conversion) and brackets nested past the recursion
+    limit raised ValueError and RecursionError, a traceback; now the one-line error names the line."""
+    p = tmp_path / "big.jsonl"
+    p.write_text('{"ok": 1}\n' + line + "\n")
+    with pytest.raises(DataError, match=r"big\.jsonl:2: JSON this reader cannot take \((ValueError|RecursionError): "):
+        list(iter_jsonl(p))

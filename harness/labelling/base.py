@@ -183,6 +183,8 @@ class StoryInput:
     __reduce__ = _by_constructor
 
     def __post_init__(self) -> None:
+        if not isinstance(self.story_id, str):  # an int or None came back as the labels' id, joined to nothing
+            raise DataError(f"story id {self.story_id!r}: must be a string, got {type(self.story_id).__name__}")
         roles = tuple(self.roles)
         object.__setattr__(self, "roles", roles)
         if not roles or len(roles) > 2:
@@ -318,15 +320,27 @@ def warn_one_at_a_time(error: str) -> None:
                   RuntimeWarning, stacklevel=3)
 
 
+#: The text of a story any working labeller labels (``probe_story``).
+PROBE_TEXT = "Maya Patel paid the bill. She smiled at Ethan Brooks, and he thanked her."
+
+
+def probe_story(roles: tuple[RoleSpec, ...]) -> StoryInput:
+    """A plain story with ``roles``, which a labeller that works labels: where every story of a batch fails
+    alone, ``label_or_keep`` labels it to tell the machine's fault from the stories'."""
+    return StoryInput("probe", PROBE_TEXT, roles)
+
+
 def label_or_keep(label: Callable[[Sequence[Any]], list[StoryLabels]], items: Sequence[Any],
-                  story: Callable[[Any], StoryInput] = lambda item: item) -> list[StoryLabels]:
+                  story: Callable[[Any], StoryInput] = lambda item: item, probe: Any = None) -> list[StoryLabels]:
     """``label(items)``, where an item that breaks the labeller (a text spaCy refuses, an input the model
     cannot take, a batch too large for the GPU's memory) is labelled alone and kept with the error as its
     status, and the rest of its batch is labelled as it would have been. ``story`` gives an item's story
     (items may carry more, as a decoder's story, encoding and probabilities do). Where every item of a batch
     of several fails alone too, the fault is the labeller's or the machine's (a model that does not load, a
     GPU another job fills), not the stories': the last item's error is raised, as ``host_pool.forward_or_keep``
-    raises it, since the label stage keeps a story's "labeller error" as its final labels."""
+    raises it, since the label stage keeps a story's "labeller error" as its final labels. Unless ``probe``, an
+    item any working labeller labels (``probe_story``), is labelled: then the stories are at fault (two bad
+    stories the length sort put in one batch of two stopped every run of their file), and the last is kept."""
     try:
         return label(items)
     except Exception as e:  # noqa: BLE001 - kept on the story, never raised past it
@@ -337,11 +351,22 @@ def label_or_keep(label: Callable[[Sequence[Any]], list[StoryLabels]], items: Se
         warn_one_at_a_time(error)
         out: list[StoryLabels] = []
         for k, item in enumerate(items):
-            if k == len(items) - 1 and all(lab.status.startswith(ERROR_PREFIX) for lab in out):
+            if (k == len(items) - 1 and all(lab.status.startswith(ERROR_PREFIX) for lab in out)
+                    and not _labels(label, probe)):
                 return out + label([item])  # raises where this one fails too
             out += label_or_keep(label, [item], story)
         return out
     return [failed(story(items[0]), error)]
+
+
+def _labels(label: Callable[[Sequence[Any]], list[StoryLabels]], probe: Any) -> bool:
+    """Whether ``label`` labels the item ``probe`` (None: no probe, so no)."""
+    if probe is None:
+        return False
+    try:
+        return all(lab.status == "ok" for lab in label([probe]))
+    except Exception:  # noqa: BLE001 - the labeller's failure, which the caller raises on a story
+        return False
 
 
 def _as_asked(story: StoryInput, labels: StoryLabels) -> StoryLabels:
@@ -383,7 +408,7 @@ class Labeller(abc.ABC):
 
     def _label_or_keep(self, stories: Sequence[StoryInput]) -> list[StoryLabels]:
         """``_label_batch``, with ``label_or_keep``'s guard."""
-        return label_or_keep(self._label_batch, stories)
+        return label_or_keep(self._label_batch, stories, probe=probe_story(stories[0].roles) if stories else None)
 
     def info(self) -> dict[str, Any]:
         """What the run manifest records about this labeller (name, weights, versions)."""

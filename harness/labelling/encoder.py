@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.errors import ConfigError
+from harness.errors import BackendError, ConfigError
 from harness.identity.names import name_lists
 from harness.labelling import role_agent
 from harness.labelling.base import Labeller, StoryInput, StoryLabels
@@ -760,9 +760,11 @@ class EncoderLabeller(Labeller):
                     yield ahead.popleft().result()
             except BrokenProcessPool:
                 # a worker died (killed, out of memory): the executor takes no more tasks; the next call starts
-                # a new one
+                # a new one. One line for the command line, as for any failed backend (a traceback said nothing
+                # of the labels kept)
                 self.close()
-                raise
+                raise BackendError("encoder labeller: a worker process died (killed, or out of memory?); the "
+                                   "stories labelled before it are kept: rerun the same command to resume") from None
 
     def start_workers(self, stories: int | None = None) -> float:
         """Start the worker processes that labelling ``stories`` stories (None: any number) would use,

@@ -84,6 +84,9 @@ def test_roles_validated():
         StoryInput("a", "t", ())
     with pytest.raises(DataError, match="StoryInput"):
         LengthLabeller().label(["not a story"])
+    for sid in (7, None, ("a",)):  # the labels came back with that id, joined to no story
+        with pytest.raises(DataError, match=r"^story id .*: must be a string, got "):
+            StoryInput(sid, "t", (RoleSpec("subject", "x"),))
 
 
 def test_round_trip_and_unknown_fields():
@@ -251,6 +254,38 @@ def test_a_labeller_that_fails_every_story_of_a_batch_alone_too_raises_rather_th
     assert [g.status.split(":")[0] for g in got] == ["labeller error", "ok", "ok"]
     # and a batch of one story alone cannot tell: kept
     assert label_or_keep(broken, stories[:1])[0].status.startswith("labeller error: RuntimeError")
+
+
+def test_bad_stories_that_fill_a_batch_are_kept_where_the_labeller_labels_a_plain_story():
+    """Two stories that fail, put side by side by the length sort in a batch of two, read as a broken labeller:
+    the run raised at that batch on every rerun and never finished. A probe story (``probe_story``) tells the
+    two apart: labelled, the stories are kept with their reasons; not labelled, the error is raised as before."""
+    from harness.labelling.base import label_or_keep, probe_story
+
+    stories = [_story(i, "x" * (i + 1)) for i in range(2)]
+    probe = probe_story(stories[0].roles)
+
+    def refuses_these(batch):
+        if any(s.story_id in ("s0", "s1") for s in batch):
+            raise ValueError("no story here")
+        return LengthLabeller()._label_batch(batch)
+
+    with pytest.warns(RuntimeWarning):
+        got = label_or_keep(refuses_these, stories, probe=probe)
+    assert [g.status for g in got] == ["labeller error: ValueError: no story here"] * 2
+    with pytest.warns(RuntimeWarning), pytest.raises(ValueError, match="no story here"):
+        label_or_keep(refuses_these, stories)  # no probe: the batch's error, as before
+
+    def broken(batch):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    with pytest.warns(RuntimeWarning), pytest.raises(RuntimeError, match="illegal memory access"):
+        label_or_keep(broken, stories, probe=probe)
+    # a labeller's own guard passes the probe: its batches keep such stories
+    lab = LengthLabeller()
+    lab._label_batch = refuses_these
+    with pytest.warns(RuntimeWarning):
+        assert [g.status.split(":")[0] for g in lab._label_or_keep(stories)] == ["labeller error"] * 2
 
 
 def test_a_batch_retried_story_by_story_is_warned_about():
