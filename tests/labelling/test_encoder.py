@@ -1498,6 +1498,33 @@ def test_a_long_story_is_read_in_overlapping_windows_and_a_short_one_as_before()
     assert len(huge.windows) == MAX_WINDOWS and huge.windows[-1].truncated
 
 
+@pytest.mark.parametrize("filler", [
+    "The doctor walked slowly down the long hall and looked at the chart again .",
+    "\u200b \u200b \u200b The \u200b doctor \u200b walked \u200b \u200b .",  # words of no piece (zero-width)
+])
+def test_a_window_is_encoded_from_the_words_it_can_read_as_from_the_rest_of_the_story(monkeypatch, filler):
+    """Each window after the first was encoded from the whole rest of the story (a megabyte of text took 6.5 s
+    for 8 windows of 384 pieces); from the next WINDOW_WORDS x max_length words it is the same encoding, and
+    where those hold too few pieces (words of none) it takes the rest as before."""
+    from transformers import AutoTokenizer
+
+    import harness.labelling.encoder as E
+    from harness.labelling.bases import base_model_path
+
+    tok = AutoTokenizer.from_pretrained(str(base_model_path()))
+    roles = (RoleSpec("subject", "doctor"), RoleSpec("object", "patient"))
+    stories = [StoryInput(f"s{n}", "Dr. Maya Chen met her patient . " + (filler + " ") * n + "Omar Haddad smiled .",
+                          roles) for n in (30, 90, 400)]
+    cut = E._encode_windows(tok, stories, 384)
+    monkeypatch.setattr(E, "WINDOW_WORDS", 10 ** 9)  # the whole rest of the story, as before
+    whole = E._encode_windows(tok, stories, 384)
+    def read(e):  # a window holds its story's encoding first: compared field by field
+        return [(w.input_ids, w.token_type_ids, w.word_token, w.truncated) for w in (e.windows or [e])]
+
+    assert [read(e) for e in cut] == [read(e) for e in whole]
+    assert [len(e.windows or ()) for e in cut][1:] != [0, 0]  # windows, several
+
+
 def test_a_window_that_would_start_on_a_clitic_starts_at_the_word_it_is_glued_to():
     """A next window was cut from the story's text at its first word; where that word was a clitic ("'s" of
     "Maya's", "n't"), the text split it otherwise and the windowing stopped: the rest of the story was never
