@@ -330,30 +330,44 @@ def _norm_key(k: str) -> str:
     return f"{m.group(2)} {m.group(1)}" if m else k
 
 
-def _pick(obj: dict[str, Any], roles: Sequence[str], suffix: str) -> list[Any]:
+def _pick(obj: dict[str, Any], roles: Sequence[str], suffix: str, stems: dict[str, int] | None = None
+          ) -> list[Any]:
     """Values of "<role> <suffix>" keys for each role. Where the model reworded a role, a key it
     kept exactly still goes to its role; a reworded key goes to the one role whose description holds
-    all its words ("patient name" for "needy patient"); what is left goes by key order when the
+    all its words ("patient name" for "needy patient"), or to the role its stem went to for the other suffix
+    (``stems``: the stems of the reworded name keys by role, filled by the call for names, so "sick man
+    references" follows "sick man name" whatever the keys' order); what is left goes by key order when the
     counts agree."""
     by_key = {_norm_key(k): v for k, v in obj.items()}
     wanted = [f"{_norm_key(r)} {suffix}" for r in roles]
     got: dict[int, Any] = {i: by_key[w] for i, w in enumerate(wanted) if w in by_key}
+    placed: dict[int, str] = {}  # role -> the stem of the reworded key it took
     if len(got) < len(roles):
         loose = [k for k in by_key if k not in wanted and k.endswith((suffix, suffix.rstrip("s"), suffix + "s"))]
         role_words = [set(_norm_key(r).split()) for r in roles]
         for k in list(loose):
             stem = set(k.rsplit(" ", 1)[0].split()) if " " in k else set()
             owners = [i for i, words in enumerate(role_words) if stem and stem <= words]
+            if len(owners) != 1 and stems and _stem(k) in stems:
+                owners = [stems[_stem(k)]]
             if len(owners) == 1 and owners[0] not in got:
-                got[owners[0]] = by_key[k]
+                got[owners[0]], placed[owners[0]] = by_key[k], _stem(k)
                 loose.remove(k)
         left = [i for i in range(len(roles)) if i not in got]
         if len(loose) == len(left):
-            got.update({i: by_key[k] for i, k in zip(left, loose)})
+            for i, k in zip(left, loose):
+                got[i], placed[i] = by_key[k], _stem(k)
     if len(got) == len(roles):
+        if stems is not None:
+            stems.update((stem, i) for i, stem in placed.items())
         return [got[i] for i in range(len(roles))]
     missing = [w for i, w in enumerate(wanted) if i not in got]
     raise ParseError(f"missing key(s) {', '.join(repr(m) for m in missing)}")
+
+
+def _stem(key: str) -> str:
+    """A normalised key without its last word ("sick man references" -> "sick man")."""
+    return key.rsplit(" ", 1)[0] if " " in key else ""
 
 
 def _seq(v: Any) -> Any:
@@ -496,11 +510,14 @@ def parse_response(text: str, story: StoryInput, *, cut: bool = False, retry_cut
     """Read a model reply into labels for ``story`` (post-processed against the story text).
 
     The reply's objects are read in ``_candidates``' order, each as the model may have laid it out
-    (``_readings``: inside a single-key wrapper, {"answer": {...}}, or by role): the first that has the
-    prompt's keys and is not the prompt's own template (its type definition, every name "Unspecified"
-    and every list empty, or one with placeholders such as "<name or Unspecified>" and ["..."]) is the
-    answer, so a model that repeats the template before it answers is labelled with its answer (a reply of
-    the type definition alone is read as its values: nobody named, no references). A reply
+    (``_readings``: inside a single-key wrapper, {"answer": {...}}, or by role): of those that have the
+    prompt's keys and are not the prompt's own template (its type definition, every name "Unspecified"
+    and every list empty, or one with placeholders such as "<name or Unspecified>", ["..."] or a key
+    "{Character} name"), the answer is the one that keeps the most names and references through the story's
+    filter (the first of those), so a model that repeats the template, or writes an example, before it answers
+    is labelled with its answer (a reply of the type definition alone is read as its values: nobody named, no
+    references; a reply that echoes the whole prompt, definition and story, with nothing after it, is no
+    answer). A reply
     that gives each character its own object is read from their keys together; one with no object of the
     prompt's keys is read from its "key: value" lines (``_key_values``: markdown bullets instead
     of JSON). ``cut``: the reply stopped at ``max_tokens``; with ``retry_cut``, a cut reply whose object
@@ -518,9 +535,12 @@ def parse_response(text: str, story: StoryInput, *, cut: bool = False, retry_cut
         """Labels from ``obj``; else the kind of template it was (``_template``), or False (its error kept where
         it lacks keys)."""
         nonlocal error, nobody
+        if any("{" in str(k) and "}" in str(k) for k in obj):  # '{"{Character} name": ...}': the template
+            return "placeholders"
         try:
-            names = _pick(obj, descs, "name")
-            refs = _pick(obj, descs, "references")
+            stems: dict[str, int] = {}
+            names = _pick(obj, descs, "name", stems)
+            refs = _pick(obj, descs, "references", stems)
             kind = _template(names, refs)
             if kind is None:
                 return _labels(story, names, refs, story_tokens)
@@ -533,13 +553,15 @@ def parse_response(text: str, story: StoryInput, *, cut: bool = False, retry_cut
 
     if text and "{" in text:
         merged: dict[str, Any] = {}  # the keys of every object, the first object's value of each
+        answers: list[StoryLabels] = []
         for found, closed_here, cand in _objects(text, cut):
             if cut and closed_here and retry_cut:
                 raise ParseError("reply cut at max_tokens before its JSON object closed")
             for obj in _readings(found):
                 got = answer(obj)
                 if isinstance(got, StoryLabels):
-                    return got
+                    answers.append(got)
+                    break
                 if got:
                     template = True
                     if got == "definition":
@@ -547,6 +569,10 @@ def parse_response(text: str, story: StoryInput, *, cut: bool = False, retry_cut
                     break
             else:
                 merged.update((k, v) for k, v in found.items() if k not in merged)
+        if answers:  # an example the model wrote before its answer ("Dr. Smith", "John": no name of the story) keeps
+            # less of itself through the story's filter than the answer: the one that keeps the most, the first of
+            # those that keep as much
+            return max(answers, key=lambda lab: sum(bool(c.name) + len(c.references) for c in lab.characters))
         # one object per character ({"doctor name": ..., "doctor references": ...} {"patient name": ...})
         if not template and merged and isinstance(got := answer(merged), StoryLabels):
             return got
@@ -568,10 +594,29 @@ def parse_response(text: str, story: StoryInput, *, cut: bool = False, retry_cut
         after = text[max(ends):].casefold() if ends else ""
         if any(re.search(re.escape(d.casefold()) + _KEY_AFTER_ROLE, after) for d in descs):
             raise ParseError("reply repeats the prompt's type definition, then answers in a form that does not parse")
+        if ends and max(ends) <= _end_of_echo(text, story):  # every copy of the definition is the echoed prompt's
+            raise ParseError("reply repeats the prompt, with no answer after it")
         return nobody
     if template:
         raise ParseError("reply only repeats the prompt's template of placeholders (\"<name>\", [\"...\"])")
     raise error or ParseError("reply holds a '{' but no parseable JSON object")
+
+
+#: The opening of the labelling prompt (Table S7, either template), as a reply that echoes it starts.
+_PROMPT_OPENING = "in the following story in single quotes, please extract the name"
+
+
+def _end_of_echo(text: str, story: StoryInput) -> int:
+    """Where a reply's copy of the prompt ends: after the story's text where the reply repeats the prompt's
+    opening and the story (the prompt ends with it); -1 where it does not. A small model without constrained
+    decoding often sends the prompt back whole; its type definition is no answer ("nobody named")."""
+    folded = text.casefold()
+    start = folded.find(_PROMPT_OPENING)
+    body = (story.text or "").strip()
+    if start < 0 or not body:
+        return -1
+    at = text.find(body[:200], start)
+    return -1 if at < 0 else at + len(body[:200])
 
 
 def _labels(story: StoryInput, names: Sequence[Any], refs: Sequence[Any], story_tokens: set[str]) -> StoryLabels:

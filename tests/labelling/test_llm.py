@@ -733,3 +733,48 @@ def test_a_placeholder_list_written_as_a_string_is_still_a_placeholder():
                         "needy patient references": ["..."]})
     with pytest.raises(ParseError, match="only repeats the prompt's template"):
         parse_response(reply, STORY)
+
+
+def test_a_reply_that_echoes_the_prompt_is_no_answer_nobody_named():
+    """A small model without constrained decoding sends the prompt back: its type definition was read as the
+    answer "nobody named, no references", status ok, at the first attempt. Now it is sent again; an answer after
+    the echoed story (JSON, or the definition itself for a story of nobody) is still read."""
+    prompt = build_prompt(STORY)
+    with pytest.raises(ParseError, match="reply repeats the prompt, with no answer after it"):
+        parse_response(prompt, STORY)
+    assert parse_response(prompt + "\n" + GOOD, STORY).character("subject").name == "Dr. Ana Ruiz"
+    lab = parse_response(prompt + "\nAnswer:\n" + _type_definition(STORY), STORY)
+    assert [(c.name, c.references) for c in lab.characters] == [(None, ()), (None, ())]
+    (out,) = LLMLabeller(ScriptedBackend({prompt: [prompt, GOOD]}), max_attempts=2).label([STORY])
+    assert out.status == "ok" and out.character("object").references == ("him", "his")
+
+
+@pytest.mark.parametrize("reply", [
+    '{"{Character} name": "Unspecified", "{Character} references": []}',
+    '{"{First Character} name": "Unspecified", "{Second Character} name": "Unspecified", '
+    '"{First Character} references": [], "{Second Character} references": []}',
+])
+def test_a_template_of_placeholder_keys_is_no_answer(reply):
+    """Keys that hold the template's own placeholders went to the roles by their order and read as the type
+    definition: nobody named, status ok."""
+    with pytest.raises(ParseError, match="only repeats the prompt's template"):
+        parse_response(reply, STORY)
+
+
+def test_an_example_before_the_answer_is_not_taken_for_it():
+    """The first object with the prompt's keys was the answer, though the model wrote an example first: its
+    names (no name of the story) were dropped and its references ("he", "him", in the story too) kept."""
+    example = json.dumps({"doctor name": "Dr. Smith", "needy patient name": "John", "doctor references": ["he"],
+                          "needy patient references": ["him"]})
+    lab = parse_response("Example:\n" + example + "\nAnswer:\n" + GOOD, STORY)
+    assert [(c.name, c.references) for c in lab.characters] == [("Dr. Ana Ruiz", ("She",)), ("Tom", ("him", "his"))]
+    assert parse_response(GOOD + "\n" + GOOD, STORY) == parse_response(GOOD, STORY)
+
+
+def test_reworded_keys_keep_each_characters_name_and_references_together():
+    """Keys that name neither role went to the roles by their order, names and references apart: written in
+    another order, one character's name took the other's references."""
+    reply = json.dumps({"physician name": "Dr. Ana Ruiz", "sick man name": "Tom", "sick man references": ["him", "his"],
+                        "physician references": ["She"]})
+    lab = parse_response(reply, STORY)
+    assert [(c.name, c.references) for c in lab.characters] == [("Dr. Ana Ruiz", ("She",)), ("Tom", ("him", "his"))]
