@@ -556,6 +556,8 @@ def parse_response(text: str, story: StoryInput, *, cut: bool = False, retry_cut
         answers: list[StoryLabels] = []
         for found, closed_here, cand in _objects(text, cut):
             if cut and closed_here and retry_cut:
+                if answers:  # an answer, then more cut short: the answer, as when it was taken first
+                    break
                 raise ParseError("reply cut at max_tokens before its JSON object closed")
             for obj in _readings(found):
                 got = answer(obj)

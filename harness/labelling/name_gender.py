@@ -55,8 +55,8 @@ Jordan) keeps its words (and a named one its name, in the move to the unnamed ro
 words beside the name they belong to, and a pronoun is the word it binds to the wrong character. Held out
 (the seven held-out files pooled) this guard changes no figure; in the third-person case it cost one
 character's gender (gender precision 91.47 -> 91.39), so that case has none; asking these three cases
-for a stronger name (a share of the other gender of at least 0.95) cost 0.7 points (session 58). Such names are rare among the
-characters of the stories we hold: of the 1,808 gold-gendered named characters of the project files,
+for a stronger name (a share of the other gender of at least 0.95) cost 0.7 points (session 58). Such
+names are rare among the characters of the stories we hold: of the 1,808 gold-gendered named characters of the project files,
 train150 and the held-out files whose first name the table knows, 7 have a name that contradicts their
 gender at ``strength`` (Yuki twice, Dee). With two named characters labelled with two genders, the swap of
 their lists needs both names to contradict them. Two names that both lean against their words count as two

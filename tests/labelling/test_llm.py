@@ -778,3 +778,10 @@ def test_reworded_keys_keep_each_characters_name_and_references_together():
                         "physician references": ["She"]})
     lab = parse_response(reply, STORY)
     assert [(c.name, c.references) for c in lab.characters] == [("Dr. Ana Ruiz", ("She",)), ("Tom", ("him", "his"))]
+
+
+def test_an_answer_then_an_object_cut_at_max_tokens_is_the_answer():
+    """Answers are no longer taken at the first: one followed by an object the reply's end cut short is still read
+    (not sent again for the cut object)."""
+    lab = parse_response(GOOD + '\n{"doctor name": "Dr. Ana', STORY, cut=True, retry_cut=True)
+    assert lab.character("subject").name == "Dr. Ana Ruiz"
