@@ -352,14 +352,14 @@ def label_or_keep(label: Callable[[Sequence[Any]], list[StoryLabels]], items: Se
         out: list[StoryLabels] = []
         for k, item in enumerate(items):
             if (k == len(items) - 1 and all(lab.status.startswith(ERROR_PREFIX) for lab in out)
-                    and not _labels(label, probe)):
+                    and not _labels_probe(label, probe)):
                 return out + label([item])  # raises where this one fails too
             out += label_or_keep(label, [item], story)
         return out
     return [failed(story(items[0]), error)]
 
 
-def _labels(label: Callable[[Sequence[Any]], list[StoryLabels]], probe: Any) -> bool:
+def _labels_probe(label: Callable[[Sequence[Any]], list[StoryLabels]], probe: Any) -> bool:
     """Whether ``label`` labels the item ``probe`` (None: no probe, so no)."""
     if probe is None:
         return False

@@ -96,12 +96,15 @@ def _parse_list(raw: Any, where: str) -> tuple[str, ...] | None:
 
 
 def _missing(raw: Any) -> bool:
-    """Whether a published label field holds nothing: null, NaN (pandas' missing value), blank, "Unspecified",
-    "None" or an empty list."""
-    if raw is None or (isinstance(raw, float) and math.isnan(raw)):
-        return True
-    return isinstance(raw, (str, list)) and str(raw).strip().strip("[]").strip().strip("'\"").casefold() in (
-        "", "unspecified", "none", "n/a")
+    """Whether a published label field holds nothing: null, NaN (pandas' missing value), or only the ways of
+    writing "Unspecified" (``names.is_no_name``: "None", "N/A", ...), blank or an empty list, written as one or
+    as its text ("[]")."""
+    from harness.identity.names import is_no_name, name_candidates
+
+    try:  # null and NaN give no candidates
+        return all(is_no_name(n) or not n.strip() for n in name_candidates(raw))
+    except DataError:  # no name field's form: a value of its own
+        return False
 
 
 def _name(raw: Any, where: str) -> Any:

@@ -499,8 +499,12 @@ def _same_character(a: frozenset, b: frozenset) -> bool:
     ga, gb = a & TITLE_GENDERS, b & TITLE_GENDERS
     if ga and gb and ga != gb:
         return False
-    a, b = a - TITLE_GENDERS, b - TITLE_GENDERS
-    return a <= b or b <= a
+    return _name_words(a) <= _name_words(b) or _name_words(b) <= _name_words(a)
+
+
+def _name_words(key: frozenset) -> frozenset:
+    """A name run's key without the mark of its title's gender."""
+    return key - TITLE_GENDERS
 
 
 def _any_same_character(a: frozenset, names: Sequence[frozenset]) -> bool:
@@ -552,7 +556,7 @@ def _best_pair(runs: list[list[tuple[frozenset, list[int], float]]]) -> list[lis
             # a fuller run joins candidates met apart ("Ana", then "Ruiz", then "Ana Ruiz"): one character;
             # a shorter one joins the earliest only ("Smith" after "Emma Smith" and "Jack Smith")
             c = hits[0]  # the earliest, whose first run comes first
-            for other in (o for o in hits[1:] if o[0] - TITLE_GENDERS <= key - TITLE_GENDERS):
+            for other in (o for o in hits[1:] if _name_words(o[0]) <= _name_words(key)):
                 c[2] += other[2]
                 c[0] = other[0] if len(other[0]) > len(c[0]) else c[0]
                 cands.remove(other)
