@@ -693,6 +693,34 @@ def test_openai_backend_calls_a_server_that_fails_every_request_down_and_sends_n
         b.close()
 
 
+def test_openai_backend_called_down_still_yields_the_replies_it_holds(json_server):
+    """Replies that came back before the server was called down, but that the caller had not taken yet, were
+    dropped with the error: a rerun sent those stories again. They are yielded, then the error is raised."""
+    import time
+
+    from harness.errors import BackendError
+
+    def answer(body):
+        if body["messages"][-1]["content"] == "ok":
+            return 200, {"choices": [{"message": {"content": "A story."}}]}
+        return 503, {"error": "busy"}
+
+    b = OpenAIBackend("m", base_url=json_server(answer), concurrency=1, max_retries=0, down_after=3)
+    prompts = ["busy", "ok", "busy", "busy", "busy", "busy"]
+    got = []
+    try:
+        with pytest.raises(BackendError, match="looks down"):
+            for r in b.generate([GenRequest(str(i), p, 1) for i, p in enumerate(prompts)], GenParams()):
+                got.append(r)
+                for _ in range(500):  # the caller is slow: the worker answers the rest before it takes the next
+                    if b._failing >= 4:
+                        break
+                    time.sleep(0.01)
+    finally:
+        b.close()
+    assert [r.request_id for r in got][:2] == ["0", "1"] and got[1].text == "A story."
+
+
 def test_openai_backend_is_not_called_down_by_requests_the_server_answered(json_server):
     """A 400 is the request's own fault, and one reply between failures shows the server up: neither stops it."""
     def answer(body):

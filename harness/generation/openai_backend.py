@@ -153,13 +153,16 @@ class OpenAIBackend(Backend):
         with self._lock:
             self._failing = 0
 
-    def _check_up(self) -> None:
+    def _down(self) -> BackendError | None:
         """A BackendError naming the server once ``down_after`` requests in a row failed after their retries."""
-        if self._failing >= self.down_after:
-            raise BackendError(
-                f"{self.base_url}: the server looks down: {self._failing} requests in a row failed, each after "
-                f"{self.max_retries} retries (last: {self._last_failure[:200]}); start it (or fix model.base_url) and "
-                f"rerun: the stories done are kept")
+        with self._lock:
+            failing, last = self._failing, self._last_failure
+        if failing < self.down_after:
+            return None
+        return BackendError(
+            f"{self.base_url}: the server looks down: {failing} requests in a row failed, each after "
+            f"{self.max_retries} retries (last: {last[:200]}); start it (or fix model.base_url) and "
+            f"rerun: the stories done are kept")
 
     def _reply(self, data: Any) -> tuple[str, str, int, int]:
         """(text, finish reason, prompt tokens, output tokens) of a 200 reply; a ValueError (a malformed response,
@@ -194,7 +197,8 @@ class OpenAIBackend(Backend):
     def generate(
         self, requests: Sequence[GenRequest], params: GenParams, *, progress: bool = False
     ) -> Iterator[GenResult]:
-        self._check_up()  # called down by an earlier call: no request is sent (each would wait out its retries)
+        if down := self._down():  # called down by an earlier call: no request is sent (each would wait out its retries)
+            raise down
         todo: queue.SimpleQueue[GenRequest] = queue.SimpleQueue()
         results: queue.SimpleQueue[GenResult] = queue.SimpleQueue()
         for r in requests:
@@ -220,7 +224,15 @@ class OpenAIBackend(Backend):
         try:
             for _ in range(len(requests)):
                 yield results.get()
-                self._check_up()
+                if down := self._down():
+                    stop.set()
+                    # the replies already in hand are the caller's: dropped, a rerun would send them again
+                    while True:
+                        try:
+                            yield results.get_nowait()
+                        except queue.Empty:
+                            break
+                    raise down
             finished = True
         finally:  # stopped (Ctrl-C, a failed write, the server called down): the requests not yet sent are dropped,
             # and those in flight are tried no more
