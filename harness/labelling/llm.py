@@ -642,6 +642,11 @@ def _story_index(request_id: str) -> int:
     return int(request_id.split("#", 1)[0])
 
 
+#: What a failure's reason adds where the backend says why the reply ended: a content filter's empty reply read
+#: "no JSON object in the reply", as though the model had answered in prose.
+_HOW_IT_ENDED = {"length": " after hitting max_tokens", "content_filter": " (stopped by the server's content filter)"}
+
+
 class LLMLabeller(Labeller):
     """Table S7 extraction through a generation backend.
 
@@ -790,6 +795,8 @@ class LLMLabeller(Labeller):
                     reason = f"{BACKEND_FAILURE.removeprefix('llm: ')}: {why}"
                 else:
                     try:
+                        if not (res.text or "").strip():  # not "no JSON object in the reply": there was no reply
+                            raise ParseError("empty reply")
                         done[i] = parse_response(res.text, stories[i], cut=res.finish_reason == "length",
                                                  retry_cut=not last)
                         continue
@@ -797,8 +804,8 @@ class LLMLabeller(Labeller):
                         replied[i] = replied.get(i, 0) + 1
                         if res.finish_reason == "length":
                             cut.add(i)
-                        reason = f"unparseable reply ({e})" + (" after hitting max_tokens"
-                                                               if res.finish_reason == "length" else "")
+                        reason = (str(e) if str(e) == "empty reply" else f"unparseable reply ({e})"
+                                  ) + _HOW_IT_ENDED.get(res.finish_reason, "")
                 last_error[i] = reason
                 self.failures.append((stories[i].story_id, attempt, reason))
                 still.append(i)

@@ -785,3 +785,28 @@ def test_an_answer_then_an_object_cut_at_max_tokens_is_the_answer():
     (not sent again for the cut object)."""
     lab = parse_response(GOOD + '\n{"doctor name": "Dr. Ana', STORY, cut=True, retry_cut=True)
     assert lab.character("subject").name == "Dr. Ana Ruiz"
+
+
+@pytest.mark.parametrize("text, finish, reason", [
+    ("", "stop", "llm: empty reply in 2 attempt(s)"),
+    ("  \n", "content_filter", "llm: empty reply (stopped by the server's content filter) in 2 attempt(s)"),
+    ('{"doctor name": "Dr. Ana', "content_filter",
+     "llm: unparseable reply (missing key(s) 'needy patient name') (stopped by the server's content filter) in 2 "
+     "attempt(s)"),
+])
+def test_an_empty_or_filtered_reply_says_so_in_the_story_s_reason(text, finish, reason):
+    """An empty reply and a server's content filter both read "no JSON object in the reply", as though the model
+    had answered in prose; the reason a story is kept with now says what came back."""
+
+    class Filtering(Backend):
+        name = "filtering"
+
+        def generate(self, requests, params, *, progress=False):
+            for r in requests:
+                yield GenResult(r.request_id, text, finish)
+
+        def info(self):
+            return BackendInfo("filtering", "canned")
+
+    (out,) = LLMLabeller(Filtering(), params=GenParams(temperature=0.0, max_tokens=32), max_attempts=2).label([STORY])
+    assert out.status == reason
