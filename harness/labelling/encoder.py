@@ -78,6 +78,32 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def labelling_device(device: str | None) -> str:
+    """``device`` checked for the labeller ("cpu", "cuda" or "cuda:N"), or the default one: a ConfigError naming
+    the way out, not torch's error after the model has loaded."""
+    if device is None:
+        return default_device()
+    kind, _, index = device.partition(":")
+    if kind not in ("cpu", "cuda") or (index and (kind == "cpu" or not index.isdigit())):
+        raise ConfigError(f"device={device!r}: label on cpu, cuda or cuda:N")
+    return device
+
+
+def check_gpu_seen(device: str) -> None:
+    """A ConfigError where ``device`` is a GPU torch does not see here."""
+    import torch
+
+    if device != "cpu" and int(device.partition(":")[2] or 0) >= torch.cuda.device_count():
+        raise ConfigError(f"device={device!r} but torch sees {torch.cuda.device_count()} GPU(s) here; leave the device "
+                          f"out to label on the CPU")
+
+
+def check_threads(threads: int | None) -> None:
+    """A ConfigError for a count of torch threads below 1 (torch's own error came after the model had loaded)."""
+    if threads is not None and threads < 1:
+        raise ConfigError(f"threads must be >= 1, got {threads}; leave it out for torch's own setting")
+
+
 #: Where the cgroup file systems are mounted (``usable_cpus`` reads the CPU quota there).
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
@@ -622,10 +648,22 @@ class EncoderLabeller(Labeller):
 
         self.path = Path(path) if path else default_model_dir()
         self.meta = read_model_meta(self.path, "the default labeller directory" if path is None else "model directory")
-        if threads:
-            torch.set_num_threads(threads)
+        # every setting is checked before the tables and the model load (a wrong one was a torch error after them)
+        check_threads(threads)
+        self.device = labelling_device(device)
         if not 0.0 < threshold < 1.0:
             raise ConfigError(f"threshold must be in (0, 1), got {threshold}")
+        if workers is not None and workers < 0:
+            raise ConfigError(f"workers must be >= 0, got {workers}")
+        self.base = base_encoder(self.meta.get("base_name", DEFAULT_BASE))
+        kind = "cpu" if self.device == "cpu" else "cuda"
+        self.precision = precision or default_precision(self.device, self.base.int8)
+        if self.precision not in PRECISIONS[kind]:
+            raise ConfigError(f"precision {self.precision!r} is not one of {', '.join(PRECISIONS[kind])} on "
+                              f"{self.device} (int8 runs on CPU only, float16 on a GPU only)")
+        check_gpu_seen(self.device)
+        if threads:
+            torch.set_num_threads(threads)
         self.threshold = threshold
         self.pronoun_agreement = pronoun_agreement
         self.max_length = int(self.meta.get("max_length", 384))
@@ -643,7 +681,6 @@ class EncoderLabeller(Labeller):
         self.decoder = WordDecoder(threshold, pronoun_agreement, self.max_length, table, action_check=action_check,
                                    pronoun_binding=pronoun_binding, apposition_check=apposition_check,
                                    reference_pool=reference_pool)
-        self.device = device or default_device()
         if self.device != "cpu":
             # beside a GPU the host workers take whole batches: fewer, larger messages (label() on an H100,
             # 90,000 stories: batch 256 9,000 and 11,167 stories/s, 1,024 12,309 and 12,908, 2,048 14,682 once;
@@ -655,12 +692,6 @@ class EncoderLabeller(Labeller):
         self.head_sha256 = hashlib.sha256(head).hexdigest()  # which fine-tuning these weights are (info())
         model.head.load_state_dict(torch.load(io.BytesIO(head), map_location="cpu"))
         model.eval()
-        self.base = base_encoder(self.meta.get("base_name", DEFAULT_BASE))
-        kind = "cpu" if self.device == "cpu" else "cuda"
-        self.precision = precision or default_precision(self.device, self.base.int8)
-        if self.precision not in PRECISIONS[kind]:
-            raise ConfigError(f"precision {self.precision!r} is not one of {', '.join(PRECISIONS[kind])} on "
-                              f"{self.device} (int8 runs on CPU only, float16 on a GPU only)")
         if self.precision == "int8":
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -672,8 +703,6 @@ class EncoderLabeller(Labeller):
         self._plain = plain_forward(model) if self.precision == "int8" else None
         if workers is None:
             workers = default_workers(self.device, torch.get_num_threads(), usable_cpus())
-        if workers < 0:
-            raise ConfigError(f"workers must be >= 0, got {workers}")
         self.workers = workers
         # "model": CPU workers run the whole labeller; "host": workers tokenise and decode for a model here
         self._worker_mode = "model" if self.device == "cpu" else "host"

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Iterator
 from operator import itemgetter
 from typing import Any
 
-from harness.labelling.base import (StoryInput, StoryLabels, error_status, failed, label_or_keep,
+from harness.labelling.base import (StoryInput, StoryLabels, error_status, failed, label_or_keep, probe_story,
                                     warn_one_at_a_time)
 
 #: batches a worker holds at once (tokenised or waiting to be, waiting for probabilities, or decoding)
@@ -189,6 +189,32 @@ def forward_or_keep(forward: Callable[..., Any], ids: Any, am: Any, tt: Any) -> 
     return probs, errors
 
 
+def encode_or_keep(encode: Callable[[list[StoryInput]], list], stories: list[StoryInput]
+                   ) -> tuple[list, dict[int, str]]:
+    """(``encode(stories)`` of the stories it reads, {story's index: error status} of those it does not): a batch
+    whose tokenisation fails is tokenised story by story, and a story that fails alone is kept with its error
+    (beside a GPU, one such story failed its whole call; the CPU paths keep it through ``label_or_keep``). Where
+    every story of several fails, and a plain story with their roles fails too, the tokenizer is at fault: that
+    error is raised."""
+    try:
+        return encode(stories), {}
+    except Exception as e:  # noqa: BLE001 - the stories are tried alone below
+        error = error_status(e)
+    if len(stories) == 1:
+        return [], {0: error}
+    warn_one_at_a_time(error)
+    encoded: list = []
+    unread: dict[int, str] = {}
+    for i, story in enumerate(stories):
+        try:
+            encoded += encode([story])
+        except Exception as e:  # noqa: BLE001 - kept on the story
+            unread[i] = error_status(e)
+    if len(unread) == len(stories):
+        encode([probe_story(stories[-1].roles)])  # raises where the tokenizer fails on any story
+    return encoded, unread
+
+
 def _portable(exc: BaseException) -> BaseException:
     """``exc`` with the worker's traceback as a note, if it survives pickling; else a ``HostWorkerError``
     carrying its text."""
@@ -244,11 +270,16 @@ def _serve(tokenizer_dir: str, decoder: Any, inbox: Any, results: Any) -> None:
         kind, bid, payload = msg
         try:
             if kind == "encode":
-                encoded = _encode_windows(tokenizer, payload, decoder.max_length)
-                held[bid] = (payload, encoded)
+                encoded, unread = encode_or_keep(lambda batch: _encode_windows(tokenizer, batch, decoder.max_length),
+                                                 payload)
+                if len(unread) == len(payload):  # nothing for the model: the batch's labels at once
+                    results.put(("labels", bid, [failed(s, unread[i]) for i, s in enumerate(payload)]))
+                    continue
+                held[bid] = (payload, encoded, unread)
                 results.put(("encoded", bid, _collate_np(_window_rows(encoded), tokenizer.pad_token_id)))
             else:
-                stories, encoded = held.pop(bid)
+                everyone, encoded, unread = held.pop(bid)
+                stories = [s for i, s in enumerate(everyone) if i not in unread]  # those ``encoded`` holds
                 probs, row_errors = payload  # forward_or_keep's, one row per window (a story's windows in order)
                 rows = _window_rows(encoded)
                 # a story fails with the first of its windows that failed
@@ -262,10 +293,11 @@ def _serve(tokenizer_dir: str, decoder: Any, inbox: Any, results: Any) -> None:
                 items = [(stories[i], e, p) for i, e, p in zip(ok, merged_e, merged_p)]
                 decoded = iter(label_or_keep(lambda its: decoder.decode_many(*map(list, zip(*its))), items,
                                              itemgetter(0)) if items else [])
-                labels = [failed(s, errors[i]) if i in errors else next(decoded) for i, s in enumerate(stories)]
-                results.put(("labels", bid, labels))
+                labels = iter([failed(s, errors[i]) if i in errors else next(decoded) for i, s in enumerate(stories)])
+                results.put(("labels", bid, [failed(s, unread[i]) if i in unread else next(labels)
+                                             for i, s in enumerate(everyone)]))
         except Exception as e:  # noqa: BLE001 - reported to the model process, which raises it
             results.put(("error", bid, _portable(e)))
 
 
-__all__ = ["DEPTH", "HostPool", "HostWorkerError", "exit_with_parent", "forward_or_keep"]
+__all__ = ["DEPTH", "HostPool", "HostWorkerError", "encode_or_keep", "exit_with_parent", "forward_or_keep"]

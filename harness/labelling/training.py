@@ -28,8 +28,8 @@ from harness.errors import ConfigError, DataError
 from harness.labelling.base import NAME_TITLES
 from harness.labelling.bases import DEFAULT_BASE, base_encoder, base_model_path
 from harness.labelling.data import GoldStory, load_gold
-from harness.labelling.encoder import (DEFAULT_NAME, SLOTS, _build_model, _collate, _encode, _torch, default_device,
-                                       default_model_dir, read_model_meta)
+from harness.labelling.encoder import (DEFAULT_NAME, SLOTS, _build_model, _collate, _encode, _torch, check_threads,
+                                       default_device, default_model_dir, read_model_meta)
 from harness.labelling.words import (find_all, fold_word, her_is_possessive, is_word, phrase_tokens,
                                      split_words, starts_capitalised)
 from harness.store import atomic_write_text
@@ -490,6 +490,7 @@ def train_encoder(
             raise ConfigError(f"{option} must be a positive number, got {value}")
     if not 0.0 <= flip_prob <= 1.0:
         raise ConfigError(f"flip_prob is a probability, from 0 to 1; got {flip_prob}")
+    check_threads(threads)
     if threads:
         torch.set_num_threads(threads)
     device = device or default_device()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
 
@@ -308,6 +309,59 @@ def test_host_workers_keep_a_story_the_model_fails_on_with_a_reason(tiny_encoder
         assert lab._pool is None
         lab._forward = forward
         assert lab.label(stories, batch_size=4) == serial
+
+
+def test_a_host_worker_keeps_a_story_it_cannot_tokenise_with_a_reason(tiny_encoder, gold, monkeypatch):
+    """Beside a GPU the host workers tokenise; a story the tokenizer failed on failed its whole call (the CPU paths
+    keep it). The worker (``host_pool._serve``, run here in a thread on in-process queues, so the tokenizer can be
+    broken for one story) keeps it with its error and labels the rest as before; a batch of only such stories
+    comes back as labels without a pass of the model; a tokenizer that fails on a plain story too is raised."""
+    import queue
+    import threading
+
+    import harness.labelling.encoder as E
+    from harness.labelling.host_pool import _serve, forward_or_keep
+
+    out_dir, _ = tiny_encoder
+    lab = EncoderLabeller(out_dir, device="cpu", precision="int8", workers=0)
+    stories = [g.story for g in gold[:5]]
+    want = lab.label(stories, batch_size=1)
+    encode = E._encode_windows
+    broken = {"unreadable"}
+
+    def breaks_on(tokenizer, batch, max_length=384):
+        if any(s.story_id in broken or s.story_id == "probe" and "probe" in broken for s in batch):
+            raise RuntimeError("Already borrowed")
+        return encode(tokenizer, batch, max_length)
+
+    monkeypatch.setattr(E, "_encode_windows", breaks_on)
+    bad = StoryInput("unreadable", stories[0].text, stories[0].roles)
+    inbox, results = queue.Queue(), queue.Queue()
+    worker = threading.Thread(target=_serve, args=(str(lab.path / "encoder"), lab.decoder, inbox, results))
+    worker.start()
+    try:
+        assert results.get(timeout=60)[0] == "ready"
+
+        def label(bid, batch):
+            inbox.put(("encode", bid, batch))
+            kind, got_bid, payload = results.get(timeout=60)
+            if kind == "encoded":
+                inbox.put(("decode", bid, forward_or_keep(lab._forward, *payload)))
+                kind, got_bid, payload = results.get(timeout=60)
+            assert got_bid == bid
+            return kind, payload
+
+        kind, got = label(0, stories[:2] + [bad] + stories[2:])
+        assert kind == "labels" and got[:2] + got[3:] == want
+        assert got[2].status == "labeller error: RuntimeError: Already borrowed" and got[2].story_id == "unreadable"
+        kind, got = label(1, [bad, bad])
+        assert kind == "labels" and [g.status for g in got] == ["labeller error: RuntimeError: Already borrowed"] * 2
+        broken.add("probe")
+        kind, got = label(2, [bad, bad])
+        assert kind == "error" and "Already borrowed" in str(got)
+    finally:
+        inbox.put(None)
+        worker.join(timeout=60)
 
 
 def test_host_workers_hold_a_bounded_number_of_batches_and_a_dead_one_is_named_at_once(tiny_encoder, gold):
@@ -1587,3 +1641,33 @@ def test_labels_of_a_long_story_come_from_all_its_windows_in_every_layout(tiny_e
         # the story one of whose windows failed is kept with the error; the rest are labelled as before
         assert got[1].status == "labeller error: RuntimeError: CUBLAS_STATUS_EXECUTION_FAILED"
         assert got[:1] + got[2:] == serial[:1] + serial[2:]
+
+
+@pytest.mark.parametrize("option, message", [
+    ({"threads": -1}, "threads must be >= 1, got -1"),
+    ({"threads": 0}, "threads must be >= 1, got 0"),
+    ({"device": "tpu"}, "device='tpu': label on cpu, cuda or cuda:N"),
+    ({"device": "cuda:x"}, "label on cpu, cuda or cuda:N"),
+    ({"device": "cpu", "precision": "fp32"}, "precision 'fp32' is not one of"),
+    ({"device": "cpu", "workers": -1}, "workers must be >= 0"),
+])
+def test_a_wrong_setting_is_refused_before_the_model_loads(tiny_encoder, monkeypatch, option, message):
+    """threads=-1 and device="tpu" were torch's errors, and a wrong precision was refused, only after the tables
+    and the model had loaded (seconds, or a minute for a large encoder): each is a ConfigError first."""
+    import harness.labelling.encoder as encoder
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("the model loaded before the settings were checked")
+
+    monkeypatch.setattr(encoder, "_build_model", no_model)
+    out_dir, _ = tiny_encoder
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        EncoderLabeller(out_dir, **{"workers": 0, **option})
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="a GPU is here")
+def test_a_gpu_the_labeller_cannot_see_is_refused_by_name(tiny_encoder):
+    out_dir, _ = tiny_encoder
+    for device in ("cuda", "cuda:3"):
+        with pytest.raises(ConfigError, match=re.escape(f"device='{device}' but torch sees 0 GPU(s) here")):
+            EncoderLabeller(out_dir, device=device, workers=0)
