@@ -60,7 +60,10 @@ class ParseError(ValueError):
 
 _FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.S)
 _TRAILING_COMMA = re.compile(r",\s*([}\]])")
-_SMART = str.maketrans({"\u201c": '"', "\u201d": '"', "\u2018": "'", "\u2019": "'"})
+#: Quotes other than JSON's, as models write them: curly, low-9 („…“), guillemets («…», ‹…›) and fullwidth.
+_SMART = str.maketrans({"\u201c": '"', "\u201d": '"', "\u201e": '"', "\u201f": '"', "\u00ab": '"', "\u00bb": '"',
+                        "\uff02": '"', "\u2018": "'", "\u2019": "'", "\u201a": "'", "\u201b": "'", "\u2039": "'",
+                        "\u203a": "'", "\uff07": "'"})
 
 
 _DANGLING_KEY = re.compile(r',?\s*"[^"]*"\s*:\s*$')
@@ -260,6 +263,8 @@ def _loads(s: str) -> Any:
                 return parse(fixed)
             except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
                 continue
+    if '\\"' in s and s.count('\\"') == s.count('"'):  # an object written as a JSON string ("{\\"doctor name\\": ...")
+        return _loads(s.replace('\\"', '"'))
     for inner_quotes in (False, True):  # comments, unquoted keys, JSON and Python literals mixed, missing commas;
         try:  # then quotes inside strings written without their escape
             return json.loads(_relaxed(s.translate(_SMART), inner_quotes), strict=False)
@@ -451,6 +456,8 @@ def _readings(obj: dict[str, Any]) -> Iterator[dict[str, Any]]:
     role ({"doctor": {"name": ..., "references": [...]}, ...} read as {"doctor name": ..., ...})."""
     while True:
         yield obj
+        if (keyed := _by_role_field(obj)) is not obj:
+            yield keyed
         if len(obj) == 1 and isinstance(inner := next(iter(obj.values())), dict):
             obj = inner
             continue
@@ -458,6 +465,22 @@ def _readings(obj: dict[str, Any]) -> Iterator[dict[str, Any]]:
         if by_role:
             yield {**{k: v for k, v in obj.items() if not isinstance(v, dict)}, **by_role}
         return
+
+
+_BARE_LABEL_KEY = re.compile(r"names?|ref\w*|pronoun\w*")
+#: Keys that name the character an object describes ({"role": "doctor", "name": "Ana", "references": [...]}).
+_ROLE_FIELDS = ("role", "character", "character role", "type", "character type")
+
+
+def _by_role_field(obj: dict[str, Any]) -> dict[str, Any]:
+    """An object that names its character in a field ({"role": "doctor", "name": "Ana", "references": ["she"]})
+    with that character's keys ({"doctor name": "Ana", "doctor references": ["she"]}), so a list of one such
+    object per character reads as an object per character does; any other object as it is."""
+    field = next((k for k, v in obj.items() if _norm_key(k) in _ROLE_FIELDS and isinstance(v, str) and v.strip()),
+                 None)
+    if field is None or not any(_BARE_LABEL_KEY.fullmatch(_norm_key(k)) for k in obj):  # {"doctor name": .., "type": ..}
+        return obj
+    return {f"{obj[field].strip()} {k}": v for k, v in obj.items() if k != field}
 
 
 _KEY_LINE = re.compile(r"^\s*(?:[-*+\u2022]\s+|\d+[.)]\s+)?(?P<key>[^:\n]{1,100}?)\s*:(?P<value>.*)$")
@@ -570,7 +593,7 @@ def parse_response(text: str, story: StoryInput, *, cut: bool = False, retry_cut
                         definitions.append(cand)
                     break
             else:
-                merged.update((k, v) for k, v in found.items() if k not in merged)
+                merged.update((k, v) for k, v in _by_role_field(found).items() if k not in merged)
         if answers:  # an example the model wrote before its answer ("Dr. Smith", "John": no name of the story) keeps
             # less of itself through the story's filter than the answer: the one that keeps the most, the first of
             # those that keep as much

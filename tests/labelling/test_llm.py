@@ -810,3 +810,35 @@ def test_an_empty_or_filtered_reply_says_so_in_the_story_s_reason(text, finish, 
 
     (out,) = LLMLabeller(Filtering(), params=GenParams(temperature=0.0, max_tokens=32), max_attempts=2).label([STORY])
     assert out.status == reason
+
+
+def _quoted(obj, opening, closing):
+    """``obj`` as JSON written with other quotes than JSON's."""
+    def q(x):
+        return f"{opening}{x}{closing}"
+
+    return "{" + ", ".join(f"{q(k)}: " + (q(v) if isinstance(v, str) else "[" + ", ".join(map(q, v)) + "]")
+                           for k, v in json.loads(GOOD).items()) + "}"
+
+
+@pytest.mark.parametrize("reply", [
+    _quoted(GOOD, "\u00ab", "\u00bb"),  # guillemets
+    _quoted(GOOD, "\u201e", "\u201c"),  # low-9 and high-6 (German)
+    _quoted(GOOD, "\uff02", "\uff02"),  # fullwidth
+    json.dumps(GOOD),  # the object written as a JSON string: every quote escaped
+    json.dumps([{"role": "doctor", "name": "Dr. Ana Ruiz", "references": ["She"]},
+                {"character": "needy patient", "name": "Tom", "references": ["him", "his"]}]),
+])
+def test_replies_in_other_quotes_a_string_or_an_object_per_character_named_in_a_field(reply):
+    """A review's replies that were retried and kept as failures: quotes other than JSON's and curly ones, an object
+    encoded twice, and one object per character naming it in a field ("role": "doctor") with bare keys."""
+    lab = parse_response(reply, STORY)
+    assert [(c.name, c.references) for c in lab.characters] == [("Dr. Ana Ruiz", ("She",)), ("Tom", ("him", "his"))]
+
+
+def test_a_field_named_type_beside_the_role_s_own_keys_is_left_as_it_is():
+    # {"doctor name": ..., "type": "dominant"}: not {"dominant doctor name": ...}
+    reply = json.dumps({"doctor name": "Dr. Ana Ruiz", "doctor references": ["She"], "type": "dominant"}) + "\n" + \
+        json.dumps({"needy patient name": "Tom", "needy patient references": ["him", "his"], "type": "subordinate"})
+    lab = parse_response(reply, STORY)
+    assert [(c.name, c.references) for c in lab.characters] == [("Dr. Ana Ruiz", ("She",)), ("Tom", ("him", "his"))]
