@@ -560,3 +560,16 @@ def test_a_repeated_gold_id_is_named_by_its_lines(tmp_path):
     p.write_text("\n" + json.dumps(row) + "\n\n\n" + json.dumps(row) + "\n")
     with pytest.raises(DataError, match=r"story id 'a' is given twice \(line 2 and line 5 of the file\)"):
         load_gold(p)
+
+
+def test_a_name_written_in_turkish_capitals_matches_its_lowercase():
+    """Case folding turns "İ" into "i" and a combining dot: "İREM" scored as another name than "Irem"."""
+    texts = dict(TEXTS)
+    TEXTS[6] = "İREM smiled. She waved."
+    try:
+        gold = [_row(6, "Learning", "student", {"name": "Irem", "gender": "Female"})]
+    finally:
+        TEXTS.clear()
+        TEXTS.update(texts)
+    rep = score(gold, [StoryLabels("g6", (CharacterLabel("subject", "İREM", ("She",)),))], labeller="x", seconds=1.0)
+    assert (rep.name.tp_p, rep.name.n_p, rep.name.tp_r, rep.name.n_r) == (1, 1, 1, 1)
