@@ -179,7 +179,7 @@ def run_generation_benchmark(
     gpus = gpu_names()
     lines += ["", f"GPU figures: measured on {', '.join(gpus)} with {model_path}." if gpus else
               "GPU (Llama-class) figures: not measured; this session had no GPU. On a GPU machine run "
-              "`harness bench generate --model /path/to/Meta-Llama-3.1-8B-Instruct`."]
+              "`harness bench generate --write --model /path/to/Meta-Llama-3.1-8B-Instruct`."]
     text = "\n".join(lines)
     print(text)
     if write:

@@ -235,9 +235,11 @@ def bench_generate(
     backends: Annotated[str, typer.Option(help="comma-separated: vllm,transformers")] = "vllm,transformers",
     model: Annotated[str, typer.Option(help="embedded alias or local model directory")] = "smollm2-135m",
     repeats: Annotated[int, typer.Option(min=1, help="alternating raw/pipeline repeats (median reported)")] = 3,
-    write: Annotated[bool, typer.Option(help="write benchmarks/RESULTS.md")] = True,
+    write: Annotated[bool, typer.Option(help="also write its section of the checkout's benchmarks/RESULTS.md")] = False,
 ) -> None:
-    """Stories/s and tokens/s: raw backend vs the harness pipeline, vLLM vs transformers."""
+    """Stories/s and tokens/s: raw backend vs the harness pipeline, vLLM vs transformers. Printed; ``--write`` (or
+    ``python benchmarks/generation.py``) also writes the project's RESULTS.md, which a benchmark on a cluster node
+    rewrote in the checkout by default."""
     from harness.bench import LOCAL_BACKENDS, check_samples, run_generation_benchmark
 
     check_samples(samples)  # before any engine loads

@@ -85,6 +85,9 @@ def test_bench_generate_refuses_an_unknown_backend_or_an_empty_workload_before_l
     monkeypatch.setattr(bench, "run_generation_benchmark", lambda **k: seen.update(k))
     assert CliRunner().invoke(app, ["bench", "generate", "--backends", " transformers, vllm", "--no-write"]).exit_code == 0
     assert seen["backends"] == ["transformers", "vllm"]
+    # printed only, unless asked: a benchmark on a cluster node rewrote the checkout's RESULTS.md by default
+    assert CliRunner().invoke(app, ["bench", "generate"]).exit_code == 0 and seen["write"] is False
+    assert CliRunner().invoke(app, ["bench", "generate", "--write"]).exit_code == 0 and seen["write"] is True
     for option in ("--samples", "--max-new-tokens"):
         r = CliRunner().invoke(app, ["bench", "generate", option, "0", "--no-write"])
         assert r.exit_code == 2 and option in r.output
