@@ -368,6 +368,22 @@ def _training_rows(files: Sequence[str | Path]) -> list[GoldStory]:
     return rows
 
 
+#: What a word is taught as (the targets ``_token_targets`` and the flip build from the labels): a release that
+#: teaches a word otherwise bumps it, so ``train_soup`` trains again a member taught the older way, and a training
+#: cut short under them does not go on under these. Models that record none were taught as version 1.
+TARGETS_VERSION = 1
+
+
+def _roles_hash(rows: list[GoldStory]) -> str:
+    """Hash of the role descriptions the rows give the model (the role prefix it reads), which ``_data_hash``
+    leaves out (it was fixed before they were recorded): a training file whose descriptions alone changed is
+    other data to the model."""
+    h = hashlib.sha256()
+    for gs in rows:
+        h.update(json.dumps([[r.key, r.description] for r in gs.story.roles]).encode())
+    return h.hexdigest()
+
+
 def _data_hash(rows: list[GoldStory]) -> str:
     h = hashlib.sha256()
     for gs in rows:
@@ -556,7 +572,8 @@ def train_encoder(
     key = {"data_sha256": data_sha256, "base": spec.name, "init_from": init_key,
            "epochs": epochs, "batch_size": batch_size, "lr": lr, "head_lr_mult": head_lr_mult, "layers": layers,
            "max_length": max_length, "augment": augment, "flip_prob": flip_prob, "seed": seed, "limit": limit,
-           "occurrences": occurrences, "head_seed": head_seed, "device": device}
+           "occurrences": occurrences, "head_seed": head_seed, "device": device,
+           "roles_sha256": _roles_hash(rows), "targets_version": TARGETS_VERSION}
     state = _load_checkpoint(checkpoint, key)
     start, words_seen, earlier_seconds = 0, 0, 0.0
     losses: list[float] = []
@@ -641,7 +658,7 @@ def train_encoder(
             "train": {"epochs": epochs, "batch_size": batch_size, "lr": lr, "head_lr_mult": head_lr_mult,
                       "augment": augment, "flip_prob": flip_prob, "seed": seed, "limit": limit,
                       "occurrences": occurrences, "device": device, "head_seed": head_seed,
-                      "layers": layers},
+                      "layers": layers, "roles_sha256": key["roles_sha256"], "targets_version": TARGETS_VERSION},
             "init_from": str(init_from) if init_from else None,
             "report": report.to_dict(), "versions": {"torch": torch.__version__,
                                                       "transformers": transformers.__version__}}
@@ -774,15 +791,19 @@ def average_encoders(members: Sequence[str | Path], out_dir: str | Path) -> Path
     return out
 
 
-def _member_done(member: Path, base: str, want: dict[str, Any], data_sha256: str) -> bool:
-    """Whether ``member`` holds a whole model fine-tuned from ``base`` with the settings ``want`` on these rows."""
+def _member_done(member: Path, base: str, want: dict[str, Any], data_sha256: str, roles_sha256: str) -> bool:
+    """Whether ``member`` holds a whole model fine-tuned from ``base`` with the settings ``want`` on these rows,
+    their role descriptions and this release's targets (a member of an earlier release, which recorded neither,
+    is taken as taught version 1's targets on these descriptions)."""
     try:
         meta = read_model_meta(member)
     except ConfigError:
         return False
     train = meta.get("train", {})
     return (meta.get("report", {}).get("data_sha256") == data_sha256 and meta.get("base_name") == base
-            and all(train.get(k) == v for k, v in want.items()))
+            and all(train.get(k) == v for k, v in want.items())
+            and train.get("roles_sha256", roles_sha256) == roles_sha256
+            and train.get("targets_version", 1) == TARGETS_VERSION)
 
 
 def train_soup(files: Sequence[str | Path], seeds: Sequence[int], *, out_dir: str | Path | None = None,
@@ -830,7 +851,8 @@ def train_soup(files: Sequence[str | Path], seeds: Sequence[int], *, out_dir: st
                                                           "flip_prob", "limit", "occurrences", "layers")}
     members = {seed: out / "members" / f"seed-{seed}" for seed in seeds}
     todo = {seed: member for seed, member in members.items()
-            if not _member_done(member, base, {**settings, "seed": seed, "head_seed": seeds[0]}, data_sha256)}
+            if not _member_done(member, base, {**settings, "seed": seed, "head_seed": seeds[0]}, data_sha256,
+                                _roles_hash(rows))}
     if min(jobs, len(todo)) > 1 and (kwargs.get("device") or default_device()) == "cpu":
         reports = _train_members_at_once(files, todo, seeds[0], min(jobs, len(todo)), kwargs)
     else:

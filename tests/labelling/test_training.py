@@ -454,6 +454,39 @@ def test_a_soup_is_the_mean_of_its_members_and_a_rerun_trains_only_the_missing_o
     assert read_model_meta(single)["train"]["seed"] == 5 and "soup" not in read_model_meta(single)
 
 
+def test_a_soup_trains_a_member_again_for_other_role_descriptions_or_targets(tmp_path, monkeypatch):
+    """The data hash leaves out the role descriptions, and nothing recorded how the targets were built: a member
+    taught on other descriptions, or by a release that teaches words otherwise, was reused. A member of an earlier
+    release (neither recorded) is taken as taught version 1's targets on these descriptions."""
+    import harness.labelling.training as training
+    from harness.labelling.training import train_soup
+
+    p = _write(tmp_path / "t.jsonl", ROW)
+    out = tmp_path / "soup"
+    train_soup([p], [0, 1], out_dir=out, epochs=1, layers=1)
+    trained = []
+    real = training.train_encoder
+    monkeypatch.setattr(training, "train_encoder", lambda files, **kw: trained.append(kw["seed"]) or real(files, **kw))
+    other = _write(tmp_path / "o.jsonl", {**ROW, "roles": {"subject": "teacher", "object": "eager student"}})
+    train_soup([other], [0, 1], out_dir=out, epochs=1, layers=1)
+    assert trained == [0, 1]
+    with monkeypatch.context() as m:
+        m.setattr(training, "TARGETS_VERSION", 2)
+        train_soup([other], [0, 1], out_dir=out, epochs=1, layers=1)
+        assert trained == [0, 1, 0, 1]
+        train_soup([other], [0, 1], out_dir=out, epochs=1, layers=1)
+        assert trained == [0, 1, 0, 1]
+    train_soup([p], [0, 1], out_dir=out, epochs=1, layers=1)
+    assert trained == [0, 1, 0, 1, 0, 1]
+    for member in ("seed-0", "seed-1"):  # as an earlier release wrote them
+        meta_path = out / "members" / member / "meta.json"
+        meta = json.loads(meta_path.read_text())
+        assert meta["train"].pop("roles_sha256") and meta["train"].pop("targets_version") == 1
+        meta_path.write_text(json.dumps(meta))
+    train_soup([p], [0, 1], out_dir=out, epochs=1, layers=1)
+    assert trained == [0, 1, 0, 1, 0, 1]
+
+
 def test_members_trained_at_once_in_processes_equal_those_trained_one_after_the_other(tmp_path):
     """``jobs=2`` trains the members in two spawned processes; with one thread each, as here, their weights are
     those of the members trained in turn, to the bit. A failure in a job reaches the caller as the same error."""
