@@ -19,6 +19,7 @@ import warnings
 from collections import deque
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, fields
+from itertools import chain, islice
 from typing import Any
 
 from harness.errors import DataError
@@ -382,6 +383,35 @@ def _as_asked(story: StoryInput, labels: StoryLabels) -> StoryLabels:
     return failed(story, f"{ERROR_PREFIX}the labeller returned {what}")
 
 
+def _check_stories(stories: Sequence[Any], start: int) -> None:
+    """A DataError naming the first of ``stories`` (numbered from ``start`` in the caller's input) that is no
+    ``StoryInput``."""
+    for i, s in enumerate(stories, start):
+        if not isinstance(s, StoryInput):
+            raise DataError(f"story #{i}: expected a StoryInput, got {type(s).__name__}")
+
+
+def _windows(stories: Iterable[Any], size: int) -> Iterator[list[StoryInput]]:
+    """``stories`` in lists of ``size`` (the last may be shorter), each checked as it is taken: a stream of a
+    million stories is pulled one window at a time, never listed whole."""
+    it = iter(stories)
+    start = 0
+    while chunk := list(islice(it, size)):
+        _check_stories(chunk, start)
+        yield chunk
+        start += len(chunk)
+
+
+def _stream_to_label(first: Sequence[StoryInput], window: int, total: int | None) -> int | None:
+    """How many stories with text a stream holds, for ``Labeller._label_batches``, from its ``first`` window:
+    exact where the stream ended within it; else that window's and the rest of the caller's ``total`` (the
+    stories after it with no text counted too), or None (not known) without one."""
+    with_text = sum(map(_has_text, first))
+    if len(first) < window:
+        return with_text
+    return None if total is None else with_text + max(total - len(first), 0)
+
+
 class Labeller(abc.ABC):
     """Base class of every labeller; subclasses implement ``_label_batch``.
 
@@ -400,9 +430,11 @@ class Labeller(abc.ABC):
     def _label_batch(self, stories: Sequence[StoryInput]) -> list[StoryLabels]:
         """Label non-empty stories, returning one result per input in the same order."""
 
-    def _label_batches(self, batches: Iterable[Sequence[StoryInput]], stories: int) -> Iterator[list[StoryLabels]]:
-        """Label batches in order (``stories``: how many stories they hold in all); a labeller may override
-        this to overlap them. ``batches`` is lazy: take a batch only when ready to work on it."""
+    def _label_batches(self, batches: Iterable[Sequence[StoryInput]],
+                       stories: int | None) -> Iterator[list[StoryLabels]]:
+        """Label batches in order (``stories``: how many stories they hold in all; None where not known, a
+        stream longer than a window whose caller gave no total); a labeller may override this to overlap them.
+        ``batches`` is lazy: take a batch only when ready to work on it."""
         for b in batches:
             yield self._label_or_keep(b)
 
@@ -434,36 +466,42 @@ class Labeller(abc.ABC):
         return out[0] if single else out
 
     def iter_label(
-        self, stories: Iterable[StoryInput], *, batch_size: int | None = None, progress: bool = False
+        self, stories: Iterable[StoryInput], *, batch_size: int | None = None, progress: bool = False,
+        total: int | None = None,
     ) -> Iterator[StoryLabels]:
         """Like ``label`` but yields results in the caller's order as soon as they are ready.
 
         The stories are sorted by length inside windows of ``window_batches`` batches, so memory stays flat
         on a corpus of any size while padding stays small. An iterable that is not a sequence (a generator) is
-        listed first.
+        taken one window at a time, never listed whole: ``total``, how many stories it holds, sizes the progress
+        bar (a sequence gives its own length).
         """
         bs = batch_size or self.default_batch_size
         if bs < 1:
             raise DataError(f"batch_size must be >= 1, got {bs}")
-        if not isinstance(stories, Sequence):  # counted and cut into windows below
-            stories = list(stories)
-        for i, s in enumerate(stories):
-            if not isinstance(s, StoryInput):
-                raise DataError(f"story #{i}: expected a StoryInput, got {type(s).__name__}")
         window = bs * self.window_batches
+        if isinstance(stories, Sequence):  # checked whole before any is labelled, as ever
+            _check_stories(stories, 0)
+            chunks: Iterator[Sequence[StoryInput]] = (stories[start:start + window]
+                                                      for start in range(0, len(stories), window))
+            total, labelled = len(stories), sum(map(_has_text, stories))
+        else:
+            chunks = _windows(stories, window)
+            first = next(chunks, [])
+            labelled = _stream_to_label(first, window, total)
+            chunks = chain([first] if first else [], chunks)
         bar = None
         if progress:
             from tqdm.auto import tqdm
 
-            bar = tqdm(total=len(stories), desc=f"label ({self.name})", unit="story")
+            bar = tqdm(total=total, desc=f"label ({self.name})", unit="story")
         # windows waiting for their labels, oldest first: [stories, results, batches still to label];
         # the batches of every window stream to _label_batches, so a pipelined labeller never drains
         windows: deque[list] = deque()
         owners: deque[tuple[list, list[int]]] = deque()  # per batch handed out: its window and positions
 
         def batches() -> Iterator[list[StoryInput]]:
-            for start in range(0, len(stories), window):
-                chunk = stories[start:start + window]
+            for chunk in chunks:
                 results: list[StoryLabels | None] = [None] * len(chunk)
                 todo = []
                 for j, s in enumerate(chunk):
@@ -485,7 +523,6 @@ class Labeller(abc.ABC):
             while windows and windows[0][2] == 0:
                 yield from windows.popleft()[1]
 
-        labelled = sum(map(_has_text, stories))
         try:
             for labels in self._label_batches(batches(), labelled):
                 win, idx = owners.popleft()

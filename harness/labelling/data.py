@@ -326,8 +326,13 @@ def _refuse_repeated_ids(path: str | Path, ids: list[tuple[str, str]]) -> None:
     for sid, where in ids:
         first = seen.setdefault(sid, where)
         if first != where:
-            raise DataError(f"{path}: story id {sid!r} is given twice ({first} and {where} of the file); "
-                            f"give every story its own id")
+            raise _repeated_id(path, sid, first, where)
+
+
+def _repeated_id(path: str | Path, sid: str, first: str, where: str) -> DataError:
+    """The error for story id ``sid`` given at ``first`` and again at ``where`` ("line 3") of ``path``."""
+    return DataError(f"{path}: story id {sid!r} is given twice ({first} and {where} of the file); "
+                     f"give every story its own id")
 
 
 def builtin_training_files() -> list[Path]:
@@ -341,43 +346,66 @@ def builtin_training_files() -> list[Path]:
 def read_stories(path: str | Path) -> list[StoryInput]:
     """Stories to label from JSONL: the project format, the published formats, or plain rows with
     ``story_id`` (or ``id``), ``text`` and ``roles``, either [{"key": "subject", "description": ...}, ...]
-    or {"subject": description, "object": description}."""
+    or {"subject": description, "object": description}. Every row is read before the ids are compared, so a bad
+    row is named before an id given twice; ``iter_stories`` reads them one at a time."""
     path = Path(path)
-    out = []
-    lines = []
+    rows = list(_story_rows(path))
+    _refuse_repeated_ids(path, [(s.story_id, f"line {i}") for i, s in rows])
+    return [s for _, s in rows]
+
+
+def iter_stories(path: str | Path) -> Iterator[StoryInput]:
+    """The stories of ``read_stories``, read and checked one row at a time, so a corpus of any size is never
+    held whole (``harness label label`` reads the file this way, pass by pass). An id given twice is refused at
+    its second row, naming both lines: only each id and its line are kept, which is small next to the texts."""
+    path = Path(path)
+    seen: dict[str, int] = {}
+    for i, story in _story_rows(path):
+        first = seen.setdefault(story.story_id, i)
+        if first != i:
+            raise _repeated_id(path, story.story_id, f"line {first}", f"line {i}")
+        yield story
+
+
+def _story_rows(path: Path) -> Iterator[tuple[int, StoryInput]]:
+    """``(line number, story)`` for each row of a file of stories to label, checked as ``read_stories``
+    documents (a DataError naming the file and line), ids not yet compared."""
     for i, row in iter_jsonl(path, what="JSONL file of stories"):
-        lines.append(f"line {i}")
         if isinstance(row, dict) and "roles" in row and not isinstance(row["roles"], (list, dict)):
             raise DataError(f"{path}:{i}: `roles` must be a list of {{key, description}} or map subject (and "
                             f"optionally object) to descriptions")
         plain = isinstance(row, dict) and (isinstance(row.get("roles"), list) or (
             isinstance(row.get("roles"), dict) and "labels" not in row))
         if plain:
-            raw = row["roles"]
-            if isinstance(raw, dict):
-                unknown = set(raw) - set(ROLE_KEYS)
-                if unknown or "subject" not in raw:
-                    raise DataError(f"{path}:{i}: `roles` must map subject (and optionally object) to descriptions"
-                                    + (f"; unknown role(s) {', '.join(sorted(unknown))}" if unknown else ""))
-                empty = [k for k in ROLE_KEYS if k in raw and isinstance(raw[k], str) and not raw[k].strip()]
-                if empty:  # not "needs 1 or 2 roles, got 0": the role is there, its description is not
-                    raise DataError(f"{path}:{i}: `roles.{empty[0]}` is empty; give the role's description (e.g. "
-                                    f"\"student\"), or leave the role out")
-                # only a missing or null role is none: 0, false, [] or {} go to RoleSpec, which names them
-                raw = [{"key": k, "description": raw[k]} for k in ROLE_KEYS if raw.get(k) is not None]
-            try:
-                roles = tuple(RoleSpec(r["key"], r["description"]) for r in raw)
-            except (KeyError, TypeError):
-                raise DataError(f"{path}:{i}: each role needs `key` and `description`") from None
-            except DataError as e:
-                raise DataError(f"{path}:{i}: {e}") from None
-            sid = _story_id(row, ("story_id", "id"), f"{path.stem}:{i}", f"{path}:{i}")
-            out.append(_story(sid, row, "text", roles, f"{path}:{i}"))
+            yield i, _plain_story(path, i, row)
         else:
-            out.append(parse_row(row, f"{path.stem}:{i}", f"{path}:{i}").story)
-    _refuse_repeated_ids(path, [(s.story_id, where) for s, where in zip(out, lines)])
-    return out
+            yield i, parse_row(row, f"{path.stem}:{i}", f"{path}:{i}").story
 
 
-__all__ = ["GENDER_LABELS", "OWNERS", "GoldCharacter", "GoldStory", "builtin_training_files", "iter_gold", "load_gold",
-           "parse_row", "read_stories"]
+def _plain_story(path: Path, i: int, row: dict[str, Any]) -> StoryInput:
+    """The story of a plain row (line ``i``): ``story_id`` (or ``id``), ``text`` and ``roles``, a list of
+    {key, description} or a map of subject (and object) to descriptions."""
+    raw = row["roles"]
+    if isinstance(raw, dict):
+        unknown = set(raw) - set(ROLE_KEYS)
+        if unknown or "subject" not in raw:
+            raise DataError(f"{path}:{i}: `roles` must map subject (and optionally object) to descriptions"
+                            + (f"; unknown role(s) {', '.join(sorted(unknown))}" if unknown else ""))
+        empty = [k for k in ROLE_KEYS if k in raw and isinstance(raw[k], str) and not raw[k].strip()]
+        if empty:  # not "needs 1 or 2 roles, got 0": the role is there, its description is not
+            raise DataError(f"{path}:{i}: `roles.{empty[0]}` is empty; give the role's description (e.g. "
+                            f"\"student\"), or leave the role out")
+        # only a missing or null role is none: 0, false, [] or {} go to RoleSpec, which names them
+        raw = [{"key": k, "description": raw[k]} for k in ROLE_KEYS if raw.get(k) is not None]
+    try:
+        roles = tuple(RoleSpec(r["key"], r["description"]) for r in raw)
+    except (KeyError, TypeError):
+        raise DataError(f"{path}:{i}: each role needs `key` and `description`") from None
+    except DataError as e:
+        raise DataError(f"{path}:{i}: {e}") from None
+    sid = _story_id(row, ("story_id", "id"), f"{path.stem}:{i}", f"{path}:{i}")
+    return _story(sid, row, "text", roles, f"{path}:{i}")
+
+
+__all__ = ["GENDER_LABELS", "OWNERS", "GoldCharacter", "GoldStory", "builtin_training_files", "iter_gold",
+           "iter_stories", "load_gold", "parse_row", "read_stories"]

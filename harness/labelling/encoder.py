@@ -769,12 +769,14 @@ class EncoderLabeller(Labeller):
         encoded = _encode_windows(self.tokenizer, stories, self.max_length)
         return self.decoder.decode_many(stories, *_merge_windows(encoded, self._probs(_window_rows(encoded))))
 
-    def _label_batches(self, batches: Iterable[Sequence[StoryInput]], stories: int) -> Iterator[list[StoryLabels]]:
+    def _label_batches(self, batches: Iterable[Sequence[StoryInput]],
+                       stories: int | None) -> Iterator[list[StoryLabels]]:
         """Pipelined over worker processes. Beside a GPU, workers tokenise and decode
         (``harness.labelling.host_pool``) while this process runs the model on each batch as its
         tokenisation arrives; on CPU, each worker labels whole batches with a model of its own, a few
-        batches ahead of the one being yielded."""
-        if not self.workers or not stories or not self._pool_pays(stories):
+        batches ahead of the one being yielded. A stream of stories not counted (``stories`` None) is longer
+        than a window: the workers start, as ``start_workers(None)`` starts them."""
+        if not self.workers or stories == 0 or (stories is not None and not self._pool_pays(stories)):
             yield from super()._label_batches(batches, stories)
             return
         pool = self._worker_pool()

@@ -329,3 +329,49 @@ def test_a_batch_retried_story_by_story_is_warned_about():
         warnings.simplefilter("error")  # a batch that works, or a story alone, warns of nothing
         label_or_keep(label, stories[:1])
         forward_or_keep(forward, ids[:1], ids[:1], ids[:1])
+
+
+def test_a_generator_is_taken_one_window_at_a_time():
+    """``iter_label`` listed a generator whole first (117 MB of stories for a 99 MB file, in ``harness label
+    label``): it now pulls one window at a time, in the caller's order, checking each story as it comes."""
+
+    class Small(LengthLabeller):
+        window_batches = 2
+
+    stories = [_story(i, "x" * (1 + i % 5)) for i in range(40)]
+    pulled = []
+
+    def stream(items):
+        for s in items:
+            pulled.append(s)
+            yield s
+
+    lab = Small()
+    it = lab.iter_label(stream(stories), batch_size=2)
+    assert next(it).story_id == "s0"
+    assert len(pulled) == 4  # the first window (2 batches of 2), not the 40 stories
+    assert [o.story_id for o in it] == [f"s{i}" for i in range(1, 40)] and len(pulled) == 40
+    assert list(Small().iter_label(stream(stories), batch_size=2)) == Small().label(stories, batch_size=2)
+    # a story that is no StoryInput is named by its place in the whole stream, when its window comes
+    it = Small().iter_label(stream([*stories[:5], "not a story"]), batch_size=2)
+    assert next(it).story_id == "s0"
+    with pytest.raises(DataError, match=r"^story #5: expected a StoryInput, got str$"):
+        list(it)
+
+
+@pytest.mark.parametrize(("n", "total", "counted"), [(3, None, 3), (10, None, None), (10, 10, 8)])
+def test_a_pipelined_labeller_is_told_how_many_stories_a_stream_holds_where_it_can_be(n, total, counted):
+    """``_label_batches`` decides on the story count whether worker processes pay (the encoder's); a stream's
+    is exact where it ends within its first window, else from the caller's ``total`` (None without one)."""
+
+    class Counting(LengthLabeller):
+        window_batches = 2
+
+        def _label_batches(self, batches, stories):
+            self.told = stories
+            return super()._label_batches(batches, stories)
+
+    texts = ["ab" if i not in (0, 1) or n == 3 else "" for i in range(n)]  # two empty stories in the first window
+    lab = Counting()
+    got = list(lab.iter_label((_story(i, t) for i, t in enumerate(texts)), batch_size=2, total=total))
+    assert len(got) == n and lab.told == counted
