@@ -12,13 +12,15 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
 import typer
 
 from harness.errors import BackendError, ConfigError, DataError, HarnessError
-from harness.labelling.base import INFO_NOT_LABELS
+from harness.labelling.base import BACKEND_FAILURE, INFO_NOT_LABELS
 
 app = typer.Typer(help="Label characters (name and references) in stories; train and evaluate labellers.",
                   no_args_is_help=True)
@@ -127,13 +129,38 @@ def _check_before_labelling(lexicon: str | None, against: Path | None) -> None:
         read_model_meta(against, "--against")
 
 
-def _run_fingerprint(items: list, info: dict[str, Any]) -> str:
+def _count_stories(path: Path) -> int:
+    """How many stories ``path`` holds, every row read and checked (``iter_stories``) but none kept: a bad row or
+    an id given twice stops ``label`` here, before the labeller loads and before OUT is touched."""
+    from harness.labelling.data import iter_stories
+
+    return sum(1 for _ in iter_stories(path))
+
+
+def _file_state(path: Path) -> tuple[int, int]:
+    """The size and modification time of ``path``: ``label`` reads its stories in several passes."""
+    st = path.stat()
+    return st.st_size, st.st_mtime_ns
+
+
+def _refuse_changed_stories(path: Path, as_read: tuple[int, int], counted: int, labelled: int, tmp: Path) -> None:
+    """A DataError where the stories file changed since ``label`` first read it (``as_read``, ``_file_state``'s, or
+    ``labelled`` stories where the first pass ``counted`` others): it reads the file pass by pass, so the labels in
+    ``tmp`` may be of either version, under the run fingerprint of one."""
+    if labelled != counted or _file_state(path) != as_read:
+        raise DataError(f"{path}: changed while its stories were being labelled; the labels in {tmp} may be of "
+                        f"either version: delete {tmp} and label the file again once it is written")
+
+
+def _run_fingerprint(stories: Iterable, info: dict[str, Any]) -> str:
     """What a ``harness label label`` run's labels depend on: every story (id, text, roles) and the
     labeller's settings (``Labeller.info()`` but where it runs and the path to its weights, as the run stage
-    compares them: a run killed on a GPU node goes on on a CPU node with ``--precision`` pinned)."""
+    compares them: a run killed on a GPU node goes on on a CPU node with ``--precision`` pinned). The stories
+    may be a stream (a pass over the file); the hash is the one earlier releases wrote, so their killed runs
+    resume."""
     labels_of = {k: v for k, v in info.items() if k not in INFO_NOT_LABELS}
     h = hashlib.sha256(json.dumps(labels_of, sort_keys=True, default=str).encode())
-    for s in items:
+    for s in stories:
         h.update(json.dumps([s.story_id, s.text, [[r.key, r.description] for r in s.roles]]).encode())
     return h.hexdigest()
 
@@ -211,52 +238,93 @@ def _release_out(lock: Any) -> None:
     lock.close()
 
 
-def _labelled_already(tmp: Path, items: list) -> list:
-    """The labels a killed ``harness label label`` wrote to ``tmp`` already: those of the first ``items``, in
-    order (a rerun goes on after them). A torn last line is cut off; a file of other stories gives none; a line
-    that is no label record is refused, naming it (the labels before it are this run's: not thrown away).
-    Lines are split at "\\n" alone: a label may hold U+2028 or U+0085, written as they are (``ensure_ascii=False``),
-    which ``str.splitlines`` splits at, and every earlier label was lost to the half-lines."""
+@dataclass
+class _Tally:
+    """What ``label`` says of the labels it has in OUT.tmp, without holding them: how many, how many with a
+    non-ok status, and how many whose backend failed, with the first of those for the error that names it."""
+
+    done: int = 0
+    bad: int = 0
+    down: int = 0
+    first_down: Any = None  # the StoryLabels of the first story whose backend failed
+
+    def add(self, res: Any) -> None:
+        """Count the labels ``res`` of the next story."""
+        self.done += 1
+        self.bad += res.status != "ok"
+        if res.status.startswith(BACKEND_FAILURE):
+            self.down += 1
+            self.first_down = self.first_down or res
+
+
+def _labelled_already(tmp: Path, stories: Iterable) -> tuple[_Tally, list[int]]:
+    """The labels a killed ``harness label label`` wrote to ``tmp`` already, tallied: those of the first of
+    ``stories`` (a pass over the file), in order (a rerun goes on after them); with them, the places in the file
+    of the stories whose backend failed, which the rerun labels again. A torn last line is cut off; a file of
+    other stories gives none; a line that is no label record is refused, naming it (the labels before it are
+    this run's: not thrown away). The file is read line by line, split at "\\n" alone: a label may hold U+2028
+    or U+0085, written as they are (``ensure_ascii=False``), which ``str.splitlines`` splits at, and every
+    earlier label was lost to the half-lines."""
     if not tmp.is_file():
-        return []
+        return _Tally(), []
     from harness.labelling.base import StoryLabels
 
-    data = tmp.read_bytes()
-    whole = data[: data.rfind(b"\n") + 1]
-    done: list = []
-    for k, line in enumerate(whole.split(b"\n")[:-1], 1):
-        try:
-            res = StoryLabels.from_dict(json.loads(line.decode("utf-8", errors="replace")))
-        except (ValueError, KeyError, TypeError, HarnessError) as e:
-            raise DataError(f"{tmp}, line {k}: not a label record ({' '.join(str(e).split())[:120]}); it holds this run's "
-                            f"labels: mend or cut that line to resume after the ones before it, or delete {tmp} to "
-                            f"label these stories from the start") from None
-        if len(done) >= len(items) or res.story_id != items[len(done)].story_id:
-            return []
-        done.append(res)
-    if len(whole) < len(data):
+    ids = (s.story_id for s in stories)
+    tally, again = _Tally(), []
+    whole = 0  # bytes of the whole lines read
+    with open(tmp, "rb") as f:
+        for k, line in enumerate(f, 1):
+            if not line.endswith(b"\n"):  # torn: the killed run was writing it
+                break
+            try:
+                res = StoryLabels.from_dict(json.loads(line.decode("utf-8", errors="replace")))
+            except (ValueError, KeyError, TypeError, HarnessError) as e:
+                raise DataError(f"{tmp}, line {k}: not a label record ({' '.join(str(e).split())[:120]}); it holds "
+                                f"this run's labels: mend or cut that line to resume after the ones before it, or "
+                                f"delete {tmp} to label these stories from the start") from None
+            if res.story_id != next(ids, None):  # another story, or more labels than stories
+                return _Tally(), []
+            if res.status.startswith(BACKEND_FAILURE):
+                again.append(tally.done)
+            tally.add(res)
+            whole += len(line)
+    if whole < tmp.stat().st_size:
         with open(tmp, "r+b") as f:
-            f.truncate(len(whole))
-    return done
+            f.truncate(whole)
+    return tally, again
 
 
-def _retry_backend_failures(lab: Any, items: list, done: list, tmp: Path, fresh: Path, batch_size: int | None,
-                            progress: bool) -> None:
-    """Label again the stories of ``done`` whose backend failed in the killed run (an outage is no verdict on
-    the story; ``harness run`` retries them too) and write ``tmp`` anew with their labels in place, by way of
-    ``fresh``, synced to disk before it is renamed over ``tmp``."""
-    from harness.labelling.base import BACKEND_FAILURE
+def _retry_backend_failures(lab: Any, stories: Path, again: list[int], tally: _Tally, tmp: Path, fresh: Path,
+                            batch_size: int | None, progress: bool) -> _Tally:
+    """Label again the stories at the places ``again`` of the file ``stories``, whose backend failed in the
+    killed run (an outage is no verdict on the story; ``harness run`` retries them too), and write ``tmp`` anew
+    with their labels in place, by way of ``fresh``: the other lines are copied as they are, line by line, and
+    ``fresh`` is synced to disk before it is renamed over ``tmp``. Gives ``tally``, the earlier labels', with
+    the new labels counted in place of the failed ones."""
+    from itertools import islice
+
+    from harness.labelling.data import iter_stories
     from harness.store import commit_file
 
-    again = [i for i, res in enumerate(done) if res.status.startswith(BACKEND_FAILURE)]
     if not again:
-        return
+        return tally
     typer.echo(f"retrying {len(again)} stories whose backend failed in the earlier run", err=True)
-    for i, res in zip(again, lab.iter_label([items[i] for i in again], batch_size=batch_size, progress=progress)):
-        done[i] = res
-    fresh.write_text("".join(json.dumps(res.to_dict(), ensure_ascii=False) + "\n" for res in done),
-                     encoding="utf-8")
+    wanted = set(again)
+    picked = (s for i, s in enumerate(islice(iter_stories(stories), again[-1] + 1)) if i in wanted)
+    relabelled = lab.iter_label(picked, batch_size=batch_size, progress=progress, total=len(again))
+    kept = _Tally(tally.done - len(again), tally.bad - len(again))  # each failed one counted non-ok
+    with open(tmp, "rb") as old, open(fresh, "wb") as new:
+        lines = enumerate(old)
+        for k, res in zip(again, relabelled):
+            for i, line in lines:  # the lines before the k-th as they are; the k-th replaced
+                if i == k:
+                    break
+                new.write(line)
+            new.write((json.dumps(res.to_dict(), ensure_ascii=False) + "\n").encode("utf-8"))
+            kept.add(res)
+        new.writelines(line for _, line in lines)
     commit_file(fresh, tmp)
+    return kept
 
 
 def _jsonable(x: Any) -> Any:
@@ -467,11 +535,12 @@ def label_(
     (only a run of the same stories and labeller settings: OUT.tmp.json says whose they are), labelling again
     the stories whose backend failed in the killed run (by way of OUT.tmp.retried). Where the backend failed for
     some stories, OUT holds them with their reason, OUT.tmp stays and the command exits 4: the rerun labels only
-    them."""
+    them. The stories are read a story at a time, in a few passes over the file, so memory does not grow with
+    their number; the file must not change while they are labelled."""
     import shutil
+    from itertools import islice
 
-    from harness.labelling.base import BACKEND_FAILURE
-    from harness.labelling.data import read_stories
+    from harness.labelling.data import iter_stories
     from harness.store import atomic_write, atomic_write_text, check_output_file, commit_file
 
     lock = None
@@ -487,44 +556,46 @@ def label_(
                                   f"give another path for the labels")
         _refuse_unread_options(ctx, labeller)
         lock = _hold_out(out)
-        items = read_stories(stories)
-        if not items:  # before the labeller loads, and before an earlier OUT is written over with nothing
+        # the stories are read pass by pass, never held whole (a lab labels hundreds of thousands): this first pass
+        # checks every row, before the labeller loads and before an earlier OUT is written over with nothing
+        count = _count_stories(stories)
+        if not count:
             raise DataError(f"{stories}: no stories to label; pass a JSONL file with one story per line "
                             f"(id, text, roles)")
+        as_read = _file_state(stories)
         lab = _labeller(labeller, model_dir, llm_model, threads, name_check, action_check, pronoun_binding,
                         apposition_check, llm_backend, precision, llm_base_url)
         try:
-            fingerprint = _run_fingerprint(items, lab.info())
-            earlier: list = []
+            fingerprint = _run_fingerprint(iter_stories(stories), lab.info())
+            tally, again = _Tally(), []
             if tmp.is_file() and tmp.stat().st_size:
                 if not _resumable(meta, fingerprint):  # they were deleted ("starting over"): a rerun that forgot
                     _refuse_other_run(tmp, meta, lab.info())  # an option lost hours of labels
-                earlier = _labelled_already(tmp, items)
-            done = len(earlier)
+                tally, again = _labelled_already(tmp, iter_stories(stories))
+            done = tally.done
             if done:
                 typer.echo(f"resuming: {done} stories already labelled in {tmp}", err=True)
-                _retry_backend_failures(lab, items, earlier, tmp, retried, batch_size, progress)
+                tally = _retry_backend_failures(lab, stories, again, tally, tmp, retried, batch_size, progress)
             else:
                 # the other run's labels go before the sidecar names this run: killed in between, a rerun took them
                 # for its own
                 tmp.unlink(missing_ok=True)
                 atomic_write_text(meta, json.dumps({"fingerprint": fingerprint, "stories": str(stories),
                                                     "labeller": lab.info()}, default=str))
-            n_bad = sum(res.status != "ok" for res in earlier)
-            outage = [res for res in earlier if res.status.startswith(BACKEND_FAILURE)]
+            rest = islice(iter_stories(stories), done, None) if done < count else ()  # else no pass to make
             with open(tmp, "a" if done else "w", encoding="utf-8") as f:
-                for res in lab.iter_label(items[done:], batch_size=batch_size, progress=progress):
-                    n_bad += res.status != "ok"
-                    if res.status.startswith(BACKEND_FAILURE):
-                        outage.append(res)
+                for res in lab.iter_label(rest, batch_size=batch_size, progress=progress, total=count - done):
+                    tally.add(res)
                     f.write(json.dumps(res.to_dict(), ensure_ascii=False) + "\n")
                     f.flush()
         finally:
             lab.close()
-        if outage:  # OUT holds every story, those with their reason; OUT.tmp stays, so a rerun labels only them
+        _refuse_changed_stories(stories, as_read, count, tally.done, tmp)
+        if tally.down:  # OUT holds every story, those with their reason; OUT.tmp stays, so a rerun labels only them
             atomic_write(out, lambda written: shutil.copyfile(tmp, written))
-            raise BackendError(f"{len(outage)} of {len(items)} stories could not be labelled: the labeller's backend "
-                               f"failed (the first, {outage[0].story_id}: {' '.join(outage[0].status.split())[:200]}); "
+            first = tally.first_down
+            raise BackendError(f"{tally.down} of {count} stories could not be labelled: the labeller's backend "
+                               f"failed (the first, {first.story_id}: {' '.join(first.status.split())[:200]}); "
                                f"{out} holds them with that reason: fix the cause and rerun the same command, which "
                                f"labels only them again")
         commit_file(tmp, out)  # flushed line by line, synced to disk once, before the rename
@@ -533,7 +604,7 @@ def label_(
         _fail(e)
     finally:
         _release_out(lock)
-    typer.echo(f"labelled {len(items)} stories ({n_bad} with a non-ok status)"
+    typer.echo(f"labelled {count} stories ({tally.bad} with a non-ok status)"
                f"{f', {done} of them by an earlier run' if done else ''} -> {out}")
 
 

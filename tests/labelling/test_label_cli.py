@@ -514,6 +514,157 @@ def test_a_killed_label_command_resumes(tmp_path, gold_path, monkeypatch, tiny_e
     assert out.read_text() == fresh.read_text()
 
 
+def _streamed_to_rules(monkeypatch) -> list[tuple[int | None, list[str]]]:
+    """The rules labeller's ``iter_label``, refusing a listed input: per call, the ``total`` it was given and the
+    ids of the stories it took."""
+    from collections.abc import Sequence
+
+    from harness.labelling.rules import RulesLabeller
+
+    real, calls = RulesLabeller.iter_label, []
+
+    def streamed(self, stories, **kw):
+        assert not isinstance(stories, Sequence), f"the stories came listed, as a {type(stories).__name__}"
+        took: list[str] = []
+        calls.append((kw.get("total"), took))
+
+        def taken():
+            for s in stories:
+                took.append(s.story_id)
+                yield s
+
+        return real(self, taken(), **kw)
+
+    monkeypatch.setattr(RulesLabeller, "iter_label", streamed)
+    return calls
+
+
+def test_label_streams_the_stories_and_a_rerun_labels_only_what_the_killed_run_left(tmp_path, gold_path,
+                                                                                    monkeypatch):
+    """``label`` listed every story of its file (117 MB of objects for a 99 MB file) and kept every label of a
+    killed run: a lab's hundreds of thousands of stories grew its memory with the corpus. The labeller is now
+    given passes over the file, never a list, and ``read_stories`` is not called; a rerun labels the story whose
+    backend failed in the middle of the killed run's labels, then the stories after them, and no other."""
+    import pytest
+
+    import harness.labelling.data as data
+
+    out, tmp = tmp_path / "labels.jsonl", tmp_path / "labels.jsonl.tmp"
+    args = ["label", str(gold_path), "--out", str(out), "--labeller", "rules"]
+    assert runner.invoke(app, args).exit_code == 0
+    full = out.read_text().splitlines()
+    ids = [json.loads(line)["story_id"] for line in full]
+    out.unlink()
+    _rules_killed_after(monkeypatch, 8)
+    assert isinstance(runner.invoke(app, args).exception, RuntimeError)
+    monkeypatch.undo()
+    kept, meta = tmp.read_text().splitlines(), tmp_path / "labels.jsonl.tmp.json"
+    whose = meta.read_text()
+    down = "llm: backend error: HTTP 503"
+    kept[4] = json.dumps({**json.loads(kept[4]), "status": down})
+    tmp.write_text("\n".join(kept) + "\n")
+
+    monkeypatch.setattr(data, "read_stories", lambda *a, **k: pytest.fail("the stories were listed"))
+    calls = _streamed_to_rules(monkeypatch)
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0 and "retrying 1 stories whose backend failed" in r.stderr, r.output
+    assert f"labelled {len(ids)} stories (0 with a non-ok status), 8 of them by an earlier run" in r.stdout
+    assert calls == [(1, [ids[4]]), (len(ids) - 8, ids[8:])]
+    assert out.read_text().splitlines() == full
+    # the backend down again for that story: kept with its reason, counted and named, and OUT.tmp kept for a rerun
+    from harness.labelling.base import failed
+    from harness.labelling.rules import RulesLabeller
+
+    label_batch = RulesLabeller._label_batch
+    monkeypatch.setattr(RulesLabeller, "_label_batch", lambda self, stories: [
+        failed(s, down) if s.story_id == ids[4] else lab for s, lab in zip(stories, label_batch(self, stories))])
+    tmp.write_text("\n".join(kept) + "\n")
+    meta.write_text(whose)
+    calls.clear()
+    r = runner.invoke(app, args)
+    _one_line_error(r, 4, f"1 of {len(ids)} stories could not be labelled: the labeller's backend failed (the first, "
+                          f"{ids[4]}: {down})")
+    assert calls == [(1, [ids[4]]), (len(ids) - 8, ids[8:])]
+    got = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [g["story_id"] for g in got] == ids and got[4]["status"] == down and tmp.is_file()
+
+
+def test_a_bad_row_anywhere_stops_label_before_the_labeller_loads(tmp_path, monkeypatch):
+    """The stories are read pass by pass, not listed: the first pass still reads every row, so a bad last row, or an
+    id given again far down the file, stops the command before the labeller loads and before OUT is touched."""
+    import harness.labelling.cli as cli
+
+    monkeypatch.setattr(cli, "_labeller", lambda *a, **k: (_ for _ in ()).throw(AssertionError("loaded")))
+    rows = [{"id": f"s{i}", "text": "Ana ran.", "roles": {"subject": "doctor"}} for i in range(4)]
+    stories, out = tmp_path / "stories.jsonl", tmp_path / "labels.jsonl"
+    for last, says in (({"id": "x", "roles": {"subject": "doctor"}}, "stories.jsonl:5: no `text` field"),
+                       (rows[1], "story id 's1' is given twice (line 2 and line 5 of the file)")):
+        stories.write_text("".join(json.dumps(r) + "\n" for r in (*rows, last)))
+        r = runner.invoke(app, ["label", str(stories), "--out", str(out), "--labeller", "rules"])
+        _one_line_error(r, 3, says)
+        assert not out.exists() and not (tmp_path / "labels.jsonl.tmp").exists()
+
+
+def test_iter_stories_reads_a_row_at_a_time_and_names_an_id_given_twice_by_both_lines(tmp_path):
+    """``iter_stories`` gives what ``read_stories`` gives, a row at a time; an id given twice is refused at its second
+    row, with ``read_stories``' words. ``read_stories`` still reads every row before it compares the ids."""
+    import re
+
+    import pytest
+
+    from harness.errors import DataError
+    from harness.labelling.data import iter_stories, read_stories
+
+    rows = [{"id": f"s{i}", "text": "Ana ran.", "roles": {"subject": "doctor"}} for i in range(3)]
+    p = tmp_path / "s.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows) + "\n" + json.dumps({"text": "Bo ran.",
+                                                                                  "roles": [{"key": "subject",
+                                                                                             "description": "x"}]}))
+    assert list(iter_stories(p)) == read_stories(p) and read_stories(p)[-1].story_id == "s:5"
+    p.write_text("".join(json.dumps(r) + "\n" for r in (*rows, rows[1], {"id": "x", "roles": "bad"})))
+    it = iter_stories(p)
+    assert [next(it).story_id for _ in range(3)] == ["s0", "s1", "s2"]
+    with pytest.raises(DataError, match=rf"^{re.escape(str(p))}: story id 's1' is given twice \(line 2 and line 4 of "
+                                        rf"the file\); give every story its own id$"):
+        next(it)
+    with pytest.raises(DataError, match=r"s.jsonl:5: `roles` must be a list"):
+        read_stories(p)
+
+
+def test_a_stories_file_changed_while_it_is_labelled_is_refused(tmp_path, gold_path, monkeypatch):
+    """``label`` reads its stories file pass by pass (its rows checked, fingerprinted, then labelled): a file
+    written over meanwhile would give labels of two versions under the fingerprint of the first."""
+    from harness.labelling.rules import RulesLabeller
+
+    stories, out = tmp_path / "stories.jsonl", tmp_path / "labels.jsonl"
+    stories.write_text(gold_path.read_text())
+    real = RulesLabeller.iter_label
+
+    def edited_meanwhile(self, items, **kw):
+        with open(stories, "a") as f:
+            f.write(json.dumps({"id": "late", "text": "Bo ran.", "roles": {"subject": "doctor"}}) + "\n")
+        return real(self, items, **kw)
+
+    monkeypatch.setattr(RulesLabeller, "iter_label", edited_meanwhile)
+    r = runner.invoke(app, ["label", str(stories), "--out", str(out), "--labeller", "rules"])
+    _one_line_error(r, 3, f"{stories}: changed while its stories were being labelled; the labels in {out}.tmp may be "
+                          f"of either version: delete {out}.tmp")
+    assert not out.exists()
+
+
+def test_the_fingerprint_of_a_stream_is_the_one_earlier_releases_wrote():
+    """The stories are fingerprinted from a pass over the file now, not a list: the hash is the same, so a run that
+    an earlier release started, and was killed, is resumed by this one."""
+    from harness.labelling.base import RoleSpec, StoryInput
+    from harness.labelling.cli import _run_fingerprint
+
+    items = [StoryInput("a", "Ana smiled.", (RoleSpec("subject", "doctor"),)),
+             StoryInput("b", "Bo \u2028ran.", (RoleSpec("subject", "x"), RoleSpec("object", "y")))]
+    want = "47cd5bdd14ad70c2326674c9438cfb4873fadb9c3a8ef84c4995d6f5373686b8"  # as the release before streaming gave
+    rules = {"labeller": "rules"}
+    assert _run_fingerprint(iter(items), rules) == _run_fingerprint(items, rules) == want
+
+
 def test_a_killed_run_goes_on_on_another_device_or_by_another_path_to_its_weights():
     """The run's fingerprint hashed the labeller's device and weights path: the same stories and settings resumed
     on a CPU node after a GPU node (precision pinned) started over, and then were refused as "other stories".
