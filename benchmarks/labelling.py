@@ -21,7 +21,6 @@ model served from a table of its real probabilities.
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import math
 import os
@@ -114,18 +113,11 @@ def stream_memory(labeller, stories, n: int, batch_size: int) -> dict:
     samples = []
     t0 = time.perf_counter()
     done = 0
-    # iter_label takes a sequence; feed it window by window so the corpus is never materialised
-    window = batch_size * 64
-    buf: list = []
-    for s in itertools.chain(corpus(), [None]):  # None: the end, to label the last part-window
-        if s is not None:
-            buf.append(s)
-        if len(buf) == window or (s is None and buf):
-            for _ in labeller.iter_label(buf, batch_size=batch_size):
-                done += 1
-                if done % SAMPLE_EVERY == 0 or done == n:
-                    samples.append((done, rss_mib()))
-            buf = []
+    # iter_label takes the stream a window at a time: the corpus is never materialised
+    for _ in labeller.iter_label(corpus(), batch_size=batch_size, total=n):
+        done += 1
+        if done % SAMPLE_EVERY == 0 or done == n:
+            samples.append((done, rss_mib()))
     secs = time.perf_counter() - t0
     growth, flat = memory_flat(samples)
     return {"stories": done, "seconds": secs, "stories_per_s": done / secs, "rss_first_mib": samples[0][1],
