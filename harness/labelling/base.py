@@ -474,18 +474,18 @@ class Labeller(abc.ABC):
         The stories are sorted by length inside windows of ``window_batches`` batches, so memory stays flat
         on a corpus of any size while padding stays small. An iterable that is not a sequence (a generator) is
         taken one window at a time, never listed whole: ``total``, how many stories it holds, sizes the progress
-        bar (a sequence gives its own length).
+        bar and tells a pipelined labeller how many are coming (a sequence gives its own length).
         """
         bs = batch_size or self.default_batch_size
         if bs < 1:
             raise DataError(f"batch_size must be >= 1, got {bs}")
         window = bs * self.window_batches
-        if isinstance(stories, Sequence):  # checked whole before any is labelled, as ever
+        if isinstance(stories, Sequence):  # checked whole before any story is labelled, and sliced into windows
             _check_stories(stories, 0)
             chunks: Iterator[Sequence[StoryInput]] = (stories[start:start + window]
                                                       for start in range(0, len(stories), window))
             total, labelled = len(stories), sum(map(_has_text, stories))
-        else:
+        else:  # checked a window at a time; the first, taken now, says how many stories the stream holds
             chunks = _windows(stories, window)
             first = next(chunks, [])
             labelled = _stream_to_label(first, window, total)

@@ -375,3 +375,12 @@ def test_a_pipelined_labeller_is_told_how_many_stories_a_stream_holds_where_it_c
     lab = Counting()
     got = list(lab.iter_label((_story(i, t) for i, t in enumerate(texts)), batch_size=2, total=total))
     assert len(got) == n and lab.told == counted
+
+
+def test_a_streams_progress_bar_counts_to_the_total_its_caller_gives(capsys):
+    """A stream has no length for the bar: its caller may give its ``total`` (``harness label label`` does)."""
+    stories = [_story(i, "ab" if i % 2 else "") for i in range(5)]
+    assert len(list(LengthLabeller().iter_label(iter(stories), progress=True, total=5))) == 5
+    assert "5/5" in capsys.readouterr().err
+    assert len(list(LengthLabeller().iter_label(iter(stories), progress=True))) == 5  # no total: counted alone
+    assert "5story [" in capsys.readouterr().err
