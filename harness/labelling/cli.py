@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -137,19 +137,34 @@ def _count_stories(path: Path) -> int:
     return sum(1 for _ in iter_stories(path))
 
 
-def _file_state(path: Path) -> tuple[int, int]:
-    """The size and modification time of ``path``: ``label`` reads its stories in several passes."""
-    st = path.stat()
-    return st.st_size, st.st_mtime_ns
-
-
-def _refuse_changed_stories(path: Path, as_read: tuple[int, int], counted: int, labelled: int, tmp: Path) -> None:
-    """A DataError where the stories file changed since ``label`` first read it (``as_read``, ``_file_state``'s, or
-    ``labelled`` stories where the first pass ``counted`` others): it reads the file pass by pass, so the labels in
-    ``tmp`` may be of either version, under the run fingerprint of one."""
-    if labelled != counted or _file_state(path) != as_read:
+def _refuse_changed_stories(path: Path, read: str, fingerprint: str, counted: int, labelled: int, tmp: Path) -> None:
+    """A DataError where the stories the label pass ``read`` (``_Fingerprinting``'s digest of the whole file, as
+    ``_run_fingerprint`` hashes it) are not those the run's ``fingerprint`` was taken of, or ``labelled`` stories
+    where the first pass ``counted`` others: ``label`` reads the file pass by pass, so the labels in ``tmp`` may be
+    of either version, under the fingerprint of one. The stories themselves are compared, not the file's size and
+    time: a file touched, or copied over with the same rows, is the same stories."""
+    if labelled != counted or read != fingerprint:
         raise DataError(f"{path}: changed while its stories were being labelled; the labels in {tmp} may be of "
                         f"either version: delete {tmp} and label the file again once it is written")
+
+
+class _Fingerprinting:
+    """``_run_fingerprint`` taken of the stories as a pass yields them (``stories``, an iterator to label from):
+    ``digest`` once the pass has read them all."""
+
+    def __init__(self, stories: Iterable, info: dict[str, Any]) -> None:
+        labels_of = {k: v for k, v in info.items() if k not in INFO_NOT_LABELS}
+        self._hash = hashlib.sha256(json.dumps(labels_of, sort_keys=True, default=str).encode())
+        self.stories = self._read(stories)
+
+    def _read(self, stories: Iterable) -> Iterator:
+        for s in stories:
+            self._hash.update(json.dumps([s.story_id, s.text, [[r.key, r.description] for r in s.roles]]).encode())
+            yield s
+
+    @property
+    def digest(self) -> str:
+        return self._hash.hexdigest()
 
 
 def _run_fingerprint(stories: Iterable, info: dict[str, Any]) -> str:
@@ -158,11 +173,10 @@ def _run_fingerprint(stories: Iterable, info: dict[str, Any]) -> str:
     compares them: a run killed on a GPU node goes on on a CPU node with ``--precision`` pinned). The stories
     may be a stream (a pass over the file); the hash is the one earlier releases wrote, so their killed runs
     resume."""
-    labels_of = {k: v for k, v in info.items() if k not in INFO_NOT_LABELS}
-    h = hashlib.sha256(json.dumps(labels_of, sort_keys=True, default=str).encode())
-    for s in stories:
-        h.update(json.dumps([s.story_id, s.text, [[r.key, r.description] for r in s.roles]]).encode())
-    return h.hexdigest()
+    read = _Fingerprinting(stories, info)
+    for _ in read.stories:
+        pass
+    return read.digest
 
 
 def _resumable(meta: Path, fingerprint: str) -> bool:
@@ -310,12 +324,12 @@ def _retry_backend_failures(lab: Any, stories: Path, again: list[int], tally: _T
         return tally
     typer.echo(f"retrying {len(again)} stories whose backend failed in the earlier run", err=True)
     wanted = set(again)
-    picked = (s for i, s in enumerate(islice(iter_stories(stories), again[-1] + 1)) if i in wanted)
+    picked = (s for i, s in enumerate(islice(iter_stories(stories, check_ids=False), again[-1] + 1)) if i in wanted)
     relabelled = lab.iter_label(picked, batch_size=batch_size, progress=progress, total=len(again))
     kept = _Tally(tally.done - len(again), tally.bad - len(again))  # each failed one counted non-ok
     with open(tmp, "rb") as old, open(fresh, "wb") as new:
         lines = enumerate(old)
-        for k, res in zip(again, relabelled):
+        for k, res in zip(again, relabelled, strict=True):  # strict: the labelling runs to its end, not cut off
             for i, line in lines:  # the lines before the k-th as they are; the k-th replaced
                 if i == k:
                     break
@@ -562,16 +576,15 @@ def label_(
         if not count:
             raise DataError(f"{stories}: no stories to label; pass a JSONL file with one story per line "
                             f"(id, text, roles)")
-        as_read = _file_state(stories)
         lab = _labeller(labeller, model_dir, llm_model, threads, name_check, action_check, pronoun_binding,
                         apposition_check, llm_backend, precision, llm_base_url)
         try:
-            fingerprint = _run_fingerprint(iter_stories(stories), lab.info())
+            fingerprint = _run_fingerprint(iter_stories(stories, check_ids=False), lab.info())
             tally, again = _Tally(), []
             if tmp.is_file() and tmp.stat().st_size:
                 if not _resumable(meta, fingerprint):  # they were deleted ("starting over"): a rerun that forgot
                     _refuse_other_run(tmp, meta, lab.info())  # an option lost hours of labels
-                tally, again = _labelled_already(tmp, iter_stories(stories))
+                tally, again = _labelled_already(tmp, iter_stories(stories, check_ids=False))
             done = tally.done
             if done:
                 typer.echo(f"resuming: {done} stories already labelled in {tmp}", err=True)
@@ -582,7 +595,10 @@ def label_(
                 tmp.unlink(missing_ok=True)
                 atomic_write_text(meta, json.dumps({"fingerprint": fingerprint, "stories": str(stories),
                                                     "labeller": lab.info()}, default=str))
-            rest = islice(iter_stories(stories), done, None) if done < count else ()  # else no pass to make
+            # the label pass reads the whole file (the stories labelled before too) and fingerprints it again:
+            # a file written over since the first pass gave labels of two versions under the fingerprint of one
+            labelling = _Fingerprinting(iter_stories(stories, check_ids=False), lab.info())
+            rest = islice(labelling.stories, done, None)
             with open(tmp, "a" if done else "w", encoding="utf-8") as f:
                 for res in lab.iter_label(rest, batch_size=batch_size, progress=progress, total=count - done):
                     tally.add(res)
@@ -590,7 +606,7 @@ def label_(
                     f.flush()
         finally:
             lab.close()
-        _refuse_changed_stories(stories, as_read, count, tally.done, tmp)
+        _refuse_changed_stories(stories, labelling.digest, fingerprint, count, tally.done, tmp)
         if tally.down:  # OUT holds every story, those with their reason; OUT.tmp stays, so a rerun labels only them
             atomic_write(out, lambda written: shutil.copyfile(tmp, written))
             first = tally.first_down

@@ -354,15 +354,15 @@ def read_stories(path: str | Path) -> list[StoryInput]:
     return [s for _, s in rows]
 
 
-def iter_stories(path: str | Path) -> Iterator[StoryInput]:
+def iter_stories(path: str | Path, *, check_ids: bool = True) -> Iterator[StoryInput]:
     """The stories of ``read_stories``, read and checked one row at a time, so a corpus of any size is never
     held whole (``harness label label`` reads the file this way, pass by pass). An id given twice is refused at
-    its second row, naming both lines: only each id and its line are kept, which is small next to the texts."""
+    its second row, naming both lines: only each id and its line are kept, which is small next to the texts
+    (``check_ids=False``, for a pass over a file whose ids an earlier pass compared, keeps none)."""
     path = Path(path)
     seen: dict[str, int] = {}
     for i, story in _story_rows(path):
-        first = seen.setdefault(story.story_id, i)
-        if first != i:
+        if check_ids and (first := seen.setdefault(story.story_id, i)) != i:
             raise _repeated_id(path, story.story_id, f"line {first}", f"line {i}")
         yield story
 

@@ -627,6 +627,9 @@ def test_iter_stories_reads_a_row_at_a_time_and_names_an_id_given_twice_by_both_
     with pytest.raises(DataError, match=rf"^{re.escape(str(p))}: story id 's1' is given twice \(line 2 and line 4 of "
                                         rf"the file\); give every story its own id$"):
         next(it)
+    # a later pass over a file whose ids the first pass compared keeps none of them (memory flat)
+    it = iter_stories(p, check_ids=False)
+    assert [next(it).story_id for _ in range(4)] == ["s0", "s1", "s2", "s1"]
     with pytest.raises(DataError, match=r"s.jsonl:5: `roles` must be a list"):
         read_stories(p)
 
@@ -649,6 +652,47 @@ def test_a_stories_file_changed_while_it_is_labelled_is_refused(tmp_path, gold_p
     r = runner.invoke(app, ["label", str(stories), "--out", str(out), "--labeller", "rules"])
     _one_line_error(r, 3, f"{stories}: changed while its stories were being labelled; the labels in {out}.tmp may be "
                           f"of either version: delete {out}.tmp")
+    assert not out.exists()
+
+
+def test_the_stories_file_is_compared_by_its_stories_not_its_size_and_time(tmp_path, gold_path, monkeypatch):
+    """The first check compared the file's size and modification time: a file touched meanwhile (a job keeping
+    scratch files alive, a sync copying the same rows over it) ended a finished run with "delete OUT.tmp", and an
+    edit of the same size with its time put back passed. The label pass fingerprints the stories it reads."""
+    import os
+
+    from harness.labelling.rules import RulesLabeller
+
+    stories, out = tmp_path / "stories.jsonl", tmp_path / "labels.jsonl"
+    stories.write_text(gold_path.read_text())
+    want = runner.invoke(app, ["label", str(stories), "--out", str(tmp_path / "want.jsonl"), "--labeller", "rules"])
+    assert want.exit_code == 0, want.output
+    real = RulesLabeller.iter_label
+
+    def touched_meanwhile(self, items, **kw):
+        os.utime(stories, ns=(1, 1))
+        stories.write_text(stories.read_text())  # the same rows written again
+        return real(self, items, **kw)
+
+    monkeypatch.setattr(RulesLabeller, "iter_label", touched_meanwhile)
+    r = runner.invoke(app, ["label", str(stories), "--out", str(out), "--labeller", "rules"])
+    assert r.exit_code == 0, r.output
+    assert out.read_text() == (tmp_path / "want.jsonl").read_text()
+
+    out.unlink()
+    text = stories.read_text()
+    row = json.loads(text.splitlines()[-1])
+    edited = text.replace(row["text"], row["text"][::-1])  # the same size
+    state = os.stat(stories)
+
+    def edited_meanwhile(self, items, **kw):
+        stories.write_text(edited)
+        os.utime(stories, ns=(state.st_atime_ns, state.st_mtime_ns))
+        return real(self, items, **kw)
+
+    monkeypatch.setattr(RulesLabeller, "iter_label", edited_meanwhile)
+    r = runner.invoke(app, ["label", str(stories), "--out", str(out), "--labeller", "rules"])
+    _one_line_error(r, 3, f"{stories}: changed while its stories were being labelled")
     assert not out.exists()
 
 
