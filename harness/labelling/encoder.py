@@ -79,23 +79,23 @@ def default_device() -> str:
 
 
 def labelling_device(device: str | None) -> str:
-    """``device`` checked for the labeller ("cpu", "cuda" or "cuda:N"), or the default one: a ConfigError naming
-    the way out, not torch's error after the model has loaded."""
-    if device is None:
+    """``device`` checked for the labeller ("auto", "cpu", "cuda" or "cuda:N", as the config's devices are), auto
+    or None as the default one: a ConfigError naming the way out, not torch's error after the model has loaded.
+    Whether torch sees that GPU is ``check_gpu_seen``'s, after the precision is checked against the kind."""
+    from harness.models import DEVICE_NAME
+
+    if device in (None, "auto"):
         return default_device()
-    kind, _, index = device.partition(":")
-    if kind not in ("cpu", "cuda") or (index and (kind == "cpu" or not index.isdigit())):
-        raise ConfigError(f"device={device!r}: label on cpu, cuda or cuda:N")
+    if not DEVICE_NAME.fullmatch(device):
+        raise ConfigError(f"device={device!r}: label on auto, cpu, cuda or cuda:N")
     return device
 
 
 def check_gpu_seen(device: str) -> None:
-    """A ConfigError where ``device`` is a GPU torch does not see here."""
-    import torch
+    """A ConfigError where ``device`` is a GPU torch does not see here (``models.resolve_device``'s)."""
+    from harness.models import resolve_device
 
-    if device != "cpu" and int(device.partition(":")[2] or 0) >= torch.cuda.device_count():
-        raise ConfigError(f"device={device!r} but torch sees {torch.cuda.device_count()} GPU(s) here; leave the device "
-                          f"out to label on the CPU")
+    resolve_device(device, "device")
 
 
 def check_threads(threads: int | None) -> None:

@@ -1655,8 +1655,8 @@ def test_labels_of_a_long_story_come_from_all_its_windows_in_every_layout(tiny_e
 @pytest.mark.parametrize("option, message", [
     ({"threads": -1}, "threads must be >= 1, got -1"),
     ({"threads": 0}, "threads must be >= 1, got 0"),
-    ({"device": "tpu"}, "device='tpu': label on cpu, cuda or cuda:N"),
-    ({"device": "cuda:x"}, "label on cpu, cuda or cuda:N"),
+    ({"device": "tpu"}, "device='tpu': label on auto, cpu, cuda or cuda:N"),
+    ({"device": "cuda:x"}, "label on auto, cpu, cuda or cuda:N"),
     ({"device": "cpu", "precision": "fp32"}, "precision 'fp32' is not one of"),
     ({"device": "cpu", "workers": -1}, "workers must be >= 0"),
 ])
@@ -1678,5 +1678,6 @@ def test_a_wrong_setting_is_refused_before_the_model_loads(tiny_encoder, monkeyp
 def test_a_gpu_the_labeller_cannot_see_is_refused_by_name(tiny_encoder):
     out_dir, _ = tiny_encoder
     for device in ("cuda", "cuda:3"):
-        with pytest.raises(ConfigError, match=re.escape(f"device='{device}' but torch sees 0 GPU(s) here")):
+        with pytest.raises(ConfigError, match=re.escape(f"device: {device} but torch sees no GPU here; use auto or cpu")):
             EncoderLabeller(out_dir, device=device, workers=0)
+    assert EncoderLabeller(out_dir, device="auto", workers=0).device == "cpu"  # as the config's devices read it
