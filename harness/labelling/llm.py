@@ -60,10 +60,11 @@ class ParseError(ValueError):
 
 _FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.S)
 _TRAILING_COMMA = re.compile(r",\s*([}\]])")
-#: Quotes other than JSON's, as models write them: curly, low-9 („…“), guillemets («…», ‹…›) and fullwidth.
-_SMART = str.maketrans({"\u201c": '"', "\u201d": '"', "\u201e": '"', "\u201f": '"', "\u00ab": '"', "\u00bb": '"',
-                        "\uff02": '"', "\u2018": "'", "\u2019": "'", "\u201a": "'", "\u201b": "'", "\u2039": "'",
-                        "\u203a": "'", "\uff07": "'"})
+_SMART = str.maketrans({"\u201c": '"', "\u201d": '"', "\u2018": "'", "\u2019": "'"})
+#: Quotes other than JSON's and curly ones, as models write them: low-9 („…“), guillemets («…», ‹…›) and fullwidth;
+#: read as JSON's only where a reading with them as they are fails (a name in «» may be the story's own).
+_OTHER_QUOTES = str.maketrans({"\u201e": '"', "\u201f": '"', "\u00ab": '"', "\u00bb": '"', "\uff02": '"',
+                               "\u201a": "'", "\u201b": "'", "\u2039": "'", "\u203a": "'", "\uff07": "'"})
 
 
 _DANGLING_KEY = re.compile(r',?\s*"[^"]*"\s*:\s*$')
@@ -255,19 +256,25 @@ def _relaxed(s: str, inner_quotes: bool = False) -> str:
     return "".join(out)
 
 
-def _loads(s: str) -> Any:
-    for attempt in (s, s.translate(_SMART)):
+def _loads(s: str, *, encoded: bool = False) -> Any:
+    """A candidate's JSON value, repaired as small models need; ``encoded``: ``s`` is the text of an object a
+    reply wrote as a JSON string (read one level deep, never again)."""
+    smart = s.translate(_SMART)
+    for attempt in (s, smart):
         fixed = _TRAILING_COMMA.sub(r"\1", attempt)
         for parse in (json.loads, ast.literal_eval):
             try:
                 return parse(fixed)
             except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
                 continue
-    if '\\"' in s and s.count('\\"') == s.count('"'):  # an object written as a JSON string ("{\\"doctor name\\": ...")
-        return _loads(s.replace('\\"', '"'))
+    if not encoded and '\\"' in s and s.count('\\"') == s.count('"'):  # an object written as a JSON string
+        try:  # ("{\\"doctor name\\": \\"Jos\\u00e9\\"}"): decoded as the string it is, escapes and all
+            return _loads(json.loads(f'"{s}"', strict=False), encoded=True)
+        except (ValueError, RecursionError, ParseError):
+            pass
     for inner_quotes in (False, True):  # comments, unquoted keys, JSON and Python literals mixed, missing commas;
         try:  # then quotes inside strings written without their escape
-            return json.loads(_relaxed(s.translate(_SMART), inner_quotes), strict=False)
+            return json.loads(_relaxed(smart, inner_quotes), strict=False)
         except (ValueError, RecursionError):
             continue
     raise ParseError("not JSON")
@@ -278,15 +285,16 @@ def _objects(text: str, cut: bool = False) -> Iterator[tuple[dict[str, Any], boo
     left it open and the text it was read from; each distinct substring is read once."""
     seen: set[str] = set()
     for cand, closed_here in _candidates(text, cut):
-        if cand in seen:
-            continue
-        seen.add(cand)
-        try:
-            val = _loads(cand)
-        except ParseError:
-            continue
-        if isinstance(val, dict):
-            yield val, closed_here, cand
+        for reading in (cand, cand.translate(_OTHER_QUOTES)):  # the other quote marks as JSON's after, not before:
+            if reading in seen:  # relaxed, «doctor name» reads as a key of its own
+                continue
+            seen.add(reading)
+            try:
+                val = _loads(reading)
+            except ParseError:
+                continue
+            if isinstance(val, dict):
+                yield val, closed_here, cand
 
 
 def _parse_object(text: str, cut: bool = False) -> tuple[dict[str, Any], bool]:
@@ -320,8 +328,10 @@ _NAME_OF = re.compile(r"(name|references?) (?:of|to|for) (?:the )?(.+)")
 #: versions are not mixed (2: a name or reference written as an object is a parse error, retried; 3: the first
 #: name the paper's filters keep, a name list written as a string, no "nobody named" read from a copied type
 #: definition before an answer that did not parse, a quote inside a string without its escape, a single-quoted
-#: word cut at max_tokens dropped, "<role> names" read as "<role> name").
-PARSER_VERSION = "3"
+#: word cut at max_tokens dropped, "<role> names" read as "<role> name"; 4: quotes other than JSON's and curly ones,
+#: an object written as a JSON string, an object per character named in a role field, a reply a content filter
+#: stopped read as cut, echoes of the whole prompt and examples before the answer).
+PARSER_VERSION = "4"
 
 
 def _norm_key(k: str) -> str:
@@ -450,13 +460,14 @@ def _template(names: Sequence[Any], refs: Sequence[Any]) -> str | None:
     return "placeholders" if placeholders else "definition"
 
 
-def _readings(obj: dict[str, Any]) -> Iterator[dict[str, Any]]:
+def _readings(obj: dict[str, Any], roles: Sequence[str]) -> Iterator[dict[str, Any]]:
     """``obj`` as the model may have laid out its answer: as it is; inside a single-key wrapper ({"answer":
     {...}}, {"output": ...}, {"result": ...}, {"labels": ...}, {"response": ...}, whatever the key); and by
-    role ({"doctor": {"name": ..., "references": [...]}, ...} read as {"doctor name": ..., ...})."""
+    role ({"doctor": {"name": ..., "references": [...]}, ...} read as {"doctor name": ..., ...}, and
+    {"role": "doctor", "name": ..., "references": [...]} likewise: ``_by_role_field``)."""
     while True:
         yield obj
-        if (keyed := _by_role_field(obj)) is not obj:
+        if (keyed := _by_role_field(obj, roles)) is not obj:
             yield keyed
         if len(obj) == 1 and isinstance(inner := next(iter(obj.values())), dict):
             obj = inner
@@ -472,15 +483,21 @@ _BARE_LABEL_KEY = re.compile(r"names?|ref\w*|pronoun\w*")
 _ROLE_FIELDS = ("role", "character", "character role", "type", "character type")
 
 
-def _by_role_field(obj: dict[str, Any]) -> dict[str, Any]:
+def _by_role_field(obj: dict[str, Any], roles: Sequence[str]) -> dict[str, Any]:
     """An object that names its character in a field ({"role": "doctor", "name": "Ana", "references": ["she"]})
     with that character's keys ({"doctor name": "Ana", "doctor references": ["she"]}), so a list of one such
-    object per character reads as an object per character does; any other object as it is."""
-    field = next((k for k, v in obj.items() if _norm_key(k) in _ROLE_FIELDS and isinstance(v, str) and v.strip()),
-                 None)
-    if field is None or not any(_BARE_LABEL_KEY.fullmatch(_norm_key(k)) for k in obj):  # {"doctor name": .., "type": ..}
+    object per character reads as an object per character does; any other object as it is. The field must hold
+    one of the prompt's ``roles`` (its words, case and punctuation aside): a field holding the character's name
+    ({"character": "José", ...}) or something else ({"type": "object"}) would leave the keys to be matched by
+    their order, and exchange the characters where the model listed them the other way."""
+    if not any(_BARE_LABEL_KEY.fullmatch(_norm_key(k)) for k in obj):  # {"doctor name": .., "type": ..}: as it is
         return obj
-    return {f"{obj[field].strip()} {k}": v for k, v in obj.items() if k != field}
+    wanted = {_norm_key(r): r for r in roles}
+    for field, value in obj.items():
+        if _norm_key(field) in _ROLE_FIELDS and isinstance(value, str) and _norm_key(value) in wanted:
+            role = wanted[_norm_key(value)]
+            return {f"{role} {k}": v for k, v in obj.items() if k != field}
+    return obj
 
 
 _KEY_LINE = re.compile(r"^\s*(?:[-*+\u2022]\s+|\d+[.)]\s+)?(?P<key>[^:\n]{1,100}?)\s*:(?P<value>.*)$")
@@ -543,7 +560,8 @@ def parse_response(text: str, story: StoryInput, *, cut: bool = False, retry_cut
     answer). A reply
     that gives each character its own object is read from their keys together; one with no object of the
     prompt's keys is read from its "key: value" lines (``_key_values``: markdown bullets instead
-    of JSON). ``cut``: the reply stopped at ``max_tokens``; with ``retry_cut``, a cut reply whose object
+    of JSON). ``cut``: the reply stopped short (at ``max_tokens``, or a server's content filter); with
+    ``retry_cut``, a cut reply whose object
     never closed raises (its lists may lack what the model had yet to write), so the caller can retry.
     Raises ``ParseError`` when the reply holds no usable object, or only a template of placeholders.
     """
@@ -581,8 +599,8 @@ def parse_response(text: str, story: StoryInput, *, cut: bool = False, retry_cut
             if cut and closed_here and retry_cut:
                 if answers:  # an answer, then more cut short: the answer, as when it was taken first
                     break
-                raise ParseError("reply cut at max_tokens before its JSON object closed")
-            for obj in _readings(found):
+                raise ParseError("reply cut short before its JSON object closed")
+            for obj in _readings(found, descs):
                 got = answer(obj)
                 if isinstance(got, StoryLabels):
                     answers.append(got)
@@ -593,7 +611,7 @@ def parse_response(text: str, story: StoryInput, *, cut: bool = False, retry_cut
                         definitions.append(cand)
                     break
             else:
-                merged.update((k, v) for k, v in _by_role_field(found).items() if k not in merged)
+                merged.update((k, v) for k, v in _by_role_field(found, descs).items() if k not in merged)
         if answers:  # an example the model wrote before its answer ("Dr. Smith", "John": no name of the story) keeps
             # less of itself through the story's filter than the answer: the one that keeps the most, the first of
             # those that keep as much
@@ -608,7 +626,7 @@ def parse_response(text: str, story: StoryInput, *, cut: bool = False, retry_cut
         got = answer(_key_values(_without_cut_word(text) if cut else text))
         if isinstance(got, StoryLabels):
             if cut and retry_cut:  # its lists may lack what the model had yet to write
-                raise ParseError("reply cut at max_tokens in its lines of keys and values")
+                raise ParseError("reply cut short in its lines of keys and values")
             return got
         template, error = bool(got), first_error
     if nobody is not None:  # no other answer: the type definition's values are this story's ("nobody named")
@@ -820,8 +838,10 @@ class LLMLabeller(Labeller):
                     try:
                         if not (res.text or "").strip():  # not "no JSON object in the reply": there was no reply
                             raise ParseError("empty reply")
-                        done[i] = parse_response(res.text, stories[i], cut=res.finish_reason == "length",
-                                                 retry_cut=not last)
+                        # a reply a content filter stopped is cut as one max_tokens stopped is (its tokens are not
+                        # doubled on a retry: more would not get past the filter)
+                        done[i] = parse_response(res.text, stories[i], retry_cut=not last,
+                                                 cut=res.finish_reason in ("length", "content_filter"))
                         continue
                     except ParseError as e:
                         replied[i] = replied.get(i, 0) + 1

@@ -208,7 +208,7 @@ def test_a_cut_reply_drops_its_cut_word_and_is_retried_with_more_tokens():
         "doctor name": "Ana O'Neil", "doctor references": ["her"]}
     # behind a stray "{" too: the object the reply was cut in opens at the second one
     assert parse_json_object("Use { braces\n" + cut, cut=True) == {"doctor name": "Ana", "doctor references": ["her"]}
-    with pytest.raises(ParseError, match="cut at max_tokens"):
+    with pytest.raises(ParseError, match="cut short"):
         parse_response(cut, story, cut=True, retry_cut=True)
 
     class Cutting(Backend):
@@ -592,7 +592,7 @@ def test_parse_reads_an_answer_written_as_markdown_bullets(reply):
 def test_a_bullet_reply_cut_at_max_tokens_is_retried_then_read_without_its_cut_word():
     reply = "- doctor name: Dr. Ana Ruiz\n- needy patient name: Tom\n- doctor references: She\n" \
             "- needy patient references: him, his"
-    with pytest.raises(ParseError, match="cut at max_tokens"):
+    with pytest.raises(ParseError, match="cut short"):
         parse_response(reply, STORY, cut=True, retry_cut=True)
     # cut inside "his" or inside "him": the word cut goes, as a cut JSON reply's last string; a line after the
     # references costs them nothing
@@ -791,8 +791,8 @@ def test_an_answer_then_an_object_cut_at_max_tokens_is_the_answer():
     ("", "stop", "llm: empty reply in 2 attempt(s)"),
     ("  \n", "content_filter", "llm: empty reply (stopped by the server's content filter) in 2 attempt(s)"),
     ('{"doctor name": "Dr. Ana', "content_filter",
-     "llm: unparseable reply (missing key(s) 'needy patient name') (stopped by the server's content filter) in 2 "
-     "attempt(s)"),
+     "llm: unparseable reply (missing key(s) 'doctor name', 'needy patient name') (stopped by the server's content "
+     "filter) in 2 attempt(s)"),  # cut: the open "Dr. Ana" is a cut word, dropped
 ])
 def test_an_empty_or_filtered_reply_says_so_in_the_story_s_reason(text, finish, reason):
     """An empty reply and a server's content filter both read "no JSON object in the reply", as though the model
@@ -842,3 +842,55 @@ def test_a_field_named_type_beside_the_role_s_own_keys_is_left_as_it_is():
         json.dumps({"needy patient name": "Tom", "needy patient references": ["him", "his"], "type": "subordinate"})
     lab = parse_response(reply, STORY)
     assert [(c.name, c.references) for c in lab.characters] == [("Dr. Ana Ruiz", ("She",)), ("Tom", ("him", "his"))]
+
+
+def test_a_reply_a_content_filter_stopped_is_cut_and_sent_again():
+    """A server's content filter stops a reply as max_tokens does: its object, left open, was closed as it stood and
+    taken (the patient's "his" lost, status ok, no retry); it is sent again, without twice the tokens."""
+    cut = GOOD[: GOOD.index('"his"')]
+
+    class Filtering(Backend):
+        name = "filtering"
+
+        def __init__(self):
+            self.calls = []
+
+        def generate(self, requests, params, *, progress=False):
+            self.calls.append(params.max_tokens)
+            for r in requests:
+                yield (GenResult(r.request_id, cut, "content_filter") if len(self.calls) == 1
+                       else GenResult(r.request_id, GOOD, "stop"))
+
+        def info(self):
+            return BackendInfo("filtering", "canned")
+
+    backend = Filtering()
+    (out,) = LLMLabeller(backend, params=GenParams(temperature=0.0, max_tokens=32), max_attempts=3).label([STORY])
+    assert out.status == "ok" and out.character("object").references == ("him", "his")
+    assert backend.calls == [32, 32]
+
+
+def test_a_role_field_must_name_a_role_or_the_object_is_left_as_it_is():
+    """{"character": "Tom", "role": "needy patient", ...}: the role field, not the first field of the kinds that may
+    name one, says whose the keys are; an object whose field names no role is no answer (its keys, matched by
+    their order, exchanged the characters where the model listed the patient first)."""
+    reply = json.dumps([{"character": "Tom", "role": "needy patient", "name": "Tom", "references": ["him", "his"]},
+                        {"character": "Dr. Ana Ruiz", "role": "Doctor", "name": "Dr. Ana Ruiz", "references": ["She"]}])
+    lab = parse_response(reply, STORY)
+    assert [(c.name, c.references) for c in lab.characters] == [("Dr. Ana Ruiz", ("She",)), ("Tom", ("him", "his"))]
+    nameless = json.dumps([{"character": "Tom", "name": "Tom", "references": ["him"]},
+                           {"character": "Ana", "name": "Dr. Ana Ruiz", "references": ["She"]}])
+    with pytest.raises(ParseError):
+        parse_response(nameless, STORY)
+
+
+def test_an_object_written_as_a_json_string_keeps_its_escapes():
+    """Written as a JSON string by a second json.dumps, "José" is "Jos\\\\u00e9": the string is decoded as one, once."""
+    story = StoryInput("s2", "Dr. Ana Ruiz met José, a needy patient. She helped him.", STORY.roles)
+    answer = {"doctor name": "Dr. Ana Ruiz", "needy patient name": "José", "doctor references": ["She"],
+              "needy patient references": ["him"]}
+    lab = parse_response(json.dumps(json.dumps(answer)), story)
+    assert lab.character("object").name == "José"
+    deep = json.dumps(json.dumps(json.dumps(answer)))  # encoded twice over: no answer, never a RecursionError
+    with pytest.raises(ParseError):
+        parse_response(deep, story)
