@@ -226,12 +226,15 @@ class OpenAIBackend(Backend):
                 yield results.get()
                 if down := self._down():
                     stop.set()
-                    # the replies already in hand are the caller's: dropped, a rerun would send them again
+                    # the replies already in hand are the caller's: dropped, a rerun would send them again (not the
+                    # errors: "stopped before it was answered", of workers the stop woke, would hide why)
                     while True:
                         try:
-                            yield results.get_nowait()
+                            r = results.get_nowait()
                         except queue.Empty:
                             break
+                        if r.finish_reason != "error":
+                            yield r
                     raise down
             finished = True
         finally:  # stopped (Ctrl-C, a failed write, the server called down): the requests not yet sent are dropped,
