@@ -432,7 +432,10 @@ def _load_checkpoint(path: Path, key: dict[str, Any]) -> dict[str, Any] | None:
     except Exception as e:  # unreadable (another torch, a damaged file): the training starts over
         warnings.warn(f"{path}: not read ({type(e).__name__}: {e}); training starts over", stacklevel=3)
         return None
-    if not isinstance(state, dict) or state.get("key") != key:
+    saved = state.get("key") if isinstance(state, dict) else None
+    if isinstance(saved, dict):  # a checkpoint of an earlier release, which recorded neither: taught as version 1
+        saved = {"roles_sha256": key.get("roles_sha256"), "targets_version": 1, **saved}
+    if saved != key:
         warnings.warn(f"{path}: a training cut short with other settings or data; this one starts over",
                       stacklevel=3)
         return None
