@@ -42,8 +42,7 @@ DECODER_VERSION = "6"  # 2: a name never runs across a line break; 3: words comp
 # object control, things not done, third parties, claims that are none, a name's word only capitalised, and closed
 # appositions; 5: titles of two genders name two characters, a title alone names a role last, "al-Rashid" and
 # "St. James" in a name, a noun or title keeps a gender-nonconforming name's words, a modal opening a question
-# completes no name; 6: a nickname in single marks ("Robert 'Bobby' Smith") and a hyphen after an apostrophe's name
-# part ("O'Neil-Smith") stay in the name
+# completes no name; 6: a hyphen after an apostrophe's name part ("O'Neil-Smith") stays in the name
 #: How a word type's occurrences are pooled into one score per role (``WordDecoder.reference_pool``).
 REFERENCE_POOLS = ("mean", "max")
 #: Pronoun families: a character's pronouns agree, so decoding keeps one family per character.
@@ -414,34 +413,19 @@ def _glued_name_part(words: Sequence[tuple[str, int, int]], k: int) -> bool:
             and starts_capitalised(words[k - 1][0]) and w[1:].casefold() not in _CLITICS)
 
 
-#: Single quotation marks around a nickname ("Robert 'Bobby' Smith"): opening, closing.
-_SINGLE_OPENING, _SINGLE_CLOSING = frozenset("'\u2018"), frozenset("'\u2019")
-
-
 def _quoted_capitals(words: Sequence[tuple[str, int, int]], i: int, step: int) -> int | None:
     """From the quote mark at ``i``, the index of the matching quote mark ``step`` words on (+1 or -1)
-    with one or two capitalised words between them; None when the words there are anything else. Single marks
-    ("Robert 'Bobby' Smith") count only written against the words they enclose and apart from the name words
-    outside them, as an apostrophe is not ("James' 'Ace' ..." aside)."""
+    with one or two capitalised words between them; None when the words there are anything else. Double marks
+    only: a nickname in single ones ("Mary Ann 'Mimi' Jones", "Grumpy 'Doc' Miller" opening a sentence) made a name
+    of four words, which has no first name to the paper's parsing, or took a word of the sentence for one
+    (session 59's review; the same holds of double marks, kept as the training labels write such names)."""
     for n in (1, 2):
         j = i + step * (n + 1)
-        if not 0 <= j < len(words):
-            continue
-        first, last = sorted((i, j))
-        if not (words[first][0] in QUOTES and words[last][0] in QUOTES or _single_quoted_span(words, first, last)):
+        if not 0 <= j < len(words) or words[j][0] not in QUOTES:
             continue
         if all(starts_capitalised(words[i + step * m][0]) for m in range(1, n + 1)):
             return j
     return None
-
-
-def _single_quoted_span(words: Sequence[tuple[str, int, int]], first: int, last: int) -> bool:
-    """Whether words ``first`` and ``last`` are single quotation marks around the words between them: each written
-    against the word inside, with a space before the opening one and after the closing one."""
-    return (words[first][0] in _SINGLE_OPENING and words[last][0] in _SINGLE_CLOSING
-            and words[first][2] == words[first + 1][1] and words[last - 1][2] == words[last][1]
-            and first > 0 and words[first - 1][2] < words[first][1]
-            and last + 1 < len(words) and words[last][2] < words[last + 1][1])
 
 
 def _with_nickname(run: list[int], words: Sequence[tuple[str, int, int]], keys: Sequence[str]) -> list[int]:
@@ -450,14 +434,13 @@ def _with_nickname(run: list[int], words: Sequence[tuple[str, int, int]], keys: 
     def name_word(i: int) -> bool:
         return 0 <= i < len(words) and starts_capitalised(words[i][0]) and keys[i] not in NAME_TITLES
 
-    marks = QUOTES | _SINGLE_OPENING | _SINGLE_CLOSING
     i = run[0] - 1
-    if i >= 0 and words[i][0] in marks:
+    if i >= 0 and words[i][0] in QUOTES:
         j = _quoted_capitals(words, i, -1)
         if j is not None and name_word(j - 1):
             run = [*range(j - 1, i + 1), *run]
     i = run[-1] + 1
-    if i < len(words) and words[i][0] in marks:
+    if i < len(words) and words[i][0] in QUOTES:
         j = _quoted_capitals(words, i, 1)
         if j is not None and name_word(j + 1):
             run = [*run, *range(i, j + 2)]
