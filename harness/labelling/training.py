@@ -753,11 +753,17 @@ def average_encoders(members: Sequence[str | Path], out_dir: str | Path) -> Path
     if not dirs:
         raise ConfigError("average_encoders needs at least one trained encoder directory")
     metas = [read_model_meta(d, "soup member") for d in dirs]
+    def targets(meta: dict[str, Any]) -> Any:  # models of releases before it recorded none: version 1
+        return meta.get("train", {}).get("targets_version", 1)
+
     for d, m in zip(dirs[1:], metas[1:]):
         for key in ("base_name", "layers", "slots"):
             if m.get(key) != metas[0].get(key):
                 raise ConfigError(f"soup member {d}: its {key} is {m.get(key)!r}, the first member's "
                                   f"{metas[0].get(key)!r}; average only encoders trained alike")
+        if targets(m) != targets(metas[0]):  # the soup's meta.json is the first member's: it would say one
+            raise ConfigError(f"soup member {d}: taught with targets version {targets(m)!r}, the first member "
+                              f"{targets(metas[0])!r}; average only encoders trained alike")
     for d in dirs:
         if not (d / "encoder" / "model.safetensors").is_file():
             raise ConfigError(f"soup member {d}: no encoder/model.safetensors to average; retrain it")

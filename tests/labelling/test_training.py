@@ -528,3 +528,23 @@ def test_encoders_of_different_shapes_are_not_averaged(tmp_path):
     with pytest.raises(ConfigError, match=r"soup member .*two: its layers is 2, the first member's 1; average only"):
         average_encoders([tmp_path / "one", tmp_path / "two"], tmp_path / "avg")
     assert not (tmp_path / "avg" / "meta.json").exists()
+
+
+def test_encoders_taught_with_other_targets_are_not_averaged(tmp_path, monkeypatch):
+    """A soup's meta.json is its first member's: members taught with other targets would be recorded as one."""
+    from harness.errors import ConfigError
+    from harness.labelling import training
+    from harness.labelling.training import average_encoders, train_encoder
+
+    p = _write(tmp_path / "t.jsonl", ROW)
+    train_encoder([p], out_dir=tmp_path / "one", epochs=1, layers=1)
+    monkeypatch.setattr(training, "TARGETS_VERSION", 2)
+    train_encoder([p], out_dir=tmp_path / "two", epochs=1, layers=1)
+    with pytest.raises(ConfigError, match=r"soup member .*two: taught with targets version 2, the first member 1"):
+        average_encoders([tmp_path / "one", tmp_path / "two"], tmp_path / "avg")
+    meta = json.loads((tmp_path / "one" / "meta.json").read_text())
+    del meta["train"]["targets_version"]  # as a release before it wrote it: version 1
+    (tmp_path / "one" / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(ConfigError, match="targets version 2, the first member 1"):
+        average_encoders([tmp_path / "one", tmp_path / "two"], tmp_path / "avg")
+    average_encoders([tmp_path / "one", tmp_path / "one"], tmp_path / "avg")
