@@ -48,6 +48,22 @@ def _refuse_unlabelled(generations: pd.DataFrame, labelled: set[tuple[str, int]]
                         f"(`harness run CONFIG --stages label`, each shard) until none is left")
 
 
+def _refuse_outages(labels: pd.DataFrame) -> None:
+    """A DataError where a story's current label rows are a failure of the labeller's backend (``STATUS`` ERROR:
+    the label stage exits 4 and its rerun labels the story again): read as labels, its characters counted as
+    unnamed and Unspecified in every table, exit 0, where the identities stage ran after a label shard that hit an
+    outage (a job array)."""
+    if STATUS not in labels.columns:
+        return
+    outage = labels[labels[STATUS].eq(ERROR)]
+    if not outage.empty:
+        row = outage.iloc[0]
+        n = len(outage[["prompt_id", "sample_idx"]].drop_duplicates())
+        raise DataError(f"labels: {n} stories were not labelled, the labeller's backend failed (story {row.prompt_id}#"
+                        f"{row.sample_idx}: {' '.join(str(row.status).split())[:160]}); rerun the label stage "
+                        f"(`harness run CONFIG --stages label`, each shard) to label them again")
+
+
 def build_characters(
     generations: pd.DataFrame,
     labels: pd.DataFrame,
@@ -86,6 +102,7 @@ def build_characters(
                             f"others) were made from an earlier text of their story; rerun the label stage")
         df = df[current].reset_index(drop=True)
     _refuse_unlabelled(generations, set(zip(df.prompt_id, df.sample_idx.astype(int))))
+    _refuse_outages(df)
     prompts = suite.by_id()
     unknown = sorted(set(df.prompt_id) - set(prompts))
     if unknown:

@@ -295,6 +295,29 @@ def test_a_retried_backend_failure_from_before_text_hashes_is_one_character(tmp_
     assert chars.label_status.eq("ok").all() and chars.first_name.notna().all()
 
 
+def test_a_story_the_labeller_s_backend_failed_on_stops_the_identities_stage(tmp_path):
+    """The label stage exits 4 where the labeller's backend failed (a server down) and its rerun labels those
+    stories again; an identities stage run meanwhile (a job array) took the failure's rows as labels, and every
+    table counted its characters as unnamed and Unspecified, exit 0. It is refused, naming a story and the way out;
+    once labelled, the stage runs."""
+    import pytest
+
+    from harness.errors import DataError
+
+    cfg, store = _run(tmp_path)
+    for p in store.shard_paths(LABELS):
+        p.unlink()
+    rows = _label_rows()
+    down = {**rows[0], "name": None, "references": [], "status": "llm: backend error: HTTP 503 in 3 attempt(s)",
+            "finish_reason": "error"}
+    store.write_shard(LABELS, [down, *rows[1:]], "labels-0of1", LABEL_SCHEMA)
+    with pytest.raises(DataError, match=rf"^labels: 1 stories were not labelled, the labeller's backend failed \(story "
+                                        rf"{rows[0]['prompt_id']}#{rows[0]['sample_idx']}: llm: backend error: HTTP 503"):
+        stage_identities(cfg, store)
+    store.write_shard(LABELS, rows[:1], "labels-1of1", LABEL_SCHEMA)  # the rerun's label
+    assert stage_identities(cfg, store).status == "done"
+
+
 def test_a_name_only_the_mena_source_has_counts_as_matched(tmp_path):
     """The stage's summary counted a named character as matched when its White likelihood was known, so a
     name in names-dataset alone (MENA and NH/PI likelihoods, no U.S. entry) was reported unmatched although
