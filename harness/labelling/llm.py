@@ -683,6 +683,19 @@ def _story_index(request_id: str) -> int:
     return int(request_id.split("#", 1)[0])
 
 
+#: An error of a request its story causes, which sending it again repeats: a prompt longer than the model takes
+#: (vLLM's validation error, an OpenAI-compatible server's 400 "maximum context length", a 413). Taken for an
+#: outage, such a story was sent again on every rerun and the label stage of ``harness run`` never ended. Other
+#: refusals (a 400 for a setting the server lacks, a 401) are every story's, so they stay outages: fixed, the
+#: rerun labels the stories again.
+_REFUSED = re.compile(r"maximum context length|context_length_exceeded|prompt is too long|HTTP 413\b", re.I)
+
+
+def _story_refused(error: str) -> bool:
+    """Whether ``error`` (a backend's, for one request) is the story's own (``_REFUSED``), not the server's."""
+    return bool(_REFUSED.search(error))
+
+
 #: What a failure's reason adds where the backend says why the reply ended: a content filter's empty reply read
 #: "no JSON object in the reply", as though the model had answered in prose.
 _HOW_IT_ENDED = {"length": " after hitting max_tokens", "content_filter": " (stopped by the server's content filter)"}
@@ -833,6 +846,9 @@ class LLMLabeller(Labeller):
                 res = replies.get(i)
                 if res is None or res.finish_reason == "error":
                     why = errors.get(i) or (res.error if res is not None else "no result returned")
+                    if _story_refused(why):  # sent again it fails again: kept with the reason, not an outage
+                        done[i] = failed(stories[i], f"llm: the backend refused the story's request: {why}"[:300])
+                        continue
                     reason = f"{BACKEND_FAILURE.removeprefix('llm: ')}: {why}"
                 else:
                     try:

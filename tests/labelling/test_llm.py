@@ -894,3 +894,40 @@ def test_an_object_written_as_a_json_string_keeps_its_escapes():
     deep = json.dumps(json.dumps(json.dumps(answer)))  # encoded twice over: no answer, never a RecursionError
     with pytest.raises(ParseError):
         parse_response(deep, story)
+
+
+@pytest.mark.parametrize("error, final", [
+    ("VLLMValidationError: This model's maximum context length is 1024 tokens. However, you requested 1200 tokens",
+     True),
+    ("HTTP 400: {\"error\": {\"code\": \"context_length_exceeded\"}}", True),
+    ("HTTP 413: payload too large", True),
+    ("HTTP 503: busy", False),
+    ("HTTP 401: invalid api key", False),  # every story's: fixed, the rerun labels them again
+    ("ConnectError: connection refused", False),
+])
+def test_a_story_too_long_for_the_labelling_model_is_kept_not_retried_as_an_outage(error, final):
+    """A prompt over the labelling model's context failed as a server down does: the story was sent again on every
+    rerun, and the label stage of `harness run` never ended. It is kept with the reason after one try; an
+    outage is still retried, and still reads as one."""
+    from harness.labelling.base import BACKEND_FAILURE
+
+    class Refusing(Backend):
+        name = "refusing"
+
+        def __init__(self):
+            self.calls = 0
+
+        def generate(self, requests, params, *, progress=False):
+            self.calls += 1
+            for r in requests:
+                yield GenResult(r.request_id, "", "error", error=error)
+
+        def info(self):
+            return BackendInfo("refusing", "canned")
+
+    backend = Refusing()
+    (out,) = LLMLabeller(backend, params=GenParams(temperature=0.0, max_tokens=32), max_attempts=3).label([STORY])
+    if final:
+        assert out.status == f"llm: the backend refused the story's request: {error}"[:300] and backend.calls == 1
+    else:
+        assert out.status.startswith(BACKEND_FAILURE) and backend.calls == 3
