@@ -263,6 +263,34 @@ STORAGE_ERRNOS = frozenset(getattr(errno, n) for n in ("ENOSPC", "EDQUOT", "EACC
                            if hasattr(errno, n))
 
 
+#: Set when SIGTERM stopped the command (``stop_on_sigterm``): it exits 143, as a process that signal ends does.
+_TERMINATED: list[int] = []
+
+
+def stop_on_sigterm() -> None:
+    """Make SIGTERM (``scancel``, a batch system's time limit or preemption, ``timeout``, ``kill``) stop this
+    process as Ctrl-C does: a KeyboardInterrupt, so the stages keep what they hold (the label stage's buffered
+    rows, up to ``shard_rows``: an hour of an LLM labeller); its default ended the process on the spot. Only in
+    this process: a child forked from it (a worker) that gets SIGTERM ends as it would have."""
+    import os
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+    pid = os.getpid()
+
+    def terminated(signum: int, frame: object) -> None:
+        if os.getpid() != pid:  # a forked child: the default, ending it
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        _TERMINATED.append(signum)
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, terminated)
+
+
 def main() -> None:
     """The ``harness`` command. Every error is one line on stderr and a non-zero exit: harness's own (exit 2 for a
     config, 3 for data, 4 for a backend) and the command line's usage errors (a missing argument, an unknown
@@ -272,6 +300,7 @@ def main() -> None:
     from harness.models import offline_env
 
     offline_env()
+    stop_on_sigterm()
     try:
         code = app(prog_name="harness", standalone_mode=False)
     except HarnessError as e:
@@ -293,6 +322,9 @@ def main() -> None:
             see = f"; see `{ctx.command_path} --help`" if ctx is not None else "; see --help"
             typer.echo(f"error: {e.format_message().rstrip('.')}{see}", err=True)
         sys.exit(getattr(e, "exit_code", 2))
+    if _TERMINATED:  # Typer returns 130 for the KeyboardInterrupt that stop_on_sigterm raised
+        typer.echo("error: stopped by SIGTERM; the work done so far is kept: rerun the same command to go on", err=True)
+        sys.exit(128 + _TERMINATED[0])
     sys.exit(code if isinstance(code, int) else 0)
 
 

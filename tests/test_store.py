@@ -1090,3 +1090,83 @@ def test_a_backend_that_raises_mid_stream_keeps_the_stories_that_came(tmp_path):
     assert json.loads((Path(c.output_dir) / "run.json").read_text())["status"] == "interrupted"
     rest = EchoBackend()
     assert generate_run(c, backend=rest, progress=False).already_done == 5 and len(rest.seen) == 7
+
+
+_SIGTERM_CHILD = '''
+import sys, time
+import harness.audit.labels as L
+from harness.config import parse_config
+from harness.generation.base import Backend, GenResult
+from harness.pipeline import generate_run
+import harness.cli as cli
+
+class Fake(Backend):
+    name = "fake"
+    def generate(self, requests, params, *, progress=False):
+        for r in requests:
+            yield GenResult(r.request_id, f"Maria Lopez taught Wei Chen. She smiled at him. {r.seed}", "stop", 10, 3)
+    def info(self):
+        from harness.generation.base import BackendInfo
+        return BackendInfo("fake", "canned")
+
+cfg = parse_config({"model": {"backend": "transformers", "path": "smollm2-135m"},
+                    "prompts": ["learning-neutral-01", "labor-laden-02"], "samples_per_prompt": 4, "seed": 11,
+                    "output_dir": sys.argv[2], "label": {"labeller": "rules", "shard_rows": 100}})
+generate_run(cfg, backend=Fake(), progress=False)
+real = L.make_labeller
+def make(cfg, echo=print):
+    lab = real(cfg, echo=echo)
+    inner = lab.iter_label
+    def slow(stories, **kw):
+        for k, r in enumerate(inner(stories, **kw)):
+            yield r
+            print("labelled", k + 1, flush=True)
+            time.sleep(0.2)
+    lab.iter_label = slow
+    return lab
+L.make_labeller = make
+sys.argv = ["harness", "run", sys.argv[1], "--stages", "label"]
+cli.main()
+'''
+
+
+def test_sigterm_mid_label_stage_keeps_the_stories_labelled_and_a_rerun_goes_on(tmp_path):
+    """SIGTERM (scancel, a time limit, preemption, `timeout`) ended the process on the spot: the label stage's rows
+    since its last shard (up to shard_rows, an hour of an LLM labeller) were lost, where Ctrl-C keeps them. It stops
+    the command as Ctrl-C does, with one line and exit 143."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    import yaml
+
+    from harness.store import RunStore
+
+    out = tmp_path / "run"
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({"model": {"backend": "transformers", "path": "smollm2-135m"},
+                                      "prompts": ["learning-neutral-01", "labor-laden-02"], "samples_per_prompt": 4,
+                                      "seed": 11, "output_dir": str(out),
+                                      "label": {"labeller": "rules", "shard_rows": 100}}))
+    script = tmp_path / "child.py"
+    script.write_text(_SIGTERM_CHILD)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent.parent),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    child = subprocess.Popen([sys.executable, str(script), str(config), str(out)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=env)
+    for line in child.stdout:
+        if line.startswith("labelled 3"):
+            child.send_signal(signal.SIGTERM)
+            break
+    _, err = child.communicate(timeout=120)
+    assert child.returncode == 143, err[-2000:]
+    assert err.strip().splitlines()[-1] == ("error: stopped by SIGTERM; the work done so far is kept: rerun the same "
+                                            "command to go on")
+    kept = RunStore(out).read_keys("labels")
+    assert 3 <= len(kept) < 8
+    from harness.audit.labels import label_run
+    from harness.config import parse_config
+
+    label_run(parse_config(yaml.safe_load(config.read_text())), RunStore(out), progress=False)  # the rerun
+    assert len(RunStore(out).read_keys("labels")) == 8
