@@ -337,6 +337,19 @@ def test_the_label_settings_that_change_labels_are_checked_and_no_others(tmp_pat
     with pytest.raises(ConfigError, match=r"5 stories were labelled with other label settings \(precision 'float16' "
                                           r"-> 'int8'\); set label.precision: float16 to resume, or delete"):
         L.check_labeller(store, Labeller("int8"), 5)
+    # doing as it says was refused in turn (the run recorded precision unset); so was the same model folder spelt
+    # with a trailing slash. A precision pinned otherwise, or another folder, still is
+    encoder = cfg(tmp_path, label={"labeller": "encoder", "model_dir": str(tmp_path / "m")})
+    store.update_manifest(label_settings=L.label_settings(encoder))
+    pinned = cfg(tmp_path, label={"labeller": "encoder", "model_dir": str(tmp_path / "m") + "/", "precision": "float16"})
+    L.check_label_settings(store, pinned, 5)
+    L.check_labeller(store, Labeller("float16"), 5)
+    with pytest.raises(ConfigError, match=r"\(precision None -> 'int8'\)"):
+        L.check_label_settings(store, cfg(tmp_path, label={"labeller": "encoder", "model_dir": str(tmp_path / "m"),
+                                                           "precision": "int8"}), 5)
+    with pytest.raises(ConfigError, match=r"\(model_dir .* -> .*other'\)"):
+        L.check_label_settings(store, cfg(tmp_path, label={"labeller": "encoder", "model_dir": str(tmp_path / "other")}),
+                               5)
 
 
 def test_interrupted_run_resumes_only_missing_keys(tmp_path):

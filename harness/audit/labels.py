@@ -274,10 +274,28 @@ def check_label_settings(store: RunStore, cfg: RunConfig, labelled: int, running
         old = {**old, "llm": {k: v for k, v in old["llm"].items() if k in LLM_LABEL_FIELDS}}
     read = {"labeller"} | {k for lab in (old.get("labeller"), new["labeller"])
                            for k in LABELLER_SETTINGS.get(lab, LABEL_SETTINGS)}
+    as_used = _as_used(store)
     changed = [f"{k} {old.get(k)!r} -> {new.get(k)!r}" for k in LABEL_SETTINGS
-               if k in read and (k in old or k not in LATER_SETTINGS) and old.get(k) != new.get(k)]
+               if k in read and (k in old or k not in LATER_SETTINGS) and as_used(k, old.get(k)) != as_used(k, new.get(k))]
     if changed:
         _refuse(store, labelled, changed, "restore them, or ")
+
+
+def _as_used(store: RunStore) -> Any:
+    """A label setting as the run used it, for ``check_label_settings``: ``precision`` unset is the one the run's
+    labeller resolved and recorded (so pinning it, as the refusal of another device advises, changes nothing), and
+    ``model_dir`` is the folder it names, however spelled ("m/" and "m"). Other settings as written."""
+    recorded = store.read_manifest().get("labeller")
+    precision = recorded.get("precision") if isinstance(recorded, dict) else None
+
+    def as_used(key: str, value: Any) -> Any:
+        if key == "precision" and value is None:
+            return precision
+        if key == "model_dir" and isinstance(value, str):
+            return str(Path(value).expanduser().resolve())
+        return value
+
+    return as_used
 
 
 def check_labeller(store: RunStore, labeller: Any, labelled: int, running: bool = False) -> None:
