@@ -177,7 +177,7 @@ def _str_field(row: dict[str, Any], key: str, default: str | None, where: str) -
 
 
 def _gender(raw: Any, where: str) -> str | None:
-    if raw is None:
+    if raw is None or (isinstance(raw, float) and math.isnan(raw)):  # NaN: pandas' missing value, as _name reads it
         return None
     if raw not in GENDER_LABELS:
         raise DataError(f"{where}: gender must be one of {', '.join(GENDER_LABELS)} or null, got {raw!r}")
@@ -289,6 +289,11 @@ def parse_row(row: dict[str, Any], story_id: str, where: str) -> GoldStory:
                             f"role_category and condition); drop the label, or give the row its {k}")
     for r in roles:
         k = r.key
+        if not any(f"{kind}_{k}_{what}" in row for kind in ("manual", "correct")
+                   for what in ("gender", "name", "references")):
+            # its character was left out of every figure, silently; a field given as null still leaves it out
+            raise DataError(f"{where}: no label of the {k} ({r.description!r}); give its manual_{k}_gender and "
+                            f"manual_{k}_name (or correct_{k}_name and correct_{k}_references), null to leave it out")
         if f"manual_{k}_gender" in row or f"manual_{k}_name" in row:
             chars[k] = GoldCharacter(k, _name(row.get(f"manual_{k}_name"), f"{where} manual_{k}_name"), None,
                                      _gender(row.get(f"manual_{k}_gender"), f"{where} manual_{k}_gender"))

@@ -573,3 +573,23 @@ def test_a_name_written_in_turkish_capitals_matches_its_lowercase():
         TEXTS.update(texts)
     rep = score(gold, [StoryLabels("g6", (CharacterLabel("subject", "İREM", ("She",)),))], labeller="x", seconds=1.0)
     assert (rep.name.tp_p, rep.name.n_p, rep.name.tp_r, rep.name.n_r) == (1, 1, 1, 1)
+
+
+def test_a_published_row_must_label_each_of_its_roles(tmp_path):
+    """A power-laden row with its subject's manual fields alone was scored on the subject: the object left out of
+    every figure, exit 0. A role without a label field is refused (null still leaves it out); a NaN gender, as
+    pandas writes a missing one, is null, as a NaN name is."""
+    laden = {"model": "PaLM2", "role_category": "Work", "condition": "Power", "subject": "doctor",
+             "object": "patient", "query": "q", "llm_response": "Dr. Ann Lee saw Bo. She helped him.",
+             "manual_subject_gender": "Female", "manual_subject_name": "Ann Lee"}
+    p = tmp_path / "x.jsonl"
+    p.write_text(json.dumps(laden) + "\n")
+    with pytest.raises(DataError, match=r"^\S*x.jsonl:1: no label of the object \('patient'\); give its "
+                                        r"manual_object_gender and manual_object_name"):
+        load_gold(p)
+    p.write_text(json.dumps(dict(laden, manual_object_gender=None, manual_object_name=None)) + "\n")
+    (g,) = load_gold(p)
+    assert g.characters["object"].gender is None and g.characters["object"].name is None
+    p.write_text(json.dumps(dict(laden, manual_object_gender=float("nan"), manual_object_name="Bo")) + "\n")
+    (g,) = load_gold(p)
+    assert g.characters["object"].gender is None and g.characters["object"].name == "Bo"
