@@ -1183,3 +1183,26 @@ def test_sigterm_mid_label_stage_keeps_the_stories_labelled_and_a_rerun_goes_on(
 
     label_run(parse_config(yaml.safe_load(config.read_text())), RunStore(out), progress=False)  # the rerun
     assert len(RunStore(out).read_keys("labels")) == 8
+
+
+def test_stories_of_a_prompt_the_suite_has_not_are_named_before_the_labeller_loads(tmp_path, monkeypatch):
+    """A generation whose prompt id the suite has not (renamed or dropped by another suite version) was a KeyError
+    traceback in the label stage, after the labeller had loaded and the run's manifest had recorded it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    import harness.audit.labels as L
+    from harness.errors import DataError
+
+    c = cfg(tmp_path, label={"labeller": "rules"})
+    generate_run(c, backend=EchoBackend(), progress=False)
+    store = RunStore(c.output_dir)
+    shard = store.shard_paths(GENERATIONS)[0]
+    table = pq.read_table(shard)
+    ids = table.column("prompt_id").to_pylist()
+    ids[0] = "learning-neutral-99"
+    pq.write_table(table.set_column(table.schema.get_field_index("prompt_id"), "prompt_id",
+                                    pa.array(ids, pa.string())), shard)
+    monkeypatch.setattr(L, "make_labeller", lambda *a, **k: pytest.fail("the labeller loaded"))
+    with pytest.raises(DataError, match=r"stories of prompt id\(s\) learning-neutral-99, which suite laissez-faire "):
+        L.label_run(c, store, progress=False)

@@ -352,6 +352,12 @@ def label_run(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int] = (0, 1
                            f"and rerun, which generates them again")
     if not todo:
         return 0, len(done), 0, unretried
+    unknown = sorted({pid for pid, _, _ in todo} - set(prompts))
+    if unknown:  # before the labeller loads and the claim records it (a KeyError, with a traceback, after both)
+        suite = get_suite(cfg.suite, cfg.wording)
+        raise DataError(f"{store.stage_dir(GENERATIONS)}: stories of prompt id(s) {', '.join(unknown[:5])}, which suite "
+                        f"{suite.name} {suite.version} has not (renamed or dropped in another version?); label them "
+                        f"with the suite version that generated them, or delete their generations")
     labeller = make_labeller(cfg, echo=echo)
     failed = 0
     outage: list[str] = []  # the first status of each story whose labelling failed in an LLM backend
