@@ -516,7 +516,8 @@ def eval_(
                        f"{base.name.precision:.1%}/{base.name.recall:.1%} names), this labeller minus that one, "
                        "in points, with 95% paired story-bootstrap intervals:")
             for label, (d, lo, hi) in zip(("gender P", "gender R", "name P", "name R"), diff.values()):
-                shown = "n/a" if d != d else f"{100 * d:+.1f} ({100 * lo:+.1f} to {100 * hi:+.1f})"
+                interval = "interval n/a" if lo != lo else f"{100 * lo:+.1f} to {100 * hi:+.1f}"
+                shown = "n/a" if d != d else f"{100 * d:+.1f} ({interval})"
                 typer.echo(f"  {label} {shown}")
         if shift is not None:
             typer.echo("\nthe paper's ratios from the manual labels and from this labeller's, per source model x domain "

@@ -394,9 +394,17 @@ def difference_intervals(a: Sequence[CharacterScore], b: Sequence[CharacterScore
     stories = sorted({c.story_id for c in a})
     if stories != sorted({c.story_id for c in b}):
         raise ValueError("difference_intervals: the two labellers were scored on different stories")
+    import numpy as np
+
     diff = _figure_replicates(b, stories, n_boot, seed) - _figure_replicates(a, stories, n_boot, seed)
     low, high = percentile_interval(diff[1:], alpha)
-    return {k: (float(d), float(lo), float(hi)) for k, d, lo, hi in zip(JSON_KEYS[:4], diff[0], low, high)}
+    # a difference the resamples cannot move (one story, or every story alike) has no interval, as a figure's has
+    # none (``figure_intervals``): its zero-width "+50.0 (+50.0 to +50.0)" read as certain; two labellers that
+    # agree everywhere keep (0, 0, 0)
+    with np.errstate(invalid="ignore"):
+        flat = [bool(np.nanmin(col) == np.nanmax(col)) if np.isfinite(col).any() else True for col in diff[1:].T]
+    return {k: (float(d), math.nan, math.nan) if same and d != 0 else (float(d), float(lo), float(hi))
+            for k, d, lo, hi, same in zip(JSON_KEYS[:4], diff[0], low, high, flat)}
 
 
 def score(gold: Sequence[GoldStory], labels: Sequence[StoryLabels], *, labeller: str = "?", lexicon: Any = None,

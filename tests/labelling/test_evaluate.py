@@ -431,6 +431,12 @@ def test_difference_intervals_are_paired():
     assert difference_intervals(a, a)["name_recall"] == (0.0, 0.0, 0.0)
     with pytest.raises(ValueError, match="different stories"):
         difference_intervals(a, b[:-1])
+    # one story: a difference the resamples cannot move has no interval (it read "+50.0 (+50.0 to +50.0)")
+    import math
+
+    one_a, one_b = _scores([("s0", True), ("s0", False)]), _scores([("s0", True), ("s0", True)])
+    d, lo, hi = difference_intervals(one_a, one_b, n_boot=200)["gender_precision"]
+    assert d == pytest.approx(0.5) and math.isnan(lo) and math.isnan(hi)
 
 
 def test_a_gold_domain_outside_the_three_is_refused_on_its_line(tmp_path):
