@@ -11,9 +11,11 @@ A reply with no such object is read from its "key: value" lines (markdown bullet
 whose reply cannot be parsed is sent again, up to ``max_attempts`` in all (the authors' code: 3), the
 retries sampled with a new seed; what still fails comes back with the last parse error as its status,
 never dropped. A story the backend failed (a server error: the model gave no reply) is sent again with
-the settings and seed of the request it lost, so its labels do not depend on the outage. A reply cut at
-``max_tokens`` before its object closed is incomplete, so it is retried too, with twice the tokens; only the
-last attempt's cut reply is used, without the word it was cut in.
+the settings and seed of the request it lost, so its labels do not depend on the outage; a request the
+story itself makes fail (a prompt longer than the model takes) is not, and the story is kept with the reason.
+A reply cut at ``max_tokens`` before its object closed is incomplete, so it is retried too, with twice the
+tokens (one a content filter cut, with the same tokens); only the last attempt's cut reply is used, without
+the word it was cut in.
 A backend that fails a batch keeps the replies it gave before failing and is sent the rest one story
 at a time, in the same attempt with the same settings (and so for the story's later attempts), so one
 request that breaks the backend takes no other story with it.
