@@ -276,7 +276,8 @@ def check_label_settings(store: RunStore, cfg: RunConfig, labelled: int, running
                            for k in LABELLER_SETTINGS.get(lab, LABEL_SETTINGS)}
     as_used = _as_used(store)
     changed = [f"{k} {old.get(k)!r} -> {new.get(k)!r}" for k in LABEL_SETTINGS
-               if k in read and (k in old or k not in LATER_SETTINGS) and as_used(k, old.get(k)) != as_used(k, new.get(k))]
+               if k in read and (k in old or k not in LATER_SETTINGS)
+               and as_used(k, old.get(k)) != as_used(k, new.get(k))]
     if changed:
         _refuse(store, labelled, changed, "restore them, or ")
 
@@ -355,9 +356,9 @@ def label_run(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int] = (0, 1
     unknown = sorted({pid for pid, _, _ in todo} - set(prompts))
     if unknown:  # before the labeller loads and the claim records it (a KeyError, with a traceback, after both)
         suite = get_suite(cfg.suite, cfg.wording)
-        raise DataError(f"{store.stage_dir(GENERATIONS)}: stories of prompt id(s) {', '.join(unknown[:5])}, which suite "
-                        f"{suite.name} {suite.version} has not (renamed or dropped in another version?); label them "
-                        f"with the suite version that generated them, or delete their generations")
+        raise DataError(f"{store.stage_dir(GENERATIONS)}: stories of prompt id(s) {', '.join(unknown[:5])}, which "
+                        f"suite {suite.name} {suite.version} has not (renamed or dropped in another version?); label "
+                        f"them with the suite version that generated them, or delete their generations")
     labeller = make_labeller(cfg, echo=echo)
     failed = 0
     outage: list[str] = []  # the first status of each story whose labelling failed in an LLM backend
