@@ -14,6 +14,7 @@ import json
 import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 from typing import Any, Optional
 
@@ -315,8 +316,6 @@ def _retry_backend_failures(lab: Any, stories: Path, again: list[int], tally: _T
     with their labels in place, by way of ``fresh``: the other lines are copied as they are, line by line, and
     ``fresh`` is synced to disk before it is renamed over ``tmp``. Gives ``tally``, the earlier labels', with
     the new labels counted in place of the failed ones."""
-    from itertools import islice
-
     from harness.labelling.data import iter_stories
     from harness.store import commit_file
 
@@ -553,7 +552,6 @@ def label_(
     them. The stories are read a story at a time, in a few passes over the file, so memory does not grow with
     their number; the file must not change while they are labelled."""
     import shutil
-    from itertools import islice
 
     from harness.labelling.data import iter_stories
     from harness.store import atomic_write, atomic_write_text, check_output_file, commit_file

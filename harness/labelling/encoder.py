@@ -81,7 +81,7 @@ def default_device() -> str:
 def labelling_device(device: str | None) -> str:
     """``device`` checked for the labeller ("auto", "cpu", "cuda" or "cuda:N", as the config's devices are), auto
     or None as the default one: a ConfigError naming the way out, not torch's error after the model has loaded.
-    Whether torch sees that GPU is ``check_gpu_seen``'s, after the precision is checked against the kind."""
+    Whether torch sees that GPU is ``models.resolve_device``'s, after the precision is checked against the kind."""
     from harness.models import DEVICE_NAME
 
     if device in (None, "auto"):
@@ -89,13 +89,6 @@ def labelling_device(device: str | None) -> str:
     if not DEVICE_NAME.fullmatch(device):
         raise ConfigError(f"device={device!r}: label on auto, cpu, cuda or cuda:N")
     return device
-
-
-def check_gpu_seen(device: str) -> None:
-    """A ConfigError where ``device`` is a GPU torch does not see here (``models.resolve_device``'s)."""
-    from harness.models import resolve_device
-
-    resolve_device(device, "device")
 
 
 def check_threads(threads: int | None) -> None:
@@ -646,6 +639,8 @@ class EncoderLabeller(Labeller):
         torch = _torch()
         from transformers import AutoTokenizer
 
+        from harness.models import resolve_device
+
         self.path = Path(path) if path else default_model_dir()
         self.meta = read_model_meta(self.path, "the default labeller directory" if path is None else "model directory")
         # every setting is checked before the tables and the model load (a wrong one was a torch error after them)
@@ -661,7 +656,7 @@ class EncoderLabeller(Labeller):
         if self.precision not in PRECISIONS[kind]:
             raise ConfigError(f"precision {self.precision!r} is not one of {', '.join(PRECISIONS[kind])} on "
                               f"{self.device} (int8 runs on CPU only, float16 on a GPU only)")
-        check_gpu_seen(self.device)
+        resolve_device(self.device, "device")  # a GPU torch does not see here: one line
         if threads:
             torch.set_num_threads(threads)
         self.threshold = threshold

@@ -369,8 +369,6 @@ def figure_intervals(chars: Sequence[CharacterScore], *, n_boot: int = 2000, see
     """Percentile intervals of gender and name precision and recall, resampling stories. A figure whose resamples
     all give one value (every character right, or one story) has no interval to show: NaN, printed "n/a", where
     the percentiles gave a zero-width "100.0%-100.0%" (as ``harness.stats.bootstrap.boot_summary`` withholds it)."""
-    import numpy as np
-
     from harness.stats.bootstrap import percentile_interval
 
     if not chars:
@@ -378,10 +376,17 @@ def figure_intervals(chars: Sequence[CharacterScore], *, n_boot: int = 2000, see
     stories = sorted({c.story_id for c in chars})
     reps = _figure_replicates(chars, stories, n_boot, seed)[1:]
     low, high = percentile_interval(reps, alpha)
-    with np.errstate(invalid="ignore"):
-        flat = [bool(np.nanmin(col) == np.nanmax(col)) if np.isfinite(col).any() else True for col in reps.T]
     return {k: (math.nan, math.nan) if same else (float(lo), float(hi))
-            for k, lo, hi, same in zip(JSON_KEYS[:4], low, high, flat)}
+            for k, lo, hi, same in zip(JSON_KEYS[:4], low, high, _unmoved(reps))}
+
+
+def _unmoved(reps: Any) -> list[bool]:
+    """For each column of bootstrap replicates, whether the resamples all give one value (or none): there is no
+    interval to show."""
+    import numpy as np
+
+    with np.errstate(invalid="ignore"):
+        return [bool(np.nanmin(col) == np.nanmax(col)) if np.isfinite(col).any() else True for col in reps.T]
 
 
 def difference_intervals(a: Sequence[CharacterScore], b: Sequence[CharacterScore], *, n_boot: int = 2000,
@@ -394,17 +399,13 @@ def difference_intervals(a: Sequence[CharacterScore], b: Sequence[CharacterScore
     stories = sorted({c.story_id for c in a})
     if stories != sorted({c.story_id for c in b}):
         raise ValueError("difference_intervals: the two labellers were scored on different stories")
-    import numpy as np
-
     diff = _figure_replicates(b, stories, n_boot, seed) - _figure_replicates(a, stories, n_boot, seed)
     low, high = percentile_interval(diff[1:], alpha)
     # a difference the resamples cannot move (one story, or every story alike) has no interval, as a figure's has
     # none (``figure_intervals``): its zero-width "+50.0 (+50.0 to +50.0)" read as certain; two labellers that
     # agree everywhere keep (0, 0, 0)
-    with np.errstate(invalid="ignore"):
-        flat = [bool(np.nanmin(col) == np.nanmax(col)) if np.isfinite(col).any() else True for col in diff[1:].T]
     return {k: (float(d), math.nan, math.nan) if same and d != 0 else (float(d), float(lo), float(hi))
-            for k, d, lo, hi, same in zip(JSON_KEYS[:4], diff[0], low, high, flat)}
+            for k, d, lo, hi, same in zip(JSON_KEYS[:4], diff[0], low, high, _unmoved(diff[1:]))}
 
 
 def score(gold: Sequence[GoldStory], labels: Sequence[StoryLabels], *, labeller: str = "?", lexicon: Any = None,

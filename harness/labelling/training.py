@@ -374,6 +374,12 @@ def _training_rows(files: Sequence[str | Path]) -> list[GoldStory]:
 TARGETS_VERSION = 1
 
 
+def _targets_version(recorded: dict[str, Any]) -> Any:
+    """The targets version a model's ``train`` record or a checkpoint's key holds: 1 where it holds none (a model
+    or checkpoint of a release before it)."""
+    return recorded.get("targets_version", 1)
+
+
 def _roles_hash(rows: list[GoldStory]) -> str:
     """Hash of the role descriptions the rows give the model (the role prefix it reads), which ``_data_hash``
     leaves out (it was fixed before they were recorded): a training file whose descriptions alone changed is
@@ -433,8 +439,8 @@ def _load_checkpoint(path: Path, key: dict[str, Any]) -> dict[str, Any] | None:
         warnings.warn(f"{path}: not read ({type(e).__name__}: {e}); training starts over", stacklevel=3)
         return None
     saved = state.get("key") if isinstance(state, dict) else None
-    if isinstance(saved, dict):  # a checkpoint of an earlier release, which recorded neither: taught as version 1
-        saved = {"roles_sha256": key.get("roles_sha256"), "targets_version": 1, **saved}
+    if isinstance(saved, dict):  # a checkpoint of an earlier release recorded neither: version 1 on these roles
+        saved = {"roles_sha256": key.get("roles_sha256"), **saved, "targets_version": _targets_version(saved)}
     if saved != key:
         warnings.warn(f"{path}: a training cut short with other settings or data; this one starts over",
                       stacklevel=3)
@@ -753,17 +759,15 @@ def average_encoders(members: Sequence[str | Path], out_dir: str | Path) -> Path
     if not dirs:
         raise ConfigError("average_encoders needs at least one trained encoder directory")
     metas = [read_model_meta(d, "soup member") for d in dirs]
-    def targets(meta: dict[str, Any]) -> Any:  # models of releases before it recorded none: version 1
-        return meta.get("train", {}).get("targets_version", 1)
-
-    for d, m in zip(dirs[1:], metas[1:]):
+    targets = [_targets_version(m.get("train", {})) for m in metas]
+    for d, m, taught in zip(dirs[1:], metas[1:], targets[1:]):
         for key in ("base_name", "layers", "slots"):
             if m.get(key) != metas[0].get(key):
                 raise ConfigError(f"soup member {d}: its {key} is {m.get(key)!r}, the first member's "
                                   f"{metas[0].get(key)!r}; average only encoders trained alike")
-        if targets(m) != targets(metas[0]):  # the soup's meta.json is the first member's: it would say one
-            raise ConfigError(f"soup member {d}: taught with targets version {targets(m)!r}, the first member "
-                              f"{targets(metas[0])!r}; average only encoders trained alike")
+        if taught != targets[0]:  # the soup's meta.json is the first member's: it would say one
+            raise ConfigError(f"soup member {d}: taught with targets version {taught!r}, the first member "
+                              f"{targets[0]!r}; average only encoders trained alike")
     for d in dirs:
         if not (d / "encoder" / "model.safetensors").is_file():
             raise ConfigError(f"soup member {d}: no encoder/model.safetensors to average; retrain it")
@@ -812,7 +816,7 @@ def _member_done(member: Path, base: str, want: dict[str, Any], data_sha256: str
     return (meta.get("report", {}).get("data_sha256") == data_sha256 and meta.get("base_name") == base
             and all(train.get(k) == v for k, v in want.items())
             and train.get("roles_sha256", roles_sha256) == roles_sha256
-            and train.get("targets_version", 1) == TARGETS_VERSION)
+            and _targets_version(train) == TARGETS_VERSION)
 
 
 def train_soup(files: Sequence[str | Path], seeds: Sequence[int], *, out_dir: str | Path | None = None,
@@ -855,13 +859,13 @@ def train_soup(files: Sequence[str | Path], seeds: Sequence[int], *, out_dir: st
     rows = _training_rows(files)
     if kwargs.get("limit") is not None:
         rows = rows[:kwargs["limit"]]
-    data_sha256 = _data_hash(rows)
+    data_sha256, roles_sha256 = _data_hash(rows), _roles_hash(rows)
     settings = {k: kwargs.get(k, _TRAIN_DEFAULTS[k]) for k in ("epochs", "batch_size", "lr", "head_lr_mult", "augment",
                                                           "flip_prob", "limit", "occurrences", "layers")}
     members = {seed: out / "members" / f"seed-{seed}" for seed in seeds}
     todo = {seed: member for seed, member in members.items()
             if not _member_done(member, base, {**settings, "seed": seed, "head_seed": seeds[0]}, data_sha256,
-                                _roles_hash(rows))}
+                                roles_sha256)}
     if min(jobs, len(todo)) > 1 and (kwargs.get("device") or default_device()) == "cpu":
         reports = _train_members_at_once(files, todo, seeds[0], min(jobs, len(todo)), kwargs)
     else:

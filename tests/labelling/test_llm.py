@@ -43,6 +43,25 @@ class ScriptedBackend(Backend):
         return BackendInfo("scripted", "canned")
 
 
+class CannedBackend(Backend):
+    """Replies from ``reply(call, request)`` (the call's number from 0); ``calls`` records each call's max_tokens."""
+
+    name = "canned"
+
+    def __init__(self, reply):
+        self.reply = reply
+        self.calls = []
+
+    def generate(self, requests, params, *, progress=False):
+        self.calls.append(params.max_tokens)
+        call = len(self.calls) - 1
+        for r in requests:
+            yield self.reply(call, r)
+
+    def info(self):
+        return BackendInfo("canned", "canned")
+
+
 @pytest.mark.parametrize("reply", [
     GOOD,
     "Sure! Here is the JSON:\n```json\n" + GOOD + "\n```\nHope it helps.",
@@ -798,17 +817,8 @@ def test_an_empty_or_filtered_reply_says_so_in_the_story_s_reason(text, finish, 
     """An empty reply and a server's content filter both read "no JSON object in the reply", as though the model
     had answered in prose; the reason a story is kept with now says what came back."""
 
-    class Filtering(Backend):
-        name = "filtering"
-
-        def generate(self, requests, params, *, progress=False):
-            for r in requests:
-                yield GenResult(r.request_id, text, finish)
-
-        def info(self):
-            return BackendInfo("filtering", "canned")
-
-    (out,) = LLMLabeller(Filtering(), params=GenParams(temperature=0.0, max_tokens=32), max_attempts=2).label([STORY])
+    backend = CannedBackend(lambda call, r: GenResult(r.request_id, text, finish))
+    (out,) = LLMLabeller(backend, params=GenParams(temperature=0.0, max_tokens=32), max_attempts=2).label([STORY])
     assert out.status == reason
 
 
@@ -849,22 +859,8 @@ def test_a_reply_a_content_filter_stopped_is_cut_and_sent_again():
     taken (the patient's "his" lost, status ok, no retry); it is sent again, without twice the tokens."""
     cut = GOOD[: GOOD.index('"his"')]
 
-    class Filtering(Backend):
-        name = "filtering"
-
-        def __init__(self):
-            self.calls = []
-
-        def generate(self, requests, params, *, progress=False):
-            self.calls.append(params.max_tokens)
-            for r in requests:
-                yield (GenResult(r.request_id, cut, "content_filter") if len(self.calls) == 1
-                       else GenResult(r.request_id, GOOD, "stop"))
-
-        def info(self):
-            return BackendInfo("filtering", "canned")
-
-    backend = Filtering()
+    backend = CannedBackend(lambda call, r: GenResult(r.request_id, cut, "content_filter") if call == 0
+                            else GenResult(r.request_id, GOOD, "stop"))
     (out,) = LLMLabeller(backend, params=GenParams(temperature=0.0, max_tokens=32), max_attempts=3).label([STORY])
     assert out.status == "ok" and out.character("object").references == ("him", "his")
     assert backend.calls == [32, 32]
@@ -911,23 +907,9 @@ def test_a_story_too_long_for_the_labelling_model_is_kept_not_retried_as_an_outa
     outage is still retried, and still reads as one."""
     from harness.labelling.base import BACKEND_FAILURE
 
-    class Refusing(Backend):
-        name = "refusing"
-
-        def __init__(self):
-            self.calls = 0
-
-        def generate(self, requests, params, *, progress=False):
-            self.calls += 1
-            for r in requests:
-                yield GenResult(r.request_id, "", "error", error=error)
-
-        def info(self):
-            return BackendInfo("refusing", "canned")
-
-    backend = Refusing()
+    backend = CannedBackend(lambda call, r: GenResult(r.request_id, "", "error", error=error))
     (out,) = LLMLabeller(backend, params=GenParams(temperature=0.0, max_tokens=32), max_attempts=3).label([STORY])
     if final:
-        assert out.status == f"llm: the backend refused the story's request: {error}"[:300] and backend.calls == 1
+        assert out.status == f"llm: the backend refused the story's request: {error}"[:300] and len(backend.calls) == 1
     else:
-        assert out.status.startswith(BACKEND_FAILURE) and backend.calls == 3
+        assert out.status.startswith(BACKEND_FAILURE) and len(backend.calls) == 3
