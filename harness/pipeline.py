@@ -278,7 +278,7 @@ def generate_run(
             **provenance,
         )
 
-    with store.writing(GENERATIONS, claim):
+    with store.writing(GENERATIONS, claim, shard=shard):
         buffer: list[dict[str, Any]] = []  # stories not yet in a shard
         writing: list[bool] = []  # non-empty while a shard is written (a failure there is not written again)
         generated = errors = out_tokens = 0

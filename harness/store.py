@@ -200,6 +200,52 @@ def _unreadable(path: Path, e: Exception) -> DataError:
     return DataError(f"{path}: unreadable shard ({e}); delete it and rerun to regenerate its rows")
 
 
+def _shares_work(a: tuple[int, int], b: tuple[int, int]) -> bool:
+    """Whether two jobs' shards (i, n) hold stories in common: the same shard, one of them every story (n = 1), or
+    shards of two counts (``shard_of`` spreads a count's shards over every other's)."""
+    return a == b or a[1] != b[1] or a[1] == 1
+
+
+def _held_share(d: Path, shard: tuple[int, int]) -> tuple[int, int] | None:
+    """The shard of a running job (one holding its lock in stage folder ``d``) that overlaps ``shard``; None: none."""
+    for path in sorted(d.glob(".shard-*of*.lock")):
+        tag = path.name[len(".shard-"):-len(".lock")].split("of")
+        if not (len(tag) == 2 and all(t.isdigit() for t in tag)):
+            continue
+        other = (int(tag[0]), int(tag[1]))
+        if not _shares_work(shard, other):
+            continue
+        with open(path, "a") as probe:  # taken, it is released on closing; shared, so two probes never clash
+            try:
+                fcntl.flock(probe, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return other
+            except OSError:  # a file system without flock (some network mounts): no check, as before
+                return None
+    return None
+
+
+def _share_taken(d: Path, shard: tuple[int, int], other: tuple[int, int]) -> DataError:
+    theirs = "every story" if other[1] == 1 else f"shard {other[0]}/{other[1]}"
+    mine = "this job" if shard[1] == 1 else f"this job's shard {shard[0]}/{shard[1]}"
+    return DataError(f"{d}: another job is writing {theirs} of this stage now ({mine} would do its stories again); "
+                     f"let it finish, or give each job of an array its own --shard i/N of one N")
+
+
+def _claim_shard(d: Path, shard: tuple[int, int], alone: bool) -> Any:
+    """The open lock file of ``shard`` in stage folder ``d``, held exclusively (``RunStore.writing``; called under the
+    manifest's lock, where every job takes its own, so no two jobs both find the other's free). Beside another writer,
+    a running job's lock whose shard overlaps this one stops the job (``_held_share``)."""
+    if not alone and (other := _held_share(d, shard)) is not None:
+        raise _share_taken(d, shard, other)
+    f = open(d / f".shard-{shard[0]}of{shard[1]}.lock", "a")  # noqa: SIM115 - held while the job writes the stage
+    try:  # no job holds it (it overlaps itself): a wait is for another job's probe, a moment
+        fcntl.flock(f, fcntl.LOCK_EX)
+    except OSError:  # a file system without flock
+        pass
+    return f
+
+
 class RunStore:
     """Reads and writes one run directory."""
 
@@ -293,19 +339,27 @@ class RunStore:
         return len(stale)
 
     @contextlib.contextmanager
-    def writing(self, stage: str, claim: Callable[[dict[str, Any], bool], None] | None = None) -> Iterator[None]:
+    def writing(self, stage: str, claim: Callable[[dict[str, Any], bool], None] | None = None,
+                shard: tuple[int, int] | None = None) -> Iterator[None]:
         """Held by a job for as long as it writes shards of ``stage``: a shared lock on ``<stage>/.writers.lock``,
         taken under the manifest's lock. ``claim(manifest, alone)`` is called first under that lock (``alone``: no
         other job holds the stage's) to check the settings the run recorded against the job's and to record them:
         checked before the lock, two jobs started together both passed and then wrote with different settings. A
         job alone deletes every temporary file of the stage, those a killed job of another shard count left too;
         beside another job, none: the other's may be a shard it is committing, under this job's shard tag too (a
-        requeued array task beside the one still running, two jobs without ``--shard``). The next job alone deletes
-        what is left (hidden files, never read)."""
+        requeued array task beside the one still running). The next job alone deletes what is left (hidden files,
+        never read).
+
+        ``shard`` (i, n): the job's share of the stage's work, held as an exclusive lock on ``<stage>/.shard-<i>of<n>
+        .lock`` while it writes. A job whose share overlaps one a running job holds (the same shard, every story
+        against any shard, or shards of two counts) stops with a one-line DataError (``claim`` has checked the
+        settings first): two jobs without ``--shard``, a command started twice or a requeued array task beside the
+        one still running, each did the whole share again, hours of a GPU, for rows the reads then dropped."""
         make_folder(self.root, "output_dir")  # a run's first write: a folder that cannot be made is named
         d = self.stage_dir(stage)
         run_folder(d)
-        with open(d / ".writers.lock", "a") as lock:
+        # the shard's lock is released first, on leaving (a job alone at the writers' lock holds no shard's)
+        with open(d / ".writers.lock", "a") as lock, contextlib.ExitStack() as share:
             with self.edit_manifest() as manifest:
                 try:  # every other job's test waits for the manifest's lock, so two jobs never both find they are alone
                     fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -314,10 +368,18 @@ class RunStore:
                     alone = False
                 if claim is not None:
                     claim(manifest, alone)
+                if shard is not None:
+                    share.enter_context(_claim_shard(d, shard, alone))
                 if alone:
                     self.clean_partial(stage)
                 fcntl.flock(lock, fcntl.LOCK_SH)  # no wait: a job holds it exclusively only under the manifest's lock
             yield
+
+    def check_share(self, stage: str, shard: tuple[int, int]) -> None:
+        """A DataError where a running job writes a shard of ``stage`` that overlaps ``shard``: a job checks before it
+        loads a model, and ``writing`` again under the run's lock, where it counts."""
+        if (other := _held_share(self.stage_dir(stage), shard)) is not None:
+            raise _share_taken(self.stage_dir(stage), shard, other)
 
     def write_shard(self, stage: str, rows: Sequence[dict[str, Any]], tag: str, schema: pa.Schema | None = None) -> Path:
         """Write ``rows`` as one Parquet shard, atomically."""

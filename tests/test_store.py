@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from harness.config import parse_config
-from harness.errors import ConfigError
+from harness.errors import ConfigError, DataError
 from harness.generation.base import Backend, GenParams, GenRequest, GenResult
 from harness.labelling.rules import RULES_VERSION
 from harness.pipeline import GENERATIONS, generate_run, plan, prompt_hash
@@ -753,6 +753,81 @@ def test_the_last_shard_job_to_end_records_the_run_complete(tmp_path, monkeypatc
     assert not failures and not other.is_alive()
     m = RunStore(c.output_dir).read_manifest()
     assert (m["status"], m["rows"]) == ("complete", 12)
+
+
+@pytest.mark.parametrize(("running", "this", "refused"), [
+    ((0, 1), (0, 1), "every story of this stage now (this job would"),  # `harness run` started twice
+    ((1, 4), (1, 4), "shard 1/4 of this stage now (this job's shard 1/4 would"),  # a requeued task beside the first
+    ((0, 1), (2, 4), "every story of this stage now (this job's shard 2/4 would"),  # an array beside a whole run
+    ((2, 4), (0, 1), "shard 2/4 of this stage now (this job would"),
+    ((0, 2), (1, 4), "shard 0/2 of this stage now (this job's shard 1/4 would"),  # two shard counts
+    ((0, 4), (1, 4), None),  # the array's other jobs: theirs alone
+])
+def test_a_job_whose_stories_a_running_job_is_generating_stops_before_its_model_loads(tmp_path, monkeypatch, running,
+                                                                                     this, refused):
+    """Two jobs without --shard (a command started twice), a requeued array task beside the one still running, or
+    jobs of two shard counts each generated their whole share again, GPU hours for rows the reads then dropped.
+    A job now holds its shard while it writes a stage, and a job whose share overlaps a running one's stops with one
+    line, before its backend loads and with nothing written; once the other ends, the same command runs."""
+    c = cfg(tmp_path)
+    store = RunStore(c.output_dir)
+    loads = []
+
+    import harness.pipeline as P
+
+    monkeypatch.setattr(P, "load_backend", lambda *a, **kw: loads.append(1) or EchoBackend())
+    planned = len(plan(c, get_suite(c.suite), this))
+    with store.writing(GENERATIONS, shard=running):  # the other job, writing that share of the stage
+        if refused:
+            with pytest.raises(DataError) as err:
+                generate_run(c, shard=this, progress=False)
+            assert str(err.value) == (f"{store.stage_dir(GENERATIONS)}: another job is writing {refused} do its "
+                                      f"stories again); let it finish, or give each job of an array its own "
+                                      f"--shard i/N of one N")
+            assert not loads and not store.shard_paths(GENERATIONS)
+            assert "status" not in store.read_manifest()  # nothing recorded for the refused job
+        else:
+            assert generate_run(c, shard=this, progress=False).generated == planned
+    generate_run(c, shard=this, progress=False)  # the other job ended: its lock is free
+    assert len(store.read_keys(GENERATIONS)) == planned
+
+
+def test_a_label_job_beside_one_labelling_the_same_stories_stops_before_its_labeller_loads(tmp_path, monkeypatch):
+    """The label stage's share is held the same way: a second label job of the same stories stops before it loads
+    (or trains) its labeller, checked again under the run's lock where a job that passed the first check meanwhile
+    is found; a job of another shard labels its own."""
+    import harness.audit.labels as L
+    from harness.errors import DataError
+
+    c = cfg(tmp_path, label={"labeller": "rules"})
+    generate_run(c, backend=EchoBackend(), progress=False)
+    store = RunStore(c.output_dir)
+    made, real_make = [], L.make_labeller
+    monkeypatch.setattr(L, "make_labeller", lambda cfg, echo=print: made.append(1) or real_make(cfg, echo=echo))
+    with store.writing(L.LABELS, shard=(0, 1)):
+        with pytest.raises(DataError, match=r"^\S+/labels: another job is writing every story of this stage now "
+                                            r"\(this job would do its stories again\)"):
+            L.label_run(c, store, progress=False)
+        assert not made
+    real_check = RunStore.check_share
+
+    def passes_then_another_starts(self, stage, shard):  # the other job takes its share after this one's first check
+        real_check(self, stage, shard)
+        other.__enter__()
+
+    other = store.writing(L.LABELS, shard=(1, 2))
+    monkeypatch.setattr(RunStore, "check_share", passes_then_another_starts)
+    try:
+        with pytest.raises(DataError, match=r"another job is writing shard 1/2 of this stage now \(this job would"):
+            L.label_run(c, store, progress=False)
+    finally:
+        other.__exit__(None, None, None)
+    assert made == [1] and not store.shard_paths(L.LABELS)
+    monkeypatch.setattr(RunStore, "check_share", real_check)
+    with store.writing(L.LABELS, shard=(1, 2)):
+        labelled, total = L.label_run(c, store, shard=(0, 2), progress=False)[:2]
+    assert labelled == total == sum(shard_of(p, i, 2) == 0 for p, i in _hashes(store))
+    assert L.label_run(c, store, progress=False)[:2] == (12 - labelled, 12)
 
 
 def test_a_job_of_another_config_started_with_this_one_is_refused_not_mixed_in(tmp_path, monkeypatch):

@@ -359,6 +359,7 @@ def label_run(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int] = (0, 1
         raise DataError(f"{store.stage_dir(GENERATIONS)}: stories of prompt id(s) {', '.join(unknown[:5])}, which "
                         f"suite {suite.name} {suite.version} has not (renamed or dropped in another version?); label "
                         f"them with the suite version that generated them, or delete their generations")
+    store.check_share(LABELS, shard)  # before the labeller loads (or trains): under the lock below, it counts
     labeller = make_labeller(cfg, echo=echo)
     failed = 0
     outage: list[str] = []  # the first status of each story whose labelling failed in an LLM backend
@@ -372,7 +373,7 @@ def label_run(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int] = (0, 1
         manifest.update(labeller=labeller.info(), label_settings=label_settings(cfg))
 
     try:
-        with store.writing(LABELS, claim):
+        with store.writing(LABELS, claim, shard=shard):
             stories = [
                 StoryInput(f"{pid}#{idx}", text or "", tuple(RoleSpec(r.key, r.description) for r in prompts[pid].roles))
                 for pid, idx, text in todo
