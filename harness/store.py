@@ -419,6 +419,18 @@ class RunStore:
                 done.update(zip(*cols))
         return done
 
+    def read_shards(self, stage: str, columns: Sequence[str], paths: Sequence[Path] | None = None):
+        """Each shard of ``stage`` (``paths``: these, in this order; default every one, as ``shard_paths`` lists them)
+        as a DataFrame of those of ``columns`` it holds, one at a time and not deduplicated, so a stage of any size is
+        read with one shard in memory (``read_stage`` reads them whole, one row per key)."""
+        for p in self.shard_paths(stage) if paths is None else paths:
+            try:
+                names = pq.read_schema(p).names
+                table = pq.read_table(p, columns=[c for c in columns if c in names])
+            except (pa.ArrowInvalid, OSError) as e:
+                raise _unreadable(p, e) from None
+            yield table.to_pandas()
+
     def read_stage(self, stage: str, key: Iterable[str] = KEY, columns: list[str] | None = None):
         """All rows of a stage as a DataFrame, one row per key.
 

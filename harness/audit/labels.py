@@ -3,7 +3,9 @@
 Rows: prompt_id, sample_idx, role ("subject"/"object"), role_description, name, references,
 status ("ok" or why the character could not be labelled), labeller, finish_reason, text_sha1. Stories are labelled in
 chunks and each chunk is committed as a Parquet shard, so a killed stage resumes where it
-stopped. A story the labeller cannot handle keeps its rows, with the reason in ``status``.
+stopped. The generations are read a shard at a time, twice: once for each story's text hash and row, once for the
+texts to label, handed to the labeller as a stream; so the stage holds no run's texts whole, only 0.4-0.8 KB a
+story for resuming (``benchmarks/label_stage_memory.py``). A story the labeller cannot handle keeps its rows, with the reason in ``status``.
 A failed generation (``finish_reason`` "error": no story was written) is not labelled: the
 stage counts it, and once a rerun of generate has retried it, the next label stage labels it.
 Likewise a story whose labelling failed in the LLM labeller's backend (a server down) keeps its
@@ -22,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+from collections import defaultdict, deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -61,15 +64,38 @@ def text_sha1(text: str | None) -> str:
 
 def labelled_keys(store: RunStore, hashes: dict[tuple[str, int], str]) -> set[tuple[str, int]]:
     """The stories labelled from their current text (``hashes``: key -> ``text_sha1`` of its text_clean), not
-    counting a backend failure's rows; rows written before ``TEXT_SHA1`` was recorded count whatever the text."""
-    rows = store.read_stage(LABELS, key=(*KEY, "role", TEXT_SHA1))
-    if rows.empty:
-        return set()
-    sha = rows[TEXT_SHA1] if TEXT_SHA1 in rows.columns else pd.Series(None, index=rows.index, dtype=object)
-    good = rows[STATUS].ne(ERROR) if STATUS in rows.columns else pd.Series(True, index=rows.index)
-    keys = list(zip(rows.prompt_id, rows.sample_idx.astype(int)))
-    return {k for k, h, ok in zip(keys, sha, good)
-            if ok and (not isinstance(h, str) or hashes.get(k, h) == h)}
+    counting a backend failure's rows; rows written before ``TEXT_SHA1`` was recorded count whatever the text. Read
+    a shard at a time: a story is labelled where any of its rows is a good row of its text, which is what the rows
+    ``RunStore.read_stage`` keeps say (of one key, a good row beats a failed one)."""
+    done: set[tuple[str, int]] = set()
+    for rows in store.read_shards(LABELS, [*KEY, TEXT_SHA1, STATUS]):
+        sha = rows[TEXT_SHA1] if TEXT_SHA1 in rows.columns else pd.Series(None, index=rows.index, dtype=object)
+        good = rows[STATUS].ne(ERROR) if STATUS in rows.columns else pd.Series(True, index=rows.index)
+        done.update(k for k, h, ok in zip(zip(rows.prompt_id, rows.sample_idx.astype(int)), sha, good)
+                    if ok and (not isinstance(h, str) or hashes.get(k, h) == h))
+    return done
+
+
+def _generations(store: RunStore, paths: list[Path]) -> tuple[dict[tuple[str, int], str],
+                                                               dict[tuple[str, int], tuple[int, int, str | None]]]:
+    """The run's stories read a shard at a time (their texts hashed, not kept): each key's ``text_sha1`` and where
+    its row is, as (shard number in ``paths``, row, None; for a failed generation its error, "" where it gave
+    none). Each key's row is the one ``RunStore.read_stage`` reads: the first written, except that a good row beats
+    a failed one."""
+    hashes: dict[tuple[str, int], str] = {}
+    at: dict[tuple[str, int], tuple[int, int, str | None]] = {}
+    names: dict[str, str] = {}  # one string per prompt id, not one per row
+    for s, df in enumerate(store.read_shards(GENERATIONS, [*KEY, "text_clean", STATUS, "error"], paths)):
+        failed = df[STATUS].eq(ERROR) if STATUS in df.columns else pd.Series(False, index=df.index)
+        errors = df["error"] if "error" in df.columns else pd.Series(None, index=df.index, dtype=object)
+        for r, (pid, idx, text, bad, error) in enumerate(zip(df.prompt_id, df.sample_idx, df.text_clean, failed,
+                                                             errors)):
+            key = (names.setdefault(pid, pid), int(idx))
+            held = at.get(key)
+            if held is None or (held[2] is not None and not bad):
+                at[key] = (s, r, (error if isinstance(error, str) else "") if bad else None)
+                hashes[key] = text_sha1(text)
+    return hashes, at
 
 
 def encoder_dir(cfg: RunConfig) -> Path:
@@ -325,26 +351,31 @@ def label_run(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int] = (0, 1
     from harness.suites import get_suite
 
     i, n = shard
-    if not store.shard_paths(GENERATIONS):
+    paths = store.shard_paths(GENERATIONS)
+    if not paths:
         raise DataError(f"{store.stage_dir(GENERATIONS)}: no generated stories to label; run the generate stage "
                         f"first (harness run CONFIG --stages generate)")
-    gens = store.read_stage(GENERATIONS, columns=["prompt_id", "sample_idx", "text_clean", STATUS, "error"])
-    hashes = {k: text_sha1(t) for k, t in zip(zip(gens.prompt_id, gens.sample_idx.astype(int)), gens.text_clean)}
+    hashes, stories_at = _generations(store, paths)
     done = labelled_keys(store, hashes)
     check_label_settings(store, cfg, len(done))
     prompts = get_suite(cfg.suite, cfg.wording).by_id()
-    failed_gen = gens[STATUS].eq(ERROR).tolist() if STATUS in gens.columns else [False] * len(gens)
-    todo, unretried, done_here, first = [], 0, 0, None
-    for pid, idx, text, bad, error in zip(gens.prompt_id, gens.sample_idx, gens.text_clean, failed_gen, gens["error"]):
-        if not (n == 1 or shard_of(pid, int(idx), n) == i):
+    todo_at: dict[int, list[int]] = defaultdict(list)  # shard number -> rows of it to label
+    todo, unretried, done_here, first, pids = 0, 0, 0, None, set()
+    for key, (s, r, error) in stories_at.items():
+        if not (n == 1 or shard_of(key[0], key[1], n) == i):
             continue
-        if (pid, int(idx)) in done:
+        if key in done:
             done_here += 1
-        elif bad:
+        elif error is not None:
             unretried += 1
-            first = first or error
+            if error and (first is None or key < first[0]):  # the first reason in the stories' order
+                first = (key, error)
         else:
-            todo.append((pid, int(idx), text))
+            todo_at[s].append(r)
+            pids.add(key[0])
+            todo += 1
+    del stories_at
+    first = first and first[1]
     if not todo and not done_here and unretried:  # this job's stories: another shard's labels are not its
         whose = f"every one of its {unretried} generations" if n == 1 else \
             f"every one of the {unretried} generations of shard {i}/{n}"
@@ -353,7 +384,7 @@ def label_run(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int] = (0, 1
                            f"and rerun, which generates them again")
     if not todo:
         return 0, len(done), 0, unretried
-    unknown = sorted({pid for pid, _, _ in todo} - set(prompts))
+    unknown = sorted(pids - set(prompts))
     if unknown:  # before the labeller loads and the claim records it (a KeyError, with a traceback, after both)
         suite = get_suite(cfg.suite, cfg.wording)
         raise DataError(f"{store.stage_dir(GENERATIONS)}: stories of prompt id(s) {', '.join(unknown[:5])}, which "
@@ -374,15 +405,22 @@ def label_run(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int] = (0, 1
 
     try:
         with store.writing(LABELS, claim, shard=shard):
-            stories = [
-                StoryInput(f"{pid}#{idx}", text or "", tuple(RoleSpec(r.key, r.description) for r in prompts[pid].roles))
-                for pid, idx, text in todo
-            ]
+            order: deque[tuple[str, int]] = deque()  # the keys of the stories handed to the labeller, in order
+
+            def stories() -> Iterator[StoryInput]:  # a shard's texts at a time: memory does not grow with the run
+                for s, df in zip(sorted(todo_at), store.read_shards(GENERATIONS, [*KEY, "text_clean"],
+                                                                    [paths[s] for s in sorted(todo_at)])):
+                    for pid, idx, text in df.iloc[sorted(todo_at[s])][[*KEY, "text_clean"]].itertuples(index=False):
+                        order.append((pid, int(idx)))
+                        yield StoryInput(f"{pid}#{idx}", text if isinstance(text, str) else "",
+                                         tuple(RoleSpec(r.key, r.description) for r in prompts[pid].roles))
+
             rows: list[dict[str, Any]] = []
             desc = {(pid, r.key): r.description for pid, p in prompts.items() for r in p.roles}
             try:
-                for (pid, idx, _), labels in zip(todo, labeller.iter_label(stories, batch_size=cfg.label.batch_size,
-                                                                           progress=progress)):
+                for labels in labeller.iter_label(stories(), batch_size=cfg.label.batch_size, progress=progress,
+                                                  total=todo):
+                    pid, idx = order.popleft()
                     if down := [c.status for c in labels.characters if c.status.startswith(BACKEND_FAILURE)]:
                         outage.append(down[0])
                     for c in labels.characters:  # whole stories only: a shard never holds half of one
@@ -408,7 +446,7 @@ def label_run(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int] = (0, 1
         labeller.close()
     if outage:  # as generate's: exit 4, so a job array's scheduler or a script sees the shard as not done, and
         # `harness run` goes no further than the stories that were labelled (they would count as unnamed)
-        raise BackendError(f"{store.stage_dir(LABELS)}: the labelling of {len(outage)} of {len(todo)} stories failed "
+        raise BackendError(f"{store.stage_dir(LABELS)}: the labelling of {len(outage)} of {todo} stories failed "
                            f"in the LLM backend (the first: {one_line(outage[0])}); the labels that came are on disk: "
                            f"fix the cause and rerun the same command, which labels only those stories again")
-    return len(todo), len(labelled_keys(store, hashes)), failed, unretried
+    return todo, len(labelled_keys(store, hashes)), failed, unretried
