@@ -22,6 +22,7 @@ import json
 import os
 import tempfile
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime, timezone
@@ -200,6 +201,34 @@ def _unreadable(path: Path, e: Exception) -> DataError:
     return DataError(f"{path}: unreadable shard ({e}); delete it and rerun to regenerate its rows")
 
 
+#: The stage lock files this process holds open (``RunStore.writing``). A child forked meanwhile (vLLM's engine
+#: workers fork by default) closes its copies at once: a flock belongs to the open file, so a copy held by an engine
+#: process that outlives its job kept the job's shard locked, and a requeued task was refused while it lived.
+_held_locks: set[Any] = set()
+
+
+def _close_held_locks() -> None:
+    for f in list(_held_locks):
+        with contextlib.suppress(OSError):
+            f.close()
+    _held_locks.clear()
+
+
+os.register_at_fork(after_in_child=_close_held_locks)
+
+
+@contextlib.contextmanager
+def _lock_file(path: Path) -> Iterator[Any]:
+    """``path`` open for a lock (read and append: a shared flock on NFS needs the file open for reading) and in
+    ``_held_locks`` until it closes."""
+    with open(path, "a+") as f:
+        _held_locks.add(f)
+        try:
+            yield f
+        finally:
+            _held_locks.discard(f)
+
+
 def _shares_work(a: tuple[int, int], b: tuple[int, int]) -> bool:
     """Whether two jobs' shards (i, n) hold stories in common: the same shard, one of them every story (n = 1), or
     shards of two counts (``shard_of`` spreads a count's shards over every other's)."""
@@ -215,7 +244,7 @@ def _held_share(d: Path, shard: tuple[int, int]) -> tuple[int, int] | None:
         other = (int(tag[0]), int(tag[1]))
         if not _shares_work(shard, other):
             continue
-        with open(path, "a") as probe:  # taken, it is released on closing; shared, so two probes never clash
+        with open(path, "a+") as probe:  # taken, it is released on closing; shared, so two probes never clash
             try:
                 fcntl.flock(probe, fcntl.LOCK_SH | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -232,18 +261,33 @@ def _share_taken(d: Path, shard: tuple[int, int], other: tuple[int, int]) -> Dat
                      f"let it finish, or give each job of an array its own --shard i/N of one N")
 
 
-def _claim_shard(d: Path, shard: tuple[int, int], alone: bool) -> Any:
-    """The open lock file of ``shard`` in stage folder ``d``, held exclusively (``RunStore.writing``; called under the
-    manifest's lock, where every job takes its own, so no two jobs both find the other's free). Beside another writer,
-    a running job's lock whose shard overlaps this one stops the job (``_held_share``)."""
+def _claim_shard(d: Path, shard: tuple[int, int], alone: bool) -> contextlib.AbstractContextManager:
+    """The lock of ``shard`` in stage folder ``d``, held exclusively while the context is open (``RunStore.writing``;
+    called under the manifest's lock, where every job takes its own, so no two jobs both find the other's free).
+    Beside another writer, a running job's lock whose shard overlaps this one stops the job (``_held_share``)."""
     if not alone and (other := _held_share(d, shard)) is not None:
         raise _share_taken(d, shard, other)
-    f = open(d / f".shard-{shard[0]}of{shard[1]}.lock", "a")  # noqa: SIM115 - held while the job writes the stage
-    try:  # no job holds it (it overlaps itself): a wait is for another job's probe, a moment
-        fcntl.flock(f, fcntl.LOCK_EX)
-    except OSError:  # a file system without flock
-        pass
-    return f
+    return _holding(d / f".shard-{shard[0]}of{shard[1]}.lock", d, shard)
+
+
+@contextlib.contextmanager
+def _holding(path: Path, d: Path, shard: tuple[int, int], wait: float = 2.0) -> Iterator[None]:
+    """``path`` locked exclusively. No job holds it (it overlaps itself), so it is free or held for a moment by
+    another job's probe (``check_share``); it is tried for ``wait`` seconds, never waited for: this runs under the
+    manifest's lock, which every other job's update waits for."""
+    with _lock_file(path) as f:
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:  # a job that checked nothing (a file system that fails the probe)
+                    raise _share_taken(d, shard, shard) from None
+                time.sleep(0.01)
+            except OSError:  # a file system without flock
+                break
+        yield
 
 
 class RunStore:
@@ -359,7 +403,7 @@ class RunStore:
         d = self.stage_dir(stage)
         run_folder(d)
         # the shard's lock is released first, on leaving (a job alone at the writers' lock holds no shard's)
-        with open(d / ".writers.lock", "a") as lock, contextlib.ExitStack() as share:
+        with _lock_file(d / ".writers.lock") as lock, contextlib.ExitStack() as share:
             with self.edit_manifest() as manifest:
                 try:  # every other job's test waits for the manifest's lock, so two jobs never both find they are alone
                     fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -419,14 +463,20 @@ class RunStore:
                 done.update(zip(*cols))
         return done
 
-    def read_shards(self, stage: str, columns: Sequence[str], paths: Sequence[Path] | None = None):
+    def read_shards(self, stage: str, columns: Sequence[str], paths: Sequence[Path] | None = None,
+                    required: Sequence[str] = KEY):
         """Each shard of ``stage`` (``paths``: these, in this order; default every one, as ``shard_paths`` lists them)
         as a DataFrame of those of ``columns`` it holds, one at a time and not deduplicated, so a stage of any size is
-        read with one shard in memory (``read_stage`` reads them whole, one row per key)."""
+        read with one shard in memory (``read_stage`` reads them whole, one row per key). A shard without one of
+        ``required`` is unreadable."""
         for p in self.shard_paths(stage) if paths is None else paths:
             try:
                 names = pq.read_schema(p).names
+                if missing := [c for c in required if c not in names]:
+                    raise pa.ArrowInvalid(f"no column {', '.join(missing)}")
                 table = pq.read_table(p, columns=[c for c in columns if c in names])
+            except FileNotFoundError:
+                raise DataError(f"{p}: deleted while it was read (by another job?); rerun") from None
             except (pa.ArrowInvalid, OSError) as e:
                 raise _unreadable(p, e) from None
             yield table.to_pandas()

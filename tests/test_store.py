@@ -171,6 +171,113 @@ def test_the_label_stage_reads_the_stories_a_shard_at_a_time_and_labels_the_rows
     assert L.label_run(c, store, progress=False)[:2] == (0, 13)  # resumed: nothing left
 
 
+def test_a_generations_shard_changed_or_lacking_a_column_between_the_label_stages_two_reads(tmp_path, monkeypatch):
+    """The label stage reads the generations twice (hashes, then texts). A shard without a text column was a
+    traceback; one written over between the reads had its new rows labelled and stamped with the old rows' text hash
+    (taken for labels of the current text), and one deleted meanwhile was called unreadable, "delete it". Now: one
+    line naming the shard, the labels made before it kept, and rows stamped with the text they were made from."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    import harness.audit.labels as L
+
+    from harness.labelling.base import Labeller
+
+    c = cfg(tmp_path, label={"labeller": "rules", "shard_rows": 1, "batch_size": 1})
+    monkeypatch.setattr(Labeller, "window_batches", 1)  # a story read is a story labelled
+    generate_run(c, backend=EchoBackend(), progress=False)
+    store = RunStore(c.output_dir)
+    paths = store.shard_paths(GENERATIONS)
+    real_read_shards, reads = RunStore.read_shards, []
+
+    def then(change):
+        def read_shards(self, stage, columns, paths=None, required=("prompt_id", "sample_idx")):
+            if stage == GENERATIONS:
+                reads.append(stage)
+                if len(reads) == 2:  # the second read, of the texts: the shard changes first
+                    change(paths[-1])
+            yield from real_read_shards(self, stage, columns, paths, required)
+        return read_shards
+
+    def reversed_rows(path):
+        pq.write_table(pa.Table.from_pandas(pq.read_table(path).to_pandas().iloc[::-1], preserve_index=False), path)
+
+    monkeypatch.setattr(RunStore, "read_shards", then(reversed_rows))
+    with pytest.raises(DataError, match=r"^\S+\.parquet: changed while the label stage read it; rerun, which labels "
+                                        r"what is left$"):
+        L.label_run(c, store, progress=False)
+    kept = len(L.labelled_keys(store, _hashes(store)))
+    assert 0 < kept < 12  # the shards before it were labelled and kept
+
+    def new_texts(path):
+        t = pq.read_table(path).to_pandas()
+        pq.write_table(pa.Table.from_pandas(t.assign(text_clean=t.text_clean + " (written over)"),
+                                            preserve_index=False), path)
+
+    reads.clear()
+    monkeypatch.setattr(RunStore, "read_shards", then(new_texts))
+    labelled, total = L.label_run(c, store, progress=False)[:2]
+    # not counted as labels of the texts the first read hashed; they are of the texts now in the file
+    assert labelled == 12 - kept and total == 12 - len(pq.read_table(paths[-1]))
+    monkeypatch.setattr(RunStore, "read_shards", real_read_shards)
+    assert L.label_run(c, store, progress=False)[:2] == (0, 12)
+    rows = store.read_stage(L.LABELS, key=("prompt_id", "sample_idx", "role"))
+    assert set(rows[L.TEXT_SHA1]) == set(_hashes(store).values())
+
+    lacking = store.stage_dir(GENERATIONS) / "gen-0of1-zzzz.parquet"
+    pq.write_table(pq.read_table(paths[0]).drop(["text_clean"]), lacking)
+    with pytest.raises(DataError, match=rf"^{lacking}: unreadable shard \(no column text_clean\); delete it"):
+        L.label_run(c, store, progress=False)
+    lacking.unlink()
+    reads.clear()
+    monkeypatch.setattr(RunStore, "read_shards", then(lambda path: path.unlink()))
+    generate_run(c.model_copy(update={"samples_per_prompt": 5}), backend=EchoBackend(), progress=False)
+    with pytest.raises(DataError, match=r"^\S+\.parquet: deleted while it was read \(by another job\?\); rerun$"):
+        L.label_run(c.model_copy(update={"samples_per_prompt": 5}), store, progress=False)
+
+
+def test_a_process_forked_inside_a_job_does_not_keep_its_shard_after_it_ends(tmp_path):
+    """A flock belongs to the open file, and a child forked while a job writes (vLLM's engine workers fork) holds a
+    copy: an engine process outliving its job kept the job's shard, and a requeued task was refused while it lived.
+    A forked child closes its copies of the stage locks."""
+    import multiprocessing as mp
+
+    store = RunStore(tmp_path / "run")
+    with store.writing(GENERATIONS, shard=(0, 1)):
+        child = mp.get_context("fork").Process(target=time.sleep, args=(30,), daemon=True)
+        child.start()
+        with pytest.raises(DataError, match="another job is writing every story"):
+            store.check_share(GENERATIONS, (0, 1))
+    try:
+        assert child.is_alive()
+        store.check_share(GENERATIONS, (0, 1))  # free, though the child lives
+        with store.writing(GENERATIONS, shard=(0, 1)):
+            pass
+    finally:
+        child.terminate()
+        child.join(10)
+
+
+def test_a_shard_lock_the_probe_could_not_see_is_refused_after_a_moment_not_waited_for(tmp_path, monkeypatch):
+    """Where the probe of the running jobs' locks fails (a file system that refuses it), taking the job's own lock
+    waited for the running job to end, hours, under the run's lock that every other job's update needs. It is tried
+    for a moment (a probe holds it only that long), then the job stops."""
+    import harness.store as S
+
+    store = RunStore(tmp_path / "run")
+    monkeypatch.setattr(S, "_held_share", lambda d, shard: None)
+    with store.writing(GENERATIONS, shard=(1, 2)):
+        t0 = time.monotonic()
+        with pytest.raises(DataError, match=r"another job is writing shard 1/2 of this stage now \(this job's shard "
+                                            r"1/2 would do its stories again\)"):
+            with store.writing(GENERATIONS, shard=(1, 2)):
+                pass
+        assert time.monotonic() - t0 < 30
+        store.update_manifest(rows=1)  # the run's lock is free again
+        with store.writing(GENERATIONS, shard=(0, 2)):  # another shard goes on
+            pass
+
+
 def test_the_label_stage_labels_retried_generations_and_resumes(tmp_path, monkeypatch):
     """A failed generation (no story) is not labelled but counted; once generate has retried it, the label
     stage labels it. A killed label stage keeps its committed shards and a rerun labels only the rest."""

@@ -85,7 +85,8 @@ def _generations(store: RunStore, paths: list[Path]) -> tuple[dict[tuple[str, in
     hashes: dict[tuple[str, int], str] = {}
     at: dict[tuple[str, int], tuple[int, int, str | None]] = {}
     names: dict[str, str] = {}  # one string per prompt id, not one per row
-    for s, df in enumerate(store.read_shards(GENERATIONS, [*KEY, "text_clean", STATUS, "error"], paths)):
+    for s, df in enumerate(store.read_shards(GENERATIONS, [*KEY, "text_clean", STATUS, "error"], paths,
+                                             required=[*KEY, "text_clean"])):
         failed = df[STATUS].eq(ERROR) if STATUS in df.columns else pd.Series(False, index=df.index)
         errors = df["error"] if "error" in df.columns else pd.Series(None, index=df.index, dtype=object)
         for r, (pid, idx, text, bad, error) in enumerate(zip(df.prompt_id, df.sample_idx, df.text_clean, failed,
@@ -359,7 +360,7 @@ def label_run(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int] = (0, 1
     done = labelled_keys(store, hashes)
     check_label_settings(store, cfg, len(done))
     prompts = get_suite(cfg.suite, cfg.wording).by_id()
-    todo_at: dict[int, list[int]] = defaultdict(list)  # shard number -> rows of it to label
+    todo_at: dict[int, list[tuple[int, tuple[str, int]]]] = defaultdict(list)  # shard -> (row, key) to label
     todo, unretried, done_here, first, pids = 0, 0, 0, None, set()
     for key, (s, r, error) in stories_at.items():
         if not (n == 1 or shard_of(key[0], key[1], n) == i):
@@ -371,7 +372,7 @@ def label_run(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int] = (0, 1
             if error and (first is None or key < first[0]):  # the first reason in the stories' order
                 first = (key, error)
         else:
-            todo_at[s].append(r)
+            todo_at[s].append((r, key))
             pids.add(key[0])
             todo += 1
     del stories_at
@@ -405,14 +406,21 @@ def label_run(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int] = (0, 1
 
     try:
         with store.writing(LABELS, claim, shard=shard):
-            order: deque[tuple[str, int]] = deque()  # the keys of the stories handed to the labeller, in order
+            # the key and text hash of each story handed to the labeller, in order
+            order: deque[tuple[str, int, str]] = deque()
 
             def stories() -> Iterator[StoryInput]:  # a shard's texts at a time: memory does not grow with the run
-                for s, df in zip(sorted(todo_at), store.read_shards(GENERATIONS, [*KEY, "text_clean"],
-                                                                    [paths[s] for s in sorted(todo_at)])):
-                    for pid, idx, text in df.iloc[sorted(todo_at[s])][[*KEY, "text_clean"]].itertuples(index=False):
-                        order.append((pid, int(idx)))
-                        yield StoryInput(f"{pid}#{idx}", text if isinstance(text, str) else "",
+                shards = sorted(todo_at)
+                for s, df in zip(shards, store.read_shards(GENERATIONS, [*KEY, "text_clean"], [paths[s] for s in shards],
+                                                           required=[*KEY, "text_clean"])):
+                    for row, key in sorted(todo_at[s]):
+                        pid, idx, text = (df[c].iat[row] if row < len(df) else None for c in (*KEY, "text_clean"))
+                        if (pid, idx) != key:  # not the story the first pass read there
+                            raise DataError(f"{paths[s]}: changed while the label stage read it; rerun, which labels "
+                                            f"what is left")
+                        text = text if isinstance(text, str) else ""
+                        order.append((pid, int(idx), text_sha1(text)))  # the rows say which text they were made from
+                        yield StoryInput(f"{pid}#{idx}", text,
                                          tuple(RoleSpec(r.key, r.description) for r in prompts[pid].roles))
 
             rows: list[dict[str, Any]] = []
@@ -420,7 +428,7 @@ def label_run(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int] = (0, 1
             try:
                 for labels in labeller.iter_label(stories(), batch_size=cfg.label.batch_size, progress=progress,
                                                   total=todo):
-                    pid, idx = order.popleft()
+                    pid, idx, sha = order.popleft()
                     if down := [c.status for c in labels.characters if c.status.startswith(BACKEND_FAILURE)]:
                         outage.append(down[0])
                     for c in labels.characters:  # whole stories only: a shard never holds half of one
@@ -430,7 +438,7 @@ def label_run(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int] = (0, 1
                             "role_description": desc[(pid, c.role)], "name": c.name,
                             "references": list(c.references), "status": c.status, "labeller": labeller.name,
                             STATUS: ERROR if c.status.startswith(BACKEND_FAILURE) else "ok",
-                            TEXT_SHA1: hashes[(pid, idx)],
+                            TEXT_SHA1: sha,
                         })
                     if len(rows) >= cfg.label.shard_rows:
                         store.write_shard(LABELS, rows, f"labels-{i}of{n}", LABEL_SCHEMA)
