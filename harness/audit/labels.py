@@ -4,7 +4,7 @@ Rows: prompt_id, sample_idx, role ("subject"/"object"), role_description, name, 
 status ("ok" or why the character could not be labelled), labeller, finish_reason, text_sha1. Stories are labelled in
 chunks and each chunk is committed as a Parquet shard, so a killed stage resumes where it
 stopped. The generations are read a shard at a time, twice: once for each story's text hash and row, once for the
-texts to label, handed to the labeller as a stream; so the stage holds no run's texts whole, only 0.4-0.8 KB a
+texts to label, handed to the labeller as a stream; so the stage holds no run's texts whole, under 1 KB a
 story for resuming (``benchmarks/label_stage_memory.py``). A story the labeller cannot handle keeps its rows, with the reason in ``status``.
 A failed generation (``finish_reason`` "error": no story was written) is not labelled: the
 stage counts it, and once a rerun of generate has retried it, the next label stage labels it.
