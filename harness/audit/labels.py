@@ -5,7 +5,8 @@ status ("ok" or why the character could not be labelled), labeller, finish_reaso
 chunks and each chunk is committed as a Parquet shard, so a killed stage resumes where it
 stopped. The generations are read a shard at a time, twice: once for each story's text hash and row, once for the
 texts to label, handed to the labeller as a stream; so the stage holds no run's texts whole, under 1 KB a
-story for resuming (``benchmarks/label_stage_memory.py``). A story the labeller cannot handle keeps its rows, with the reason in ``status``.
+story for resuming (``benchmarks/label_stage_memory.py``). A story the labeller cannot handle keeps its rows,
+with the reason in ``status``.
 A failed generation (``finish_reason`` "error": no story was written) is not labelled: the
 stage counts it, and once a rerun of generate has retried it, the next label stage labels it.
 Likewise a story whose labelling failed in the LLM labeller's backend (a server down) keeps its
@@ -411,8 +412,9 @@ def label_run(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int] = (0, 1
 
             def stories() -> Iterator[StoryInput]:  # a shard's texts at a time: memory does not grow with the run
                 shards = sorted(todo_at)
-                for s, df in zip(shards, store.read_shards(GENERATIONS, [*KEY, "text_clean"], [paths[s] for s in shards],
-                                                           required=[*KEY, "text_clean"])):
+                texts = store.read_shards(GENERATIONS, [*KEY, "text_clean"], [paths[s] for s in shards],
+                                          required=[*KEY, "text_clean"])
+                for s, df in zip(shards, texts):
                     for row, key in sorted(todo_at[s]):
                         pid, idx, text = (df[c].iat[row] if row < len(df) else None for c in (*KEY, "text_clean"))
                         if (pid, idx) != key:  # not the story the first pass read there
