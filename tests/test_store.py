@@ -236,6 +236,37 @@ def test_a_generations_shard_changed_or_lacking_a_column_between_the_label_stage
         L.label_run(c.model_copy(update={"samples_per_prompt": 5}), store, progress=False)
 
 
+def _sleep_once_started(started, seconds: float) -> None:
+    started.set()
+    time.sleep(seconds)
+
+
+def test_a_process_forked_inside_a_job_does_not_keep_its_shard_after_it_ends(tmp_path):
+    """A flock belongs to the open file, and a child forked while a job writes (vLLM's engine workers fork) holds a
+    copy: an engine process outliving its job kept the job's shard, and a requeued task was refused while it lived.
+    A forked child closes its copies of the stage locks. The check waits for the child to run (its at-fork handlers
+    run before its target): checked before, on a loaded machine, the child had not yet closed its copy."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    started = ctx.Event()
+    store = RunStore(tmp_path / "run")
+    with store.writing(GENERATIONS, shard=(0, 1)):
+        child = ctx.Process(target=_sleep_once_started, args=(started, 30), daemon=True)
+        child.start()
+        assert started.wait(30)
+        with pytest.raises(DataError, match="another job is writing every story"):
+            store.check_share(GENERATIONS, (0, 1))
+    try:
+        assert child.is_alive()
+        store.check_share(GENERATIONS, (0, 1))  # free, though the child lives
+        with store.writing(GENERATIONS, shard=(0, 1)):
+            pass
+    finally:
+        child.terminate()
+        child.join(10)
+
+
 def test_a_shard_lock_the_probe_could_not_see_is_refused_after_a_moment_not_waited_for(tmp_path, monkeypatch):
     """Where the probe of the running jobs' locks fails (a file system that refuses it), taking the job's own lock
     waited for the running job to end, hours, under the run's lock that every other job's update needs. It is tried
