@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from harness.identity.gender import epicene_spans, infer_gender
+from harness.identity.gender import epicene_spans, explain_gender, infer_gender
 from harness.identity.names import name_lists, without_role_title
 from harness.labelling import role_agent, role_apposition
 from harness.labelling.base import (ABBREVIATED_TITLES, NAME_TITLES, QUOTES, CharacterLabel, StoryInput, StoryLabels,
@@ -36,13 +36,14 @@ if TYPE_CHECKING:
 
 #: The version of the decoding (the encoder labeller's info carries it): a release that decodes a story's
 #: scores into other labels bumps it, so a run's labels of two versions are not mixed.
-DECODER_VERSION = "6"  # 2: a name never runs across a line break; 3: words compared composed (NFC), a title
+DECODER_VERSION = "7"  # 2: a name never runs across a line break; 3: words compared composed (NFC), a title
 # joins a name only on its line and abbreviated across a point, particles only after a name word or a title, the checks
 # read completed names; 4: a quotation left open ends with its line, an inch mark opens none, the action check's
 # object control, things not done, third parties, claims that are none, a name's word only capitalised, and closed
 # appositions; 5: titles of two genders name two characters, a title alone names a role last, "al-Rashid" and
 # "St. James" in a name, a noun or title keeps a gender-nonconforming name's words, a modal opening a question
-# completes no name; 6: a hyphen after an apostrophe's name part ("O'Neil-Smith") stays in the name
+# completes no name; 6: a hyphen after an apostrophe's name part ("O'Neil-Smith") stays in the name; 7: a list that
+# still mixes genders is cut by the words the other character shares (``keep_the_unshared_gender``)
 #: How a word type's occurrences are pooled into one score per role (``WordDecoder.reference_pool``).
 REFERENCE_POOLS = ("mean", "max")
 #: Pronoun families: a character's pronouns agree, so decoding keeps one family per character.
@@ -255,11 +256,13 @@ class WordDecoder:
     def _final_labels(self, story: StoryInput, e: _Encoded, chars: tuple[CharacterLabel, ...]
                       ) -> tuple[CharacterLabel, ...]:
         """The names as written for their final roles, then, with a name table, a reference list that
-        mixes genders cut to its final first name's gender (``name_gender.keep_the_names_gender``)."""
+        mixes genders cut to its final first name's gender (``name_gender.keep_the_names_gender``), and, with
+        ``pronoun_agreement``, one that still mixes them cut to the words the other character does not share
+        (``keep_the_unshared_gender``)."""
         chars = self._final_names(story, e, chars)
         if self.name_table is not None:
             chars = keep_the_names_gender(chars, story.roles, self.name_table, self.name_strength)
-        return chars
+        return keep_the_unshared_gender(chars) if self.pronoun_agreement else chars
 
     def _final_names(self, story: StoryInput, e: _Encoded, chars: tuple[CharacterLabel, ...]
                      ) -> tuple[CharacterLabel, ...]:
@@ -445,6 +448,47 @@ def _with_nickname(run: list[int], words: Sequence[tuple[str, int, int]], keys: 
         if j is not None and name_word(j + 1):
             run = [*run, *range(i, j + 2)]
     return run
+
+
+_GENDERS = ("Female", "Male", "Non-binary")
+
+
+def keep_the_unshared_gender(characters: tuple[CharacterLabel, ...]) -> tuple[CharacterLabel, ...]:
+    """``characters`` with a reference list that mixes genders (Unsure) cut by the words it shares with the
+    other character: where dropping the shared words of one gender, and only of one, leaves the list one gender,
+    those words are the other character's ("Ms. Patterson" holding "his", "He" beside "the boy" who holds them
+    too: Female). A list that mixes genders is nearly always wrong (hand-labelled lists almost never do: see
+    ``name_gender.keep_the_names_gender``, which cuts one by a strongly gendered first name first), and Unsure
+    is never a right gender, so the cut only turns a miss into a gender. Two lists that share words of both
+    genders ("Mr", "She" in each) tell nothing and stay; so do lists that share none ("Ms. Alvarez" with "he",
+    "him": a third person's title, or the pronouns of an unlabelled one). Each list is read against the other
+    as the tagger left it, so it follows the other character's list where that is wrong. With the shipped encoder
+    it changed 4 characters of the seven held-out files, each from Unsure to its gold gender, none of the training
+    files or train150, and no gold list of the project's files; on dev, 1 character, from Unsure to a wrong gender
+    in a story whose other character the tagger had already given the wrong one (``benchmarks/RESULTS.md``,
+    section ``labelling-layers``, session 61)."""
+    if len(characters) != 2:
+        return characters
+    lexicon = default_lexicon()
+
+    def categories(word: str) -> frozenset[str]:
+        return frozenset(cat for cat, _ in explain_gender([word], lexicon=lexicon).matches)
+
+    out = list(characters)
+    for x, (c, other) in enumerate(((characters[0], characters[1]), (characters[1], characters[0]))):
+        mixed = explain_gender(list(c.references), lexicon=lexicon)
+        if mixed.gender != "Unsure":
+            continue
+        theirs = {w.lower().rstrip(".") for w in other.references}
+        cuts = []
+        for cat in sorted({cat for cat, _ in mixed.matches}):
+            shared = {w for w in c.references if w.lower().rstrip(".") in theirs and categories(w) == {cat}}
+            kept = tuple(w for w in c.references if w not in shared)
+            if shared and infer_gender(list(kept), lexicon=lexicon) in _GENDERS:
+                cuts.append(kept)
+        if len(cuts) == 1:
+            out[x] = replace(c, references=cuts[0])
+    return tuple(out)
 
 
 def _exchanged(chars: tuple[CharacterLabel, CharacterLabel]) -> tuple[CharacterLabel, CharacterLabel]:

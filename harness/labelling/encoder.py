@@ -591,7 +591,9 @@ class EncoderLabeller(Labeller):
         threads: torch CPU threads (default: leave torch's setting).
         pronoun_agreement: keep only the best-scoring pronoun family (he/him/his, she/her/hers,
             they/them/their, each neopronoun set) among a character's references, since one
-            character's pronouns agree; other references (nouns, titles) are kept as tagged.
+            character's pronouns agree; other references (nouns, titles) are kept as tagged, unless the
+            list still mixes genders at the end, where the words of one gender that the other character
+            shares are left to it (``decoder.keep_the_unshared_gender``).
         workers: on a GPU, processes that tokenise and decode while the model runs (default: one per
             spare CPU up to 15). On CPU, processes that each run the whole labeller with one
             torch thread on their share of the batches, for inputs of at least ``CPU_WORKER_MIN``

@@ -8,7 +8,7 @@ import pytest
 
 from harness.errors import DataError
 from harness.labelling.base import CharacterLabel, RoleSpec, StoryInput
-from harness.labelling.decoder import WordDecoder
+from harness.labelling.decoder import WordDecoder, keep_the_unshared_gender
 from harness.labelling.name_gender import (check_pronoun_sets, female_share, female_shares, keep_the_names_gender,
                                           names_agree)
 
@@ -291,3 +291,42 @@ def test_the_decoder_cuts_a_mixed_list_last(table, tagged):
     checked = WordDecoder(0.5, True, 384, table).decode(story, enc, p)
     assert [(c.name, c.references) for c in plain.characters] == [("Sarah", ("brother", "She")), ("John", ("he",))]
     assert [(c.name, c.references) for c in checked.characters] == [("Sarah", ("She",)), ("John", ("he",))]
+
+
+@pytest.mark.parametrize("a_refs, b_refs, want", [
+    # the words of one gender that the other character holds too are its own: "Ms. Patterson" beside "the boy"
+    (["Ms", "his", "He"], ["boy", "his", "He"], [("Ms",), ("boy", "his", "He")]),
+    (["boy", "his", "He"], ["Ms", "his", "He"], [("boy", "his", "He"), ("Ms",)]),
+    (["woman", "Mr"], ["woman", "her", "She"], [("Mr",), ("woman", "her", "She")]),
+    # a title matches with or without its point, and in any case; the other list may mix genders itself
+    (["Mr.", "She"], ["mother", "she", "her", "husband"], [("Mr.",), ("mother", "she", "her", "husband")]),
+    (["he"], ["she", "He"], [("he",), ("she",)]),
+    (["his", "He", "her"], ["his", "her"], [("his", "He"), ("his", "her")]),
+    # left alone: shared words of both genders ("Mr" and "She" in each), no shared word, or dropping either
+    # gender's shared words would leave one gender
+    (["Mr", "She", "her"], ["Mr.", "She", "her"], [("Mr", "She", "her"), ("Mr.", "She", "her")]),
+    (["Ms", "he", "him"], ["her", "she"], [("Ms", "he", "him"), ("her", "she")]),
+    (["she", "his"], ["his", "she"], [("she", "his"), ("his", "she")]),
+    # lists that agree are never touched, whatever the other holds
+    (["he", "his"], ["his", "she"], [("he", "his"), ("she",)]),
+])
+def test_a_mixed_list_loses_the_words_of_one_gender_it_shares_with_the_other_character(a_refs, b_refs, want):
+    assert refs(keep_the_unshared_gender(chars("A", a_refs, None, b_refs))) == want
+
+
+def test_a_mixed_list_of_a_story_of_one_character_is_left_as_it_is():
+    one = (CharacterLabel("subject", "Ms. Reed", ("Ms", "he")),)
+    assert keep_the_unshared_gender(one) == one
+
+
+def test_the_decoder_cuts_a_list_by_its_shared_words_without_a_name_table(tagged):
+    """The tagger gave "Ms. Patterson" the boy's "his" and "He" too: Unsure before, Female now."""
+    text = "Ms. Patterson saw the boy hide a can under his jacket. He froze."
+    enc, p = tagged(text, [("Patterson", 0), ("his", 1), ("He", 1), ("boy", 3), ("his", 3), ("He", 3)])
+    story = StoryInput("x", text, ROLES)
+    got = WordDecoder(0.5, True, 384, action_check=False).decode(story, enc, p)
+    assert [(c.name, c.references) for c in got.characters] == [("Ms. Patterson", ("Ms.",)),
+                                                                  (None, ("boy", "his", "He"))]
+    # without pronoun agreement a character's words are left as tagged
+    loose = WordDecoder(0.5, False, 384, action_check=False).decode(story, enc, p)
+    assert loose.characters[0].references == ("Ms.", "his", "He")
