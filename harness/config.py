@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -158,7 +158,7 @@ class LabelConfig(_Strict):
         default_factory=list,
         description="more labelled JSONL for the encoder's training on first use (e.g. laissez_faire_train150.jsonl)")
     train_epochs: int = Field(8, ge=1, description="epochs of the encoder's training on first use")
-    train_seeds: list[int] = Field(
+    train_seeds: list[Annotated[int, Field(ge=0, le=2**32 - 1)]] = Field(
         default_factory=lambda: [0], min_length=1,
         description="seeds of the encoder's training on first use; more than one trains a model per seed and saves "
                     "the mean of their weights (harness.labelling.training.train_soup): one model's cost to label, "

@@ -27,7 +27,6 @@ import hashlib
 import json
 from collections import defaultdict, deque
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -168,31 +167,6 @@ def check_llm(cfg: RunConfig) -> None:
         models.resolve(llm.backend, llm.path, llm.gguf_file, where="label.llm.path", prepare_missing=False)
 
 
-@contextmanager
-def _training_lock(model_dir: Path, echo) -> Iterator[None]:
-    """An exclusive lock beside ``model_dir`` while one job trains the encoder there on first use; a job that finds
-    it held says so and waits, then uses the model the other trained."""
-    import fcntl
-
-    from harness.store import make_folder
-
-    make_folder(model_dir.parent, "the encoder's folder")
-    try:
-        lock = open(model_dir.parent / f".{model_dir.name}.train.lock", "w")
-    except OSError:  # a folder this job may read but not write: no lock, as before locks (it trains alone)
-        yield
-        return
-    with lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            echo(f"[label] another job is training the encoder at {model_dir}; waiting for it")
-            fcntl.flock(lock, fcntl.LOCK_EX)
-        except OSError:  # a file system without flock (some network mounts): no lock, as before
-            pass
-        yield  # released when the file closes
-
-
 def make_labeller(cfg: RunConfig, *, echo=print):
     """The labeller the config names; the encoder is trained on first use from the project's own
     labelled stories when its directory holds no trained weights and ``encoder_dir`` allows it."""
@@ -202,7 +176,7 @@ def make_labeller(cfg: RunConfig, *, echo=print):
     kwargs: dict[str, Any] = {}
     if name == "encoder":
         from harness.labelling.data import builtin_training_files
-        from harness.labelling.training import train_soup
+        from harness.labelling.training import train_soup, training_lock
 
         path = encoder_dir(cfg)
         if not (path / "meta.json").is_file():
@@ -210,7 +184,10 @@ def make_labeller(cfg: RunConfig, *, echo=print):
             if missing:
                 raise ConfigError(f"label.train_extra: {missing[0]} not found; give a labelled JSONL file that exists "
                                   f"(paths are relative to the working directory)")
-            with _training_lock(path, echo):  # jobs of an array sharing the cache train it once, not each over the other
+            def waiting() -> None:
+                echo(f"[label] another job is training the encoder at {path}; waiting for it")
+
+            with training_lock(path, waiting):  # jobs of an array sharing the cache train it once, not each over the other
                 if not (path / "meta.json").is_file():
                     echo(f"[label] no trained encoder at {path}: training it on the project's labelled stories"
                          f"{' and ' + ', '.join(cfg.label.train_extra) if cfg.label.train_extra else ''} (minutes "

@@ -10,6 +10,8 @@ encoder per seed from one head start and saves the mean of their weights (``aver
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import inspect
 import json
@@ -19,12 +21,12 @@ import random
 import re
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.errors import ConfigError, DataError
+from harness.errors import BackendError, ConfigError, DataError
 from harness.labelling.base import NAME_TITLES
 from harness.labelling.bases import DEFAULT_BASE, base_encoder, base_model_path
 from harness.labelling.data import GoldStory, load_gold
@@ -48,7 +50,8 @@ def project_labels(words: Sequence[str], slot_names: dict[str, Any], slot_refs: 
     """Word-level targets (one row of 4 per word) from a gold name and reference list per role.
 
     Every occurrence of a reference (case-insensitive, as a word sequence) is marked; for names the
-    full name and each of its non-title words, matched case-sensitively after the first letter.
+    full name and each of its non-title words of two letters or more, each where the story writes it with a
+    capital ("Rose", not the verb "rose"; case is not compared after the first letter: "ROSE" is marked).
     """
     from harness.identity.names import select_name
 
@@ -62,6 +65,8 @@ def project_labels(words: Sequence[str], slot_names: dict[str, Any], slot_refs: 
         if name:
             toks = phrase_tokens(name)
             for start in find_all(alnum_low, toks):
+                if not starts_capitalised(words[alnum_idx[start]]):  # "she rose" for the name "Rose"
+                    continue
                 for k in range(len(toks)):
                     targets[alnum_idx[start + k]][2 * r] = 1.0
             for t in toks:
@@ -350,6 +355,7 @@ def _training_rows(files: Sequence[str | Path]) -> list[GoldStory]:
             if unlabelled:  # its targets would all be 0: taught that no word of the story refers to it
                 raise DataError(f"{where}: {unlabelled[0]} has no reference labels; give its `references` (an "
                                 f"empty list where the story has none) or drop the row")
+            words = [w for w, _, _ in split_words(gs.story.text)]
             for key, ch in gs.characters.items():
                 name = select_name(ch.name)  # its words: quotes around a nickname may be written otherwise
                 wanted = [("references", w) for w in ch.references or ()]
@@ -358,6 +364,7 @@ def _training_rows(files: Sequence[str | Path]) -> list[GoldStory]:
                     if not re.search(rf"(?<!\w){re.escape(w)}(?!\w)", gs.story.text, re.IGNORECASE):
                         raise DataError(f"{where}: {key} {field} hold {w!r}, which does not occur in the story; "
                                         f"correct the label or the text")
+                _check_taught(where, key, words, name, ch.references or ())
             try:
                 _owner_ranks(gs)  # one owner per occurrence, checked where the file is known
             except DataError as e:
@@ -366,6 +373,27 @@ def _training_rows(files: Sequence[str | Path]) -> list[GoldStory]:
     if not rows:
         raise DataError(f"no labelled stories in {', '.join(map(str, files))}")
     return rows
+
+
+def _check_taught(where: str, key: str, words: Sequence[str], name: str | None, references: Sequence[str]) -> None:
+    """A DataError where a label that occurs in the story would teach no word of it: ``project_labels`` reads the
+    story's words as the tagger splits them, so "Jean" of "Jean-Luc", "Mary Anne" for "Mary-Anne" or "self" of
+    "self-taught" mark nothing, and the word the story writes is taught as no one's."""
+    for ref in references:
+        if not any(project_labels(words, {}, {"subject": [ref]})[i][1] for i in range(len(words))):
+            raise DataError(f"{where}: {key} references hold {ref!r}, which the story writes only inside another "
+                            f"word (the tagger reads {_holding_word(words, ref)!r} as one word), so it would teach "
+                            f"nothing; label the word as the story writes it")
+    if name and not any(row[0] for row in project_labels(words, {"subject": name}, {})):
+        raise DataError(f"{where}: {key} name {name!r} is not written in the story as its own capitalised words "
+                        f"(the tagger reads {_holding_word(words, name)!r} as one word), so it would teach nothing; "
+                        f"write the name as the story does")
+
+
+def _holding_word(words: Sequence[str], phrase: str) -> str:
+    """The story's word that holds the first word of ``phrase`` (for the message of ``_check_taught``)."""
+    first = (phrase_tokens(phrase) or [fold_word(phrase)])[0]
+    return next((w for w in words if first in fold_word(w)), phrase)
 
 
 #: What a word is taught as (the targets ``_token_targets`` and the flip build from the labels): a release that
@@ -804,6 +832,46 @@ def average_encoders(members: Sequence[str | Path], out_dir: str | Path) -> Path
     return out
 
 
+def model_dir_for(out_dir: str | Path | None, base: str | None) -> Path:
+    """Where a training writes its model: ``out_dir``, else the cache's directory of the base's encoder
+    (``default_model_dir``: encoder-minilm, or encoder-<base>)."""
+    base = base or DEFAULT_BASE
+    return Path(out_dir) if out_dir else default_model_dir(DEFAULT_NAME if base == DEFAULT_BASE else f"encoder-{base}")
+
+
+@contextlib.contextmanager
+def training_lock(model_dir: Path, waiting: Callable[[], None] | None = None) -> Iterator[None]:
+    """An exclusive lock beside ``model_dir`` (``<parent>/.<name>.train.lock``) while one training writes a model
+    there. Two trainings into one directory wrote over each other's model and removed each other's checkpoint and
+    half-written save, each saying it had saved its model. ``waiting`` None: a lock held by another training is
+    refused at once, in one line (``harness label train``); else ``waiting()`` is called and the lock waited for
+    (``harness run`` trains the encoder on first use: the jobs of an array sharing the cache train it once, the
+    others then use it). A folder this process may read but not write, or a file system without flock: no lock."""
+    from harness.store import make_folder
+
+    make_folder(model_dir.parent, "the encoder's folder")
+    path = model_dir.parent / f".{model_dir.name}.train.lock"
+    try:
+        lock = open(path, "a")  # noqa: SIM115 - held while the context is open
+    except OSError:
+        lock = None
+    if lock is None:  # no lock, as before locks (it trains alone)
+        yield
+        return
+    with lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if waiting is None:
+                raise ConfigError(f"{model_dir}: another training is writing this model now ({path} is held); let "
+                                  f"it finish, or give --out another directory") from None
+            waiting()
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        except OSError:  # a file system without flock (some network mounts)
+            pass
+        yield  # released when the file closes
+
+
 def _member_done(member: Path, base: str, want: dict[str, Any], data_sha256: str, roles_sha256: str) -> bool:
     """Whether ``member`` holds a whole model fine-tuned from ``base`` with the settings ``want`` on these rows,
     their role descriptions and this release's targets (a member of an earlier release, which recorded neither,
@@ -813,8 +881,9 @@ def _member_done(member: Path, base: str, want: dict[str, Any], data_sha256: str
     except ConfigError:
         return False
     train = meta.get("train", {})
+    have = {**train, "max_length": meta.get("max_length")}  # the longest story window, recorded beside the settings
     return (meta.get("report", {}).get("data_sha256") == data_sha256 and meta.get("base_name") == base
-            and all(train.get(k) == v for k, v in want.items())
+            and all(have.get(k) == v for k, v in want.items())
             and train.get("roles_sha256", roles_sha256) == roles_sha256
             and _targets_version(train) == TARGETS_VERSION)
 
@@ -841,6 +910,8 @@ def train_soup(files: Sequence[str | Path], seeds: Sequence[int], *, out_dir: st
                           "that model)")
     if not seeds:
         raise ConfigError("train_soup needs at least one seed")
+    if (bad := next((s for s in seeds if not 0 <= s < 2**32), None)) is not None:  # torch's seed overflowed
+        raise ConfigError(f"seed {bad}: give seeds from 0 to 2**32 - 1")
     if jobs < 1:
         raise ConfigError(f"jobs must be >= 1, got {jobs}")
     if jobs > 1 and len(seeds) == 1:  # it did nothing, silently
@@ -851,8 +922,7 @@ def train_soup(files: Sequence[str | Path], seeds: Sequence[int], *, out_dir: st
     if kwargs.get("init_from") is not None:
         raise ConfigError("a soup starts every member from the base; leave out init_from (--init-from)")
     base = kwargs.get("base") or DEFAULT_BASE
-    name = DEFAULT_NAME if base == DEFAULT_BASE else f"encoder-{base}"
-    out = Path(out_dir) if out_dir else default_model_dir(name)
+    out = model_dir_for(out_dir, base)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"out_dir {out}: a file is there, and a trained model is a directory; choose another "
                           f"path or remove the file")
@@ -861,7 +931,7 @@ def train_soup(files: Sequence[str | Path], seeds: Sequence[int], *, out_dir: st
         rows = rows[:kwargs["limit"]]
     data_sha256, roles_sha256 = _data_hash(rows), _roles_hash(rows)
     settings = {k: kwargs.get(k, _TRAIN_DEFAULTS[k]) for k in ("epochs", "batch_size", "lr", "head_lr_mult", "augment",
-                                                          "flip_prob", "limit", "occurrences", "layers")}
+                                                          "flip_prob", "limit", "occurrences", "layers", "max_length")}
     members = {seed: out / "members" / f"seed-{seed}" for seed in seeds}
     todo = {seed: member for seed, member in members.items()
             if not _member_done(member, base, {**settings, "seed": seed, "head_seed": seeds[0]}, data_sha256,
@@ -889,22 +959,53 @@ def train_soup(files: Sequence[str | Path], seeds: Sequence[int], *, out_dir: st
 def _train_members_at_once(files: Sequence[str | Path], members: dict[int, Path], head_seed: int, jobs: int,
                            kwargs: dict[str, Any]) -> list[TrainReport]:
     """``train_soup``'s ``members`` (seed -> directory) trained in ``jobs`` processes at once (spawned: a forked
-    torch can hang)."""
+    torch can hang). Stopped (Ctrl-C, SIGTERM to this process alone), it ends the members' processes at once, each
+    keeping the checkpoint of its last finished epoch (it waited for every member to finish its training); a member
+    process outliving this one (killed by the OS) ends within a second; one the OS kills is named in one line."""
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
 
     from harness.labelling.encoder import usable_cpus
 
     kw = {**kwargs, "device": "cpu", "threads": kwargs.get("threads") or max(1, usable_cpus() // jobs)}
-    with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
+    pool = ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn"), initializer=_end_with_parent,
+                               initargs=(os.getpid(),))
+    try:
         futures = [pool.submit(train_encoder, list(files), out_dir=member, seed=seed, head_seed=head_seed, **kw)
                    for seed, member in members.items()]
         errors = [f.exception() for f in futures]  # every member ends, trained or failed, before one is raised
+    except BaseException:
+        processes = list((getattr(pool, "_processes", None) or {}).values())  # no public way to stop a running call
+        for p in processes:
+            p.terminate()
+        pool.shutdown(wait=False, cancel_futures=True)
+        for p in processes:
+            p.join(10)
+        raise
+    pool.shutdown()
+    if any(isinstance(error, BrokenProcessPool) for error in errors):  # every member's call ends with the pool
+        where = next(iter(members.values())).parent
+        raise BackendError(f"{where}: a process training a member of the soup ended abruptly (killed by the system: "
+                           f"out of memory?), which stops every member trained beside it; their finished epochs are "
+                           f"kept: rerun the same command to go on") from None
     for error in errors:
         if error is not None:
             raise error
     return [f.result() for f in futures]
 
 
-__all__ = ["TrainReport", "average_encoders", "flip_gender", "occurrence_targets", "project_labels", "train_encoder",
-           "train_soup"]
+def _end_with_parent(parent: int) -> None:
+    """In a member's process: end it when its parent process is gone (killed, so it could not end its members)."""
+    import threading
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True, name="end-with-parent").start()
+
+
+__all__ = ["TrainReport", "average_encoders", "flip_gender", "model_dir_for", "occurrence_targets", "project_labels",
+           "train_encoder", "train_soup", "training_lock"]

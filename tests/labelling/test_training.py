@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+from pathlib import Path
 
 import pytest
 
@@ -548,3 +550,170 @@ def test_encoders_taught_with_other_targets_are_not_averaged(tmp_path, monkeypat
     with pytest.raises(ConfigError, match="targets version 2, the first member 1"):
         average_encoders([tmp_path / "one", tmp_path / "two"], tmp_path / "avg")
     average_encoders([tmp_path / "one", tmp_path / "one"], tmp_path / "avg")
+
+
+@pytest.mark.parametrize("text, name, refs, says", [
+    ("Jean-Luc smiled at the class. She waved.", "Jean", ["she"], "name 'Jean' is not written in the story as its "
+     "own capitalised words (the tagger reads 'Jean-Luc' as one word)"),
+    ("Mary-Anne smiled at the class. She waved.", "Mary Anne", ["she"], "name 'Mary Anne' is not written"),
+    ("Ana smiled. The self-taught painter waved.", "Ana", ["painter", "self"], "references hold 'self', which the "
+     "story writes only inside another word (the tagger reads 'self-taught' as one word)"),
+])
+def test_a_label_that_occurs_only_inside_another_word_is_refused(tmp_path, text, name, refs, says):
+    """The check that a label occurs in the story split words at a hyphen, the targets do not: "Jean" of "Jean-Luc"
+    passed and was taught on no word, while "Jean-Luc" was taught as no one's."""
+    row = {"id": "u", "roles": {"subject": "student"}, "text": text,
+           "labels": {"subject": {"name": name, "references": refs, "gender": "Female"}}}
+    with pytest.raises(DataError, match=r"t.jsonl: story 'u': subject " + re.escape(says)):
+        _training_rows([_write(tmp_path / "t.jsonl", row)])
+
+
+def test_a_name_is_taught_only_where_the_story_writes_it_with_a_capital():
+    """The whole name was matched case-folded: the verb of "she rose" was taught as Rose's name."""
+    from harness.labelling.training import project_labels
+    from harness.labelling.words import split_words
+
+    words = [w for w, _, _ in split_words("Rose smiled. She rose from her chair. ROSE was on the cake.")]
+    targets = project_labels(words, {"subject": "Rose"}, {"subject": ["she", "her"]})
+    assert [w for w, row in zip(words, targets) if row[0]] == ["Rose", "ROSE"]
+
+
+def test_the_shipped_training_stories_pass_the_checks_and_are_taught_as_before():
+    """Reference: every labelled story of the project's files (training and held out) and train150 passes the
+    checks above, and a name written in lower case as another word occurs in none of them, so their targets did not
+    change (the training targets' version stays)."""
+    import glob
+
+    from harness.identity.names import select_name
+    from harness.labelling.data import builtin_training_files
+    from harness.labelling.training import project_labels
+    from harness.labelling.words import is_word, split_words
+
+    files = builtin_training_files() + sorted(glob.glob(str(Path(builtin_training_files()[0]).parent / "heldout" /
+                                                            "*.jsonl")))
+    rows = _training_rows(files)
+    assert len(rows) >= 1000
+    for gs in rows:
+        words = [w for w, _, _ in split_words(gs.story.text)]
+        names = {k: (select_name(c.name) if c.name is not None else None) for k, c in gs.characters.items()}
+        targets = project_labels(words, names, {k: c.references for k, c in gs.characters.items()})
+        assert not any((row[0] or row[2]) and is_word(w) and w[:1].islower() for w, row in zip(words, targets))
+
+
+def test_a_soup_trains_a_member_again_for_another_max_length(tmp_path, monkeypatch):
+    """The members' settings left out the longest window: a soup trained at max_length 32 was reused at 384."""
+    import harness.labelling.training as training
+    from harness.labelling.encoder import read_model_meta
+    from harness.labelling.training import train_soup
+
+    p = _write(tmp_path / "t.jsonl", ROW)
+    out = tmp_path / "soup"
+    train_soup([p], [0, 1], out_dir=out, epochs=1, layers=1, max_length=32)
+    trained = []
+    real = training.train_encoder
+    monkeypatch.setattr(training, "train_encoder", lambda files, **kw: trained.append(kw["seed"]) or real(files, **kw))
+    train_soup([p], [0, 1], out_dir=out, epochs=1, layers=1, max_length=64)
+    assert trained == [0, 1] and read_model_meta(out)["max_length"] == 64
+    train_soup([p], [0, 1], out_dir=out, epochs=1, layers=1, max_length=64)
+    assert trained == [0, 1]
+
+
+def test_seeds_outside_torchs_range_are_refused_in_one_line(tmp_path):
+    from harness.labelling.training import train_soup
+
+    p = _write(tmp_path / "t.jsonl", ROW)
+    with pytest.raises(ConfigError, match=r"^seed 99999999999999999999: give seeds from 0 to 2\*\*32 - 1$"):
+        train_soup([p], [0, 99999999999999999999], out_dir=tmp_path / "m", epochs=1)
+    with pytest.raises(ConfigError, match=r"^seed -1: give seeds"):
+        train_soup([p], [-1], out_dir=tmp_path / "m", epochs=1)
+
+
+def test_a_second_training_into_one_directory_is_refused_while_the_first_runs(tmp_path):
+    """Two trainings into one --out (a command run twice, a requeued job beside the first) each said "saved" while
+    one's model, checkpoint and half-written save were the other's to overwrite or delete."""
+    from typer.testing import CliRunner
+
+    from harness.cli import app
+    from harness.labelling.training import training_lock
+
+    p = _write(tmp_path / "t.jsonl", ROW)
+    out = tmp_path / "m"
+    with training_lock(out):
+        r = CliRunner().invoke(app, ["label", "train", "--data", str(p), "--out", str(out), "--epochs", "1",
+                                     "--layers", "1"])
+    assert r.exit_code != 0 and not (out / "meta.json").exists()
+    assert f"{out}: another training is writing this model now" in " ".join(r.output.split())
+    waited = []
+    with training_lock(out):
+        import threading
+
+        def second() -> None:
+            with training_lock(out, waiting=lambda: waited.append(1)):
+                waited.append(2)
+
+        t = threading.Thread(target=second)
+        t.start()
+        t.join(0.5)
+        assert waited == [1]  # a job of `harness run` waits for the training on first use
+    t.join(10)
+    assert waited == [1, 2]
+
+
+def test_stopping_a_soup_trained_at_once_ends_its_members_processes(tmp_path, monkeypatch):
+    """Stopped while its members trained (SIGTERM to the harness process alone is a KeyboardInterrupt there), it
+    waited for every member to train all its epochs; now it ends their processes, which keep their checkpoints."""
+    import harness.labelling.training as training
+
+    p = _write(tmp_path / "t.jsonl", ROW)
+    ended = []
+
+    class Pool:
+        def __init__(self, *a, **kw):
+            self._processes = {1: Process(), 2: Process()}
+
+        def submit(self, *a, **kw):
+            raise KeyboardInterrupt
+
+        def shutdown(self, wait=True, cancel_futures=False):
+            ended.append(("shutdown", cancel_futures))
+
+    class Process:
+        def terminate(self):
+            ended.append("terminate")
+
+        def join(self, timeout=None):
+            ended.append("join")
+
+    monkeypatch.setattr("concurrent.futures.ProcessPoolExecutor", Pool)
+    with pytest.raises(KeyboardInterrupt):
+        training._train_members_at_once([p], {0: tmp_path / "a", 1: tmp_path / "b"}, 0, 2, {})
+    assert ended == ["terminate", "terminate", ("shutdown", True), "join", "join"]
+
+
+def test_a_member_process_the_system_kills_is_one_line_not_a_traceback(tmp_path, monkeypatch):
+    """A member's process killed (out of memory) broke the pool: BrokenProcessPool's traceback, exit 1."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    import harness.labelling.training as training
+    from harness.errors import BackendError
+
+    class Future:
+        def exception(self):
+            return BrokenProcessPool("A process in the process pool was terminated abruptly")
+
+    class Pool:
+        def __init__(self, *a, **kw):
+            self._processes = {}
+
+        def submit(self, *a, **kw):
+            return Future()
+
+        def shutdown(self, wait=True, cancel_futures=False):
+            pass
+
+    monkeypatch.setattr("concurrent.futures.ProcessPoolExecutor", Pool)
+    members = {0: tmp_path / "soup" / "members" / "seed-0", 1: tmp_path / "soup" / "members" / "seed-1"}
+    with pytest.raises(BackendError, match=re.escape(f"{tmp_path / 'soup' / 'members'}: a process training a member "
+                                                     f"of the soup ended abruptly (killed by the system: out of "
+                                                     f"memory?)")):
+        training._train_members_at_once([], members, 0, 2, {})
