@@ -94,8 +94,8 @@ def test_generate_writes_every_key_once_with_metadata(tmp_path):
 def _labeller_that(make, change):
     """``make`` (the label stage's ``make_labeller``) whose labeller passes each of its results through
     ``change(index, story, labels)``, which may raise (a kill) or return other labels (a failure)."""
-    def made(cfg, echo=print):
-        lab = make(cfg, echo=echo)
+    def made(cfg, echo=print, **kw):
+        lab = make(cfg, echo=echo, **kw)
         inner = lab.iter_label
 
         def iter_label(stories, **kw):  # the stage hands its stories over as a stream, a shard's texts at a time
@@ -977,7 +977,8 @@ def test_a_label_job_beside_one_labelling_the_same_stories_stops_before_its_labe
     generate_run(c, backend=EchoBackend(), progress=False)
     store = RunStore(c.output_dir)
     made, real_make = [], L.make_labeller
-    monkeypatch.setattr(L, "make_labeller", lambda cfg, echo=print: made.append(1) or real_make(cfg, echo=echo))
+    monkeypatch.setattr(L, "make_labeller",
+                        lambda cfg, echo=print, **kw: made.append(1) or real_make(cfg, echo=echo, **kw))
     with store.writing(L.LABELS, shard=(0, 1)):
         with pytest.raises(DataError, match=r"^\S+/labels: another job is writing every story of this stage now "
                                             r"\(this job would do its stories again\)"):
@@ -1048,7 +1049,7 @@ def test_a_label_job_of_other_settings_than_one_running_or_done_since_it_started
             assert b_go.wait(60)
         return res
 
-    monkeypatch.setattr(L, "make_labeller", _labeller_that(lambda c, echo=print: real_make(rules, echo=echo),
+    monkeypatch.setattr(L, "make_labeller", _labeller_that(lambda c, echo=print, **kw: real_make(rules, echo=echo, **kw),
                                                            encoder_job))  # the rules labeller stands in for the encoder
 
     def b_runs_first(self):  # the encoder job labels the run while the rules job goes for the lock
@@ -1376,8 +1377,8 @@ cfg = parse_config({"model": {"backend": "transformers", "path": "smollm2-135m"}
                     "output_dir": sys.argv[2], "label": {"labeller": "rules", "shard_rows": 100}})
 generate_run(cfg, backend=Fake(), progress=False)
 real = L.make_labeller
-def make(cfg, echo=print):
-    lab = real(cfg, echo=echo)
+def make(cfg, echo=print, **kw):
+    lab = real(cfg, echo=echo, **kw)
     inner = lab.iter_label
     def slow(stories, **kw):
         for k, r in enumerate(inner(stories, **kw)):

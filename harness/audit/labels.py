@@ -167,9 +167,10 @@ def check_llm(cfg: RunConfig) -> None:
         models.resolve(llm.backend, llm.path, llm.gguf_file, where="label.llm.path", prepare_missing=False)
 
 
-def make_labeller(cfg: RunConfig, *, echo=print):
+def make_labeller(cfg: RunConfig, *, echo=print, progress: bool = False):
     """The labeller the config names; the encoder is trained on first use from the project's own
-    labelled stories when its directory holds no trained weights and ``encoder_dir`` allows it."""
+    labelled stories when its directory holds no trained weights and ``encoder_dir`` allows it (with a
+    progress bar where ``progress``: on 2 CPU cores it takes minutes to tens of minutes)."""
     from harness.labelling import get_labeller
 
     name = cfg.label.labeller
@@ -187,14 +188,14 @@ def make_labeller(cfg: RunConfig, *, echo=print):
             def waiting() -> None:
                 echo(f"[label] another job is training the encoder at {path}; waiting for it")
 
-            with training_lock(path, waiting):  # jobs of an array sharing the cache train it once, not each over the other
+            with training_lock(path, waiting):  # the jobs of an array sharing the cache train it once
                 if not (path / "meta.json").is_file():
                     echo(f"[label] no trained encoder at {path}: training it on the project's labelled stories"
                          f"{' and ' + ', '.join(cfg.label.train_extra) if cfg.label.train_extra else ''} (minutes "
                          f"on CPU; cut short, a rerun goes on from its last finished epoch)")
                     files = builtin_training_files() + [Path(f) for f in cfg.label.train_extra]
                     rep = train_soup(files, cfg.label.train_seeds, out_dir=path, epochs=cfg.label.train_epochs,
-                                     jobs=cfg.label.train_jobs)
+                                     jobs=cfg.label.train_jobs, progress=progress)
                     echo(f"[label] {rep.line()}")
                 else:  # another job trained it while this one waited: its settings, checked as at the run's start
                     check_training_settings(cfg, path)
@@ -370,7 +371,7 @@ def label_run(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int] = (0, 1
                         f"suite {suite.name} {suite.version} has not (renamed or dropped in another version?); label "
                         f"them with the suite version that generated them, or delete their generations")
     store.check_share(LABELS, shard)  # before the labeller loads (or trains): under the lock below, it counts
-    labeller = make_labeller(cfg, echo=echo)
+    labeller = make_labeller(cfg, echo=echo, progress=progress)
     failed = 0
     outage: list[str] = []  # the first status of each story whose labelling failed in an LLM backend
 

@@ -370,7 +370,8 @@ def train(
                                        "fast) or mpnet (12 layers of width 768; needs its five weight packages, "
                                        "see harness/labelling/bases.py). With --init-from: that model's base."),
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Use only the first N stories (quick checks)."),
-    seed: list[int] = typer.Option([0], "--seed", min=0, max=2**32 - 1, help="Random seed (0 to 2**32 - 1); given more than once (--seed 0 --seed 1), one "
+    seed: list[int] = typer.Option([0], "--seed", min=0, max=2**32 - 1,
+                                   help="Random seed (0 to 2**32 - 1); given more than once (--seed 0 --seed 1), one "
                                    "model per seed, saved as the average of their weights (a soup: one model's "
                                    "cost to label, each seed's to train; the members stay under OUT/members, so "
                                    "a rerun trains only those missing)."),
@@ -392,15 +393,14 @@ def train(
     """Fine-tune the encoder labeller on hand-labelled stories. Cut short (Ctrl-C, killed), the same command goes on
     from the last epoch it finished."""
     from harness.labelling.data import builtin_training_files
-    from harness.labelling.training import model_dir_for, train_soup, training_lock
+    from harness.labelling.training import train_soup
 
     try:
         files = list(data or builtin_training_files()) + list(extra or [])
         settings = dict(epochs=epochs, batch_size=batch_size, lr=lr, layers=layers, limit=limit, augment=augment,
                         threads=threads, init_from=init_from, progress=progress, base=base, occurrences=occurrences,
                         device=device)
-        with training_lock(model_dir_for(out, base)):  # a second training into it is refused, not mixed in
-            rep = train_soup(files, seed, out_dir=out, jobs=jobs, **settings)
+        rep = train_soup(files, seed, out_dir=out, jobs=jobs, **settings)  # a second into OUT at once is refused
     except HarnessError as e:
         _fail(e)
     if as_json:

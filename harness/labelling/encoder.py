@@ -47,7 +47,7 @@ from harness.labelling import role_agent
 from harness.labelling.base import Labeller, StoryInput, StoryLabels
 from harness.labelling.bases import DEFAULT_BASE, base_encoder
 from harness.labelling.decoder import REFERENCE_POOLS, WordDecoder
-from harness.labelling.host_pool import HostPool
+from harness.labelling.host_pool import HostPool, HostWorkerError
 from harness.labelling.name_gender import default_table, female_shares
 from harness.labelling.words import is_word, split_words
 
@@ -200,6 +200,17 @@ def _torch():
     import torch
 
     return torch
+
+
+def _weights_sha256(encoder_dir: Path) -> str:
+    """One hash of an encoder directory's weight files (``*.safetensors``, ``*.bin``), by name and content: about
+    0.2 s for MiniLM's 90 MB."""
+    digest = hashlib.sha256()
+    for f in sorted(p for p in Path(encoder_dir).iterdir() if p.suffix in (".safetensors", ".bin") and p.is_file()):
+        digest.update(f.name.encode() + b"\0")
+        with open(f, "rb") as fh:
+            digest.update(hashlib.file_digest(fh, "sha256").digest())
+    return digest.hexdigest()
 
 
 def _build_model(encoder_dir: Path, layers: int | None = None):
@@ -687,6 +698,7 @@ class EncoderLabeller(Labeller):
         model = _build_model(self.path / "encoder")
         head = (self.path / "head.pt").read_bytes()
         self.head_sha256 = hashlib.sha256(head).hexdigest()  # which fine-tuning these weights are (info())
+        self.encoder_sha256 = _weights_sha256(self.path / "encoder")
         model.head.load_state_dict(torch.load(io.BytesIO(head), map_location="cpu"))
         model.eval()
         if self.precision == "int8":
@@ -712,8 +724,10 @@ class EncoderLabeller(Labeller):
                                      reference_pool=reference_pool)
 
     def info(self) -> dict[str, Any]:
-        """Labeller name, weights directory, hashes of the training data and of the head's weights, and
-        inference settings. The name lists' version too: decoding reads their titles and particles."""
+        """Labeller name, weights directory, hashes of the training data and of the head's and the encoder's
+        weights, and inference settings. The name lists' version too: decoding reads their titles and particles.
+        A resume compares it: the encoder's hash tells apart two copies of one training that label otherwise (the
+        float16 copy ``benchmarks/gpu_prepare.py`` makes for GPU nodes has the head and meta.json of the original)."""
         from harness.labelling.decoder import DECODER_VERSION
 
         return {"labeller": self.name, "decoder_version": DECODER_VERSION, "name_parsing": name_lists().version,
@@ -723,7 +737,8 @@ class EncoderLabeller(Labeller):
                 "pronoun_agreement": self.pronoun_agreement, "name_check": self.name_check,
                 "action_check": self.decoder.action_check, "pronoun_binding": self.decoder.pronoun_binding,
                 "apposition_check": self.decoder.apposition_check, "reference_pool": self.decoder.reference_pool,
-                "train_data_sha256": self.meta.get("report", {}).get("data_sha256"), "head_sha256": self.head_sha256}
+                "train_data_sha256": self.meta.get("report", {}).get("data_sha256"), "head_sha256": self.head_sha256,
+                "encoder_sha256": self.encoder_sha256}
 
     @property
     def quantized(self) -> bool:
@@ -782,8 +797,12 @@ class EncoderLabeller(Labeller):
         elif self._worker_mode == "host":
             try:
                 yield from pool.label(batches, self._forward)
-            except BaseException:
+            except HostWorkerError as e:  # one line, as for a CPU worker that dies
                 self._pool = None  # the host pool closed itself; the next call starts a new one
+                raise BackendError(f"{e} (killed, or out of memory?); the stories labelled before it are kept: rerun "
+                                   f"the same command to resume") from None
+            except BaseException:
+                self._pool = None
                 raise
         else:
             from collections import deque
@@ -822,7 +841,11 @@ class EncoderLabeller(Labeller):
         if getattr(self._pool, "_broken", False):  # a worker died while the pool was idle (killed, out of memory):
             self.close()  # a new pool, not a BrokenProcessPool at this call's first batch
         if self._pool is None and self._worker_mode == "host":
-            self._pool = HostPool(self.workers, str(self.path / "encoder"), self.decoder)
+            try:
+                self._pool = HostPool(self.workers, str(self.path / "encoder"), self.decoder)
+            except HostWorkerError as e:
+                raise BackendError(f"{e} while they started (killed, or out of memory?); rerun the same command to "
+                                   f"resume") from None
         elif self._pool is None:
             import multiprocessing as mp
             from concurrent.futures import ProcessPoolExecutor
@@ -839,9 +862,10 @@ class EncoderLabeller(Labeller):
                 # gives the same labels (CPU model workers only; the GPU layout needs its workers)
                 self._pool.shutdown(cancel_futures=True)
                 self._pool = None
-                warnings.warn(f"encoder labeller: worker processes could not start ({e}); labelling in this "
-                              f"process (guard the script's entry point with `if __name__ == \"__main__\":` "
-                              f"to use them)", RuntimeWarning, stacklevel=2)
+                warnings.warn(f"encoder labeller: worker processes could not start ({e}): one was killed (out of "
+                              f"memory?), or the script that labels lacks an `if __name__ == \"__main__\":` guard "
+                              f"(spawned processes run it again); labelling in this process", RuntimeWarning,
+                              stacklevel=2)
                 self.workers = 0
         return self._pool
 
@@ -859,11 +883,12 @@ _WORKER: dict[str, Any] = {}
 
 
 def _cpu_worker_init(kwargs: dict[str, Any]) -> None:
-    from harness.labelling.host_pool import exit_with_parent
+    from harness.labelling.host_pool import exit_with_parent, starting
 
     exit_with_parent()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    _WORKER["labeller"] = EncoderLabeller(**kwargs, device="cpu", threads=1, workers=0)
+    with starting():
+        _WORKER["labeller"] = EncoderLabeller(**kwargs, device="cpu", threads=1, workers=0)
 
 
 def _worker_label(stories: list[StoryInput]) -> list[StoryLabels]:

@@ -11,6 +11,7 @@ process, and batches flow on across the caller's windows without the pool draini
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import queue
@@ -248,19 +249,38 @@ def exit_with_parent() -> None:
     threading.Thread(target=watch, name="harness-exit-with-parent", daemon=True).start()
 
 
+@contextlib.contextmanager
+def starting() -> Iterator[None]:
+    """A worker's start (its imports, its model) with Ctrl-C ignored: the terminal's SIGINT reaches every process of
+    the group, and each worker starting printed a traceback of its imports (hundreds of lines); the process that
+    started them stops them. Ctrl-C works as before once the worker runs."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():  # only a process's main thread sets handlers
+        yield
+        return
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def _serve(tokenizer_dir: str, decoder: Any, inbox: Any, results: Any) -> None:
     """A worker: tokenise batches, keep them, decode each when its probabilities come."""
     exit_with_parent()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
-        from transformers import AutoTokenizer
+        with starting():
+            from transformers import AutoTokenizer
 
-        from harness.labelling import role_agent
-        from harness.labelling.encoder import _collate_np, _encode_windows, _merge_windows, _window_rows
+            from harness.labelling import role_agent
+            from harness.labelling.encoder import _collate_np, _encode_windows, _merge_windows, _window_rows
 
-        tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-        if decoder.action_check:
-            role_agent.load()
+            tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+            if decoder.action_check:
+                role_agent.load()
     except BaseException as e:  # noqa: BLE001 - reported to the model process, which raises it
         results.put(("error", -1, _portable(e)))
         return

@@ -19,6 +19,7 @@ import math
 import os
 import random
 import re
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -585,133 +586,135 @@ def train_encoder(
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise ConfigError(f"out_dir {out}: cannot make it ({e.strerror}); choose another path") from None
-    # the 30k-word embedding table stays as trained (a few hundred stories cannot improve
-    # it, and it is half of the optimiser's work)
-    model.encoder.embeddings.word_embeddings.weight.requires_grad_(False)
-    model.to(device)
-    model.train()
-    steps_per_epoch = math.ceil(len(rows) / batch_size)
-    total = steps_per_epoch * epochs
-    head_params = list(model.head.parameters())
-    body = [p for n, p in model.named_parameters() if p.requires_grad and not n.startswith("head.")]
-    # the fresh head learns faster than the pretrained body
-    opt = torch.optim.AdamW([{"params": body, "lr": lr}, {"params": head_params, "lr": lr * head_lr_mult}],
-                            weight_decay=0.01)
-    warm = max(1, total // 10)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min((s + 1) / warm, max(0.0, (total - s) / (total - warm + 1))))
-    loss_fn = torch.nn.BCEWithLogitsLoss(reduction="none")
-    data_sha256 = _data_hash(rows)
-    checkpoint = out / CHECKPOINT
-    # --init-from by its path and what its meta.json says of it: a model trained again there is another start
-    init_key = (None if init_from is None else
-                [str(init_from), hashlib.sha256(json.dumps(init_meta, sort_keys=True).encode()).hexdigest()])
-    key = {"data_sha256": data_sha256, "base": spec.name, "init_from": init_key,
-           "epochs": epochs, "batch_size": batch_size, "lr": lr, "head_lr_mult": head_lr_mult, "layers": layers,
-           "max_length": max_length, "augment": augment, "flip_prob": flip_prob, "seed": seed, "limit": limit,
-           "occurrences": occurrences, "head_seed": head_seed, "device": device,
-           "roles_sha256": _roles_hash(rows), "targets_version": TARGETS_VERSION}
-    state = _load_checkpoint(checkpoint, key)
-    start, words_seen, earlier_seconds = 0, 0, 0.0
-    losses: list[float] = []
-    if state is not None:  # every state the remaining epochs read: weights, optimiser, schedule, both generators
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["optimizer"])
-        sched.load_state_dict(state["scheduler"])
-        rng.setstate((state["rng"][0], tuple(state["rng"][1]), state["rng"][2]))
-        torch.set_rng_state(state["torch_rng"].cpu())
-        if device == "cuda" and state.get("cuda_rng") is not None:
-            torch.cuda.set_rng_state(state["cuda_rng"].cpu())
-        start, words_seen, earlier_seconds = state["epoch"], state["words"], state["seconds"]
-        losses = list(state["losses"])
-    t0 = time.perf_counter()
-    last = losses[-1] if losses else float("nan")
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
+    with training_lock(out):  # a second training into ``out`` is refused: it wrote over this one's files
+        # the 30k-word embedding table stays as trained (a few hundred stories cannot improve
+        # it, and it is half of the optimiser's work)
+        model.encoder.embeddings.word_embeddings.weight.requires_grad_(False)
+        model.to(device)
+        model.train()
+        steps_per_epoch = math.ceil(len(rows) / batch_size)
+        total = steps_per_epoch * epochs
+        head_params = list(model.head.parameters())
+        body = [p for n, p in model.named_parameters() if p.requires_grad and not n.startswith("head.")]
+        # the fresh head learns faster than the pretrained body
+        opt = torch.optim.AdamW([{"params": body, "lr": lr}, {"params": head_params, "lr": lr * head_lr_mult}],
+                                weight_decay=0.01)
+        warm = max(1, total // 10)
+        sched = torch.optim.lr_scheduler.LambdaLR(
+            opt, lambda s: min((s + 1) / warm, max(0.0, (total - s) / (total - warm + 1))))
+        loss_fn = torch.nn.BCEWithLogitsLoss(reduction="none")
+        data_sha256 = _data_hash(rows)
+        checkpoint = out / CHECKPOINT
+        # --init-from by its path and what its meta.json says of it: a model trained again there is another start
+        init_key = (None if init_from is None else
+                    [str(init_from), hashlib.sha256(json.dumps(init_meta, sort_keys=True).encode()).hexdigest()])
+        key = {"data_sha256": data_sha256, "base": spec.name, "init_from": init_key,
+               "epochs": epochs, "batch_size": batch_size, "lr": lr, "head_lr_mult": head_lr_mult, "layers": layers,
+               "max_length": max_length, "augment": augment, "flip_prob": flip_prob, "seed": seed, "limit": limit,
+               "occurrences": occurrences, "head_seed": head_seed, "device": device,
+               "roles_sha256": _roles_hash(rows), "targets_version": TARGETS_VERSION}
+        state = _load_checkpoint(checkpoint, key)
+        start, words_seen, earlier_seconds = 0, 0, 0.0
+        losses: list[float] = []
+        if state is not None:  # every state the remaining epochs read: weights, optimiser, schedule, both generators
+            model.load_state_dict(state["model"])
+            opt.load_state_dict(state["optimizer"])
+            sched.load_state_dict(state["scheduler"])
+            rng.setstate((state["rng"][0], tuple(state["rng"][1]), state["rng"][2]))
+            torch.set_rng_state(state["torch_rng"].cpu())
+            if device == "cuda" and state.get("cuda_rng") is not None:
+                torch.cuda.set_rng_state(state["cuda_rng"].cpu())
+            start, words_seen, earlier_seconds = state["epoch"], state["words"], state["seconds"]
+            losses = list(state["losses"])
+        t0 = time.perf_counter()
+        last = losses[-1] if losses else float("nan")
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
 
-        bar = tqdm(total=total, initial=start * steps_per_epoch, desc="train encoder", unit="step")
-    for ep in range(start, epochs):
-        examples = []
-        for gs, ranks in zip(rows, owner_ranks):
-            if augment:
-                text, refs, names = _augmented(gs, rng, flip_prob)
-            else:
-                from harness.identity.names import select_name
+            bar = tqdm(total=total, initial=start * steps_per_epoch, desc="train encoder", unit="step")
+        for ep in range(start, epochs):
+            examples = []
+            for gs, ranks in zip(rows, owner_ranks):
+                if augment:
+                    text, refs, names = _augmented(gs, rng, flip_prob)
+                else:
+                    from harness.identity.names import select_name
 
-                text = gs.story.text
-                refs = {k: c.references for k, c in gs.characters.items()}
-                names = {k: (select_name(c.name) if c.name is not None else None) for k, c in gs.characters.items()}
-            e = _encode(tok, gs.story, text, max_length)
-            words = [w for w, _, _ in e.words]
-            tgt = project_labels(words, names, refs)
-            weights = occurrence_targets(words, tgt, refs, ranks, _tracked(gs)) if occurrences else None
-            examples.append((e, tgt, weights))
-        if ep == 0:
-            words_seen = sum(len(e.words) for e, _, _ in examples)
-        # length-bucketed batches, shuffled
-        order = sorted(range(len(examples)), key=lambda i: len(examples[i][0].input_ids) + rng.random() * 8)
-        batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
-        rng.shuffle(batches)
-        tot_loss, tot_n = 0.0, 0
-        for b in batches:
-            batch = [examples[i] for i in b]
-            ids, am, tt = _collate([e for e, _, _ in batch], tok.pad_token_id)
-            target, mask = (torch.from_numpy(a) for a in _token_targets(batch, ids.shape[1]))
-            if device != "cpu":
-                ids, am, tt, target, mask = (t.to(device, non_blocking=True) for t in (ids, am, tt, target, mask))
-            logits = model(ids, am, tt)
-            n = (mask.sum() / len(SLOTS)).clamp(min=1.0)
-            loss = (loss_fn(logits, target) * mask).sum() / n
-            opt.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            sched.step()
-            # summed on the device: reading a GPU figure back every step would stall the host
-            tot_loss = tot_loss + loss.detach() * n
-            tot_n = tot_n + n.detach()
-            if bar is not None:
-                bar.update(1)
-        last = float(tot_loss) / max(float(tot_n), 1.0)
-        losses.append(round(last, 5))
-        if ep + 1 < epochs:
-            _save_checkpoint(checkpoint, {
-                "key": key, "epoch": ep + 1, "words": words_seen, "losses": losses,
-                "seconds": earlier_seconds + time.perf_counter() - t0, "model": model.state_dict(),
-                "optimizer": opt.state_dict(), "scheduler": sched.state_dict(), "rng": rng.getstate(),
-                "torch_rng": torch.get_rng_state(),
-                "cuda_rng": torch.cuda.get_rng_state() if device == "cuda" else None})
-    if bar is not None:
-        bar.close()
-    seconds = earlier_seconds + time.perf_counter() - t0
-    report = TrainReport(str(out), len(rows), words_seen, epochs, round(seconds, 2), round(last, 5), data_sha256,
-                         tuple(losses), device, (seed,), (seed,), start)
-    import transformers
+                    text = gs.story.text
+                    refs = {k: c.references for k, c in gs.characters.items()}
+                    names = {k: (select_name(c.name) if c.name is not None else None) for k, c in gs.characters.items()}
+                e = _encode(tok, gs.story, text, max_length)
+                words = [w for w, _, _ in e.words]
+                tgt = project_labels(words, names, refs)
+                weights = occurrence_targets(words, tgt, refs, ranks, _tracked(gs)) if occurrences else None
+                examples.append((e, tgt, weights))
+            if ep == 0:
+                words_seen = sum(len(e.words) for e, _, _ in examples)
+            # length-bucketed batches, shuffled
+            order = sorted(range(len(examples)), key=lambda i: len(examples[i][0].input_ids) + rng.random() * 8)
+            batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+            rng.shuffle(batches)
+            tot_loss, tot_n = 0.0, 0
+            for b in batches:
+                batch = [examples[i] for i in b]
+                ids, am, tt = _collate([e for e, _, _ in batch], tok.pad_token_id)
+                target, mask = (torch.from_numpy(a) for a in _token_targets(batch, ids.shape[1]))
+                if device != "cpu":
+                    ids, am, tt, target, mask = (t.to(device, non_blocking=True) for t in (ids, am, tt, target, mask))
+                logits = model(ids, am, tt)
+                n = (mask.sum() / len(SLOTS)).clamp(min=1.0)
+                loss = (loss_fn(logits, target) * mask).sum() / n
+                opt.zero_grad()
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                opt.step()
+                sched.step()
+                # summed on the device: reading a GPU figure back every step would stall the host
+                tot_loss = tot_loss + loss.detach() * n
+                tot_n = tot_n + n.detach()
+                if bar is not None:
+                    bar.update(1)
+            last = float(tot_loss) / max(float(tot_n), 1.0)
+            losses.append(round(last, 5))
+            if ep + 1 < epochs:
+                _save_checkpoint(checkpoint, {
+                    "key": key, "epoch": ep + 1, "words": words_seen, "losses": losses,
+                    "seconds": earlier_seconds + time.perf_counter() - t0, "model": model.state_dict(),
+                    "optimizer": opt.state_dict(), "scheduler": sched.state_dict(), "rng": rng.getstate(),
+                    "torch_rng": torch.get_rng_state(),
+                    "cuda_rng": torch.cuda.get_rng_state() if device == "cuda" else None})
+        if bar is not None:
+            bar.close()
+        seconds = earlier_seconds + time.perf_counter() - t0
+        report = TrainReport(str(out), len(rows), words_seen, epochs, round(seconds, 2), round(last, 5), data_sha256,
+                             tuple(losses), device, (seed,), (seed,), start)
+        import transformers
 
-    meta = {"format": 1, "slots": list(SLOTS), "max_length": max_length,
-            "base": f"{spec.model} ({', '.join(spec.packages)})", "base_name": spec.name,
-            "layers": len(model.encoder.encoder.layer), "files": [Path(f).name for f in files],
-            "train": {"epochs": epochs, "batch_size": batch_size, "lr": lr, "head_lr_mult": head_lr_mult,
-                      "augment": augment, "flip_prob": flip_prob, "seed": seed, "limit": limit,
-                      "occurrences": occurrences, "device": device, "head_seed": head_seed,
-                      "layers": layers, "roles_sha256": key["roles_sha256"], "targets_version": TARGETS_VERSION},
-            "init_from": str(init_from) if init_from else None,
-            "report": report.to_dict(), "versions": {"torch": torch.__version__,
-                                                      "transformers": transformers.__version__}}
+        meta = {"format": 1, "slots": list(SLOTS), "max_length": max_length,
+                "base": f"{spec.model} ({', '.join(spec.packages)})", "base_name": spec.name,
+                "layers": len(model.encoder.encoder.layer), "files": [Path(f).name for f in files],
+                "train": {"epochs": epochs, "batch_size": batch_size, "lr": lr, "head_lr_mult": head_lr_mult,
+                          "augment": augment, "flip_prob": flip_prob, "seed": seed, "limit": limit,
+                          "occurrences": occurrences, "device": device, "head_seed": head_seed,
+                          "layers": layers, "roles_sha256": key["roles_sha256"], "targets_version": TARGETS_VERSION},
+                "init_from": str(init_from) if init_from else None,
+                "report": report.to_dict(), "versions": {"torch": torch.__version__,
+                                                          "transformers": transformers.__version__}}
 
-    def write(stage: Path) -> None:
-        model.encoder.save_pretrained(str(stage / "encoder"))
-        tok.save_pretrained(str(stage / "encoder"))
-        torch.save({k: v.cpu() for k, v in model.head.state_dict().items()}, stage / "head.pt")
+        def write(stage: Path) -> None:
+            model.encoder.save_pretrained(str(stage / "encoder"))
+            tok.save_pretrained(str(stage / "encoder"))
+            torch.save({k: v.cpu() for k, v in model.head.state_dict().items()}, stage / "head.pt")
 
-    _install_model(out, write, meta)
-    for left in (checkpoint, checkpoint.with_name(checkpoint.name + ".part")):  # the model is whole: nothing to go on from
-        try:
-            left.unlink(missing_ok=True)
-        except OSError:  # not a file (or not ours to remove): left as it is, the model is saved
-            pass
-    return report
+        _install_model(out, write, meta)
+        # the model is whole: nothing to go on from
+        for left in (checkpoint, checkpoint.with_name(checkpoint.name + ".part")):
+            try:
+                left.unlink(missing_ok=True)
+            except OSError:  # not a file (or not ours to remove): left as it is, the model is saved
+                pass
+        return report
 
 
 #: ``train_encoder``'s defaults, which a soup's members are checked against when its caller leaves one out.
@@ -851,6 +854,10 @@ def training_lock(model_dir: Path, waiting: Callable[[], None] | None = None) ->
 
     make_folder(model_dir.parent, "the encoder's folder")
     path = model_dir.parent / f".{model_dir.name}.train.lock"
+    key = str(path.resolve())
+    if key in _training.held:  # this thread holds it already (``harness run`` around ``train_soup``)
+        yield
+        return
     try:
         lock = open(path, "a")  # noqa: SIM115 - held while the context is open
     except OSError:
@@ -869,7 +876,21 @@ def training_lock(model_dir: Path, waiting: Callable[[], None] | None = None) ->
             fcntl.flock(lock, fcntl.LOCK_EX)
         except OSError:  # a file system without flock (some network mounts)
             pass
-        yield  # released when the file closes
+        _training.held.add(key)
+        try:
+            yield  # released when the file closes
+        finally:
+            _training.held.discard(key)
+
+
+class _Training(threading.local):
+    """The training locks this thread holds (``training_lock``): a second flock of one would refuse itself."""
+
+    def __init__(self) -> None:
+        self.held: set[str] = set()
+
+
+_training = _Training()
 
 
 def _member_done(member: Path, base: str, want: dict[str, Any], data_sha256: str, roles_sha256: str) -> bool:
@@ -932,45 +953,47 @@ def train_soup(files: Sequence[str | Path], seeds: Sequence[int], *, out_dir: st
     data_sha256, roles_sha256 = _data_hash(rows), _roles_hash(rows)
     settings = {k: kwargs.get(k, _TRAIN_DEFAULTS[k]) for k in ("epochs", "batch_size", "lr", "head_lr_mult", "augment",
                                                           "flip_prob", "limit", "occurrences", "layers", "max_length")}
-    members = {seed: out / "members" / f"seed-{seed}" for seed in seeds}
-    todo = {seed: member for seed, member in members.items()
-            if not _member_done(member, base, {**settings, "seed": seed, "head_seed": seeds[0]}, data_sha256,
-                                roles_sha256)}
-    if min(jobs, len(todo)) > 1 and (kwargs.get("device") or default_device()) == "cpu":
-        reports = _train_members_at_once(files, todo, seeds[0], min(jobs, len(todo)), kwargs)
-    else:
-        reports = [train_encoder(files, out_dir=member, seed=seed, head_seed=seeds[0], **kwargs)
-                   for seed, member in todo.items()]
-    average_encoders(list(members.values()), out)
-    metas = [read_model_meta(m) for m in members.values()]
-    first = metas[0]["report"]
-    report = TrainReport(str(out), first["stories"], first["words"], first["epochs"],
-                         round(sum(m["report"]["seconds"] for m in metas), 2), first["final_loss"], data_sha256,
-                         tuple(first.get("epoch_losses", ())), first.get("device", "cpu"), tuple(seeds), tuple(todo),
-                         sum(r.resumed_epochs for r in reports))
-    meta = json.loads((out / "meta.json").read_text())
-    meta["report"] = {k: v for k, v in report.to_dict().items()  # this call's, not the model's
-                      if k not in ("trained_seeds", "resumed_epochs")}
-    meta["train"]["seeds"] = seeds
-    atomic_write_text(out / "meta.json", json.dumps(meta, indent=2))
-    return report
+    with training_lock(out):  # a second training into ``out`` is refused (its members' folders too)
+        members = {seed: out / "members" / f"seed-{seed}" for seed in seeds}
+        todo = {seed: member for seed, member in members.items()
+                if not _member_done(member, base, {**settings, "seed": seed, "head_seed": seeds[0]}, data_sha256,
+                                    roles_sha256)}
+        if min(jobs, len(todo)) > 1 and (kwargs.get("device") or default_device()) == "cpu":
+            reports = _train_members_at_once(files, todo, seeds[0], min(jobs, len(todo)), kwargs)
+        else:
+            reports = [train_encoder(files, out_dir=member, seed=seed, head_seed=seeds[0], **kwargs)
+                       for seed, member in todo.items()]
+        average_encoders(list(members.values()), out)
+        metas = [read_model_meta(m) for m in members.values()]
+        first = metas[0]["report"]
+        report = TrainReport(str(out), first["stories"], first["words"], first["epochs"],
+                             round(sum(m["report"]["seconds"] for m in metas), 2), first["final_loss"], data_sha256,
+                             tuple(first.get("epoch_losses", ())), first.get("device", "cpu"), tuple(seeds),
+                             tuple(todo), sum(r.resumed_epochs for r in reports))
+        meta = json.loads((out / "meta.json").read_text())
+        meta["report"] = {k: v for k, v in report.to_dict().items()  # this call's, not the model's
+                          if k not in ("trained_seeds", "resumed_epochs")}
+        meta["train"]["seeds"] = seeds
+        atomic_write_text(out / "meta.json", json.dumps(meta, indent=2))
+        return report
 
 
 def _train_members_at_once(files: Sequence[str | Path], members: dict[int, Path], head_seed: int, jobs: int,
                            kwargs: dict[str, Any]) -> list[TrainReport]:
     """``train_soup``'s ``members`` (seed -> directory) trained in ``jobs`` processes at once (spawned: a forked
     torch can hang). Stopped (Ctrl-C, SIGTERM to this process alone), it ends the members' processes at once, each
-    keeping the checkpoint of its last finished epoch (it waited for every member to finish its training); a member
-    process outliving this one (killed by the OS) ends within a second; one the OS kills is named in one line."""
+    keeping the checkpoint of its last finished epoch (it waited for every member to finish its training); one whose
+    parent is killed outright (SIGKILL: no cleanup runs) ends with it (``host_pool.exit_with_parent``); a member the
+    system kills is one line."""
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
 
     from harness.labelling.encoder import usable_cpus
+    from harness.labelling.host_pool import exit_with_parent
 
     kw = {**kwargs, "device": "cpu", "threads": kwargs.get("threads") or max(1, usable_cpus() // jobs)}
-    pool = ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn"), initializer=_end_with_parent,
-                               initargs=(os.getpid(),))
+    pool = ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn"), initializer=exit_with_parent)
     try:
         futures = [pool.submit(train_encoder, list(files), out_dir=member, seed=seed, head_seed=head_seed, **kw)
                    for seed, member in members.items()]
@@ -993,18 +1016,6 @@ def _train_members_at_once(files: Sequence[str | Path], members: dict[int, Path]
         if error is not None:
             raise error
     return [f.result() for f in futures]
-
-
-def _end_with_parent(parent: int) -> None:
-    """In a member's process: end it when its parent process is gone (killed, so it could not end its members)."""
-    import threading
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(1.0)
-        os._exit(1)
-
-    threading.Thread(target=watch, daemon=True, name="end-with-parent").start()
 
 
 __all__ = ["TrainReport", "average_encoders", "flip_gender", "model_dir_for", "occurrence_targets", "project_labels",

@@ -723,6 +723,29 @@ def test_a_killed_run_goes_on_on_another_device_or_by_another_path_to_its_weight
     assert _run_fingerprint(items, gpu) != _run_fingerprint(items, {**gpu, "head_sha256": "2"})
 
 
+def test_a_copy_of_a_model_with_other_encoder_weights_is_another_labeller_to_a_resume(tmp_path, tiny_encoder):
+    """The info a resume compares hashed the head alone: the float16 copy that benchmarks/gpu_prepare.py makes for
+    GPU nodes (the original's head.pt and meta.json, the encoder's weights in float16) resumed the original's run,
+    and one file held both copies' labels (50 of 256 stories labelled otherwise in int8)."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from harness.labelling.cli import _run_fingerprint
+    from harness.labelling.encoder import EncoderLabeller
+
+    copy = tmp_path / "fp16"
+    original = tiny_encoder[0]
+    shutil.copytree(original, copy)
+    weights = copy / "encoder" / "model.safetensors"
+    save_file({k: v.half() for k, v in load_file(str(weights)).items()}, str(weights), metadata={"format": "pt"})
+    a, b = (EncoderLabeller(d, workers=0, precision="float32") for d in (original, copy))
+    assert a.info()["head_sha256"] == b.info()["head_sha256"]
+    assert a.info()["encoder_sha256"] != b.info()["encoder_sha256"]
+    assert _run_fingerprint([], a.info()) != _run_fingerprint([], b.info())
+    assert EncoderLabeller(original, workers=0, precision="float32").info() == a.info()
+
+
 def test_the_llm_labellers_server_is_part_of_what_a_killed_run_resumes():
     """Killed, then rerun against another server (--llm-base-url), `label label` resumed: one file held two
     servers' labels, all 'ok'. The server is now in the labeller's info, which the run's fingerprint hashes."""

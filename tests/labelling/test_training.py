@@ -636,13 +636,22 @@ def test_a_second_training_into_one_directory_is_refused_while_the_first_runs(tm
     from harness.cli import app
     from harness.labelling.training import training_lock
 
+    import fcntl
+
     p = _write(tmp_path / "t.jsonl", ROW)
     out = tmp_path / "m"
-    with training_lock(out):
-        r = CliRunner().invoke(app, ["label", "train", "--data", str(p), "--out", str(out), "--epochs", "1",
-                                     "--layers", "1"])
-    assert r.exit_code != 0 and not (out / "meta.json").exists()
-    assert f"{out}: another training is writing this model now" in " ".join(r.output.split())
+    with open(tmp_path / ".m.train.lock", "a") as other:  # another process's training holds it
+        fcntl.flock(other, fcntl.LOCK_EX)
+        for seeds in (["--seed", "0"], ["--seed", "0", "--seed", "1"]):
+            r = CliRunner().invoke(app, ["label", "train", "--data", str(p), "--out", str(out), "--epochs", "1",
+                                         "--layers", "1", *seeds])
+            assert r.exit_code == 2 and not (out / "meta.json").exists()
+            assert f"{out}: another training is writing this model now" in " ".join(r.output.split())
+    with training_lock(out):  # this thread's own lock does not refuse its training (`harness run` holds it)
+        from harness.labelling.training import train_soup
+
+        train_soup([p], [0], out_dir=out, epochs=1, layers=1)
+    assert (out / "meta.json").exists()
     waited = []
     with training_lock(out):
         import threading
