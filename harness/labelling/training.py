@@ -379,13 +379,21 @@ def _training_rows(files: Sequence[str | Path]) -> list[GoldStory]:
 def _check_taught(where: str, key: str, words: Sequence[str], name: str | None, references: Sequence[str]) -> None:
     """A DataError where a label that occurs in the story would teach no word of it: ``project_labels`` reads the
     story's words as the tagger splits them, so "Jean" of "Jean-Luc", "Mary Anne" for "Mary-Anne" or "self" of
-    "self-taught" mark nothing, and the word the story writes is taught as no one's."""
+    "self-taught" mark nothing, and the word the story writes is taught as no one's. The same matching as
+    ``project_labels`` (a test holds the two together), without its table of targets."""
+    kept = [w for w in words if is_word(w)]
+    low = [fold_word(w) for w in kept]
     for ref in references:
-        if not any(project_labels(words, {}, {"subject": [ref]})[i][1] for i in range(len(words))):
+        if not find_all(low, phrase_tokens(ref)):
             raise DataError(f"{where}: {key} references hold {ref!r}, which the story writes only inside another "
                             f"word (the tagger reads {_holding_word(words, ref)!r} as one word), so it would teach "
                             f"nothing; label the word as the story writes it")
-    if name and not any(row[0] for row in project_labels(words, {"subject": name}, {})):
+    if not name:
+        return
+    toks = phrase_tokens(name)
+    capital = {w for w, raw in zip(low, kept) if starts_capitalised(raw)}
+    if not (any(starts_capitalised(kept[i]) for i in find_all(low, toks))
+            or any(t in capital for t in toks if t not in NAME_TITLES and len(t) >= 2)):
         raise DataError(f"{where}: {key} name {name!r} is not written in the story as its own capitalised words "
                         f"(the tagger reads {_holding_word(words, name)!r} as one word), so it would teach nothing; "
                         f"write the name as the story does")

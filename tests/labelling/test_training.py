@@ -726,3 +726,38 @@ def test_a_member_process_the_system_kills_is_one_line_not_a_traceback(tmp_path,
                                                      f"of the soup ended abruptly (killed by the system: out of "
                                                      f"memory?)")):
         training._train_members_at_once([], members, 0, 2, {})
+
+
+@pytest.mark.parametrize("text, name, refs", [
+    ("Dr. Ana Ruiz met him. She smiled.", "Dr. Ana Ruiz", ["She"]),
+    ("Ana Ruiz met him. She smiled.", "Dr. Ana Ruiz", ["She", "her sister"]),
+    ("Coach waved at him. His sister smiled.", "Coach", ["His sister"]),
+    ("she rose from her chair.", "Rose", ["she"]),
+    ("Sean O'Brien smiled. He waved.", "O'Brien", ["He"]),
+    ("Mary-Anne smiled. She waved.", "Mary-Anne", ["She"]),
+    ("Mary-Anne smiled. She waved.", "Anne", ["She"]),
+    ("The self-taught painter waved.", None, ["painter", "self"]),
+    ("Li smiled at Bo. He waved.", "Li", ["He"]),
+])
+def test_the_label_check_accepts_what_the_targets_teach(text, name, refs):
+    """``_check_taught`` matches as ``project_labels`` does: a label passes exactly where it marks a word."""
+    from harness.labelling.training import _check_taught, project_labels
+    from harness.labelling.words import split_words
+
+    words = [w for w, _, _ in split_words(text)]
+    for ref in refs:
+        marks = any(row[1] for row in project_labels(words, {}, {"subject": [ref]}))
+        try:
+            _check_taught("f", "subject", words, None, [ref])
+            passed = True
+        except DataError:
+            passed = False
+        assert passed == marks, ref
+    if name:
+        marks = any(row[0] for row in project_labels(words, {"subject": name}, {}))
+        try:
+            _check_taught("f", "subject", words, name, [])
+            passed = True
+        except DataError:
+            passed = False
+        assert passed == marks, name
