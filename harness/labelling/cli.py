@@ -69,7 +69,8 @@ PRECISION = typer.Option(None, "--precision",
                          help="Encoder: the model's arithmetic (CPU: bfloat16, int8 or float32; GPU: float16, "
                               "bfloat16 or float32). Default: float16 on a GPU; on a CPU bfloat16 where it has AMX, "
                               "else int8 (one story per forward pass, so a story's labels never depend on its "
-                              "batch), as encoder.default_precision picks.")
+                              "batch) for a base that survives it (MiniLM; not MPNet: bfloat16 where the CPU has "
+                              "AVX512-BF16, else float32), as encoder.default_precision picks.")
 
 
 def _labeller(name: str, model_dir: Path | None, llm_model: str, threads: int | None, name_check: bool = True,
