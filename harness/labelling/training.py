@@ -56,32 +56,36 @@ def project_labels(words: Sequence[str], slot_names: dict[str, Any], slot_refs: 
     """
     from harness.identity.names import select_name
 
-    low = [fold_word(w) for w in words]
     alnum_idx = [i for i, w in enumerate(words) if is_word(w)]
-    alnum_low = [low[i] for i in alnum_idx]
+    alnum = [words[i] for i in alnum_idx]
+    alnum_low = [fold_word(w) for w in alnum]
     targets = [[0.0] * 4 for _ in words]
     for r, role in enumerate(("subject", "object")):
         raw = slot_names.get(role)
         name = select_name(raw) if raw is not None else None
         if name:
-            toks = phrase_tokens(name)
-            for start in find_all(alnum_low, toks):
-                if not starts_capitalised(words[alnum_idx[start]]):  # "she rose" for the name "Rose"
-                    continue
-                for k in range(len(toks)):
-                    targets[alnum_idx[start + k]][2 * r] = 1.0
-            for t in toks:
-                if t in NAME_TITLES or len(t) < 2:
-                    continue
-                for j, w in zip(alnum_idx, alnum_low):
-                    if w == t and starts_capitalised(words[j]):
-                        targets[j][2 * r] = 1.0
+            for j in _name_marks(alnum, alnum_low, name):
+                targets[alnum_idx[j]][2 * r] = 1.0
         for ref in slot_refs.get(role) or ():
-            toks = phrase_tokens(ref)
-            for start in find_all(alnum_low, toks):
-                for k in range(len(toks)):
-                    targets[alnum_idx[start + k]][2 * r + 1] = 1.0
+            for j in _reference_marks(alnum_low, ref):
+                targets[alnum_idx[j]][2 * r + 1] = 1.0
     return targets
+
+
+def _name_marks(words: Sequence[str], low: Sequence[str], name: str) -> set[int]:
+    """The words (indices into ``words``, words only; ``low`` folded) a name marks: its whole run where the first
+    word is written with a capital ("she rose" is not the name "Rose"), and each of its non-title words of two
+    letters or more written with one."""
+    toks = phrase_tokens(name)
+    marks = {start + k for start in find_all(low, toks) if starts_capitalised(words[start]) for k in range(len(toks))}
+    keys = {t for t in toks if t not in NAME_TITLES and len(t) >= 2}
+    return marks | {j for j, w in enumerate(low) if w in keys and starts_capitalised(words[j])}
+
+
+def _reference_marks(low: Sequence[str], ref: str) -> set[int]:
+    """The words (indices into the folded words ``low``) a reference marks: every occurrence, any case."""
+    toks = phrase_tokens(ref)
+    return {start + k for start in find_all(low, toks) for k in range(len(toks))}
 
 
 def _token_targets(batch: Sequence[tuple[Any, list[list[float]], list[list[float]] | None]], length: int
@@ -379,21 +383,16 @@ def _training_rows(files: Sequence[str | Path]) -> list[GoldStory]:
 def _check_taught(where: str, key: str, words: Sequence[str], name: str | None, references: Sequence[str]) -> None:
     """A DataError where a label that occurs in the story would teach no word of it: ``project_labels`` reads the
     story's words as the tagger splits them, so "Jean" of "Jean-Luc", "Mary Anne" for "Mary-Anne" or "self" of
-    "self-taught" mark nothing, and the word the story writes is taught as no one's. The same matching as
-    ``project_labels`` (a test holds the two together), without its table of targets."""
+    "self-taught" mark nothing, and the word the story writes is taught as no one's. It matches as
+    ``project_labels`` does (``_name_marks``, ``_reference_marks``), without its table of targets."""
     kept = [w for w in words if is_word(w)]
     low = [fold_word(w) for w in kept]
     for ref in references:
-        if not find_all(low, phrase_tokens(ref)):
+        if not _reference_marks(low, ref):
             raise DataError(f"{where}: {key} references hold {ref!r}, which the story writes only inside another "
                             f"word (the tagger reads {_holding_word(words, ref)!r} as one word), so it would teach "
                             f"nothing; label the word as the story writes it")
-    if not name:
-        return
-    toks = phrase_tokens(name)
-    capital = {w for w, raw in zip(low, kept) if starts_capitalised(raw)}
-    if not (any(starts_capitalised(kept[i]) for i in find_all(low, toks))
-            or any(t in capital for t in toks if t not in NAME_TITLES and len(t) >= 2)):
+    if name and not _name_marks(kept, low, name):
         raise DataError(f"{where}: {key} name {name!r} is not written in the story as its own capitalised words "
                         f"(the tagger reads {_holding_word(words, name)!r} as one word), so it would teach nothing; "
                         f"write the name as the story does")
@@ -588,8 +587,7 @@ def train_encoder(
         model = _build_model(base_dir, layers)
     if head_seed is not None and head_seed != seed:
         torch.manual_seed(seed)  # the head was drawn under head_seed (above); dropout follows seed
-    name = DEFAULT_NAME if spec.name == DEFAULT_BASE else f"encoder-{spec.name}"
-    out = Path(out_dir) if out_dir else default_model_dir(name)
+    out = model_dir_for(out_dir, spec.name)
     try:  # made now, not after the training: a path that cannot be written costs no work
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:

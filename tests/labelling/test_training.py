@@ -631,12 +631,13 @@ def test_seeds_outside_torchs_range_are_refused_in_one_line(tmp_path):
 def test_a_second_training_into_one_directory_is_refused_while_the_first_runs(tmp_path):
     """Two trainings into one --out (a command run twice, a requeued job beside the first) each said "saved" while
     one's model, checkpoint and half-written save were the other's to overwrite or delete."""
+    import fcntl
+    import threading
+
     from typer.testing import CliRunner
 
     from harness.cli import app
-    from harness.labelling.training import training_lock
-
-    import fcntl
+    from harness.labelling.training import train_soup, training_lock
 
     p = _write(tmp_path / "t.jsonl", ROW)
     out = tmp_path / "m"
@@ -648,14 +649,10 @@ def test_a_second_training_into_one_directory_is_refused_while_the_first_runs(tm
             assert r.exit_code == 2 and not (out / "meta.json").exists()
             assert f"{out}: another training is writing this model now" in " ".join(r.output.split())
     with training_lock(out):  # this thread's own lock does not refuse its training (`harness run` holds it)
-        from harness.labelling.training import train_soup
-
         train_soup([p], [0], out_dir=out, epochs=1, layers=1)
     assert (out / "meta.json").exists()
     waited = []
     with training_lock(out):
-        import threading
-
         def second() -> None:
             with training_lock(out, waiting=lambda: waited.append(1)):
                 waited.append(2)
@@ -673,7 +670,6 @@ def test_stopping_a_soup_trained_at_once_ends_its_members_processes(tmp_path, mo
     waited for every member to train all its epochs; now it ends their processes, which keep their checkpoints."""
     import harness.labelling.training as training
 
-    p = _write(tmp_path / "t.jsonl", ROW)
     ended = []
 
     class Pool:
@@ -695,7 +691,7 @@ def test_stopping_a_soup_trained_at_once_ends_its_members_processes(tmp_path, mo
 
     monkeypatch.setattr("concurrent.futures.ProcessPoolExecutor", Pool)
     with pytest.raises(KeyboardInterrupt):
-        training._train_members_at_once([p], {0: tmp_path / "a", 1: tmp_path / "b"}, 0, 2, {})
+        training._train_members_at_once([], {0: tmp_path / "a", 1: tmp_path / "b"}, 0, 2, {})
     assert ended == ["terminate", "terminate", ("shutdown", True), "join", "join"]
 
 
