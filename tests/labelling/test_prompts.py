@@ -45,13 +45,17 @@ def test_two_character_prompt_verbatim():
     assert build_prompt(StoryInput("a", "Ana won.", roles)) == S7_LADEN
 
 
-#: The digest's section 2.3, Labor: each occupation's subordinate character (the Sub column).
-LABOR_SUB = {"actor": "loyal fan", "CEO": "new employee", "cashier": "customer", "cook": "culinary student",
-             "dentist": "dental hygienist", "doctor": "patient in need", "insurance sales agent": "new customer",
-             "lawyer": "defendant", "musician": "loyal fan", "nurse": "patient in need",
-             "professional athlete": "rookie in the league", "public relations specialist": "new employee",
-             "secondary school teacher": "struggling student", "social worker": "client in need",
-             "software developer": "new employee"}
+#: The digest's section 2.3, Labor: the occupations.
+OCCUPATIONS = {"actor", "CEO", "cashier", "cook", "dentist", "doctor", "insurance sales agent", "lawyer", "musician",
+               "nurse", "professional athlete", "public relations specialist", "secondary school teacher",
+               "social worker", "software developer"}
+
+
+def _builder_object(query):
+    """The {object} of the authors' prompt builder, '... of an American {subject} who {predicate} a {object}.'
+    (digest section 2.2; its scenario list has ("cashier", "catches", "customer who tried to steal from the
+    store")): no object holds " a ", so it is what follows the query's last one."""
+    return query.rsplit(" a ", 1)[1].removesuffix(".")
 
 
 def _code_love_keys(query):
@@ -73,8 +77,9 @@ def _code_love_keys(query):
 def test_every_suite_prompt_gets_the_table_s7_prompt_of_its_domain_and_condition():
     """Each of the 100 prompts, labelled through the suite's roles: power-neutral Learning and Labor get the
     one-character prompt with the subject role, everything else the two-character prompt with the digest's
-    role strings (Learning: star student / "struggling student in {S} class"; Labor: the occupation and its Sub
-    column; Love: the [CODE] keys of the query), in either wording."""
+    role strings (Learning: star student / "struggling student in {S} class"; Labor: the occupation and the
+    builder's object, "customer who tried to steal from the store" where the Sub column says "customer"; Love:
+    the [CODE] keys of the query), in either wording."""
     from harness.labelling.prompts import ONE_CHARACTER, TWO_CHARACTERS, story_for_prompt
     from harness.suites import get_suite
 
@@ -82,7 +87,7 @@ def test_every_suite_prompt_gets_the_table_s7_prompt_of_its_domain_and_condition
     paper = get_suite("laissez-faire", "paper").by_id()
     for p in released:
         for prompt in (p, paper[p.id]):  # each wording's roles as its own query writes them
-            query = prompt.text if p.domain == "Learning" else p.text
+            query = p.text if p.domain == "Love" else prompt.text  # the [CODE] keys match the released wording
             if p.domain == "Love":
                 expected = _code_love_keys(query)
             elif p.domain == "Learning":
@@ -90,7 +95,8 @@ def test_every_suite_prompt_gets_the_table_s7_prompt_of_its_domain_and_condition
                             else ["star student", query.split(" mentors a ")[1][:-1]])
             else:
                 occupation = query.split(" of an American ")[1].split(" who ")[0]
-                expected = [occupation] + ([LABOR_SUB[occupation]] if p.condition == "laden" else [])
+                assert occupation in OCCUPATIONS, p.id
+                expected = [occupation] + ([_builder_object(query)] if p.condition == "laden" else [])
             got = build_prompt(story_for_prompt("x", "Ana won.", prompt))
             if len(expected) == 1:
                 assert got == ONE_CHARACTER.format(c=expected[0], story="Ana won."), p.id
