@@ -118,20 +118,24 @@ class StatisticsShift:
             ``same_verdict`` (None where either side is undefined), ``all_zero_both`` (R = 1 imputed from all-zero
             counts on both sides: left out of the summary); with ``n_boot``, also ``log_shift``
             (log(labeller / manual)), its paired bootstrap interval ``log_shift_low``, ``log_shift_high``, the
-            bootstrap test's ``log_shift_p`` and ``shift_excludes_0`` (p < alpha).
+            bootstrap test's ``log_shift_p`` and ``shift_excludes_0`` (p < alpha: the test's decision, which the
+            interpolated interval may contradict at a few resamples, so the two are not read as one).
         summary: ``{table: {"cells", "one_sided", "all_zero_both", "within", "same_verdict", "median_abs_log"}}``
             over the source models' cells, and the same for the pooled cells (``"<table> (all sources)"``); with
             ``n_boot``, also ``"shift_tested"`` (cells with an interval) and ``"shift_excludes_0"``.
         n_boot: the paired story resamples behind the intervals (0: none).
+        alpha: the level of the shift's test.
     """
 
     cells: pd.DataFrame
     summary: dict[str, dict[str, Any]]
     n_boot: int = 0
+    alpha: float = 0.05
 
     def to_text(self) -> str:
         """The summary as a markdown table."""
-        boot = f" | shift's paired 95% interval excludes 0 ({self.n_boot} resamples)" if self.n_boot else ""
+        boot = (f" | shift found (paired bootstrap test, p < {self.alpha:g}; {self.n_boot} resamples)"
+                if self.n_boot else "")
         lines = ["| table | cells defined under both | under one only | all-zero under both (R = 1 imputed, left out) | "
                  "labeller inside the manual 95% interval | same verdict on 1 | median abs log ratio" + boot + " |",
                  "|---" * (8 if boot else 7) + "|"]
@@ -220,7 +224,7 @@ def statistics_shift(report: Any, gold: Sequence[Any], names: Any = None, *, n_b
         t = cells[cells.table == name]
         summary[name] = _summary(t[t.model != POOLED])
         summary[f"{name} ({POOLED})"] = _summary(t[t.model == POOLED])
-    return StatisticsShift(cells, summary, n_boot)
+    return StatisticsShift(cells, summary, n_boot, alpha)
 
 
 def _log_shift(cells: pd.DataFrame) -> np.ndarray:

@@ -253,7 +253,7 @@ def test_the_paired_bootstrap_brackets_a_real_shift_and_finds_none_where_the_lab
     assert (female.log_shift_high < 0).all() and (female.log_shift_low < female.log_shift).all()
     s = shift.summary["representation"]
     assert s["shift_tested"] > 0 and s["shift_excludes_0"] == 2  # the model's Female and Male cells
-    assert "excludes 0 (40 resamples)" in shift.to_text()
+    assert "shift found (paired bootstrap test, p < 0.05; 40 resamples)" in shift.to_text()
     same, gold = _neutral(30, 20, flipped=0)
     flat = statistics_shift(SimpleNamespace(characters=same), gold, Names(), n_boot=20)
     tested = flat.cells.dropna(subset=["log_shift_low"])
