@@ -36,14 +36,16 @@ if TYPE_CHECKING:
 
 #: The version of the decoding (the encoder labeller's info carries it): a release that decodes a story's
 #: scores into other labels bumps it, so a run's labels of two versions are not mixed.
-DECODER_VERSION = "7"  # 2: a name never runs across a line break; 3: words compared composed (NFC), a title
+DECODER_VERSION = "8"  # 2: a name never runs across a line break; 3: words compared composed (NFC), a title
 # joins a name only on its line and abbreviated across a point, particles only after a name word or a title, the checks
 # read completed names; 4: a quotation left open ends with its line, an inch mark opens none, the action check's
 # object control, things not done, third parties, claims that are none, a name's word only capitalised, and closed
 # appositions; 5: titles of two genders name two characters, a title alone names a role last, "al-Rashid" and
 # "St. James" in a name, a noun or title keeps a gender-nonconforming name's words, a modal opening a question
 # completes no name; 6: a hyphen after an apostrophe's name part ("O'Neil-Smith") stays in the name; 7: a list that
-# still mixes genders is cut by the words the other character shares (``keep_the_unshared_gender``)
+# still mixes genders is cut by the words the other character shares (``keep_the_unshared_gender``); 8: the action
+# check's "next time" only of its own claim, a weaker verb's noun only after it, "forgot", "held", "shook", a shared
+# pronoun's sentence before parsed; appositions over a title before a fronted name and over a name's particles
 #: How a word type's occurrences are pooled into one score per role (``WordDecoder.reference_pool``).
 REFERENCE_POOLS = ("mean", "max")
 #: Pronoun families: a character's pronouns agree, so decoding keeps one family per character.

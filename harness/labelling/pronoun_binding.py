@@ -9,8 +9,8 @@ The rule reads where each pronoun stands. In a story with two named characters, 
 one binary gender (the he or she family) and the other (X) no gendered word at all, an occurrence of
 that gender's subject, possessive or reflexive pronoun (he, his, himself; she, her as a determiner,
 herself), outside quotation marks, in a sentence where X's name has already occurred and nothing of
-the other character (a word of its name, or one of its references other than these pronouns) has, is
-bound to X: "Paul finally spoke, his voice ..." gives Paul "his". Object pronouns are never bound
+the other character (a word of its name, or one of its references other than that gender's pronouns, "him"
+among them) has, is bound to X: "Paul finally spoke, his voice ..." gives Paul "his". Object pronouns are never bound
 (in "Mei thanked her" the object is not the subject of its clause), and a first name that contradicts
 the gender (``name_gender``: its share of female bearers at least ``strength`` for "he", at most
 ``1 - strength`` for "she") vetoes the binding when a name table is given.

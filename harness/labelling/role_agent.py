@@ -38,7 +38,7 @@ tagger had exchanged, and changed nothing on gold labels (which hold every prono
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -256,19 +256,22 @@ def _sentences(text: str) -> tuple[list[str], list[str]]:
     return sents, gaps
 
 
-def _action_sentences(text: str, action: Action) -> list[str]:
+def _action_sentences(text: str, action: Action, shared: Collection[str] = ()) -> list[str]:
     """The sentences in which the action can have a clause (``_worth_parsing``), as chunks to parse: a quoted
     sentence is parsed with the sentence before it, where its speaker is often named
-    ('"I make more," she said. "So I'll cover the bills."'), a sentence inside a quote that opened
-    sentences earlier with the sentences back to the one before that quote ('... she said. "You're
-    going. I've decided."'), and neighbours are joined."""
+    ('"I make more," she said. "So I'll cover the bills."'), and so is one that holds a word of ``shared`` (the
+    pronouns both characters hold, which ``_antecedent`` reads back from the sentence before: "Desmond smiled at
+    the waiter. He paid for both of them."); a sentence inside a quote that opened sentences earlier with the
+    sentences back to the one before that quote ('... she said. "You're going. I've decided."'); and neighbours
+    are joined."""
     sents, gaps = _sentences(text)
     quotes = [sum(sent.count(q) for q in QUOTES) for sent in sents]
+    holds_shared = _words_pattern(set(shared)) if shared else None
     keep = set()
     for i, sent in enumerate(sents):
         if _worth_parsing(sent, action):
             keep.add(i)
-            if i and sent[:1] in QUOTES:
+            if i and (sent[:1] in QUOTES or (holds_shared and holds_shared.search(sent))):
                 keep.add(i - 1)
             # a sentence inside a quote that began sentences earlier: back to the sentence before it
             j = i
@@ -303,7 +306,7 @@ def action_clauses(text: str, action: Action, subject: Character, obj: Character
     only = _only_words(subject, obj)
     if not only[0] and not only[1]:
         return []
-    return [c for doc in _nlp().pipe(_action_sentences(text, action)) for c in _clauses(doc, action, only)]
+    return [c for doc in _nlp().pipe(_action_sentences(text, action, only[2])) for c in _clauses(doc, action, only)]
 
 
 def roles_exchanged(items: Sequence[tuple[str, str, Character, Character]]) -> list[bool]:
@@ -317,7 +320,7 @@ def roles_exchanged(items: Sequence[tuple[str, str, Character, Character]]) -> l
         if action is None:
             continue
         only = _only_words(subject, obj)
-        sentences = _action_sentences(text, action) if only[0] or only[1] else []
+        sentences = _action_sentences(text, action, only[2]) if only[0] or only[1] else []
         if sentences:
             jobs.append((i, action, only, sentences))
     out = [False] * len(items)
@@ -345,7 +348,7 @@ def _clauses(doc, action: Action, only: Split) -> Iterator[tuple[str, int]]:
                 continue
         elif not (receiver or lemma in action.agent or (
                 lemma in action.agent_if_noun and any(t.lower_ in nouns and not t.tag_.startswith("NNP")
-                                                      for t in tok.subtree))):
+                                                      for t in _own_words(tok)))):
             continue  # a weaker verb needs its noun among its own words: "grabbed the check" (not "took Bill's hand")
         elif lemma in action.agent_if_noun and any(c.lower_ == "back" for c in tok.children):
             continue  # "put it back when she saw the price", "slid the check back": no one pays
@@ -389,7 +392,25 @@ def _clauses(doc, action: Action, only: Split) -> Iterator[tuple[str, int]]:
             if _claimed(low, action) and any(t.text in QUOTES for t in sent):
                 who = _speaker(sent, only)
                 if who is not None:  # '"My treat," she said.'; '"Dessert is on me next time."': not now
-                    yield "said", 1 - who if _NEXT_TIME.search(low) else who
+                    yield "said", 1 - who if _claimed_for_later(low, action) else who
+
+
+#: Objects that point back to a noun before the verb ("When the check came, Ana grabbed it first").
+_POINTING_BACK = frozenset({"it", "them", "that", "this"})
+
+
+def _own_words(verb) -> Iterator:
+    """The verb's own words: its subtree after it, without a verb joined to it. Its subject and a clause put
+    before it are not ("When the check came, Sarah took John's hand"), nor what a verb joined to it takes ("took a
+    sip and grabbed the check"); a clause after it is ("signed it before John could see the total"). A verb whose
+    object points back ("it") owns its whole subtree, where that noun stands ("When the check came, Ana grabbed
+    it first")."""
+    if any(c.dep_ == "dobj" and c.lower_ in _POINTING_BACK for c in verb.children):
+        yield from verb.subtree
+        return
+    for child in verb.children:
+        if child.i > verb.i and child.dep_ != "conj":
+            yield from child.subtree
 
 
 def _for_later(verb) -> bool:
@@ -544,11 +565,14 @@ def _forestalled(verb) -> bool:
         c.dep_ == "aux" and c.lower_ in ("could", "can") for c in verb.children)
 
 
-#: Past forms of the verbs in the tables above that do not follow the spelling rules (all of them).
+#: Past forms of the verbs in the tables above, and of ``pronoun_binding.TOUCHING``, that do not follow the spelling
+#: rules (all of them; without "forgot", "Sarah forgot to pay" was read as her paying, and without "held", "held her
+#: hand" as no touch).
 _IRREGULAR = {"pay": ("paid",), "teach": ("taught",), "choose": ("chose", "chosen"), "get": ("got", "gotten"),
               "take": ("took", "taken"), "win": ("won",), "tell": ("told",), "give": ("gave", "given"),
               "make": ("made",), "put": ("put",), "slide": ("slid",), "learn": ("learned", "learnt"), "say": ("said",),
-              "show": ("showed", "shown"), "write": ("wrote", "written"), "leave": ("left",), "stick": ("stuck",)}
+              "show": ("showed", "shown"), "write": ("wrote", "written"), "leave": ("left",), "stick": ("stuck",),
+              "forget": ("forgot", "forgotten", "forgetting"), "hold": ("held",), "shake": ("shook", "shaken")}
 _DOUBLED = re.compile(r"^[^aeiou]*[aeiou][bdgklmnprtvz]$")  # grab -> grabbed, plan -> planning
 
 
@@ -624,6 +648,26 @@ def _claimed(low: str, action: Action) -> bool:
     one (``_NO_CLAIM_BEFORE``)."""
     return any(not _NO_CLAIM_BEFORE.search(low[:m.start()]) and not low.startswith(" straight", m.end())
                for m in _claim_pattern(action).finditer(low))  # "let me get this straight" claims nothing
+
+
+#: A part of a sentence that is nothing but a "next time" put before what it is said of ("Next time, it's on me").
+_NEXT_TIME_ALONE = re.compile(r"^\W*(?:(?:and|but|so|then|okay|ok)\W+)?next (?:time|one|round|date)\W*$")
+
+
+def _claimed_for_later(low: str, action: Action) -> bool:
+    """Whether a "next time" (``_NEXT_TIME``) is said of a claim of the sentence: it stands in the claim's own
+    part of the sentence, between the commas or semicolons around it ("Dessert is on me next time"), or makes the
+    whole part before it ("Next time, it's on me"); not of another clause ('"This one is on me, and you can pay
+    next time," Sarah said': Sarah pays now)."""
+    for m in _claim_pattern(action).finditer(low):
+        start = max(low.rfind(",", 0, m.start()), low.rfind(";", 0, m.start())) + 1
+        ends = [e for e in (low.find(",", m.end()), low.find(";", m.end())) if e >= 0]
+        if _NEXT_TIME.search(low, start, min(ends, default=len(low))):
+            return True
+        before = max(low.rfind(",", 0, start - 1), low.rfind(";", 0, start - 1)) + 1 if start else 0
+        if start and _NEXT_TIME_ALONE.match(low[before:start - 1].strip(" \"'\u201c\u201d")):
+            return True
+    return False
 
 
 @lru_cache(maxsize=None)

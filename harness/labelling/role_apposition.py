@@ -11,9 +11,12 @@ tears" and "the fan called Ethan to apologize" are none); or a name followed by 
 words and no preposition nor relative pronoun, the noun, in a phrase that opens with a determiner ("Lily,
 a loyal fan"; not "Sarah, an admirer of the actor", "Lily, who adored the actor", the possessive of "Lily,
 the actor's biggest fan", "Lily, and the actor signed", nor a name after a preposition or conjunction that
-opens its clause: "To Lily, the actor was everything"). Nouns inside quotation marks are forms of address
-("Thank you, Nurse Kai") and do not count. The two labels are exchanged when the appositions tie the labelled characters to
-each other's roles more often than to their own.
+opens its clause: "To Lily, the actor was everything", "To Mr. Ethan Park, ..."). A name right after the
+noun, with no comma, counts even where it opens a relative clause ("the patient Dr. Patel had worried about"):
+on the gold labels of the project's files (training and held out) and train150 all 21 such appositions name
+the character of the noun's own role, 3 of them before "had" ("Nurse Jasmine Carter had worked"). Nouns inside
+quotation marks are forms of address ("Thank you, Nurse Kai") and do not count. The two labels are exchanged
+when the appositions tie the labelled characters to each other's roles more often than to their own.
 
 A role's head noun is the last word of its description before "who", "in", "on", "of", "at", "with"
 or "for" ("rookie in the league" -> rookie, "public relations specialist" -> specialist). Roles
@@ -41,7 +44,7 @@ from collections.abc import Collection, Sequence
 
 from harness.labelling.base import NAME_TITLES, QUOTES, quoted
 from harness.labelling.pronoun_binding import name_words
-from harness.labelling.words import line_starts
+from harness.labelling.words import line_starts, split_words
 
 _CUT = re.compile(r"\s(?:who|in|on|of|at|with|for)\s")
 #: "\n" marks a line break (``words_with_breaks``): a title, or a prompt the story echoes ("... who helps a new
@@ -65,7 +68,12 @@ _SUBORDINATORS = frozenset({"when", "as", "after", "before", "since", "while", "
 
 
 def _fronted(low: Sequence[str], s: int) -> bool:
-    """Whether the name that starts at ``s`` follows a preposition or subordinator that opens its clause."""
+    """Whether the name that starts at ``s`` follows a preposition or subordinator that opens its clause, with
+    the name's title, if any, before it ("To Mr. Ethan Park, the actor was everything")."""
+    if s > 1 and low[s - 1] == "." and low[s - 2] in NAME_TITLES:
+        s -= 2
+    elif s > 0 and low[s - 1] in NAME_TITLES:
+        s -= 1
     return s > 0 and low[s - 1] in _PREPOSITIONS | _SUBORDINATORS and (s == 1 or low[s - 2] in _STOPS)
 
 
@@ -107,6 +115,9 @@ def appositions(words: Sequence[str], descriptions: Sequence[str], names: Sequen
     owned = [name_words(n) for n in names]
     if len(heads) != 2 or None in heads or heads[0] == heads[1] or not all(owned) or owned[0] & owned[1]:
         return None
+    # every word of each name as written, its lowercase particles and hyphens too ("Omar al-Rashid", "Leonardo da
+    # Vinci"), which a run of the name's words goes over
+    spelled = [{w.lower() for w, _, _ in split_words(n)} for n in names]
     low = [w.lower() for w in words]
     in_quote = quoted(words)
     out: Counter = Counter()
@@ -124,8 +135,9 @@ def appositions(words: Sequence[str], descriptions: Sequence[str], names: Sequen
         return hits[0] if len(hits) == 1 else None
 
     def in_name(k: int, c: int) -> bool:
-        """Whether word k is one of character c's name words, or the "'Brien" of "O'Brien"."""
-        return low[k] in owned[c] or (low[k][:1] in _APOSTROPHES and low[k][1:] != "s")
+        """Whether word k is one of character c's name words or a word of its name as written, or the "'Brien" of
+        "O'Brien"."""
+        return low[k] in owned[c] or low[k] in spelled[c] or (low[k][:1] in _APOSTROPHES and low[k][1:] != "s")
 
     def name_end(j: int, c: int) -> int:
         """The index after the run of character c's name words that starts at j."""

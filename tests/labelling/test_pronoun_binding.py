@@ -463,6 +463,9 @@ def test_the_possessive_of_a_touched_hand_is_not_bound_and_ends_the_binding():
     assert bind("Sasha laughed. Sara nodded, squeezing her hand.", "Sara", [], "Sasha", ["her"]) == [(), ("her",)]
     assert bind("Leo smiled. Paul took his trembling hand, and his voice broke.", "Paul", [], "Leo", ["he"]) == [
         (), ("he",)]
+    # the irregular pasts of the verbs of touching ("holded" and "shaked" were their only past forms)
+    for verb in ("held", "shook"):
+        assert bind(f"Leo smiled. Paul sat down and {verb} his hand.", "Paul", [], "Leo", ["he"]) == [(), ("he",)]
     # a gesture of one's own, or the toucher's own hand, is bound as before
     assert bind("Leo smiled. Paul shook his head.", "Paul", [], "Leo", ["he"]) == [("his",), ("he",)]
     assert bind("Leo smiled. Paul pressed his own hand to his chest.", "Paul", [], "Leo", ["he"])[0] == ("his",)

@@ -120,6 +120,33 @@ def test_walking_someone_through_is_teaching(text, want):
     assert action_clauses(text, action_for(PAYS), JOHN, SARAH) == []
 
 
+@pytest.mark.parametrize("text, want", [
+    # a "next time" of another clause leaves the claim for now; one of the claim's own part puts it off
+    ('"This one is on me, and you can pay next time," Sarah said.', [("said", 1)]),
+    ('"My treat, and you can get the next one," Sarah said.', [("said", 1)]),
+    ('"Next time, it\'s on me," Sarah said.', [("said", 0)]),
+    # a weaker verb's noun is among its own words, not in its subject or a clause before it
+    ("When the check came, Sarah took John's hand.", []),
+    ("As the waiter walked away, John took a sip of wine.", []),
+    # unless its object points back to it
+    ("When the check came, Sarah grabbed it first.", [("grabbed", 1)]),
+    # "forgot to pay" (the irregular forms were missing): nobody paid
+    ("Sarah forgot to pay.", []),
+    ("Sarah had forgotten to pay.", []),
+])
+def test_claims_for_later_weaker_verbs_and_forgetting(text, want):
+    assert action_clauses(text, action_for(PAYS), JOHN, SARAH) == want
+
+
+def test_a_shared_pronoun_reads_its_subject_in_the_sentence_before():
+    """Two men's "he": the sentence before a paying sentence is parsed with it, so the pronoun has the
+    nearest subject before it (it was parsed alone, and "He paid" named nobody)."""
+    desmond, elliot = ("Desmond", ("he", "his", "him")), ("Elliot", ("he", "his", "him"))
+    text = "Desmond smiled at the waiter. He paid for both of them."
+    assert action_clauses(text, action_for(PAYS), desmond, elliot) == [("paid", 0)]
+    assert action_clauses(text, action_for(PAYS), elliot, desmond) == [("paid", 1)]
+
+
 def test_a_word_with_a_grammatical_subject_is_a_verb():
     # parsed alone, "Leo groaned." is tagged as two names, but "Leo" is the subject of "groaned"
     from harness.labelling.role_agent import _nlp
@@ -508,6 +535,10 @@ def test_a_missing_parser_is_a_config_error(monkeypatch):
     ("offer", {"offer", "offers", "offering", "offered"}),
     ("learn", {"learn", "learns", "learning", "learned", "learnt"}),
     ("get", {"get", "gets", "getting", "got", "gotten"}),
+    # irregular pasts that were missing: "forgot to pay" read as paying
+    ("forget", {"forget", "forgets", "forgeting", "forgetting", "forgot", "forgotten"}),
+    ("hold", {"hold", "holds", "holding", "held"}),
+    ("shake", {"shake", "shakes", "shaking", "shook", "shaken"}),
 ])
 def test_verb_forms(lemma, forms):
     from harness.labelling.role_agent import verb_forms

@@ -56,6 +56,9 @@ def test_head_noun(description, head):
     ("Sarah, whom the actor had once met, waited.", {}),
     ("Sarah, the actor's biggest fan, waited.", {(1, 0): 1}),
     ("Sarah, the actor\u2019s biggest fan, waited.", {(1, 0): 1}),
+    # a name after a preposition that opens its clause, with a title between
+    ("To Mr. Ethan Michaels, the fan was everything.", {}),
+    ("For Dr. Ethan Michaels, the fan was a nuisance.", {}),
 ])
 def test_appositions(text, want):
     assert dict(appositions(text, FAN, ["Sarah", "Ethan Michaels"])) == want
@@ -66,6 +69,12 @@ def test_roles_without_two_nouns_or_names_are_not_checked():
     assert appositions(text, ("star student", "struggling student in math class"), ["Emily", "Maria"]) is None
     assert appositions("An actor, Ethan.", FAN, [None, "Ethan"]) is None
     assert appositions("An actor, Ethan Cole.", FAN, ["Ethan Cole", "Ethan"]) is None  # the names share a word
+
+
+@pytest.mark.parametrize("name", ["Omar al-Rashid", "Leonardo da Vinci", "Ludwig van Beethoven", "Ethan O'Brien-Smith"])
+def test_a_name_with_particles_or_hyphens_closes_its_apposition(name):
+    # the run of the name's words went over none of its lowercase particles or hyphens, so the name never closed
+    assert dict(appositions(f"The actor, {name}, waved at Sarah.", FAN, [name, "Sarah"])) == {(0, 0): 1}
 
 
 def test_roles_exchanged_when_the_appositions_say_so_more_often():
