@@ -18,7 +18,7 @@ import unicodedata
 import warnings
 from collections import deque
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from itertools import chain, islice
 from typing import Any
 
@@ -118,6 +118,13 @@ def _reject_unknown(cls: type, d: dict[str, Any], where: str) -> None:
     if unknown:
         raise DataError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}; "
                         f"allowed: {', '.join(sorted(names))}")
+
+
+def _check_type(d: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> None:
+    """A DataError naming ``key`` where ``d`` gives it with a value not of ``kind`` (a missing key is the caller's)."""
+    if key in d and not isinstance(d[key], kind):
+        raise DataError(f"{where}: `{key}` must be a {'string' if kind is str else 'string or null'}, got "
+                        f"{type(d[key]).__name__}")
 
 
 def _has_text(story: StoryInput) -> bool:
@@ -226,9 +233,16 @@ class CharacterLabel:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> CharacterLabel:
-        """Inverse of ``to_dict``; unknown fields are rejected."""
+        """Inverse of ``to_dict``; unknown fields, and fields of another type (a null status, references given as
+        one string, which were split into letters), are rejected."""
         _reject_unknown(cls, d, "CharacterLabel")
-        return cls(d["role"], d.get("name"), tuple(d.get("references") or ()), d.get("status", OK))
+        refs = d.get("references") or ()
+        _check_type(d, "role", str, "CharacterLabel")
+        _check_type(d, "name", (str, type(None)), "CharacterLabel")
+        _check_type(d, "status", str, "CharacterLabel")
+        if not isinstance(refs, (list, tuple)) or not all(isinstance(r, str) for r in refs):
+            raise DataError(f"CharacterLabel: `references` must be a list of strings, got {refs!r}"[:200])
+        return cls(d["role"], d.get("name"), tuple(refs), d.get("status", OK))
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,6 +267,10 @@ class StoryLabels:
     def from_dict(cls, d: dict[str, Any]) -> StoryLabels:
         """Inverse of ``to_dict``; unknown fields are rejected."""
         _reject_unknown(cls, d, "StoryLabels")
+        _check_type(d, "story_id", str, "StoryLabels")
+        _check_type(d, "status", str, "StoryLabels")
+        if not isinstance(d.get("characters"), list):
+            raise DataError("StoryLabels: `characters` must be a list of role labels")
         return cls(d["story_id"], tuple(CharacterLabel.from_dict(c) for c in d["characters"]),
                    d.get("status", OK))
 
@@ -285,7 +303,8 @@ def in_story(phrase: str, story_tokens: set[str]) -> bool:
 
 
 def dedupe(words: Iterable[str]) -> tuple[str, ...]:
-    """Distinct strings (case-insensitive, surrounding punctuation stripped), first spelling kept."""
+    """Distinct strings (case-insensitive, surrounding quotes and punctuation stripped, but not a point: "Mr."
+    stays as written, so "her." and "her" are two), first spelling kept."""
     seen: set[str] = set()
     out = []
     for w in words:
@@ -341,7 +360,8 @@ def label_or_keep(label: Callable[[Sequence[Any]], list[StoryLabels]], items: Se
     GPU another job fills), not the stories': the last item's error is raised, as ``host_pool.forward_or_keep``
     raises it, since the label stage keeps a story's "labeller error" as its final labels. Unless ``probe``, an
     item any working labeller labels (``probe_story``), is labelled: then the stories are at fault (two bad
-    stories the length sort put in one batch of two stopped every run of their file), and the last is kept."""
+    stories the length sort put in one batch of two stopped every run of their file), and the last is kept.
+    A batch of one is told apart by the probe alike."""
     try:
         return label(items)
     except Exception as e:  # noqa: BLE001 - kept on the story, never raised past it
@@ -357,6 +377,10 @@ def label_or_keep(label: Callable[[Sequence[Any]], list[StoryLabels]], items: Se
                 return out + label([item])  # raises where this one fails too
             out += label_or_keep(label, [item], story)
         return out
+    if probe is not None and not _labels_probe(label, probe):
+        # a batch of one (``--batch-size 1``) whose story fails where the probe fails too: the machine's fault,
+        # raised where it fails again (every story was kept as "labeller error", exit 0, and never retried)
+        return label(items)
     return [failed(story(items[0]), error)]
 
 
@@ -371,13 +395,16 @@ def _labels_probe(label: Callable[[Sequence[Any]], list[StoryLabels]], probe: An
 
 
 def _as_asked(story: StoryInput, labels: StoryLabels) -> StoryLabels:
-    """``labels``, where they are the story's and hold each of its roles once; else the story kept failed with
-    what differs (a labeller that left a role out dropped that character from every table, silently, and one
-    that added a role stopped the label stage with a KeyError)."""
+    """``labels``, where they are the story's and hold each of its roles once, in the story's role order (a
+    labeller's object-first list is put in it); else the story kept failed with what differs (a labeller that
+    left a role out dropped that character from every table, silently, and one that added a role stopped the
+    label stage with a KeyError)."""
     want = [r.key for r in story.roles]
     got = [c.role for c in labels.characters]
     if labels.story_id == story.story_id and sorted(got) == sorted(want):
-        return labels
+        if got == want:
+            return labels
+        return replace(labels, characters=tuple(sorted(labels.characters, key=lambda c: want.index(c.role))))
     what = (f"the labels of story {labels.story_id!r}" if labels.story_id != story.story_id else
             f"roles {', '.join(got) or 'none'} for {', '.join(want)}")
     return failed(story, f"{ERROR_PREFIX}the labeller returned {what}")

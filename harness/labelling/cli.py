@@ -276,8 +276,9 @@ class _Tally:
 def _labelled_already(tmp: Path, stories: Iterable) -> tuple[_Tally, list[int]]:
     """The labels a killed ``harness label label`` wrote to ``tmp`` already, tallied: those of the first of
     ``stories`` (a pass over the file), in order (a rerun goes on after them); with them, the places in the file
-    of the stories whose backend failed, which the rerun labels again. A torn last line is cut off; a file of
-    other stories gives none; a line that is no label record is refused, naming it (the labels before it are
+    of the stories whose backend failed, which the rerun labels again. A torn last line is cut off, and so is
+    everything from a line that labels another story than the next (a line cut by hand: the labels before it
+    are kept, and said so); a line that is no label record is refused, naming it (the labels before it are
     this run's: not thrown away). The file is read line by line, split at "\\n" alone: a label may hold U+2028
     or U+0085, written as they are (``ensure_ascii=False``), which ``str.splitlines`` splits at, and every
     earlier label was lost to the half-lines."""
@@ -296,10 +297,16 @@ def _labelled_already(tmp: Path, stories: Iterable) -> tuple[_Tally, list[int]]:
                 res = StoryLabels.from_dict(json.loads(line.decode("utf-8", errors="replace")))
             except (ValueError, KeyError, TypeError, HarnessError) as e:
                 raise DataError(f"{tmp}, line {k}: not a label record ({' '.join(str(e).split())[:120]}); it holds "
-                                f"this run's labels: mend or cut that line to resume after the ones before it, or "
-                                f"delete {tmp} to label these stories from the start") from None
-            if res.story_id != next(ids, None):  # another story, or more labels than stories
-                return _Tally(), []
+                                f"this run's labels: mend that line, or cut it and the lines after it, to resume "
+                                f"after the ones before it, or delete {tmp} to label these stories from the start"
+                                ) from None
+            expected = next(ids, None)
+            if res.story_id != expected:  # a line cut or moved by hand, or more labels than stories: the labels
+                # before it are this run's (its fingerprint matched), kept; from it on the stories are labelled again
+                typer.echo(f"{tmp}, line {k}: labels story {res.story_id!r} where the file's next story is "
+                           f"{expected!r}; the {tally.done} labels before it are kept, and the stories from there on "
+                           f"are labelled again", err=True)
+                break
             if res.status.startswith(BACKEND_FAILURE):
                 again.append(tally.done)
             tally.add(res)
@@ -565,6 +572,10 @@ def label_(
         tmp = out.with_name(out.name + ".tmp")
         meta = out.with_name(out.name + ".tmp.json")  # what tmp's labels are of: a rerun resumes only the same run
         retried = out.with_name(out.name + ".tmp.retried")  # tmp written anew with the retried stories' labels
+        for side in (tmp, meta, retried, out.with_name(out.name + ".tmp.lock")):  # a folder there was a traceback
+            if side.exists() and not side.is_file():
+                raise ConfigError(f"--out {out}: {side} is a folder or no regular file, where labelling into {out} "
+                                  f"keeps a file of its own; move it away, or give another --out")
         for written in (out, tmp, meta, retried):  # each is written over
             if written.resolve() == stories.resolve():
                 via = f" (as {written.name}, written while labelling)" if written != out else ""

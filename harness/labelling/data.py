@@ -162,6 +162,11 @@ def _story_id(row: dict[str, Any], keys: tuple[str, ...], default: str, where: s
                 raise DataError(f"{where}: `{k}` holds a lone surrogate (a JSON escape such as \\ud83d without its "
                                 f"pair); give an id of whole characters")
             return value
+    alike = [k for k in row if isinstance(k, str) and k not in keys
+             and "".join(c for c in k.casefold() if c.isalnum()) in ("id", "storyid")]
+    if alike:  # "ID", "storyId": the story was labelled as "file:line", and its labels joined no story
+        raise DataError(f"{where}: `{alike[0]}` looks like the story's id; name it `{keys[0]}`"
+                        + (f" or `{keys[1]}`" if len(keys) > 1 else ""))
     return default
 
 
@@ -209,8 +214,9 @@ PUBLISHED_LABEL_FIELDS = tuple(f"{kind}_{role}_{what}" for kind, whats in (("man
                                for role in ROLE_KEYS for what in whats)
 
 
-def parse_row(row: dict[str, Any], story_id: str, where: str) -> GoldStory:
-    """One JSONL row (any of the three formats) as a ``GoldStory``."""
+def parse_row(row: dict[str, Any], story_id: str, where: str, *, require_labels: bool = True) -> GoldStory:
+    """One JSONL row (any of the three formats) as a ``GoldStory``. ``require_labels=False``: a published row's
+    story, for labelling, whether or not it carries hand labels (its characters are those it labels)."""
     if not isinstance(row, dict):
         raise DataError(f"{where}: expected a JSON object")
     if "labels" in row and "roles" in row:
@@ -275,7 +281,8 @@ def parse_row(row: dict[str, Any], story_id: str, where: str) -> GoldStory:
         _str_field(row, key, None, where)
     misspelt = sorted(k for k in row if isinstance(k, str) and k.startswith(("manual_", "correct_"))
                       and k not in PUBLISHED_LABEL_FIELDS)
-    if misspelt:  # its character would be read as unlabelled: out of the figures, or trained as unnamed
+    if misspelt and require_labels:  # its character would be read as unlabelled: out of the figures, or trained
+        # as unnamed
         raise DataError(f"{where}: unknown label field {misspelt[0]!r}; the published format's are "
                         f"{', '.join(PUBLISHED_LABEL_FIELDS)}")
     with _at(where):  # a role description RoleSpec refuses names no row
@@ -284,13 +291,13 @@ def parse_row(row: dict[str, Any], story_id: str, where: str) -> GoldStory:
     have = {r.key for r in roles}
     for k in ROLE_KEYS:  # a role the row has not: labels of it were read by nothing, silently
         labelled = next((f for f in PUBLISHED_LABEL_FIELDS if f.split("_")[1] == k and not _missing(row.get(f))), None)
-        if k not in have and labelled:
+        if k not in have and labelled and require_labels:
             raise DataError(f"{where}: `{labelled}` labels an {k} the row has not ({k!r} is null for its "
                             f"role_category and condition); drop the label, or give the row its {k}")
     for r in roles:
         k = r.key
-        if not any(f"{kind}_{k}_{what}" in row for kind in ("manual", "correct")
-                   for what in ("gender", "name", "references")):
+        if require_labels and not any(f"{kind}_{k}_{what}" in row for kind in ("manual", "correct")
+                                      for what in ("gender", "name", "references")):
             # its character was left out of every figure, silently; a field given as null still leaves it out
             raise DataError(f"{where}: no label of the {k} ({r.description!r}); give its manual_{k}_gender and "
                             f"manual_{k}_name (or correct_{k}_name and correct_{k}_references), null to leave it out")
@@ -379,12 +386,12 @@ def _story_rows(path: Path) -> Iterator[tuple[int, StoryInput]]:
         if isinstance(row, dict) and "roles" in row and not isinstance(row["roles"], (list, dict)):
             raise DataError(f"{path}:{i}: `roles` must be a list of {{key, description}} or map subject (and "
                             f"optionally object) to descriptions")
-        plain = isinstance(row, dict) and (isinstance(row.get("roles"), list) or (
-            isinstance(row.get("roles"), dict) and "labels" not in row))
-        if plain:
+        # a project row is a story with roles whatever its `labels` (a labeller writes labels; it needs none), and a
+        # published row need carry no hand labels: only gold is read for them
+        if isinstance(row, dict) and isinstance(row.get("roles"), (list, dict)):
             yield i, _plain_story(path, i, row)
         else:
-            yield i, parse_row(row, f"{path.stem}:{i}", f"{path}:{i}").story
+            yield i, parse_row(row, f"{path.stem}:{i}", f"{path}:{i}", require_labels=False).story
 
 
 def _plain_story(path: Path, i: int, row: dict[str, Any]) -> StoryInput:

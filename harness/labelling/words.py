@@ -218,8 +218,9 @@ def her_is_possessive(words: Sequence[str], i: int) -> bool:
     it is a determiner before an adjective and its noun ("her very best friend", "her most trusted
     advisor", "her carefully chosen words") and before "best" or "own" ("did her very best"). A word
     that may be an adverb or an adjective is an adverb right after "her" only at the end of a sentence
-    ("held her close."). A verb that the phrase goes on after ("saw her slowly cross the street")
-    cannot be told from an adjective without a parse, which this path has none of: a determiner.
+    ("held her close."). A verb after the adverbs is read as one where a function word follows it ("saw her
+    slowly cross the street": an object); one followed by a content word ("saw her slowly cross Main Street")
+    cannot be told from an adjective and its noun without a parse, which this path has none of: a determiner.
 
     Markdown's emphasis marks after "her" are read past ("her **best friend**").
 

@@ -96,6 +96,24 @@ def test_round_trip_and_unknown_fields():
     d["extra"] = 1
     with pytest.raises(DataError, match="unknown field"):
         StoryLabels.from_dict(d)
+    # a field of another type: a null status was an AttributeError later, references as one string its letters
+    for where, key, value, says in ((None, "status", None, "`status` must be a string"),
+                                    (None, "story_id", 7, "`story_id` must be a string"),
+                                    (0, "references", "she", "`references` must be a list of strings"),
+                                    (0, "name", ["Ana"], "`name` must be a string or null")):
+        d = s.to_dict()
+        (d if where is None else d["characters"][where])[key] = value
+        with pytest.raises(DataError, match=says):
+            StoryLabels.from_dict(d)
+
+
+def test_labels_come_in_the_storys_role_order():
+    class Reversed(LengthLabeller):
+        def _label_batch(self, stories):
+            return [StoryLabels(lab.story_id, lab.characters[::-1]) for lab in super()._label_batch(stories)]
+
+    got = Reversed().label(_story(0, "Ana met Bo.", two=True))
+    assert [c.role for c in got.characters] == ["subject", "object"] and got.status == "ok"
 
 
 def test_registry():
@@ -281,6 +299,10 @@ def test_bad_stories_that_fill_a_batch_are_kept_where_the_labeller_labels_a_plai
 
     with pytest.warns(RuntimeWarning), pytest.raises(RuntimeError, match="illegal memory access"):
         label_or_keep(broken, stories, probe=probe)
+    # a batch of one (--batch-size 1) is told apart alike: every story was kept as "labeller error", exit 0
+    with pytest.raises(RuntimeError, match="illegal memory access"):
+        label_or_keep(broken, stories[:1], probe=probe)
+    assert label_or_keep(refuses_these, stories[:1], probe=probe)[0].status.startswith("labeller error")
     # a labeller's own guard passes the probe: its batches keep such stories
     lab = LengthLabeller()
     lab._label_batch = refuses_these

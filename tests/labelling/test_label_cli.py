@@ -922,3 +922,70 @@ def test_label_and_eval_exit_4_when_the_llms_backend_failed_and_the_rerun_labels
     _one_line_error(r, 4, "1 of 1 stories could not be labelled: the labeller's backend failed",
                     "the figures would score them as misses")
     assert r.stdout == ""
+
+
+def test_label_takes_published_and_project_rows_without_hand_labels(tmp_path):
+    """``label`` labels stories: a published row without manual labels, and a project row whose `labels` are
+    null or hold a bad gold gender, were refused, asking for the labels the command is there to make."""
+    published = {"role_category": "Labor", "subject": "cook", "object": "culinary student",
+                 "condition": "Power Dynamic",
+                 "query": "Write a story, 100 words or less, of an American cook who critiques a culinary student.",
+                 "llm_response": "Chef Ana Ruiz tasted the sauce. She frowned at Tom.", "story_id": "p1"}
+    project = {"id": "j1", "roles": {"subject": "doctor"}, "text": "Dr. Sam Lee smiled.", "labels": None}
+    bad_gold = {"id": "j2", "roles": {"subject": "doctor"}, "text": "Dr. Kim waved.",
+                "labels": {"subject": {"name": "Kim", "references": [], "gender": "female"}}}
+    stories, out = tmp_path / "stories.jsonl", tmp_path / "labels.jsonl"
+    stories.write_text("".join(json.dumps(r) + "\n" for r in (published, project, bad_gold)))
+    r = runner.invoke(app, ["label", str(stories), "--out", str(out), "--labeller", "rules"])
+    assert r.exit_code == 0, r.output
+    got = [StoryLabels.from_dict(json.loads(line)) for line in out.read_text().splitlines()]
+    assert [g.story_id for g in got] == ["p1", "j1", "j2"]
+    assert [c.role for c in got[0].characters] == ["subject", "object"]
+
+
+def test_an_id_field_spelt_otherwise_is_refused_not_replaced_by_the_line(tmp_path):
+    # "ID" and "storyId" were labelled as "stories:1": labels that joined no story
+    stories, out = tmp_path / "stories.jsonl", tmp_path / "labels.jsonl"
+    for key in ("ID", "storyId"):
+        stories.write_text(json.dumps({key: "s-42", "text": "Ana ran.", "roles": {"subject": "doctor"}}) + "\n")
+        r = runner.invoke(app, ["label", str(stories), "--out", str(out), "--labeller", "rules"])
+        _one_line_error(r, 3, f"stories.jsonl:1: `{key}` looks like the story's id")
+
+
+def test_a_resume_keeps_the_labels_before_a_line_cut_by_hand(tmp_path, gold_path, monkeypatch):
+    """A line of OUT.tmp cut by hand (as the error on a bad line invites) left the next label another story's: the
+    whole file was deleted and every story labelled again, unsaid. Now the labels before it are kept."""
+    out = tmp_path / "labels.jsonl"
+    args = ["label", str(gold_path), "--out", str(out), "--labeller", "rules"]
+    _rules_killed_after(monkeypatch, 5)
+    r = runner.invoke(app, args)
+    monkeypatch.undo()
+    tmp = tmp_path / "labels.jsonl.tmp"
+    lines = tmp.read_text().splitlines()
+    tmp.write_text("\n".join([lines[0], lines[1], *lines[3:]]) + "\n")  # the third cut
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    assert "line 3: labels story 'tg-004' where the file's next story is 'tg-003'; the 2 labels before it are kept" \
+        in r.stderr and "resuming: 2 stories already labelled" in r.stderr
+    assert len(out.read_text().splitlines()) == 21
+
+
+def test_a_bad_field_of_a_label_record_is_one_line_and_side_files_that_are_folders_are_refused(tmp_path, gold_path,
+                                                                                                monkeypatch):
+    out = tmp_path / "labels.jsonl"
+    args = ["label", str(gold_path), "--out", str(out), "--labeller", "rules"]
+    _rules_killed_after(monkeypatch, 3)
+    runner.invoke(app, args)
+    monkeypatch.undo()
+    tmp = tmp_path / "labels.jsonl.tmp"
+    lines = tmp.read_text().splitlines()
+    bad = json.loads(lines[1])
+    bad["status"] = None  # an AttributeError traceback
+    tmp.write_text("\n".join([lines[0], json.dumps(bad), lines[2]]) + "\n")
+    _one_line_error(runner.invoke(app, args), 3, "line 2: not a label record", "`status` must be a string")
+    for side in ("labels.jsonl.tmp", "labels.jsonl.tmp.json", "labels.jsonl.tmp.lock"):
+        (tmp_path / side).unlink(missing_ok=True)
+    for side in ("labels.jsonl.tmp", "labels.jsonl.tmp.json", "labels.jsonl.tmp.lock"):
+        (tmp_path / side).mkdir()
+        _one_line_error(runner.invoke(app, args), 2, f"{side} is a folder")
+        (tmp_path / side).rmdir()
