@@ -14,6 +14,7 @@ listed in ``WordDecoder.decode_many``.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
 
 #: The version of the decoding (the encoder labeller's info carries it): a release that decodes a story's
 #: scores into other labels bumps it, so a run's labels of two versions are not mixed.
-DECODER_VERSION = "8"  # 2: a name never runs across a line break; 3: words compared composed (NFC), a title
+DECODER_VERSION = "9"  # 2: a name never runs across a line break; 3: words compared composed (NFC), a title
 # joins a name only on its line and abbreviated across a point, particles only after a name word or a title, the checks
 # read completed names; 4: a quotation left open ends with its line, an inch mark opens none, the action check's
 # object control, things not done, third parties, claims that are none, a name's word only capitalised, and closed
@@ -45,7 +46,9 @@ DECODER_VERSION = "8"  # 2: a name never runs across a line break; 3: words comp
 # completes no name; 6: a hyphen after an apostrophe's name part ("O'Neil-Smith") stays in the name; 7: a list that
 # still mixes genders is cut by the words the other character shares (``keep_the_unshared_gender``); 8: the action
 # check's "next time" only of its own claim, a weaker verb's noun only after it, "forgot", "held", "shook", a shared
-# pronoun's sentence before parsed; appositions over a title before a fronted name and over a name's particles
+# pronoun's sentence before parsed; appositions over a title before a fronted name and over a name's particles;
+# 9: a surname that is a title word takes the title before it ("Mr. King"), a name's part after an apostrophe is
+# in its key ("O'Brien" and "O'Connor" are two), a character taken from a role takes no relative of the same surname
 #: How a word type's occurrences are pooled into one score per role (``WordDecoder.reference_pool``).
 REFERENCE_POOLS = ("mean", "max")
 #: Pronoun families: a character's pronouns agree, so decoding keeps one family per character.
@@ -160,7 +163,8 @@ class WordDecoder:
             if not run:
                 continue
             score = float(col[run].sum())
-            if keys[run[0]] not in titles:
+            if keys[run[0]] not in titles or all(keys[k] in titles for k in run if cap(k)):
+                # (a run of titles alone looks for one before it too: "King" of "Mr. King" is a surname)
                 j = run[0] - 1
                 while j >= 0 and keys[j] in particles and not cap(j) and on_its_line(j, run):
                     j -= 1
@@ -182,8 +186,12 @@ class WordDecoder:
                         and cap(k + 1)):
                     run = [*run, k, k + 1]
             run = _with_nickname(run, words, keys)
-            caps = [keys[i] for i in run if cap(i)]
-            named = frozenset(k for k in caps if k not in titles)
+            # a part an apostrophe splits off is in its word's key ("o'brien", not "o": "Dr. O'Brien" is not
+            # "Liam O'Connor"); a title word last after a personal title is a surname ("Mr. King", "Mrs. Prince")
+            caps = [keys[i] + (keys[i + 1] if i + 1 in run and _glued_name_part(words, i + 1) else "")
+                    for i in run if cap(i)]
+            named = frozenset(k for n, k in enumerate(caps) if k not in titles or (
+                n == len(caps) - 1 and n > 0 and caps[n - 1] in NAME_TITLES and k not in ABBREVIATED_TITLES))
             if not named:  # a title alone ("Mr" of "Mr. and Mrs. Patel"): a name only where the role has no other
                 bare.append((frozenset(caps), run, score))
             else:  # "Mr. Patel" and "Mrs. Patel" are two characters (``_same_character``)
@@ -304,8 +312,9 @@ class WordDecoder:
             loser = 0 if total[0] < total[1] else 1
             # the character taken, as every run of either role that names it writes it: "Ana" taken,
             # the loser's "Ana Ruiz" says its later "Ruiz" is the same character, no name of its own
-            taken = [k for rs in runs for k, _, _ in rs if _same_character(k, runs[1 - loser][0][0])]
-            chosen[loser] = next((run for k, run, _ in runs[loser] if not _any_same_character(k, taken)), None)
+            taken = [runs[1 - loser][0][0], *(k for rs in runs for k, _, _ in rs
+                                              if _same_character(k, runs[1 - loser][0][0]))]
+            chosen[loser] = next((run for k, run, _ in runs[loser] if not _is_taken(k, taken)), None)
             if chosen[loser] is None:
                 lost = (loser, taken)
         refs = [self._references(w, 2 * r + 1) for r in range(len(story.roles))]
@@ -321,7 +330,7 @@ class WordDecoder:
                 r, taken = lost
                 ends = {run[-1] for _, run, _ in runs[1 - r]}
                 run = next((run for k, run, _ in self._name_runs(e, w, 2 * r, text, self.name_fallback)
-                            if not _continues(run, ends, e.words, text) and not _any_same_character(k, taken)), None)
+                            if not _continues(run, ends, e.words, text) and not _is_taken(k, taken)), None)
                 if run is not None:
                     alt = self._finish(story, e, [run if i == r else chosen[i] for i in (0, 1)], refs)
                     checked = check_pronoun_sets(_labels(story, alt), story.roles, self.name_table,
@@ -523,10 +532,10 @@ def _unstated_words(text: str | None, words: Sequence[tuple[str, int, int]]) -> 
     ``gender.epicene_spans``): its "he" refers to nobody's gender, so no role scores it and no binding
     gives it to a character."""
     out = [False] * len(words)
+    starts = [start for _, start, _ in words]  # in order: a span's words found by bisection, not a scan each
     for a, b in epicene_spans(text) if text else ():
-        for i, (_, start, _) in enumerate(words):
-            if a <= start < b:
-                out[i] = True
+        for i in range(bisect_left(starts, a), bisect_left(starts, b)):
+            out[i] = True
     return out
 
 
@@ -560,9 +569,13 @@ def _name_words(key: frozenset) -> frozenset:
     return key - TITLE_GENDERS
 
 
-def _any_same_character(a: frozenset, names: Sequence[frozenset]) -> bool:
-    """Whether name words ``a`` can name the character of any of ``names`` (``_same_character``)."""
-    return any(_same_character(a, b) for b in names)
+def _is_taken(a: frozenset, taken: Sequence[frozenset]) -> bool:
+    """Whether a run of the role that lost a character to the other names that character: ``taken[0]`` is the
+    winner's first run, the rest every run that may name the same one. A run may be the winner's character, or
+    only a shorter writing of a taken run ("Ruiz" of "Ana Ruiz"); "Tomás Ruiz" is not taken by "Mrs. Ruiz", which
+    would be the same character only as "Ruiz" is (a couple's surname)."""
+    return _same_character(a, taken[0]) or any(
+        _same_character(a, t) and _name_words(a) <= _name_words(t) for t in taken[1:])
 
 
 def _own_runs(runs: list[list[tuple[frozenset, list[int], float]]], words: Sequence[tuple[str, int, int]], text: str

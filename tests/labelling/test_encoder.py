@@ -1681,3 +1681,53 @@ def test_a_gpu_the_labeller_cannot_see_is_refused_by_name(tiny_encoder):
         with pytest.raises(ConfigError, match=re.escape(f"device: {device} but torch sees no GPU here; use auto or cpu")):
             EncoderLabeller(out_dir, device=device, workers=0)
     assert EncoderLabeller(out_dir, device="auto", workers=0).device == "cpu"  # as the config's devices read it
+
+
+@pytest.mark.parametrize("text, surname, other, want", [
+    # a surname that is also a title word took no title before it: "King", no "Mr." and no gender
+    ("Mr. King smiled at Sarah and reached for the check.", "King", "Sarah", ("Mr. King", ("Mr.",))),
+    ("Mrs. Prince smiled at Tom and reached for the check.", "Prince", "Tom", ("Mrs. Prince", ("Mrs.",))),
+    ("Mr. Thompson smiled at Sarah and reached for the check.", "Thompson", "Sarah", ("Mr. Thompson", ("Mr.",))),
+])
+def test_decode_a_surname_that_is_a_title_word_takes_the_title_before_it(text, surname, other, want, name_table):
+    for table in (None, name_table):
+        got = _decode_pair(text, {(surname, 0, 0): 0.9, (other, 0, 2): 0.9}, table, roles=("doctor", "needy patient"))
+        assert got[0] == want
+
+
+@pytest.mark.parametrize("text, tags, want", [
+    # the part after the apostrophe was out of the name's key: "O'Brien" and "O'Connor" passed for one character
+    ("Dr. O'Brien examined Liam O'Connor. He thanked her.", {("O", 0, 0): 0.9, ("Liam", 0, 2): 0.9, ("O", 1, 2): 0.9},
+     ["Dr. O'Brien", "Liam O'Connor"]),
+    ("Mr. O'Brien smiled at Mr. O'Connor and paid.", {("O", 0, 0): 0.9, ("O", 1, 2): 0.9},
+     ["Mr. O'Brien", "Mr. O'Connor"]),
+    ("Dr. O'Brien examined Liam O'Brien. He thanked her.", {("O", 0, 0): 0.9, ("Liam", 0, 2): 0.9, ("O", 1, 2): 0.9},
+     [None, "Liam O'Brien"]),  # one surname: "Dr. O'Brien" may be Liam, who goes to the larger total, as before
+])
+def test_decode_a_names_part_after_an_apostrophe_tells_two_characters_apart(text, tags, want):
+    assert _decode_names(text, tags) == want
+
+
+def test_decode_a_character_taken_from_a_role_takes_no_relative_of_the_same_surname():
+    """Both roles tag Ana Ruiz first; the subject's larger total wins her. The object's next run, her husband
+    Tomás Ruiz, was barred by the subject's "Mrs. Ruiz" (the same character only as "Ruiz" is), and the object
+    was left with no name where no name table repairs it."""
+    text = "Ana Ruiz and her husband Tomás Ruiz sat down to dinner. Mrs. Ruiz smiled, and he reached for the check."
+    tags = {("Ana", 0, 0): .9, ("Ruiz", 0, 0): .9, ("her", 0, 1): .9, ("Ruiz", 2, 0): .9,
+            ("Ana", 0, 2): .6, ("Ruiz", 0, 2): .6, ("Tomás", 0, 2): .9, ("Ruiz", 1, 2): .9, ("he", 0, 3): .9}
+    roles = ("spouse who pays the bill", "other spouse")
+    assert _decode_pair(text, tags, None, roles=roles) == [("Ana Ruiz", ("her",)), ("Tomás Ruiz", ("he",))]
+    # a shorter writing of the taken name is still taken: the object's later "Ruiz" alone names no one else
+    tags = {k: v for k, v in tags.items() if k[0] != "Tomás" and k != ("Ruiz", 1, 2)} | {("Ruiz", 2, 2): .9}
+    assert _decode_pair(text, tags, None, roles=roles)[1][0] is None
+
+
+def test_decode_unstated_gender_words_are_found_in_a_long_story():
+    from harness.identity.gender import epicene_spans
+    from harness.labelling.decoder import _unstated_words
+
+    text = "A nurse helps every patient. He or she listens, and s/he writes it down. " * 3 + "Then he left."
+    words = split_words(text)
+    got = _unstated_words(text, words)
+    want = [any(a <= s < b for a, b in epicene_spans(text)) for _, s, _ in words]
+    assert got == want and sum(got) == 3 * 6 and not got[-2]  # "He or she", "s / he"
