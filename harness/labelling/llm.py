@@ -12,10 +12,12 @@ whose reply cannot be parsed is sent again, up to ``max_attempts`` in all (the a
 retries sampled with a new seed; what still fails comes back with the last parse error as its status,
 never dropped. A story the backend failed (a server error: the model gave no reply) is sent again with
 the settings and seed of the request it lost, so its labels do not depend on the outage; a request the
-story itself makes fail (a prompt longer than the model takes) is not, and the story is kept with the reason.
-A reply cut at ``max_tokens`` before its object closed is incomplete, so it is retried too, with twice the
-tokens (one a content filter cut, with the same tokens); only the last attempt's cut reply is used, without
-the word it was cut in.
+story itself makes fail (a prompt longer than the model takes) is not, and the story is kept with the reason;
+one whose attempts an outage took, with no reply of the model that parsed, is kept as the backend's failure
+(which a rerun labels again), not as the model's. A reply cut at ``max_tokens`` before its object closed is
+incomplete, so it is retried too, with twice the tokens (one a content filter cut, with the same tokens; where
+the backend refuses twice the tokens, as a server that checks the prompt and ``max_tokens`` against its context
+does, with the tokens it took); only the last attempt's cut reply is used, without the word it was cut in.
 A backend that fails a batch keeps the replies it gave before failing and is sent the rest one story
 at a time, in the same attempt with the same settings (and so for the story's later attempts), so one
 request that breaks the backend takes no other story with it.
@@ -99,6 +101,8 @@ def _object_end(text: str, start: int) -> int:
 
 #: A single-quoted string opened after a delimiter and never closed, at the end of a reply cut short.
 _OPEN_SINGLE = re.compile(r"(?<=[\[{:,])\s*'[^']*$")
+#: An unquoted list item after "[" or "," that runs to the end of a reply cut short.
+_OPEN_BARE = re.compile(r"(?<=[\[,])\s*[^\s\"'\[\]{},:][^\"'\[\]{},:]*$")
 
 
 def _open_tail(tail: str, cut: bool) -> list[str]:
@@ -111,6 +115,8 @@ def _open_tail(tail: str, cut: bool) -> list[str]:
         tail = tail[: tail.rfind('"')]
     elif open_single := _OPEN_SINGLE.search(tail):  # inside a single-quoted string ('she', 'he|'): drop it too
         tail = tail[: open_single.start()]
+    elif open_bare := _OPEN_BARE.search(tail):  # inside an unquoted list item ([she, her, he|), as small models
+        tail = tail[: open_bare.start()]  # write them: "he" may be "herself" cut short
     tail = _DANGLING_KEY.sub("", tail.rstrip().rstrip(",[").rstrip())
     tail = tail.rstrip().rstrip(",")
     return [tail + closer for closer in ("}", "]}")]
@@ -332,8 +338,10 @@ _NAME_OF = re.compile(r"(name|references?) (?:of|to|for) (?:the )?(.+)")
 #: definition before an answer that did not parse, a quote inside a string without its escape, a single-quoted
 #: word cut at max_tokens dropped, "<role> names" read as "<role> name"; 4: quotes other than JSON's and curly ones,
 #: an object written as a JSON string, an object per character named in a role field, a reply a content filter
-#: stopped read as cut, echoes of the whole prompt and examples before the answer).
-PARSER_VERSION = "4"
+#: stopped read as cut, echoes of the whole prompt and examples before the answer; 5: another character's object,
+#: role field or second bare "Name:" line is not the role's, an answer keyed by role beats one read by key order, a
+#: reworded key holding a role's words goes to it, an unquoted list item cut at max_tokens is dropped).
+PARSER_VERSION = "5"
 
 
 def _norm_key(k: str) -> str:
@@ -365,6 +373,8 @@ def _pick(obj: dict[str, Any], roles: Sequence[str], suffix: str, stems: dict[st
         for k in list(loose):
             stem = set(k.rsplit(" ", 1)[0].split()) if " " in k else set()
             owners = [i for i, words in enumerate(role_words) if stem and stem <= words]
+            if stem and not owners:  # "needy patient full name": the role's words with more
+                owners = [i for i, words in enumerate(role_words) if words <= stem]
             if len(owners) != 1 and stems and _stem(k) in stems:
                 owners = [stems[_stem(k)]]
             if len(owners) == 1 and owners[0] not in got:
@@ -374,6 +384,8 @@ def _pick(obj: dict[str, Any], roles: Sequence[str], suffix: str, stems: dict[st
         if len(loose) == len(left):
             for i, k in zip(left, loose):
                 got[i], placed[i] = by_key[k], _stem(k)
+            if loose and stems is not None:
+                stems["\0by order"] = -1  # some key went to its role by its order alone
     if len(got) == len(roles):
         if stems is not None:
             stems.update((stem, i) for i, stem in placed.items())
@@ -468,9 +480,11 @@ def _readings(obj: dict[str, Any], roles: Sequence[str]) -> Iterator[dict[str, A
     role ({"doctor": {"name": ..., "references": [...]}, ...} read as {"doctor name": ..., ...}, and
     {"role": "doctor", "name": ..., "references": [...]} likewise: ``_by_role_field``)."""
     while True:
-        yield obj
-        if (keyed := _by_role_field(obj, roles)) is not obj:
+        if not (keyed := _by_role_field(obj, roles)) and obj:  # another character's object
+            return
+        if keyed is not obj:  # its role field names the role: its keys are that role's, never given out by order
             yield keyed
+        yield obj
         if len(obj) == 1 and isinstance(inner := next(iter(obj.values())), dict):
             obj = inner
             continue
@@ -499,6 +513,10 @@ def _by_role_field(obj: dict[str, Any], roles: Sequence[str]) -> dict[str, Any]:
         if _norm_key(field) in _ROLE_FIELDS and isinstance(value, str) and _norm_key(value) in wanted:
             role = wanted[_norm_key(value)]
             return {f"{role} {k}": v for k, v in obj.items() if k != field}
+    words = {w for r in roles for w in _norm_key(r).split()}
+    if any(_norm_key(f) == "role" and isinstance(v, str) and _norm_key(v) and not set(_norm_key(v).split()) & words
+           for f, v in obj.items()):
+        return {}  # {"role": "patient", ...} in a doctor's story: another character's, none of the roles' words
     return obj
 
 
@@ -531,6 +549,8 @@ def _key_values(text: str) -> dict[str, Any]:
             obj[key] = listing = []
             continue
         listing = None
+        if key in obj and _BARE_LABEL_KEY.fullmatch(_norm_key(key)):  # a second bare "Name:": another character's
+            continue
         try:
             obj[key] = _loads(raw) if raw.startswith("[") else raw.strip(_EDGES)
         except ParseError:
@@ -573,6 +593,7 @@ def parse_response(text: str, story: StoryInput, *, cut: bool = False, retry_cut
     template = False  # an object was the prompt's template
     nobody: StoryLabels | None = None  # the labels of a template of the type definition's values alone
     definitions: list[str] = []  # the text of each object read as the type definition
+    guessed: list[bool] = []  # per answer: whether a key of it went to its role by key order alone
 
     def answer(obj: dict[str, Any]) -> StoryLabels | str | bool:
         """Labels from ``obj``; else the kind of template it was (``_template``), or False (its error kept where
@@ -586,6 +607,7 @@ def parse_response(text: str, story: StoryInput, *, cut: bool = False, retry_cut
             refs = _pick(obj, descs, "references", stems)
             kind = _template(names, refs)
             if kind is None:
+                guessed.append("\0by order" in stems)
                 return _labels(story, names, refs, story_tokens)
             if kind == "definition" and nobody is None:
                 nobody = _labels(story, names, refs, story_tokens)
@@ -597,7 +619,10 @@ def parse_response(text: str, story: StoryInput, *, cut: bool = False, retry_cut
     if text and "{" in text:
         merged: dict[str, Any] = {}  # the keys of every object, the first object's value of each
         answers: list[StoryLabels] = []
+        read: list[str] = []  # the objects read as an answer or a template: an object inside one is part of it
         for found, closed_here, cand in _objects(text, cut):
+            if any(cand != r and cand in r for r in read):  # {"patient": {"name": "Tom"}} inside the doctor's answer
+                continue
             if cut and closed_here and retry_cut:
                 if answers:  # an answer, then more cut short: the answer, as when it was taken first
                     break
@@ -606,8 +631,10 @@ def parse_response(text: str, story: StoryInput, *, cut: bool = False, retry_cut
                 got = answer(obj)
                 if isinstance(got, StoryLabels):
                     answers.append(got)
+                    read.append(cand)
                     break
                 if got:
+                    read.append(cand)
                     template = True
                     if got == "definition":
                         definitions.append(cand)
@@ -617,7 +644,9 @@ def parse_response(text: str, story: StoryInput, *, cut: bool = False, retry_cut
         if answers:  # an example the model wrote before its answer ("Dr. Smith", "John": no name of the story) keeps
             # less of itself through the story's filter than the answer: the one that keeps the most, the first of
             # those that keep as much
-            return max(answers, key=lambda lab: sum(bool(c.name) + len(c.references) for c in lab.characters))
+            best = max(range(len(answers)), key=lambda k: (not guessed[k], sum(
+                bool(c.name) + len(c.references) for c in answers[k].characters)))
+            return answers[best]
         # one object per character ({"doctor name": ..., "doctor references": ...} {"patient name": ...})
         if not template and merged and isinstance(got := answer(merged), StoryLabels):
             return got
@@ -823,7 +852,10 @@ class LLMLabeller(Labeller):
         alone = False
         replied: dict[int, int] = {}  # replies of the model (unparseable) per story: its retries are sampled, and
         # their seed counts the replies, not the attempts, so a backend failure before one changes no sample
+        lost: dict[int, str] = {}  # the last backend error of a story, where one cost it an attempt
+        said: dict[int, str] = {}  # why the model's last reply of a story did not parse
         cut: set[int] = set()  # of those, the ones a reply of was cut at max_tokens: their retries get twice the tokens
+        capped: set[int] = set()  # of those, the ones whose request of twice the tokens the backend refused
         for attempt in range(self.max_attempts):
             if not pending:
                 break
@@ -832,8 +864,9 @@ class LLMLabeller(Labeller):
             # a story the backend failed (no reply from the model yet) is sent again with the first attempt's
             # settings: its labels do not depend on whether the server was up
             for params, group in ((self.params, [i for i in pending if i not in replied]),
-                                  (self._retry_params(False), [i for i in pending if i in replied and i not in cut]),
-                                  (self._retry_params(True), [i for i in pending if i in cut])):
+                                  (self._retry_params(False), [i for i in pending if i in replied
+                                                               and (i not in cut or i in capped)]),
+                                  (self._retry_params(True), [i for i in pending if i in cut and i not in capped])):
                 if not group:
                     continue
                 reqs = [GenRequest(f"{i}#{attempt}", prompts[i], seed=self.seed + replied.get(i, 0),
@@ -847,11 +880,18 @@ class LLMLabeller(Labeller):
             for i in pending:
                 res = replies.get(i)
                 if res is None or res.finish_reason == "error":
-                    why = errors.get(i) or (res.error if res is not None else "no result returned")
-                    if _story_refused(why):  # sent again it fails again: kept with the reason, not an outage
+                    why = errors.get(i) or (res.error if res is not None else None) or "no result returned"
+                    if _story_refused(why) and i in cut and i not in capped:
+                        # the request of twice the tokens ("maximum context length ... in the completion"), not
+                        # the story's: its retries go at the tokens the backend took
+                        capped.add(i)
+                        reason = f"the backend refused twice the tokens ({why})"
+                    elif _story_refused(why):  # sent again it fails again: kept with the reason, not an outage
                         done[i] = failed(stories[i], f"llm: the backend refused the story's request: {why}"[:300])
                         continue
-                    reason = f"{BACKEND_FAILURE.removeprefix('llm: ')}: {why}"
+                    else:
+                        lost[i] = why
+                        reason = f"{BACKEND_FAILURE.removeprefix('llm: ')}: {why}"
                 else:
                     try:
                         if not (res.text or "").strip():  # not "no JSON object in the reply": there was no reply
@@ -865,14 +905,22 @@ class LLMLabeller(Labeller):
                         replied[i] = replied.get(i, 0) + 1
                         if res.finish_reason == "length":
                             cut.add(i)
-                        reason = (str(e) if str(e) == "empty reply" else f"unparseable reply ({e})"
-                                  ) + _HOW_IT_ENDED.get(res.finish_reason, "")
+                        reason = said[i] = (str(e) if str(e) == "empty reply" else f"unparseable reply ({e})"
+                                            ) + _HOW_IT_ENDED.get(res.finish_reason, "")
                 last_error[i] = reason
                 self.failures.append((stories[i].story_id, attempt, reason))
                 still.append(i)
             pending = still
         for i in pending:
-            done[i] = failed(stories[i], f"llm: {last_error[i]} in {self.max_attempts} attempt(s)")
+            n = replied.get(i, 0)
+            if i in lost and 0 < n < self.max_attempts:  # an outage took attempts that a reply did not: a backend
+                # failure, which a rerun labels again (the story's labels do not depend on the outage), not a
+                # story the model could not answer
+                done[i] = failed(stories[i], f"{BACKEND_FAILURE} took {self.max_attempts - n} of {self.max_attempts} "
+                                             f"attempt(s) ({lost[i]}); the model's {n} repl{'y' if n == 1 else 'ies'}: "
+                                             f"{said[i]}"[:300])
+            else:
+                done[i] = failed(stories[i], f"llm: {last_error[i]} in {self.max_attempts} attempt(s)")
         return [done[i] for i in range(len(stories))]
 
     def close(self) -> None:

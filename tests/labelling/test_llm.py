@@ -913,3 +913,100 @@ def test_a_story_too_long_for_the_labelling_model_is_kept_not_retried_as_an_outa
         assert out.status == f"llm: the backend refused the story's request: {error}"[:300] and len(backend.calls) == 1
     else:
         assert out.status.startswith(BACKEND_FAILURE) and len(backend.calls) == 3
+
+
+_ONE = StoryInput("s1", "Dr. Ana Ruiz met Tom Lee, a young patient. She helped him, and his cough eased.",
+                  (RoleSpec("subject", "doctor"),))
+
+
+@pytest.mark.parametrize("reply", [
+    json.dumps([{"role": "doctor", "name": "Dr. Ana Ruiz", "references": ["She"]},
+                {"role": "patient", "name": "Tom Lee", "references": ["him", "his"]}]),
+    json.dumps({"doctor": {"name": "Dr. Ana Ruiz", "references": ["She"]},
+                "patient": {"name": "Tom Lee", "references": ["him", "his"]}}),
+    json.dumps({"doctor name": "Dr. Ana Ruiz", "doctor references": ["She"],
+                "other character": {"name": "Tom Lee", "references": ["him", "his"]}}),
+    '{"doctor name": "Dr. Ana Ruiz", "doctor references": ["She"]}\n'
+    '{"patient name": "Tom Lee", "patient references": ["him", "his"]}',
+    "**Doctor:**\n- Name: Dr. Ana Ruiz\n- References: She\n\n**Patient:**\n- Name: Tom Lee\n- References: him, his",
+])
+def test_another_characters_labels_are_not_the_roles(reply):
+    """A one-character prompt's reply that also labels another character: its keys went to the role by their
+    order, and its answer won as the one keeping the most words (the doctor labelled "Tom Lee", "him", "his")."""
+    got = parse_response(reply, _ONE).character("subject")
+    assert (got.name, got.references) == ("Dr. Ana Ruiz", ("She",))
+
+
+def test_a_role_field_that_words_the_role_otherwise_is_still_read_by_order():
+    # {"role": "the doctor"} holds a word of the role: not another character's object (its keys go by order)
+    reply = json.dumps({"role": "the physician doctor", "name": "Dr. Ana Ruiz", "references": ["She"]})
+    assert parse_response(reply, _ONE).character("subject").name == "Dr. Ana Ruiz"
+
+
+@pytest.mark.parametrize("extra", ["full", "first"])
+def test_a_reworded_name_key_that_holds_the_roles_words_goes_to_that_role(extra):
+    # "needy patient's full name" held no role's words alone: the two names went by key order, exchanged
+    reply = json.dumps({f"needy patient's {extra} name": "Tom", f"doctor's {extra} name": "Ana",
+                        "doctor references": ["She"], "needy patient references": ["him", "his"]})
+    got = parse_response(reply, STORY)
+    assert [c.name for c in got.characters] == ["Ana", "Tom"]
+
+
+def test_an_unquoted_list_item_cut_at_max_tokens_is_dropped():
+    story = StoryInput("s1", "Dr. Tom Lee met Ana, a needy patient. He listened as she spoke of herself and "
+                             "her cough.",
+                       (RoleSpec("subject", "doctor"), RoleSpec("object", "needy patient")))
+    head = ("{doctor name: Dr. Tom Lee, needy patient name: Ana, doctor references: [He], "
+            "needy patient references: [she, her, ")
+    for tail in ("he", '"he', "'he"):  # "herself" cut short: "he" gave her a man's pronoun
+        assert parse_response(head + tail, story, cut=True).character("object").references == ("she", "her")
+
+
+def test_an_outage_that_takes_a_storys_attempts_leaves_a_backend_failure_not_an_unparseable_story():
+    """Two 503s and one bad greedy reply were "unparseable reply ... in 3 attempt(s)" after one reply, a status no
+    rerun labels again; the story's labels would have depended on the outage."""
+    from harness.labelling.base import BACKEND_FAILURE
+
+    def reply(call, r):
+        if call < 2:
+            return GenResult(r.request_id, "", "error", error="HTTP 503: Service Unavailable")
+        return GenResult(r.request_id, "I cannot answer in JSON.", "stop")
+
+    out = LLMLabeller(CannedBackend(reply), max_attempts=3).label([STORY])[0]
+    assert out.status.startswith(BACKEND_FAILURE) and "took 2 of 3 attempt(s)" in out.status
+    assert "the model's 1 reply: unparseable reply" in out.status
+    # every attempt a reply: the story's own failure, as before
+    out = LLMLabeller(CannedBackend(lambda c, r: GenResult(r.request_id, "no json", "stop")), max_attempts=3
+                      ).label([STORY])[0]
+    assert out.status.startswith("llm: unparseable reply") and out.status.endswith("in 3 attempt(s)")
+
+
+def test_an_error_result_without_its_message_is_a_backend_failure_not_a_traceback():
+    def reply(call, r):
+        return GenResult(r.request_id, "", "error") if call == 0 else GenResult(r.request_id, GOOD, "stop")
+
+    assert LLMLabeller(CannedBackend(reply), max_attempts=3).label([STORY])[0].status == "ok"
+    out = LLMLabeller(CannedBackend(lambda c, r: GenResult(r.request_id, "", "error")), max_attempts=2
+                      ).label([STORY])[0]
+    assert out.status == "llm: backend error: no result returned in 2 attempt(s)"
+
+
+def test_a_refusal_of_twice_the_tokens_is_not_the_storys_and_its_retries_go_at_the_tokens_taken():
+    """A server that checks prompt + max_tokens against its context refused the doubled retry of a cut reply
+    ("maximum context length ... in the completion"), read as the story's own prompt refused: failed at once."""
+    def reply(call, r):
+        if call == 0:
+            return GenResult(r.request_id, GOOD[:-30], "length")
+        if backend.calls[-1] > 256:
+            return GenResult(r.request_id, "", "error", error="HTTP 400: This model's maximum context length is 700 "
+                             "tokens. However, you requested 912 tokens (400 in the messages, 512 in the completion).")
+        return GenResult(r.request_id, GOOD, "stop")
+
+    backend = CannedBackend(reply)
+    out = LLMLabeller(backend, params=GenParams(temperature=0.0, max_tokens=256), max_attempts=3).label([STORY])[0]
+    assert out.status == "ok" and backend.calls == [256, 512, 256]
+    # a story whose own prompt is refused is still kept with that reason at once
+    backend = CannedBackend(lambda c, r: GenResult(r.request_id, "", "error", error="HTTP 400: This model's maximum "
+                                                   "context length is 300 tokens. However, you requested 656 tokens"))
+    out = LLMLabeller(backend, max_attempts=3).label([STORY])[0]
+    assert out.status.startswith("llm: the backend refused the story's request") and len(backend.calls) == 1
