@@ -75,7 +75,7 @@ class GoldStory:
 
 
 def _parse_list(raw: Any, where: str) -> tuple[str, ...] | None:
-    if raw is None:
+    if raw is None or (isinstance(raw, float) and math.isnan(raw)):  # NaN: pandas' missing value, as _name reads it
         return None
     if isinstance(raw, str):
         s = raw.strip()

@@ -559,6 +559,16 @@ def test_a_nan_name_is_unlabelled_as_null_is(tmp_path):
         assert rep.name.n_p == 0
 
 
+def test_a_nan_reference_list_is_unlabelled_as_a_nan_name_is(tmp_path):
+    """A published row's missing reference list written by pandas as NaN stopped the whole gold file ("references
+    must be a list of strings, got float") where a NaN name or gender reads as null."""
+    p = tmp_path / "g.jsonl"
+    row = {k: v for k, v in _published().items() if not k.startswith("manual_")}
+    p.write_text(json.dumps({**row, "correct_subject_name": "Jane", "correct_subject_references": float("nan"),
+                             "id": "s0"}) + "\n")
+    assert load_gold(p)[0].characters["subject"].references is None
+
+
 def test_a_repeated_gold_id_is_named_by_its_lines(tmp_path):
     """The error named the stories' numbers, which blank lines put off the file's line numbers."""
     row = {**_LABELLED, "labels": {"subject": {"name": "Priya", "references": ["She"], "gender": "Female"}}}
