@@ -13,8 +13,10 @@ title ("Dr. Mitchell") nor a word the identity module never reads as a first nam
 first name would then be lost) and is no word of the other character's name; a word before that one which
 is such a first name too is the first name, the other a middle name ("Ana Lucía Torres", "Robert James
 Mitchell": "Lucía Torres" would give the character the first name Lucía). The first such occurrence
-wins. An occurrence may span words the splitter cuts ("O'Brien" is "O" and "'Brien"), and the first
-name may hold hyphens and combining accents ("Mary-Jane", a decomposed "José"). A sentence that
+wins. An occurrence may span words the splitter cuts ("O'Brien" is "O" and "'Brien"), and so may the first
+name ("Ja'Nae"), which may hold hyphens and combining accents too ("Mary-Jane", a decomposed "José"). An office
+that is a first name too is no first name before a middle name ("Dean Sarah Mitchell"), and a month is none
+after a word of time or another month and "and" ("in June Mitchell", "between April and May Mitchell"). A sentence that
 opens with a common first name used as a word would fool it, but for a modal verb opening a question
 ("Will Emily ever call again?": "Emily" would have become "Will Emily", a man's first name, and lost her
 "She"; "Will Mitchell come?"); on the gold stories below no such case occurs, and a story's first
@@ -52,14 +54,22 @@ MIN_COUNT = 10_000
 #: one ("in June", "last May", "since August").
 MONTHS = frozenset({"january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
                     "november", "december"})
+#: Words that join a month to one before it ("between April and May Mitchell hired").
+MONTH_JOINS = frozenset({"and", "or", "to", "through", "until", "till"})
 TIME_WORDS = frozenset({"in", "on", "by", "since", "until", "till", "through", "during", "last", "next", "this", "that",
                         "early", "late", "mid", "of", "from", "every", "each", "before", "after"})
+
+
+#: Offices written before a name that are common first names too: no first name before a middle name.
+OFFICES = frozenset({"dean", "justice", "don", "dona", "doña", "santa", "earl", "royal", "judge", "bishop", "deacon",
+                     "elder", "pastor", "chancellor", "provost", "marshal", "constable", "baron", "count"})
 
 
 #: First names that are modal verbs too: one that opens a question is the verb ("Will Emily ever call again?").
 MODALS = frozenset({"will", "may"})
 #: Words after which a sentence opens (a colon and a quotation's opening mark too: "Jake wondered: Will Emily call?").
-_SENTENCE_ENDS = frozenset(":.!?\u2026\"'\u201c\u201d\u2018\u2019")
+_SENTENCE_ENDS = frozenset(":.!?\u2026\"'\u201c\u201d\u2018\u2019*_(\u2014\u2013")  # and markdown's emphasis,
+# a parenthesis, a dash ("*Will Emily ever call again?*", "(Will Emily call?)", "\u2014 Will Emily call?")
 #: What ends the sentence a word opens.
 _SENTENCE_END = re.compile(r"[.!?\u2026]|\n")
 
@@ -117,27 +127,40 @@ def completed_name(name: str | None, text: str, words: Sequence[tuple[str, int, 
     ends = {end for _, _, end in words}
     others = {fold_word(w) for w in others}
 
-    def first_name_before(k: int, start: int) -> bool:
-        """Whether word ``k`` is a common first name written one space before ``start``, and no month a word
-        of time puts there ("In June Mitchell hired"; "June Mitchell" stays a name)."""
-        w, _, w_end = words[k]
-        if not (starts_capitalised(w) and _name_word(w) and text[w_end:start] == " "):
-            return False
+    from harness.labelling.decoder import _glued_name_part  # (the decoder calls this module)
+
+    def first_name_from(k: int, start: int) -> int | None:
+        """Where the first name ends at word ``k`` starts, if it is a common first name written one space before
+        ``start``, and no month a word of time puts there ("In June Mitchell hired"; "June Mitchell" stays a
+        name): word ``k``, or the word before it where ``k`` is the part an apostrophe splits off ("'Nae" of
+        "Ja'Nae")."""
+        a = k - 1 if _glued_name_part(words, k) else k
+        w = text[words[a][1]:words[k][2]]
+        if not (starts_capitalised(w) and _name_word(w.replace("'", "").replace("\u2019", ""))
+                and text[words[k][2]:start] == " "):
+            return None
         key = fold_word(w)
-        return (key not in _not_first_names() and key not in others
-                and not (key in MONTHS and k and fold_word(words[k - 1][0]) in TIME_WORDS)
-                and not (key in MODALS and _opens_a_question(text, words, k))
-                and _bearers(w, table) >= min_count)
+        before = fold_word(words[a - 1][0]) if a else ""
+        if (key in _not_first_names() or key in others
+                or (key in MONTHS and before in TIME_WORDS)
+                or (key in MONTHS and a >= 2 and before in MONTH_JOINS and fold_word(words[a - 2][0]) in MONTHS)
+                or (key in MODALS and _opens_a_question(text, words, a))
+                or _bearers(w, table) < min_count):
+            return None
+        return a
 
     for i in range(1, len(words)):
         start = words[i][1]
         end = start + len(name)
         if not text.startswith(name, start) or end not in ends:  # "O'Brien" spans the words O and 'Brien
             continue
-        if first_name_before(i - 1, start):
-            k = i - 1
-            if k >= 1 and first_name_before(k - 1, words[k][1]):  # a middle name: "Ana Lucía Torres"
-                k -= 1
+        k = first_name_from(i - 1, start)
+        if k is not None:
+            if k >= 1 and fold_word(words[k - 1][0]) not in OFFICES and (
+                    (m := first_name_from(k - 1, words[k][1])) is not None):
+                # a middle name: "Ana Lucía Torres"; not after an office that is a first name too ("Dean Sarah
+                # Mitchell", whose first name would be Dean)
+                k = m
             return text[words[k][1]:end]
     return name
 

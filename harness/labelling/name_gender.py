@@ -182,7 +182,8 @@ def check_pronoun_sets(characters: tuple[CharacterLabel, ...], roles: tuple[Role
                 and not _holds_more_than_pronouns(characters[h], genders[h], lexicon))
     else:
         wrong = [contradicts(g, f) for g, f in zip(genders, shares)]
-        swap = all(wrong) or _jointly_contradicted(genders, shares, strength)
+        swap = ((all(wrong) or _jointly_contradicted(genders, shares, strength))
+                and not any(_titled_as(c, g, lexicon) for c, g in zip(characters, genders)))
         w = wrong.index(True) if sum(wrong) == 1 and not swap else None
         if w is not None and fits(genders[1 - w], shares[1 - w]):
             # a third person's words: the other character, whose name fits, has the words of its gender
@@ -210,6 +211,16 @@ BINARY_PRONOUNS = {"Male": frozenset({"he", "him", "his", "himself"}),
                    "Female": frozenset({"she", "her", "hers", "herself"})}
 #: Both families' words.
 BINARY_PRONOUN_WORDS = BINARY_PRONOUNS["Male"] | BINARY_PRONOUNS["Female"]
+
+
+def _titled_as(c: CharacterLabel, gender: str, lexicon) -> bool:
+    """Whether a character's name writes a title of ``gender`` that its references hold ("Ms. Alex Reed" with
+    "Ms."): the swap of two characters' lists would give the other one a title of this one's name."""
+    from harness.identity.gender import infer_gender
+
+    own = {w.casefold().rstrip(".") for w in (c.name or "").split()}
+    return any(r.casefold().rstrip(".") in own and r.lower() not in BINARY_PRONOUN_WORDS
+               and infer_gender([r], lexicon=lexicon) == gender for r in c.references)
 
 
 def _holds_more_than_pronouns(c: CharacterLabel, gender: str, lexicon) -> bool:

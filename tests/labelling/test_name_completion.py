@@ -17,7 +17,8 @@ def table(tmp_path_factory) -> str:
             "JOSE": (500_000, 0.01), "MONIQUE": (60_000, 0.99), "NOOR": (10_250, 0.7), "MARYJANE": (25_540, 0.99),
             "SEAN": (400_000, 0.01), "YOUNG": (22_159, 0.3), "ANA": (321_858, 0.99), "LUCIA": (71_626, 0.99),
             "SENORA": (10_500, 0.9), "MITCHELL": (124_000, 0.065), "SARAH": (1_000_000, 0.99), "DAVID": (3_000_000, 0.0),
-            "JUNE": (300_000, 0.99)}  # not in the real counts: a title the table counts is still no first name
+            "JUNE": (300_000, 0.99), "MAY": (100_000, 0.92), "DEAN": (150_000, 0.02), "APRIL": (200_000, 0.99)}
+    # SENORA is not in the real counts: a title the table counts is still no first name
     path = tmp_path_factory.mktemp("names") / "first_names.parquet"
     pd.DataFrame({"key": list(rows), "census_count": [c for c, _ in rows.values()],
                   "nd_female": [f for _, f in rows.values()]}).to_parquet(path)
@@ -176,3 +177,29 @@ def test_the_name_check_reads_the_first_name_the_story_writes_before_a_surname_a
     out = WordDecoder(0.5, True, 384, table, action_check=False).decode(story, enc, p)
     assert [(c.name, c.references) for c in out.characters] == [("Sarah Mitchell", ("She",)),
                                                                 ("David Brooks", ("his", "he"))]
+
+
+@pytest.mark.parametrize("given, text, want", [
+    # a modal opening a question inside markdown's emphasis, a parenthesis or after a dash
+    ("Emily", "Jake paid. *Will Emily ever call again?* He sighed.", "Emily"),
+    ("Emily", "Jake paid. (Will Emily ever call again?) He sighed.", "Emily"),
+    ("Emily", "Jake paid and wondered \u2014 Will Emily ever call again?", "Emily"),
+    # a month after another month and "and"; "and May" after a name is still a first name
+    ("Mitchell", "Mitchell ran the bakery. Between April and May Mitchell hired a baker.", "Mitchell"),
+    ("Mitchell", "Mitchell ran the bakery. Sarah and June Mitchell hired a baker.", "June Mitchell"),
+    # an office that is a first name too is no first name before a middle name
+    ("Mitchell", "The dean, Dean Sarah Mitchell, smiled. Mitchell nodded.", "Sarah Mitchell"),
+    ("Mitchell", "Robert Sarah Mitchell smiled. Mitchell nodded.", "Robert Sarah Mitchell"),  # as before
+])
+def test_questions_months_and_offices_are_no_first_names(table, given, text, want):
+    assert _complete(given, text, table) == want
+
+
+def test_a_first_name_an_apostrophe_splits_completes_a_surname(tmp_path):
+    """ "Ja'Nae" is split as "Ja" and "'Nae": "Mitchell" stayed alone, a man's first name to the name check."""
+    path = tmp_path / "first_names.parquet"
+    pd.DataFrame({"key": ["JANAE", "MITCHELL"], "census_count": [14_883, 124_000], "nd_female": [0.99, 0.065]}
+                 ).to_parquet(path)
+    for first in ("Ja'Nae", "Ja\u2019Nae", "Janae"):
+        text = f"The lawyer, {first} Mitchell, met David. Mitchell listened."
+        assert _complete("Mitchell", text, str(path)) == f"{first} Mitchell"

@@ -330,3 +330,13 @@ def test_the_decoder_cuts_a_list_by_its_shared_words_without_a_name_table(tagged
     # without pronoun agreement a character's words are left as tagged
     loose = WordDecoder(0.5, False, 384, action_check=False).decode(story, enc, p)
     assert loose.characters[0].references == ("Ms.", "his", "He")
+
+
+def test_a_title_written_in_a_name_keeps_its_characters_words_from_the_swap(table):
+    """Both names contradict their pronouns (Sarah with "Mr.", John with "Ms."), but each title is written in the
+    character's own name: the swap gave "Ms. Sarah Lee" the "Mr." of the other's name and him her "Ms."."""
+    given = chars("Mr. Sarah Lee", ["Mr.", "he"], "Ms. John Park", ["Ms.", "she"])
+    assert check_pronoun_sets(given, ROLES, table) == given
+    # the same names without the titles in them swap as before
+    assert refs(check_pronoun_sets(chars("Sarah Lee", ["he"], "John Park", ["she"]), ROLES, table)) == [
+        ("she",), ("he",)]
