@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 #: The version of the decoding (the encoder labeller's info carries it): a release that decodes a story's
 #: scores into other labels bumps it, so a run's labels of two versions are not mixed.
-DECODER_VERSION = "10"  # 2: a name never runs across a line break; 3: words compared composed (NFC), a title
+DECODER_VERSION = "11"  # 2: a name never runs across a line break; 3: words compared composed (NFC), a title
 # joins a name only on its line and abbreviated across a point, particles only after a name word or a title, the checks
 # read completed names; 4: a quotation left open ends with its line, an inch mark opens none, the action check's
 # object control, things not done, third parties, claims that are none, a name's word only capitalised, and closed
@@ -50,7 +50,9 @@ DECODER_VERSION = "10"  # 2: a name never runs across a line break; 3: words com
 # 9: a surname that is a title word takes the title before it ("Mr. King"), a name's part after an apostrophe is
 # in its key ("O'Brien" and "O'Connor" are two), a character taken from a role takes no relative of the same surname;
 # 10: the name check swaps no title written in a name, and name completion reads questions in emphasis, parentheses
-# and after dashes, months after a month and "and", offices before a middle name, and first names an apostrophe splits
+# and after dashes, months after a month and "and", offices before a middle name, and first names an apostrophe splits;
+# 11 (``words``): a quotation opened by an elision's apostrophe at a sentence's start ("'Cause I said so,'"), words
+# folded without invisible marks (a soft hyphen), Georgian names capitalised
 #: How a word type's occurrences are pooled into one score per role (``WordDecoder.reference_pool``).
 REFERENCE_POOLS = ("mean", "max")
 #: Pronoun families: a character's pronouns agree, so decoding keeps one family per character.

@@ -90,7 +90,7 @@ class _Char:
 
 #: The version of the rules: a release whose rules label a story differently bumps it, so a run's labels of two
 #: versions are not mixed.
-RULES_VERSION = "4"  # 2: a title spaCy split from its period, "Mx." + "Taylor", is a reference; 3: a title is
+RULES_VERSION = "5"  # 2: a title spaCy split from its period, "Mx." + "Taylor", is a reference; 3: a title is
 # capitalised and no verb ("miss Noah"), a name joins a character only where the words of one hold the other's
 # and no title's gender or given name differs ("Mr." and "Mrs. Patel"; lowercase particles are no name words), a
 # gendered noun with a possessor refers to a character only as a predicate or with a name in apposition, never
@@ -101,6 +101,8 @@ RULES_VERSION = "4"  # 2: a title spaCy split from its period, "Mx." + "Taylor",
 # ("met Em, the baker") is a character and no pronoun, names are folded ("O’Brien" is "O'Brien") and a capitalised
 # particle before a lowercase one is no name word ("De la Cruz"), and an object pronoun goes to none of its verb's
 # subjects ("Dr. Lopez examined him")
+# 5 (``words``): a quotation opened by an elision's apostrophe at a sentence's start, words folded without invisible
+# marks, Georgian names capitalised
 
 
 class RulesLabeller(Labeller):

@@ -33,7 +33,15 @@ def test_split_words_an_apostrophe_after_no_word_opens_a_quotation():
     assert words == ["'", "Maya", ",", "wait", "!", "'", "Tom", "'s", "O", "'Brien", "got", "'em", "'til", "dawn", ".",
                      "\u2019", "She", "\u2019s", "late", ",", "\u2019", "he", "said", "."]
     assert all(text[a:b] == w for w, a, b in split_words(text))
-    assert [w for w, _, _ in split_words("'Twas 'Emma'")] == ["'Twas", "'", "Emma", "'"]
+    # at the start of the text, a line or a sentence an elision's apostrophe opens a quotation: "'Cause" and
+    # "'Round" took the opening mark into a word and the quotation was lost; a lone "'Twas" there pairs with nothing
+    for text, marks in (("'Cause I said so,' Mum said.", [0, 6]),
+                        ("Ok.\n'Round here, we eat at six,' Mum said.", [2, 11]),
+                        ("He sighed. 'Em too?' she asked.", [3, 7]),
+                        ("'Twas a cold night. 'Come in,' she said.", [6, 10])):
+        words = split_words(text)
+        assert single_quote_dialogue(text, words) == marks, text
+    assert [w for w, _, _ in split_words("'Twas 'Emma'")][:2] == ["'", "Twas"]
 
 
 @pytest.mark.parametrize("text, want", [
@@ -95,6 +103,27 @@ def test_words_folded_together_as_one_by_one():
         words = [w for w, _, _ in split_words(text)]
         assert fold_words(words) == [fold_word(w) for w in words]
     assert fold_words(["Straße", "DON", "’T"]) == ["strasse", "don", "'t"]
+
+
+def test_invisible_marks_fold_away_and_georgian_names_count_as_capitalised():
+    """A soft hyphen or zero-width space inside a word made "Rive\u00adra" another word type than "Rivera"; Georgian
+    letters, which Unicode files as lowercase though the script has no capitals, were no name's start."""
+    from harness.labelling.words import fold_word, fold_words, starts_capitalised
+
+    text = "Ms. Rive\u00adra met Zo\u00eb\u200b and Rivera again.\u200b"
+    words = [w for w, _, _ in split_words(text)]
+    assert fold_words(words) == [fold_word(w) for w in words]
+    assert fold_word("Rive\u00adra") == fold_word("Rivera") == "rivera" and fold_word("Zo\u00eb\u200b") == "zo\u00eb"
+    assert fold_word("\u200b") == "\u200b"  # a word of such marks alone keeps them
+    assert starts_capitalised("\u10d2\u10d8\u10dd\u10e0\u10d2\u10d8") and not starts_capitalised("giorgi")
+
+
+def test_her_before_emphasis_reads_a_window_ahead_not_the_whole_story():
+    from harness.labelling.words import her_is_possessive
+
+    words = "He met her * best friend * .".split() + "and she saw * her * .".split() * 50
+    assert her_is_possessive(words, 2) and not her_is_possessive(words, len(words) - 3)
+    assert [her_is_possessive(words, i) for i, w in enumerate(words) if w == "her"] == [True] + [False] * 50
 
 
 def test_project_labels():
