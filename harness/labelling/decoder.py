@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 #: The version of the decoding (the encoder labeller's info carries it): a release that decodes a story's
 #: scores into other labels bumps it, so a run's labels of two versions are not mixed.
-DECODER_VERSION = "11"  # 2: a name never runs across a line break; 3: words compared composed (NFC), a title
+DECODER_VERSION = "12"  # 2: a name never runs across a line break; 3: words compared composed (NFC), a title
 # joins a name only on its line and abbreviated across a point, particles only after a name word or a title, the checks
 # read completed names; 4: a quotation left open ends with its line, an inch mark opens none, the action check's
 # object control, things not done, third parties, claims that are none, a name's word only capitalised, and closed
@@ -52,7 +52,9 @@ DECODER_VERSION = "11"  # 2: a name never runs across a line break; 3: words com
 # 10: the name check swaps no title written in a name, and name completion reads questions in emphasis, parentheses
 # and after dashes, months after a month and "and", offices before a middle name, and first names an apostrophe splits;
 # 11 (``words``): a quotation opened by an elision's apostrophe at a sentence's start ("'Cause I said so,'"), words
-# folded without invisible marks (a soft hyphen), Georgian names capitalised
+# folded without invisible marks (a soft hyphen), Georgian names capitalised; 12 (``pronoun_binding``): a name is
+# seen only capitalised ("drew his sword" is no Drew), a capital letter's point before a pronoun ends a sentence ("an
+# A. He"), a character with neopronouns is no unreferenced one
 #: How a word type's occurrences are pooled into one score per role (``WordDecoder.reference_pool``).
 REFERENCE_POOLS = ("mean", "max")
 #: Pronoun families: a character's pronouns agree, so decoding keeps one family per character.

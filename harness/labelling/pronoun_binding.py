@@ -50,7 +50,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 from functools import lru_cache
 
-from harness.identity.gender import infer_gender
+from harness.identity.gender import infer_gender, load_lexicon
 from harness.labelling.base import ABBREVIATED_TITLES, NAME_TITLES, QUOTES, CharacterLabel, RoleSpec, quoted
 from harness.labelling.name_gender import (BINARY_PRONOUN_WORDS, BINARY_PRONOUNS, DEFAULT_STRENGTH, default_lexicon,
                                           female_share)
@@ -59,6 +59,8 @@ from harness.labelling.words import split_words, starts_capitalised
 
 #: The pronouns it binds, by the gender they carry ("her" only where it is a determiner).
 BOUND = {"he": "Male", "his": "Male", "himself": "Male", "she": "Female", "her": "Female", "herself": "Female"}
+#: Words that open a sentence after a capital letter's point, which is then no initial's ("plan B. The ...").
+_SENTENCE_OPENERS = frozenset({"i", "it", "the", "we", "you"})
 _SENTENCE_END = frozenset({".", "!", "?", "\u2026"})
 
 
@@ -179,7 +181,7 @@ def _bound_in_sentences(words: Sequence[str], line_starts: Collection[int], mine
         k = w.lower()
         if in_quote:  # a name in what someone says is whom it is said to or of, not who acts ('"My lad," Hank said, his')
             continue
-        seen_x = seen_x or k in mine
+        seen_x = seen_x or (k in mine and starts_capitalised(w))  # "Drew", not "He drew his sword"
         seen_y = seen_y or k in theirs
         if seen_x and not seen_y and binds(i, k):
             if touched_possessive(words, i):
@@ -230,6 +232,9 @@ def _abbreviation_point(words: Sequence[str], i: int) -> bool:
     if words[i] != "." or i == 0:
         return False
     prev = words[i - 1]
+    nxt = words[i + 1].lower() if i + 1 < len(words) else ""
+    if len(prev) == 1 and (nxt in BOUND or nxt in SINGULAR_THEY or nxt in _SENTENCE_OPENERS):
+        return False  # "gave the test an A. He", "a flight to the U.S. She": a sentence's end, not "J. Cole"
     return prev[:1].isupper() and (prev.lower() in ABBREVIATED_TITLES or len(prev) == 1)  # not "one last rep."
 
 
@@ -268,6 +273,10 @@ def _unreferenced_beside_gendered(characters: tuple[CharacterLabel, ...], non_bi
         return None
     lexicon = default_lexicon()
     genders = [infer_gender(list(c.references), lexicon=lexicon) for c in characters]
+    # neopronouns ("xe", "xyr") are gendered words too, which S6a lacks (a "themself" alone stays unreferenced)
+    genders = [g if g != "Unspecified" or infer_gender([r for r in c.references if r.lower() not in SINGULAR_THEY],
+                                                      lexicon=_lexicon_with_neopronouns()) != "Non-binary"
+               else "Non-binary" for g, c in zip(genders, characters)]
     if "Unspecified" not in genders:
         return None
     x = genders.index("Unspecified")
@@ -277,6 +286,12 @@ def _unreferenced_beside_gendered(characters: tuple[CharacterLabel, ...], non_bi
         other = infer_gender([r for r in characters[1 - x].references if r.lower() in BINARY_PRONOUN_WORDS],
                              lexicon=lexicon)
     return (x, other) if other in BINARY_PRONOUNS or (non_binary and other == "Non-binary") else None
+
+
+@lru_cache(maxsize=1)
+def _lexicon_with_neopronouns():
+    """The lexicon with the neopronoun sets (S6a has none: "xe", "xyr" were no gendered words)."""
+    return load_lexicon("neopronouns")
 
 
 def _marked(words: Sequence[str], line_starts: Collection[int]) -> list[tuple[int, str, bool]]:

@@ -536,3 +536,37 @@ def test_a_name_of_titles_alone_still_shows_its_character():
     # and beside a singular they likewise
     text = "Casey ran another lap as Coach shouted their encouragement."
     assert bind_singular_they([w for w, _, _ in split_words(text)], chars, ROLES)[0].references == ()
+
+
+@pytest.mark.parametrize("text, name", [
+    ("Max faced the dragon. He drew his sword.", "Drew"),
+    ("Max came in late. Nobody knew if he will stay, but his coat was wet.", "Will"),
+])
+def test_a_name_that_is_a_word_is_seen_only_capitalised(text, name):
+    # "drew" and "will" counted as the character's name: the other character's "his" was bound to it
+    assert bind(text, name, [], "Max", ["he"]) == [(), ("he",)]
+    assert they("Max waited at the stop. The sky darkened, and they ran for the bus.", "Sky", [], "Max", ["he"]) == [
+        (), ("he",)]
+    assert bind(f"Max faced the dragon. {name} drew his sword.", name, [], "Max", ["he"])[0] == ("his",)
+
+
+@pytest.mark.parametrize("text", [
+    "Max had studied all week. Paul gave the test an A. He had never scored so high, and his mother cried.",
+    "Max missed home. Paul booked him a flight to the U.S. He cried, and his hands shook.",
+])
+def test_a_capital_letters_point_before_a_pronoun_ends_the_sentence(text):
+    # read as an initial's ("J. Cole"), the point ended no sentence: Max's "He" went to Paul
+    assert bind(text, "Paul", [], "Max", ["he"]) == [(), ("he",)]
+    assert bind("Max waited. J. Paul Ruiz came in and his coat was wet.", "J. Paul Ruiz", [], "Max", ["he"])[0] == (
+        "his",)
+
+
+def test_a_character_with_neopronouns_is_not_unreferenced(table):
+    """S6a has no neopronouns: a character holding "xe", "xyr" took the other character's "his" (a list that mixes
+    genders), and beside it the unnamed pronoun family was not claimed."""
+    text = "Max sat down across from Sage. Sage poured xyr tea and passed him his cup."
+    assert bind(text, "Sage", ["xe", "xyr"], "Max", ["he", "him"]) == [("xe", "xyr"), ("he", "him")]
+    text = "Sage dug through xyr jacket, but Kayla had already paid. She smiled at her date."
+    chars = (CharacterLabel("subject", "Sage", ("xyr",)), CharacterLabel("object", "Kayla", ()))
+    out = claim_unheld([w for w, _, _ in split_words(text)], chars, ROLES, table)
+    assert [c.references for c in out] == [("xyr",), ("She", "her")]
