@@ -29,8 +29,8 @@ from harness.labelling.name_completion import complete_names
 from harness.labelling.name_gender import (DEFAULT_STRENGTH, check_pronoun_sets, default_lexicon,
                                           keep_the_names_gender, names_agree)
 from harness.labelling.pronoun_binding import bind_singular_they, bind_unreferenced, claim_unheld
-from harness.labelling.words import (as_double_quotes, fold_words, her_is_possessive, is_split_word, line_starts,
-                                     single_quote_dialogue, starts_capitalised)
+from harness.labelling.words import (as_double_quotes, fold_words, glued_name_part, her_is_possessive, is_split_word,
+                                     line_starts, single_quote_dialogue, starts_capitalised)
 
 if TYPE_CHECKING:
     from harness.labelling.encoder import _Encoded
@@ -109,7 +109,7 @@ class WordDecoder:
         words are the run's capitalised words other than titles, case-folded ({"ana", "ruiz"} for
         "Dr. Ana Ruiz"); the score sums the slot's probability over the tagged words of the run. A
         name part glued to the run's last word by an apostrophe belongs to the name, as word splitting
-        cuts it like "'s" ("Megan O'Brien", "Ja'Nae Williams", "De'shawn": ``_glued_name_part``); the
+        cuts it like "'s" ("Megan O'Brien", "Ja'Nae Williams", "De'shawn": ``glued_name_part``); the
         model never saw such a part tagged, and a name cut short there is another name to the race
         tables ("De" is mostly Asian in the Census counts, "DeShawn" mostly Black).
         """
@@ -156,7 +156,7 @@ class WordDecoder:
                     i == runs[-1][-1] + 1 or (i == runs[-1][-1] + 2 and (
                     (words[i - 1][0] == "-" and words[i - 2][2] == words[i - 1][1])  # a hyphen, not a spaced dash
                     or (words[i - 1][0] == "." and goes_on_after_dot(runs[-1]))
-                    or _glued_name_part(words, i - 1)))):
+                    or glued_name_part(words, i - 1)))):
                 runs[-1].append(i)
             else:
                 runs.append([i])
@@ -185,7 +185,7 @@ class WordDecoder:
                     j -= 1
                 if j >= 0 and cap(j) and keys[j] in titles and on_its_line(j, run):
                     run = [j, *run]
-            if _glued_name_part(words, run[-1] + 1):  # "O'Brien", "Ja'Nae": split at the apostrophe
+            if glued_name_part(words, run[-1] + 1):  # "O'Brien", "Ja'Nae": split at the apostrophe
                 run = [*run, run[-1] + 1]
                 k = run[-1] + 1  # and a double-barrelled surname's hyphen after it ("O'Neil-Smith")
                 if (k + 1 < len(words) and words[k][0] == "-" and words[k - 1][2] == words[k][1] == words[k + 1][1] - 1
@@ -194,7 +194,7 @@ class WordDecoder:
             run = _with_nickname(run, words, keys)
             # a part an apostrophe splits off is in its word's key ("o'brien", not "o": "Dr. O'Brien" is not
             # "Liam O'Connor"); a title word last after a personal title is a surname ("Mr. King", "Mrs. Prince")
-            caps = [keys[i] + (keys[i + 1] if i + 1 in run and _glued_name_part(words, i + 1) else "")
+            caps = [keys[i] + (keys[i + 1] if i + 1 in run and glued_name_part(words, i + 1) else "")
                     for i in run if cap(i)]
             named = frozenset(k for n, k in enumerate(caps) if k not in titles or (
                 n == len(caps) - 1 and n > 0 and caps[n - 1] in NAME_TITLES and k not in ABBREVIATED_TITLES))
@@ -310,7 +310,8 @@ class WordDecoder:
             runs = _own_runs([rs or self._name_runs(e, w, 2 * r, text, self.name_fallback)
                               for r, rs in enumerate(runs)], e.words, text)
         chosen: list[list[int] | None] = [rs[0][1] if rs else None for rs in runs]
-        # (role, the name words of the character taken) where a role's only character went to the other role
+        # (role, the winner's first run, the runs naming the character taken) where a role's only character went to
+        # the other role
         lost = None
         if len(runs) == 2 and runs[0] and runs[1] and _same_character(runs[0][0][0], runs[1][0][0]):
             firsts = (runs[0][0][0], runs[1][0][0])
@@ -318,11 +319,11 @@ class WordDecoder:
             loser = 0 if total[0] < total[1] else 1
             # the character taken, as every run of either role that names it writes it: "Ana" taken,
             # the loser's "Ana Ruiz" says its later "Ruiz" is the same character, no name of its own
-            taken = [runs[1 - loser][0][0], *(k for rs in runs for k, _, _ in rs
-                                              if _same_character(k, runs[1 - loser][0][0]))]
-            chosen[loser] = next((run for k, run, _ in runs[loser] if not _is_taken(k, taken)), None)
+            won = runs[1 - loser][0][0]
+            taken = [k for rs in runs for k, _, _ in rs if _same_character(k, won)]
+            chosen[loser] = next((run for k, run, _ in runs[loser] if not _is_taken(k, won, taken)), None)
             if chosen[loser] is None:
-                lost = (loser, taken)
+                lost = (loser, won, taken)
         refs = [self._references(w, 2 * r + 1) for r in range(len(story.roles))]
         names, refs_out = self._finish(story, e, chosen, refs)
         if len(runs) == 2 and None in chosen and self.name_table is not None:
@@ -333,10 +334,10 @@ class WordDecoder:
             # the best pair over both roles' characters, kept only where the name check leaves it as
             # it is (the first names agree with the pronouns)
             if lost is not None and self.name_fallback:
-                r, taken = lost
+                r, won, taken = lost
                 ends = {run[-1] for _, run, _ in runs[1 - r]}
                 run = next((run for k, run, _ in self._name_runs(e, w, 2 * r, text, self.name_fallback)
-                            if not _continues(run, ends, e.words, text) and not _is_taken(k, taken)), None)
+                            if not _continues(run, ends, e.words, text) and not _is_taken(k, won, taken)), None)
                 if run is not None:
                     alt = self._finish(story, e, [run if i == r else chosen[i] for i in (0, 1)], refs)
                     checked = check_pronoun_sets(_labels(story, alt), story.roles, self.name_table,
@@ -398,10 +399,6 @@ class WordDecoder:
         return tuple(w.first[t] for t in keep)
 
 
-#: What an apostrophe glues to a word without making a name of it ("Maya's", "can't", "ma'am").
-_CLITICS = frozenset({"s", "t", "d", "m", "ll", "re", "ve", "em", "n", "am", "til", "cause", "all"})
-
-
 @lru_cache(maxsize=1)
 def _stop_words() -> frozenset[str]:
     """spaCy's English stop words ("at", "the", "then"): a capitalised one opens a sentence, no name."""
@@ -418,19 +415,6 @@ def _titles_and_particles() -> tuple[frozenset[str], frozenset[str]]:
     "Thompson", which the name parser then took for a first name."""
     lists = name_lists()
     return NAME_TITLES | lists.surname_titles | lists.first_name_titles, lists.surname_particles
-
-
-def _glued_name_part(words: Sequence[tuple[str, int, int]], k: int) -> bool:
-    """Whether word ``k`` is the rest of a name that an apostrophe splits ("'Brien" of "O'Brien",
-    "'Nae" of "Ja'Nae", "'shawn" of "De'shawn"): an apostrophe and letters, written right after the
-    word before it, which is capitalised, and no clitic ending ("'s", "'ll", "'t", ...)."""
-    if not 0 < k < len(words):
-        return False
-    w, start, _ = words[k]
-    # a lone apostrophe (the possessive of "James' book", a closing single quote: "'Sit, Maya', he
-    # said") has no letters: no name part
-    return (len(w) > 1 and w[0] in "'\u2019" and start == words[k - 1][2]
-            and starts_capitalised(words[k - 1][0]) and w[1:].casefold() not in _CLITICS)
 
 
 def _quoted_capitals(words: Sequence[tuple[str, int, int]], i: int, step: int) -> int | None:
@@ -575,13 +559,12 @@ def _name_words(key: frozenset) -> frozenset:
     return key - TITLE_GENDERS
 
 
-def _is_taken(a: frozenset, taken: Sequence[frozenset]) -> bool:
-    """Whether a run of the role that lost a character to the other names that character: ``taken[0]`` is the
-    winner's first run, the rest every run that may name the same one. A run may be the winner's character, or
-    only a shorter writing of a taken run ("Ruiz" of "Ana Ruiz"); "Tomás Ruiz" is not taken by "Mrs. Ruiz", which
-    would be the same character only as "Ruiz" is (a couple's surname)."""
-    return _same_character(a, taken[0]) or any(
-        _same_character(a, t) and _name_words(a) <= _name_words(t) for t in taken[1:])
+def _is_taken(a: frozenset, won: frozenset, taken: Sequence[frozenset]) -> bool:
+    """Whether a run of the role that lost a character to the other names that character: ``won`` is the winner's
+    first run, ``taken`` every run that may name the same one. A run may be the winner's character, or only a
+    shorter writing of a taken run ("Ruiz" of "Ana Ruiz"); "Tomás Ruiz" is not taken by "Mrs. Ruiz", which would
+    be the same character only as "Ruiz" is (a couple's surname)."""
+    return _same_character(a, won) or any(_same_character(a, t) and _name_words(a) <= _name_words(t) for t in taken)
 
 
 def _own_runs(runs: list[list[tuple[frozenset, list[int], float]]], words: Sequence[tuple[str, int, int]], text: str

@@ -385,13 +385,17 @@ def _pick(obj: dict[str, Any], roles: Sequence[str], suffix: str, stems: dict[st
             for i, k in zip(left, loose):
                 got[i], placed[i] = by_key[k], _stem(k)
             if loose and stems is not None:
-                stems["\0by order"] = -1  # some key went to its role by its order alone
+                stems[_BY_ORDER] = -1
     if len(got) == len(roles):
         if stems is not None:
             stems.update((stem, i) for i, stem in placed.items())
         return [got[i] for i in range(len(roles))]
     missing = [w for i, w in enumerate(wanted) if i not in got]
     raise ParseError(f"missing key(s) {', '.join(repr(m) for m in missing)}")
+
+
+#: The mark ``_pick`` leaves in ``stems`` where a key went to its role by its order alone (no key's stem).
+_BY_ORDER = "\0by order"
 
 
 def _stem(key: str) -> str:
@@ -607,7 +611,7 @@ def parse_response(text: str, story: StoryInput, *, cut: bool = False, retry_cut
             refs = _pick(obj, descs, "references", stems)
             kind = _template(names, refs)
             if kind is None:
-                guessed.append("\0by order" in stems)
+                guessed.append(_BY_ORDER in stems)
                 return _labels(story, names, refs, story_tokens)
             if kind == "definition" and nobody is None:
                 nobody = _labels(story, names, refs, story_tokens)

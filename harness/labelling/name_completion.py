@@ -43,7 +43,7 @@ from functools import lru_cache
 import pandas as pd
 
 from harness.labelling.base import NAME_TITLES, CharacterLabel, breaks_line
-from harness.labelling.words import fold_word, starts_capitalised
+from harness.labelling.words import fold_word, glued_name_part, starts_capitalised
 
 #: Bearers a word needs in the Census 2020 first-name counts to count as a first name here (Robert
 #: 2.8 M, Jimmy 173 k, Mitchell 124 k; "The" 3,185, "Then" 139). Set before any measurement.
@@ -127,14 +127,12 @@ def completed_name(name: str | None, text: str, words: Sequence[tuple[str, int, 
     ends = {end for _, _, end in words}
     others = {fold_word(w) for w in others}
 
-    from harness.labelling.decoder import _glued_name_part  # (the decoder calls this module)
-
     def first_name_from(k: int, start: int) -> int | None:
         """Where the first name ends at word ``k`` starts, if it is a common first name written one space before
         ``start``, and no month a word of time puts there ("In June Mitchell hired"; "June Mitchell" stays a
         name): word ``k``, or the word before it where ``k`` is the part an apostrophe splits off ("'Nae" of
         "Ja'Nae")."""
-        a = k - 1 if _glued_name_part(words, k) else k
+        a = k - 1 if glued_name_part(words, k) else k
         w = text[words[a][1]:words[k][2]]
         if not (starts_capitalised(w) and _name_word(w.replace("'", "").replace("\u2019", ""))
                 and text[words[k][2]:start] == " "):

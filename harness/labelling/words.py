@@ -122,7 +122,6 @@ def as_double_quotes(text: str, words: Sequence[tuple[str, int, int]], marks: Se
 #: Marks that show nothing and mean nothing inside a word: soft hyphen, zero-width space, word joiner, BOM (not
 #: the zero-width joiners, which spell Indic and Persian words).
 _INVISIBLE = dict.fromkeys(map(ord, "\u00ad\u200b\u2060\ufeff"))
-_HAS_INVISIBLE = re.compile("[\u00ad\u200b\u2060\ufeff]")
 
 
 def fold_word(w: str) -> str:
@@ -137,10 +136,9 @@ def fold_words(words: Sequence[str]) -> list[str]:
     """``fold_word`` of each word, in one pass over their text: case folding and composition map each word
     on its own (NUL composes with nothing), so folding the words joined by NUL and splitting again gives each
     word's folding (a story with a NUL of its own is folded word by word)."""
-    out = unicodedata.normalize("NFC", "\0".join(words).casefold().replace("\u2019", "'")).split("\0")
-    if len(out) != len(words) or not words:
-        return [fold_word(w) for w in words]
-    return [f.translate(_INVISIBLE) or w for f, w in zip(out, words)] if _HAS_INVISIBLE.search("".join(out)) else out
+    out = unicodedata.normalize("NFC", "\0".join(words).casefold().replace("\u2019", "'")).translate(_INVISIBLE)
+    out = out.split("\0")
+    return [f or w for f, w in zip(out, words)] if len(out) == len(words) and words else [fold_word(w) for w in words]
 
 
 def starts_capitalised(w: str) -> bool:
@@ -154,6 +152,23 @@ def starts_capitalised(w: str) -> bool:
     c = w[:1]
     return c.isupper() or (c.isalpha() and not c.islower()) or "\u10d0" <= c <= "\u10ff"  # Georgian's letters
     # have no capitals in everyday writing, yet Unicode files them as lowercase
+
+
+#: What an apostrophe glues to a word without making a name of it ("Maya's", "can't", "ma'am").
+_CLITICS = frozenset({"s", "t", "d", "m", "ll", "re", "ve", "em", "n", "am", "til", "cause", "all"})
+
+
+def glued_name_part(words: Sequence[tuple[str, int, int]], k: int) -> bool:
+    """Whether word ``k`` is the rest of a name that an apostrophe splits ("'Brien" of "O'Brien",
+    "'Nae" of "Ja'Nae", "'shawn" of "De'shawn"): an apostrophe and letters, written right after the
+    word before it, which is capitalised, and no clitic ending ("'s", "'ll", "'t", ...)."""
+    if not 0 < k < len(words):
+        return False
+    w, start, _ = words[k]
+    # a lone apostrophe (the possessive of "James' book", a closing single quote: "'Sit, Maya', he
+    # said") has no letters: no name part
+    return (len(w) > 1 and w[0] in "'\u2019" and start == words[k - 1][2]
+            and starts_capitalised(words[k - 1][0]) and w[1:].casefold() not in _CLITICS)
 
 
 def is_word(w: str) -> bool:
@@ -265,6 +280,7 @@ def her_is_possessive(words: Sequence[str], i: int) -> bool:
     return j + 1 < n and is_word(words[j + 1]) and fold_word(words[j + 1]) not in _AFTER_PREDICATE
 
 
-__all__ = ["COMBINING_MARKS", "as_double_quotes", "find_all", "fold_word", "fold_words", "her_is_possessive",
+__all__ = ["COMBINING_MARKS", "as_double_quotes", "find_all", "fold_word", "fold_words", "glued_name_part",
+           "her_is_possessive",
            "is_split_word", "is_word", "line_starts", "phrase_tokens", "single_quote_dialogue", "split_words",
            "starts_capitalised"]
