@@ -281,6 +281,5 @@ def her_is_possessive(words: Sequence[str], i: int) -> bool:
 
 
 __all__ = ["COMBINING_MARKS", "as_double_quotes", "find_all", "fold_word", "fold_words", "glued_name_part",
-           "her_is_possessive",
-           "is_split_word", "is_word", "line_starts", "phrase_tokens", "single_quote_dialogue", "split_words",
-           "starts_capitalised"]
+           "her_is_possessive", "is_split_word", "is_word", "line_starts", "phrase_tokens", "single_quote_dialogue",
+           "split_words", "starts_capitalised"]
