@@ -204,7 +204,41 @@ _AFTER_OBJECT_HER = frozenset(
     "about away home once now then when while if because before after through across around this tonight today "
     "tomorrow yesterday how what why where who whom until all like is was be feel know than "
     "his my your our their its her these those some any another something anything everything nothing "
-    "he she it we they you i him them me us were are am been had has have would could should did does".split())
+    "he she it we they you i him them me us were are am been had has have would could should did does "
+    # words no determiner precedes: "reminded her of", "told her not to", "left her there|alone", "gave her no
+    # choice", "beside her must"; "will", "might", "may" and "can" are nouns too ("her will", "all her might")
+    "of not no each there here alone afterward afterwards instead yet either must shall cannot which whose "
+    "upon against without within toward towards among between beside besides behind under beneath above below "
+    "near along since till during throughout herself himself themselves myself yourself ourselves itself "
+    "everyone everybody someone somebody anyone anybody nobody".split())
+#: Verbs after which "her" and a bare infinitive are object and verb ("let her go", "made her laugh", "helped her
+#: carry", "watched her leave"), not a determiner and its noun ("made her way", "helped her friend").
+_BARE_INFINITIVE_VERBS = frozenset(
+    "let lets letting make makes made making help helps helped helping bid bade watch watches watched watching "
+    "see sees saw seeing hear hears heard hearing notice notices noticed noticing".split())
+#: Verbs in the base form, read as such after ``_BARE_INFINITIVE_VERBS`` and "her". Words that are as often a
+#: noun after "her" there are left out ("made her way|move|mark|point|bed|choice|rounds|order|debut|visit").
+_BARE_VERBS = frozenset(
+    "go come leave stay sit stand walk run fall fly drive ride swim dance sing play win lose forget remember know "
+    "think believe understand realize see look hear listen feel taste smell decide choose pick try begin start "
+    "stop finish keep hold carry take give bring put get make do say tell ask answer explain speak talk whisper "
+    "shout laugh smile cry weep sob scream sigh nod shrug blush frown wonder worry relax rest sleep wake eat drink "
+    "cook bake clean wash pay buy sell spend borrow lend read write sign fill draw paint build fix open close "
+    "shut lock enter cross climb jump step turn hang lean kneel bend reach grab catch throw push pull lift drop "
+    "pack solve learn teach study practice practise train prepare change grow freeze shake tremble "
+    "untangle shape narrate whisk stir pour chop slice escape recover heal breathe succeed fail pass graduate "
+    "apply agree accept admit confess promise pretend hesitate struggle suffer doubt trust hope wish wait "
+    "continue return arrive follow lead join meet help".split())
+#: Verbs after which "her" and a word in -ing are object and participle ("found her crying in the hall", "saw her
+#: leaving."), where the word after the participle ends the phrase (not "found her missing earring").
+_PARTICIPLE_VERBS = frozenset(
+    "see sees saw seen seeing watch watches watched hear hears heard find finds found catch catches caught "
+    "notice notices noticed spot spots spotted keep keeps kept leave leaves left imagine imagined picture pictured "
+    "feel feels felt".split())
+#: Words in -ing that are nouns, not participles ("saw her wedding.", "found her painting.").
+_ING_NOUNS = frozenset(
+    "wedding morning evening building painting drawing clothing ceiling sibling darling thing string earring "
+    "offspring stocking pudding meeting feeling ending beginning duckling ring king wing sing".split())
 #: Adverbs that may stand between a determiner "her" and its adjective ("her very best friend", "her most
 #: trusted advisor", "her always cheerful smile"), as well as after an object "her" ("loved her very much");
 #: besides these, words in -ly (``_LY_NOT_ADVERBS`` aside).
@@ -251,6 +285,11 @@ def her_is_possessive(words: Sequence[str], i: int) -> bool:
     slowly cross the street": an object); one followed by a content word ("saw her slowly cross Main Street")
     cannot be told from an adjective and its noun without a parse, which this path has none of: a determiner.
 
+    After a verb that takes an object and a bare infinitive ("let", "made", "helped", "watched"), "her" before a
+    verb of ``_BARE_VERBS`` is an object ("let her go", "made her laugh"; "made her way" keeps its determiner);
+    after a verb of seeing or finding, so is "her" before a word in -ing that ends the phrase ("found her crying
+    in the hall", not "found her missing earring").
+
     Markdown's emphasis marks after "her" are read past ("her **best friend**").
 
     >>> texts = ["told her quietly", "met her very best friend", "made her very happy ."]
@@ -266,6 +305,12 @@ def her_is_possessive(words: Sequence[str], i: int) -> bool:
     w = fold_word(words[i + 1])
     if w in _AFTER_OBJECT_HER:
         return False
+    verb = fold_word(words[i - 1]) if i > 0 else ""
+    if verb in _BARE_INFINITIVE_VERBS and w in _BARE_VERBS:
+        return False  # "let her go", "made her laugh"
+    if verb in _PARTICIPLE_VERBS and w.endswith("ing") and w not in _ING_NOUNS and (
+            i + 2 >= n or not is_word(words[i + 2]) or fold_word(words[i + 2]) in _AFTER_PREDICATE):
+        return False  # "found her crying in", "saw her leaving."
     if w in _FLAT_ADVERBS and (i + 2 >= n or words[i + 2] in _SENTENCE_END):
         return False  # "held her close.", "wished her well." (but "her long, dark hair")
     if not _is_adverb(w, True):
