@@ -192,12 +192,16 @@ def _swap_names(gs: GoldStory, rng: random.Random, text: str | None = None, *, f
         # a label of another case than the text's ("emily carter" of "Emily Carter") would be swapped in the label
         # alone, and the story's own name taught as no name
         free = [n for n in _AUG_NAMES if n.casefold() not in used]
-        if not free or not re.search(written, text):
+        # the name in any case the text writes it ("GREG", "Min-jun" of "Min-Jun"), capitalised (not the word
+        # "hope" of a "Hope"), each written in its own case: a spelling left as it was kept the old name in
+        # the text while the label held the new one, so it was taught as no one's
+        if not free or not any(starts_capitalised(m.group()) for m in re.finditer(written, text, re.I)):
             continue
         new = rng.choice(free)
         used.add(new.casefold())
-        text = re.sub(written, new, text)
-        names[k] = re.sub(written, new, raw)
+        text = re.sub(written, lambda m: _match_case(new, m.group()) if starts_capitalised(m.group()) else m.group(),
+                      text, flags=re.I)
+        names[k] = re.sub(written, lambda m: _match_case(new, m.group()), raw, flags=re.I)
     return text, names
 
 
@@ -223,6 +227,13 @@ def _match_case(new: str, old: str) -> str:
     return new[:1].upper() + new[1:] if old[:1].isupper() else new
 
 
+def _word_follows(toks: Sequence[str], j: int) -> bool:
+    """Whether a word comes at ``toks[j]``, past markdown's emphasis marks ("his *favorite* pen")."""
+    while j < len(toks) and toks[j] in ("*", "_"):
+        j += 1
+    return j < len(toks) and is_word(toks[j])
+
+
 def flip_gender(text: str, refs: dict[str, Sequence[str] | None], her_is_possessive) -> tuple[str, dict[str, Any]]:
     """The story with every binary gendered word swapped (she <-> he, woman <-> man, Ms <-> Mr, ...)
     and the reference lists mapped the same way (training augmentation: the model must bind
@@ -240,8 +251,10 @@ def flip_gender(text: str, refs: dict[str, Sequence[str] | None], her_is_possess
         new = None
         if low == "her":
             new = "his" if her_is_possessive(toks, i) else "him"
-        elif low == "his" and (i + 1 >= len(toks) or not is_word(toks[i + 1])):
+        elif low == "his" and not _word_follows(toks, i + 1):
             new = "hers"
+        elif low == "miss" and not w[:1].isupper():
+            pass  # the verb ("will miss the bus"), not the title
         elif low in _FLIP:
             new = _FLIP[low]
         out.append(text[pos:a])
@@ -261,8 +274,13 @@ def flip_gender(text: str, refs: dict[str, Sequence[str] | None], her_is_possess
         mapped: list[str] = []
         for r in lst:
             toks_r = [t for t in r.split()]
+            pieces = split_words(r)
             if len(toks_r) == 1 and fold_word(r.strip(".")) in seen:
                 mapped.extend(sorted(seen[fold_word(r.strip("."))]))
+            elif len(toks_r) == 1 and len(pieces) > 1 and fold_word(pieces[0][0]) in seen and all(
+                    p.startswith(("'", "\u2019")) for p, _, _ in pieces[1:]):
+                # a pronoun and its clitic ("he'd" -> "she'd"): kept as one, it named the other character's pronoun
+                mapped.extend(new + r[pieces[0][2]:] for new in sorted(seen[fold_word(pieces[0][0])]))
             else:
                 folded = [fold_word(t.strip(".")) for t in toks_r]
                 mapped.append(" ".join(_match_case(_FLIP[f], t) if f in _FLIP and f != "her" else t

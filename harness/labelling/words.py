@@ -210,7 +210,11 @@ _AFTER_OBJECT_HER = frozenset(
     "of not no each there here alone afterward afterwards instead yet either must shall cannot which whose "
     "upon against without within toward towards among between beside besides behind under beneath above below "
     "near along since till during throughout herself himself themselves myself yourself ourselves itself "
-    "everyone everybody someone somebody anyone anybody nobody".split())
+    "everyone everybody someone somebody anyone anybody nobody anyway anyhow everywhere somewhere anywhere nowhere "
+    "halfway".split())
+#: Prepositions after which "her back" is a determiner and its noun ("behind her back", "lay on her back"; "paid
+#: her back" keeps its object).
+_BEFORE_HER_BACK = frozenset("on onto behind at in into to from across over against down up of".split())
 #: Verbs after which "her" and a bare infinitive are object and verb ("let her go", "made her laugh", "helped her
 #: carry", "watched her leave"), not a determiner and its noun ("made her way", "helped her friend").
 _BARE_INFINITIVE_VERBS = frozenset(
@@ -303,9 +307,11 @@ def her_is_possessive(words: Sequence[str], i: int) -> bool:
     if i + 1 >= n or not is_word(words[i + 1]):
         return False
     w = fold_word(words[i + 1])
+    verb = fold_word(words[i - 1]) if i > 0 else ""
+    if w == "back" and verb in _BEFORE_HER_BACK:
+        return True
     if w in _AFTER_OBJECT_HER:
         return False
-    verb = fold_word(words[i - 1]) if i > 0 else ""
     if verb in _BARE_INFINITIVE_VERBS and w in _BARE_VERBS:
         return False  # "let her go", "made her laugh"
     if verb in _PARTICIPLE_VERBS and w.endswith("ing") and w not in _ING_NOUNS and (

@@ -752,6 +752,21 @@ def test_flip_gender_swaps_words_and_reference_lists():
         "They smiled at xem.", {"subject": ["They"]})
 
 
+def test_flip_gender_keeps_verbs_clitics_and_emphasis():
+    """"miss" the verb became "mr" ("He will mr the bus"); "his" before an emphasis mark became "hers" ("hers *favorite*
+    pen"); a reference "he'd" stayed "he'd" while the text said "she'd", and its "he" was the other's pronoun; "her
+    back" after a preposition is a determiner and its noun ("behind him back"), "her anyway" an object."""
+    from harness.labelling.training import flip_gender
+    from harness.labelling.words import her_is_possessive
+
+    text = "He said she’d come. He'd miss the bus, lent me his *favorite* pen behind her back and hugged her anyway."
+    new, refs = flip_gender(text, {"subject": ["He", "He'd", "his"], "object": ["she’d", "her"]}, her_is_possessive)
+    assert new == ("She said he’d come. She'd miss the bus, lent me her *favorite* pen behind his back and hugged "
+                   "him anyway.")
+    assert refs == {"subject": ["She", "She'd", "her"], "object": ["he’d", "him", "his"]}
+    assert flip_gender("Miss Lee waved.", {}, her_is_possessive)[0] == "Mr Lee waved."
+
+
 def _probs_for(words, tags):
     """A probability matrix with ``tags``: {(word, occurrence or None, slot): p}."""
     import numpy as np

@@ -96,9 +96,34 @@ def test_a_name_labelled_in_another_case_than_the_storys_is_not_swapped_in_the_l
     gs = parse_row({**ROW, "roles": {"subject": "teacher"}, "text": "Emily Carter taught. She smiled.",
                     "labels": {"subject": {"name": "emily carter", "references": ["She"], "gender": "Female"}}},
                    "a", "row 1")
+    swapped = 0
     for seed in range(20):
-        assert _swap_names(gs, random.Random(seed)) == ("Emily Carter taught. She smiled.",
-                                                        {"subject": "emily carter"}), seed
+        text, names = _swap_names(gs, random.Random(seed))
+        first = text.split()[0]
+        assert names["subject"].casefold() == f"{first} carter".casefold(), seed  # the label's case is folded
+        assert text == f"{first} Carter taught. She smiled.", seed
+        swapped += first != "Emily"
+    assert swapped > 5
+
+
+def test_a_name_written_in_another_case_than_its_label_is_swapped_in_each_spelling():
+    """The swap matched the label's spelling alone: "GREG" (or "Min-jun" of a "Min-Jun") stayed in the text while
+    the label held the new name, so that word was taught as no one's name; a lowercase word ("grace") is no name."""
+    import random
+
+    from harness.labelling.data import parse_row
+    from harness.labelling.training import _swap_names
+
+    gs = parse_row({**ROW, "roles": {"subject": "teacher"}, "text": "Grace taught. GREAT, GRACE! She said grace.",
+                    "labels": {"subject": {"name": "Grace", "references": ["She"], "gender": "Female"}}},
+                   "a", "row 1")
+    seen = set()
+    for seed in range(20):
+        text, names = _swap_names(gs, random.Random(seed))
+        new = names["subject"]
+        assert text == f"{new} taught. GREAT, {new.upper()}! She said grace.", seed
+        seen.add(new)
+    assert len(seen) > 3
 
 
 def test_a_learning_rate_that_is_not_a_positive_number_is_refused_before_any_work(tmp_path):
