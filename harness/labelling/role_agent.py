@@ -357,7 +357,11 @@ def _clauses(doc, action: Action, only: Split) -> Iterator[tuple[str, int]]:
         if (tok.dep_ == "xcomp" and _lemma_of().get(tok.head.lower_) in _NOT_DONE) or (
                 tok.dep_ == "pcomp" and tok.head.lower_ == "without"):
             continue  # "refused to pay", "left without paying"
-        if any(c.dep_ == "prt" and c.lower_ == "back" for c in tok.children) or (
+        if tok.dep_ == "pcomp" and tok.head.lower_ == "for" and (
+                _verb_lemma(tok.head.head) == "thank" or tok.head.head.lower_ in ("grateful", "thankful")):
+            continue  # "thanked Sarah for paying", "grateful to Sarah for teaching him": the thanks vote, not its doer
+        # "back" is a particle in "paid back Sarah", an adverb to the parser in "paid her back"
+        if any(c.dep_ in ("prt", "advmod") and c.lower_ == "back" for c in tok.children) or (
                 tok.dep_ == "xcomp" and _verb_lemma(tok.head) in _FAILED) or _for_later(tok) or _forestalled(tok):
             receiver = True  # "tried to pay", "pay him back", "I'll pay next time", "before he could pay": the
             # other one pays now
@@ -647,7 +651,12 @@ def _claimed(low: str, action: Action) -> bool:
     """Whether a sentence (case-folded, straight apostrophes) holds one of the action's claims that is
     one (``_NO_CLAIM_BEFORE``)."""
     return any(not _NO_CLAIM_BEFORE.search(low[:m.start()]) and not low.startswith(" straight", m.end())
+               and not _PAID_BACK.match(low, m.end())
                for m in _claim_pattern(action).finditer(low))  # "let me get this straight" claims nothing
+
+
+#: After a claim, what makes it a repayment ("I'll pay you back"): the other one paid.
+_PAID_BACK = re.compile(r"\s+(?:\w+\s+)?back\b")
 
 
 #: A part of a sentence that is nothing but a "next time" put before what it is said of ("Next time, it's on me").

@@ -77,6 +77,29 @@ def _fronted(low: Sequence[str], s: int) -> bool:
     return s > 0 and low[s - 1] in _PREPOSITIONS | _SUBORDINATORS and (s == 1 or low[s - 2] in _STOPS)
 
 
+def _in_fronted_clause(low: Sequence[str], s: int) -> bool:
+    """Whether the words before ``s`` since the last stop open with a preposition or subordinator: the name may
+    end that clause, and the noun after its comma start the main one ("When Ethan met Lily, the actor smiled";
+    "When she noticed Jack, a struggling student, floundering" is an apposition, closed by its comma)."""
+    k = s
+    while k > 0 and low[k - 1] not in _STOPS:
+        k -= 1
+    return k < s and low[k] in _PREPOSITIONS | _SUBORDINATORS
+
+
+def _indefinite(low: Sequence[str], i: int) -> bool:
+    """Whether the noun at ``i`` has "a", "an" or "one" for its determiner, within its phrase ("a loyal fan
+    called Lily"; not "the fan called Ethan")."""
+    k = i - 1
+    while k >= 0 and i - k <= _WITHIN and low[k] not in _STOPS:
+        if low[k] in ("a", "an", "one"):
+            return True
+        if low[k] in _DETERMINERS:
+            return False
+        k -= 1
+    return False
+
+
 def _after_title(low: Sequence[str], j: int) -> int:
     """The index after a title (and its point) at ``j``, else ``j``: the name of "the patient, Mr. Sam Ortiz"
     starts after "Mr."."""
@@ -159,8 +182,11 @@ def appositions(words: Sequence[str], descriptions: Sequence[str], names: Sequen
         j = i + 1 + comma
         marker = low[j] if j < len(low) and low[j] in ("named", "called") else None
         j += marker is not None
+        titled = _after_title(low, j) > j
         j = _after_title(low, j)
         c = named(j)  # "actor, Ethan Michaels", "a fan named Lily", "Manager Tom", "patient, Mr. Sam Ortiz"
+        if marker == "called" and (titled or not _indefinite(low, i)):
+            c = None  # the verb: "the patient called Dr. Patel.", "the doctor called Sam." (not "a fan called Lily")
         # a comma or "called" opens an apposition only where the name closes it ("When she met the actor,
         # Lily burst into tears", "the fan called Ethan to apologize" open none); "named" always does
         closed = c is not None and ((e := name_end(j, c)) >= len(low) or low[e] in _STOPS)
@@ -175,7 +201,8 @@ def appositions(words: Sequence[str], descriptions: Sequence[str], names: Sequen
         c = named(k - 1) if k >= 1 and low[k] == "," else None  # "Lily, a devoted fan"
         # the noun's phrase opens with a determiner ("Lily, and the actor signed" is another clause), and no
         # preposition or conjunction stands before the name ("To Lily, the actor was everything")
-        if c is not None and low[k + 1] in _DETERMINERS and not _fronted(low, name_start(k - 1, c)):
+        if c is not None and low[k + 1] in _DETERMINERS and not _fronted(low, name_start(k - 1, c)) and (
+                not _in_fronted_clause(low, name_start(k - 1, c)) or i + 1 >= len(low) or low[i + 1] in _STOPS):
             out[(role, c)] += 1
     return out
 

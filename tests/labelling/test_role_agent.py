@@ -40,6 +40,11 @@ def test_action_for_reads_the_love_subject_keys(description, key):
     ("John smiled and thanked her.", [("thanked", 1)]),
     ("He tried to pay, but Sarah was faster.", [("pay", 1)]),
     ("She paid him back the next day.", [("paid", 0)]),
+    # "back" after the object is an adverb to the parser, and a claim to pay back is a repayment
+    ("John paid her back the next week.", [("paid", 1)]),
+    ('"I\'ll pay you back," John said.', [("pay", 1)]),
+    # the gerund after "thanked X for" is X's, which the thanks already vote for
+    ("Sarah thanked John for paying.", [("thanked", 0)]),
     # no vote
     ("John could not pay.", []),
     ("They paid together.", []),  # a word neither character holds alone
@@ -51,6 +56,7 @@ def test_action_clauses_name_who_pays(text, want):
 @pytest.mark.parametrize("description, text, want", [
     ("friend who does the teaching", "Sarah taught John to surf.", [("taught", 1)]),
     ("friend who does the teaching", "John learned to surf in a week.", [("learned", 1)]),
+    ("friend who does the teaching", "John thanked Sarah for teaching him.", [("thanked", 1)]),
     ("sibling who makes the major life decision", "John did not let her decide alone.", []),
     # a receiving verb keeps its vote when negated: who never learned is the learner
     ("friend who does the teaching", "At thirty, Sarah had never learned to swim.", [("learned", 0)]),

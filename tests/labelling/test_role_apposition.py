@@ -153,6 +153,15 @@ def test_a_name_the_words_split_at_its_apostrophe_is_seen(text):
     ("Later that night, the fan called Ethan to apologize.", {}),
     ("A loyal fan called Lily waited.", {}),
     ("A loyal fan named Lily waited.", {(1, 1): 1}),
+    ("The actor had a loyal fan called Lily.", {(1, 1): 1}),
+    # closed by a stop, "called" is still the verb after a definite noun or before a title
+    ("Every morning the fan called Lily.", {}),
+    ("Every morning the actor called Ms. Lily Chen.", {}),
+    ("Every morning a fan called Ms. Lily Chen.", {}),
+    # a name that ends a fronted clause: the noun after its comma opens the main clause, unless a stop closes it
+    ("When Ethan met Lily, the actor smiled.", {}),
+    ("After weeks of writing to Lily, the actor was proud.", {}),
+    ("When she noticed Lily, a loyal fan, waiting, Ethan waved.", {(1, 1): 1}),
     # "Name, noun" needs a determiner after the comma and no preposition or conjunction before the name
     ("To Lily, the actor was everything.", {}),
     ("Ethan smiled at Lily, and the actor signed her poster.", {}),

@@ -313,6 +313,7 @@ def test_a_training_cut_short_goes_on_from_its_last_epoch_to_the_weights_of_one_
     p = _write(tmp_path / "t.jsonl", ROW, {**ROW, "id": "b", "text": "Priya helped Ethan. He smiled at her."})
     kw = dict(epochs=3, layers=1, seed=0, batch_size=1, threads=1)
     threads = torch.get_num_threads()
+    monkeypatch.setattr(training, "TARGETS_VERSION", 1)  # the version a release before it recorded none taught
     try:
         whole = train_encoder([p], out_dir=tmp_path / "whole", **kw)
         real, steps = training._token_targets, []
@@ -328,6 +329,7 @@ def test_a_training_cut_short_goes_on_from_its_last_epoch_to_the_weights_of_one_
         with pytest.raises(KeyboardInterrupt):
             train_encoder([p], out_dir=out, **kw)
         monkeypatch.undo()
+        monkeypatch.setattr(training, "TARGETS_VERSION", 1)
         assert (out / CHECKPOINT).is_file() and not (out / "meta.json").exists()
         state = torch.load(out / CHECKPOINT, weights_only=True)  # as a release before the targets version wrote it
         assert state["key"].pop("targets_version") == 1 and state["key"].pop("roles_sha256")
@@ -491,6 +493,7 @@ def test_a_soup_trains_a_member_again_for_other_role_descriptions_or_targets(tmp
     import harness.labelling.training as training
     from harness.labelling.training import train_soup
 
+    monkeypatch.setattr(training, "TARGETS_VERSION", 1)  # the version a release before it recorded none taught
     p = _write(tmp_path / "t.jsonl", ROW)
     out = tmp_path / "soup"
     train_soup([p], [0, 1], out_dir=out, epochs=1, layers=1)
@@ -564,6 +567,7 @@ def test_encoders_taught_with_other_targets_are_not_averaged(tmp_path, monkeypat
     from harness.labelling.training import average_encoders, train_encoder
 
     p = _write(tmp_path / "t.jsonl", ROW)
+    monkeypatch.setattr(training, "TARGETS_VERSION", 1)  # the version a release before it recorded none taught
     train_encoder([p], out_dir=tmp_path / "one", epochs=1, layers=1)
     monkeypatch.setattr(training, "TARGETS_VERSION", 2)
     train_encoder([p], out_dir=tmp_path / "two", epochs=1, layers=1)
