@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 #: The version of the decoding (the encoder labeller's info carries it): a release that decodes a story's
 #: scores into other labels bumps it, so a run's labels of two versions are not mixed.
-DECODER_VERSION = "12"  # 2: a name never runs across a line break; 3: words compared composed (NFC), a title
+DECODER_VERSION = "13"  # 2: a name never runs across a line break; 3: words compared composed (NFC), a title
 # joins a name only on its line and abbreviated across a point, particles only after a name word or a title, the checks
 # read completed names; 4: a quotation left open ends with its line, an inch mark opens none, the action check's
 # object control, things not done, third parties, claims that are none, a name's word only capitalised, and closed
@@ -54,7 +54,10 @@ DECODER_VERSION = "12"  # 2: a name never runs across a line break; 3: words com
 # 11 (``words``): a quotation opened by an elision's apostrophe at a sentence's start ("'Cause I said so,'"), words
 # folded without invisible marks (a soft hyphen), Georgian names capitalised; 12 (``pronoun_binding``): a name is
 # seen only capitalised ("drew his sword" is no Drew), a capital letter's point before a pronoun ends a sentence ("an
-# A. He"), a character with neopronouns is no unreferenced one
+# A. He"), a character with neopronouns is no unreferenced one; 13 (``role_agent``, ``role_apposition``, ``words``):
+# "paid her back" and "I'll pay you back" are repayments, a gerund after "thanked X for" is not the thanker's, "called"
+# names only after an indefinite noun and before no title, a name ending a fronted clause ties no noun after its
+# comma; "her" before a function word or a bare verb ("reminded her of", "let her go") is an object
 #: How a word type's occurrences are pooled into one score per role (``WordDecoder.reference_pool``).
 REFERENCE_POOLS = ("mean", "max")
 #: Pronoun families: a character's pronouns agree, so decoding keeps one family per character.
