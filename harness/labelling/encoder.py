@@ -302,10 +302,16 @@ def _encode_many(tokenizer, stories: Sequence[StoryInput], texts: Sequence[str |
     gives the same encodings two (every word new) to four (words seen before) times faster; a
     tokenizer without a Rust backend takes the tokenizer's call."""
     texts = [s.text if t is None else t for s, t in zip(stories, texts or [None] * len(stories))]
+    return _encode_split(tokenizer, stories, [split_words(t) for t in texts], max_length)
+
+
+def _encode_split(tokenizer, stories: Sequence[StoryInput], words: Sequence[Sequence[tuple[str, int, int]]],
+                  max_length: int = 384) -> list[_Encoded]:
+    """``_encode_many`` of stories given as their words (``split_words``: word, start, end)."""
     pieces = _word_pieces(tokenizer)
     if pieces is None:
-        return _encode_word_by_word(tokenizer, stories, texts, max_length)
-    return [pieces.encode(_prefix(s), split_words(t), max_length) for s, t in zip(stories, texts)]
+        return _tokenizer_encode(tokenizer, stories, words, max_length)
+    return [pieces.encode(_prefix(s), list(ws), max_length) for s, ws in zip(stories, words)]
 
 
 #: A word that is a clitic of the one before it ("'s", "'ll", "n't"); read from the text at its own start, the
@@ -334,13 +340,14 @@ def _encode_windows(tokenizer, stories: Sequence[StoryInput], max_length: int = 
             # a window reads at most max_length pieces, so its words are sought among the next WINDOW_WORDS times
             # that many, not the rest of the story again for every window (a 1 MB text's 8 windows: 2.0 s ->
             # 0.27 s); where those all fit (words of no piece), among the rest
+            # The story's own words, not its text from there split again: a window that started on "'em" or
+            # "'til" split it into the apostrophe and the rest, which ended the windows there (the story past the
+            # first window went unlabelled)
             end = min(start + WINDOW_WORDS * max_length, len(e.words))
-            rest = _encode_many(tokenizer, [story], [story.text[e.words[start][1]:e.words[end - 1][2]]], max_length)[0]
+            rest = _encode_split(tokenizer, [story], [e.words[start:end]], max_length)[0]
             if end < len(e.words) and not rest.truncated:
                 end = len(e.words)
-                rest = _encode_many(tokenizer, [story], [story.text[e.words[start][1]:]], max_length)[0]
-            if [w for w, _, _ in rest.words] != [w for w, _, _ in e.words[start:end]]:
-                break  # the slice splits a word otherwise (an apostrophe at its start): label what was read
+                rest = _encode_split(tokenizer, [story], [e.words[start:]], max_length)[0]
             current = _Encoded(rest.input_ids, rest.token_type_ids,
                                [-1] * start + rest.word_token + [-1] * (len(e.words) - end), e.words, rest.truncated)
             windows.append(current)
@@ -392,10 +399,15 @@ def _merge_windows(encoded: Sequence[_Encoded], probs: Sequence[Any]) -> tuple[l
 def _encode_word_by_word(tokenizer, stories: Sequence[StoryInput], texts: Sequence[str],
                          max_length: int = 384) -> list[_Encoded]:
     """The reference of ``_encode_many``: one call of the tokenizer over each story's prefix and words."""
-    words = [split_words(t) for t in texts]
+    return _tokenizer_encode(tokenizer, stories, [split_words(t) for t in texts], max_length)
+
+
+def _tokenizer_encode(tokenizer, stories: Sequence[StoryInput], words: Sequence[Sequence[tuple[str, int, int]]],
+                      max_length: int = 384) -> list[_Encoded]:
+    """The tokenizer's call over each story's prefix and words (``split_words``: word, start, end)."""
     enc = tokenizer([_prefix(s) for s in stories], [[w for w, _, _ in ws] for ws in words],
                     is_split_into_words=True, truncation="only_second", max_length=max_length)
-    return [_encoded_from(enc, i, ws) for i, ws in enumerate(words)]
+    return [_encoded_from(enc, i, list(ws)) for i, ws in enumerate(words)]
 
 
 #: Role prefixes whose frame ``_WordPieces`` keeps (about 1.5 KB each); a prompt suite has a few hundred.

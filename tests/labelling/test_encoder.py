@@ -1685,6 +1685,25 @@ def test_a_window_that_would_start_on_a_clitic_starts_at_the_word_it_is_glued_to
     assert {i for w in e.windows for i, t in enumerate(w.word_token) if t >= 0} == set(range(len(e.words)))
 
 
+def test_a_window_that_starts_on_an_elision_reads_on():
+    """A next window was the story's text from its first word, split again: on "'em" or "'til" (words only after a
+    space) the split gave the apostrophe and the rest, the words disagreed, and the windowing stopped: the story past
+    the first window was never read, its status "truncated" with windows to spare (the object's name lost)."""
+    from transformers import AutoTokenizer
+
+    from harness.labelling.bases import base_model_path
+    from harness.labelling.encoder import _encode_windows
+
+    tok = AutoTokenizer.from_pretrained(str(base_model_path()))
+    roles = (RoleSpec("subject", "doctor"), RoleSpec("object", "patient"))
+    for elision in ("'em", "'til", "’cause"):
+        for pad in range(270, 300):  # the elision somewhere in the words where the second window starts
+            text = " ".join(["the"] * pad + [elision] + ["the"] * (700 - pad))
+            e = _encode_windows(tok, [StoryInput("s", text, roles)], 384)[0]
+            assert e.windows and not e.windows[-1].truncated, (elision, pad)
+            assert {i for w in e.windows for i, t in enumerate(w.word_token) if t >= 0} == set(range(len(e.words)))
+
+
 def test_labels_of_a_long_story_come_from_all_its_windows_in_every_layout(tiny_encoder, gold, labelled):
     # serial labelling (which CPU worker processes run) and the GPU layout's host workers label windowed stories
     # alike; a story past MAX_WINDOWS says so in its status
