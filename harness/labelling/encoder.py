@@ -806,6 +806,10 @@ class EncoderLabeller(Labeller):
         pool = self._worker_pool()
         if pool is None:  # the processes could not start
             yield from super()._label_batches(batches, stories)
+        elif self._worker_mode == "host" and pool.busy:
+            # another call's stream is open on the pool (two iter_label calls taken in turn): this one labels in this
+            # process, with the same labels (the pool numbers one call's batches; a second took the first's results)
+            yield from super()._label_batches(batches, stories)
         elif self._worker_mode == "host":
             try:
                 yield from pool.label(batches, self._forward)
@@ -850,8 +854,10 @@ class EncoderLabeller(Labeller):
         return self._worker_mode != "model" or stories >= CPU_WORKER_MIN
 
     def _worker_pool(self):
-        if getattr(self._pool, "_broken", False):  # a worker died while the pool was idle (killed, out of memory):
-            self.close()  # a new pool, not a BrokenProcessPool at this call's first batch
+        if getattr(self._pool, "_broken", False) or (isinstance(self._pool, HostPool) and not self._pool.alive):
+            # a worker died while the pool was idle (killed, out of memory): a new pool, not a BrokenProcessPool or
+            # a dead host worker at this call's first batch
+            self.close()
         if self._pool is None and self._worker_mode == "host":
             try:
                 self._pool = HostPool(self.workers, str(self.path / "encoder"), self.decoder)

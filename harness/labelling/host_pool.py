@@ -15,7 +15,7 @@ import contextlib
 import os
 import pickle
 import queue
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from operator import itemgetter
 from typing import Any
 
@@ -42,6 +42,7 @@ class HostPool:
         if workers < 1:
             raise ValueError(f"a host pool needs at least one worker, got {workers}")
         ctx = mp.get_context("spawn")
+        self.busy = False  # a call of ``label`` in progress
         self._results = ctx.Queue()
         self._inboxes = [ctx.Queue() for _ in range(workers)]
         self._procs = [ctx.Process(target=_serve, args=(tokenizer_dir, decoder, inbox, self._results),
@@ -56,6 +57,12 @@ class HostPool:
             raise
 
     @property
+    def alive(self) -> bool:
+        """Whether every worker process still runs (one killed between two calls fails the next one's first
+        message)."""
+        return all(p.is_alive() for p in self._procs)
+
+    @property
     def pids(self) -> list[int]:
         """The worker processes' ids (for benchmarks that read their CPU time)."""
         return [p.pid for p in self._procs if p.pid is not None]
@@ -67,6 +74,9 @@ class HostPool:
         each batch as its tokenisation arrives, and a story it fails on is kept with the error as its status
         (``forward_or_keep``). On any other failure the pool closes (no result of an unfinished call can
         reach a later one)."""
+        if self.busy:  # every call numbers its batches from 0 on the one results queue: a second call took the first's
+            raise RuntimeError("a host pool labels one call at a time; finish or close the call in progress first")
+        self.busy = True
         todo = iter(batches)
         owner: dict[int, int] = {}  # batch -> the worker that holds it
         done: dict[int, list[StoryLabels]] = {}
@@ -98,7 +108,7 @@ class HostPool:
             while yielded < sent:
                 kind, bid, payload = self._receive()
                 w = owner[bid]
-                if kind == "encoded":
+                if kind == "encoded":  # the collated arrays and each row's story
                     self._inboxes[w].put(("decode", bid, forward_or_keep(forward, *payload)))
                     continue
                 del owner[bid]
@@ -111,6 +121,7 @@ class HostPool:
                     give(hungry.pop(0))
             finished = True
         finally:
+            self.busy = False
             if not finished:  # an error here, in a worker, or the caller stopped early: nothing to wait for
                 self.close(wait=False)
 
@@ -157,13 +168,16 @@ class HostPool:
         self._procs = []
 
 
-def forward_or_keep(forward: Callable[..., Any], ids: Any, am: Any, tt: Any) -> tuple[Any, dict[int, str]]:
+def forward_or_keep(forward: Callable[..., Any], ids: Any, am: Any, tt: Any,
+                    owner: Sequence[int] | None = None) -> tuple[Any, dict[int, str]]:
     """(probabilities, {row: error status}) of a collated batch: ``forward(ids, am, tt)`` and no errors, or
-    where the batch fails (a GPU out of memory, any error of the model), each story again alone, without its
-    padding, the stories that fail alone too left out with their error (their rows zeros; None for the
-    probabilities of a batch of one story that failed). Where every story of a batch of several fails alone,
-    the fault is the model's or the device's (a CUDA error that stays), not the stories': that error is
-    raised, since the label stage keeps a story's "labeller error" as its final labels."""
+    where the batch fails (a GPU out of memory, any error of the model), each row again alone, without its
+    padding, the rows that fail alone too left out with their error (their rows zeros; None for the
+    probabilities of a batch whose every row failed). ``owner``: each row's story (a long story's windows are
+    rows of one story), by default a story a row. Where every row of a batch of several stories fails alone, the
+    fault is the model's or the device's (a CUDA error that stays), not the stories': that error is raised,
+    since the label stage keeps a story's "labeller error" as its final labels; the windows of one story that
+    all fail are that story's error, as the story of one window is (they stopped the run)."""
     try:
         return forward(ids, am, tt), {}
     except Exception as e:  # noqa: BLE001 - the stories are tried alone below
@@ -176,11 +190,12 @@ def forward_or_keep(forward: Callable[..., Any], ids: Any, am: Any, tt: Any) -> 
 
     probs, errors = None, {}
     lengths = am.sum(1).tolist()
+    stories = len(set(owner)) if owner is not None else len(lengths)
     for i, n in enumerate(lengths):
         try:
             p = forward(ids[i:i + 1, :n], am[i:i + 1, :n], tt[i:i + 1, :n])[0]
         except Exception as e:  # noqa: BLE001 - kept on the story
-            if probs is None and i == len(lengths) - 1:
+            if probs is None and i == len(lengths) - 1 and stories > 1:
                 raise
             errors[i] = error_status(e)
             continue
@@ -296,7 +311,8 @@ def _serve(tokenizer_dir: str, decoder: Any, inbox: Any, results: Any) -> None:
                     results.put(("labels", bid, [failed(s, unread[i]) for i, s in enumerate(payload)]))
                     continue
                 held[bid] = (payload, encoded, unread)
-                results.put(("encoded", bid, _collate_np(_window_rows(encoded), tokenizer.pad_token_id)))
+                rows_of = [i for i, e in enumerate(encoded) for _ in (e.windows or (e,))]
+                results.put(("encoded", bid, (*_collate_np(_window_rows(encoded), tokenizer.pad_token_id), rows_of)))
             else:
                 everyone, encoded, unread = held.pop(bid)
                 stories = [s for i, s in enumerate(everyone) if i not in unread]  # those ``encoded`` holds

@@ -352,6 +352,20 @@ def test_a_batch_retried_story_by_story_is_warned_about():
         label_or_keep(label, stories[:1])
         forward_or_keep(forward, ids[:1], ids[:1], ids[:1])
 
+    def fails(ids, am, tt):
+        raise RuntimeError("story-specific failure")
+
+    # every row failing alone: the model's fault where the rows are two stories', the story's where they are the
+    # windows of one story (that stopped the run, as the story of one window never did)
+    with pytest.warns(RuntimeWarning), pytest.raises(RuntimeError, match="story-specific"):
+        forward_or_keep(fails, ids, ids, ids)
+    with pytest.warns(RuntimeWarning):
+        probs, errors = forward_or_keep(fails, ids, ids, ids, [0, 0])
+    assert probs is None and errors == {0: "labeller error: RuntimeError: story-specific failure"} | {
+        1: "labeller error: RuntimeError: story-specific failure"}
+    with pytest.warns(RuntimeWarning), pytest.raises(RuntimeError, match="story-specific"):
+        forward_or_keep(fails, ids, ids, ids, [0, 1])
+
 
 def test_a_generator_is_taken_one_window_at_a_time():
     """``iter_label`` listed a generator whole first (117 MB of stories for a 99 MB file, in ``harness label

@@ -365,6 +365,34 @@ def test_host_workers_keep_a_story_the_model_fails_on_with_a_reason(tiny_encoder
         assert lab.label(stories, batch_size=4) == serial
 
 
+def test_host_workers_two_open_calls_and_a_worker_killed_between_calls(tiny_encoder, gold):
+    """Beside a GPU: a second call while the first's stream was open read the first's results from the one queue
+    (KeyError: 64); it labels in this process now, with the same labels. A host worker killed while the pool was
+    idle failed the next call at its first message; that call starts a new pool now, as the CPU workers' does."""
+    import os
+    import signal
+    import time
+
+    out_dir, _ = tiny_encoder
+    stories = [g.story for g in gold]
+    a = [stories[i % len(stories)] for i in range(68)]
+    b = [stories[(i + 3) % len(stories)] for i in range(68)]
+    serial = EncoderLabeller(out_dir, device="cpu", precision="int8", workers=0)
+    want_a, want_b = serial.label(a, batch_size=1), serial.label(b, batch_size=1)
+    with EncoderLabeller(out_dir, device="cpu", precision="int8", workers=1) as lab:
+        lab._worker_mode = "host"
+        ia, ib = lab.iter_label(a, batch_size=1), lab.iter_label(b, batch_size=1)
+        first = [next(ia) for _ in range(64)]
+        assert list(ib) == want_b and first + list(ia) == want_a
+        pool = lab._pool
+        os.kill(pool.pids[0], signal.SIGKILL)
+        for _ in range(200):
+            if not pool.alive:
+                break
+            time.sleep(0.05)
+        assert lab.label(a[:4], batch_size=1) == want_a[:4] and lab._pool is not pool
+
+
 def test_a_host_worker_keeps_a_story_it_cannot_tokenise_with_a_reason(tiny_encoder, gold, monkeypatch):
     """Beside a GPU the host workers tokenise; a story the tokenizer failed on failed its whole call (the CPU paths
     keep it). The worker (``host_pool._serve``, run here in a thread on in-process queues, so the tokenizer can be
