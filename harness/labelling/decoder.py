@@ -57,7 +57,8 @@ DECODER_VERSION = "13"  # 2: a name never runs across a line break; 3: words com
 # A. He"), a character with neopronouns is no unreferenced one; 13 (``role_agent``, ``role_apposition``, ``words``):
 # "paid her back" and "I'll pay you back" are repayments, a gerund after "thanked X for" is not the thanker's, "called"
 # names only after an indefinite noun and before no title, a name ending a fronted clause ties no noun after its
-# comma; "her" before a function word or a bare verb ("reminded her of", "let her go") is an object
+# comma, a titled name after a lowercase noun opens a relative clause ("the patient Dr. Patel had worried about");
+# "her" before a function word or a bare verb ("reminded her of", "let her go") is an object
 #: How a word type's occurrences are pooled into one score per role (``WordDecoder.reference_pool``).
 REFERENCE_POOLS = ("mean", "max")
 #: Pronoun families: a character's pronouns agree, so decoding keeps one family per character.

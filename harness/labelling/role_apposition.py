@@ -12,9 +12,10 @@ words and no preposition nor relative pronoun, the noun, in a phrase that opens 
 a loyal fan"; not "Sarah, an admirer of the actor", "Lily, who adored the actor", the possessive of "Lily,
 the actor's biggest fan", "Lily, and the actor signed", nor a name after a preposition or conjunction that
 opens its clause: "To Lily, the actor was everything", "To Mr. Ethan Park, ..."). A name right after the
-noun, with no comma, counts even where it opens a relative clause ("the patient Dr. Patel had worried about"):
-on the gold labels of the project's files (training and held out) and train150 all 21 such appositions name
-the character of the noun's own role, 3 of them before "had" ("Nurse Jasmine Carter had worked"). Nouns inside
+noun, with no comma, counts even before a verb: on the gold labels of the project's files (training and held out)
+and train150 all 21 such appositions name the character of the noun's own role, 3 of them before "had" ("Nurse
+Jasmine Carter had worked"); but a titled name after a lowercase noun, which no stop closes, opens a relative
+clause ("the patient Dr. Patel had worried about": Dr. Patel is no patient) and does not count. Nouns inside
 quotation marks are forms of address ("Thank you, Nurse Kai") and do not count. The two labels are exchanged
 when the appositions tie the labelled characters to each other's roles more often than to their own.
 
@@ -190,7 +191,10 @@ def appositions(words: Sequence[str], descriptions: Sequence[str], names: Sequen
         # a comma or "called" opens an apposition only where the name closes it ("When she met the actor,
         # Lily burst into tears", "the fan called Ethan to apologize" open none); "named" always does
         closed = c is not None and ((e := name_end(j, c)) >= len(low) or low[e] in _STOPS)
-        if c is not None and (closed or marker == "named" or (not comma and marker is None)):
+        # with no comma nor marker, a title after a lowercase noun starts the subject of a relative clause unless a
+        # stop closes the name ("the patient Dr. Patel had worried about"; not "Nurse Jasmine Carter had worked")
+        relative = titled and not comma and not closed and not words[i][:1].isupper()
+        if c is not None and (closed or marker == "named" or (not comma and marker is None and not relative)):
             out[(role, c)] += 1
         if i + 1 < len(low) and low[i + 1] in _POSSESSIVES:
             continue  # "Lily, the actor's biggest fan": the fan is Lily, the actor someone else

@@ -162,6 +162,10 @@ def test_a_name_the_words_split_at_its_apostrophe_is_seen(text):
     ("When Ethan met Lily, the actor smiled.", {}),
     ("After weeks of writing to Lily, the actor was proud.", {}),
     ("When she noticed Lily, a loyal fan, waiting, Ethan waved.", {(1, 1): 1}),
+    # a titled name after a lowercase noun opens a relative clause unless a stop closes it
+    ("Lily was the fan Mr. Ethan Michaels had noticed most.", {}),
+    ("Lily was the fan Mr. Ethan Michaels.", {(1, 0): 1}),
+    ("Fan Lily Chen had waited for hours.", {(1, 1): 1}),
     # "Name, noun" needs a determiner after the comma and no preposition or conjunction before the name
     ("To Lily, the actor was everything.", {}),
     ("Ethan smiled at Lily, and the actor signed her poster.", {}),
