@@ -101,7 +101,12 @@ READ_BY = {"encoder": ("model_dir", "precision", "threads", "name_check", "actio
 def _refuse_unread_options(ctx: typer.Context, labeller: str, against: Path | None = None) -> None:
     """A ConfigError for an option given to a labeller that does not read it (an fp7 precision, a model path or
     --no-name-check passed to the rules labeller unseen; --llm-model to the encoder). --against's encoder reads
-    the encoder's options, --model-dir excepted."""
+    the encoder's options, --model-dir excepted. The labeller's name is checked first: a misspelt `--labeller
+    encodr` with --model-dir was told that --model-dir is read by the encoder labeller only."""
+    from harness.labelling import LABELLERS
+
+    if labeller not in LABELLERS:
+        raise ConfigError(f"labeller: unknown labeller {labeller!r}; available: {', '.join(LABELLERS.names())}")
     flags = {p.name: p.opts[0] for p in ctx.command.params}
     for reader, names in READ_BY.items():
         if reader == labeller:
@@ -487,17 +492,23 @@ def eval_(
             stories = stories[:limit]
         lab = _labeller(labeller, model_dir, llm_model, threads, name_check, action_check, pronoun_binding,
                         apposition_check, llm_backend, precision, llm_base_url)
-        try:
-            rep = evaluate(lab, stories, lexicon=lexicon, batch_size=batch_size, progress=progress)
-        finally:
+        try:  # --against's encoder is built before the labelling: a precision or a model it refuses stopped the
+            # command only after the first labeller had labelled every story
+            other = None if against is None else _labeller("encoder", against, llm_model, threads, name_check,
+                                                           action_check, pronoun_binding, apposition_check,
+                                                           precision=precision)
+        except BaseException:
             lab.close()
-        base = None
-        if against is not None:
-            other = _labeller("encoder", against, llm_model, threads, name_check, action_check, pronoun_binding,
-                              apposition_check, precision=precision)
+            raise
+        try:
             try:
-                base = evaluate(other, stories, lexicon=lexicon, batch_size=batch_size, progress=progress)
+                rep = evaluate(lab, stories, lexicon=lexicon, batch_size=batch_size, progress=progress)
             finally:
+                lab.close()
+            base = None if other is None else evaluate(other, stories, lexicon=lexicon, batch_size=batch_size,
+                                                       progress=progress)
+        finally:
+            if other is not None:
                 other.close()
         shift = statistics_shift(rep, stories, names, n_boot=statistics_boot) if statistics else None
     except HarnessError as e:

@@ -285,6 +285,27 @@ def test_an_encoder_option_given_to_another_labeller_is_refused(tmp_path, gold_p
     _one_line_error(r, 2, "--model-dir is read by the encoder labeller only")
 
 
+def test_a_misspelt_labeller_is_named_before_the_options_it_would_read(tmp_path, gold_path):
+    """`--labeller encodr --model-dir M` was told that --model-dir is read by the encoder labeller only: the
+    options were checked before the labeller's name. The name is checked first."""
+    for command in (["eval", "--gold", str(gold_path)], ["label", str(gold_path), "--out", str(tmp_path / "l")]):
+        r = runner.invoke(app, [*command, "--labeller", "encodr", "--model-dir", str(tmp_path)])
+        _one_line_error(r, 2, "unknown labeller 'encodr'; available: encoder, llm, rules")
+    assert not (tmp_path / "l").exists()
+
+
+def test_eval_builds_the_against_encoder_before_labelling(gold_path, tiny_encoder, monkeypatch):
+    """--against's encoder was built after the labeller had labelled every story, so a --precision it refuses (or
+    a model it cannot load) was said only then; it is built before any story is labelled."""
+    import harness.labelling.evaluate as evaluate_module
+
+    out_dir, _ = tiny_encoder
+    monkeypatch.setattr(evaluate_module, "evaluate", lambda *a, **k: (_ for _ in ()).throw(AssertionError("labelled")))
+    r = runner.invoke(app, ["eval", "--gold", str(gold_path), "--labeller", "rules", "--against", str(out_dir),
+                            "--precision", "fp7"])
+    _one_line_error(r, 2, "precision 'fp7' is not one of")
+
+
 def test_the_details_never_overwrite_the_gold_file(tmp_path, gold_path):
     gold = tmp_path / "gold.jsonl"
     gold.write_text(gold_path.read_text())
