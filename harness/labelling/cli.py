@@ -490,6 +490,10 @@ def eval_(
             raise DataError(f"{gold}: no stories to score; pass a JSONL file with one labelled story per line")
         if limit:
             stories = stories[:limit]
+        if statistics:  # a story without its condition, domain or love type stopped --statistics after the labelling
+            from harness.labelling.impact import check_statistics_fields
+
+            check_statistics_fields(stories)
         lab = _labeller(labeller, model_dir, llm_model, threads, name_check, action_check, pronoun_binding,
                         apposition_check, llm_backend, precision, llm_base_url)
         try:  # --against's encoder is built before the labelling: a precision or a model it refuses stopped the
