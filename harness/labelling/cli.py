@@ -416,8 +416,8 @@ def train(
         rep = train_soup(files, seed, out_dir=out, jobs=jobs, **settings)  # a second into OUT at once is refused
     except HarnessError as e:
         _fail(e)
-    if as_json:
-        typer.echo(json.dumps(rep.to_dict()))
+    if as_json:  # strict JSON: a NaN was printed as NaN, which no JSON reader takes
+        typer.echo(json.dumps(_jsonable(rep.to_dict()), allow_nan=False))
     else:
         typer.echo(rep.line())
 

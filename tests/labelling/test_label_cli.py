@@ -144,6 +144,15 @@ def test_train_command(tmp_path):
     assert d["stories"] == 4 and (tmp_path / "m" / "meta.json").is_file()
 
 
+def test_a_diverged_training_is_an_error_not_a_model(tmp_path):
+    """`--lr 1e30` trained to a NaN loss, exited 0, printed NaN in --json (no JSON) and saved a model that labels
+    nothing; the epoch's loss is checked before anything is saved."""
+    r = runner.invoke(app, ["train", "--limit", "4", "--epochs", "2", "--layers", "1", "--batch-size", "1",
+                            "--lr", "1e30", "--out", str(tmp_path / "m"), "--json"])
+    _one_line_error(r, 2, "training diverged at epoch", "lower --lr")
+    assert not (tmp_path / "m" / "meta.json").exists()
+
+
 def test_train_line_says_a_training_went_on_from_a_checkpoint():
     from harness.labelling.training import TrainReport
 
