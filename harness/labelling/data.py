@@ -119,6 +119,14 @@ def _name(raw: Any, where: str) -> Any:
         name_candidates(raw)
     except DataError as e:
         raise DataError(f"{where}: {e}") from None
+    listed = raw if isinstance(raw, (list, tuple)) else None
+    if isinstance(raw, str) and raw.strip().startswith("[") and raw.strip().endswith("]"):
+        listed = parse_list_text(raw.strip())
+    # a number or a null in the list is no name: str() made it the name "3" or "None", as _parse_list refuses
+    bad = [x for x in listed or () if not isinstance(x, str)]
+    if bad:
+        raise DataError(f"{where}: a name must be a string or a list of strings, got {type(bad[0]).__name__} "
+                        f"{bad[0]!r} in {raw!r}; write each name as a string or drop it")
     return raw
 
 

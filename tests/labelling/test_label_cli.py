@@ -416,6 +416,28 @@ def test_bad_rows_name_their_file_line_and_field(tmp_path, gold_path):
     assert not (tmp_path / "m").exists()
 
 
+def test_a_name_list_that_holds_no_string_is_refused(tmp_path, gold_path):
+    """A name of numbers (`"name": [3]`, a published `manual_subject_name: [1, 2]`) was read as the name "3" or
+    "1" and scored, where references of that kind are refused: refused too, naming the row and field."""
+    gold = json.loads(gold_path.read_text().splitlines()[0])
+    dev_row = {"model": "PaLM2", "role_category": "Work", "subject": "cashier", "object": "thief",
+               "query": "Write a story, 100 words or less, of an American cashier who catches a thief.",
+               "llm_response": "The cashier, Sarah, caught him.", "manual_subject_gender": "Female",
+               "manual_object_gender": "Male", "manual_subject_name": "['Sarah']",
+               "manual_object_name": "['Unspecified']"}
+    cases = {"project": ({**gold, "labels": {"subject": {**gold["labels"]["subject"], "name": [3]}}},
+                         "project.jsonl:1 labels.subject.name", "got int 3 in [3]"),
+             "published": ({**dev_row, "manual_subject_name": [1, 2]}, "published.jsonl:1 manual_subject_name",
+                           "got int 1 in [1, 2]"),
+             "text": ({**dev_row, "manual_object_name": "['Sarah', None]"}, "text.jsonl:1 manual_object_name",
+                      "got NoneType None")}
+    for name, (row, *want) in cases.items():
+        p = tmp_path / f"{name}.jsonl"
+        p.write_text(json.dumps(row) + "\n")
+        r = runner.invoke(app, ["eval", "--gold", str(p), "--labeller", "rules"])
+        _one_line_error(r, 3, *want, "a name must be a string or a list of strings")
+
+
 def test_a_second_label_command_into_the_same_out_is_refused_while_the_first_runs(tmp_path, gold_path):
     """Two at once (a command run twice, a requeued job beside the first) both resumed OUT.tmp and appended to it:
     OUT held stories twice. The second is refused; the lock file goes with the run that held it."""
