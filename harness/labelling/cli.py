@@ -468,7 +468,11 @@ def eval_(
             from harness.store import check_output_file
 
             check_output_file(details, "--details")
-            for given, flag in ((gold, "--gold"), (name_table, "--name-table")):
+            from harness.identity.gender import BUILTIN_LEXICONS
+
+            # a --lexicon YAML file was written over by the report too
+            lexicon_file = Path(lexicon) if lexicon is not None and lexicon not in BUILTIN_LEXICONS else None
+            for given, flag in ((gold, "--gold"), (name_table, "--name-table"), (lexicon_file, "--lexicon")):
                 if given is not None and details.resolve() == given.resolve():
                     raise ConfigError(f"--details {details}: the report would be written over the {flag} file "
                                       f"{given}; give another path for the details")
@@ -520,6 +524,8 @@ def eval_(
     diff = rep.difference(base) if base is not None else None
     if details:
         full = rep.to_dict()
+        if diff is not None:  # --json's "against", which the details left out
+            full["against"] = {k: list(v) for k, v in diff.items()}
         if shift is not None:
             full["statistics"] = _summary_json(shift)
             full["statistics_cells"] = json.loads(shift.cells.to_json(orient="records"))  # NaN -> null

@@ -315,6 +315,32 @@ def test_eval_builds_the_against_encoder_before_labelling(gold_path, tiny_encode
     _one_line_error(r, 2, "precision 'fp7' is not one of")
 
 
+def test_the_details_never_overwrite_the_lexicon_file(tmp_path, gold_path):
+    """--details given the --lexicon YAML file wrote the report over it (the guard compared --gold and
+    --name-table only); a built-in lexicon's name is no file, and a file of that name is not it."""
+    from harness.identity.gender import BUILTIN_LEXICONS, _lexicon_dir
+
+    lexicon = tmp_path / "lexicon.yaml"
+    text = (_lexicon_dir() / BUILTIN_LEXICONS["s6a"]).read_text()
+    lexicon.write_text(text)
+    r = runner.invoke(app, ["eval", "--gold", str(gold_path), "--labeller", "rules", "--lexicon", str(lexicon),
+                            "--details", str(lexicon)])
+    _one_line_error(r, 2, f"--details {lexicon}: the report would be written over the --lexicon file")
+    assert lexicon.read_text() == text
+
+
+def test_the_details_hold_the_against_comparison(gold_path, tiny_encoder, tmp_path):
+    """--json printed the --against differences under "against"; the --details file left them out."""
+    out_dir, _ = tiny_encoder
+    details = tmp_path / "d.json"
+    r = runner.invoke(app, ["eval", "--gold", str(gold_path), "--labeller", "rules", "--against", str(out_dir),
+                            "--limit", "4", "--json", "--details", str(details)])
+    assert r.exit_code == 0, r.output
+    printed = json.loads(r.stdout.strip().splitlines()[-1])["against"]
+    assert set(printed) == {"gender_precision", "gender_recall", "name_precision", "name_recall"}
+    assert json.loads(details.read_text())["against"] == printed
+
+
 def test_the_details_never_overwrite_the_gold_file(tmp_path, gold_path):
     gold = tmp_path / "gold.jsonl"
     gold.write_text(gold_path.read_text())
