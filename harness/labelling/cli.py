@@ -589,7 +589,7 @@ def label_(
 
     lock = None
     try:
-        check_output_file(out, "--out")
+        check_output_file(out, "--out", (".tmp", ".tmp.json", ".tmp.retried", ".tmp.lock"))  # each written beside it
         tmp = out.with_name(out.name + ".tmp")
         meta = out.with_name(out.name + ".tmp.json")  # what tmp's labels are of: a rerun resumes only the same run
         retried = out.with_name(out.name + ".tmp.retried")  # tmp written anew with the retried stories' labels

@@ -341,6 +341,23 @@ def test_the_details_hold_the_against_comparison(gold_path, tiny_encoder, tmp_pa
     assert json.loads(details.read_text())["against"] == printed
 
 
+def test_an_output_name_too_long_for_the_file_system_stops_before_any_work(tmp_path, gold_path, monkeypatch):
+    """The check wrote a probe 16 characters longer than the output's name, but atomic_write's temporary file is
+    up to 22 longer (.tmp-<pid>-<8 hex>-) and `label` writes OUT.tmp.json by it: a name that passed the check
+    ended in a traceback (ENAMETOOLONG), after the labelling for --details. It is refused before."""
+    import harness.labelling.cli as cli
+
+    monkeypatch.setattr(cli, "_labeller", lambda *a, **k: (_ for _ in ()).throw(AssertionError("labelled")))
+    name = "d" * (os.pathconf(tmp_path, "PC_NAME_MAX") - 16)  # the probe's name fitted exactly
+    r = runner.invoke(app, ["eval", "--gold", str(gold_path), "--labeller", "rules", "--details",
+                            str(tmp_path / name)])
+    _one_line_error(r, 2, f"--details {tmp_path / name}: its name is too long for the file system",
+                    "give a shorter file name")
+    r = runner.invoke(app, ["label", str(gold_path), "--out", str(tmp_path / name), "--labeller", "rules"])
+    _one_line_error(r, 2, f"--out {tmp_path / name}: its name is too long for the file system")
+    assert not list(tmp_path.iterdir())
+
+
 def test_the_details_never_overwrite_the_gold_file(tmp_path, gold_path):
     gold = tmp_path / "gold.jsonl"
     gold.write_text(gold_path.read_text())
