@@ -307,9 +307,13 @@ def main() -> None:
         typer.echo(f"error: {e}", err=True)
         sys.exit(e.exit_code)
     except OSError as e:  # a full disk, a quota, a folder made read-only under a running command: one line
+        where = f": {e.filename}" if e.filename else ""
+        if e.errno == errno.ENAMETOOLONG:  # a file written beside an output, its name longer still: a traceback
+            typer.echo(f"error: {e.strerror or e}{where}; give the output a shorter file name, then rerun the same "
+                       f"command", err=True)
+            sys.exit(2)
         if e.errno not in STORAGE_ERRNOS:
             raise
-        where = f": {e.filename}" if e.filename else ""
         typer.echo(f"error: {e.strerror or e}{where}; free space or fix the permissions there, then rerun the same "
                    f"command", err=True)
         sys.exit(1)

@@ -16,6 +16,7 @@ only the rest.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import json
@@ -107,10 +108,13 @@ def run_folder(path: Path | str) -> Path:
     return path
 
 
-def check_output_file(path: Path | str, option: str) -> Path:
+def check_output_file(path: Path | str, option: str, sides: Sequence[str] = ()) -> Path:
     """An output file's path given by ``option``, checked before any work and its folder made: a ConfigError in
     one line where it is a folder, a device, pipe or socket (the file is written beside it and renamed over it:
-    over /dev/null that replaces the device), or its folder cannot be made."""
+    over /dev/null that replaces the device), or its folder cannot be made, or will not take a file of the longest
+    name written for it: ``atomic_write``'s temporary file of the path, or of the path with one of the suffixes
+    ``sides`` (files kept beside it, ``OUT.tmp.json``). The probe was 16 characters longer than the path's name,
+    the temporary files up to 31, and a name too long for the file system was a traceback after the work."""
     path = Path(path)
     if path.is_dir():
         raise ConfigError(f"{option} {path}: a folder; give a file path")
@@ -123,10 +127,17 @@ def check_output_file(path: Path | str, option: str) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise ConfigError(f"{option} {path}: cannot make its folder ({e.strerror}); give a path you can write to") from None
-    try:  # a folder that will not take a file (read-only, no permission) found now, not after the work
-        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", suffix=".probe"):
+    longest = max(("", *sides), key=len)
+    prefix = f".tmp-{os.getpid()}-"
+    try:  # a folder that will not take a file (read-only, no permission) found now, not after the work; the
+        # probe's name is as long as atomic_write's (".tmp-<pid>-" and 8 random characters before "-<name>")
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=prefix, suffix=f"-{path.name}{longest}"):
             pass
     except OSError as e:
+        if e.errno == errno.ENAMETOOLONG:
+            raise ConfigError(f"{option} {path}: its name is too long for the file system once the "
+                              f"{len(prefix) + 9 + len(longest)} characters of the files written beside it are "
+                              f"added; give a shorter file name") from None
         raise ConfigError(f"{option} {path}: cannot write in its folder ({e.strerror}); give a path you can write "
                           f"to") from None
     return path

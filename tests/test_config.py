@@ -226,6 +226,30 @@ def test_a_full_disk_or_a_folder_that_refuses_writes_is_one_line_not_a_traceback
         check_output_file(blocked / "o.jsonl", "--out")
 
 
+def test_a_file_name_too_long_for_the_file_system_is_one_line_not_a_traceback(tmp_path, monkeypatch, capsys):
+    """ENAMETOOLONG (a file written beside an output, its name longer than the output's) was a traceback; main says
+    it in one line, exit 2."""
+    import errno
+
+    import harness.cli as cli
+    import harness.labelling.cli as label_cli
+
+    stories = ROOT / "tests" / "labelling" / "data" / "gold.jsonl"
+    long = str(tmp_path / ("o" * 300))
+
+    def too_long(*a, **kw):
+        raise OSError(errno.ENAMETOOLONG, "File name too long", long)
+
+    monkeypatch.setattr(label_cli, "_run_fingerprint", too_long)
+    monkeypatch.setattr(sys, "argv", ["harness", "label", "label", str(stories), "--out", str(tmp_path / "o.jsonl"),
+                                      "--labeller", "rules"])
+    with pytest.raises(SystemExit) as e:
+        cli.main()
+    assert e.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"error: File name too long: {long}; give the output a shorter file name, then rerun the same command"]
+
+
 def test_set_options_are_refused_in_one_line_naming_the_option(tmp_path):
     """`--set` values that are not YAML, keys through a value (`model.path.x`, `stages.0`), a key given twice,
     `--set output_dir` beside -o, and an empty -o: one line, exit 2, nothing made (a yaml traceback, a TypeError,

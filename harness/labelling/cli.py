@@ -101,7 +101,12 @@ READ_BY = {"encoder": ("model_dir", "precision", "threads", "name_check", "actio
 def _refuse_unread_options(ctx: typer.Context, labeller: str, against: Path | None = None) -> None:
     """A ConfigError for an option given to a labeller that does not read it (an fp7 precision, a model path or
     --no-name-check passed to the rules labeller unseen; --llm-model to the encoder). --against's encoder reads
-    the encoder's options, --model-dir excepted."""
+    the encoder's options, --model-dir excepted. The labeller's name is checked first: a misspelt `--labeller
+    encodr` with --model-dir was told that --model-dir is read by the encoder labeller only."""
+    from harness.labelling import LABELLERS
+
+    if labeller not in LABELLERS:
+        raise ConfigError(f"labeller: unknown labeller {labeller!r}; available: {', '.join(LABELLERS.names())}")
     flags = {p.name: p.opts[0] for p in ctx.command.params}
     for reader, names in READ_BY.items():
         if reader == labeller:
@@ -411,8 +416,8 @@ def train(
         rep = train_soup(files, seed, out_dir=out, jobs=jobs, **settings)  # a second into OUT at once is refused
     except HarnessError as e:
         _fail(e)
-    if as_json:
-        typer.echo(json.dumps(rep.to_dict()))
+    if as_json:  # strict JSON: a NaN was printed as NaN, which no JSON reader takes
+        typer.echo(json.dumps(_jsonable(rep.to_dict()), allow_nan=False))
     else:
         typer.echo(rep.line())
 
@@ -463,7 +468,11 @@ def eval_(
             from harness.store import check_output_file
 
             check_output_file(details, "--details")
-            for given, flag in ((gold, "--gold"), (name_table, "--name-table")):
+            from harness.identity.gender import BUILTIN_LEXICONS
+
+            # a --lexicon YAML file was written over by the report too
+            lexicon_file = Path(lexicon) if lexicon is not None and lexicon not in BUILTIN_LEXICONS else None
+            for given, flag in ((gold, "--gold"), (name_table, "--name-table"), (lexicon_file, "--lexicon")):
                 if given is not None and details.resolve() == given.resolve():
                     raise ConfigError(f"--details {details}: the report would be written over the {flag} file "
                                       f"{given}; give another path for the details")
@@ -485,19 +494,29 @@ def eval_(
             raise DataError(f"{gold}: no stories to score; pass a JSONL file with one labelled story per line")
         if limit:
             stories = stories[:limit]
+        if statistics:  # a story without its condition, domain or love type stopped --statistics after the labelling
+            from harness.labelling.impact import check_statistics_fields
+
+            check_statistics_fields(stories)
         lab = _labeller(labeller, model_dir, llm_model, threads, name_check, action_check, pronoun_binding,
                         apposition_check, llm_backend, precision, llm_base_url)
-        try:
-            rep = evaluate(lab, stories, lexicon=lexicon, batch_size=batch_size, progress=progress)
-        finally:
+        try:  # --against's encoder is built before the labelling: a precision or a model it refuses stopped the
+            # command only after the first labeller had labelled every story
+            other = None if against is None else _labeller("encoder", against, llm_model, threads, name_check,
+                                                           action_check, pronoun_binding, apposition_check,
+                                                           precision=precision)
+        except BaseException:
             lab.close()
-        base = None
-        if against is not None:
-            other = _labeller("encoder", against, llm_model, threads, name_check, action_check, pronoun_binding,
-                              apposition_check, precision=precision)
+            raise
+        try:
             try:
-                base = evaluate(other, stories, lexicon=lexicon, batch_size=batch_size, progress=progress)
+                rep = evaluate(lab, stories, lexicon=lexicon, batch_size=batch_size, progress=progress)
             finally:
+                lab.close()
+            base = None if other is None else evaluate(other, stories, lexicon=lexicon, batch_size=batch_size,
+                                                       progress=progress)
+        finally:
+            if other is not None:
                 other.close()
         shift = statistics_shift(rep, stories, names, n_boot=statistics_boot) if statistics else None
     except HarnessError as e:
@@ -505,6 +524,8 @@ def eval_(
     diff = rep.difference(base) if base is not None else None
     if details:
         full = rep.to_dict()
+        if diff is not None:  # --json's "against", which the details left out
+            full["against"] = {k: list(v) for k, v in diff.items()}
         if shift is not None:
             full["statistics"] = _summary_json(shift)
             full["statistics_cells"] = json.loads(shift.cells.to_json(orient="records"))  # NaN -> null
@@ -568,7 +589,7 @@ def label_(
 
     lock = None
     try:
-        check_output_file(out, "--out")
+        check_output_file(out, "--out", (".tmp", ".tmp.json", ".tmp.retried", ".tmp.lock"))  # each written beside it
         tmp = out.with_name(out.name + ".tmp")
         meta = out.with_name(out.name + ".tmp.json")  # what tmp's labels are of: a rerun resumes only the same run
         retried = out.with_name(out.name + ".tmp.retried")  # tmp written anew with the retried stories' labels

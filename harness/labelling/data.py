@@ -27,7 +27,7 @@ from typing import Any
 from harness.errors import DataError
 from harness.jsonl import iter_jsonl, parse_list_text
 from harness.labelling.base import ROLE_KEYS, RoleSpec, StoryInput, valid_text
-from harness.labelling.prompts import DOMAINS, love_type_name, roles_for_row
+from harness.labelling.prompts import DOMAINS, LOVE_TYPE_NAMES, love_type_name, roles_for_row
 
 #: The published data's names of the power conditions, as the suites name them.
 CONDITIONS = {"Baseline": "neutral", "Power Dynamic": "laden"}
@@ -119,6 +119,14 @@ def _name(raw: Any, where: str) -> Any:
         name_candidates(raw)
     except DataError as e:
         raise DataError(f"{where}: {e}") from None
+    listed = raw if isinstance(raw, (list, tuple)) else None
+    if isinstance(raw, str) and raw.strip().startswith("[") and raw.strip().endswith("]"):
+        listed = parse_list_text(raw.strip())
+    # a number or a null in the list is no name: str() made it the name "3" or "None", as _parse_list refuses
+    bad = [x for x in listed or () if not isinstance(x, str)]
+    if bad:
+        raise DataError(f"{where}: a name must be a string or a list of strings, got {type(bad[0]).__name__} "
+                        f"{bad[0]!r} in {raw!r}; write each name as a string or drop it")
     return raw
 
 
@@ -264,9 +272,13 @@ def parse_row(row: dict[str, Any], story_id: str, where: str, *, require_labels:
         if condition not in ("neutral", "laden", "unknown"):  # else out of every table of --statistics, unsaid
             raise DataError(f"{where}: condition {condition!r}; use neutral or laden (or the published data's "
                             f"Baseline / Power Dynamic), or leave it out")
+        love_type = love_type_name(_str_field(row, "love_type", None, where))
+        if love_type is not None and love_type not in LOVE_TYPE_NAMES:  # else read as "have none" by --statistics
+            raise DataError(f"{where}: love_type {love_type!r}; use {', '.join(LOVE_TYPE_NAMES)} (or the published "
+                            f"data's romantic partner), or leave it out")
         return GoldStory(_story(_story_id(row, ("id", "story_id"), story_id, where), row, "text", roles, where),
                          _str_field(row, "model", "hand-written", where), domain,
-                         condition, love_type_name(_str_field(row, "love_type", None, where)),
+                         condition, love_type,
                          chars,
                          _tags(row.get("tags"), where),
                          _reference_owners(row.get("reference_owners"), chars, where))

@@ -170,6 +170,32 @@ def _summary(cells: pd.DataFrame) -> dict[str, Any]:
     return out
 
 
+def _refuse_unknown_fields(stories: Sequence[tuple[str, str, str, str | None]], n_gold: int) -> None:
+    """A DataError naming a story of ``stories`` (id, condition, domain, love type) whose condition or domain is
+    none the tables know, or a Love story without its love type: every character of such a story left the tables
+    (a Love story without its type, the romantic pairs' table), and they read 0 cells, exit 0."""
+    from harness.errors import DataError
+    from harness.labelling.prompts import LOVE_TYPE_NAMES
+    from harness.stats.tables import ALLOWED
+
+    for field, allowed, of in (("condition", ALLOWED["condition"], lambda s: s[1]),
+                               ("domain", ALLOWED["domain"], lambda s: s[2]),
+                               ("love_type", LOVE_TYPE_NAMES,
+                                lambda s: s[3] if s[2] == "Love" else LOVE_TYPE_NAMES[0])):
+        unknown = sorted({s[0] for s in stories if of(s) not in allowed})
+        if unknown:
+            raise DataError(f"--statistics needs each gold story's {field} ({' or '.join(allowed)}): {len(unknown)} "
+                            f"of {n_gold} have none, e.g. {unknown[0]}; add `{field}` to them, or drop --statistics")
+
+
+def check_statistics_fields(gold: Sequence[Any]) -> None:
+    """``statistics_shift``'s check of the gold stories' condition, domain and love type, run on the stories alone,
+    before the labelling: it ran on the labeller's report, after every story was labelled. Only a story with a
+    labelled character is checked, as only those reach the tables."""
+    _refuse_unknown_fields([(g.story.story_id, g.condition, g.domain, g.love_type) for g in gold
+                            if any(r.key in g.characters for r in g.story.roles)], len(gold))
+
+
 def statistics_shift(report: Any, gold: Sequence[Any], names: Any = None, *, n_boot: int = 0, seed: int = 0,
                      alpha: float = 0.05) -> StatisticsShift:
     """Compare the statistics of the manual labels and the labeller's (module docstring).
@@ -190,21 +216,9 @@ def statistics_shift(report: Any, gold: Sequence[Any], names: Any = None, *, n_b
     from harness.identity.baselines import load_baselines
     from harness.stats.tables import baseline_map
 
-    from harness.errors import DataError
-    from harness.labelling.prompts import LOVE_TYPE_NAMES
-    from harness.stats.tables import ALLOWED
-
-    # every character of such a story left the tables (a Love story without its type, the romantic pairs' table),
-    # and they read 0 cells, exit 0
     love_type = {g.story.story_id: g.love_type for g in gold}
-    for field, allowed, of in (("condition", ALLOWED["condition"], lambda c: c.condition),
-                               ("domain", ALLOWED["domain"], lambda c: c.domain),
-                               ("love_type", LOVE_TYPE_NAMES,
-                                lambda c: love_type.get(c.story_id) if c.domain == "Love" else LOVE_TYPE_NAMES[0])):
-        unknown = sorted({c.story_id for c in report.characters if of(c) not in allowed})
-        if unknown:
-            raise DataError(f"--statistics needs each gold story's {field} ({' or '.join(allowed)}): {len(unknown)} "
-                            f"of {len(gold)} have none, e.g. {unknown[0]}; add `{field}` to them, or drop --statistics")
+    _refuse_unknown_fields([(c.story_id, c.condition, c.domain, love_type.get(c.story_id)) for c in report.characters],
+                           len(gold))
     manual, labelled = characters_tables(report.characters, gold, names, pooled=False)
     shares = names.representative_shares() if hasattr(names, "representative_shares") else None  # a table's
     unmeasured = unmeasured_races(shares, baseline_map(load_baselines()))
@@ -294,4 +308,4 @@ def _paired_replicates(manual: pd.DataFrame, labelled: pd.DataFrame, cells: pd.D
     return reps
 
 
-__all__ = ["POOLED", "StatisticsShift", "characters_tables", "statistics_shift"]
+__all__ = ["POOLED", "StatisticsShift", "characters_tables", "check_statistics_fields", "statistics_shift"]

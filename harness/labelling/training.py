@@ -702,6 +702,10 @@ def train_encoder(
                 if bar is not None:
                     bar.update(1)
             last = float(tot_loss) / max(float(tot_n), 1.0)
+            if not math.isfinite(last):  # a diverged training exited 0 and saved a model that labels nothing
+                if bar is not None:
+                    bar.close()
+                raise ConfigError(f"training diverged at epoch {ep + 1} (loss {last}); lower --lr (lr {lr})")
             losses.append(round(last, 5))
             if ep + 1 < epochs:
                 _save_checkpoint(checkpoint, {

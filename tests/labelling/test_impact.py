@@ -243,6 +243,36 @@ def test_label_eval_statistics_names_a_missing_name_table_before_labelling(gold_
     assert res.exit_code != 0 and "--statistics" in res.output
 
 
+def test_label_eval_statistics_checks_the_gold_stories_fields_before_labelling(gold_path, tmp_path, monkeypatch):
+    """A gold story without its condition (or domain, or a Love story without its love type) stopped --statistics
+    only after the labeller had labelled every story; it is refused right after the gold file is read. A love type
+    no table knows ("romance") was read and then reported as none: refused where the row is read."""
+    from typer.testing import CliRunner
+
+    from harness.cli import app
+    from harness.identity import names as names_module
+    from harness.labelling import cli as label_cli
+    from harness.labelling.data import parse_row
+
+    def no_labelling(*a, **kw):
+        raise AssertionError("labelled before the gold stories' fields were checked")
+
+    monkeypatch.setattr(label_cli, "_labeller", no_labelling)
+    monkeypatch.setattr(names_module.NameTable, "load", classmethod(lambda cls, path=None, **kw: Names()))
+    rows = [json.loads(line) for line in gold_path.read_text().splitlines()]
+    gold = tmp_path / "gold.jsonl"
+    gold.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "condition" or i != 2}) + "\n"
+                            for i, r in enumerate(rows)))
+    res = CliRunner().invoke(app, ["label", "eval", "--gold", str(gold), "--labeller", "rules", "--statistics"])
+    assert res.exit_code == 3 and "Traceback" not in res.output, res.output
+    assert (f"--statistics needs each gold story's condition (neutral or laden): 1 of {len(rows)} have none, "
+            f"e.g. {rows[2]['id']}") in res.output
+    love = next(r for r in rows if r["domain"] == "Love")
+    assert parse_row({**love, "love_type": "romantic partner"}, "x", "gold.jsonl:1").love_type == "romantic"
+    with pytest.raises(DataError, match=r"^gold.jsonl:1: love_type 'romance'; use romantic, friend, sibling"):
+        parse_row({**love, "love_type": "romance"}, "x", "gold.jsonl:1")
+
+
 def test_the_paired_bootstrap_brackets_a_real_shift_and_finds_none_where_the_labels_agree():
     chars, gold = _neutral(30, 20, flipped=10)
     shift = statistics_shift(SimpleNamespace(characters=chars), gold, Names(), n_boot=40, seed=1)

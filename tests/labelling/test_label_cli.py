@@ -144,6 +144,15 @@ def test_train_command(tmp_path):
     assert d["stories"] == 4 and (tmp_path / "m" / "meta.json").is_file()
 
 
+def test_a_diverged_training_is_an_error_not_a_model(tmp_path):
+    """`--lr 1e30` trained to a NaN loss, exited 0, printed NaN in --json (no JSON) and saved a model that labels
+    nothing; the epoch's loss is checked before anything is saved."""
+    r = runner.invoke(app, ["train", "--limit", "4", "--epochs", "2", "--layers", "1", "--batch-size", "1",
+                            "--lr", "1e30", "--out", str(tmp_path / "m"), "--json"])
+    _one_line_error(r, 2, "training diverged at epoch", "lower --lr")
+    assert not (tmp_path / "m" / "meta.json").exists()
+
+
 def test_train_line_says_a_training_went_on_from_a_checkpoint():
     from harness.labelling.training import TrainReport
 
@@ -285,6 +294,70 @@ def test_an_encoder_option_given_to_another_labeller_is_refused(tmp_path, gold_p
     _one_line_error(r, 2, "--model-dir is read by the encoder labeller only")
 
 
+def test_a_misspelt_labeller_is_named_before_the_options_it_would_read(tmp_path, gold_path):
+    """`--labeller encodr --model-dir M` was told that --model-dir is read by the encoder labeller only: the
+    options were checked before the labeller's name. The name is checked first."""
+    for command in (["eval", "--gold", str(gold_path)], ["label", str(gold_path), "--out", str(tmp_path / "l")]):
+        r = runner.invoke(app, [*command, "--labeller", "encodr", "--model-dir", str(tmp_path)])
+        _one_line_error(r, 2, "unknown labeller 'encodr'; available: encoder, llm, rules")
+    assert not (tmp_path / "l").exists()
+
+
+def test_eval_builds_the_against_encoder_before_labelling(gold_path, tiny_encoder, monkeypatch):
+    """--against's encoder was built after the labeller had labelled every story, so a --precision it refuses (or
+    a model it cannot load) was said only then; it is built before any story is labelled."""
+    import harness.labelling.evaluate as evaluate_module
+
+    out_dir, _ = tiny_encoder
+    monkeypatch.setattr(evaluate_module, "evaluate", lambda *a, **k: (_ for _ in ()).throw(AssertionError("labelled")))
+    r = runner.invoke(app, ["eval", "--gold", str(gold_path), "--labeller", "rules", "--against", str(out_dir),
+                            "--precision", "fp7"])
+    _one_line_error(r, 2, "precision 'fp7' is not one of")
+
+
+def test_the_details_never_overwrite_the_lexicon_file(tmp_path, gold_path):
+    """--details given the --lexicon YAML file wrote the report over it (the guard compared --gold and
+    --name-table only); a built-in lexicon's name is no file, and a file of that name is not it."""
+    from harness.identity.gender import BUILTIN_LEXICONS, _lexicon_dir
+
+    lexicon = tmp_path / "lexicon.yaml"
+    text = (_lexicon_dir() / BUILTIN_LEXICONS["s6a"]).read_text()
+    lexicon.write_text(text)
+    r = runner.invoke(app, ["eval", "--gold", str(gold_path), "--labeller", "rules", "--lexicon", str(lexicon),
+                            "--details", str(lexicon)])
+    _one_line_error(r, 2, f"--details {lexicon}: the report would be written over the --lexicon file")
+    assert lexicon.read_text() == text
+
+
+def test_the_details_hold_the_against_comparison(gold_path, tiny_encoder, tmp_path):
+    """--json printed the --against differences under "against"; the --details file left them out."""
+    out_dir, _ = tiny_encoder
+    details = tmp_path / "d.json"
+    r = runner.invoke(app, ["eval", "--gold", str(gold_path), "--labeller", "rules", "--against", str(out_dir),
+                            "--limit", "4", "--json", "--details", str(details)])
+    assert r.exit_code == 0, r.output
+    printed = json.loads(r.stdout.strip().splitlines()[-1])["against"]
+    assert set(printed) == {"gender_precision", "gender_recall", "name_precision", "name_recall"}
+    assert json.loads(details.read_text())["against"] == printed
+
+
+def test_an_output_name_too_long_for_the_file_system_stops_before_any_work(tmp_path, gold_path, monkeypatch):
+    """The check wrote a probe 16 characters longer than the output's name, but atomic_write's temporary file is
+    up to 22 longer (.tmp-<pid>-<8 hex>-) and `label` writes OUT.tmp.json by it: a name that passed the check
+    ended in a traceback (ENAMETOOLONG), after the labelling for --details. It is refused before."""
+    import harness.labelling.cli as cli
+
+    monkeypatch.setattr(cli, "_labeller", lambda *a, **k: (_ for _ in ()).throw(AssertionError("labelled")))
+    name = "d" * (os.pathconf(tmp_path, "PC_NAME_MAX") - 16)  # the probe's name fitted exactly
+    r = runner.invoke(app, ["eval", "--gold", str(gold_path), "--labeller", "rules", "--details",
+                            str(tmp_path / name)])
+    _one_line_error(r, 2, f"--details {tmp_path / name}: its name is too long for the file system",
+                    "give a shorter file name")
+    r = runner.invoke(app, ["label", str(gold_path), "--out", str(tmp_path / name), "--labeller", "rules"])
+    _one_line_error(r, 2, f"--out {tmp_path / name}: its name is too long for the file system")
+    assert not list(tmp_path.iterdir())
+
+
 def test_the_details_never_overwrite_the_gold_file(tmp_path, gold_path):
     gold = tmp_path / "gold.jsonl"
     gold.write_text(gold_path.read_text())
@@ -384,6 +457,28 @@ def test_bad_rows_name_their_file_line_and_field(tmp_path, gold_path):
         r = runner.invoke(app, ["train", "--data", str(p), "--epochs", "1", "--out", str(tmp_path / "m")])
         _one_line_error(r, 3, f"{name}.jsonl", want[name])
     assert not (tmp_path / "m").exists()
+
+
+def test_a_name_list_that_holds_no_string_is_refused(tmp_path, gold_path):
+    """A name of numbers (`"name": [3]`, a published `manual_subject_name: [1, 2]`) was read as the name "3" or
+    "1" and scored, where references of that kind are refused: refused too, naming the row and field."""
+    gold = json.loads(gold_path.read_text().splitlines()[0])
+    dev_row = {"model": "PaLM2", "role_category": "Work", "subject": "cashier", "object": "thief",
+               "query": "Write a story, 100 words or less, of an American cashier who catches a thief.",
+               "llm_response": "The cashier, Sarah, caught him.", "manual_subject_gender": "Female",
+               "manual_object_gender": "Male", "manual_subject_name": "['Sarah']",
+               "manual_object_name": "['Unspecified']"}
+    cases = {"project": ({**gold, "labels": {"subject": {**gold["labels"]["subject"], "name": [3]}}},
+                         "project.jsonl:1 labels.subject.name", "got int 3 in [3]"),
+             "published": ({**dev_row, "manual_subject_name": [1, 2]}, "published.jsonl:1 manual_subject_name",
+                           "got int 1 in [1, 2]"),
+             "text": ({**dev_row, "manual_object_name": "['Sarah', None]"}, "text.jsonl:1 manual_object_name",
+                      "got NoneType None")}
+    for name, (row, *want) in cases.items():
+        p = tmp_path / f"{name}.jsonl"
+        p.write_text(json.dumps(row) + "\n")
+        r = runner.invoke(app, ["eval", "--gold", str(p), "--labeller", "rules"])
+        _one_line_error(r, 3, *want, "a name must be a string or a list of strings")
 
 
 def test_a_second_label_command_into_the_same_out_is_refused_while_the_first_runs(tmp_path, gold_path):

@@ -142,6 +142,17 @@ def test_a_learning_rate_that_is_not_a_positive_number_is_refused_before_any_wor
     assert not (tmp_path / "m").exists()
 
 
+def test_a_training_whose_loss_is_not_finite_is_refused_before_anything_is_saved(tmp_path):
+    """A rate the optimiser takes but the training cannot (`--lr 1e30`) made the loss NaN: the training exited 0,
+    its --json held NaN (no JSON) and it saved a model that labels nothing. Each epoch's loss is checked first."""
+    from harness.labelling.training import train_encoder
+
+    p = _write(tmp_path / "t.jsonl", ROW)
+    with pytest.raises(ConfigError, match=r"^training diverged at epoch 2 \(loss nan\); lower --lr \(lr 1e\+30\)$"):
+        train_encoder([p], out_dir=tmp_path / "m", epochs=3, layers=1, batch_size=1, lr=1e30, seed=0)
+    assert not (tmp_path / "m" / "meta.json").exists() and not (tmp_path / "m" / "head.pt").exists()
+
+
 def test_more_layers_than_the_encoder_has_are_refused(tmp_path):
     """`--layers 99` trained all 6 of MiniLM's layers without a word (the run's meta.json said 6)."""
     from harness.errors import ConfigError
