@@ -189,12 +189,10 @@ def _swap_names(gs: GoldStory, rng: random.Random, text: str | None = None, *, f
         if not first or rng.random() < 0.3:
             continue
         written = rf"\b{re.escape(first)}\b"
-        # a label of another case than the text's ("emily carter" of "Emily Carter") would be swapped in the label
-        # alone, and the story's own name taught as no name
         free = [n for n in _AUG_NAMES if n.casefold() not in used]
-        # the name in any case the text writes it ("GREG", "Min-jun" of "Min-Jun"), capitalised (not the word
-        # "hope" of a "Hope"), each written in its own case: a spelling left as it was kept the old name in
-        # the text while the label held the new one, so it was taught as no one's
+        # the name in any case the text or label writes it ("GREG", "Min-jun" of "Min-Jun", a label "emily carter"
+        # of "Emily Carter"), capitalised in the text (not the word "hope" of a "Hope"), each in its own case: a
+        # spelling left as it was kept the old name in the text while the label held the new one (taught as no one's)
         if not free or not any(starts_capitalised(m.group()) for m in re.finditer(written, text, re.I)):
             continue
         new = rng.choice(free)
