@@ -33,7 +33,7 @@ from harness.labelling.bases import DEFAULT_BASE, base_encoder, base_model_path
 from harness.labelling.data import GoldStory, load_gold
 from harness.labelling.encoder import (DEFAULT_NAME, SLOTS, _build_model, _collate, _encode, _torch, check_threads,
                                        default_device, default_model_dir, read_model_meta)
-from harness.labelling.words import (find_all, fold_word, her_is_possessive, is_word, phrase_tokens,
+from harness.labelling.words import (EMPHASIS_MARKS, find_all, fold_word, her_is_possessive, is_word, phrase_tokens,
                                      split_words, starts_capitalised)
 from harness.store import atomic_write_text
 
@@ -227,7 +227,7 @@ def _match_case(new: str, old: str) -> str:
 
 def _word_follows(toks: Sequence[str], j: int) -> bool:
     """Whether a word comes at ``toks[j]``, past markdown's emphasis marks ("his *favorite* pen")."""
-    while j < len(toks) and toks[j] in ("*", "_"):
+    while j < len(toks) and toks[j] in EMPHASIS_MARKS:
         j += 1
     return j < len(toks) and is_word(toks[j])
 

@@ -261,7 +261,7 @@ _LY_NOT_ADVERBS = frozenset(
     "chilly frilly woolly wrinkly sparkly cuddly comely courtly leisurely lowly portly saintly shapely stately "
     "surly burly wily steely gangly scraggly grisly oily bodily july italy anomaly monopoly homily".split())
 _SENTENCE_END = frozenset(".!?")
-_EMPHASIS = frozenset("*_")  # markdown's emphasis marks, which some models write around words
+EMPHASIS_MARKS = frozenset("*_")  # markdown's emphasis marks, which some models write around words
 #: Nouns a degree adverb can precede ("did her very best", "a room of her very own").
 _ADVERB_NOUNS = frozenset("best own worst utmost hardest".split())
 #: After the adjective of "her" + adverb + adjective, a word that ends the phrase: the adjective is
@@ -300,9 +300,9 @@ def her_is_possessive(words: Sequence[str], i: int) -> bool:
     >>> [her_is_possessive(t.split(), 1) for t in texts]
     [False, True, False]
     """
-    if i + 1 < len(words) and words[i + 1] in _EMPHASIS:  # the test reads a few words ahead: a window of them,
+    if i + 1 < len(words) and words[i + 1] in EMPHASIS_MARKS:  # the test reads a few words ahead: a window of them,
         # not the rest of the story copied for each "her" (quadratic: 14 s at 100,000 words with 5,000 "*her*")
-        words, i = [words[i], *(w for w in words[i + 1:i + 65] if w not in _EMPHASIS)], 0
+        words, i = [words[i], *(w for w in words[i + 1:i + 65] if w not in EMPHASIS_MARKS)], 0
     n = len(words)
     if i + 1 >= n or not is_word(words[i + 1]):
         return False
@@ -331,6 +331,6 @@ def her_is_possessive(words: Sequence[str], i: int) -> bool:
     return j + 1 < n and is_word(words[j + 1]) and fold_word(words[j + 1]) not in _AFTER_PREDICATE
 
 
-__all__ = ["COMBINING_MARKS", "as_double_quotes", "find_all", "fold_word", "fold_words", "glued_name_part",
-           "her_is_possessive", "is_split_word", "is_word", "line_starts", "phrase_tokens", "single_quote_dialogue",
-           "split_words", "starts_capitalised"]
+__all__ = ["COMBINING_MARKS", "EMPHASIS_MARKS", "as_double_quotes", "find_all", "fold_word", "fold_words",
+           "glued_name_part", "her_is_possessive", "is_split_word", "is_word", "line_starts", "phrase_tokens",
+           "single_quote_dialogue", "split_words", "starts_capitalised"]
