@@ -212,9 +212,15 @@ _FLIP_PAIRS = (
     ("king", "queen"), ("mr", "ms"), ("sir", "madam"), ("guy", "gal"), ("actor", "actress"),
     ("waiter", "waitress"), ("businessman", "businesswoman"), ("policeman", "policewoman"),
     ("fiancé", "fiancée"), ("groom", "bride"), ("prince", "princess"), ("hero", "heroine"),
+    ("brothers", "sisters"), ("sons", "daughters"), ("fathers", "mothers"), ("husbands", "wives"),
+    ("boyfriends", "girlfriends"), ("dads", "moms"), ("uncles", "aunts"), ("nephews", "nieces"),
+    ("gentlemen", "ladies"), ("kings", "queens"), ("widower", "widow"), ("lad", "lass"), ("lads", "lasses"),
+    ("stepfather", "stepmother"), ("stepbrother", "stepsister"), ("stepson", "stepdaughter"),
+    ("grandson", "granddaughter"), ("daddy", "mommy"), ("papa", "mama"), ("bro", "sis"), ("fiance", "fiancee"),
+    ("salesman", "saleswoman"), ("schoolboy", "schoolgirl"),
 )
 _FLIP = {a: b for a, b in _FLIP_PAIRS} | {b: a for a, b in _FLIP_PAIRS if b != "her"}
-_FLIP.update({"hers": "his", "mrs": "mr", "miss": "mr", "ms": "mr"})
+_FLIP.update({"hers": "his", "mrs": "mr", "miss": "mr", "ms": "mr", "mum": "dad", "mummy": "daddy"})
 #: Words the gender flip rewrites (one word for one, so their order survives it).
 _GENDERED = frozenset(_FLIP) | frozenset(_FLIP.values()) | {"her", "hers"}
 
@@ -424,8 +430,9 @@ def _holding_word(words: Sequence[str], phrase: str) -> str:
 #: teaches a word otherwise bumps it, so ``train_soup`` trains again a member taught the older way, and a training
 #: cut short under them does not go on under these. Models that record none were taught as version 1. 2: the flip
 #: reads "her" before function words and bare verbs as an object, keeps the verb "miss" and a pronoun's clitic in
-#: its references; the name swap replaces every capitalised spelling of the name.
-TARGETS_VERSION = 2
+#: its references; the name swap replaces every capitalised spelling of the name. 3: the flip swaps plural kin
+#: words ("brothers" <-> "sisters"), step- and grand- kin, "widow", "lad", "bro"/"sis" and a few more.
+TARGETS_VERSION = 3
 
 
 def _targets_version(recorded: dict[str, Any]) -> Any:

@@ -780,6 +780,18 @@ def test_flip_gender_swaps_words_and_reference_lists():
         "They smiled at xem.", {"subject": ["They"]})
 
 
+def test_flip_gender_swaps_plural_and_step_kin():
+    """Plural kin words, step- and grand- kin, "widow" and "lad" were left as written, so a flipped story said "she"
+    of one of "the two brothers" and "her stepfather" of a man (targets version 3)."""
+    from harness.labelling.training import flip_gender
+    from harness.labelling.words import her_is_possessive
+
+    text = "The brothers met the widow. Her stepfather, a lad once, called his Sis and the grandson."
+    new, refs = flip_gender(text, {"subject": ["widow", "Her"], "object": ["stepfather", "his"]}, her_is_possessive)
+    assert new == "The sisters met the widower. His stepmother, a lass once, called her Bro and the granddaughter."
+    assert refs == {"subject": ["widower", "His"], "object": ["stepmother", "her"]}
+
+
 def test_flip_gender_keeps_verbs_clitics_and_emphasis():
     """"miss" the verb became "mr" ("He will mr the bus"); "his" before an emphasis mark became "hers" ("hers *favorite*
     pen"); a reference "he'd" stayed "he'd" while the text said "she'd", and its "he" was the other's pronoun; "her
