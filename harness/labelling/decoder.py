@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 #: The version of the decoding (the encoder labeller's info carries it): a release that decodes a story's
 #: scores into other labels bumps it, so a run's labels of two versions are not mixed.
-DECODER_VERSION = "13"  # 2: a name never runs across a line break; 3: words compared composed (NFC), a title
+DECODER_VERSION = "14"  # 2: a name never runs across a line break; 3: words compared composed (NFC), a title
 # joins a name only on its line and abbreviated across a point, particles only after a name word or a title, the checks
 # read completed names; 4: a quotation left open ends with its line, an inch mark opens none, the action check's
 # object control, things not done, third parties, claims that are none, a name's word only capitalised, and closed
@@ -58,7 +58,9 @@ DECODER_VERSION = "13"  # 2: a name never runs across a line break; 3: words com
 # "paid her back" and "I'll pay you back" are repayments, a gerund after "thanked X for" is not the thanker's, "called"
 # names only after an indefinite noun and before no title, a name ending a fronted clause ties no noun after its
 # comma, a titled name after a lowercase noun opens a relative clause ("the patient Dr. Patel had worried about");
-# "her" before a function word or a bare verb ("reminded her of", "let her go") is an object
+# "her" before a function word or a bare verb ("reminded her of", "let her go") is an object; 14 (``role_agent``):
+# "back" repays only after a paying verb ("guiding his wrist back" is a direction), learning "from" a relative or from
+# the infinitive's "from" is no sign of the other character, a "for" hung on the verb's object names its other person
 #: How a word type's occurrences are pooled into one score per role (``WordDecoder.reference_pool``).
 REFERENCE_POOLS = ("mean", "max")
 #: Pronoun families: a character's pronouns agree, so decoding keeps one family per character.

@@ -124,6 +124,11 @@ _TITLE_END = re.compile(rf"(?<![\w.])(?i:{'|'.join(sorted(ABBREVIATED_TITLES))})
 #: its possessor does the action.
 _MEANS = frozenset({"salary", "income", "paycheck", "paychecks", "savings", "card", "money", "earnings", "wages",
                     "bonus", "stipend", "account", "wallet", "job", "pay", "raise", "check"})
+#: Verbs that "back" makes a repayment ("paid her back"): the other character paid first.
+_REPAID = frozenset({"pay", "treat", "cover"})
+#: Relatives a possessive does not make the other character of a Love story ("learned from his grandmother").
+_ELDERS = frozenset({"mother", "father", "mom", "dad", "mum", "parent", "parents", "grandmother", "grandfather",
+                     "grandma", "grandpa", "grandparents", "granny", "nana", "aunt", "uncle", "cousin"})
 #: "X tried to pay": an attempt names the character who did not do it.
 _FAILED = {"try", "attempt"}
 #: Verbs whose object does what their infinitive says ("asked John to teach her", "told her to pay").
@@ -360,8 +365,9 @@ def _clauses(doc, action: Action, only: Split) -> Iterator[tuple[str, int]]:
         if tok.dep_ == "pcomp" and tok.head.lower_ == "for" and (
                 _verb_lemma(tok.head.head) == "thank" or tok.head.head.lower_ in ("grateful", "thankful")):
             continue  # "thanked Sarah for paying", "grateful to Sarah for teaching him": the thanks vote, not its doer
-        # "back" is a particle in "paid back Sarah", an adverb to the parser in "paid her back"
-        if any(c.dep_ in ("prt", "advmod") and c.lower_ == "back" for c in tok.children) or (
+        # "back" is a particle in "paid back Sarah", an adverb to the parser in "paid her back"; a repayment only of
+        # a paying verb ("guiding her wrist back" is a direction)
+        if (lemma in _REPAID and any(c.dep_ in ("prt", "advmod") and c.lower_ == "back" for c in tok.children)) or (
                 tok.dep_ == "xcomp" and _verb_lemma(tok.head) in _FAILED) or _for_later(tok) or _forestalled(tok):
             receiver = True  # "tried to pay", "pay him back", "I'll pay next time", "before he could pay": the
             # other one pays now
@@ -771,7 +777,8 @@ def _received_from(verb, only: Split) -> bool:
     no one else ("learned from Sarah", "learned to surf"; not "learned from a video"), or names nobody it
     received from."""
     thanks = _verb_lemma(verb) == "thank"
-    for c in verb.children:
+    learnt = [c for c in verb.children if c.dep_ == "xcomp"]  # "learned to knit from his grandmother"
+    for c in [*verb.children, *(g for x in learnt for g in x.children)]:
         if thanks and c.dep_ == "dobj" and not _a_person_of_the_story(c, only):
             return False
         if not thanks and c.dep_ == "prep" and c.lower_ == "from" and any(
@@ -781,9 +788,9 @@ def _received_from(verb, only: Split) -> bool:
 
 
 def _a_person_of_the_story(noun, only: Split) -> bool:
-    """A pronoun, a character's name or word, or someone's ("her boyfriend", "his date")."""
-    return noun.tag_ == "PRP" or _named(noun, only) is not None or any(
-        c.dep_ == "poss" for c in noun.children)
+    """A pronoun, a character's name or word, or someone's ("her boyfriend", "his date"; not "his grandmother")."""
+    return noun.tag_ == "PRP" or _named(noun, only) is not None or (
+        noun.lower_ not in _ELDERS and any(c.dep_ == "poss" for c in noun.children))
 
 
 def _possessor(noun, only: Split) -> int | None:
@@ -809,8 +816,9 @@ def _other_than_object(verb, head, only: Split) -> int | None:
     clause names as its object ("She showed Lily ...", "He paid for Sam's ticket" names no object),
     since a pronoun subject and a name object of one clause are two people."""
     objs = [c for v in {verb, head} for c in v.children if c.dep_ in ("dobj", "dative", "iobj")]
-    objs += [g for v in {verb, head} for c in v.children if c.dep_ == "prep" and c.lower_ in ("to", "for", "with")
-             for g in c.children if g.dep_ == "pobj"]
+    # "made the decision for him": the parser hangs the "for" on the object
+    objs += [g for v in {verb, head, *(o for o in objs if o.dep_ == "dobj")} for c in v.children
+             if c.dep_ == "prep" and c.lower_ in ("to", "for", "with") for g in c.children if g.dep_ == "pobj"]
     named = {_named(o, only) for o in objs}
     named.discard(None)
     return 1 - named.pop() if len(named) == 1 else None

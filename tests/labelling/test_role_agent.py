@@ -323,6 +323,30 @@ def test_who_is_asked_thanked_hired_or_did_not_do_it(description, text, want):
     assert action_clauses(text, action_for(description), JOHN, SARAH) == want
 
 
+@pytest.mark.parametrize("description, text, want", [
+    # "back" repays only with a paying verb: a hand guided back is a direction
+    (TEACHES, '"Easy," Desmond said, guiding his wrist back, then forward.', [("guiding", 0)]),
+    (PAYS, "Desmond paid him back the next week.", [("paid", 1)]),
+    # learning from a relative, the parser's "from" hung on the infinitive: no sign of the other character
+    (TEACHES, "Elliot had learned to whittle from his grandfather.", []),
+    (TEACHES, "Elliot had learned to whittle from Desmond.", [("learned", 0)]),
+])
+def test_directions_and_relatives(description, text, want):
+    """Clauses read against the gold labels of project_train_7.jsonl's stories (pt-2019, pt-2028), each of which the
+    check exchanged as labelled."""
+    desmond, elliot = ("Desmond", ("he", "his", "him")), ("Elliot", ("he", "his", "him"))
+    assert action_clauses(text, action_for(description), desmond, elliot) == want
+
+
+def test_a_pronoun_subject_is_not_the_one_of_for_hung_on_its_object():
+    """A pronoun subject and the pronoun of a "for" that the parser hangs on the verb's object are two people: "he"
+    is not the "him" of "made the decision for him" (pt-2187's gold labels, exchanged by the check; it read "he" as
+    the nearest subject before it, Elliot)."""
+    desmond, elliot = ("Desmond", ("he", "his")), ("Elliot", ("he", "his", "him"))
+    text = "Desmond knew Elliot would regret it, so he made the decision for him."
+    assert action_clauses(text, action_for(DECIDES), desmond, elliot) == [("made", 0)]
+
+
 def test_a_name_that_is_a_word_names_its_character_only_capitalised_and_titles_keep_their_point():
     tom, bill = ("Tom", ("he", "him")), ("Bill", ("he", "his"))
     assert action_clauses("When the bill came, he paid it.", action_for(PAYS), tom, bill) == []
@@ -370,11 +394,12 @@ def test_roles_exchanged_only_where_the_object_does_the_action_more_often():
     assert roles_exchanged(items) == [False, True, False, True, False, False, False, False]
 
 
-def test_on_the_projects_gold_labels_it_exchanges_only_two_known_stories_and_finds_half_the_exchanged():
-    """The project's power-laden Love stories, labelled by hand: as labelled it exchanges none but two of
-    project_train_6.jsonl's (pt-1648, a card the object only imagined sliding to the server; pt-1874, two men's
-    shared "his wrist" in a lesson), which the rules were not tuned to; with the two labels exchanged it restores
-    at least half (a floor: 133 of 182 when last measured)."""
+def test_on_the_projects_gold_labels_it_exchanges_only_one_known_story_and_finds_half_the_exchanged():
+    """The project's power-laden Love stories, labelled by hand: as labelled it exchanges none but one of
+    project_train_6.jsonl's (pt-1648, a card the object only imagined sliding to the server), which the rules were
+    not tuned to; with the two labels exchanged it restores at least half (a floor: 333 of 420 when last measured).
+    Before decoder version 14 it also exchanged pt-1874 (two men's "guiding his wrist back" read as a repayment) and
+    three of project_train_7.jsonl's (``test_directions_and_relatives`` and the test after it)."""
     from harness.labelling.data import builtin_training_files, load_gold
 
     rows = [g for f in builtin_training_files() for g in load_gold(f)
@@ -387,7 +412,7 @@ def test_on_the_projects_gold_labels_it_exchanges_only_two_known_stories_and_fin
 
     right = [(g.story.text, g.story.roles[0].description, label(g, "subject"), label(g, "object")) for g in rows]
     wrong = {g.story.story_id for g, x in zip(rows, roles_exchanged(right)) if x}
-    assert wrong <= {"pt-1648", "pt-1874"}, f"gold labels exchanged: {sorted(wrong)}"
+    assert wrong <= {"pt-1648"}, f"gold labels exchanged: {sorted(wrong)}"
     exchanged = [(t, d, o, s) for t, d, s, o in right]
     assert sum(roles_exchanged(exchanged)) >= len(rows) // 2
 
