@@ -777,7 +777,8 @@ def _received_from(verb, only: Split) -> bool:
     no one else ("learned from Sarah", "learned to surf"; not "learned from a video"), or names nobody it
     received from."""
     thanks = _verb_lemma(verb) == "thank"
-    learnt = [c for c in verb.children if c.dep_ == "xcomp"]  # "learned to knit from his grandmother"
+    # a learner's "from" may hang on the infinitive: "learned to knit from his grandmother"
+    learnt = [] if thanks else [c for c in verb.children if c.dep_ == "xcomp"]
     for c in [*verb.children, *(g for x in learnt for g in x.children)]:
         if thanks and c.dep_ == "dobj" and not _a_person_of_the_story(c, only):
             return False
