@@ -60,7 +60,8 @@ DECODER_VERSION = "14"  # 2: a name never runs across a line break; 3: words com
 # comma, a titled name after a lowercase noun opens a relative clause ("the patient Dr. Patel had worried about");
 # "her" before a function word or a bare verb ("reminded her of", "let her go") is an object; 14 (``role_agent``):
 # "back" repays only after a paying verb ("guiding his wrist back" is a direction), learning "from" a relative or from
-# the infinitive's "from" is no sign of the other character, a "for" hung on the verb's object names its other person
+# the infinitive's "from" is no sign of the other character, a "for" hung on the verb's object names its other person,
+# an equal share ("paying half") is not the majority of the bills
 #: How a word type's occurrences are pooled into one score per role (``WordDecoder.reference_pool``).
 REFERENCE_POOLS = ("mean", "max")
 #: Pronoun families: a character's pronouns agree, so decoding keeps one family per character.

@@ -357,6 +357,8 @@ def _clauses(doc, action: Action, only: Split) -> Iterator[tuple[str, int]]:
             continue  # a weaker verb needs its noun among its own words: "grabbed the check" (not "took Bill's hand")
         elif lemma in action.agent_if_noun and any(c.lower_ == "back" for c in tok.children):
             continue  # "put it back when she saw the price", "slid the check back": no one pays
+        if action.key == "covers the majority of bills" and _an_equal_share(tok):
+            continue  # "insisted on paying half": the equal split, not the majority
         if not receiver and _negated(tok):
             continue  # "could not pay", "did not let her decide"; but "had never learned" is the learner
         if (tok.dep_ == "xcomp" and _lemma_of().get(tok.head.lower_) in _NOT_DONE) or (
@@ -765,6 +767,17 @@ def _doer(verb, only: Split) -> int | None:
             hits.add(who if who is not None or s.lower_ not in _MEANS else _possessor(s, only))
     hits.discard(None)
     return hits.pop() if len(hits) == 1 else None
+
+
+#: Words of an equal split, and words that make a share more than that ("more than half").
+_EQUAL = frozenset({"half", "equally", "evenly", "fifty-fifty"})
+_MORE = frozenset({"more", "most", "majority", "over", "bulk"})
+
+
+def _an_equal_share(verb) -> bool:
+    """Whether the verb's own words give an equal share ("paying half", "split it evenly"), not more than one."""
+    own = {t.lower_ for t in _own_words(verb)}
+    return bool(own & _EQUAL) and not own & _MORE
 
 
 def _has_object(verb) -> bool:

@@ -338,6 +338,18 @@ def test_directions_and_relatives(description, text, want):
     assert action_clauses(text, action_for(description), desmond, elliot) == want
 
 
+@pytest.mark.parametrize("text, want", [
+    ("John had always insisted on paying half.", []),  # the equal split is not the majority
+    ("Sarah offered to cover the rent, and John paid half the groceries.", [("offered", 1), ("cover", 1)]),
+    ("John paid more than half of the rent.", [("paid", 0)]),
+    ("Sarah covered most of the bills.", [("covered", 1)]),
+])
+def test_an_equal_share_is_not_the_majority_of_bills(text, want):
+    """A trial file's right labels (pt-2248, not committed) were exchanged: "had always insisted on paying half" voted
+    for the partner who pays the equal share as the one who covers the majority."""
+    assert action_clauses(text, action_for(COVERS), JOHN, SARAH) == want
+
+
 def test_a_pronoun_subject_is_not_the_one_of_for_hung_on_its_object():
     """A pronoun subject and the pronoun of a "for" that the parser hangs on the verb's object are two people: "he"
     is not the "him" of "made the decision for him" (pt-2187's gold labels, exchanged by the check; it read "he" as
