@@ -314,6 +314,8 @@ def test_openai_backend_stopped_by_ctrl_c_cuts_the_requests_in_flight_and_retrie
 
     b = OpenAIBackend("m", base_url=stalling_server, concurrency=2, max_retries=3, backoff_s=0.01, max_backoff_s=0.01,
                       timeout_s=1.0)
+    # a runner started in the background (`make test &`) inherits SIGINT ignored, and the Ctrl-C below never came
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         stories = b.generate([GenRequest(str(i), "x", 1) for i in range(2)], GenParams())
         threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()  # Ctrl-C while next() waits
@@ -325,6 +327,7 @@ def test_openai_backend_stopped_by_ctrl_c_cuts_the_requests_in_flight_and_retrie
         time.sleep(1.6)  # past the timeout: a request still in flight would have been sent again
         assert len(StallingHandler.calls) == 2, StallingHandler.calls
     finally:
+        signal.signal(signal.SIGINT, before)
         b.close()
 
 
