@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import replace
 from functools import lru_cache
@@ -124,7 +125,6 @@ def completed_name(name: str | None, text: str, words: Sequence[tuple[str, int, 
     """
     if not name or len(name.split()) != 1:
         return name
-    ends = {end for _, _, end in words}
     others = {fold_word(w) for w in others}
 
     def first_name_from(k: int, start: int) -> int | None:
@@ -147,10 +147,17 @@ def completed_name(name: str | None, text: str, words: Sequence[tuple[str, int, 
             return None
         return a
 
-    for i in range(1, len(words)):
-        start = words[i][1]
-        end = start + len(name)
-        if not text.startswith(name, start) or end not in ends:  # "O'Brien" spans the words O and 'Brien
+    # where the name is written, a word's start to a word's end ("O'Brien" spans the words O and 'Brien), in
+    # order; words are in order and do not overlap, so their starts and ends are sorted
+    at = text.find(name)
+    while at >= 0:
+        start, end = at, at + len(name)
+        at = text.find(name, at + 1)
+        i = bisect_left(words, start, key=_start)
+        if not (1 <= i < len(words) and words[i][1] == start):
+            continue
+        j = bisect_left(words, end, key=_end)
+        if not (j < len(words) and words[j][2] == end):
             continue
         k = first_name_from(i - 1, start)
         if k is not None:
@@ -161,6 +168,14 @@ def completed_name(name: str | None, text: str, words: Sequence[tuple[str, int, 
                 k = m
             return text[words[k][1]:end]
     return name
+
+
+def _start(word: tuple[str, int, int]) -> int:
+    return word[1]
+
+
+def _end(word: tuple[str, int, int]) -> int:
+    return word[2]
 
 
 def _name_word(word: str) -> bool:

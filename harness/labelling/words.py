@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from bisect import bisect_right
 from collections.abc import Sequence
 
 from harness.labelling.base import QUOTES as _QUOTES
-from harness.labelling.base import breaks_line
+from harness.labelling.base import LINE_BREAKS
 
 
 def _combining_marks() -> str:
@@ -64,7 +65,19 @@ def line_starts(text: str, words: Sequence[tuple[str, int, int]]) -> list[int]:
     >>> line_starts("Maya Patel\nEthan Brooks\r\n\nThe end", split_words("Maya Patel\nEthan Brooks\r\n\nThe end"))
     [2, 4]
     """
-    return [k for k in range(1, len(words)) if breaks_line(text[words[k - 1][2]:words[k][1]])]
+    if LINE_BREAKS.isdisjoint(text):
+        return []
+    # each break, found once in the text, marks the word after it (one bisection each, not a slice per word)
+    starts = [start for _, start, _ in words]
+    out = set()
+    for m in _LINE_BREAK.finditer(text):
+        k = bisect_right(starts, m.start())
+        if 1 <= k < len(words) and words[k - 1][2] <= m.start():  # between two words, not inside the one before
+            out.add(k)
+    return sorted(out)
+
+
+_LINE_BREAK = re.compile("[" + re.escape("".join(sorted(LINE_BREAKS))) + "]")
 
 
 #: What may stand right before a single quotation mark that opens a quotation, and right before one that

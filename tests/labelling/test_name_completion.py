@@ -49,6 +49,17 @@ def test_a_one_word_name_takes_the_common_first_name_written_before_it(table, te
     assert got in text  # a cut of the story as written
 
 
+@pytest.mark.parametrize("name, text, want", [
+    # only where the name is a whole run of words: not inside "Mitchells" nor ending "McMitchell"
+    ("Mitchell", "Robert Mitchells left. Sarah McMitchell stayed. Mitchell waited.", "Mitchell"),
+    ("Mitchell", "Robert Mitchells left. Ana Mitchell stayed.", "Ana Mitchell"),
+    ("Mitchell", "Mitchell, then Mitchell-Lee, then David Mitchell.", "David Mitchell"),
+    ("Ana", "Ana Anaya met Lucia Ana.", "Lucia Ana"),  # occurrences inside a word and overlapping ones skipped
+])
+def test_the_name_is_looked_for_where_it_spans_whole_words_in_the_order_written(table, name, text, want):
+    assert _complete(name, text, table) == want
+
+
 @pytest.mark.parametrize("given, text, want", [
     ("Emily", "Jake paid. Later Jake wondered: Will Emily ever call again? She had seemed happy.", "Emily"),
     ("Emily", "Will Emily ever call again?", "Emily"),  # the story's first word
