@@ -11,7 +11,7 @@ from bisect import bisect_right
 from collections.abc import Sequence
 
 from harness.labelling.base import QUOTES as _QUOTES
-from harness.labelling.base import LINE_BREAKS
+from harness.labelling.base import LINE_BREAKS as _LINE_BREAKS
 
 
 def _combining_marks() -> str:
@@ -65,7 +65,7 @@ def line_starts(text: str, words: Sequence[tuple[str, int, int]]) -> list[int]:
     >>> line_starts("Maya Patel\nEthan Brooks\r\n\nThe end", split_words("Maya Patel\nEthan Brooks\r\n\nThe end"))
     [2, 4]
     """
-    if LINE_BREAKS.isdisjoint(text):
+    if _LINE_BREAKS.isdisjoint(text):
         return []
     # each break, found once in the text, marks the word after it (one bisection each, not a slice per word)
     starts = [start for _, start, _ in words]
@@ -77,7 +77,7 @@ def line_starts(text: str, words: Sequence[tuple[str, int, int]]) -> list[int]:
     return sorted(out)
 
 
-_LINE_BREAK = re.compile("[" + re.escape("".join(sorted(LINE_BREAKS))) + "]")
+_LINE_BREAK = re.compile("[" + re.escape("".join(sorted(_LINE_BREAKS))) + "]")
 
 
 #: What may stand right before a single quotation mark that opens a quotation, and right before one that
