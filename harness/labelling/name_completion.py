@@ -40,6 +40,7 @@ from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import replace
 from functools import lru_cache
+from operator import itemgetter
 
 import pandas as pd
 
@@ -153,10 +154,10 @@ def completed_name(name: str | None, text: str, words: Sequence[tuple[str, int, 
     while at >= 0:
         start, end = at, at + len(name)
         at = text.find(name, at + 1)
-        i = bisect_left(words, start, key=_start)
+        i = bisect_left(words, start, key=_START)
         if not (1 <= i < len(words) and words[i][1] == start):
             continue
-        j = bisect_left(words, end, key=_end)
+        j = bisect_left(words, end, key=_END)
         if not (j < len(words) and words[j][2] == end):
             continue
         k = first_name_from(i - 1, start)
@@ -170,12 +171,7 @@ def completed_name(name: str | None, text: str, words: Sequence[tuple[str, int, 
     return name
 
 
-def _start(word: tuple[str, int, int]) -> int:
-    return word[1]
-
-
-def _end(word: tuple[str, int, int]) -> int:
-    return word[2]
+_START, _END = itemgetter(1), itemgetter(2)  # of a word (word, start, end)
 
 
 def _name_word(word: str) -> bool:
