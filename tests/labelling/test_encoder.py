@@ -306,6 +306,7 @@ def test_host_workers_stream_windows_and_a_failure_closes_them(tiny_encoder, gol
             lab.label(many, batch_size=4)
         assert "in a host worker process" in "".join(err.value.__notes__)  # with the worker's traceback
         assert lab._pool is None and pool.pids == []  # closed: nothing of that call can reach the next
+        assert not pool._reader.is_alive()  # nor does the thread that read the workers' messages live on
         lab._forward = forward
         assert lab.label(stories, batch_size=4) == serial  # a new pool
         it = lab.iter_label(many, batch_size=2)

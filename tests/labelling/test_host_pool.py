@@ -1,0 +1,87 @@
+"""The GPU layout's message handling (``harness.labelling.host_pool``): reader threads and a worker's order of work.
+
+The whole pool (worker processes, the model in this process) is tested in ``test_encoder.py``
+(``test_host_workers_stream_windows_and_a_failure_closes_them`` and the next test)."""
+
+from __future__ import annotations
+
+import queue
+
+import pytest
+
+from harness.labelling.host_pool import HostWorkerError, _read_inbox, _read_results, _tokenising_first
+
+
+def _kinds(messages):
+    return [(kind, bid) for kind, bid, _ in messages]
+
+
+def test_a_worker_tokenises_the_batches_waiting_before_it_decodes_in_order():
+    inbox = queue.Queue()
+    for msg in [("decode", 0, None), ("decode", 1, None), ("encode", 2, None), ("decode", 3, None),
+                ("encode", 4, None), None]:
+        inbox.put(msg)
+    assert _kinds(_tokenising_first(inbox)) == [("encode", 2), ("encode", 4), ("decode", 0), ("decode", 1),
+                                                ("decode", 3)]
+
+
+def test_a_batch_given_while_the_worker_decodes_goes_before_the_decodings_that_wait():
+    inbox = queue.Queue()
+    inbox.put(("decode", 0, None))
+    inbox.put(("decode", 1, None))
+    work = _tokenising_first(inbox)
+    assert next(work)[:2] == ("decode", 0)
+    inbox.put(("encode", 2, None))  # given while batch 0 was decoded
+    assert next(work)[:2] == ("encode", 2)
+    assert next(work)[:2] == ("decode", 1)
+    inbox.put(("decode", 2, None))
+    assert next(work)[:2] == ("decode", 2)  # nothing waiting: the next message, waited for
+    inbox.put(None)
+    assert list(work) == []
+
+
+def test_a_stop_ends_the_work_after_the_messages_before_it():
+    inbox = queue.Queue()
+    work = _tokenising_first(inbox)
+    inbox.put(("decode", 0, None))
+    assert next(work)[:2] == ("decode", 0)
+    for msg in [("decode", 1, None), ("encode", 2, None), None]:
+        inbox.put(msg)
+    assert _kinds(work) == [("encode", 2), ("decode", 1)]
+    inbox.put(None)
+    assert list(_tokenising_first(inbox)) == []  # a stop alone: no work
+
+
+class _Pipe:
+    """An inbox or results queue of the other process: its messages, then ``end`` (a message or an error)."""
+
+    def __init__(self, messages, end):
+        self.messages, self.end = list(messages), end
+
+    def get(self):
+        if self.messages:
+            return self.messages.pop(0)
+        if isinstance(self.end, BaseException):
+            raise self.end
+        return self.end
+
+
+@pytest.mark.parametrize("end", [None, EOFError(), OSError("handle is closed")])
+def test_a_workers_reader_passes_each_message_on_and_then_the_stop(end):
+    local = queue.Queue()
+    _read_inbox(_Pipe([("encode", 0, "a"), ("decode", 0, "b")], end), local)
+    assert [local.get_nowait() for _ in range(3)] == [("encode", 0, "a"), ("decode", 0, "b"), None]
+    assert local.empty()
+
+
+def test_the_model_process_reader_stops_at_the_pools_stop_and_reports_a_message_it_cannot_read():
+    arrived = queue.Queue()
+    _read_results(_Pipe([("encoded", 0, "x"), ("labels", 0, "y"), ("stop", -1, None), ("labels", 1, "z")], None),
+                  arrived)
+    assert [arrived.get_nowait() for _ in range(2)] == [("encoded", 0, "x"), ("labels", 0, "y")]
+    assert arrived.empty()
+    _read_results(_Pipe([("ready", -1, None)], EOFError("ran out of input")), arrived)
+    assert arrived.get_nowait() == ("ready", -1, None)
+    kind, _, error = arrived.get_nowait()
+    assert kind == "error" and isinstance(error, HostWorkerError)
+    assert str(error) == "encoder labeller: a host worker's message could not be read: EOFError: ran out of input"
