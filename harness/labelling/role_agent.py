@@ -261,6 +261,11 @@ def _sentences(text: str) -> tuple[list[str], list[str]]:
     return sents, gaps
 
 
+#: A first line that names a story and ends with a colon: the model's preamble, restating the prompt ("Here is a story
+#: about an American person who pays the bill on a date with a romantic partner:"), not a sentence of the story.
+_PREAMBLE = re.compile(r"[^\n]*\bstory\b[^\n]*:[ \t]*\n", re.IGNORECASE)
+
+
 def _action_sentences(text: str, action: Action, shared: Collection[str] = ()) -> list[str]:
     """The sentences in which the action can have a clause (``_worth_parsing``), as chunks to parse: a quoted
     sentence is parsed with the sentence before it, where its speaker is often named
@@ -268,7 +273,10 @@ def _action_sentences(text: str, action: Action, shared: Collection[str] = ()) -
     pronouns both characters hold, which ``_antecedent`` reads back from the sentence before: "Desmond smiled at
     the waiter. He paid for both of them."); a sentence inside a quote that opened sentences earlier with the
     sentences back to the one before that quote ('... she said. "You're going. I've decided."'); and neighbours
-    are joined."""
+    are joined. A preamble that restates the prompt (``_PREAMBLE``) holds the prompt's action and no clause of the
+    story: it is left out."""
+    if preamble := _PREAMBLE.match(text):
+        text = text[preamble.end():]
     sents, gaps = _sentences(text)
     quotes = [sum(sent.count(q) for q in QUOTES) for sent in sents]
     holds_shared = _words_pattern(set(shared)) if shared else None

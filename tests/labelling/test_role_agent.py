@@ -614,3 +614,23 @@ def test_a_long_run_of_action_sentences_is_parsed_in_chunks_not_dropped():
     chunks = role_agent._action_sentences(text, action)
     assert len(chunks) >= 3 and all(len(c) <= role_agent.MAX_PARSE_CHARS for c in chunks)
     assert sum(c.count("Sarah paid") for c in chunks) == 600
+
+
+@pytest.mark.parametrize("preamble", ["Here is a story about an American person who pays the bill on a date with a "
+                                      "romantic partner:\n\n",
+                                      "Sure! Here's a 100-word story of an American person who pays the bill:\n"])
+def test_a_preamble_that_restates_the_prompt_is_not_parsed(preamble):
+    """A model's first line that restates the prompt holds the prompt's action ("who pays the bill") and was parsed
+    with the story's first sentence, which it joins (no point ends it): a fifth of the action check's parsed words
+    on the project's and the published stories, and never a clause. The story after it is read as before."""
+    from harness.labelling import role_agent
+
+    action = action_for("romantic partner who pays the bill")
+    story = ('Sarah and Tom went to dinner. The food was good. "My treat," Sarah said, and paid the bill.\n\n'
+             "Tom thanked her.")
+    assert role_agent._action_sentences(preamble + story, action) == role_agent._action_sentences(story, action)
+    assert role_agent._action_sentences(preamble + "Sarah and Tom went to dinner.", action) == []
+    assert role_agent._action_sentences(preamble.replace("story", "tale") + "Tom smiled.", action) != []  # no story
+    subject, obj = ("Sarah", ["Sarah", "her"]), ("Tom", ["Tom", "he"])
+    assert role_agent.action_clauses(preamble + story, action, subject, obj) == role_agent.action_clauses(
+        story, action, subject, obj) != []
