@@ -15,7 +15,8 @@ peak stayed within 64 MiB or 3% of the first half's). The encoder must have been
 stories only, since it generates ~100 tokens per story. Results go to ``benchmarks/RESULTS.md``
 (section ``labelling``). ``--throughput N`` times the encoder by stage (on a GPU: the ``labeller`` step
 of ``benchmarks/gpu.sh``); ``--host-layout N`` times the host side of the GPU layout on any machine, the
-model served from a table of its real probabilities.
+model served from a table of its real probabilities (``--device-us-per-story U`` adds the device's time, emulated: a
+sleep of U us per story in each forward pass).
 """
 
 from __future__ import annotations
