@@ -1,7 +1,7 @@
 """The host side of the encoder labeller beside a GPU: worker processes that tokenise and decode.
 
-The model process (the caller's) runs only the forward pass; ``HostPool.label`` streams batches through the
-workers. Each worker has an inbox of its own, and the worker that tokenised a batch also decodes it: it keeps the
+The model process (the caller's) runs only the forward pass, in a thread of its own; ``HostPool.label`` streams
+batches through the workers. Each worker has an inbox of its own, and the worker that tokenised a batch also decodes it: it keeps the
 batch's stories and encodings in between, so only the model's input arrays come to the model process and only
 its probabilities go back. (Through a shared process pool, each batch's stories and encodings were pickled to the
 model process and back to whichever worker decoded them: about 90 us per story on a 2-core Xeon, a tenth of the
@@ -26,6 +26,7 @@ import queue
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from operator import itemgetter
 from typing import Any
 
@@ -85,10 +86,13 @@ class HostPool:
     def label(self, batches: Iterable[list[StoryInput]],
               forward: Callable[..., Any]) -> Iterator[list[StoryLabels]]:
         """Labels of each batch, in order. ``forward(ids, attention_mask, token_type_ids)`` maps a batch's
-        collated NumPy arrays to its (batch, tokens, slots) probabilities; it runs in this process, on
-        each batch as its tokenisation arrives, and a story it fails on is kept with the error as its status
-        (``forward_or_keep``). On any other failure the pool closes (no result of an unfinished call can
-        reach a later one)."""
+        collated NumPy arrays to its (batch, tokens, slots) probabilities; it runs in this process, in a thread of
+        its own, on each batch as its tokenisation arrives, in that order, and a story it fails on is kept with the
+        error as its status (``forward_or_keep``). The thread lets this one hand out batches, take labels and
+        yield them (and the caller write them) while the device works: in one thread those waited for each forward
+        pass. On any other failure the pool closes (no result of an unfinished call can reach a later one)."""
+        if not self._procs:  # closed (by ``close``, or by a failed call): it yielded no batch, and said nothing
+            raise HostWorkerError("encoder labeller: this host pool is closed; start a new one")
         if self.busy:  # every call numbers its batches from 0 on the one results queue: a second call took the first's
             raise RuntimeError("a host pool labels one call at a time; finish or close the call in progress first")
         self.busy = True
@@ -102,6 +106,13 @@ class HostPool:
         # holds back the others' results in `done` only so far, not the whole input
         cap = DEPTH * len(self._procs)
         hungry: list[int] = []  # workers that finished a batch while the cap was reached
+        model = ThreadPoolExecutor(1, thread_name_prefix="harness-forward")
+
+        def run_forward(w: int, bid: int, arrays: tuple) -> None:
+            try:
+                self._inboxes[w].put(("decode", bid, forward_or_keep(forward, *arrays)))
+            except BaseException as e:  # noqa: BLE001 - raised by this call's next receive
+                self._arrived.put(("error", bid, e))
 
         def give(w: int) -> None:
             nonlocal sent, more
@@ -124,7 +135,7 @@ class HostPool:
                 kind, bid, payload = self._receive()
                 w = owner[bid]
                 if kind == "encoded":  # the collated arrays and each row's story
-                    self._inboxes[w].put(("decode", bid, forward_or_keep(forward, *payload)))
+                    model.submit(run_forward, w, bid, payload)
                     continue
                 del owner[bid]
                 done[bid] = payload
@@ -136,6 +147,7 @@ class HostPool:
                     give(hungry.pop(0))
             finished = True
         finally:
+            model.shutdown(wait=finished, cancel_futures=not finished)
             self.busy = False
             if not finished:  # an error here, in a worker, or the caller stopped early: nothing to wait for
                 self.close(wait=False)

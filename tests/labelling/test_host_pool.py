@@ -85,3 +85,31 @@ def test_the_model_process_reader_stops_at_the_pools_stop_and_reports_a_message_
     kind, _, error = arrived.get_nowait()
     assert kind == "error" and isinstance(error, HostWorkerError)
     assert str(error) == "encoder labeller: a host worker's message could not be read: EOFError: ran out of input"
+
+
+def test_a_forward_pass_failing_for_every_story_reaches_the_caller_from_the_forward_thread(tiny_encoder, gold):
+    """The model runs in a thread of the model process: an error of the device (every story of a batch fails alone
+    too, ``forward_or_keep``) is raised to the caller with its own type, as when it ran in the caller's thread, and
+    the pool closes (the encoder labeller starts a new one); a closed pool refuses a call (it yielded nothing)."""
+    from harness.labelling.encoder import EncoderLabeller
+    from harness.labelling.host_pool import HostPool
+
+    out_dir, _ = tiny_encoder
+    lab = EncoderLabeller(out_dir, device="cpu", precision="int8", workers=0)
+    stories = [g.story for g in gold[:4]]
+    pool = HostPool(1, str(lab.path / "encoder"), lab.decoder)
+
+    def broken(ids, am, tt):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    try:
+        assert [b[0].story_id for b in pool.label([stories[:2], stories[2:]], lab._forward)] == [
+            stories[0].story_id, stories[2].story_id]
+        with pytest.warns(RuntimeWarning, match="labelled one at a time"), \
+                pytest.raises(RuntimeError, match="illegal memory access"):
+            list(pool.label([stories[:2], stories[2:]], broken))
+        assert not pool.busy and pool.pids == [] and not pool._reader.is_alive()
+        with pytest.raises(HostWorkerError, match="^encoder labeller: this host pool is closed; start a new one$"):
+            list(pool.label([stories[:2]], lab._forward))
+    finally:
+        pool.close(wait=False)
