@@ -3,9 +3,9 @@
 The model process (the caller's) runs only the forward pass, in a thread of its own; ``HostPool.label`` streams
 batches through the workers. Each worker has an inbox of its own, and the worker that tokenised a batch also
 decodes it: it keeps the batch's stories and encodings in between, so only the model's input arrays come to the
-model process and only its probabilities go back. (Through a shared process pool, each batch's stories and encodings were pickled to the
-model process and back to whichever worker decoded them: about 90 us per story on a 2-core Xeon, a tenth of the
-host work.) Every worker holds up to ``DEPTH`` batches, so while work remains it never waits for the model
+model process and only its probabilities go back. (Through a shared process pool, each batch's stories and
+encodings were pickled to the model process and back to whichever worker decoded them: about 90 us per story on a
+2-core Xeon, a tenth of the host work.) Every worker holds up to ``DEPTH`` batches, so while work remains it never waits for the model
 process, and batches flow on across the caller's windows without the pool draining between them.
 
 Messages are read as they come, by a reader thread on each side, and a worker tokenises a new batch before it
