@@ -207,8 +207,8 @@ def throughput(labeller, stories, n: int, batch_size: int, end_to_end_only: bool
 def end_to_end(labeller, corpus, batch_size: int, sync) -> dict:
     """``label`` on ``corpus`` as a user calls it, and where its time went: ``end_to_end_per_s``;
     ``main_cpu_us_per_story``, this process's CPU per story; ``main_forward_share``, the share of the
-    wall time this process spent in the model's forward pass (on a GPU, waiting for it included:
-    the forward runs between the workers' messages, so near 1.0 the model bounds the run); and, with
+    wall time this process spent in the model's forward pass (on a GPU, waiting for it included: near
+    1.0 the model bounds the run); and, with
     worker processes, their CPU per story and busy share, as ``host_layout`` reports them."""
     in_forward, depth = [0.0], [0]
     forward = labeller._forward
@@ -298,16 +298,12 @@ def host_layout(path, stories, n: int, batch_size: int, workers: int, device_us_
     check = stories[:200]
     want = lab.label(check, batch_size=batch_size)
 
-    in_forward = [0.0]
-
     def lookup(ids, am, tt):
-        start = time.perf_counter()
         if device_us_per_story:
             time.sleep(device_us_per_story * 1e-6 * len(ids))
         out = np.zeros((*ids.shape, len(SLOTS)), dtype=np.float32)
         for r, m in enumerate(am.sum(1).tolist()):
             out[r, :m] = table[ids[r, :m].tobytes()]  # collated ids are int64 rows
-        in_forward[0] += time.perf_counter() - start
         return out
 
     arrays = _collate_np(enc, lab.tokenizer.pad_token_id)
@@ -319,22 +315,13 @@ def host_layout(path, stories, n: int, batch_size: int, workers: int, device_us_
     # warm-up in the layout (several batches, so the workers take them), and the labels checked
     got = lab.label(check + corpus[: batch_size * 4], batch_size=batch_size)[: len(check)]
     same = [x.characters for x in got] == [x.characters for x in want]
-    pids = lab._pool.pids
-    w0 = _cpu_seconds(pids)
-    in_forward[0] = 0.0
-    c0, t0 = time.process_time(), time.perf_counter()
-    lab.label(corpus, batch_size=batch_size)
-    c1, t1 = time.process_time(), time.perf_counter()
-    w1 = _cpu_seconds(pids)
+    timed = end_to_end(lab, corpus, batch_size, sync=lambda: None)  # the model's time is the lookup's
     lab.close()
-    busy = (w1 - w0) if w0 is not None and w1 is not None else None
+    per_s = timed["end_to_end_per_s"]
     return {"stories": n, "batch_size": batch_size, "workers": lab.workers, "device_us_per_story": device_us_per_story,
-            "host_per_s": n / (t1 - t0),
-            "host_per_worker_per_s": n / (t1 - t0) / max(lab.workers, 1),
-            "main_cpu_us_per_story": 1e6 * (c1 - c0) / n, "lookup_us_per_story": lookup_us,
-            "main_forward_share": in_forward[0] / (t1 - t0),
-            "worker_cpu_us_per_story": None if busy is None else 1e6 * busy / n,
-            "worker_busy_share": None if busy is None else busy / ((t1 - t0) * max(lab.workers, 1)),
+            "host_per_s": per_s, "host_per_worker_per_s": per_s / max(lab.workers, 1),
+            "main_cpu_us_per_story": timed["main_cpu_us_per_story"], "lookup_us_per_story": lookup_us,
+            **{k: timed[k] for k in ("main_forward_share", "worker_cpu_us_per_story", "worker_busy_share")},
             "labels_equal_the_model": same,
             "labelled_characters": sum(1 for x in want for c in x.characters if c.name or c.references)}
 
