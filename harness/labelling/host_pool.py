@@ -15,9 +15,9 @@ its model inputs) is written only as fast as its reader takes it, and the messag
 between batches, a batch given to a worker waited behind the probabilities of its other batches until it had
 decoded one (a second at batch 1,024), and then the worker's batches were all with the model at once. With the
 model's time emulated (``benchmarks/labelling.py --host-layout N --device-us-per-story 500``, one worker on a
-2-core machine, alternating pairs) the worker was busy 91-92% of the time before, 94-96% with the reader threads,
-and 99% with the forward pass in a thread of its own too (``HostPool.label``), labelling about 1.2x the stories per
-second.
+2-core machine, the three versions in turn in one run) the worker was busy 88-89% of the time before, 95-96% with
+the reader threads, and 100% with the forward pass in a thread of its own too (``HostPool.label``), labelling
+1.08-1.09x the stories per second.
 """
 
 from __future__ import annotations
