@@ -165,6 +165,9 @@ class LabelConfig(_Strict):
                     "each seed's to train")
     train_jobs: int = Field(1, ge=1, description="with several train_seeds: members trained at once on the CPU, a "
                                                  "process each (2 on 2 cores: faster than one after the other)")
+    train_precision: Literal["float32", "bfloat16"] | None = Field(
+        None, description="the arithmetic of the encoder's training on first use: float32 (default) or bfloat16, "
+                          "faster on a CPU with AVX512-BF16 or AMX (harness.labelling.training.train_precision)")
     name_check: bool = Field(True, description="encoder: swap two named characters' pronouns when both first names "
                                                "contradict them (harness.labelling.name_gender)")
     action_check: bool = Field(True, description="encoder: exchange the two characters of a power-laden Love story "
@@ -449,6 +452,7 @@ def check_output_dir(cfg: RunConfig, path: Path | str) -> None:
 #: The label: fields one labeller reads (the rest, labeller, batch_size and shard_rows, every labeller reads).
 LABELLER_FIELDS = {
     "encoder": ("model_dir", "train_if_missing", "train_extra", "train_epochs", "train_seeds", "train_jobs",
+                "train_precision",
                 "name_check", "action_check", "pronoun_binding", "precision", "apposition_check"),
     "llm": ("llm", "llm_sampling", "llm_attempts"),
 }

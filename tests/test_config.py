@@ -388,12 +388,17 @@ def test_training_settings_an_encoder_already_trained_would_ignore_are_refused(t
                                              "trained encoder is used as it is; delete it"),
                          ("train_seeds: [0]", "label.train_seeds: the encoder at {m} was trained with [0, 1], not [0]"),
                          ("train_extra: [more.jsonl]", "label.train_extra: the encoder at {m} was trained with the files "
-                                                       "laissez_faire_train150.jsonl, project.jsonl, not ['more.jsonl']")):
+                                                       "laissez_faire_train150.jsonl, project.jsonl, not ['more.jsonl']"),
+                         # a meta.json without a precision is an earlier release's, trained in float32
+                         ("train_precision: bfloat16", "label.train_precision: the encoder at {m} was trained with "
+                                                       "float32, not bfloat16")):
         cfg = load_config(write(tmp_path, head + fields + "}\n"))
         with pytest.raises(ConfigError, match=re.escape(says.format(m=model))):
             encoder_dir(cfg)
     same = "train_epochs: 16, train_seeds: [0, 1], train_extra: [data/laissez_faire_train150.jsonl]"
     assert encoder_dir(load_config(write(tmp_path, head + same + "}\n"))) == model
+    for precision in ("float32", "null"):  # null: the default, whatever the encoder was trained in
+        assert encoder_dir(load_config(write(tmp_path, head + f"train_precision: {precision}}}\n"))) == model
     assert encoder_dir(load_config(write(tmp_path, head[:-2] + "}\n"))) == model  # nothing asked: used as it is
 
 

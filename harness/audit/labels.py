@@ -121,20 +121,22 @@ def encoder_dir(cfg: RunConfig) -> Path:
 
 def check_training_settings(cfg: RunConfig, path: Path) -> None:
     """A ConfigError where the config sets how the encoder is trained on first use (``label.train_epochs``,
-    ``train_seeds``, ``train_extra``) and the encoder already at ``path`` was trained otherwise: it is used as it
-    is, so those settings did nothing, silently."""
+    ``train_seeds``, ``train_extra``, ``train_precision``) and the encoder already at ``path`` was trained otherwise:
+    it is used as it is, so those settings did nothing, silently."""
     from harness.labelling.encoder import read_model_meta
 
-    asked = cfg.label.model_fields_set & {"train_epochs", "train_seeds", "train_extra"}
+    asked = cfg.label.model_fields_set & {"train_epochs", "train_seeds", "train_extra", "train_precision"}
     if not asked or not (path / "meta.json").is_file():
         return
     meta = read_model_meta(path, "label.model_dir" if cfg.label.model_dir else "the user cache's encoder")
     train = meta.get("train", {})
     had = {"train_epochs": train.get("epochs"), "train_seeds": train.get("seeds", [train.get("seed")]),
-           "train_extra": sorted(set(meta.get("files", [])))}
+           "train_extra": sorted(set(meta.get("files", []))),
+           "train_precision": train.get("precision", "float32")}  # an earlier release trained in float32
     want = {"train_epochs": cfg.label.train_epochs, "train_seeds": list(cfg.label.train_seeds),
-            "train_extra": [Path(f).name for f in cfg.label.train_extra]}
-    for field in sorted(asked):
+            "train_extra": [Path(f).name for f in cfg.label.train_extra],
+            "train_precision": cfg.label.train_precision}
+    for field in sorted(asked - ({"train_precision"} if cfg.label.train_precision is None else set())):
         differs = (not set(want[field]) <= set(had[field])) if field == "train_extra" else want[field] != had[field]
         if differs:
             shown = had[field] if field != "train_extra" else f"the files {', '.join(had[field])}"
@@ -195,7 +197,8 @@ def make_labeller(cfg: RunConfig, *, echo=print, progress: bool = False):
                          f"on CPU; cut short, a rerun goes on from its last finished epoch)")
                     files = builtin_training_files() + [Path(f) for f in cfg.label.train_extra]
                     rep = train_soup(files, cfg.label.train_seeds, out_dir=path, epochs=cfg.label.train_epochs,
-                                     jobs=cfg.label.train_jobs, progress=progress)
+                                     jobs=cfg.label.train_jobs, precision=cfg.label.train_precision,
+                                     progress=progress)
                     echo(f"[label] {rep.line()}")
                 else:  # another job trained it while this one waited: its settings, checked as at the run's start
                     check_training_settings(cfg, path)

@@ -398,6 +398,10 @@ def train(
     jobs: int = typer.Option(1, "--jobs", min=1, help="With several --seed: train up to this many members at once "
                              "on the CPU, a process each (2 on 2 cores: faster than one after the other)."),
     device: Optional[str] = typer.Option(None, "--device", help="cpu or cuda (default: cuda when available)."),
+    precision: Optional[str] = typer.Option(None, "--precision", help="The training's arithmetic: float32 "
+                                            "(default) or bfloat16 (autocast; weights stay float32): about 1.5x faster "
+                                            "on a CPU with AVX512-BF16 or AMX, dev as accurate, held-out recall "
+                                            "1-1.5 points lower."),
     init_from: Optional[Path] = typer.Option(None, "--init-from", help="Continue training a model directory "
                                              "written by this command (give --out too; the same directory continues it in place)."),
     as_json: bool = typer.Option(False, "--json", help="Print the training report as JSON."),
@@ -412,7 +416,7 @@ def train(
         files = list(data or builtin_training_files()) + list(extra or [])
         settings = dict(epochs=epochs, batch_size=batch_size, lr=lr, layers=layers, limit=limit, augment=augment,
                         threads=threads, init_from=init_from, progress=progress, base=base, occurrences=occurrences,
-                        device=device)
+                        device=device, precision=precision)
         rep = train_soup(files, seed, out_dir=out, jobs=jobs, **settings)  # a second into OUT at once is refused
     except HarnessError as e:
         _fail(e)

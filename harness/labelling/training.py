@@ -320,6 +320,7 @@ class TrainReport:
             ``seconds`` then still sums every member's training time).
         resumed_epochs: the epochs an earlier call, cut short, had trained (``CHECKPOINT``); this call
             trained the rest. ``seconds`` counts both calls' training. A soup's: its members', summed.
+        precision: the forward pass's arithmetic (``train_precision``), named in ``line`` where it is not float32.
     """
 
     out_dir: str
@@ -334,6 +335,7 @@ class TrainReport:
     seeds: tuple[int, ...] = ()
     trained_seeds: tuple[int, ...] = ()
     resumed_epochs: int = 0
+    precision: str = "float32"
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-Python form for JSON."""
@@ -342,15 +344,16 @@ class TrainReport:
     def line(self) -> str:
         """What the training did, in one line: for a soup, which members this call trained and which it reused."""
         what = f"on {self.stories} stories ({self.words} words) for {self.epochs} epochs"
+        where = self.device + (f" in {self.precision}" if self.precision != "float32" else "")
         went_on = (f"; went on from {self.resumed_epochs} epoch{'s' if self.resumed_epochs > 1 else ''} a training cut "
                    f"short had finished" if self.resumed_epochs else "")
         if len(self.seeds) <= 1:
-            return (f"trained {what} in {self.seconds:.0f} s on {self.device}{went_on}; final loss "
+            return (f"trained {what} in {self.seconds:.0f} s on {where}{went_on}; final loss "
                     f"{self.final_loss:.4f}; saved to {self.out_dir}")
         now = (f"trained seed{'s' if len(self.trained_seeds) > 1 else ''} {', '.join(map(str, self.trained_seeds))} "
                f"now" if self.trained_seeds else "trained no seed now (every member was already trained alike)")
         return (f"{now}; averaged seeds {', '.join(map(str, self.seeds))}, each trained {what} ({self.seconds:.0f} s "
-                f"of training in all, on {self.device}{went_on}); saved the soup to {self.out_dir}")
+                f"of training in all, on {where}{went_on}); saved the soup to {self.out_dir}")
 
 
 def _training_rows(files: Sequence[str | Path]) -> list[GoldStory]:
@@ -509,6 +512,26 @@ def _load_checkpoint(path: Path, key: dict[str, Any]) -> dict[str, Any] | None:
     return state
 
 
+#: ``train_encoder``'s arithmetic: float32, or bfloat16 through torch's autocast.
+TRAIN_PRECISIONS = ("float32", "bfloat16")
+
+
+def train_precision(precision: str | None) -> str:
+    """The training's arithmetic: ``precision`` checked; float32 by default.
+
+    bfloat16 is faster where the CPU multiplies it natively (AVX512-BF16 or AMX; one without emulates it, slower
+    than float32): on the 2-core AMD EPYC with AVX512-BF16 a soup's epoch took about 140 s against 224 s. Its soup
+    labels dev as the float32 one does (paired differences -0.2 to 0.0 points, every interval across 0), but held
+    out it lost 1.5 points of gender recall and 1.2 of name recall, intervals below 0 (``benchmarks/RESULTS.md``,
+    section labelling-layers, session 70): so it is the faster choice for trying a change, not the default."""
+    if precision is None:
+        return "float32"
+    if precision not in TRAIN_PRECISIONS:
+        raise ConfigError(f"precision {precision!r} (--precision, label.train_precision): train in "
+                          f"{' or '.join(TRAIN_PRECISIONS)}")
+    return precision
+
+
 def train_encoder(
     files: Sequence[str | Path],
     *,
@@ -530,6 +553,7 @@ def train_encoder(
     occurrences: bool = False,
     device: str | None = None,
     head_seed: int | None = None,
+    precision: str | None = None,
 ) -> TrainReport:
     """Fine-tune a base encoder (all-MiniLM-L6-v2 unless ``base`` names another of
     ``harness.labelling.bases.BASES``) on labelled JSONL files and save it.
@@ -560,6 +584,9 @@ def train_encoder(
         head_seed: draw the new head's first weights under this seed instead of ``seed``, which then
             orders the batches and draws the augmentation and dropout alone. The members of a soup
             (``train_soup``) share one head this way, so their weights can be averaged.
+        precision: the forward pass's arithmetic: "float32", or "bfloat16" (torch's autocast: matrix products in
+            bfloat16; weights, gradients and the optimiser's state in float32; ``train_precision``). Default
+            float32. The saved model is float32 either way.
     """
     torch = _torch()
     from transformers import AutoTokenizer
@@ -582,6 +609,7 @@ def train_encoder(
     device = device or default_device()
     if device not in ("cpu", "cuda"):
         raise ConfigError(f"device={device!r}: train on cpu or cuda")
+    precision = train_precision(precision)
     if device == "cuda" and default_device() != "cuda":
         raise ConfigError("device='cuda' but torch sees no GPU here; leave the device out to train on the CPU")
     if out_dir is not None and Path(out_dir).exists() and not Path(out_dir).is_dir():
@@ -644,6 +672,8 @@ def train_encoder(
                "max_length": max_length, "augment": augment, "flip_prob": flip_prob, "seed": seed, "limit": limit,
                "occurrences": occurrences, "head_seed": head_seed, "device": device,
                "roles_sha256": _roles_hash(rows), "targets_version": TARGETS_VERSION}
+        if precision != "float32":  # a float32 training's key as before: its checkpoints still resume
+            key["precision"] = precision
         state = _load_checkpoint(checkpoint, key)
         start, words_seen, earlier_seconds = 0, 0, 0.0
         losses: list[float] = []
@@ -693,7 +723,9 @@ def train_encoder(
                 target, mask = (torch.from_numpy(a) for a in _token_targets(batch, ids.shape[1]))
                 if device != "cpu":
                     ids, am, tt, target, mask = (t.to(device, non_blocking=True) for t in (ids, am, tt, target, mask))
-                logits = model(ids, am, tt)
+                with torch.autocast(device, dtype=torch.bfloat16, enabled=precision == "bfloat16"):
+                    logits = model(ids, am, tt)
+                logits = logits.float()
                 n = (mask.sum() / len(SLOTS)).clamp(min=1.0)
                 loss = (loss_fn(logits, target) * mask).sum() / n
                 opt.zero_grad()
@@ -723,7 +755,7 @@ def train_encoder(
             bar.close()
         seconds = earlier_seconds + time.perf_counter() - t0
         report = TrainReport(str(out), len(rows), words_seen, epochs, round(seconds, 2), round(last, 5), data_sha256,
-                             tuple(losses), device, (seed,), (seed,), start)
+                             tuple(losses), device, (seed,), (seed,), start, precision)
         import transformers
 
         meta = {"format": 1, "slots": list(SLOTS), "max_length": max_length,
@@ -732,7 +764,8 @@ def train_encoder(
                 "train": {"epochs": epochs, "batch_size": batch_size, "lr": lr, "head_lr_mult": head_lr_mult,
                           "augment": augment, "flip_prob": flip_prob, "seed": seed, "limit": limit,
                           "occurrences": occurrences, "device": device, "head_seed": head_seed,
-                          "layers": layers, "roles_sha256": key["roles_sha256"], "targets_version": TARGETS_VERSION},
+                          "layers": layers, "roles_sha256": key["roles_sha256"], "targets_version": TARGETS_VERSION,
+                          "precision": precision},
                 "init_from": str(init_from) if init_from else None,
                 "report": report.to_dict(), "versions": {"torch": torch.__version__,
                                                           "transformers": transformers.__version__}}
@@ -750,6 +783,7 @@ def train_encoder(
             except OSError:  # not a file (or not ours to remove): left as it is, the model is saved
                 pass
         return report
+
 
 
 #: ``train_encoder``'s defaults, which a soup's members are checked against when its caller leaves one out.
@@ -937,7 +971,8 @@ def _member_done(member: Path, base: str, want: dict[str, Any], data_sha256: str
     except ConfigError:
         return False
     train = meta.get("train", {})
-    have = {**train, "max_length": meta.get("max_length")}  # the longest story window, recorded beside the settings
+    # the longest story window is recorded beside the settings; a member of an earlier release trained in float32
+    have = {"precision": "float32", **train, "max_length": meta.get("max_length")}
     return (meta.get("report", {}).get("data_sha256") == data_sha256 and meta.get("base_name") == base
             and all(have.get(k) == v for k, v in want.items())
             and train.get("roles_sha256", roles_sha256) == roles_sha256
@@ -978,6 +1013,8 @@ def train_soup(files: Sequence[str | Path], seeds: Sequence[int], *, out_dir: st
     if kwargs.get("init_from") is not None:
         raise ConfigError("a soup starts every member from the base; leave out init_from (--init-from)")
     base = kwargs.get("base") or DEFAULT_BASE
+    # resolved once: a member is checked against the arithmetic it was trained in, not against "the default"
+    kwargs["precision"] = train_precision(kwargs.get("precision"))
     out = model_dir_for(out_dir, base)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"out_dir {out}: a file is there, and a trained model is a directory; choose another "
@@ -987,7 +1024,8 @@ def train_soup(files: Sequence[str | Path], seeds: Sequence[int], *, out_dir: st
         rows = rows[:kwargs["limit"]]
     data_sha256, roles_sha256 = _data_hash(rows), _roles_hash(rows)
     settings = {k: kwargs.get(k, _TRAIN_DEFAULTS[k]) for k in ("epochs", "batch_size", "lr", "head_lr_mult", "augment",
-                                                          "flip_prob", "limit", "occurrences", "layers", "max_length")}
+                                                          "flip_prob", "limit", "occurrences", "layers", "max_length",
+                                                          "precision")}
     with training_lock(out):  # a second training into ``out`` is refused (its members' folders too)
         members = {seed: out / "members" / f"seed-{seed}" for seed in seeds}
         todo = {seed: member for seed, member in members.items()
@@ -1004,7 +1042,8 @@ def train_soup(files: Sequence[str | Path], seeds: Sequence[int], *, out_dir: st
         report = TrainReport(str(out), first["stories"], first["words"], first["epochs"],
                              round(sum(m["report"]["seconds"] for m in metas), 2), first["final_loss"], data_sha256,
                              tuple(first.get("epoch_losses", ())), first.get("device", "cpu"), tuple(seeds),
-                             tuple(todo), sum(r.resumed_epochs for r in reports))
+                             tuple(todo), sum(r.resumed_epochs for r in reports),
+                             metas[0]["train"].get("precision", "float32"))
         meta = json.loads((out / "meta.json").read_text())
         meta["report"] = {k: v for k, v in report.to_dict().items()  # this call's, not the model's
                           if k not in ("trained_seeds", "resumed_epochs")}

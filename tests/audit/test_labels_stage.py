@@ -203,11 +203,12 @@ def test_first_use_training_with_several_seeds_saves_their_soup(tmp_path, monkey
                             "output_dir": str(tmp_path / "run"),
                             "label": {"labeller": "encoder", "model_dir": str(tmp_path / "enc"),
                                       "train_if_missing": True, "train_seeds": seeds, "train_epochs": 2,
-                                      "train_jobs": 2}})
+                                      "train_jobs": 2, "train_precision": "bfloat16"}})
         with pytest.raises(ConfigError):  # nothing was trained, so the labeller finds no model afterwards
             make_labeller(cfg, echo=lambda s: None)
         assert [c[0] for c in calls] == [seeds]
         assert calls[0][1]["epochs"] == 2 and calls[0][1]["out_dir"] == tmp_path / "enc" and calls[0][1]["jobs"] == 2
+        assert calls[0][1]["precision"] == "bfloat16"
     with pytest.raises(ConfigError, match="train_seeds"):
         parse_config({"model": {"backend": "transformers", "path": "smollm2-135m"}, "output_dir": str(tmp_path / "r"),
                       "label": {"train_seeds": []}})

@@ -164,6 +164,9 @@ def test_train_line_says_a_training_went_on_from_a_checkpoint():
     assert soup.line() == ("trained seed 1 now; averaged seeds 0, 1, each trained on 4 stories (90 words) for 16 epochs "
                            "(6000 s of training in all, on cpu; went on from 3 epochs a training cut short had "
                            "finished); saved the soup to s")
+    bf16 = TrainReport("m", 4, 90, 16, 1800.0, 0.0123, "x", seeds=(0,), precision="bfloat16")
+    assert bf16.line() == "trained on 4 stories (90 words) for 16 epochs in 1800 s on cpu in bfloat16; final loss " \
+        "0.0123; saved to m"
 
 
 def test_train_command_with_two_seeds_saves_their_soup(tmp_path):
@@ -192,6 +195,11 @@ def test_errors_are_one_line(tmp_path, gold_path):
     r = runner.invoke(app, ["train", "--base", "bert", "--limit", "2", "--out", str(tmp_path / "m")])
     assert r.exit_code == 2 and "unknown base encoder 'bert'; available: minilm, mpnet" in r.output
     assert len(r.output.strip().splitlines()) == 1 and not (tmp_path / "m").exists()
+    for seeds in (["--seed", "0"], ["--seed", "0", "--seed", "1"]):
+        r = runner.invoke(app, ["train", "--precision", "fp16", "--limit", "2", "--out", str(tmp_path / "m"), *seeds])
+        assert r.exit_code == 2 and "precision 'fp16' (--precision, label.train_precision): train in float32 or " \
+            "bfloat16" in r.output, r.output
+        assert len(r.output.strip().splitlines()) == 1 and not (tmp_path / "m").exists()
 
 
 def test_eval_refuses_a_lexicon_or_second_encoder_it_cannot_read_before_labelling(tmp_path, gold_path, monkeypatch):

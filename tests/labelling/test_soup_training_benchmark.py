@@ -16,3 +16,12 @@ def test_both_layouts_train_the_same_members_and_the_section_gives_their_ratio(b
     assert alone["final_losses"][0] != alone["final_losses"][1]  # two seeds, two members
     text = bench.report({**alone, "seconds": 30.0}, {**together, "seconds": 20.0}, [0, 1], "a machine")
     assert "| 30.0 |" in text and "| 20.0 |" in text and "**1.50x** the speed (faster in this run)" in text
+    assert "bfloat16" not in text
+    bf16 = bench.run(files, [0, 1], 1, 2, 3, "bfloat16")
+    assert bf16["precision"] == "bfloat16" and together["precision"] == "float32"
+    assert bf16["final_losses"] != together["final_losses"]  # the other arithmetic: close, not equal
+    assert all(abs(a - b) < 0.05 for a, b in zip(bf16["final_losses"], together["final_losses"]))
+    text = bench.report({**alone, "seconds": 30.0}, {**together, "seconds": 20.0}, [0, 1], "a machine",
+                        {**bf16, "seconds": 12.5})
+    assert "bfloat16 (`--jobs 2 --precision bfloat16`) | 12.5 |" in text
+    assert "bfloat16 vs float32, at once: **1.60x** the speed (faster in this run)" in text
