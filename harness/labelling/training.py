@@ -785,7 +785,6 @@ def train_encoder(
         return report
 
 
-
 #: ``train_encoder``'s defaults, which a soup's members are checked against when its caller leaves one out.
 _TRAIN_DEFAULTS = {k: v.default for k, v in inspect.signature(train_encoder).parameters.items()}
 
