@@ -400,8 +400,8 @@ def train(
     device: Optional[str] = typer.Option(None, "--device", help="cpu or cuda (default: cuda when available)."),
     precision: Optional[str] = typer.Option(None, "--precision", help="The training's arithmetic: float32 "
                                             "(default) or bfloat16 (autocast; weights stay float32): about 1.5x faster "
-                                            "on a CPU with AVX512-BF16 or AMX, dev as accurate, held-out recall "
-                                            "1-1.5 points lower."),
+                                            "on a CPU with AVX512-BF16 or AMX, up to 1.5 points less accurate on a "
+                                            "figure or two."),
     init_from: Optional[Path] = typer.Option(None, "--init-from", help="Continue training a model directory "
                                              "written by this command (give --out too; the same directory continues it in place)."),
     as_json: bool = typer.Option(False, "--json", help="Print the training report as JSON."),

@@ -520,10 +520,10 @@ def train_precision(precision: str | None) -> str:
     """The training's arithmetic: ``precision`` checked; float32 by default.
 
     bfloat16 is faster where the CPU multiplies it natively (AVX512-BF16 or AMX; one without emulates it, slower
-    than float32): on the 2-core AMD EPYC with AVX512-BF16 a soup's epoch took about 140 s against 224 s. Its soup
-    labels dev as the float32 one does (paired differences -0.2 to 0.0 points, every interval across 0), but held
-    out it lost 1.5 points of gender recall and 1.2 of name recall, intervals below 0 (``benchmarks/RESULTS.md``,
-    section labelling-layers, session 70): so it is the faster choice for trying a change, not the default."""
+    than float32): on the 2-core AMD EPYC with AVX512-BF16 a soup's epoch took about 140 s against 224 s. Two
+    bfloat16 soups each fell below the shipped float32 soup on one or two figures, by up to 1.5 points (held-out
+    recall for one, dev gender recall for the other; ``benchmarks/RESULTS.md``, section labelling-layers, session
+    70): so it is the faster choice for trying a change, not the default."""
     if precision is None:
         return "float32"
     if precision not in TRAIN_PRECISIONS:
