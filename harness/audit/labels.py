@@ -124,6 +124,7 @@ def check_training_settings(cfg: RunConfig, path: Path) -> None:
     ``train_seeds``, ``train_extra``, ``train_precision``) and the encoder already at ``path`` was trained otherwise:
     it is used as it is, so those settings did nothing, silently."""
     from harness.labelling.encoder import read_model_meta
+    from harness.labelling.training import recorded_precision
 
     asked = cfg.label.model_fields_set & {"train_epochs", "train_seeds", "train_extra", "train_precision"}
     if not asked or not (path / "meta.json").is_file():
@@ -132,7 +133,7 @@ def check_training_settings(cfg: RunConfig, path: Path) -> None:
     train = meta.get("train", {})
     had = {"train_epochs": train.get("epochs"), "train_seeds": train.get("seeds", [train.get("seed")]),
            "train_extra": sorted(set(meta.get("files", []))),
-           "train_precision": train.get("precision", "float32")}  # an earlier release trained in float32
+           "train_precision": recorded_precision(train)}
     want = {"train_epochs": cfg.label.train_epochs, "train_seeds": list(cfg.label.train_seeds),
             "train_extra": [Path(f).name for f in cfg.label.train_extra],
             "train_precision": cfg.label.train_precision}

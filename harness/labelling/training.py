@@ -532,6 +532,12 @@ def train_precision(precision: str | None) -> str:
     return precision
 
 
+def recorded_precision(train: dict[str, Any]) -> str:
+    """The precision a model's ``meta.json`` ``train`` block says it was trained in (an earlier release recorded
+    none: it trained in float32)."""
+    return train.get("precision", "float32")
+
+
 def train_encoder(
     files: Sequence[str | Path],
     *,
@@ -970,8 +976,8 @@ def _member_done(member: Path, base: str, want: dict[str, Any], data_sha256: str
     except ConfigError:
         return False
     train = meta.get("train", {})
-    # the longest story window is recorded beside the settings; a member of an earlier release trained in float32
-    have = {"precision": "float32", **train, "max_length": meta.get("max_length")}
+    # the longest story window is recorded beside the settings
+    have = {**train, "precision": recorded_precision(train), "max_length": meta.get("max_length")}
     return (meta.get("report", {}).get("data_sha256") == data_sha256 and meta.get("base_name") == base
             and all(have.get(k) == v for k, v in want.items())
             and train.get("roles_sha256", roles_sha256) == roles_sha256
@@ -1042,7 +1048,7 @@ def train_soup(files: Sequence[str | Path], seeds: Sequence[int], *, out_dir: st
                              round(sum(m["report"]["seconds"] for m in metas), 2), first["final_loss"], data_sha256,
                              tuple(first.get("epoch_losses", ())), first.get("device", "cpu"), tuple(seeds),
                              tuple(todo), sum(r.resumed_epochs for r in reports),
-                             metas[0]["train"].get("precision", "float32"))
+                             recorded_precision(metas[0]["train"]))
         meta = json.loads((out / "meta.json").read_text())
         meta["report"] = {k: v for k, v in report.to_dict().items()  # this call's, not the model's
                           if k not in ("trained_seeds", "resumed_epochs")}
