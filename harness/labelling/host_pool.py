@@ -57,6 +57,7 @@ class HostPool:
             raise ValueError(f"a host pool needs at least one worker, got {workers}")
         ctx = mp.get_context("spawn")
         self.busy = False  # a call of ``label`` in progress
+        self._closed = False  # ``close`` ran: its queues take nothing more
         self._results = ctx.Queue()
         # the workers' messages, read as they come by a thread of this process (``_read_results``)
         self._arrived: queue.Queue = queue.Queue()
@@ -179,7 +180,11 @@ class HostPool:
                                   f"{dead[0].exitcode}") from None
 
     def close(self, wait: bool = True) -> None:
-        """Stop the workers: after the batches they hold (``wait``), or at once."""
+        """Stop the workers: after the batches they hold (``wait``), or at once. Again, nothing: a call of ``label``
+        that stopped early closed its pool, and its owner closes it too."""
+        if self._closed:
+            return
+        self._closed = True
         for inbox, p in zip(self._inboxes, self._procs):
             if wait and p.is_alive():
                 try:

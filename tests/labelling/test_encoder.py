@@ -484,6 +484,31 @@ def test_host_workers_hold_a_bounded_number_of_batches_and_a_dead_one_is_named_a
         pool.close(wait=False)
 
 
+def test_a_host_pool_closed_twice_with_its_reader_stuck_closes_once(tiny_encoder):
+    """A call of ``label`` stopped by a dead worker closes its pool, and the owner closes it again. The reader
+    thread can still be waiting for a killed worker's half-written message then: the second close put its "stop"
+    on the closed queue and raised ValueError (a flaky failure of the test above)."""
+    import threading
+
+    from harness.labelling.host_pool import HostPool
+
+    out_dir, _ = tiny_encoder
+    lab = EncoderLabeller(out_dir, device="cpu", precision="int8", workers=0)
+    pool = HostPool(1, str(lab.path / "encoder"), lab.decoder)
+    stuck = threading.Event()
+    reader = pool._reader
+    pool._reader = threading.Thread(target=stuck.wait, daemon=True)  # a reader that never reads "stop"
+    pool._reader.start()
+    try:
+        pool.close(wait=False)
+        pool.close(wait=False)
+        assert pool.pids == []
+    finally:
+        stuck.set()
+        reader.join(timeout=5)
+    assert not reader.is_alive()
+
+
 def test_cpu_workers_a_killed_worker_leaves_the_next_call_a_new_pool(tiny_encoder, gold, monkeypatch):
     # a CPU model worker that dies (killed, out of memory) breaks its executor for good: a call it was working
     # for fails, the next one starts new processes, as beside a GPU
