@@ -405,7 +405,9 @@ def train(
     init_from: Optional[Path] = typer.Option(None, "--init-from", help="Continue training a model directory "
                                              "written by this command (give --out too; the same directory continues it in place)."),
     as_json: bool = typer.Option(False, "--json", help="Print the training report as JSON."),
-    progress: bool = typer.Option(False, "--progress/--no-progress"),
+    progress: Optional[bool] = typer.Option(None, "--progress/--no-progress", help="A bar of the training's steps "
+                                            "(--progress), or nothing until the end (--no-progress); by default a line "
+                                            "on stderr as each epoch ends, with the time left."),
 ) -> None:
     """Fine-tune the encoder labeller on hand-labelled stories. Cut short (Ctrl-C, killed), the same command goes on
     from the last epoch it finished."""
@@ -415,7 +417,8 @@ def train(
     try:
         files = list(data or builtin_training_files()) + list(extra or [])
         settings = dict(epochs=epochs, batch_size=batch_size, lr=lr, layers=layers, limit=limit, augment=augment,
-                        threads=threads, init_from=init_from, progress=progress, base=base, occurrences=occurrences,
+                        threads=threads, init_from=init_from, progress="epochs" if progress is None else progress,
+                        base=base, occurrences=occurrences,
                         device=device, precision=precision)
         rep = train_soup(files, seed, out_dir=out, jobs=jobs, **settings)  # a second into OUT at once is refused
     except HarnessError as e:

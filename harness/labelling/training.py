@@ -19,6 +19,7 @@ import math
 import os
 import random
 import re
+import sys
 import threading
 import time
 import warnings
@@ -538,6 +539,32 @@ def recorded_precision(train: dict[str, Any]) -> str:
     return train.get("precision", "float32")
 
 
+#: ``train_encoder``'s ``progress``: silent, a bar of steps, or a line per epoch.
+PROGRESS = (False, True, "bar", "epochs")
+
+
+def check_progress(progress: Any) -> None:
+    """Refuse a ``progress`` that ``train_encoder`` does not know (a typo printed nothing, silently)."""
+    if not any(progress is p or (isinstance(p, str) and progress == p) for p in PROGRESS):
+        raise ConfigError(f"progress={progress!r}: give False, True, 'bar' or 'epochs'")
+
+
+def epoch_line(seed: int, done: int, epochs: int, loss: float, earlier: float, now: float, now_epochs: int) -> str:
+    """The line ``progress="epochs"`` prints as an epoch ends: ``done`` of ``epochs`` finished, ``now_epochs`` of
+    them in this call's ``now`` seconds, after ``earlier`` seconds of a training cut short (its epochs went at
+    another pace, or on another machine, so the time left is read from this call's alone).
+
+    >>> epoch_line(2, 3, 16, 0.08123, 0.0, 360.0, 3)
+    '[train seed 2] epoch 3/16: loss 0.0812; 6.0 min so far, about 26 min to go'
+    >>> epoch_line(0, 16, 16, 0.0123, 600.0, 1200.0, 10)
+    '[train seed 0] epoch 16/16: loss 0.0123; 30.0 min so far, done'
+    """
+    left = now / now_epochs * (epochs - done)
+    to_go = ("done" if done == epochs else "under a minute to go" if left < 60 else
+             f"about {round(left / 60)} min to go")
+    return f"[train seed {seed}] epoch {done}/{epochs}: loss {loss:.4f}; {(earlier + now) / 60:.1f} min so far, {to_go}"
+
+
 def train_encoder(
     files: Sequence[str | Path],
     *,
@@ -554,7 +581,7 @@ def train_encoder(
     limit: int | None = None,
     threads: int | None = None,
     init_from: str | Path | None = None,
-    progress: bool = False,
+    progress: bool | str = False,
     base: str | None = None,
     occurrences: bool = False,
     device: str | None = None,
@@ -577,6 +604,10 @@ def train_encoder(
         threads: torch CPU threads (default: leave torch's setting).
         init_from: continue from a model directory written by this function instead of the
             pretrained base (more epochs without starting over); needs ``out_dir``, which may be ``init_from``.
+        progress: False (silent), True or "bar" (a bar of the optimiser's steps), or "epochs" (a line on stderr as
+            each epoch ends: the seed, the epoch, its loss, the time so far and an estimate of the time left;
+            what members of a soup trained at once in processes print, where their bars would overwrite each
+            other's line).
         base: the pretrained encoder to start from (``harness.labelling.bases``; default ``minilm``, or
             the base of ``init_from``).
         occurrences: teach who owns each occurrence of a reference word both characters hold
@@ -609,6 +640,7 @@ def train_encoder(
             raise ConfigError(f"{option} must be a positive number, got {value}")
     if not 0.0 <= flip_prob <= 1.0:
         raise ConfigError(f"flip_prob is a probability, from 0 to 1; got {flip_prob}")
+    check_progress(progress)
     check_threads(threads)
     if threads:
         torch.set_num_threads(threads)
@@ -696,7 +728,7 @@ def train_encoder(
         t0 = time.perf_counter()
         last = losses[-1] if losses else float("nan")
         bar = None
-        if progress:
+        if progress and progress != "epochs":
             from tqdm.auto import tqdm
 
             bar = tqdm(total=total, initial=start * steps_per_epoch, desc="train encoder", unit="step")
@@ -750,6 +782,9 @@ def train_encoder(
                     bar.close()
                 raise ConfigError(f"training diverged at epoch {ep + 1} (loss {last}); lower --lr (lr {lr})")
             losses.append(round(last, 5))
+            if progress == "epochs":
+                print(epoch_line(seed, ep + 1, epochs, last, earlier_seconds, time.perf_counter() - t0, ep + 1 - start),
+                      file=sys.stderr, flush=True)
             if ep + 1 < epochs:
                 _save_checkpoint(checkpoint, {
                     "key": key, "epoch": ep + 1, "words": words_seen, "losses": losses,
@@ -1013,6 +1048,7 @@ def train_soup(files: Sequence[str | Path], seeds: Sequence[int], *, out_dir: st
     if jobs > 1 and len(seeds) == 1:  # it did nothing, silently
         raise ConfigError(f"jobs {jobs} (--jobs, label.train_jobs): trains a soup's members at once, and one seed "
                           f"trains one model; give more seeds, or drop it")
+    check_progress(kwargs.get("progress", False))
     if len(seeds) == 1:  # no soup: the one model, as train_encoder saves it
         return train_encoder(files, out_dir=out_dir, seed=seeds[0], **kwargs)
     if kwargs.get("init_from") is not None:
@@ -1072,6 +1108,8 @@ def _train_members_at_once(files: Sequence[str | Path], members: dict[int, Path]
     from harness.labelling.host_pool import exit_with_parent
 
     kw = {**kwargs, "device": "cpu", "threads": kwargs.get("threads") or max(1, usable_cpus() // jobs)}
+    if kw.get("progress"):  # bars of two processes overwrite each other's line
+        kw["progress"] = "epochs"
     pool = ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn"), initializer=exit_with_parent)
     try:
         futures = [pool.submit(train_encoder, list(files), out_dir=member, seed=seed, head_seed=head_seed, **kw)

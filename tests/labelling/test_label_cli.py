@@ -144,6 +144,20 @@ def test_train_command(tmp_path):
     assert d["stories"] == 4 and (tmp_path / "m" / "meta.json").is_file()
 
 
+def test_train_says_each_epoch_on_stderr_unless_told_not_to(tmp_path):
+    """A soup took 50-61 min on 2 cores and printed nothing until it ended; by default each member now says each
+    epoch it ends on stderr (stdout keeps the report alone: --json still parses), and --no-progress is silent."""
+    args = ["train", "--limit", "3", "--epochs", "2", "--layers", "1", "--json"]
+    r = runner.invoke(app, [*args, "--out", str(tmp_path / "m")])
+    assert r.exit_code == 0, r.output
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("[train")]  # not transformers' loading bars
+    assert [ln.split(":")[0] for ln in lines] == ["[train seed 0] epoch 1/2", "[train seed 0] epoch 2/2"], r.stderr
+    assert "under a minute to go" in lines[0] and lines[1].endswith("done")
+    assert json.loads(r.stdout)["epochs"] == 2
+    r = runner.invoke(app, [*args, "--no-progress", "--out", str(tmp_path / "quiet")])
+    assert r.exit_code == 0 and "[train" not in r.stderr, r.stderr
+
+
 def test_a_diverged_training_is_an_error_not_a_model(tmp_path):
     """`--lr 1e30` trained to a NaN loss, exited 0, printed NaN in --json (no JSON) and saved a model that labels
     nothing; the epoch's loss is checked before anything is saved."""

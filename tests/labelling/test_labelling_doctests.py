@@ -7,7 +7,8 @@ import importlib
 
 import pytest
 
-MODULES = ["harness.labelling", "harness.labelling.evaluate", "harness.labelling.llm", "harness.labelling.words"]
+MODULES = ["harness.labelling", "harness.labelling.evaluate", "harness.labelling.llm", "harness.labelling.training",
+           "harness.labelling.words"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -559,6 +559,23 @@ def test_members_trained_at_once_in_processes_equal_those_trained_one_after_the_
         train_soup([p], [0, 1], out_dir=tmp_path / "bad", epochs=1, layers=1, jobs=0)
 
 
+def test_members_trained_at_once_say_their_epochs_in_lines_not_bars(tmp_path, capfd):
+    """Two members' bars in two processes overwrote each other's line: trained at once, a soup asked for
+    progress prints a line per member and epoch; a progress it does not know is refused before any work."""
+    from harness.errors import ConfigError
+    from harness.labelling.training import train_soup
+
+    p = _write(tmp_path / "t.jsonl", ROW, {**ROW, "id": "b", "text": "Priya helped Ethan. He smiled at her."})
+    train_soup([p], [0, 1], out_dir=tmp_path / "m", epochs=2, layers=1, threads=1, jobs=2, progress=True)
+    lines = capfd.readouterr().err.splitlines()
+    said = sorted(ln.split(":")[0] for ln in lines if ln.startswith("[train"))
+    assert said == [f"[train seed {s}] epoch {e}/2" for s in (0, 1) for e in (1, 2)], lines
+    assert not any("train encoder" in ln for ln in lines), lines  # no bar (transformers' loading bars aside)
+    with pytest.raises(ConfigError, match="progress='epoch': give False, True, 'bar' or 'epochs'"):
+        train_soup([p], [0, 1], out_dir=tmp_path / "bad", epochs=1, layers=1, jobs=2, progress="epoch")
+    assert not (tmp_path / "bad").exists()
+
+
 def test_encoders_of_different_shapes_are_not_averaged(tmp_path):
     from harness.errors import ConfigError
     from harness.labelling.training import average_encoders, train_encoder
