@@ -864,3 +864,48 @@ def test_a_bfloat16_training_saves_float32_weights_and_a_soup_trains_again_for_a
     assert trained == [0, 1]
     with pytest.raises(ConfigError, match=r"^precision 'half' \(--precision"):
         train_soup([p], [0, 1], out_dir=out, epochs=1, layers=1, precision="half")
+
+
+def test_frozen_layers_keep_the_base_weights_and_a_soup_trains_again_for_another_freeze(tmp_path, monkeypatch):
+    """``freeze_layers=1`` leaves the embeddings and the first layer as the base has them and trains the layers
+    above; a member trained with every layer is not reused for a frozen one, and a member of an earlier release
+    (nothing recorded) trained every layer. Freezing every layer kept is refused before a directory is made."""
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoModel
+
+    import harness.labelling.training as training
+    from harness.labelling.bases import base_model_path
+    from harness.labelling.encoder import read_model_meta
+    from harness.labelling.training import train_encoder, train_soup
+
+    p = _write(tmp_path / "t.jsonl", ROW, {**ROW, "id": "b", "text": "Priya helped Ethan. He smiled at her."})
+    train_encoder([p], out_dir=tmp_path / "m", epochs=2, layers=2, freeze_layers=1)
+    trained = load_file(str(tmp_path / "m" / "encoder" / "model.safetensors"))
+    base = AutoModel.from_pretrained(str(base_model_path("minilm"))).state_dict()
+    frozen = [k for k in trained if k.startswith(("embeddings.", "encoder.layer.0."))]
+    above = [k for k in trained if k.startswith("encoder.layer.1.")]
+    assert frozen and above
+    assert all(torch.equal(trained[k], base[k]) for k in frozen), [k for k in frozen if not torch.equal(trained[k],
+                                                                                                          base[k])]
+    assert all(not torch.equal(trained[k], base[k]) for k in above if k.endswith("weight"))
+    assert read_model_meta(tmp_path / "m")["train"]["freeze_layers"] == 1
+    out, member = tmp_path / "soup", tmp_path / "soup" / "members" / "seed-0"
+    train_soup([p], [0, 1], out_dir=out, epochs=1, layers=2)
+    calls = []
+    real = training.train_encoder
+    monkeypatch.setattr(training, "train_encoder", lambda files, **kw: calls.append(kw["seed"]) or real(files, **kw))
+    for seed in (0, 1):  # as an earlier release wrote them
+        meta_path = out / "members" / f"seed-{seed}" / "meta.json"
+        meta = json.loads(meta_path.read_text())
+        assert meta["train"].pop("freeze_layers") == 0
+        meta_path.write_text(json.dumps(meta))
+    train_soup([p], [0, 1], out_dir=out, epochs=1, layers=2)
+    assert calls == []
+    train_soup([p], [0, 1], out_dir=out, epochs=1, layers=2, freeze_layers=1)
+    assert calls == [0, 1] and read_model_meta(member)["train"]["freeze_layers"] == 1
+    for bad, says in ((2, "freeze_layers=2 freezes every one of the 2 layers trained; give at most 1"),
+                      (-1, "freeze_layers must be a whole number >= 0, got -1")):
+        with pytest.raises(ConfigError, match=re.escape(says)):
+            train_encoder([p], out_dir=tmp_path / "bad", epochs=1, layers=2, freeze_layers=bad)
+    assert not (tmp_path / "bad").exists()
