@@ -798,8 +798,11 @@ def train_encoder(
                 raise ConfigError(f"training diverged at epoch {ep + 1} (loss {last}); lower --lr (lr {lr})")
             losses.append(round(last, 5))
             if progress == "epochs":
-                print(epoch_line(seed, ep + 1, epochs, last, earlier_seconds, time.perf_counter() - t0, ep + 1 - start),
-                      file=sys.stderr, flush=True)
+                # one write of the whole line: print's two (text, then end) let a member trained beside this one
+                # put its line between them
+                sys.stderr.write(epoch_line(seed, ep + 1, epochs, last, earlier_seconds, time.perf_counter() - t0,
+                                            ep + 1 - start) + "\n")
+                sys.stderr.flush()
             if ep + 1 < epochs:
                 _save_checkpoint(checkpoint, {
                     "key": key, "epoch": ep + 1, "words": words_seen, "losses": losses,

@@ -567,10 +567,11 @@ def test_members_trained_at_once_say_their_epochs_in_lines_not_bars(tmp_path, ca
 
     p = _write(tmp_path / "t.jsonl", ROW, {**ROW, "id": "b", "text": "Priya helped Ethan. He smiled at her."})
     train_soup([p], [0, 1], out_dir=tmp_path / "m", epochs=2, layers=1, threads=1, jobs=2, progress=True)
-    lines = capfd.readouterr().err.splitlines()
-    said = sorted(ln.split(":")[0] for ln in lines if ln.startswith("[train"))
-    assert said == [f"[train seed {s}] epoch {e}/2" for s in (0, 1) for e in (1, 2)], lines
-    assert not any("train encoder" in ln for ln in lines), lines  # no bar (transformers' loading bars aside)
+    err = capfd.readouterr().err
+    # found anywhere in a line: one process's line can follow the other's loading bar (transformers', no newline)
+    said = sorted(re.findall(r"\[train seed \d\] epoch \d/\d", err))
+    assert said == [f"[train seed {s}] epoch {e}/2" for s in (0, 1) for e in (1, 2)], err
+    assert "train encoder" not in err, err  # no bar of steps
     with pytest.raises(ConfigError, match="progress='epoch': give False, True, 'bar' or 'epochs'"):
         train_soup([p], [0, 1], out_dir=tmp_path / "bad", epochs=1, layers=1, jobs=2, progress="epoch")
     assert not (tmp_path / "bad").exists()
