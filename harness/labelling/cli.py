@@ -379,8 +379,6 @@ def train(
     batch_size: int = typer.Option(8, "--batch-size", min=1),
     lr: float = typer.Option(1e-4, "--lr"),
     layers: Optional[int] = typer.Option(None, "--layers", min=1, help="Keep only the first N layers."),
-    freeze_layers: int = typer.Option(0, "--freeze-layers", min=0, help="Train neither the embeddings nor the first "
-                                      "N layers (they keep the weights they start from): less time an epoch."),
     base: Optional[str] = typer.Option(None, "--base", help="Pretrained encoder to fine-tune: minilm (default, "
                                        "fast) or mpnet (12 layers of width 768; needs its five weight packages, "
                                        "see harness/labelling/bases.py). With --init-from: that model's base."),
@@ -418,8 +416,7 @@ def train(
 
     try:
         files = list(data or builtin_training_files()) + list(extra or [])
-        settings = dict(epochs=epochs, batch_size=batch_size, lr=lr, layers=layers, freeze_layers=freeze_layers,
-                        limit=limit, augment=augment,
+        settings = dict(epochs=epochs, batch_size=batch_size, lr=lr, layers=layers, limit=limit, augment=augment,
                         threads=threads, init_from=init_from, progress="epochs" if progress is None else progress,
                         base=base, occurrences=occurrences,
                         device=device, precision=precision)

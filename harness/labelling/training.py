@@ -574,7 +574,6 @@ def train_encoder(
     lr: float = 1e-4,
     head_lr_mult: float = 10.0,
     layers: int | None = None,
-    freeze_layers: int = 0,
     max_length: int = 384,
     augment: bool = True,
     flip_prob: float = 0.5,
@@ -599,9 +598,6 @@ def train_encoder(
         epochs, batch_size, lr: optimisation (AdamW, linear warm-up over 10% then decay); the new
             head's learning rate is ``lr * head_lr_mult``.
         layers: keep only the first ``layers`` transformer layers (faster; default all of them).
-        freeze_layers: train neither the embeddings nor the first ``freeze_layers`` transformer layers (they keep
-            the weights they start from): the backward pass stops above them, so each epoch takes less time. Default 0,
-            every layer trained (the word embeddings are never trained).
         augment: swap first names for random ones in 70% of the named characters each epoch, and
             swap every binary gendered word (``flip_gender``) in a ``flip_prob`` share of the stories.
         limit: use only the first ``limit`` stories (quick checks and tests).
@@ -645,8 +641,6 @@ def train_encoder(
     if not 0.0 <= flip_prob <= 1.0:
         raise ConfigError(f"flip_prob is a probability, from 0 to 1; got {flip_prob}")
     check_progress(progress)
-    if isinstance(freeze_layers, bool) or not (isinstance(freeze_layers, int) and freeze_layers >= 0):
-        raise ConfigError(f"freeze_layers must be a whole number >= 0, got {freeze_layers!r}")
     check_threads(threads)
     if threads:
         torch.set_num_threads(threads)
@@ -684,9 +678,6 @@ def train_encoder(
         model = _build_model(base_dir, layers)
     if head_seed is not None and head_seed != seed:
         torch.manual_seed(seed)  # the head was drawn under head_seed (above); dropout follows seed
-    if freeze_layers >= (kept := len(model.encoder.encoder.layer)):
-        raise ConfigError(f"freeze_layers={freeze_layers} freezes every one of the {kept} layers trained; give at most "
-                          f"{kept - 1} (--freeze-layers)")
     out = model_dir_for(out_dir, spec.name)
     try:  # made now, not after the training: a path that cannot be written costs no work
         out.mkdir(parents=True, exist_ok=True)
@@ -696,10 +687,6 @@ def train_encoder(
         # the 30k-word embedding table stays as trained (a few hundred stories cannot improve
         # it, and it is half of the optimiser's work)
         model.encoder.embeddings.word_embeddings.weight.requires_grad_(False)
-        if freeze_layers:
-            # what lies below the first trained layer gets no gradient, so autograd builds no backward there
-            for frozen in (model.encoder.embeddings, *model.encoder.encoder.layer[:freeze_layers]):
-                frozen.requires_grad_(False)
         model.to(device)
         model.train()
         steps_per_epoch = math.ceil(len(rows) / batch_size)
@@ -725,8 +712,6 @@ def train_encoder(
                "roles_sha256": _roles_hash(rows), "targets_version": TARGETS_VERSION}
         if precision != "float32":  # a float32 training's key as before: its checkpoints still resume
             key["precision"] = precision
-        if freeze_layers:  # likewise
-            key["freeze_layers"] = freeze_layers
         state = _load_checkpoint(checkpoint, key)
         start, words_seen, earlier_seconds = 0, 0, 0.0
         losses: list[float] = []
@@ -823,8 +808,7 @@ def train_encoder(
                 "train": {"epochs": epochs, "batch_size": batch_size, "lr": lr, "head_lr_mult": head_lr_mult,
                           "augment": augment, "flip_prob": flip_prob, "seed": seed, "limit": limit,
                           "occurrences": occurrences, "device": device, "head_seed": head_seed,
-                          "layers": layers, "freeze_layers": freeze_layers, "roles_sha256": key["roles_sha256"],
-                          "targets_version": TARGETS_VERSION,
+                          "layers": layers, "roles_sha256": key["roles_sha256"], "targets_version": TARGETS_VERSION,
                           "precision": precision},
                 "init_from": str(init_from) if init_from else None,
                 "report": report.to_dict(), "versions": {"torch": torch.__version__,
@@ -1031,8 +1015,7 @@ def _member_done(member: Path, base: str, want: dict[str, Any], data_sha256: str
         return False
     train = meta.get("train", {})
     # the longest story window is recorded beside the settings
-    have = {**train, "precision": recorded_precision(train), "max_length": meta.get("max_length"),
-            "freeze_layers": train.get("freeze_layers", 0)}  # a member of an earlier release trained every layer
+    have = {**train, "precision": recorded_precision(train), "max_length": meta.get("max_length")}
     return (meta.get("report", {}).get("data_sha256") == data_sha256 and meta.get("base_name") == base
             and all(have.get(k) == v for k, v in want.items())
             and train.get("roles_sha256", roles_sha256) == roles_sha256
@@ -1086,7 +1069,7 @@ def train_soup(files: Sequence[str | Path], seeds: Sequence[int], *, out_dir: st
     data_sha256, roles_sha256 = _data_hash(rows), _roles_hash(rows)
     settings = {k: kwargs.get(k, _TRAIN_DEFAULTS[k]) for k in ("epochs", "batch_size", "lr", "head_lr_mult", "augment",
                                                           "flip_prob", "limit", "occurrences", "layers", "max_length",
-                                                          "precision", "freeze_layers")}
+                                                          "precision")}
     with training_lock(out):  # a second training into ``out`` is refused (its members' folders too)
         members = {seed: out / "members" / f"seed-{seed}" for seed in seeds}
         todo = {seed: member for seed, member in members.items()
