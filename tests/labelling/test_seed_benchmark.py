@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -49,7 +50,12 @@ def test_each_seed_trains_its_own_labeller_and_is_scored_on_every_gold_file(gold
 
     seeds = benchmark_module("seeds")
     torch.manual_seed(0)
-    stories = {"a.jsonl": gold[:3], "b.jsonl": gold[3:5]}
+    # the first story's subject relabelled with a name the story never writes: a miss whatever the training
+    # (one epoch on six stories can label the other stories right: the decoder's rules do much of it)
+    first = gold[0]
+    renamed = replace(first, characters={**first.characters,
+                                         "subject": replace(first.characters["subject"], name="Zebulon Quist")})
+    stories = {"a.jsonl": [renamed, *gold[1:3]], "b.jsonl": gold[3:5]}
     runs = [seeds.train_and_score(builtin_training_files(), stories, seed=s, epochs=1, limit=6, layers=2)
             for s in (0, 1)]
     assert [r["seed"] for r in runs] == [0, 1] and all(r["stories"] == 6 for r in runs)
@@ -60,7 +66,8 @@ def test_each_seed_trains_its_own_labeller_and_is_scored_on_every_gold_file(gold
     ids = {g.story.story_id for g in gold[:3]}
     for r in runs:
         missed = r["scores"]["a.jsonl"]["missed"]
-        assert missed["gender"] or missed["name"]  # one epoch on six stories misses some
+        assert f"{first.story.story_id}/subject" in missed["name"]
+        assert r["scores"]["a.jsonl"]["name_recall"] < 1.0
         assert all(k.split("/")[0] in ids for k in missed["gender"] + missed["name"])
 
 
