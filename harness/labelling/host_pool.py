@@ -199,7 +199,13 @@ class HostPool:
                     p.join(timeout=5)
         if self._reader.is_alive():
             self._results.put(("stop", -1, None))  # the reader's last message
-            self._reader.join(timeout=1)  # a worker killed while it wrote leaves it waiting for the message's rest
+            self._reader.join(timeout=1)
+        if self._reader.is_alive():
+            # A worker terminated while it wrote keeps the queue's write lock for good: the "stop" above never leaves
+            # this process, and the reader waits for the rest of that worker's message. Closing this process's write
+            # end (the workers' went with them) ends the pipe, and the reader's wait with it.
+            self._results._writer.close()
+            self._reader.join(timeout=5)
         for q in (*self._inboxes, self._results):
             q.cancel_join_thread()
             q.close()

@@ -113,3 +113,43 @@ def test_a_forward_pass_failing_for_every_story_reaches_the_caller_from_the_forw
             list(pool.label([stories[:2]], lab._forward))
     finally:
         pool.close(wait=False)
+
+
+def _die_mid_message(results, started) -> None:
+    """A host worker terminated while it wrote: it holds the queue's write lock and has sent a message's first bytes."""
+    import os
+    import struct
+    import time
+
+    results._wlock.acquire()  # as a queue's feeder thread does before each message
+    os.write(results._writer.fileno(), struct.pack("!i", 1000) + b"x" * 10)  # 10 of the 1,000 bytes it announces
+    started.set()
+    time.sleep(120)
+
+
+def test_close_ends_the_reader_a_worker_terminated_mid_message_left_waiting(tiny_encoder):
+    """The worker holds the write lock for good, so the pool's "stop" never reaches the pipe and the reader waits for
+    the message's rest: close ends the pipe instead, and the reader with it (it lived on, a flaky failure of
+    test_host_workers_stream_windows_and_a_failure_closes_them)."""
+    import multiprocessing as mp
+
+    from harness.labelling.encoder import EncoderLabeller
+    from harness.labelling.host_pool import HostPool
+
+    out_dir, _ = tiny_encoder
+    lab = EncoderLabeller(out_dir, device="cpu", precision="int8", workers=0)
+    pool = HostPool(1, str(lab.path / "encoder"), lab.decoder)
+    ctx = mp.get_context("spawn")
+    started = ctx.Event()
+    writer = ctx.Process(target=_die_mid_message, args=(pool._results, started), daemon=True)
+    writer.start()
+    try:
+        assert started.wait(60)
+        writer.terminate()
+        writer.join(10)
+        assert pool._reader.is_alive()  # waiting for the rest of the message
+        pool.close(wait=False)
+        assert not pool._reader.is_alive() and pool.pids == []
+    finally:
+        writer.kill()
+        pool.close(wait=False)
