@@ -639,7 +639,8 @@ def test_a_name_is_taught_only_where_the_story_writes_it_with_a_capital():
 def test_the_shipped_training_stories_pass_the_checks_and_are_taught_as_before():
     """Reference: every labelled story of the project's files (training and held out) and train150 passes the
     checks above, and a name written in lower case as another word occurs in none of them, so their targets did not
-    change (the training targets' version stays)."""
+    change (the training targets' version stays). A lower-case particle that the name itself writes so ("bin" of
+    "Muhammad bin Tawfeeq", "de" of "Ladri de Charcelot", project_train_8.jsonl) is the name's own word."""
     import glob
 
     from harness.identity.names import select_name
@@ -655,7 +656,9 @@ def test_the_shipped_training_stories_pass_the_checks_and_are_taught_as_before()
         words = [w for w, _, _ in split_words(gs.story.text)]
         names = {k: (select_name(c.name) if c.name is not None else None) for k, c in gs.characters.items()}
         targets = project_labels(words, names, {k: c.references for k, c in gs.characters.items()})
-        assert not any((row[0] or row[2]) and is_word(w) and w[:1].islower() for w, row in zip(words, targets))
+        particles = {p for n in names.values() if n for p in n.split() if p[:1].islower()}
+        assert not any((row[0] or row[2]) and is_word(w) and w[:1].islower() and w not in particles
+                       for w, row in zip(words, targets))
 
 
 def test_a_soup_trains_a_member_again_for_another_max_length(tmp_path, monkeypatch):
