@@ -411,8 +411,8 @@ def test_on_the_projects_gold_labels_it_exchanges_only_one_known_story_and_finds
     project_train_6.jsonl's (pt-1648, a card the object only imagined sliding to the server), which the rules were
     not tuned to; with the two labels exchanged it restores at least half (a floor: 333 of 420 when last measured).
     Before decoder version 14 it also exchanged pt-1874 (two men's "guiding his wrist back" read as a repayment) and
-    three of project_train_7.jsonl's (``test_directions_and_relatives`` and the test after it). The stories written by
-    hand, not project_train_8.jsonl's, which SmolLM2-135M wrote: most of those show no one doing the action at all,
+    three of project_train_7.jsonl's (``test_directions_and_relatives`` and the test after it). It reads the stories
+    written by hand, not project_train_8.jsonl's, which SmolLM2-135M wrote: most of those show no one doing the action,
     and their roles are the annotators' judgement calls, which no grammar can be held to (sm-1467, a "teaching
     sibling" story with no teaching, is exchanged)."""
     from harness.labelling.data import builtin_training_files, load_gold

@@ -103,7 +103,7 @@ def test_the_decoder_exchanges_both_labels(tagged):
 def test_on_the_projects_gold_labels_it_never_exchanges_and_restores_some():
     """Reference: the project's hand-labelled stories with two role nouns and two named characters.
     As labelled, none is exchanged; with the two labels exchanged, at least a fifth are restored
-    (11 of 39 when this was written: most such stories have no apposition). The stories written by hand, not
+    (11 of 39 when this was written: most such stories have no apposition). It reads the stories written by hand, not
     project_train_8.jsonl's, which SmolLM2-135M wrote: in its incoherent stories a role noun is given to anyone
     ("defending William Sutherland, a former military lawyer", a story whose lawyer is Austin Springs), and the
     annotators' role calls there are judgements no grammar can be held to (it exchanges sm-1023 and sm-1045)."""
