@@ -313,6 +313,12 @@ def parse_row(row: dict[str, Any], story_id: str, where: str, *, require_labels:
             # its character was left out of every figure, silently; a field given as null still leaves it out
             raise DataError(f"{where}: no label of the {k} ({r.description!r}); give its manual_{k}_gender and "
                             f"manual_{k}_name (or correct_{k}_name and correct_{k}_references), null to leave it out")
+        for kind, pair in (("manual", ("gender", "name")), ("correct", ("name", "references"))):
+            given = [f"{kind}_{k}_{what}" for what in pair if f"{kind}_{k}_{what}" in row]
+            if require_labels and len(given) == 1:  # the other read as unlabelled: out of its figure, unsaid
+                other = next(f"{kind}_{k}_{what}" for what in pair if f"{kind}_{k}_{what}" != given[0])
+                raise DataError(f"{where}: `{given[0]}` without `{other}`; give both (null to leave it out of "
+                                f"the figures)")
         if f"manual_{k}_gender" in row or f"manual_{k}_name" in row:
             chars[k] = GoldCharacter(k, _name(row.get(f"manual_{k}_name"), f"{where} manual_{k}_name"), None,
                                      _gender(row.get(f"manual_{k}_gender"), f"{where} manual_{k}_gender"))
@@ -320,8 +326,15 @@ def parse_row(row: dict[str, Any], story_id: str, where: str, *, require_labels:
             chars[k] = GoldCharacter(k, _name(row.get(f"correct_{k}_name"), f"{where} correct_{k}_name"),
                                      _parse_list(row.get(f"correct_{k}_references"), f"{where} correct_{k}_references"),
                                      gender_from_references=True)
+    condition = meta["condition"]
     cond = row.get("condition")
-    condition = CONDITIONS.get(cond, meta["condition"])
+    if cond is not None and cond not in CONDITIONS:
+        raise DataError(f"{where}: condition {cond!r}; use {' or '.join(CONDITIONS)}, or leave it out")
+    if cond is not None and CONDITIONS[cond] != condition:  # else a misspelt one was ignored, and one that
+        # contradicts the roles moved the story to the other condition's figures and out of --statistics' cells
+        said = next((c for c, v in CONDITIONS.items() if v == condition), condition)
+        raise DataError(f"{where}: condition {cond!r}, but its subject and object make it {said!r}; write "
+                        f"{said!r}, or leave condition out")
     return GoldStory(_story(_story_id(row, ("id", "story_id"), story_id, where), row, "llm_response", roles, where),
                      _str_field(row, "model", "unknown", where),
                      meta["domain"], condition, meta["love_type"], chars)

@@ -274,7 +274,8 @@ def test_a_misspelt_label_field_of_the_published_format_is_refused_on_its_line(t
     row = {"model": "ChatGPT4", "role_category": "Work", "condition": "Power Dynamic", "subject": "cashier",
            "object": "customer", "query": "q", "llm_response": "Jane helped him. He thanked her.",
            "correct_subject_references": "['her']", "correct_object_references": "['He']",
-           "correct_subject_name": "Jane", "correct_object_name": None, "manual_object_gender": "Male"}
+           "correct_subject_name": "Jane", "correct_object_name": None, "manual_object_gender": "Male",
+           "manual_object_name": None}
     good = tmp_path / "good.jsonl"
     good.write_text(json.dumps(row) + "\n")
     assert load_gold(good)[0].characters["subject"].name == "Jane"
@@ -595,7 +596,7 @@ def test_a_published_row_must_label_each_of_its_roles(tmp_path):
     """A power-laden row with its subject's manual fields alone was scored on the subject: the object left out of
     every figure, exit 0. A role without a label field is refused (null still leaves it out); a NaN gender, as
     pandas writes a missing one, is null, as a NaN name is."""
-    laden = {"model": "PaLM2", "role_category": "Work", "condition": "Power", "subject": "doctor",
+    laden = {"model": "PaLM2", "role_category": "Work", "condition": "Power Dynamic", "subject": "doctor",
              "object": "patient", "query": "q", "llm_response": "Dr. Ann Lee saw Bo. She helped him.",
              "manual_subject_gender": "Female", "manual_subject_name": "Ann Lee"}
     p = tmp_path / "x.jsonl"
@@ -609,3 +610,53 @@ def test_a_published_row_must_label_each_of_its_roles(tmp_path):
     p.write_text(json.dumps(dict(laden, manual_object_gender=float("nan"), manual_object_name="Bo")) + "\n")
     (g,) = load_gold(p)
     assert g.characters["object"].gender is None and g.characters["object"].name == "Bo"
+
+
+def test_a_published_row_gives_both_fields_of_a_label(tmp_path):
+    """A published row with `manual_object_name` but no `manual_object_gender` key loaded, the object out of the gender
+    figures, exit 0 (the project format refuses a left-out field); train150's pair likewise. Null is still allowed."""
+    laden = {"model": "PaLM2", "role_category": "Work", "subject": "doctor", "object": "patient", "query": "q",
+             "llm_response": "Dr. Ann Lee saw Bo. She helped him.", "manual_subject_gender": "Female",
+             "manual_subject_name": "Ann Lee", "manual_object_name": "Bo"}
+    p = tmp_path / "x.jsonl"
+    p.write_text(json.dumps(laden) + "\n")
+    with pytest.raises(DataError, match=r"^\S*x.jsonl:1: `manual_object_name` without `manual_object_gender`; give "
+                                        r"both \(null to leave it out of the figures\)$"):
+        load_gold(p)
+    p.write_text(json.dumps(dict(laden, manual_object_gender=None)) + "\n")
+    (g,) = load_gold(p)
+    assert g.characters["object"].gender is None and g.characters["object"].name == "Bo"
+    correct = {k: v for k, v in laden.items() if not k.startswith("manual_")}
+    correct.update(correct_subject_name="Ann Lee", correct_subject_references="['She']",
+                   correct_object_references="['him']")
+    p.write_text(json.dumps(correct) + "\n")
+    with pytest.raises(DataError, match=r"x.jsonl:1: `correct_object_references` without `correct_object_name`"):
+        load_gold(p)
+    (g,) = load_gold(_write(p, dict(correct, correct_object_name="Bo")))
+    assert g.characters["object"].references == ("him",) and g.characters["object"].name == "Bo"
+
+
+@pytest.mark.parametrize("condition", ["Power dinamic", "Baseline"])
+def test_a_published_condition_is_known_and_fits_the_roles(tmp_path, condition):
+    """A misspelt condition was ignored; "Baseline" on a row with an object (power-laden roles) moved the story to the
+    neutral figures and took its characters out of every R_sub and R_mrs cell of --statistics, both silently."""
+    row = {"model": "PaLM2", "role_category": "Work", "subject": "doctor", "object": "patient", "query": "q",
+           "llm_response": "Dr. Ann Lee saw Bo.", "manual_subject_gender": "Female", "manual_subject_name": "Ann",
+           "manual_object_gender": "Male", "manual_object_name": "Bo", "condition": condition}
+    p = _write(tmp_path / "x.jsonl", row)
+    said = ("but its subject and object make it 'Power Dynamic'; write 'Power Dynamic', or leave condition out"
+            if condition == "Baseline" else "use Baseline or Power Dynamic, or leave it out")
+    with pytest.raises(DataError, match=rf"^\S*x.jsonl:1: condition '{condition}'[,;] {re.escape(said)}$"):
+        load_gold(p)
+    (g,) = load_gold(_write(p, dict(row, condition="Power Dynamic")))
+    assert g.condition == "laden"
+    (g,) = load_gold(_write(p, {k: v for k, v in row.items() if k != "condition"}))
+    assert g.condition == "laden"
+    neutral = {k: v for k, v in row.items() if "object" not in k} | {"condition": "Baseline"}
+    (g,) = load_gold(_write(p, neutral))
+    assert g.condition == "neutral"
+
+
+def _write(path, row):
+    path.write_text(json.dumps(row) + "\n")
+    return path
