@@ -212,6 +212,8 @@ def _reference_owners(raw: Any, chars: dict[str, GoldCharacter], where: str) -> 
                             f"hold needs owners; add it to both lists or drop it here")
         if not isinstance(owners, list) or not all(o in OWNERS for o in owners):
             raise DataError(f"{where}: reference_owners.{word} must be a list of {', '.join(OWNERS)}, got {owners!r}")
+        if key in out:  # "He" and "he": the later owners replaced the earlier ones, unsaid
+            raise DataError(f"{where}: reference_owners gives {word!r} twice (its case aside); give each word once")
         out[key] = tuple(owners)
     return out
 

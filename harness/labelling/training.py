@@ -181,13 +181,14 @@ def _swap_names(gs: GoldStory, rng: random.Random, text: str | None = None, *, f
     # never a word the story already holds: the other character's name (or a third one's) would give two
     # characters one name, and project_labels would mark it as the name of both
     used: set[str] = {w.casefold() for w in re.findall(r"\w+", text)}
+    swapped: dict[str, str] = {}  # first name as a label writes it -> its new name
     for k, ch in gs.characters.items():
         raw = select_name(ch.name) if ch.name is not None else None
         if raw and flipped:  # else the label keeps "Mrs." where the text says "Mr.", and the title is no name word
             raw = flip_gender(raw, {}, her_is_possessive)[0]
         names[k] = raw
         first = parse_first_name(raw) if raw else None
-        if not first or rng.random() < 0.3:
+        if not first or rng.random() < 0.3 or first.casefold() in {o.casefold() for o in swapped}:
             continue
         written = rf"\b{re.escape(first)}\b"
         free = [n for n in _AUG_NAMES if n.casefold() not in used]
@@ -198,9 +199,17 @@ def _swap_names(gs: GoldStory, rng: random.Random, text: str | None = None, *, f
             continue
         new = rng.choice(free)
         used.add(new.casefold())
+        swapped[first] = new
         text = re.sub(written, lambda m: _match_case(new, m.group()) if starts_capitalised(m.group()) else m.group(),
                       text, flags=re.I)
-        names[k] = re.sub(written, lambda m: _match_case(new, m.group()), raw, flags=re.I)
+    # every label that writes a swapped name, not only its own character's: two characters named "Jamie", or one's
+    # first name the other's surname ("Jordan Lee", "Sam Jordan"), kept in the other label a word the text no longer
+    # holds, so the epoch taught that character's name at no word
+    for k, raw in names.items():
+        for old, new in swapped.items():
+            if raw:
+                raw = re.sub(rf"\b{re.escape(old)}\b", lambda m, new=new: _match_case(new, m.group()), raw, flags=re.I)
+        names[k] = raw
     return text, names
 
 
@@ -286,10 +295,12 @@ def flip_gender(text: str, refs: dict[str, Sequence[str] | None], her_is_possess
                     p.startswith(("'", "\u2019")) for p, _, _ in pieces[1:]):
                 # a pronoun and its clitic ("he'd" -> "she'd"): kept as one, it named the other character's pronoun
                 mapped.extend(new + r[pieces[0][2]:] for new in sorted(seen[fold_word(pieces[0][0])]))
+            elif len(toks_r) > 1:  # a phrase flipped as the text is ("her brother" -> "his sister", "a friend of
+                # his" -> "of hers"): word by word, its "her" stayed and a last "his" became "her", words the text has not
+                mapped.append(flip_gender(r, {}, her_is_possessive)[0])
             else:
-                folded = [fold_word(t.strip(".")) for t in toks_r]
-                mapped.append(" ".join(_match_case(_FLIP[f], t) if f in _FLIP and f != "her" else t
-                                       for t, f in zip(toks_r, folded)))
+                f = fold_word(r.strip("."))
+                mapped.append(_match_case(_FLIP[f], r) if f in _FLIP and f != "her" else r)
         new_refs[k] = list(dict.fromkeys(mapped))
     return "".join(out), new_refs
 
@@ -435,8 +446,10 @@ def _holding_word(words: Sequence[str], phrase: str) -> str:
 #: cut short under them does not go on under these. Models that record none were taught as version 1. 2: the flip
 #: reads "her" before function words and bare verbs as an object, keeps the verb "miss" and a pronoun's clitic in
 #: its references; the name swap replaces every capitalised spelling of the name. 3: the flip swaps plural kin
-#: words ("brothers" <-> "sisters"), step- and grand- kin, "widow", "lad", "bro"/"sis" and a few more.
-TARGETS_VERSION = 3
+#: words ("brothers" <-> "sisters"), step- and grand- kin, "widow", "lad", "bro"/"sis" and a few more. 4: a swapped
+#: name is swapped in every label that writes it (two characters named alike); a reference of several words is
+#: flipped as the text is ("her brother" -> "his sister").
+TARGETS_VERSION = 4
 
 
 def _targets_version(recorded: dict[str, Any]) -> Any:
@@ -628,6 +641,7 @@ def train_encoder(
     torch = _torch()
     from transformers import AutoTokenizer
 
+    _check_limit(limit)
     rows = _training_rows(files)
     if limit is not None:
         rows = rows[:limit]
@@ -889,6 +903,18 @@ def _remove(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
+def _check_limit(limit: int | None) -> None:
+    # rows[:0] trained nothing and divided by zero in the schedule; rows[:-1] trained on all but the last story
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ConfigError(f"limit must be a whole number >= 1 (the first stories to train on), got {limit!r}")
+
+
+def _head_start(meta: dict[str, Any]) -> Any:
+    """The seed a model's head was first drawn under (``train_encoder``'s ``head_seed``, else its ``seed``)."""
+    train = meta.get("train", {})
+    return train.get("seed") if train.get("head_seed") is None else train.get("head_seed")
+
+
 def average_encoders(members: Sequence[str | Path], out_dir: str | Path) -> Path:
     """Write the uniform average of trained encoder directories' weights (a "model soup", Wortsman et
     al. 2022) to ``out_dir``: the encoder's tensors and the head's, each the mean of the members'. The
@@ -911,6 +937,15 @@ def average_encoders(members: Sequence[str | Path], out_dir: str | Path) -> Path
         if taught != targets[0]:  # the soup's meta.json is the first member's: it would say one
             raise ConfigError(f"soup member {d}: taught with targets version {taught!r}, the first member "
                               f"{targets[0]!r}; average only encoders trained alike")
+        # heads drawn apart average to no head; the labeller reads the soup's occurrences (its reference pooling)
+        # and max_length from the first member's meta.json, which would then describe one member only
+        for what, mine, first in (("head start (head_seed, else seed)", _head_start(m), _head_start(metas[0])),
+                                  ("occurrences", bool(m.get("train", {}).get("occurrences")),
+                                   bool(metas[0].get("train", {}).get("occurrences"))),
+                                  ("max_length", m.get("max_length"), metas[0].get("max_length"))):
+            if mine != first:
+                raise ConfigError(f"soup member {d}: its {what} is {mine!r}, the first member's {first!r}; average "
+                                  f"only encoders trained alike")
     for d in dirs:
         if not (d / "encoder" / "model.safetensors").is_file():
             raise ConfigError(f"soup member {d}: no encoder/model.safetensors to average; retrain it")
@@ -1052,6 +1087,7 @@ def train_soup(files: Sequence[str | Path], seeds: Sequence[int], *, out_dir: st
         raise ConfigError(f"jobs {jobs} (--jobs, label.train_jobs): trains a soup's members at once, and one seed "
                           f"trains one model; give more seeds, or drop it")
     check_progress(kwargs.get("progress", False))
+    _check_limit(kwargs.get("limit"))
     if len(seeds) == 1:  # no soup: the one model, as train_encoder saves it
         return train_encoder(files, out_dir=out_dir, seed=seeds[0], **kwargs)
     if kwargs.get("init_from") is not None:

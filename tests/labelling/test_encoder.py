@@ -1442,6 +1442,9 @@ def test_reference_owners_that_do_not_fit_are_data_errors():
         _owned_story({"his": ["subject"]})
     with pytest.raises(DataError, match=r"reference_owners.he must be a list of subject, object, both, neither"):
         _owned_story({"he": ["subject", "Tom"]})
+    # "He" and "he" are one word: the later owners replaced the earlier ones, unsaid
+    with pytest.raises(DataError, match=r"stories.jsonl:1: reference_owners gives 'he' twice \(its case aside\)"):
+        _owned_story({"He": ["object", "subject"], "he": ["subject", "object"]})
     with pytest.raises(DataError, match=r"story 'own': reference_owners.he lists 1 owner\(s\) but the text has 2"):
         _owner_ranks(_owned_story({"he": ["subject"]}))
 

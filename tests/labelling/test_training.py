@@ -126,6 +126,59 @@ def test_a_name_written_in_another_case_than_its_label_is_swapped_in_each_spelli
     assert len(seen) > 3
 
 
+@pytest.mark.parametrize("text, subject, obj", [
+    ("Jamie paid. My sibling Jamie smiled at me. He laughed.", "Jamie", "Jamie"),
+    ("Jordan Lee coached Sam Jordan. Sam Jordan thanked him.", "Jordan Lee", "Sam Jordan"),
+])
+def test_a_name_two_labels_write_is_swapped_in_both(text, subject, obj):
+    """The swap wrote the new name into the swapped character's label alone: where the other label writes the same
+    word (two characters named "Jamie", a first name that is the other's surname), that label named a word the
+    augmented text no longer holds, and the epoch taught that character's name at no word."""
+    import random
+
+    from harness.labelling.data import parse_row
+    from harness.labelling.training import _swap_names
+
+    gs = parse_row({**ROW, "roles": {"subject": "coach", "object": "player"}, "text": text,
+                    "labels": {"subject": {"name": subject, "references": [], "gender": None},
+                               "object": {"name": obj, "references": [], "gender": None}}}, "a", "row 1")
+    swapped = 0
+    for seed in range(20):
+        new_text, names = _swap_names(gs, random.Random(seed))
+        words = set(re.findall(r"\w+", new_text))
+        assert all(set(n.split()) <= words for n in names.values()), (seed, new_text, names)
+        swapped += new_text != text
+    assert swapped > 5
+
+
+def test_a_reference_of_several_words_is_flipped_as_the_text_is():
+    """A phrase was flipped word by word: its "her" stayed "her" where the text's possessive became "his", and a last
+    "his" became "her" where the text wrote "hers", so in flipped epochs the phrase was found nowhere."""
+    from harness.labelling.training import flip_gender
+    from harness.labelling.words import her_is_possessive
+
+    text, refs = flip_gender("Tom hugged her brother Ben, a friend of his. Ben, her brother, smiled.",
+                             {"object": ["her brother", "a friend of his", "Ben"]}, her_is_possessive)
+    assert text == "Tom hugged his sister Ben, a friend of hers. Ben, his sister, smiled."
+    assert refs == {"object": ["his sister", "a friend of hers", "Ben"]}
+
+
+def test_a_limit_below_one_is_refused_before_any_work(tmp_path):
+    """limit=0 divided by zero in the schedule (a traceback, after the model was built); limit=-1 trained on every
+    story but the last, silently."""
+    from harness.errors import ConfigError
+    from harness.labelling.training import train_encoder, train_soup
+
+    p = _write(tmp_path / "t.jsonl", ROW)
+    for limit in (0, -1):
+        with pytest.raises(ConfigError, match=rf"^limit must be a whole number >= 1 \(the first stories to train "
+                                              rf"on\), got {limit}$"):
+            train_encoder([p], out_dir=tmp_path / "one", epochs=1, layers=1, limit=limit)
+        with pytest.raises(ConfigError, match="limit must be a whole number >= 1"):
+            train_soup([p], [0, 1], out_dir=tmp_path / "soup", epochs=1, layers=1, limit=limit)
+    assert not (tmp_path / "one").exists() and not (tmp_path / "soup").exists()
+
+
 def test_a_learning_rate_that_is_not_a_positive_number_is_refused_before_any_work(tmp_path):
     """AdamW checks only its default rate, not those of parameter groups: `--lr -1` trained away from the labels
     and `--lr nan` made every weight NaN, each saved as a model with exit status 0."""
@@ -587,6 +640,32 @@ def test_encoders_of_different_shapes_are_not_averaged(tmp_path):
     with pytest.raises(ConfigError, match=r"soup member .*two: its layers is 2, the first member's 1; average only"):
         average_encoders([tmp_path / "one", tmp_path / "two"], tmp_path / "avg")
     assert not (tmp_path / "avg" / "meta.json").exists()
+
+
+@pytest.mark.parametrize("field, value, says", [
+    ("head_seed", 7, r"its head start \(head_seed, else seed\) is 7, the first member's 0"),
+    ("occurrences", True, "its occurrences is True, the first member's False"),
+    ("max_length", 128, "its max_length is 128, the first member's 384"),
+])
+def test_encoders_with_other_heads_or_readings_are_not_averaged(tmp_path, field, value, says):
+    """Heads drawn apart were averaged into no head, and members of another occurrences or max_length (which the
+    labeller reads from the soup's meta.json, the first member's) were averaged, all without a word."""
+    from harness.errors import ConfigError
+    from harness.labelling.training import average_encoders, train_encoder
+
+    p = _write(tmp_path / "t.jsonl", ROW)
+    train_encoder([p], out_dir=tmp_path / "one", epochs=1, layers=1, seed=0)
+    train_encoder([p], out_dir=tmp_path / "two", epochs=1, layers=1, seed=1, head_seed=0)
+    average_encoders([tmp_path / "one", tmp_path / "two"], tmp_path / "avg")  # seed 0's head, drawn alike
+    meta = json.loads((tmp_path / "two" / "meta.json").read_text())
+    if field == "max_length":
+        meta["max_length"] = value
+    else:
+        meta["train"][field] = value
+    (tmp_path / "two" / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(ConfigError, match=rf"soup member .*two: {says}; average only encoders trained alike"):
+        average_encoders([tmp_path / "one", tmp_path / "two"], tmp_path / "avg2")
+    assert not (tmp_path / "avg2" / "meta.json").exists()
 
 
 def test_encoders_taught_with_other_targets_are_not_averaged(tmp_path, monkeypatch):
