@@ -915,12 +915,14 @@ def _head_start(meta: dict[str, Any]) -> Any:
     return train.get("seed") if train.get("head_seed") is None else train.get("head_seed")
 
 
-def average_encoders(members: Sequence[str | Path], out_dir: str | Path) -> Path:
+def average_encoders(members: Sequence[str | Path], out_dir: str | Path,
+                     meta_update: dict[str, Any] | None = None) -> Path:
     """Write the uniform average of trained encoder directories' weights (a "model soup", Wortsman et
     al. 2022) to ``out_dir``: the encoder's tensors and the head's, each the mean of the members'. The
     members must be fine-tuned from one base with the same head start (``train_encoder``'s
     ``head_seed``), or their average is no model at all. ``meta.json`` is the first member's, with the
-    members listed under ``soup``; it is written last, so a cut-short average is not mistaken for a model."""
+    members listed under ``soup`` and the keys of ``meta_update`` replaced; it is written last, so a cut-short
+    average is not mistaken for a model."""
     torch = _torch()
     from safetensors.torch import load_file, save_file
 
@@ -978,6 +980,7 @@ def average_encoders(members: Sequence[str | Path], out_dir: str | Path) -> Path
     listed = [str(d.resolve().relative_to(out.resolve())) if d.resolve().is_relative_to(out.resolve()) else str(d)
               for d in dirs]
     meta["soup"] = {"members": listed, "seeds": [m.get("train", {}).get("seed") for m in metas]}
+    meta.update(meta_update or {})
     _install_model(out, write, meta)
     return out
 
@@ -1116,7 +1119,6 @@ def train_soup(files: Sequence[str | Path], seeds: Sequence[int], *, out_dir: st
         else:
             reports = [train_encoder(files, out_dir=member, seed=seed, head_seed=seeds[0], **kwargs)
                        for seed, member in todo.items()]
-        average_encoders(list(members.values()), out)
         metas = [read_model_meta(m) for m in members.values()]
         first = metas[0]["report"]
         report = TrainReport(str(out), first["stories"], first["words"], first["epochs"],
@@ -1124,11 +1126,12 @@ def train_soup(files: Sequence[str | Path], seeds: Sequence[int], *, out_dir: st
                              tuple(first.get("epoch_losses", ())), first.get("device", "cpu"), tuple(seeds),
                              tuple(todo), sum(r.resumed_epochs for r in reports),
                              recorded_precision(metas[0]["train"]))
-        meta = json.loads((out / "meta.json").read_text())
-        meta["report"] = {k: v for k, v in report.to_dict().items()  # this call's, not the model's
-                          if k not in ("trained_seeds", "resumed_epochs")}
-        meta["train"]["seeds"] = seeds
-        atomic_write_text(out / "meta.json", json.dumps(meta, indent=2))
+        # in the soup's one meta.json: written after it, a kill between the two writes left a soup without its seeds,
+        # which harness run's training check reads as the first member's alone
+        average_encoders(list(members.values()), out, {
+            "report": {k: v for k, v in report.to_dict().items()  # this call's, not the model's
+                       if k not in ("trained_seeds", "resumed_epochs")},
+            "train": {**metas[0].get("train", {}), "seeds": seeds}})
         return report
 
 

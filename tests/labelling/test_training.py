@@ -514,7 +514,14 @@ def test_a_soup_is_the_mean_of_its_members_and_a_rerun_trains_only_the_missing_o
 
     p = _write(tmp_path / "t.jsonl", ROW, {**ROW, "id": "b", "text": "Priya helped Ethan. He smiled at her."})
     out = tmp_path / "soup"
+    installed = []  # the meta.json each model's install writes
+    real_install = training._install_model
+    monkeypatch.setattr(training, "_install_model", lambda o, w, m: installed.append((o, m)) or real_install(o, w, m))
     report = train_soup([p], [0, 1], out_dir=out, epochs=1, layers=1)
+    # the soup's meta.json is written once, whole: a second write of seeds and report left, killed between the two,
+    # a soup whose meta.json held the first member's seed alone
+    assert [m["train"]["seeds"] for o, m in installed if o == out] == [[0, 1]]
+    assert (out / "meta.json").read_text().count('"seeds"') == 3  # train's, soup's and the report's
     members = [out / "members" / "seed-0", out / "members" / "seed-1"]
     soup, parts = load_file(str(out / "encoder" / "model.safetensors")), [
         load_file(str(m / "encoder" / "model.safetensors")) for m in members]
