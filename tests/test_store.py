@@ -228,6 +228,14 @@ def test_a_generations_shard_changed_or_lacking_a_column_between_the_label_stage
     pq.write_table(pq.read_table(paths[0]).drop(["text_clean"]), lacking)
     with pytest.raises(DataError, match=rf"^{lacking}: unreadable shard \(no column text_clean\); delete it"):
         L.label_run(c, store, progress=False)
+    # a null key (a shard written by hand or another tool) was a ValueError or TypeError traceback
+    for column in ("sample_idx", "prompt_id"):
+        t = pq.read_table(paths[0])
+        pq.write_table(t.set_column(t.schema.get_field_index(column), column,
+                                    pa.array([None] * len(t), t.schema.field(column).type)), lacking)
+        with pytest.raises(DataError, match=rf"^{lacking}: row 0: prompt_id .*, sample_idx .*; every story needs "
+                                            r"both: mend the row, or delete the shard"):
+            L.label_run(c, store, progress=False)
     lacking.unlink()
     reads.clear()
     monkeypatch.setattr(RunStore, "read_shards", then(lambda path: path.unlink()))
@@ -482,9 +490,31 @@ def test_the_label_settings_that_change_labels_are_checked_and_no_others(tmp_pat
     # identities stage took labels of other sampling as the config's), and not where an earlier release's manifest
     # did not record them
     store.update_manifest(label_settings=L.label_settings(first))
-    with pytest.raises(ConfigError, match=r"other label settings \(llm_sampling None -> \{.*'temperature': 0\.7"):
+    with pytest.raises(ConfigError, match=r"other label settings \(llm_sampling \{'temperature': 0\.0, .*'max_tokens': "
+                                          r"256, .* -> \{'temperature': 0\.7"):
         L.check_label_settings(store, cfg(tmp_path, label={"labeller": "llm", "llm": resumed,
                                                            "llm_sampling": {"temperature": 0.7}}), 5)
+    # compared as the labeller uses them: the fields given over its own greedy 256 tokens. The block was recorded with
+    # the stories' defaults filled in: {top_p: 0.9} (greedy) and {top_p: 0.9, temperature: 1, max_new_tokens: 200}
+    # were recorded alike and passed; the labeller's own temperature 0, given, was refused
+    def sampled(**given):
+        return cfg(tmp_path, label={"labeller": "llm", "llm": resumed, "llm_sampling": given})
+
+    L.check_label_settings(store, sampled(temperature=0.0, max_new_tokens=256), 5)
+    store.update_manifest(label_settings=L.label_settings(sampled(top_p=0.9)))
+    with pytest.raises(ConfigError, match=r"llm_sampling \{'temperature': 0\.0, 'top_p': 0\.9, 'top_k': -1, 'max_tokens': "
+                                          r"256, 'stop': \[\]\} -> \{'temperature': 1\.0, 'top_p': 0\.9, 'top_k': -1, "
+                                          r"'max_tokens': 200, 'stop': \[\]\}"):
+        L.check_label_settings(store, sampled(top_p=0.9, temperature=1.0, max_new_tokens=200), 5)
+    # an earlier release's manifest: no block (None) is the labeller's own sampling; a block with the stories' defaults
+    # filled in (max_new_tokens) does not say what the labeller used, and is left to check_labeller's info()
+    store.update_manifest(label_settings={**L.label_settings(first), "llm_sampling": None})
+    L.check_label_settings(store, sampled(temperature=0.0), 5)
+    with pytest.raises(ConfigError, match=r"llm_sampling \{'temperature': 0\.0, .* -> \{'temperature': 0\.7"):
+        L.check_label_settings(store, sampled(temperature=0.7), 5)
+    store.update_manifest(label_settings={**L.label_settings(first), "llm_sampling": sampled(top_p=0.9).label.llm_sampling
+                                          .model_dump(mode="json")})
+    L.check_label_settings(store, sampled(top_p=0.9, temperature=1.0, max_new_tokens=200), 5)
     with pytest.raises(ConfigError, match=r"other label settings \(llm_attempts 3 -> 5\)"):
         L.check_label_settings(store, cfg(tmp_path, label={"labeller": "llm", "llm": resumed, "llm_attempts": 5}), 5)
     earlier = {k: v for k, v in L.label_settings(first).items() if k not in ("llm_sampling", "llm_attempts")}
@@ -523,6 +553,25 @@ def test_the_label_settings_that_change_labels_are_checked_and_no_others(tmp_pat
                                                            "precision": "int8"}), 5)
     with pytest.raises(ConfigError, match=r"\(model_dir .* -> .*other'\)"):
         L.check_label_settings(store, cfg(tmp_path, label={"labeller": "encoder", "model_dir": str(tmp_path / "other")}),
+                               5)
+    # another folder holding the weights that labelled the run (a copy on a node's local disk) goes on: the labeller's
+    # own check ignores the path, and this one refused it; other weights there are still refused
+    import hashlib
+    import shutil
+
+    from harness.labelling.encoder import _weights_sha256
+
+    (tmp_path / "m" / "encoder").mkdir(parents=True)
+    (tmp_path / "m" / "head.pt").write_bytes(b"head")
+    (tmp_path / "m" / "encoder" / "model.safetensors").write_bytes(b"weights")
+    store.update_manifest(labeller={"labeller": "encoder", "path": str(tmp_path / "m"), "precision": "int8",
+                                    "head_sha256": hashlib.sha256(b"head").hexdigest(),
+                                    "encoder_sha256": _weights_sha256(tmp_path / "m" / "encoder")})
+    shutil.copytree(tmp_path / "m", tmp_path / "copy")
+    L.check_label_settings(store, cfg(tmp_path, label={"labeller": "encoder", "model_dir": str(tmp_path / "copy")}), 5)
+    (tmp_path / "copy" / "encoder" / "model.safetensors").write_bytes(b"other weights")
+    with pytest.raises(ConfigError, match=r"\(model_dir .* -> .*copy'\)"):
+        L.check_label_settings(store, cfg(tmp_path, label={"labeller": "encoder", "model_dir": str(tmp_path / "copy")}),
                                5)
 
 

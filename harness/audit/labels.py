@@ -91,6 +91,9 @@ def _generations(store: RunStore, paths: list[Path]) -> tuple[dict[tuple[str, in
         errors = df["error"] if "error" in df.columns else pd.Series(None, index=df.index, dtype=object)
         for r, (pid, idx, text, bad, error) in enumerate(zip(df.prompt_id, df.sample_idx, df.text_clean, failed,
                                                              errors)):
+            if not isinstance(pid, str) or pd.isna(idx):  # else a ValueError or TypeError traceback further on
+                raise DataError(f"{paths[s]}: row {r}: prompt_id {pid!r}, sample_idx {idx!r}; every story needs both: "
+                                f"mend the row, or delete the shard (a rerun of generate writes its stories again)")
             key = (names.setdefault(pid, pid), int(idx))
             held = at.get(key)
             if held is None or (held[2] is not None and not bad):
@@ -217,15 +220,7 @@ def make_labeller(cfg: RunConfig, *, echo=print, progress: bool = False):
         kwargs["backend"] = load_backend(cfg.label.llm, seed=cfg.seed)
         kwargs["owns_backend"] = True
         kwargs["max_attempts"] = cfg.label.llm_attempts
-        if (sampling := cfg.label.llm_sampling) is not None:
-            from dataclasses import replace
-
-            from harness.labelling.llm import DEFAULT_PARAMS
-
-            # the fields given replace the labeller's own (greedy, 256 tokens), not the stories' defaults
-            given = {"max_tokens" if k == "max_new_tokens" else k: tuple(v) if k == "stop" else v
-                     for k, v in sampling.model_dump(include=sampling.model_fields_set).items()}
-            kwargs["params"] = replace(DEFAULT_PARAMS, **given)
+        kwargs["params"] = llm_label_params(cfg)
     try:
         labeller = get_labeller(name, **kwargs)
     except ConfigError as e:  # name the config block the setting came from
@@ -237,6 +232,21 @@ def make_labeller(cfg: RunConfig, *, echo=print, progress: bool = False):
         # 16, a label.llm.batch_size of 256 left the engine running 16 sequences
         labeller.default_batch_size = cfg.label.llm.batch_size
     return labeller
+
+
+def llm_label_params(cfg: RunConfig) -> Any:
+    """The sampling an LLM labeller of this config uses: ``label.llm_sampling``'s fields given, over the labeller's
+    own (greedy, 256 tokens), not over the stories' defaults."""
+    from dataclasses import replace
+
+    from harness.labelling.llm import DEFAULT_PARAMS
+
+    sampling = cfg.label.llm_sampling
+    if sampling is None:
+        return DEFAULT_PARAMS
+    given = {"max_tokens" if k == "max_new_tokens" else k: tuple(v) if k == "stop" else v
+             for k, v in sampling.model_dump(include=sampling.model_fields_set).items()}
+    return replace(DEFAULT_PARAMS, **given)
 
 
 #: The label settings that decide what the labels say (not batch or shard sizes, nor first-use training).
@@ -262,7 +272,17 @@ def label_settings(cfg: RunConfig) -> dict[str, Any]:
     ``LLM_LABEL_FIELDS``: never the API key)."""
     out = cfg.label.model_dump(include=set(LABEL_SETTINGS) - {"llm"}, mode="json")
     out["llm"] = cfg.label.llm.model_dump(include=set(LLM_LABEL_FIELDS), mode="json") if cfg.label.llm else None
+    # the sampling the labeller uses (GenParams' fields), not the block with the stories' defaults filled in, which
+    # recorded {top_p: 0.9} (greedy, 256 tokens) as temperature 1 and 200 tokens: a real change passed, a null one
+    # was refused
+    out["llm_sampling"] = _params_json(llm_label_params(cfg))
     return out
+
+
+def _params_json(params: Any) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    return json.loads(json.dumps(asdict(params)))
 
 
 def _refuse(store: RunStore, labelled: int, changed: list[str], fix: str) -> None:
@@ -282,12 +302,21 @@ def check_label_settings(store: RunStore, cfg: RunConfig, labelled: int, running
     new = label_settings(cfg)
     if isinstance(old.get("llm"), dict):  # a manifest of before LLM_LABEL_FIELDS recorded the whole block
         old = {**old, "llm": {k: v for k, v in old["llm"].items() if k in LLM_LABEL_FIELDS}}
+    if "llm_sampling" in old and old["llm_sampling"] is None:  # a manifest of before: no block, the labeller's own
+        from harness.labelling.llm import DEFAULT_PARAMS
+
+        old = {**old, "llm_sampling": _params_json(DEFAULT_PARAMS)}
+    elif isinstance(old.get("llm_sampling"), dict) and "max_new_tokens" in old["llm_sampling"]:
+        # a manifest of before recorded the block with the stories' defaults filled in, which does not say what the
+        # labeller used: left to check_labeller, whose info() holds it
+        old = {k: v for k, v in old.items() if k != "llm_sampling"}
     read = {"labeller"} | {k for lab in (old.get("labeller"), new["labeller"])
                            for k in LABELLER_SETTINGS.get(lab, LABEL_SETTINGS)}
     as_used = _as_used(store)
     changed = [f"{k} {old.get(k)!r} -> {new.get(k)!r}" for k in LABEL_SETTINGS
                if k in read and (k in old or k not in LATER_SETTINGS)
-               and as_used(k, old.get(k)) != as_used(k, new.get(k))]
+               and as_used(k, old.get(k)) != as_used(k, new.get(k))
+               and not (k == "model_dir" and _same_weights(store, old.get(k), new.get(k)))]
     if changed:
         _refuse(store, labelled, changed, "restore them, or ")
 
@@ -307,6 +336,24 @@ def _as_used(store: RunStore) -> Any:
         return value
 
     return as_used
+
+
+def _same_weights(store: RunStore, old: Any, new: Any) -> bool:
+    """Whether the encoder folder ``new`` (None: the user cache) holds the weights that labelled the run from ``old``:
+    the hashes of its head and encoder against those the manifest's labeller recorded (a copy of the model on a
+    node's local disk, or the cache named by its path, was refused as another model; the labeller's own check
+    already ignored the path)."""
+    from harness.labelling.encoder import _weights_sha256, default_model_dir
+
+    recorded = store.read_manifest().get("labeller")
+    if not isinstance(recorded, dict) or not recorded.get("head_sha256") or not recorded.get("encoder_sha256"):
+        return False
+    folder = Path(new).expanduser() if isinstance(new, str) else default_model_dir()
+    try:
+        head = hashlib.sha256((folder / "head.pt").read_bytes()).hexdigest()
+        return head == recorded["head_sha256"] and _weights_sha256(folder / "encoder") == recorded["encoder_sha256"]
+    except OSError:  # no model there (yet): another folder
+        return False
 
 
 def check_labeller(store: RunStore, labeller: Any, labelled: int, running: bool = False) -> None:

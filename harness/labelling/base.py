@@ -113,6 +113,8 @@ def breaks_line(text: str) -> bool:
 
 
 def _reject_unknown(cls: type, d: dict[str, Any], where: str) -> None:
+    if not isinstance(d, dict):  # a list or number read as a record raised AttributeError: a traceback
+        raise DataError(f"{where}: expected a JSON object, got {type(d).__name__}")
     names = {f.name for f in fields(cls)}
     unknown = set(d) - names
     if unknown:

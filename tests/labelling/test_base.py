@@ -105,6 +105,11 @@ def test_round_trip_and_unknown_fields():
         (d if where is None else d["characters"][where])[key] = value
         with pytest.raises(DataError, match=says):
             StoryLabels.from_dict(d)
+    # a record that is no object ("[]" on a line of `label label`'s OUT.tmp) raised AttributeError: a traceback
+    with pytest.raises(DataError, match=r"^StoryLabels: expected a JSON object, got list$"):
+        StoryLabels.from_dict([])
+    with pytest.raises(DataError, match=r"^CharacterLabel: expected a JSON object, got list$"):
+        StoryLabels.from_dict({"story_id": "x", "characters": [[]]})
 
 
 def test_labels_come_in_the_storys_role_order():
