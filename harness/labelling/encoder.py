@@ -811,22 +811,39 @@ class EncoderLabeller(Labeller):
             # process, with the same labels (the pool numbers one call's batches; a second took the first's results)
             yield from super()._label_batches(batches, stories)
         elif self._worker_mode == "host":
+            # A failed call closes its pool, and the next call starts a new one; only this call's pool is dropped,
+            # and only a closed one: another call's live pool, which replaced this one (its worker died), was dropped
+            # unclosed (its workers left running), and so was a healthy pool after an input error or a spent stream
+            # dropped (GeneratorExit).
             try:
                 yield from pool.label(batches, self._forward)
             except HostWorkerError as e:  # one line, as for a CPU worker that dies
-                self._pool = None  # the host pool closed itself; the next call starts a new one
+                if self._pool is pool and pool.closed:
+                    self._pool = None
                 raise BackendError(f"{e} (killed, or out of memory?); the stories labelled before it are kept: rerun "
                                    f"the same command to resume") from None
             except BaseException:
-                self._pool = None
+                if self._pool is pool and pool.closed:
+                    self._pool = None
                 raise
         else:
             from collections import deque
 
             ahead: deque = deque()
+            unread: Exception | None = None  # the input's error, raised once the batches in flight are yielded
             try:
-                for b in batches:
-                    ahead.append(pool.submit(_worker_label, list(b)))
+                todo = iter(batches)
+                while True:
+                    try:
+                        b = list(next(todo))
+                    except StopIteration:
+                        break
+                    except Exception as e:  # noqa: BLE001 - raised below, after the batches before it
+                        # (raised at once, it lost the batches in flight, and with them the caller's whole window;
+                        # the serial path yields them before it reads on)
+                        unread = e
+                        break
+                    ahead.append(pool.submit(_worker_label, b))
                     if len(ahead) > 2 * self.workers:
                         yield ahead.popleft().result()
                 while ahead:
@@ -838,6 +855,8 @@ class EncoderLabeller(Labeller):
                 self.close()
                 raise BackendError("encoder labeller: a worker process died (killed, or out of memory?); the "
                                    "stories labelled before it are kept: rerun the same command to resume") from None
+            if unread is not None:
+                raise unread
 
     def start_workers(self, stories: int | None = None) -> float:
         """Start the worker processes that labelling ``stories`` stories (None: any number) would use,

@@ -557,6 +557,106 @@ def test_cpu_workers_a_killed_worker_leaves_the_next_call_a_new_pool(tiny_encode
         assert lab._pool is not pool
 
 
+def test_cpu_workers_an_input_error_comes_after_the_batches_before_it(tiny_encoder, gold):
+    """On CPU, an error reading the next batch (a bad row, a file that cannot be read on) was raised at once and
+    dropped the batches in flight, and with them the window labelled before it; the serial path yields them first.
+    They come first now, then the error."""
+    out_dir, _ = tiny_encoder
+    stories = [g.story for g in gold[:5]]
+    want = EncoderLabeller(out_dir, device="cpu", precision="int8", workers=0).label(stories, batch_size=1)
+
+    def read():
+        yield from ([s] for s in stories)
+        raise OSError("the input file could not be read past story 5")
+
+    with EncoderLabeller(out_dir, device="cpu", precision="int8", workers=1) as lab:
+        assert lab._worker_mode == "model"
+        got = []
+        with pytest.raises(OSError, match="past story 5"):
+            for labels in lab._label_batches(read(), None):  # a stream of no known length: the worker starts
+                got += labels
+        assert got == want
+
+
+def test_host_workers_a_call_open_on_a_replaced_pool_fails_in_one_line_and_leaves_the_new_pool(tiny_encoder, gold):
+    """Stream A was open on the host pool when its worker died; call B replaced the pool (closing the dead one) and
+    labelled. Resumed, A waited for ever or failed with a bare ValueError (a closed queue), and it dropped B's live
+    pool unclosed (its workers ran on, out of ``close``'s reach). A fails with the one-line BackendError now, and a
+    call drops only its own pool, once closed."""
+    import signal
+    import threading
+    import time
+
+    from harness.errors import BackendError
+
+    out_dir, _ = tiny_encoder
+    stories = [g.story for g in gold[:6]]
+    with EncoderLabeller(out_dir, device="cpu", precision="int8", workers=1) as lab:
+        lab._worker_mode = "host"
+        lab.window_batches = 1  # a window a batch: A's first labels come while the rest of it is open
+        a = lab.iter_label(stories, batch_size=1)
+        assert next(a).story_id == stories[0].story_id
+        old = lab._pool
+        os.kill(old.pids[0], signal.SIGKILL)
+        for _ in range(200):
+            if not old.alive:
+                break
+            time.sleep(0.05)
+        assert [b.status for b in lab.label(stories[:2], batch_size=1)] == ["ok", "ok"]
+        new = lab._pool
+        assert new is not old and old.pids == []  # closed
+        out = {}
+
+        def resume():
+            try:
+                out["got"] = list(a)
+            except BaseException as e:  # noqa: BLE001 - compared below
+                out["error"] = e
+
+        waiting = threading.Thread(target=resume, daemon=True)
+        waiting.start()
+        waiting.join(60)
+        assert not waiting.is_alive(), "stream A still waits"
+        assert isinstance(out.get("error"), BackendError)
+        assert str(out["error"]) == ("encoder labeller: the host pool was closed during this call (killed, or out of "
+                                     "memory?); the stories labelled before it are kept: rerun the same command to "
+                                     "resume")
+        assert lab._pool is new and new.alive and len(new.pids) == 1  # open, and still the labeller's
+
+
+def test_host_workers_keep_their_pool_after_an_input_error_or_a_spent_stream(tiny_encoder, gold):
+    """Beside a GPU, a stream of stories that could not be read on (a bad item) lost the window labelled before it,
+    and the pool went with it; a stream whose every label was taken, then dropped, tore the pool down too (its workers
+    started again by the next call). The labels come before the error now, and the pool carries on."""
+    from itertools import islice
+
+    from harness.errors import DataError
+
+    out_dir, _ = tiny_encoder
+    stories = [g.story for g in gold[:4]]
+    want = EncoderLabeller(out_dir, device="cpu", precision="int8", workers=0).label(stories, batch_size=1)
+
+    def stream():
+        yield from stories
+        yield "not a story"
+
+    with EncoderLabeller(out_dir, device="cpu", precision="int8", workers=1) as lab:
+        lab._worker_mode = "host"
+        lab.window_batches = 2
+        got = []
+        with pytest.raises(DataError, match="expected a StoryInput"):
+            for labels in lab.iter_label(stream(), batch_size=1):
+                got.append(labels)
+        assert got == want
+        pool = lab._pool
+        assert pool is not None and not pool.closed
+        spent = lab.iter_label(stories, batch_size=2)
+        assert list(islice(spent, len(stories))) == want  # every label, and no ask for one more
+        assert not pool.busy
+        spent.close()
+        assert lab._pool is pool and not pool.closed and pool.alive
+
+
 @pytest.mark.parametrize("files, affinity, want", [
     ({}, 6, 6),  # no cgroup files: the affinity mask alone
     ({"cpu.max": "200000 100000\n"}, 6, 2),  # cgroup v2, a container run with --cpus 2

@@ -6,10 +6,14 @@ The whole pool (worker processes, the model in this process) is tested in ``test
 from __future__ import annotations
 
 import queue
+import threading
 
+import numpy as np
 import pytest
 
-from harness.labelling.host_pool import HostWorkerError, _read_inbox, _read_results, _tokenising_first
+from harness.labelling.base import RoleSpec, StoryInput
+from harness.labelling.host_pool import (HostWorkerError, _read_inbox, _read_results, _tokenising_first, encode_or_keep,
+                                         forward_or_keep)
 
 
 def _kinds(messages):
@@ -74,13 +78,13 @@ def test_a_workers_reader_passes_each_message_on_and_then_the_stop(end):
     assert local.empty()
 
 
-def test_the_model_process_reader_stops_at_the_pools_stop_and_reports_a_message_it_cannot_read():
-    arrived = queue.Queue()
-    _read_results(_Pipe([("encoded", 0, "x"), ("labels", 0, "y"), ("stop", -1, None), ("labels", 1, "z")], None),
-                  arrived)
+def test_the_model_process_reader_stops_at_the_pools_end_of_the_pipe_and_reports_a_message_it_cannot_read():
+    arrived, stopping = queue.Queue(), threading.Event()
+    stopping.set()  # the pool closed the pipe (``HostPool.close``): its end is no error
+    _read_results(_Pipe([("encoded", 0, "x"), ("labels", 0, "y")], EOFError()), arrived, stopping)
     assert [arrived.get_nowait() for _ in range(2)] == [("encoded", 0, "x"), ("labels", 0, "y")]
     assert arrived.empty()
-    _read_results(_Pipe([("ready", -1, None)], EOFError("ran out of input")), arrived)
+    _read_results(_Pipe([("ready", -1, None)], EOFError("ran out of input")), arrived, threading.Event())
     assert arrived.get_nowait() == ("ready", -1, None)
     kind, _, error = arrived.get_nowait()
     assert kind == "error" and isinstance(error, HostWorkerError)
@@ -127,10 +131,12 @@ def _die_mid_message(results, started) -> None:
     time.sleep(120)
 
 
-def test_close_ends_the_reader_a_worker_terminated_mid_message_left_waiting(tiny_encoder):
-    """The worker holds the write lock for good, so the pool's "stop" never reaches the pipe and the reader waits for
-    the message's rest: close ends the pipe instead, and the reader with it (it lived on, a flaky failure of
-    test_host_workers_stream_windows_and_a_failure_closes_them)."""
+def test_close_ends_the_reader_a_worker_terminated_mid_message_left_waiting_and_leaves_no_thread(tiny_encoder):
+    """The worker holds the write lock for good, so a "stop" put on the queue never reaches the pipe and the reader
+    waits for the message's rest: close ends the pipe instead, and the reader with it (it lived on, a flaky failure
+    of test_host_workers_stream_windows_and_a_failure_closes_them). The "stop" close still put started this
+    process's feeder thread of the queue, which waited for ever on that lock (a thread left per such close); close
+    puts nothing on the queue now."""
     import multiprocessing as mp
 
     from harness.labelling.encoder import EncoderLabeller
@@ -138,6 +144,7 @@ def test_close_ends_the_reader_a_worker_terminated_mid_message_left_waiting(tiny
 
     out_dir, _ = tiny_encoder
     lab = EncoderLabeller(out_dir, device="cpu", precision="int8", workers=0)
+    before = set(threading.enumerate())
     pool = HostPool(1, str(lab.path / "encoder"), lab.decoder)
     ctx = mp.get_context("spawn")
     started = ctx.Event()
@@ -150,6 +157,222 @@ def test_close_ends_the_reader_a_worker_terminated_mid_message_left_waiting(tiny
         assert pool._reader.is_alive()  # waiting for the rest of the message
         pool.close(wait=False)
         assert not pool._reader.is_alive() and pool.pids == []
+        assert [t.name for t in threading.enumerate() if t not in before] == []
     finally:
         writer.kill()
         pool.close(wait=False)
+
+
+ROLES = (RoleSpec("subject", "student"),)
+
+
+def _arrays(rows: int, value: int = 1) -> tuple:
+    ids = np.full((rows, 8), value, dtype=np.int64)
+    return ids, np.ones_like(ids), np.zeros_like(ids)
+
+
+def test_a_batch_of_one_story_that_fails_where_the_probe_fails_too_is_raised():
+    """Beside a GPU at --batch-size 1, a broken device or tokenizer failed each story alone, and each was kept as
+    "labeller error" (exit 0, never retried): ``forward_or_keep`` and ``encode_or_keep`` kept a batch of one story
+    without the probe ``label_or_keep`` tries. They try a probe story now (its model inputs, from the worker) and
+    raise the story's error where it fails too; where it passes, the story is at fault and kept."""
+    story = StoryInput("s0", "Ana went to school. She liked it.", ROLES)
+    probe = _arrays(1, value=2)
+
+    def broken(ids, am, tt):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    def refuses_the_story(ids, am, tt):  # the probe's ids are 2s, the story's 1s
+        if (ids == 1).any():
+            raise ValueError("no story here")
+        return np.zeros((*ids.shape, 4), dtype=np.float32)
+
+    with pytest.raises(RuntimeError, match="illegal memory access"):
+        forward_or_keep(broken, *_arrays(1), None, probe)
+    with pytest.warns(RuntimeWarning), pytest.raises(RuntimeError, match="illegal memory access"):
+        forward_or_keep(broken, *_arrays(3), [0, 0, 0], probe)  # one story's three windows
+    assert forward_or_keep(refuses_the_story, *_arrays(1), None, probe) == (
+        None, {0: "labeller error: ValueError: no story here"})
+    with pytest.warns(RuntimeWarning):
+        assert forward_or_keep(refuses_the_story, *_arrays(2), [0, 0], probe) == (
+            None, {0: "labeller error: ValueError: no story here", 1: "labeller error: ValueError: no story here"})
+    # no probe: kept, as before
+    assert forward_or_keep(broken, *_arrays(1))[1] == {
+        0: "labeller error: RuntimeError: CUDA error: an illegal memory access was encountered"}
+
+    def broken_tokenizer(stories):
+        raise RuntimeError("Already borrowed")
+
+    def refuses(stories):
+        if any(s.story_id == "s0" for s in stories):
+            raise ValueError("no story here")
+        return [s.story_id for s in stories]
+
+    with pytest.raises(RuntimeError, match="Already borrowed"):
+        encode_or_keep(broken_tokenizer, [story])
+    assert encode_or_keep(refuses, [story]) == ([], {0: "labeller error: ValueError: no story here"})
+
+
+class _Decoder:
+    """A decoder that fails on a batch with a story named in ``bad`` ("probe": the probe story)."""
+
+    def __init__(self, decoder, bad: set[str]) -> None:
+        self._decoder, self.bad = decoder, bad
+
+    def __getattr__(self, name):
+        return getattr(self._decoder, name)
+
+    def decode_many(self, stories, encoded, probs):
+        if any(s.story_id in self.bad for s in stories):
+            raise RuntimeError("the parser is broken")
+        return self._decoder.decode_many(stories, encoded, probs)
+
+
+def test_a_host_worker_tells_a_broken_model_or_decoder_from_a_bad_story_in_a_batch_of_one(tiny_encoder, gold):
+    """A batch of one story (--batch-size 1) that the model or the decoder failed on was kept as "labeller error"
+    however broken the device or the decoder (every story so, exit 0). The worker (``host_pool._serve``, run here in
+    a thread) sends the probe story's model inputs with a batch of one story, and decodes the probe where the
+    story's decoding fails: a model or decoder that fails on the probe too is raised, a story alone at fault kept."""
+    from harness.labelling.encoder import EncoderLabeller
+    from harness.labelling.host_pool import _serve
+
+    out_dir, _ = tiny_encoder
+    lab = EncoderLabeller(out_dir, device="cpu", precision="int8", workers=0)
+    story, other = gold[0].story, gold[1].story
+    want = lab.label(story, batch_size=1)
+    decoder = _Decoder(lab.decoder, set())
+    inbox, results = queue.Queue(), queue.Queue()
+    worker = threading.Thread(target=_serve, args=(str(lab.path / "encoder"), decoder, inbox, results), daemon=True)
+    worker.start()
+
+    def broken(ids, am, tt):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    def label(bid, forward):
+        inbox.put(("encode", bid, [story]))
+        kind, _, payload = results.get(timeout=60)
+        assert kind == "encoded" and payload[4] is not None
+        assert payload[4][0].shape[1] < payload[0].shape[1]  # the probe is shorter than the story
+        probe_len = payload[4][0].shape[1]
+
+        def story_fails(ids, am, tt):  # fails on the story's length, passes on the probe's
+            if forward is None and ids.shape[1] > probe_len:
+                raise RuntimeError("no story here")
+            return (forward or lab._forward)(ids, am, tt)
+
+        try:
+            probs = forward_or_keep(story_fails, *payload)
+        except RuntimeError as e:
+            return e
+        inbox.put(("decode", bid, probs))
+        kind, got_bid, payload = results.get(timeout=60)
+        assert got_bid == bid
+        return kind, payload
+
+    try:
+        assert results.get(timeout=60)[0] == "ready"
+        assert label(0, lab._forward) == ("labels", [want])
+        err = label(1, broken)
+        assert isinstance(err, RuntimeError) and "illegal memory access" in str(err)
+        kind, got = label(2, None)
+        assert kind == "labels" and got[0].status == "labeller error: RuntimeError: no story here"
+        decoder.bad.add(story.story_id)
+        kind, got = label(3, lab._forward)
+        assert kind == "labels" and got[0].status == "labeller error: RuntimeError: the parser is broken"
+        decoder.bad.add("probe")
+        kind, got = label(4, lab._forward)
+        assert kind == "error" and "the parser is broken" in str(got)
+        inbox.put(("encode", 5, [story, other]))  # several stories: no probe (they tell each other apart)
+        kind, _, payload = results.get(timeout=60)
+        assert kind == "encoded" and payload[4] is None
+    finally:
+        inbox.put(None)
+        worker.join(timeout=60)
+
+
+def test_a_call_left_open_while_its_pool_closes_raises_rather_than_waits_for_ever(tiny_encoder, gold):
+    """The encoder labeller closes a pool whose worker died although another call still streams from it, and
+    ``close`` runs with an iterator open: resumed, that call waited for ever (close forgot the workers, so none was
+    seen dead, and a receive has no time limit). It raises HostWorkerError now."""
+    from harness.labelling.encoder import EncoderLabeller
+    from harness.labelling.host_pool import HostPool
+
+    out_dir, _ = tiny_encoder
+    lab = EncoderLabeller(out_dir, device="cpu", precision="int8", workers=0)
+    stories = [g.story for g in gold[:4]]
+    pool = HostPool(1, str(lab.path / "encoder"), lab.decoder)
+    try:
+        calls = pool.label([[s] for s in stories], lab._forward)
+        assert next(calls)[0].story_id == stories[0].story_id
+        pool.close()
+        out = {}
+
+        def resume():
+            try:
+                out["got"] = list(calls)
+            except BaseException as e:  # noqa: BLE001 - compared below
+                out["error"] = e
+
+        waiting = threading.Thread(target=resume, daemon=True)
+        waiting.start()
+        waiting.join(60)
+        assert not waiting.is_alive(), "the call still waits"
+        assert isinstance(out.get("error"), HostWorkerError)
+        assert str(out["error"]) == "encoder labeller: the host pool was closed during this call"
+        assert not pool.busy
+    finally:
+        pool.close(wait=False)
+
+
+@pytest.fixture(scope="module")
+def host_pool(tiny_encoder):
+    """A pool of one host worker and the labeller whose model runs its forward passes (tests that keep it healthy)."""
+    from harness.labelling.encoder import EncoderLabeller
+    from harness.labelling.host_pool import HostPool
+
+    out_dir, _ = tiny_encoder
+    lab = EncoderLabeller(out_dir, device="cpu", precision="int8", workers=0)
+    pool = HostPool(1, str(lab.path / "encoder"), lab.decoder)
+    yield lab, pool
+    pool.close(wait=False)
+
+
+def test_an_input_error_comes_after_the_batches_handed_out_before_it_and_the_pool_carries_on(host_pool, gold):
+    """An error reading the next batch (a bad row, a file that cannot be read on) was raised at once, losing the
+    batches labelled or in flight (iter_label's whole finished window), and the pool closed; the serial path yields
+    them first. They are yielded now, then the error is raised, and the pool takes the next call. An input that is
+    not iterable left the pool busy for good (every later call refused)."""
+    lab, pool = host_pool
+    stories = [g.story for g in gold[:5]]
+    pids = pool.pids
+
+    def batches():
+        yield from ([s] for s in stories)
+        raise OSError("the input file could not be read past story 5")
+
+    got = []
+    with pytest.raises(OSError, match="past story 5"):
+        for labels in pool.label(batches(), lab._forward):
+            got.append(labels[0].story_id)
+    assert got == [s.story_id for s in stories]
+    assert not pool.busy and not pool.closed and pool.pids == pids
+    with pytest.raises(TypeError):
+        list(pool.label(42, lab._forward))
+    assert not pool.busy
+    assert [b[0].story_id for b in pool.label([stories[:2]], lab._forward)] == [stories[0].story_id]
+
+
+def test_a_call_whose_every_label_was_taken_ends_without_the_one_more_ask(host_pool, gold):
+    """A caller that takes every label and asks for nothing more (zip, islice, next on a stream of one) left the call
+    suspended at its last batch: the pool stayed busy while the spent iterator lived (another call labelled in the
+    caller's process), and was torn down when it was dropped (workers terminated, started again by the next call).
+    The call ends before it yields its last batch now."""
+    lab, pool = host_pool
+    stories = [g.story for g in gold[:4]]
+    pids = pool.pids
+    calls = pool.label([stories[:2], stories[2:]], lab._forward)
+    assert [next(calls)[0].story_id for _ in range(2)] == [stories[0].story_id, stories[2].story_id]
+    assert not pool.busy
+    calls.close()
+    assert not pool.closed and pool.pids == pids
+    assert [b[0].story_id for b in pool.label([stories[:1]], lab._forward)] == [stories[0].story_id]
