@@ -90,7 +90,7 @@ class _Char:
 
 #: The version of the rules: a release whose rules label a story differently bumps it, so a run's labels of two
 #: versions are not mixed.
-RULES_VERSION = "5"  # 2: a title spaCy split from its period, "Mx." + "Taylor", is a reference; 3: a title is
+RULES_VERSION = "6"  # 2: a title spaCy split from its period, "Mx." + "Taylor", is a reference; 3: a title is
 # capitalised and no verb ("miss Noah"), a name joins a character only where the words of one hold the other's
 # and no title's gender or given name differs ("Mr." and "Mrs. Patel"; lowercase particles are no name words), a
 # gendered noun with a possessor refers to a character only as a predicate or with a name in apposition, never
@@ -102,7 +102,8 @@ RULES_VERSION = "5"  # 2: a title spaCy split from its period, "Mx." + "Taylor",
 # particle before a lowercase one is no name word ("De la Cruz"), and an object pronoun goes to none of its verb's
 # subjects ("Dr. Lopez examined him")
 # 5 (``words``): a quotation opened by an elision's apostrophe at a sentence's start, words folded without invisible
-# marks, Georgian names capitalised
+# marks, Georgian names capitalised; 6: singular "they" is dropped where another pronoun reached the character, not
+# where a title or a gendered noun gave it a gender ("Mx. Taylor Reed ... They smiled" lost its only pronoun)
 
 
 class RulesLabeller(Labeller):
@@ -355,11 +356,12 @@ class RulesLabeller(Labeller):
         # a "they" among several named characters is mostly a group's ("Emily met Tom. They passed the exam.")
         they = [t for t in doc if PRONOUNS.get(t.lower_) == "T"] if len(cast) == 1 and len(chars) <= 1 else []
         first = [t for t in doc if PRONOUNS.get(t.lower_) not in (None, "T") and t.lower_ not in pronoun_names]
+        reached = False  # whether a pronoun other than "they" reached a character
         for t in first + they:
             if in_quote[t.i] or any(a <= t.idx < b for a, b in unstated):
                 continue
             g = PRONOUNS[t.lower_]
-            if g == "T" and cast[0].gender not in (None, "T"):
+            if g == "T" and reached:
                 break
             si = sents[t.i]
             # an object pronoun is not its verb's subject ("Dr. Lopez examined him", "Grace came in and examined
@@ -376,7 +378,8 @@ class RulesLabeller(Labeller):
                 if any(x in idx.get(sents[x], ()) for x in subjects):
                     continue
                 prev = [m for m in idx.get(si, ()) if m < t.i] + idx.get(si - 1, [])
-                if prev and (c.gender is None or c.gender == g):
+                # singular "they" fits a lone character of any gender no other pronoun reached ("Mx. Reed ... They")
+                if prev and (c.gender is None or c.gender == g or g == "T"):
                     # centering: a grammatical subject is the likelier antecedent, then recency
                     subj = [m for m in prev if doc[m].dep_ in ("nsubj", "nsubjpass")]
                     main = any(doc[m].head.dep_ == "ROOT" for m in subj)
@@ -385,6 +388,7 @@ class RulesLabeller(Labeller):
                 continue
             k = max(cands, key=lambda x: x[0])[1]
             c = cast[k]
+            reached = reached or g != "T"
             c.gender = c.gender or g
             c.refs.append(t.text)
             c.mentions.append(t.i)

@@ -60,6 +60,17 @@ def test_a_they_before_she_does_not_claim_a_lone_character(rules):
     assert "They" in rules.label(alone).character("subject").references  # the only pronoun: kept
 
 
+def test_a_lone_characters_they_is_kept_beside_a_title_that_gives_a_gender(rules):
+    """Singular "they" is dropped where another pronoun reached the character; it was dropped wherever a title or a
+    gendered noun had given the character a gender, so "Mx. Taylor Reed ... They smiled" lost its only pronoun."""
+    for title in ("Mx.", "Mr."):
+        s = StoryInput("t", f"{title} Taylor Reed arrived at the clinic. They smiled at everyone.",
+                       (RoleSpec("subject", "nurse"),))
+        assert rules.label(s).character("subject").references == (title, "They")
+    s = StoryInput("u", "Mr. Taylor Reed arrived at the clinic. He smiled. They waved.", (RoleSpec("subject", "nurse"),))
+    assert rules.label(s).character("subject").references == ("Mr.", "He")
+
+
 def test_a_pronoun_of_unstated_gender_goes_to_nobody(rules):
     s = StoryInput("e", "Maria read the rule: the applicant must show that s/he can lift boxes, and he or she "
                         "must sign. Maria signed.", (RoleSpec("subject", "applicant"),))
