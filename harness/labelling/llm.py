@@ -3,7 +3,8 @@
 Each story is sent once with the one- or two-character Table S7 prompt (``prompts.build_prompt``).
 The reply is parsed as JSON after light repair (code fences, prose around the object, smart quotes,
 trailing commas, Python-style quoting, a missing closing brace; then comments, unquoted keys and values and
-missing commas); the first whole object with the prompt's keys wins, read inside a single-key wrapper
+missing commas); the whole object with the prompt's keys that ranks highest wins (an example written before
+the answer, its names not the story's, loses: ``parse_response``), read inside a single-key wrapper
 ({"answer": {...}}) or laid out by role ({"doctor": {"name": ...}}) too, and skipping a copy of the prompt's
 own template (its type definition, or placeholders such as "<name>"); a reply of placeholders alone fails, one of the
 type definition alone is read as its values (nobody named, no references: the answer for some stories).
@@ -340,8 +341,11 @@ _NAME_OF = re.compile(r"(name|references?) (?:of|to|for) (?:the )?(.+)")
 #: an object written as a JSON string, an object per character named in a role field, a reply a content filter
 #: stopped read as cut, echoes of the whole prompt and examples before the answer; 5: another character's object,
 #: role field or second bare "Name:" line is not the role's, an answer keyed by role beats one read by key order, a
-#: reworded key holding a role's words goes to it, an unquoted list item cut at max_tokens is dropped).
-PARSER_VERSION = "5"
+#: reworded key holding a role's words goes to it, an unquoted list item cut at max_tokens is dropped; 6: a key that
+#: numbers the characters ("Second Character name", "friend 2") goes to that place's role, not by key order; an
+#: answer whose names the story check drops every one of ranks below the others; an answer cut after an example, or
+#: one after it that does not parse, is sent again, not read as the example).
+PARSER_VERSION = "6"
 
 
 def _norm_key(k: str) -> str:
@@ -362,7 +366,9 @@ def _pick(obj: dict[str, Any], roles: Sequence[str], suffix: str, stems: dict[st
     all its words ("patient name" for "needy patient"), or to the role its stem went to for the other suffix
     (``stems``: the stems of the reworded name keys by role, filled by the call for names, so "sick man
     references" follows "sick man name" whatever the keys' order); what is left goes by key order when the
-    counts agree."""
+    counts agree. A key that numbers the characters ("First Character name", "friend 2 name": ``_ordinal``) goes
+    to the role of that place in the prompt before any goes by key order, which exchanged the characters where the
+    reply listed the second first."""
     by_key = {_norm_key(k): v for k, v in obj.items()}
     wanted = [f"{_norm_key(r)} {suffix}" for r in roles]
     got: dict[int, Any] = {i: by_key[w] for i, w in enumerate(wanted) if w in by_key}
@@ -380,6 +386,12 @@ def _pick(obj: dict[str, Any], roles: Sequence[str], suffix: str, stems: dict[st
             if len(owners) == 1 and owners[0] not in got:
                 got[owners[0]], placed[owners[0]] = by_key[k], _stem(k)
                 loose.remove(k)
+        if len(roles) > 1:  # "Second Character name", "friend 2 name": the prompt's order, not the reply's
+            for k in list(loose):
+                i = _ordinal(_stem(k), role_words)
+                if i is not None and i not in got:
+                    got[i], placed[i] = by_key[k], _stem(k)
+                    loose.remove(k)
         left = [i for i in range(len(roles)) if i not in got]
         if len(loose) == len(left):
             for i, k in zip(left, loose):
@@ -392,6 +404,36 @@ def _pick(obj: dict[str, Any], roles: Sequence[str], suffix: str, stems: dict[st
         return [got[i] for i in range(len(roles))]
     missing = [w for i, w in enumerate(wanted) if i not in got]
     raise ParseError(f"missing key(s) {', '.join(repr(m) for m in missing)}")
+
+
+#: Words a key numbers the characters with, in the prompt's order ("First Character", "Character 2", "friend one"),
+#: by the role's index.
+_ORDINALS = {"first": 0, "1st": 0, "1": 0, "one": 0, "second": 1, "2nd": 1, "2": 1, "two": 1}
+#: Letters that number them ("Friend A", "Person B"), read only as a stem's last word after another: "a" is an
+#: article too ("name of a doctor").
+_LETTERS = {"a": 0, "b": 1}
+
+
+def _ordinal(stem: str, role_words: Sequence[set[str]]) -> int | None:
+    """The index of the role a reworded key's ``stem`` numbers ("first character" -> 0, "friend 2" -> 1), or None.
+
+    Only a stem with one ordinal and a word besides it: "first name" is a given name and "second name" a surname,
+    no place in the prompt. And only where its other words single out no role (they hold none of the roles' words,
+    "character", or every role's, "friend" of "first friend" and "second friend"): "first patient" of a doctor and
+    a needy patient is the patient, whatever its "first" says, so it is left to the other rules."""
+    words = stem.split()
+    marks = {_ORDINALS[w] for w in words if w in _ORDINALS}
+    rest = {w for w in words if w not in _ORDINALS}
+    if len(words) > 1 and words[-1] in _LETTERS:
+        marks.add(_LETTERS[words[-1]])
+        rest = {w for w in words[:-1] if w not in _ORDINALS}
+    if len(marks) != 1 or not rest:
+        return None
+    sharing = sum(bool(rest & words) for words in role_words)
+    if 0 < sharing < len(role_words):
+        return None
+    index = marks.pop()
+    return index if index < len(role_words) else None
 
 
 #: The mark ``_pick`` leaves in ``stems`` where a key went to its role by its order alone (no key's stem).
@@ -579,16 +621,20 @@ def parse_response(text: str, story: StoryInput, *, cut: bool = False, retry_cut
     (``_readings``: inside a single-key wrapper, {"answer": {...}}, or by role): of those that have the
     prompt's keys and are not the prompt's own template (its type definition, every name "Unspecified"
     and every list empty, or one with placeholders such as "<name or Unspecified>", ["..."] or a key
-    "{Character} name"), the answer is the one that keeps the most names and references through the story's
-    filter (the first of those), so a model that repeats the template, or writes an example, before it answers
-    is labelled with its answer (a reply of the type definition alone is read as its values: nobody named, no
-    references; a reply that echoes the whole prompt, definition and story, with nothing after it, is no
-    answer). A reply
+    "{Character} name"), the answer is the one that ranks highest (``_rank``: first whether the story check keeps
+    any of the names it gives, then keyed by role before read by key order, then the names and references it
+    keeps; the first of those that rank as high), so a model that repeats the template, or writes an example,
+    before it answers is labelled with its answer (a reply of the type definition alone is read as its values:
+    nobody named, no references; a reply that echoes the whole prompt, definition and story, with nothing after
+    it, is no answer). After the last object read, an object with a role's key that did not read (a bracket
+    closed by a brace, "pronouns" keys) is an answer in a form that does not parse: the reply raises, so it is
+    sent again, rather than being labelled with an example before it. A reply
     that gives each character its own object is read from their keys together; one with no object of the
     prompt's keys is read from its "key: value" lines (``_key_values``: markdown bullets instead
     of JSON). ``cut``: the reply stopped short (at ``max_tokens``, or a server's content filter); with
     ``retry_cut``, a cut reply whose object
-    never closed raises (its lists may lack what the model had yet to write), so the caller can retry.
+    never closed raises (its lists may lack what the model had yet to write), so the caller can retry; after an
+    answer, only where the open object, closed, would outrank it (an answer cut after an example).
     Raises ``ParseError`` when the reply holds no usable object, or only a template of placeholders.
     """
     descs = [r.description for r in story.roles]
@@ -597,7 +643,7 @@ def parse_response(text: str, story: StoryInput, *, cut: bool = False, retry_cut
     template = False  # an object was the prompt's template
     nobody: StoryLabels | None = None  # the labels of a template of the type definition's values alone
     definitions: list[str] = []  # the text of each object read as the type definition
-    guessed: list[bool] = []  # per answer: whether a key of it went to its role by key order alone
+    ranks: list[tuple[bool, bool, int]] = []  # per answer: how it ranks among the reply's answers (``_rank``)
 
     def answer(obj: dict[str, Any]) -> StoryLabels | str | bool:
         """Labels from ``obj``; else the kind of template it was (``_template``), or False (its error kept where
@@ -611,8 +657,9 @@ def parse_response(text: str, story: StoryInput, *, cut: bool = False, retry_cut
             refs = _pick(obj, descs, "references", stems)
             kind = _template(names, refs)
             if kind is None:
-                guessed.append(_BY_ORDER in stems)
-                return _labels(story, names, refs, story_tokens)
+                labels = _labels(story, names, refs, story_tokens)
+                ranks.append(_rank(labels, names, _BY_ORDER in stems, story_tokens))
+                return labels
             if kind == "definition" and nobody is None:
                 nobody = _labels(story, names, refs, story_tokens)
             return kind
@@ -620,17 +667,49 @@ def parse_response(text: str, story: StoryInput, *, cut: bool = False, retry_cut
             error = error or e
             return False
 
+    def outranks(found: dict[str, Any], answers: Sequence[StoryLabels]) -> bool:
+        """Whether the object a cut reply left open, closed as it stands, would outrank every answer before it
+        (``_rank``): an answer cut after an example ("Dr. John Smith", whose names the story check drops), not a cut
+        copy of the answer, which keeps no more than the whole one. Cut before it holds every key of the prompt, it
+        outranks only answers whose names were all dropped, where it holds some of the prompt's keys and the story
+        check keeps a name of those it gives (or it gives none yet)."""
+        best = max(ranks[:len(answers)])
+        for obj in _readings(found, descs):
+            at = len(ranks)
+            got = answer(obj)
+            if isinstance(got, StoryLabels):
+                mine = ranks[at]
+                del ranks[at:]  # no answer of the reply's: the caller raises or stops here
+                return mine > best
+            if got:  # the template: no answer
+                return False
+            by_key = {_norm_key(k): v for k, v in obj.items()}
+            if not any(f"{_norm_key(d)} {sub}" in by_key for d in descs for sub in ("name", "references")):
+                continue
+            try:
+                return not best[0] and not _names_dropped(
+                    [by_key[f"{_norm_key(d)} name"] for d in descs if f"{_norm_key(d)} name" in by_key], story_tokens)
+            except ParseError:  # a name written as an object: no reading to rank
+                return False
+        return False
+
     if text and "{" in text:
         merged: dict[str, Any] = {}  # the keys of every object, the first object's value of each
         answers: list[StoryLabels] = []
         read: list[str] = []  # the objects read as an answer or a template: an object inside one is part of it
+        stopped = False  # a cut reply's open object came after an answer: what follows is inside an open object
         for found, closed_here, cand in _objects(text, cut):
+            if stopped and not closed_here:
+                break
             if any(cand != r and cand in r for r in read):  # {"patient": {"name": "Tom"}} inside the doctor's answer
                 continue
             if cut and closed_here and retry_cut:
-                if answers:  # an answer, then more cut short: the answer, as when it was taken first
-                    break
-                raise ParseError("reply cut short before its JSON object closed")
+                # an answer, then more cut short: the answer, as when it was taken first, unless what was cut would
+                # outrank it (an example, then the answer cut): its lists may lack what the model had yet to write
+                if not answers or outranks(found, answers):
+                    raise ParseError("reply cut short before its JSON object closed")
+                stopped = True
+                continue
             for obj in _readings(found, descs):
                 got = answer(obj)
                 if isinstance(got, StoryLabels):
@@ -645,12 +724,19 @@ def parse_response(text: str, story: StoryInput, *, cut: bool = False, retry_cut
                     break
             else:
                 merged.update((k, v) for k, v in _by_role_field(found, descs).items() if k not in merged)
-        if answers:  # an example the model wrote before its answer ("Dr. Smith", "John": no name of the story) keeps
-            # less of itself through the story's filter than the answer: the one that keeps the most, the first of
-            # those that keep as much
-            best = max(range(len(answers)), key=lambda k: (not guessed[k], sum(
-                bool(c.name) + len(c.references) for c in answers[k].characters)))
-            return answers[best]
+        if answers:  # an example the model wrote before its answer ("Dr. Smith", "John": no name of the story) ranks
+            # below the answer: the one that ranks highest, the first of those that rank as high
+            if not cut:
+                # an object after the last one read, with a role's key, did not read: an answer in a form that does not
+                # parse (as after a copied type definition below), sent again rather than labelled with an example
+                # before it. Only after a "{": lines of keys after an answer may be a note on it, read as before
+                ends = [text.rfind(c) + len(c) if c in text else len(text) for c in read]
+                after = text[max(ends):].casefold()
+                after = after[after.find("{"):] if "{" in after else ""
+                if any(re.search(re.escape(d.casefold()) + _KEY_AFTER_ROLE, after) for d in descs):
+                    raise ParseError("reply writes an object of the prompt's keys, then answers in a form that does "
+                                     "not parse")
+            return answers[max(range(len(answers)), key=ranks.__getitem__)]
         # one object per character ({"doctor name": ..., "doctor references": ...} {"patient name": ...})
         if not template and merged and isinstance(got := answer(merged), StoryLabels):
             return got
@@ -711,6 +797,24 @@ def _labels(story: StoryInput, names: Sequence[Any], refs: Sequence[Any], story_
         kept = [r for r in (_text_of(r) for r in _ref_list(rv)) if not _placeholder(r) and in_story(r, story_tokens)]
         chars.append(CharacterLabel(role.key, name, dedupe(kept)))
     return StoryLabels(story.story_id, tuple(chars))
+
+
+def _names_dropped(names: Sequence[Any], story_tokens: set[str]) -> bool:
+    """Whether the values picked for the roles' names give a name (not "Unspecified" or another way of writing no
+    name, nor a placeholder) and the story check drops every one: an example's ("Dr. John Smith", "Mary")."""
+    given = [t for v in names for t in (_text_of(n) for n in _name_list(v))
+             if t and not is_no_name(t) and not _placeholder(t)]
+    return bool(given) and not any(in_story(t, story_tokens) for t in given)
+
+
+def _rank(labels: StoryLabels, names: Sequence[Any], by_order: bool, story_tokens: set[str]) -> tuple[bool, bool, int]:
+    """How an answer ranks among a reply's objects, highest first: one that gives no name, or a name the story
+    check keeps, above one whose names it drops every one of (an example written before the answer: "Dr. John
+    Smith" and "Mary" are dropped, but its "he", "him", "his", "she", "her" are in most stories, so counted alone
+    they outnumbered the answer's words); then one keyed by role above one read by key order (``by_order``);
+    then the names and references kept."""
+    return (not _names_dropped(names, story_tokens), not by_order,
+            sum(bool(c.name) + len(c.references) for c in labels.characters))
 
 
 def _story_index(request_id: str) -> int:
@@ -891,7 +995,10 @@ class LLMLabeller(Labeller):
                         capped.add(i)
                         reason = f"the backend refused twice the tokens ({why})"
                     elif _story_refused(why):  # sent again it fails again: kept with the reason, not an outage
-                        done[i] = failed(stories[i], f"llm: the backend refused the story's request: {why}"[:300])
+                        reason = f"the backend refused the story's request: {why}"
+                        done[i] = failed(stories[i], f"llm: {reason}"[:300])
+                        # a failed attempt all the same: ``failures`` holds every one (the benchmarks count them)
+                        self.failures.append((stories[i].story_id, attempt, reason))
                         continue
                     else:
                         lost[i] = why

@@ -1010,3 +1010,113 @@ def test_a_refusal_of_twice_the_tokens_is_not_the_storys_and_its_retries_go_at_t
                                                    "context length is 300 tokens. However, you requested 656 tokens"))
     out = LLMLabeller(backend, max_attempts=3).label([STORY])[0]
     assert out.status.startswith("llm: the backend refused the story's request") and len(backend.calls) == 1
+
+
+@pytest.mark.parametrize("roles, keys", [
+    (("doctor", "needy patient"), ("First Character", "Second Character")),
+    (("first friend", "second friend"), ("Character 1", "Character 2")),
+    (("first friend", "second friend"), ("friend 1", "friend 2")),
+    (("first friend", "second friend"), ("friend one", "friend two")),
+    (("first friend", "second friend"), ("Friend A", "Friend B")),
+    (("first friend", "second friend"), ("first friend", "second friend")),  # the roles' own words, as before
+    (("doctor", "needy patient"), ("doctor", "patient")),  # a role's words, as before
+])
+@pytest.mark.parametrize("layout", ["flat", "nested"])
+def test_keys_that_number_the_characters_go_to_the_roles_of_those_places(roles, keys, layout):
+    """"Second Character name", "Character 2", "friend 2", "friend two", "Friend B" hold no role's words, so they
+    went to the roles by the reply's key order: a reply that listed the second character first was read with the
+    two exchanged, status ok. Now the key's ordinal says whose it is, the first role's or the second's."""
+    story = StoryInput("s", "Maya met Liam at the clinic. She listened to him.",
+                       (RoleSpec("subject", roles[0]), RoleSpec("object", roles[1])))
+    first, second = keys
+    if layout == "flat":
+        reply = json.dumps({f"{second} name": "Liam", f"{first} name": "Maya", f"{second} references": ["him"],
+                            f"{first} references": ["She"]})
+    else:
+        reply = json.dumps({second: {"name": "Liam", "references": ["him"]},
+                            first: {"name": "Maya", "references": ["She"]}})
+    lab = parse_response(reply, story)
+    assert [(c.name, c.references) for c in lab.characters] == [("Maya", ("She",)), ("Liam", ("him",))]
+
+
+def test_an_ordinal_beside_a_role_s_words_is_no_place_in_the_prompt():
+    # a guard for the ordinals (it passed before them): "first patient" is the needy patient's, whatever its "first"
+    # says; read as the first role's, the doctor's, it would take Tom, so it is left to the other rules (key order)
+    reply = json.dumps({"physician name": "Dr. Ana Ruiz", "first patient name": "Tom",
+                        "physician references": ["She"], "first patient references": ["him", "his"]})
+    lab = parse_response(reply, STORY)
+    assert [(c.name, c.references) for c in lab.characters] == [("Dr. Ana Ruiz", ("She",)), ("Tom", ("him", "his"))]
+
+
+def test_an_example_whose_names_are_not_in_the_story_ranks_below_the_answer():
+    """The answer was the object keeping the most names and references: an example written before it, whose names
+    the story check drops ("Dr. John Smith", "Mary") but whose references are common pronouns of the story ("he",
+    "him", "his", "she", "her"), kept more words than the answer and won, both names lost and each role given the
+    other's pronouns. Now an object whose names are all dropped ranks below one whose names are kept."""
+    story = StoryInput("s1", STORY.text + " He thanked her.", STORY.roles)
+    example = json.dumps({"doctor name": "Dr. John Smith", "needy patient name": "Mary",
+                          "doctor references": ["he", "him", "his"], "needy patient references": ["she", "her"]})
+    answer = json.dumps({"doctor name": "Dr. Ana Ruiz", "needy patient name": "Tom", "doctor references": ["She"],
+                         "needy patient references": ["him"]})
+    lab = parse_response("Example: " + example + "\nAnswer: " + answer, story)
+    assert [(c.name, c.references) for c in lab.characters] == [("Dr. Ana Ruiz", ("She",)), ("Tom", ("him",))]
+    # an answer that names nobody ("Unspecified") is not ranked down: it gives no name to drop
+    nobody = json.dumps({"doctor name": "Unspecified", "needy patient name": "Unspecified",
+                         "doctor references": ["She"], "needy patient references": ["him", "his"]})
+    lab = parse_response(example + "\n" + nobody, STORY)
+    assert [(c.name, c.references) for c in lab.characters] == [(None, ("She",)), (None, ("him", "his"))]
+
+
+_EXAMPLE = json.dumps({"doctor name": "Dr. John Smith", "needy patient name": "Mary",
+                       "doctor references": ["he", "him"], "needy patient references": ["She"]})
+
+
+@pytest.mark.parametrize("cut_at", [-8, 40])  # in the last list; before the object holds every key
+def test_an_answer_cut_at_max_tokens_after_an_example_is_retried_with_more_tokens(cut_at):
+    """A reply cut at max_tokens inside its answer, after an example object, returned the example ("an answer,
+    then more cut short"): status ok, no retry, the doctor labelled "him" and the patient "She". Now the cut object,
+    closed as it stands, outranks the example, so the reply raises and the story is sent again with twice the
+    tokens. An answer followed by a cut copy of itself is still the answer (test_an_answer_then_an_object_cut_...)."""
+    whole = "For example, a reply looks like " + _EXAMPLE + "\nFor this story:\n" + GOOD
+    cut = whole[:cut_at] if cut_at < 0 else whole[:len(whole) - len(GOOD) + cut_at]
+    with pytest.raises(ParseError, match="cut short"):
+        parse_response(cut, STORY, cut=True, retry_cut=True)
+    backend = CannedBackend(lambda call, r: GenResult(r.request_id, cut if call == 0 else whole,
+                                                      "length" if call == 0 else "stop"))
+    (out,) = LLMLabeller(backend, params=GenParams(temperature=0.0, max_tokens=32), max_attempts=3).label([STORY])
+    assert out.status == "ok" and backend.calls == [32, 64]
+    assert [(c.name, c.references) for c in out.characters] == [("Dr. Ana Ruiz", ("She",)), ("Tom", ("him", "his"))]
+    for repeat in (GOOD + "\n" + GOOD[:-8], GOOD + "\n" + GOOD[:40]):  # the answer, then a cut copy of it
+        assert parse_response(repeat, STORY, cut=True, retry_cut=True) == parse_response(GOOD, STORY)
+
+
+@pytest.mark.parametrize("answer", [
+    '{"doctor name": "Dr. Ana Ruiz", "needy patient name": "Tom", "doctor references": ["She"}, '
+    '"needy patient references": ["him", "his"]}',  # a bracket closed by a brace
+    GOOD.replace("references", "pronouns"),
+])
+def test_an_example_before_an_answer_that_does_not_parse_is_retried_not_taken_for_the_answer(answer):
+    """The example was the only object that read, so it was the answer: status ok, no retry, its references that
+    are words of the story given to the roles (the doctor "him", the patient "She"). The same reply with the
+    prompt's type definition before the answer was retried (test_a_copied_type_definition_before_an_answer_...);
+    now this one is too. Lines of keys after an answer (a note on it) are not an answer that failed to parse."""
+    reply = "For example: " + _EXAMPLE + "\nFor this story:\n" + answer
+    with pytest.raises(ParseError, match="then answers in a form that does not parse"):
+        parse_response(reply, STORY)
+    labeller = LLMLabeller(ScriptedBackend({build_prompt(STORY): [reply, GOOD]}), max_attempts=3)
+    (out,) = labeller.label([STORY])
+    assert out.status == "ok" and len(labeller.failures) == 1
+    assert [(c.name, c.references) for c in out.characters] == [("Dr. Ana Ruiz", ("She",)), ("Tom", ("him", "his"))]
+    note = GOOD + "\nWhy:\n- doctor name: Dr. Ana Ruiz is named first.\n- needy patient name: Tom."
+    assert parse_response(note, STORY) == parse_response(GOOD, STORY)
+
+
+def test_a_story_the_backend_refuses_is_in_the_failures_too():
+    """A story whose request the backend refused (a prompt over the model's context) was kept failed with the reason,
+    but its attempt was missing from ``failures``, documented as every failed attempt (what the benchmarks count)."""
+    error = "HTTP 400: This model's maximum context length is 300 tokens"
+    labeller = LLMLabeller(CannedBackend(lambda call, r: GenResult(r.request_id, "", "error", error=error)),
+                           max_attempts=3)
+    (out,) = labeller.label([STORY])
+    assert out.status == f"llm: the backend refused the story's request: {error}"
+    assert labeller.failures == [("s1", 0, f"the backend refused the story's request: {error}")]
