@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 #: The version of the decoding (the encoder labeller's info carries it): a release that decodes a story's
 #: scores into other labels bumps it, so a run's labels of two versions are not mixed.
-DECODER_VERSION = "15"  # 2: a name never runs across a line break; 3: words compared composed (NFC), a title
+DECODER_VERSION = "16"  # 2: a name never runs across a line break; 3: words compared composed (NFC), a title
 # joins a name only on its line and abbreviated across a point, particles only after a name word or a title, the checks
 # read completed names; 4: a quotation left open ends with its line, an inch mark opens none, the action check's
 # object control, things not done, third parties, claims that are none, a name's word only capitalised, and closed
@@ -62,7 +62,10 @@ DECODER_VERSION = "15"  # 2: a name never runs across a line break; 3: words com
 # "back" repays only after a paying verb ("guiding his wrist back" is a direction), learning "from" a relative or from
 # the infinitive's "from" is no sign of the other character, a "for" hung on the verb's object names its other person,
 # an equal share ("paying half") is not the majority of the bills; 15 (``role_agent``): a first line that restates the
-# prompt ("Here is a story about an American person who pays the bill ...:") is not parsed
+# prompt ("Here is a story about an American person who pays the bill ...:") is not parsed; 16: a name's point after a
+# title or an initial ends no name run in the apposition check ("a lawyer, Dr. Ana Ruiz. She"), the action check
+# reads a "for" on the verb's object ("filled out an application for her"), pronoun binding reads the other
+# character's name capitalised ("will" is no Will)
 #: How a word type's occurrences are pooled into one score per role (``WordDecoder.reference_pool``).
 REFERENCE_POOLS = ("mean", "max")
 #: Pronoun families: a character's pronouns agree, so decoding keeps one family per character.

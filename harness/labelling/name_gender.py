@@ -49,7 +49,10 @@ stories it never fires; on the encoder's labels of the six held-out project file
 Every case acts on first names that lean one way, so it can mislabel a character whose name leans the
 other way: a woman called Alex (female share 0.07), Jordan (0.11) or Sam (0.19) whom the story calls "she"
 beside a John with "he" loses her words in the third-person case, beside an Emma with "she" in the shared
-case, and hands them to Emma when Emma holds none in the one-sided case. Except in the third-person case, a
+case, and hands them to Emma when Emma holds none in the one-sided case. Except in the third-person case and the
+mixed one (a list of one gender's pronouns beside the other gender's nouns, checked on its pronouns alone: such a
+list may hold nouns of both genders, one of them the other character's, "mother" tagged beside a man's "man", and
+guarded by them it kept the other's pronouns, 1 held-out story, session 79), a
 character that holds a noun or title of the gender in question ("Ms. Alex Reed", "his girlfriend" beside
 Jordan) keeps its words (and a named one its name, in the move to the unnamed role): the tagger puts those
 words beside the name they belong to, and a pronoun is the word it binds to the wrong character. Held out

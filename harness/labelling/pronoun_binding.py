@@ -102,13 +102,13 @@ def bind_unreferenced(words: Sequence[str], characters: tuple[CharacterLabel, ..
     if not mine or mine & theirs:
         return characters
     family = BINARY_PRONOUNS[gender]
-    theirs = theirs | {r.lower() for r in characters[y].references if r.lower() not in family}
+    their_refs = {r.lower() for r in characters[y].references if r.lower() not in family}
     if table is not None:
         f = female_share(characters[x].name, roles[x].description, table)
         if f is not None and (f if gender == "Male" else 1.0 - f) >= (strength or DEFAULT_STRENGTH):
             return characters
-    found = _bound_in_sentences(words, line_starts, mine, theirs, lambda i, k: BOUND.get(k) == gender and (
-        k != "her" or possessive_her(words, i)))
+    found = _bound_in_sentences(words, line_starts, mine, theirs, their_refs,
+                                lambda i, k: BOUND.get(k) == gender and (k != "her" or possessive_her(words, i)))
     return _with_words(characters, x, found)
 
 
@@ -151,15 +151,18 @@ def bind_singular_they(words: Sequence[str], characters: tuple[CharacterLabel, .
     mine, theirs = name_words(characters[x].name), _seen_as(characters[1 - x].name)
     if not mine or mine & theirs:
         return characters
-    theirs = theirs | {r.lower() for r in characters[1 - x].references}
-    return _with_words(characters, x, _bound_in_sentences(words, line_starts, mine, theirs,
+    their_refs = {r.lower() for r in characters[1 - x].references}
+    return _with_words(characters, x, _bound_in_sentences(words, line_starts, mine, theirs, their_refs,
                                                           lambda i, k: k in SINGULAR_THEY))
 
 
 def _bound_in_sentences(words: Sequence[str], line_starts: Collection[int], mine: frozenset[str] | set[str],
-                        theirs: frozenset[str] | set[str], binds: Callable[[int, str], bool]) -> list[str]:
+                        theirs: frozenset[str] | set[str], their_refs: Collection[str],
+                        binds: Callable[[int, str], bool]) -> list[str]:
     """The words (outside quotes) that ``binds(index, lower-cased word)`` accepts, in sentences where a
-    word of ``mine`` has occurred before them and no word of ``theirs`` has, both outside quotes (a word
+    word of ``mine`` (capitalised) has occurred before them and no word of ``theirs`` (the other character's name,
+    capitalised: a "will" or "drew" is no Will or Drew) nor of ``their_refs`` (its references) has, both outside
+    quotes (a word
     inside one names whom a character speaks to or of: '"Knife finesse, my lad," Hank critiqued, his eyes
     narrowed' binds "his" to Hank though "lad" is Leo's; with the project-only encoder on train150 this
     gave 1 character its gold gender, changed nothing on the held-out files, and left the gold-label checks
@@ -182,7 +185,7 @@ def _bound_in_sentences(words: Sequence[str], line_starts: Collection[int], mine
         if in_quote:  # a name in what someone says is whom it is said to or of, not who acts ('"My lad," Hank said, his')
             continue
         seen_x = seen_x or (k in mine and starts_capitalised(w))  # "Drew", not "He drew his sword"
-        seen_y = seen_y or k in theirs
+        seen_y = seen_y or (k in theirs and starts_capitalised(w)) or k in their_refs
         if seen_x and not seen_y and binds(i, k):
             if touched_possessive(words, i):
                 seen_y = True

@@ -351,6 +351,7 @@ def roles_exchanged(items: Sequence[tuple[str, str, Character, Character]]) -> l
 
 def _clauses(doc, action: Action, only: Split) -> Iterator[tuple[str, int]]:
     nouns = _noun_forms(action)
+    voted: set[int] = set()  # the verbs voted above: one vote a verb ("made the decision for him" is one)
     for tok in doc:
         lemma = _verb_lemma(tok)
         if lemma is None:
@@ -390,15 +391,18 @@ def _clauses(doc, action: Action, only: Split) -> Iterator[tuple[str, int]]:
         if lemma in action.receiver and who is not None and not _received_from(tok, only):
             continue  # "Sarah thanked the waiter", "learned from a video": someone else did it
         if who is not None:
+            voted.add(tok.i)
             yield tok.text, 1 - who if receiver else who
     if action.on_behalf:
         # "Tamsin filled out a nursing school application for her": deciding for the other character
         for tok in doc:
-            if not tok.tag_.startswith("VB") or _in_quote(tok) or _negated(tok) or not any(
+            if tok.i in voted or not tok.tag_.startswith("VB") or _in_quote(tok) or _negated(tok) or not any(
                     c.dep_ == "dobj" for c in tok.children):
                 continue
-            helped = [g for c in tok.children if c.dep_ in ("prep", "dative") and c.lower_ == "for"
-                      for g in c.children if g.dep_ == "pobj"]
+            # the "for" on the verb, or on its object, where the parser hangs it ("filled out an application for
+            # her": the docstring's own example had no vote, as _other_than_object already reads it)
+            helped = [g for v in (tok, *(c for c in tok.children if c.dep_ == "dobj")) for c in v.children
+                      if c.dep_ in ("prep", "dative") and c.lower_ == "for" for g in c.children if g.dep_ == "pobj"]
             who = _doer(tok, only) if helped else None
             # the other character by name, or by a pronoun it holds: a pronoun that is not reflexive
             # ("for her", not "for herself") is not the clause's own subject

@@ -141,7 +141,7 @@ def appositions(words: Sequence[str], descriptions: Sequence[str], names: Sequen
         return None
     # every word of each name as written, its lowercase particles and hyphens too ("Omar al-Rashid", "Leonardo da
     # Vinci"), which a run of the name's words goes over
-    spelled = [{w.lower() for w, _, _ in split_words(n)} for n in names]
+    spelled = [{w.lower() for w, _, _ in split_words(n) if w not in (".", ",")} for n in names]
     low = [w.lower() for w in words]
     in_quote = quoted(words)
     out: Counter = Counter()
@@ -160,7 +160,12 @@ def appositions(words: Sequence[str], descriptions: Sequence[str], names: Sequen
 
     def in_name(k: int, c: int) -> bool:
         """Whether word k is one of character c's name words or a word of its name as written, or the "'Brien" of
-        "O'Brien"."""
+        "O'Brien", or the point of a title or an initial inside the name ("Dr. Ana", "J. Cole"). Any point of a name
+        written with one was read as part of it, so a run went over a sentence's end ("a lawyer, Dr. Ana Ruiz. She")
+        and lost the apposition."""
+        if low[k] == ".":
+            return (0 < k < len(low) - 1 and low[k - 1] in spelled[c] and (len(low[k - 1]) == 1 or low[k - 1] in
+                    NAME_TITLES) and (low[k + 1] in owned[c] or low[k + 1] in spelled[c]))
         return low[k] in owned[c] or low[k] in spelled[c] or (low[k][:1] in _APOSTROPHES and low[k][1:] != "s")
 
     def name_end(j: int, c: int) -> int:

@@ -570,3 +570,12 @@ def test_a_character_with_neopronouns_is_not_unreferenced(table):
     chars = (CharacterLabel("subject", "Sage", ("xyr",)), CharacterLabel("object", "Kayla", ()))
     out = claim_unheld([w for w, _, _ in split_words(text)], chars, ROLES, table)
     assert [c.references for c in out] == [("xyr",), ("She", "her")]
+
+
+def test_the_other_characters_name_written_as_a_lowercase_word_is_not_that_character():
+    """The other character's name counted in any case, so the verb "will" beside a character named Will stopped the
+    binding for the rest of its sentence; a name counts capitalised, as the character's own does ("Drew", not "drew")."""
+    text = "{} came in. Paul said the sauce will thicken, and his smile grew."
+    assert bind(text.format("Max"), "Paul", [], "Max", ["he"])[0] == ("his",)
+    assert bind(text.format("Will"), "Paul", [], "Will", ["he"])[0] == ("his",)
+    assert bind("Will came in. Paul nodded to Will, and his smile grew.", "Paul", [], "Will", ["he"])[0] == ()

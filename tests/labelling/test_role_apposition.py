@@ -77,6 +77,16 @@ def test_a_name_with_particles_or_hyphens_closes_its_apposition(name):
     assert dict(appositions(f"The actor, {name}, waved at Sarah.", FAN, [name, "Sarah"])) == {(0, 0): 1}
 
 
+@pytest.mark.parametrize("text", ["John hired a lawyer, {}. She agreed.",
+                                  "After the hearing John left. {}, the lawyer he hired, stayed."])
+@pytest.mark.parametrize("name", ["Dr. Ana Ruiz", "A. Ruiz"])
+def test_a_name_with_a_title_or_initial_stops_at_the_sentences_point(text, name):
+    """Every point of a name written with one ("Dr. Ana Ruiz", "A. Ruiz") was read as a word of it, so the run of
+    the name went over the sentence's end: the apposition closed by a stop was lost, and a name at a sentence's start
+    ran back into the sentence before (its "After" made the name fronted)."""
+    assert dict(appositions(text.format(name), ("lawyer", "defendant"), [name, "John Park"])) == {(0, 0): 1}
+
+
 def test_roles_exchanged_when_the_appositions_say_so_more_often():
     text = "Among the fans stood Sarah, a devoted admirer of the actor, Ethan Michaels."
     assert roles_exchanged(text, FAN, ["Sarah", "Ethan Michaels"])  # Sarah labelled the actor
