@@ -66,3 +66,27 @@ def tagged():
         return enc, p
 
     return make
+
+
+@pytest.fixture
+def drain_in_thread():
+    """A function that reads an iterator to its end in a thread, waiting ``seconds`` at most (a call that waits for
+    ever fails the test instead of hanging it): ``{"got": [...]}``, or ``{"error": exception}``."""
+    import threading
+
+    def drain(iterator, seconds: float = 60) -> dict:
+        out: dict = {}
+
+        def read():
+            try:
+                out["got"] = list(iterator)
+            except BaseException as e:  # noqa: BLE001 - the caller compares it
+                out["error"] = e
+
+        waiting = threading.Thread(target=read, daemon=True)
+        waiting.start()
+        waiting.join(seconds)
+        assert not waiting.is_alive(), "the call still waits"
+        return out
+
+    return drain

@@ -366,14 +366,22 @@ def test_host_workers_keep_a_story_the_model_fails_on_with_a_reason(tiny_encoder
         assert lab.label(stories, batch_size=4) == serial
 
 
+def _kill_a_worker(pool) -> None:
+    """SIGKILL the host pool's first worker and wait (up to 10 s) until the pool sees it dead."""
+    import signal
+    import time
+
+    os.kill(pool.pids[0], signal.SIGKILL)
+    for _ in range(200):
+        if not pool.alive:
+            break
+        time.sleep(0.05)
+
+
 def test_host_workers_two_open_calls_and_a_worker_killed_between_calls(tiny_encoder, gold):
     """Beside a GPU: a second call while the first's stream was open read the first's results from the one queue
     (KeyError: 64); it labels in this process now, with the same labels. A host worker killed while the pool was
     idle failed the next call at its first message; that call starts a new pool now, as the CPU workers' does."""
-    import os
-    import signal
-    import time
-
     out_dir, _ = tiny_encoder
     stories = [g.story for g in gold]
     a = [stories[i % len(stories)] for i in range(68)]
@@ -386,11 +394,7 @@ def test_host_workers_two_open_calls_and_a_worker_killed_between_calls(tiny_enco
         first = [next(ia) for _ in range(64)]
         assert list(ib) == want_b and first + list(ia) == want_a
         pool = lab._pool
-        os.kill(pool.pids[0], signal.SIGKILL)
-        for _ in range(200):
-            if not pool.alive:
-                break
-            time.sleep(0.05)
+        _kill_a_worker(pool)
         assert lab.label(a[:4], batch_size=1) == want_a[:4] and lab._pool is not pool
 
 
@@ -578,15 +582,12 @@ def test_cpu_workers_an_input_error_comes_after_the_batches_before_it(tiny_encod
         assert got == want
 
 
-def test_host_workers_a_call_open_on_a_replaced_pool_fails_in_one_line_and_leaves_the_new_pool(tiny_encoder, gold):
+def test_host_workers_a_call_open_on_a_replaced_pool_fails_in_one_line_and_leaves_the_new_pool(tiny_encoder, gold,
+                                                                                           drain_in_thread):
     """Stream A was open on the host pool when its worker died; call B replaced the pool (closing the dead one) and
     labelled. Resumed, A waited for ever or failed with a bare ValueError (a closed queue), and it dropped B's live
     pool unclosed (its workers ran on, out of ``close``'s reach). A fails with the one-line BackendError now, and a
     call drops only its own pool, once closed."""
-    import signal
-    import threading
-    import time
-
     from harness.errors import BackendError
 
     out_dir, _ = tiny_encoder
@@ -597,26 +598,11 @@ def test_host_workers_a_call_open_on_a_replaced_pool_fails_in_one_line_and_leave
         a = lab.iter_label(stories, batch_size=1)
         assert next(a).story_id == stories[0].story_id
         old = lab._pool
-        os.kill(old.pids[0], signal.SIGKILL)
-        for _ in range(200):
-            if not old.alive:
-                break
-            time.sleep(0.05)
+        _kill_a_worker(old)
         assert [b.status for b in lab.label(stories[:2], batch_size=1)] == ["ok", "ok"]
         new = lab._pool
         assert new is not old and old.pids == []  # closed
-        out = {}
-
-        def resume():
-            try:
-                out["got"] = list(a)
-            except BaseException as e:  # noqa: BLE001 - compared below
-                out["error"] = e
-
-        waiting = threading.Thread(target=resume, daemon=True)
-        waiting.start()
-        waiting.join(60)
-        assert not waiting.is_alive(), "stream A still waits"
+        out = drain_in_thread(a)
         assert isinstance(out.get("error"), BackendError)
         assert str(out["error"]) == ("encoder labeller: the host pool was closed during this call (killed, or out of "
                                      "memory?); the stories labelled before it are kept: rerun the same command to "

@@ -290,7 +290,7 @@ def test_a_host_worker_tells_a_broken_model_or_decoder_from_a_bad_story_in_a_bat
         worker.join(timeout=60)
 
 
-def test_a_call_left_open_while_its_pool_closes_raises_rather_than_waits_for_ever(tiny_encoder, gold):
+def test_a_call_left_open_while_its_pool_closes_raises_rather_than_waits_for_ever(tiny_encoder, gold, drain_in_thread):
     """The encoder labeller closes a pool whose worker died although another call still streams from it, and
     ``close`` runs with an iterator open: resumed, that call waited for ever (close forgot the workers, so none was
     seen dead, and a receive has no time limit). It raises HostWorkerError now."""
@@ -305,18 +305,7 @@ def test_a_call_left_open_while_its_pool_closes_raises_rather_than_waits_for_eve
         calls = pool.label([[s] for s in stories], lab._forward)
         assert next(calls)[0].story_id == stories[0].story_id
         pool.close()
-        out = {}
-
-        def resume():
-            try:
-                out["got"] = list(calls)
-            except BaseException as e:  # noqa: BLE001 - compared below
-                out["error"] = e
-
-        waiting = threading.Thread(target=resume, daemon=True)
-        waiting.start()
-        waiting.join(60)
-        assert not waiting.is_alive(), "the call still waits"
+        out = drain_in_thread(calls)
         assert isinstance(out.get("error"), HostWorkerError)
         assert str(out["error"]) == "encoder labeller: the host pool was closed during this call"
         assert not pool.busy
