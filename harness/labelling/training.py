@@ -355,7 +355,8 @@ class TrainReport:
 
     def line(self) -> str:
         """What the training did, in one line: for a soup, which members this call trained and which it reused."""
-        what = f"on {self.stories} stories ({self.words} words) for {self.epochs} epochs"
+        what = (f"on {self.stories} stor{'y' if self.stories == 1 else 'ies'} ({self.words} word"
+                f"{'' if self.words == 1 else 's'}) for {self.epochs} epoch{'' if self.epochs == 1 else 's'}")
         where = self.device + (f" in {self.precision}" if self.precision != "float32" else "")
         went_on = (f"; went on from {self.resumed_epochs} epoch{'s' if self.resumed_epochs > 1 else ''} a training cut "
                    f"short had finished" if self.resumed_epochs else "")

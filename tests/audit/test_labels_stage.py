@@ -266,7 +266,7 @@ def test_jobs_sharing_the_cache_train_the_encoder_once(tmp_path, monkeypatch):
     assert trained == [tmp_path / "enc"] and got == [tmp_path / "enc"] * 2
     assert any(s == f"[label] another job is training the encoder at {tmp_path / 'enc'}; waiting for it" for s in said)
     assert [s for s in said if "trained on" in s] == [  # the training's own line, once
-        f"[label] trained on 1 stories (1 words) for 2 epochs in 1 s on cpu; went on from 1 epoch a training cut "
+        f"[label] trained on 1 story (1 word) for 2 epochs in 1 s on cpu; went on from 1 epoch a training cut "
         f"short had finished; final loss 0.1000; saved to {tmp_path / 'enc'}"]
 
     # a job that asked for other training settings, waiting while another trains with the defaults, is refused
@@ -301,5 +301,5 @@ def test_jobs_sharing_the_cache_train_the_encoder_once(tmp_path, monkeypatch):
     finally:
         first.join()
     assert [s for s in said if "trained on" in s][:1] == [  # (the first part's line)
-        f"[label] trained on 1 stories (1 words) for 2 epochs in 1 s on cpu; went on from 1 epoch a training cut "
+        f"[label] trained on 1 story (1 word) for 2 epochs in 1 s on cpu; went on from 1 epoch a training cut "
         f"short had finished; final loss 0.1000; saved to {tmp_path / 'enc'}"]

@@ -178,6 +178,9 @@ def test_train_line_says_a_training_went_on_from_a_checkpoint():
     assert soup.line() == ("trained seed 1 now; averaged seeds 0, 1, each trained on 4 stories (90 words) for 16 epochs "
                            "(6000 s of training in all, on cpu; went on from 3 epochs a training cut short had "
                            "finished); saved the soup to s")
+    # one of each is not written as many ("1 epochs")
+    assert TrainReport("m", 1, 1, 1, 2.0, 0.5, "x", seeds=(0,)).line().startswith("trained on 1 story (1 word) for 1 "
+                                                                                   "epoch in 2 s")
     bf16 = TrainReport("m", 4, 90, 16, 1800.0, 0.0123, "x", seeds=(0,), precision="bfloat16")
     assert bf16.line() == "trained on 4 stories (90 words) for 16 epochs in 1800 s on cpu in bfloat16; final loss " \
         "0.0123; saved to m"
