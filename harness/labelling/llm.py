@@ -344,8 +344,9 @@ _NAME_OF = re.compile(r"(name|references?) (?:of|to|for) (?:the )?(.+)")
 #: reworded key holding a role's words goes to it, an unquoted list item cut at max_tokens is dropped; 6: a key that
 #: numbers the characters ("Second Character name", "friend 2") goes to that place's role, not by key order; an
 #: answer whose names the story check drops every one of ranks below the others; an answer cut after an example, or
-#: one after it that does not parse, is sent again, not read as the example).
-PARSER_VERSION = "6"
+#: one after it that does not parse, is sent again, not read as the example; 7: an example, then the answer in
+#: "key: value" lines, is labelled with the lines).
+PARSER_VERSION = "7"
 
 
 def _norm_key(k: str) -> str:
@@ -631,7 +632,8 @@ def parse_response(text: str, story: StoryInput, *, cut: bool = False, retry_cut
     sent again, rather than being labelled with an example before it. A reply
     that gives each character its own object is read from their keys together; one with no object of the
     prompt's keys is read from its "key: value" lines (``_key_values``: markdown bullets instead
-    of JSON). ``cut``: the reply stopped short (at ``max_tokens``, or a server's content filter); with
+    of JSON), and so are the lines after objects whose names the story check drops every one of (an example, then
+    the answer in lines), taken where they outrank them. ``cut``: the reply stopped short (at ``max_tokens``, or a server's content filter); with
     ``retry_cut``, a cut reply whose object
     never closed raises (its lists may lack what the model had yet to write), so the caller can retry; after an
     answer, only where the open object, closed, would outrank it (an answer cut after an example).
@@ -726,17 +728,27 @@ def parse_response(text: str, story: StoryInput, *, cut: bool = False, retry_cut
                 merged.update((k, v) for k, v in _by_role_field(found, descs).items() if k not in merged)
         if answers:  # an example the model wrote before its answer ("Dr. Smith", "John": no name of the story) ranks
             # below the answer: the one that ranks highest, the first of those that rank as high
+            best = max(range(len(answers)), key=ranks.__getitem__)
+            ends = [text.rfind(c) + len(c) if c in text else len(text) for c in read]
+            if not ranks[best][0]:
+                # every object an example whose names the story check drops, then the answer in "key: value" lines
+                # (a JSON example, then "- doctor name: Ana Ruiz"): the lines, where they outrank it
+                tail, at = text[max(ends):], len(ranks)
+                lines = answer(_key_values(_without_cut_word(tail) if cut else tail))
+                if isinstance(lines, StoryLabels) and ranks[at] > ranks[best]:
+                    if cut and retry_cut:  # its lists may lack what the model had yet to write
+                        raise ParseError("reply cut short in its lines of keys and values")
+                    return lines
             if not cut:
                 # an object after the last one read, with a role's key, did not read: an answer in a form that does not
                 # parse (as after a copied type definition below), sent again rather than labelled with an example
                 # before it. Only after a "{": lines of keys after an answer may be a note on it, read as before
-                ends = [text.rfind(c) + len(c) if c in text else len(text) for c in read]
                 after = text[max(ends):].casefold()
                 after = after[after.find("{"):] if "{" in after else ""
                 if any(re.search(re.escape(d.casefold()) + _KEY_AFTER_ROLE, after) for d in descs):
                     raise ParseError("reply writes an object of the prompt's keys, then answers in a form that does "
                                      "not parse")
-            return answers[max(range(len(answers)), key=ranks.__getitem__)]
+            return answers[best]
         # one object per character ({"doctor name": ..., "doctor references": ...} {"patient name": ...})
         if not template and merged and isinstance(got := answer(merged), StoryLabels):
             return got
@@ -913,9 +925,11 @@ class LLMLabeller(Labeller):
                 "constrained": self.constrain and b.backend in ("vllm", "openai", "transformers")}
 
     def _retry_params(self, longer: bool) -> GenParams:
-        """Sampled, and with twice the tokens where a reply was cut at ``max_tokens``."""
+        """Sampled, and with twice the tokens where a reply was cut at ``max_tokens``. A ``top_k`` of 1 is lifted: it
+        keeps one token whatever the temperature, so every retry repeated the greedy reply that failed."""
         p = self.params
-        return GenParams(temperature=max(p.temperature, RETRY_TEMPERATURE), top_p=p.top_p, top_k=p.top_k,
+        return GenParams(temperature=max(p.temperature, RETRY_TEMPERATURE), top_p=p.top_p,
+                         top_k=-1 if p.top_k == 1 else p.top_k,
                          max_tokens=p.max_tokens * 2 if longer else p.max_tokens, stop=p.stop)
 
     def _generate(self, reqs: list[GenRequest], params: GenParams, alone: bool

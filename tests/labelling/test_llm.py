@@ -1111,6 +1111,25 @@ def test_an_example_before_an_answer_that_does_not_parse_is_retried_not_taken_fo
     assert parse_response(note, STORY) == parse_response(GOOD, STORY)
 
 
+def test_an_example_then_the_answer_in_lines_of_keys_is_labelled_with_the_lines():
+    """An example object, then the answer written as "key: value" lines: the example was the only object, so it was
+    the answer, its references that are words of the story given to the wrong roles and both names lost. Now lines
+    after objects whose names the story check all drops are read, and taken where they outrank them; lines after
+    an answer whose names are kept are still a note on it; lines cut at max_tokens are sent again."""
+    lines = ("- **Doctor name:** Dr. Ana Ruiz\n- **Doctor references:** She\n- **Needy patient name:** Tom\n"
+             "- **Needy patient references:** him, his\n")
+    reply = "For example: " + _EXAMPLE + "\nFor this story:\n" + lines
+    lab = parse_response(reply, STORY)
+    assert [(c.name, c.references) for c in lab.characters] == [("Dr. Ana Ruiz", ("She",)), ("Tom", ("him", "his"))]
+    with pytest.raises(ParseError, match="cut short in its lines"):
+        parse_response(reply[:-5], STORY, cut=True, retry_cut=True)
+    # lines without the prompt's keys are no answer: the example stays
+    assert parse_response("For example: " + _EXAMPLE + "\n- Doctor name: Unspecified\n", STORY) == parse_response(
+        _EXAMPLE, STORY)
+    note = GOOD + "\nWhy:\n- doctor name: Ana.\n- needy patient name: Tom.\n- doctor references: she, her, him, his"
+    assert parse_response(note, STORY) == parse_response(GOOD, STORY)
+
+
 def test_a_story_the_backend_refuses_is_in_the_failures_too():
     """A story whose request the backend refused (a prompt over the model's context) was kept failed with the reason,
     but its attempt was missing from ``failures``, documented as every failed attempt (what the benchmarks count)."""
@@ -1120,3 +1139,25 @@ def test_a_story_the_backend_refuses_is_in_the_failures_too():
     (out,) = labeller.label([STORY])
     assert out.status == f"llm: the backend refused the story's request: {error}"
     assert labeller.failures == [("s1", 0, f"the backend refused the story's request: {error}")]
+
+
+def test_a_retry_samples_where_top_k_1_kept_the_greedy_reply():
+    """A retry is sampled (temperature at least 0.7); a ``top_k`` of 1 kept one token whatever the temperature, so
+    every retry repeated the greedy reply that failed. The retry lifts it; other cuts are kept."""
+    for top_k, retry_top_k in ((1, -1), (5, 5), (-1, -1)):
+        seen = []
+
+        def reply(call, r, seen=seen):
+            return GenResult(r.request_id, "no JSON here", "stop")
+
+        backend = CannedBackend(reply)
+        generate = backend.generate
+
+        def recording(requests, params, *, progress=False, seen=seen, generate=generate):
+            seen.append((params.temperature, params.top_k))
+            return generate(requests, params, progress=progress)
+
+        backend.generate = recording
+        (out,) = LLMLabeller(backend, params=GenParams(temperature=0.0, top_k=top_k, max_tokens=32),
+                             max_attempts=2).label([STORY])
+        assert seen == [(0.0, top_k), (0.7, retry_top_k)] and out.status.startswith("llm")

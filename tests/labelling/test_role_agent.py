@@ -640,3 +640,15 @@ def test_a_preamble_that_restates_the_prompt_is_not_parsed(preamble):
     subject, obj = ("Sarah", ["Sarah", "her"]), ("Tom", ["Tom", "he"])
     assert role_agent.action_clauses(preamble + story, action, subject, obj) == role_agent.action_clauses(
         story, action, subject, obj) != []
+
+
+@pytest.mark.parametrize("text, end", [("A story:\nTom", 9), ("A story: \t\nTom", 11), ("Story:\n", 7),
+                                       ("A story:", 0), ("A storyteller:\nTom", 0), ("Tom: a story\nx", 0),
+                                       ("A story: Tom\nx", 0), ("x\nA story:\n", 0), ("STORY:\r\nTom", 0),
+                                       ("a story, a story: \nTom", 19)])
+def test_a_preamble_ends_after_its_first_line(text, end):
+    """A preamble is a first line with "story" before a colon that ends it (spaces and tabs aside), read with
+    string methods: the regular expression before them backtracked quadratically on a long first line."""
+    from harness.labelling import role_agent
+
+    assert role_agent._preamble_end(text) == end
