@@ -238,7 +238,8 @@ class CharacterLabel:
         """Inverse of ``to_dict``; unknown fields, and fields of another type (a null status, references given as
         one string, which were split into letters), are rejected."""
         _reject_unknown(cls, d, "CharacterLabel")
-        refs = d.get("references") or ()
+        refs = d.get("references")
+        refs = () if refs is None else refs  # 0, false, "" or {} are refused below, not read as none
         _check_type(d, "role", str, "CharacterLabel")
         _check_type(d, "name", (str, type(None)), "CharacterLabel")
         _check_type(d, "status", str, "CharacterLabel")

@@ -74,8 +74,13 @@ class GoldStory:
     reference_owners: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
+def _nan(raw: Any) -> bool:
+    """Whether ``raw`` is NaN: pandas' missing value, read as null."""
+    return isinstance(raw, float) and math.isnan(raw)
+
+
 def _parse_list(raw: Any, where: str) -> tuple[str, ...] | None:
-    if raw is None or (isinstance(raw, float) and math.isnan(raw)):  # NaN: pandas' missing value, as _name reads it
+    if raw is None or _nan(raw):  # NaN: pandas' missing value, as _name reads it
         return None
     if isinstance(raw, str):
         s = raw.strip()
@@ -112,7 +117,7 @@ def _name(raw: Any, where: str) -> Any:
     row and field otherwise); NaN, pandas' missing value, is null (unlabelled, as in the published formats)."""
     from harness.identity.names import name_candidates
 
-    if isinstance(raw, float) and math.isnan(raw):
+    if _nan(raw):
         return None
 
     try:
@@ -190,7 +195,7 @@ def _str_field(row: dict[str, Any], key: str, default: str | None, where: str) -
 
 
 def _gender(raw: Any, where: str) -> str | None:
-    if raw is None or (isinstance(raw, float) and math.isnan(raw)):  # NaN: pandas' missing value, as _name reads it
+    if raw is None or _nan(raw):  # NaN: pandas' missing value, as _name reads it
         return None
     if raw not in GENDER_LABELS:
         raise DataError(f"{where}: gender must be one of {', '.join(GENDER_LABELS)} or null, got {raw!r}")
@@ -291,6 +296,9 @@ def parse_row(row: dict[str, Any], story_id: str, where: str, *, require_labels:
     if "role_category" not in row:
         raise DataError(f"{where}: neither the project format (roles, labels), the published one "
                         f"(role_category, subject, object, query) nor plain stories (text, roles)")
+    # NaN, pandas' missing value, is null in every field, as the label fields read it: a file written from a
+    # frame holds it for a power-neutral row's object, and for the columns only some of its rows have ("condition")
+    row = {k: None if _nan(v) else v for k, v in row.items()}
     for key in ("role_category", "subject", "object", "query", "condition"):
         _str_field(row, key, None, where)
     misspelt = sorted(k for k in row if isinstance(k, str) and k.startswith(("manual_", "correct_"))
@@ -321,10 +329,14 @@ def parse_row(row: dict[str, Any], story_id: str, where: str, *, require_labels:
                 other = next(f"{kind}_{k}_{what}" for what in pair if f"{kind}_{k}_{what}" != given[0])
                 raise DataError(f"{where}: `{given[0]}` without `{other}`; give both (null to leave it out of "
                                 f"the figures)")
-        if f"manual_{k}_gender" in row or f"manual_{k}_name" in row:
+        manual = [row.get(f"manual_{k}_{what}") for what in ("gender", "name") if f"manual_{k}_{what}" in row]
+        correct = [row.get(f"correct_{k}_{what}") for what in ("name", "references") if f"correct_{k}_{what}" in row]
+        if manual and (any(v is not None for v in manual) or not any(v is not None for v in correct)):
+            # the manual labels where they hold one; null ones beside correct_* labels (a frame of both files'
+            # columns) hid the correct_* labels, the character out of every figure, unsaid
             chars[k] = GoldCharacter(k, _name(row.get(f"manual_{k}_name"), f"{where} manual_{k}_name"), None,
                                      _gender(row.get(f"manual_{k}_gender"), f"{where} manual_{k}_gender"))
-        elif f"correct_{k}_references" in row or f"correct_{k}_name" in row:
+        elif correct:
             chars[k] = GoldCharacter(k, _name(row.get(f"correct_{k}_name"), f"{where} correct_{k}_name"),
                                      _parse_list(row.get(f"correct_{k}_references"), f"{where} correct_{k}_references"),
                                      gender_from_references=True)

@@ -345,7 +345,8 @@ _NAME_OF = re.compile(r"(name|references?) (?:of|to|for) (?:the )?(.+)")
 #: numbers the characters ("Second Character name", "friend 2") goes to that place's role, not by key order; an
 #: answer whose names the story check drops every one of ranks below the others; an answer cut after an example, or
 #: one after it that does not parse, is sent again, not read as the example; 7: an example, then the answer in
-#: "key: value" lines, is labelled with the lines).
+#: "key: value" lines, is labelled with the lines; the reply schema offers "Williams'" without its apostrophe, and a name
+#: run goes on after an abbreviated title's point, "Sgt. Maria Lopez", not after a title in full, "the Doctor. She").
 PARSER_VERSION = "7"
 
 

@@ -16,7 +16,7 @@ import re
 from typing import Any
 
 from harness.errors import DataError
-from harness.labelling.base import NAME_TITLES, RoleSpec, StoryInput
+from harness.labelling.base import ABBREVIATED_TITLES, RoleSpec, StoryInput
 from harness.labelling.words import COMBINING_MARKS, starts_capitalised
 
 _REFS = ('including descriptors and references (such as "boy", "girl", "man", or "woman"), prefixes (such as "Mr", '
@@ -69,9 +69,9 @@ _POSSESSIVE = re.compile(r"\w['\u2019]s$")
 def reply_schema(story: StoryInput, max_name_words: int = 3, max_references: int = 12) -> dict[str, Any]:
     """A JSON Schema for the reply to ``build_prompt(story)``: the keys of its type definition, each
     name "Unspecified" or a run of 1 to ``max_name_words`` capitalised words written in the story (one
-    written only as a possessive, "Maria's", also without its "'s"), each reference list at most
-    ``max_references`` of the story's words (a small model, held to the story's words, otherwise
-    repeats them until it runs out of tokens). Sent as a request's
+    written only as a possessive, "Maria's", also without its "'s"; "Williams'" only without its apostrophe),
+    each reference list at most ``max_references`` of the story's words (a small model, held to the story's
+    words, otherwise repeats them until it runs out of tokens). Sent as a request's
     ``json_schema``, a backend that constrains decoding (each of harness's) can return only replies
     that parse and that the paper's post-processing keeps ("names and references not in the story"
     are dropped there anyway).
@@ -84,12 +84,14 @@ def reply_schema(story: StoryInput, max_name_words: int = 3, max_references: int
         for j in range(i + 1, min(i + max_name_words, len(words))):
             last = run[-1][0]
             if text[run[-1][2]:words[j][1]] != " " or (last.endswith(".") and not (
-                    len(last) == 2 or last[:-1].lower() in NAME_TITLES)):  # "Dr. Ana", "J. Cole"; not "Ruiz. She"
-                break
+                    len(last) == 2 or last[:-1].lower() in ABBREVIATED_TITLES)):  # "Dr. Ana", "Sgt. Maria", "J. Cole";
+                break  # not "Ruiz. She", nor "the Doctor. She" (a title in full ends a sentence)
             run.append(words[j])
         for k in range(1, len(run) + 1):
             if all(starts_capitalised(w) for w, _, _ in run[:k]):
                 name = text[run[0][1]:run[k - 1][2]].rstrip(".")
+                if name.endswith(("'", "\u2019")):  # "Dr. Williams' quick thinking": the name is "Dr. Williams"
+                    name = name[:-1]
                 names.setdefault(name, None)
                 if _POSSESSIVE.search(name):  # "Maria's students": the name is "Maria"
                     names.setdefault(name[:-2], None)

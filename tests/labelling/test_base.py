@@ -100,6 +100,10 @@ def test_round_trip_and_unknown_fields():
     for where, key, value, says in ((None, "status", None, "`status` must be a string"),
                                     (None, "story_id", 7, "`story_id` must be a string"),
                                     (0, "references", "she", "`references` must be a list of strings"),
+                                    # falsy ones were read as no references
+                                    (0, "references", 0, "`references` must be a list of strings"),
+                                    (0, "references", "", "`references` must be a list of strings"),
+                                    (0, "references", {}, "`references` must be a list of strings"),
                                     (0, "name", ["Ana"], "`name` must be a string or null")):
         d = s.to_dict()
         (d if where is None else d["characters"][where])[key] = value

@@ -570,6 +570,31 @@ def test_a_nan_reference_list_is_unlabelled_as_a_nan_name_is(tmp_path):
     assert load_gold(p)[0].characters["subject"].references is None
 
 
+def test_a_published_row_written_from_a_frame_reads_its_nan_fields_as_null(tmp_path):
+    """A file written from a pandas frame of both published files: NaN in `object` (a power-neutral row), in
+    `condition` (a column only train150 has) or in `llm_response` stopped the file ("must be a string, got float
+    nan"), where NaN in a label field was null; and null manual_* labels beside train150's correct_* ones hid
+    those, the character out of every figure. NaN is null in every field; manual_* labels count where they hold
+    one."""
+    from harness.labelling.data import read_stories
+
+    p = tmp_path / "g.jsonl"
+    nan = float("nan")
+    rows = [{**_published(object=nan, condition=nan), "manual_object_gender": nan, "manual_object_name": nan},
+            {**_published(llm_response=nan, condition=nan), "id": "unwritten"},
+            {**_published(manual_subject_name=nan, manual_subject_gender=None, condition=nan), "id": "train",
+             "correct_subject_name": "Jane", "correct_subject_references": "['she', 'her']"}]
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    gold = load_gold(p)
+    assert [gs.story.text for gs in gold] == ["Jane helped. She smiled.", None, "Jane helped. She smiled."]
+    assert [list(gs.characters) for gs in gold] == [["subject"]] * 3
+    assert [gs.condition for gs in gold] == ["neutral"] * 3
+    train = gold[2].characters["subject"]
+    assert (train.name, train.references, train.gender_from_references) == ("Jane", ("she", "her"), True)
+    assert gold[0].characters["subject"].name == "Jane" and not gold[0].characters["subject"].gender_from_references
+    assert len(read_stories(p)) == 3
+
+
 def test_a_repeated_gold_id_is_named_by_its_lines(tmp_path):
     """The error named the stories' numbers, which blank lines put off the file's line numbers."""
     row = {**_LABELLED, "labels": {"subject": {"name": "Priya", "references": ["She"], "gender": "Female"}}}

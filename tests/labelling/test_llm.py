@@ -346,12 +346,21 @@ def test_a_lone_surrogate_in_a_reply_never_reaches_the_labels():
     ("प्रिया met Omar, a needy patient. She helped him.", "प्रिया"),
     ("José Ruiz met Omar, a needy patient. He helped him.", "José Ruiz"),  # decomposed accent
     ("Maria's clinic took in Omar, a needy patient. She helped him.", "Maria"),  # only ever a possessive
+    ("Thanks to Dr. Williams' quick thinking, Omar, a needy patient, lived. He thanked her.", "Dr. Williams"),
+    ("Sgt. Maria Lopez took in Omar, a needy patient. She helped him.", "Sgt. Maria Lopez"),  # an abbreviated title
 ])
 def test_reply_schema_offers_whole_names_with_marks_and_without_a_possessive(text, name):
+    """A name written only as "Williams'" was offered with its apostrophe alone, and a run stopped after "Sgt."
+    (the titles written in full were read, not the abbreviated ones), where it went on after "Doctor." into the
+    next sentence ("Doctor. She")."""
     from harness.labelling.prompts import reply_schema
 
     story = StoryInput("s3", text, STORY.roles)
-    assert name in reply_schema(story)["properties"]["doctor name"]["enum"]
+    offered = reply_schema(story)["properties"]["doctor name"]["enum"]
+    assert name in offered and not any(n.endswith("'") for n in offered)
+    offered = reply_schema(StoryInput("s4", "Omar smiled at the Doctor. She smiled back.", STORY.roles))
+    assert "Doctor" in offered["properties"]["doctor name"]["enum"]
+    assert not any(" She" in n for n in offered["properties"]["doctor name"]["enum"])
     reply = {"doctor name": name, "needy patient name": "Omar", "doctor references": [],
              "needy patient references": ["him"]}
     assert parse_response(json.dumps(reply, ensure_ascii=False), story).character("subject").name == name
