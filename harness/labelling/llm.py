@@ -638,8 +638,17 @@ def parse_response(text: str, story: StoryInput, *, cut: bool = False, retry_cut
     ``retry_cut``, a cut reply whose object
     never closed raises (its lists may lack what the model had yet to write), so the caller can retry; after an
     answer, only where the open object, closed, would outrank it (an answer cut after an example).
-    Raises ``ParseError`` when the reply holds no usable object, or only a template of placeholders.
+    Raises ``ParseError`` when the reply holds no usable object, or only a template of placeholders, or nests
+    its lists deeper than Python's recursion reaches (a ``RecursionError`` got out of the labeller's batch).
     """
+    try:
+        return _read_response(text, story, cut, retry_cut)
+    except RecursionError:
+        raise ParseError("reply nests its lists or objects too deep to read") from None
+
+
+def _read_response(text: str, story: StoryInput, cut: bool, retry_cut: bool) -> StoryLabels:
+    """``parse_response``'s reading."""
     descs = [r.description for r in story.roles]
     story_tokens = set(alpha_tokens(story.text or ""))
     error: ParseError | None = None
@@ -840,7 +849,8 @@ def _story_index(request_id: str) -> int:
 #: outage, such a story was sent again on every rerun and the label stage of ``harness run`` never ended. Other
 #: refusals (a 400 for a setting the server lacks, a 401) are every story's, so they stay outages: fixed, the
 #: rerun labels the stories again.
-_REFUSED = re.compile(r"maximum context length|context_length_exceeded|prompt is too long|HTTP 413\b", re.I)
+_REFUSED = re.compile(r"maximum context length|context_length_exceeded|prompt is too long|HTTP 413\b"
+                      r"|longer than the maximum model length", re.I)  # the last: vLLM 0.32's engine
 
 
 def _story_refused(error: str) -> bool:
@@ -976,6 +986,9 @@ class LLMLabeller(Labeller):
         replied: dict[int, int] = {}  # replies of the model (unparseable) per story: its retries are sampled, and
         # their seed counts the replies, not the attempts, so a backend failure before one changes no sample
         lost: dict[int, str] = {}  # the last backend error of a story, where one cost it an attempt
+        outages: dict[int, int] = {}  # the attempts backend errors cost a story (a refusal of twice the tokens not)
+        cut_reply: dict[int, str] = {}  # a story's last reply cut at max_tokens, read as it stands where its last
+        # attempt, for twice the tokens, was refused (the reply a last attempt would have taken)
         said: dict[int, str] = {}  # why the model's last reply of a story did not parse
         cut: set[int] = set()  # of those, the ones a reply of was cut at max_tokens: their retries get twice the tokens
         capped: set[int] = set()  # of those, the ones whose request of twice the tokens the backend refused
@@ -1009,6 +1022,13 @@ class LLMLabeller(Labeller):
                         # the story's: its retries go at the tokens the backend took
                         capped.add(i)
                         reason = f"the backend refused twice the tokens ({why})"
+                        if last and i in cut_reply:
+                            try:
+                                done[i] = parse_response(cut_reply[i], stories[i], cut=True)
+                                self.failures.append((stories[i].story_id, attempt, reason))
+                                continue
+                            except ParseError:
+                                pass
                     elif _story_refused(why):  # sent again it fails again: kept with the reason, not an outage
                         reason = f"the backend refused the story's request: {why}"
                         done[i] = failed(stories[i], f"llm: {reason}"[:300])
@@ -1017,6 +1037,7 @@ class LLMLabeller(Labeller):
                         continue
                     else:
                         lost[i] = why
+                        outages[i] = outages.get(i, 0) + 1
                         reason = f"{BACKEND_FAILURE.removeprefix('llm: ')}: {why}"
                 else:
                     try:
@@ -1031,6 +1052,7 @@ class LLMLabeller(Labeller):
                         replied[i] = replied.get(i, 0) + 1
                         if res.finish_reason == "length":
                             cut.add(i)
+                            cut_reply[i] = res.text
                         reason = said[i] = (str(e) if str(e) == "empty reply" else f"unparseable reply ({e})"
                                             ) + _HOW_IT_ENDED.get(res.finish_reason, "")
                 last_error[i] = reason
@@ -1042,7 +1064,7 @@ class LLMLabeller(Labeller):
             if i in lost and 0 < n < self.max_attempts:  # an outage took attempts that a reply did not: a backend
                 # failure, which a rerun labels again (the story's labels do not depend on the outage), not a
                 # story the model could not answer
-                done[i] = failed(stories[i], f"{BACKEND_FAILURE} took {self.max_attempts - n} of {self.max_attempts} "
+                done[i] = failed(stories[i], f"{BACKEND_FAILURE} took {outages[i]} of {self.max_attempts} "
                                              f"attempt(s) ({lost[i]}); the model's {n} repl{'y' if n == 1 else 'ies'}: "
                                              f"{said[i]}"[:300])
             else:

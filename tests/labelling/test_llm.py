@@ -905,6 +905,10 @@ def test_an_object_written_as_a_json_string_keeps_its_escapes():
     ("VLLMValidationError: This model's maximum context length is 1024 tokens. However, you requested 1200 tokens",
      True),
     ("HTTP 400: {\"error\": {\"code\": \"context_length_exceeded\"}}", True),
+    # vLLM 0.32's engine, for a prompt of exactly max_model_len tokens, and one over it
+    ("VLLMValidationError: The decoder prompt (length 2048) plus the number of requested output tokens (at least 1) "
+     "is longer than the maximum model length of 2048.", True),
+    ("VLLMValidationError: The decoder prompt (length 2100) is longer than the maximum model length of 2048.", True),
     ("HTTP 413: payload too large", True),
     ("HTTP 503: busy", False),
     ("HTTP 401: invalid api key", False),  # every story's: fixed, the rerun labels them again
@@ -1019,6 +1023,35 @@ def test_a_refusal_of_twice_the_tokens_is_not_the_storys_and_its_retries_go_at_t
                                                    "context length is 300 tokens. However, you requested 656 tokens"))
     out = LLMLabeller(backend, max_attempts=3).label([STORY])[0]
     assert out.status.startswith("llm: the backend refused the story's request") and len(backend.calls) == 1
+
+
+_REFUSED_TWICE = ("HTTP 400: This model's maximum context length is 700 tokens. However, you requested 912 tokens "
+                  "(400 in the messages, 512 in the completion).")
+
+
+@pytest.mark.parametrize("replies, attempts, status", [
+    # the doubled request refused on the last attempt: the cut reply as it stands, as a last attempt reads one
+    (["cut", "refused"], 2, "ok"),
+    # outages, counted apart from the refusal (it was charged to them: "took 3 of 4")
+    (["503", "cut", "refused", "503"], 4, "llm: backend error took 2 of 4 attempt(s) (HTTP 503: busy); the model's "
+                                           "1 reply: unparseable reply (reply cut short"),
+])
+def test_a_refusal_of_twice_the_tokens_neither_loses_the_cut_reply_nor_counts_as_an_outage(replies, attempts, status):
+    """A cut reply, then its request of twice the tokens refused on the last attempt: the story was kept failed with
+    the refusal, neither its last parse error nor an outage a rerun labels again, though the cut reply reads as a
+    last attempt's does. And the final status charged the refusal to the outage."""
+    def reply(call, r):
+        kind = replies[min(call, len(replies) - 1)]
+        if kind == "cut":
+            return GenResult(r.request_id, GOOD[:-8], "length")
+        return GenResult(r.request_id, "", "error", error="HTTP 503: busy" if kind == "503" else _REFUSED_TWICE)
+
+    backend = CannedBackend(reply)
+    labeller = LLMLabeller(backend, params=GenParams(temperature=0.0, max_tokens=256), max_attempts=attempts)
+    (out,) = labeller.label([STORY])
+    assert out.status.startswith(status) and len(labeller.failures) == len(replies)
+    if status == "ok":
+        assert out == parse_response(GOOD[:-8], STORY, cut=True)
 
 
 @pytest.mark.parametrize("roles, keys", [
@@ -1170,3 +1203,20 @@ def test_a_retry_samples_where_top_k_1_kept_the_greedy_reply():
         (out,) = LLMLabeller(backend, params=GenParams(temperature=0.0, top_k=top_k, max_tokens=32),
                              max_attempts=2).label([STORY])
         assert seen == [(0.0, top_k), (0.7, retry_top_k)] and out.status.startswith("llm")
+
+
+def test_a_reply_nested_too_deep_is_unparseable_not_a_batch_failure():
+    """A name nested in 600 lists raised RecursionError out of the parser: the labeller's batch caught only
+    ParseError, so the whole batch was labelled again story by story (a batchmate's failed attempt recorded twice,
+    the nested story's never). Now it is an unparseable reply, retried and recorded as any other."""
+    deep = GOOD.replace('"Tom"', "[" * 600 + '"Tom"' + "]" * 600)
+    with pytest.raises(ParseError, match="too deep"):
+        parse_response(deep, STORY)
+    other = StoryInput("s2", "Kim taught Lee. She smiled at him.", (RoleSpec("subject", "teacher"),))
+    backend = ScriptedBackend({build_prompt(STORY): [deep], build_prompt(other): [
+        "no JSON here", '{"teacher name": "Kim", "teacher references": ["She"]}']})
+    labeller = LLMLabeller(backend, max_attempts=2)
+    out = labeller.label([STORY, other], batch_size=8)
+    assert out[0].status.startswith("llm: unparseable reply (reply nests") and out[1].status == "ok"
+    assert sorted((sid, attempt) for sid, attempt, _ in labeller.failures) == [("s1", 0), ("s1", 1), ("s2", 0)]
+    assert len(backend.calls) == 2
