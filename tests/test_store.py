@@ -1505,3 +1505,18 @@ def test_stories_of_a_prompt_the_suite_has_not_are_named_before_the_labeller_loa
     monkeypatch.setattr(L, "make_labeller", lambda *a, **k: pytest.fail("the labeller loaded"))
     with pytest.raises(DataError, match=r"stories of prompt id\(s\) learning-neutral-99, which suite laissez-faire "):
         L.label_run(c, store, progress=False)
+
+
+def test_the_label_stage_counts_the_stories_with_a_failure_reason_not_their_characters(tmp_path, monkeypatch):
+    """The stage's line says "N stories labelled now, ..., F with a failure reason": F counted characters, so a failed
+    story of two roles was two. It counts stories."""
+    import harness.audit.labels as L
+    from harness.labelling.base import failed
+
+    c = cfg(tmp_path, label={"labeller": "rules"})
+    generate_run(c, backend=EchoBackend(), progress=False)
+    monkeypatch.setattr(L, "make_labeller", _labeller_that(L.make_labeller, lambda k, story, res: failed(
+        story, "empty story") if k % 2 else res))
+    n_new, _, n_failed, _ = L.label_run(c, store := RunStore(c.output_dir), progress=False)
+    rows = store.read_stage(L.LABELS, key=("prompt_id", "sample_idx", "role"))
+    assert n_failed == n_new // 2 and rows.status.ne("ok").sum() > n_failed  # two-role stories among them

@@ -376,7 +376,7 @@ def check_labeller(store: RunStore, labeller: Any, labelled: int, running: bool 
 def label_run(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int] = (0, 1), progress: bool = True,
               echo=print) -> tuple[int, int, int, int]:
     """Label every story of this shard that has no labels yet. Returns (labelled now, stories
-    labelled in all, characters with a failure status in this call, failed generations of this
+    labelled in all, stories with a character of a failure status in this call, failed generations of this
     shard left unlabelled until generate retries them)."""
     from harness.labelling import RoleSpec, StoryInput
     from harness.suites import get_suite
@@ -462,8 +462,9 @@ def label_run(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int] = (0, 1
                     pid, idx, sha = order.popleft()
                     if down := [c.status for c in labels.characters if c.status.startswith(BACKEND_FAILURE)]:
                         outage.append(down[0])
+                    # stories, as the stage's line counts them (characters: an empty story of two roles was two)
+                    failed += any(c.status != "ok" for c in labels.characters)
                     for c in labels.characters:  # whole stories only: a shard never holds half of one
-                        failed += c.status != "ok"
                         rows.append({
                             "prompt_id": pid, "sample_idx": idx, "role": c.role,
                             "role_description": desc[(pid, c.role)], "name": c.name,

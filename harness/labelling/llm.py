@@ -900,6 +900,8 @@ class LLMLabeller(Labeller):
             raise ConfigError(f"max_attempts must be >= 1, got {max_attempts}")
         self._owns_backend = backend is None or owns_backend
         if backend is None:
+            from pydantic import ValidationError
+
             from harness.config import ModelConfig
             from harness.generation import load_backend
 
@@ -910,7 +912,21 @@ class LLMLabeller(Labeller):
                                   "(--llm-base-url), the server's URL, e.g. http://127.0.0.1:8000/v1"
                                   if engine == "openai" else
                                   f"llm labeller: base_url (--llm-base-url) is for the openai engine, not {engine}")
-            backend = load_backend(ModelConfig(backend=engine, path=model, base_url=base_url))
+            try:
+                config = ModelConfig(backend=engine, path=model, base_url=base_url)
+            except ValidationError as e:  # a traceback of pydantic's before
+                err = e.errors()[0]
+                field = str(err["loc"][0]) if err["loc"] else "model"
+                option = {"base_url": "base_url (--llm-base-url)", "path": "model (--llm-model)",
+                          "backend": "engine (--llm-backend)"}.get(field, field)
+                raise ConfigError(f"llm labeller: {option} {err.get('input')!r}: "
+                                  f"{err['msg'].removeprefix('Value error, ')}") from None
+            try:
+                backend = load_backend(config)
+            except ConfigError as e:  # named as `harness label`'s option: it has no model.path
+                if not str(e).startswith("model.path:"):
+                    raise
+                raise ConfigError("llm labeller: model (--llm-model)" + str(e).removeprefix("model.path")) from None
         if not isinstance(backend, Backend):
             raise ConfigError(f"backend must be a harness Backend, got {type(backend).__name__}")
         self.backend = backend

@@ -1220,3 +1220,15 @@ def test_a_reply_nested_too_deep_is_unparseable_not_a_batch_failure():
     assert out[0].status.startswith("llm: unparseable reply (reply nests") and out[1].status == "ok"
     assert sorted((sid, attempt) for sid, attempt, _ in labeller.failures) == [("s1", 0), ("s1", 1), ("s2", 0)]
     assert len(backend.calls) == 2
+
+
+def test_a_bad_server_address_or_model_is_a_one_line_error_naming_the_option():
+    """`harness label eval --llm-backend openai --llm-base-url 127.0.0.1:8000/v1` (no http://) was pydantic's
+    traceback of 55 lines, exit 1; a missing --llm-model was named `model.path`, which `harness label` has not."""
+    from harness.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"^llm labeller: base_url \(--llm-base-url\) '127.0.0.1:8000/v1': must be "
+                                          r"the server's http:// or https:// address"):
+        LLMLabeller(engine="openai", base_url="127.0.0.1:8000/v1")
+    with pytest.raises(ConfigError, match=r"^llm labeller: model \(--llm-model\): './no-such-dir' does not exist"):
+        LLMLabeller(model="./no-such-dir")
