@@ -15,7 +15,7 @@ listed in ``WordDecoder.decode_many``.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 #: The version of the decoding (the encoder labeller's info carries it): a release that decodes a story's
 #: scores into other labels bumps it, so a run's labels of two versions are not mixed.
-DECODER_VERSION = "16"  # 2: a name never runs across a line break; 3: words compared composed (NFC), a title
+DECODER_VERSION = "17"  # 2: a name never runs across a line break; 3: words compared composed (NFC), a title
 # joins a name only on its line and abbreviated across a point, particles only after a name word or a title, the checks
 # read completed names; 4: a quotation left open ends with its line, an inch mark opens none, the action check's
 # object control, things not done, third parties, claims that are none, a name's word only capitalised, and closed
@@ -65,7 +65,13 @@ DECODER_VERSION = "16"  # 2: a name never runs across a line break; 3: words com
 # prompt ("Here is a story about an American person who pays the bill ...:") is not parsed; 16: a name's point after a
 # title or an initial ends no name run in the apposition check ("a lawyer, Dr. Ana Ruiz. She"), the action check
 # reads a "for" on the verb's object ("filled out an application for her"), pronoun binding reads the other
-# character's name capitalised ("will" is no Will)
+# character's name capitalised ("will" is no Will); 17 (``name_completion``, ``words``): a question's modal "Will" is
+# no first name past a point that ends no sentence ("Will Emily forgive Mr. Thompson?"), "her very close friend" is a
+# determiner's, an elision after a closing quotation mark opens a quotation ("'Why?' 'Cause I said so,'"); (the
+# decoder, ``role_apposition``, ``pronoun_binding``) a name split between the roles keys the run it continues with
+# both words (a later "Carter" of the other role is Jamal Carter), a quoted nickname joins no name across a line,
+# an apposition's name is capitalised ("lost all hope, a feeling the actor knew" is no Hope) and a plural possessive
+# ends it ("the fans' idol"), a letter's point after "a" or "an" ends a sentence ("gave him an F. Furious, he")
 #: How a word type's occurrences are pooled into one score per role (``WordDecoder.reference_pool``).
 REFERENCE_POOLS = ("mean", "max")
 #: Pronoun families: a character's pronouns agree, so decoding keeps one family per character.
@@ -202,7 +208,7 @@ class WordDecoder:
                 if (k + 1 < len(words) and words[k][0] == "-" and words[k - 1][2] == words[k][1] == words[k + 1][1] - 1
                         and cap(k + 1)):
                     run = [*run, k, k + 1]
-            run = _with_nickname(run, words, keys)
+            run = _with_nickname(run, words, keys, text)
             # a part an apostrophe splits off is in its word's key ("o'brien", not "o": "Dr. O'Brien" is not
             # "Liam O'Connor"); a title word last after a personal title is a surname ("Mr. King", "Mrs. Prince")
             caps = [keys[i] + (keys[i + 1] if i + 1 in run and glued_name_part(words, i + 1) else "")
@@ -443,21 +449,27 @@ def _quoted_capitals(words: Sequence[tuple[str, int, int]], i: int, step: int) -
     return None
 
 
-def _with_nickname(run: list[int], words: Sequence[tuple[str, int, int]], keys: Sequence[str]) -> list[int]:
+def _with_nickname(run: list[int], words: Sequence[tuple[str, int, int]], keys: Sequence[str], text: str
+                   ) -> list[int]:
     """A name run with the quoted nickname and the name words on its other side ('Johnny "Harmonica"
-    Mason', where the tagger often marks only "Mason" or only "Johnny": the quotes break the run)."""
+    Mason', where the tagger often marks only "Mason" or only "Johnny": the quotes break the run), on its line: a
+    run never crosses a line break (a list of the characters, 'Maya Lopez\n"Doc" Thomas Reed', gave one of them
+    'Maya Lopez\n"Doc" Thomas')."""
     def name_word(i: int) -> bool:
         return 0 <= i < len(words) and starts_capitalised(words[i][0]) and keys[i] not in NAME_TITLES
+
+    def one_line(a: int, b: int) -> bool:
+        return not breaks_line(text[words[a][1]:words[b][2]])
 
     i = run[0] - 1
     if i >= 0 and words[i][0] in QUOTES:
         j = _quoted_capitals(words, i, -1)
-        if j is not None and name_word(j - 1):
+        if j is not None and name_word(j - 1) and one_line(j - 1, run[0]):
             run = [*range(j - 1, i + 1), *run]
     i = run[-1] + 1
     if i < len(words) and words[i][0] in QUOTES:
         j = _quoted_capitals(words, i, 1)
-        if j is not None and name_word(j + 1):
+        if j is not None and name_word(j + 1) and one_line(run[-1], j + 1):
             run = [*run, *range(i, j + 2)]
     return run
 
@@ -582,17 +594,27 @@ def _own_runs(runs: list[list[tuple[frozenset, list[int], float]]], words: Seque
               ) -> list[list[tuple[frozenset, list[int], float]]]:
     """Each role's name runs without those right after the other role's run on its line: such a run continues
     that name ("Jamal" tagged for one role, "Carter" of "Jamal Carter" for the other), no name of its own; on the
-    next line it is a name of its own ("Maya Patel\nEthan Brooks", a list of the characters)."""
+    next line it is a name of its own ("Maya Patel\nEthan Brooks", a list of the characters). The run it continues
+    takes its name words into its key: a later "Carter" of this role is then that character, not another (it
+    filled both roles)."""
     if len(runs) != 2:
         return runs
-    runs = list(runs)
+    runs = [list(rs) for rs in runs]
     for r in (0, 1):
-        ends = {run[-1] for _, run, _ in runs[1 - r]}
-        runs[r] = [x for x in runs[r] if not _continues(x[1], ends, words, text)]
+        ends = {run[-1]: n for n, (_, run, _) in enumerate(runs[1 - r])}
+        kept = []
+        for x in runs[r]:
+            if _continues(x[1], ends, words, text):
+                n = ends[x[1][0] - 1]  # the run it continues: "Jamal" of "Jamal Carter", written as tagged
+                key, run, score = runs[1 - r][n]
+                runs[1 - r][n] = (key | x[0], run, score)
+            else:
+                kept.append(x)
+        runs[r] = kept
     return runs
 
 
-def _continues(run: list[int], ends: set[int], words: Sequence[tuple[str, int, int]], text: str) -> bool:
+def _continues(run: list[int], ends: Collection[int], words: Sequence[tuple[str, int, int]], text: str) -> bool:
     """Whether ``run`` starts right after a run that ends at one of ``ends``, on its line."""
     return run[0] - 1 in ends and not breaks_line(text[words[run[0] - 1][2]:words[run[0]][1]])
 

@@ -44,7 +44,7 @@ from operator import itemgetter
 
 import pandas as pd
 
-from harness.labelling.base import NAME_TITLES, CharacterLabel, breaks_line
+from harness.labelling.base import ABBREVIATED_TITLES, NAME_TITLES, CharacterLabel, breaks_line
 from harness.labelling.words import fold_word, glued_name_part, starts_capitalised
 
 #: Bearers a word needs in the Census 2020 first-name counts to count as a first name here (Robert
@@ -72,16 +72,30 @@ MODALS = frozenset({"will", "may"})
 #: Words after which a sentence opens (a colon and a quotation's opening mark too: "Jake wondered: Will Emily call?").
 _SENTENCE_ENDS = frozenset(":.!?\u2026\"'\u201c\u201d\u2018\u2019*_(\u2014\u2013")  # and markdown's emphasis,
 # a parenthesis, a dash ("*Will Emily ever call again?*", "(Will Emily call?)", "\u2014 Will Emily call?")
-#: What ends the sentence a word opens.
-_SENTENCE_END = re.compile(r"[.!?\u2026]|\n")
+#: What may end the sentence a word opens: a run of its marks, or a line's end.
+_SENTENCE_END = re.compile(r"[.!?\u2026]+|\n")
+#: An abbreviated title just before a point: the point ends no sentence ("Will Emily forgive Mr. Thompson?").
+_TITLE_BEFORE = re.compile(rf"(?<![\w.])(?i:{'|'.join(sorted(ABBREVIATED_TITLES))})$")
+#: A lowercase word after an ellipsis: the sentence goes on ("Will Emily... ever call again?").
+_GOES_ON = re.compile(r"\s*[a-z]")
 
 
 def _opens_a_question(text: str, words: Sequence[tuple[str, int, int]], k: int) -> bool:
     """Whether word ``k`` opens a sentence (the story's first word, one after a sentence's end, a colon or a
-    quotation mark, or the first of its line) whose end is a question mark."""
-    opens = k == 0 or words[k - 1][0] in _SENTENCE_ENDS or breaks_line(text[words[k - 1][2]:words[k][1]])
-    end = _SENTENCE_END.search(text, words[k][2])
-    return opens and end is not None and end.group() == "?"
+    quotation mark, or the first of its line) whose end holds a question mark. A point after an abbreviated title,
+    between digits ("$3.50"), or an ellipsis before a lowercase word ends no sentence: the question's "Will" was
+    read as a first name past them."""
+    if not (k == 0 or words[k - 1][0] in _SENTENCE_ENDS or breaks_line(text[words[k - 1][2]:words[k][1]])):
+        return False
+    for end in _SENTENCE_END.finditer(text, words[k][2]):
+        mark, at, after = end.group(), end.start(), end.end()
+        if mark == "." and (_TITLE_BEFORE.search(text, max(0, at - 8), at)
+                            or text[at - 1:at].isdigit() and text[after:after + 1].isdigit()):
+            continue
+        if mark in ("...", "\u2026") and _GOES_ON.match(text, after):
+            continue
+        return "?" in mark
+    return False
 
 
 @lru_cache(maxsize=1)

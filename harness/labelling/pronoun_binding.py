@@ -236,7 +236,8 @@ def _abbreviation_point(words: Sequence[str], i: int) -> bool:
         return False
     prev = words[i - 1]
     nxt = words[i + 1].lower() if i + 1 < len(words) else ""
-    if len(prev) == 1 and (nxt in BOUND or nxt in SINGULAR_THEY or nxt in _SENTENCE_OPENERS):
+    if len(prev) == 1 and (nxt in BOUND or nxt in SINGULAR_THEY or nxt in _SENTENCE_OPENERS
+                           or (i > 1 and words[i - 2].lower() in ("a", "an"))):
         return False  # "gave the test an A. He", "a flight to the U.S. She": a sentence's end, not "J. Cole"
     return prev[:1].isupper() and (prev.lower() in ABBREVIATED_TITLES or len(prev) == 1)  # not "one last rep."
 

@@ -45,7 +45,7 @@ from collections.abc import Collection, Sequence
 
 from harness.labelling.base import NAME_TITLES, QUOTES, quoted
 from harness.labelling.pronoun_binding import name_words
-from harness.labelling.words import line_starts, split_words
+from harness.labelling.words import line_starts, split_words, starts_capitalised
 
 _CUT = re.compile(r"\s(?:who|in|on|of|at|with|for)\s")
 #: "\n" marks a line break (``words_with_breaks``): a title, or a prompt the story echoes ("... who helps a new
@@ -155,6 +155,8 @@ def appositions(words: Sequence[str], descriptions: Sequence[str], names: Sequen
             ws |= {low[i - 1], low[i - 1] + low[i]}
         elif i + 1 < len(low) and low[i + 1][:1] in _APOSTROPHES and low[i + 1][1:] != "s":
             ws.add(low[i] + low[i + 1])
+        if not starts_capitalised(words[i - 1] if low[i][:1] in _APOSTROPHES and i > 0 else words[i]):
+            return None  # "lost all hope, a feeling the actor knew": a lowercase word is no Hope
         hits = [c for c in (0, 1) if not ws.isdisjoint(owned[c])]
         return hits[0] if len(hits) == 1 else None
 
@@ -201,7 +203,7 @@ def appositions(words: Sequence[str], descriptions: Sequence[str], names: Sequen
         relative = titled and not comma and not closed and not words[i][:1].isupper()
         if c is not None and (closed or marker == "named" or (not comma and marker is None and not relative)):
             out[(role, c)] += 1
-        if i + 1 < len(low) and low[i + 1] in _POSSESSIVES:
+        if i + 1 < len(low) and (low[i + 1] in _POSSESSIVES or (low[i + 1] in _APOSTROPHES and t.endswith("s"))):
             continue  # "Lily, the actor's biggest fan": the fan is Lily, the actor someone else
         k = i - 1
         while (k >= 0 and i - k <= _WITHIN and low[k] not in _STOPS and low[k] not in _PREPOSITIONS

@@ -449,8 +449,9 @@ def _holding_word(words: Sequence[str], phrase: str) -> str:
 #: its references; the name swap replaces every capitalised spelling of the name. 3: the flip swaps plural kin
 #: words ("brothers" <-> "sisters"), step- and grand- kin, "widow", "lad", "bro"/"sis" and a few more. 4: a swapped
 #: name is swapped in every label that writes it (two characters named alike); a reference of several words is
-#: flipped as the text is ("her brother" -> "his sister").
-TARGETS_VERSION = 4
+#: flipped as the text is ("her brother" -> "his sister"). 5: the flip reads "her very close friend" as a
+#: determiner's; an elision's apostrophe after a closing quotation mark or two spaces is a word of its own.
+TARGETS_VERSION = 5
 
 
 def _targets_version(recorded: dict[str, Any]) -> Any:

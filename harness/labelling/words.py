@@ -38,13 +38,15 @@ _PART = rf"[^\W_]+(?:[{_INNER}]+[^\W_]*)*"
 #: Words an apostrophe opens, where it follows a space inside a sentence ("get 'em", "rode 'til dawn"); any other
 #: apostrophe after a space or a line's start opens a single quotation ("'Maya, wait!'", "'She is late,' he said"),
 #: an elision's too at the start of the text, a line or a sentence ("'Cause I said so,' Mum said": a lone "'Twas"
-#: there is an unpaired mark, which no quotation takes).
+#: there is an unpaired mark, which no quotation takes), a sentence's after two spaces or a closing quotation mark
+#: too ("'Why?' 'Cause I said so,' Mum said").
 _ELISIONS = "em|til|tis|twas|cause|cos|cuz|bout|round|n|nuff|kay"
 # an apostrophe and letters are one word (a clitic: "'s", "'ll", the "'Brien" of "O'Brien") written right
 # after a word, or an elision; elsewhere the apostrophe is a word of its own and its word another
 _WORD = re.compile(rf"{_PART}(?:[-\u2010\u2011]{_PART})*"
                    rf"|(?<=[\w{_INNER}])['\u2019][^\W\d_]+(?:[{_INNER}]+[^\W_]*)*"
-                   rf"|(?<=[^\S\r\n\x85\u2028\u2029])(?<![.!?\u2026]\s)['\u2019](?i:{_ELISIONS})(?![\w{_INNER}])"
+                   rf"|(?<=[^\S\r\n\x85\u2028\u2029])(?<![.!?\u2026]\s)(?<![.!?\u2026]\s\s)"
+                   rf"(?<![.!?\u2026]['\u2019\"\u201d]\s)['\u2019](?i:{_ELISIONS})(?![\w{_INNER}])"
                    r"|[^\w\s]|_")
 
 
@@ -337,6 +339,10 @@ def her_is_possessive(words: Sequence[str], i: int) -> bool:
     j = i + 2
     while j < n and is_word(words[j]) and _is_adverb(fold_word(words[j]), False):
         j += 1
+    last = fold_word(words[j - 1])
+    if (j - 1 > i + 1 and last in _FLAT_ADVERBS and last not in _ADVERBS and j < n and is_word(words[j])
+            and fold_word(words[j]) not in _AFTER_PREDICATE):
+        return True  # "her very close friend": the flat word ends the adverbs as their adjective, before its noun
     if j >= n or not is_word(words[j]) or fold_word(words[j]) in _AFTER_OBJECT_HER:
         return False
     if fold_word(words[j]) in _ADVERB_NOUNS:

@@ -38,7 +38,10 @@ def test_split_words_an_apostrophe_after_no_word_opens_a_quotation():
     for text, marks in (("'Cause I said so,' Mum said.", [0, 6]),
                         ("Ok.\n'Round here, we eat at six,' Mum said.", [2, 11]),
                         ("He sighed. 'Em too?' she asked.", [3, 7]),
-                        ("'Twas a cold night. 'Come in,' she said.", [6, 10])):
+                        ("'Twas a cold night. 'Come in,' she said.", [6, 10]),
+                        # after a closing quotation mark or two spaces too (the mark was read into "'Cause")
+                        ("'Why?' 'Cause I said so,' Mum said.", [0, 3, 4, 10]),
+                        ("He paused.  'Cause I said so,' Mum said.", [3, 9])):
         words = split_words(text)
         assert single_quote_dialogue(text, words) == marks, text
     assert [w for w, _, _ in split_words("'Twas 'Emma'")][:2] == ["'", "Twas"]
@@ -1216,6 +1219,28 @@ def test_decode_a_name_split_between_the_roles_is_one_character():
     tags = {("Jamal", 0, 0): 0.99, ("Carter", 0, 2): 0.96, ("Nguyen", 0, 2): 0.99, ("Tran", 0, 2): 0.98,
             ("Jamal", 1, 0): 0.99}
     assert _decode_names(text, tags) == ["Jamal", "Nguyen Tran"]
+
+
+@pytest.mark.parametrize("tags, want", [
+    ({("Carter", 0, 0): 0.9, ("Carter", 1, 0): 0.9, ("Jamal", 0, 2): 0.6}, ["Carter", None]),
+    ({("Jamal", 0, 0): 0.9, ("Carter", 0, 2): 0.9, ("Carter", 1, 2): 0.9}, ["Jamal", None]),
+])
+def test_decode_a_name_split_between_the_roles_names_one_character_later_too(tags, want):
+    """The slot that tagged the surname of a name split between the roles tags a later "Carter" too: the continuation
+    was dropped, but the run it continued kept the key {"jamal"}, so the later "Carter" was another character and
+    Jamal Carter filled both roles ("Carter", "Jamal"). The continued run takes the continuation's words."""
+    assert _decode_names("Jamal Carter met Nguyen at the clinic. Carter smiled at him.", tags) == want
+
+
+def test_decode_a_nickname_joins_no_name_across_a_line():
+    """A quoted nickname took the name words on its other side across a line break: in a list of the characters
+    the first ran into the second ('Maya Lopez\n"Doc" Thomas')."""
+    text = 'Cast:\nMaya Lopez\n"Doc" Thomas Reed\n\nMaya met Thomas at the clinic.'
+    tags = {("Maya", 0, 0): 0.9, ("Lopez", 0, 0): 0.9, ("Thomas", 0, 2): 0.9, ("Reed", 0, 2): 0.9}
+    assert _decode_names(text, tags) == ["Maya Lopez", "Thomas Reed"]
+    # on its line, as before (test_decode_name_runs: 'Johnny "Harmonica" Mason')
+    assert _decode_names('Ana met Johnny "Doc" Reed.', {("Ana", 0, 0): 0.9, ("Reed", 0, 2): 0.9}) == [
+        "Ana", 'Johnny "Doc" Reed']
 
 
 def test_decode_one_character_never_fills_both_roles():

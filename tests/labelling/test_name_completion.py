@@ -66,10 +66,16 @@ def test_the_name_is_looked_for_where_it_spans_whole_words_in_the_order_written(
     ("Emily", "'Will Emily come?' Jake asked.", "Emily"),  # after a quotation's opening mark
     ("Emily", "Jake sat.\nWill Emily come? he thought.", "Emily"),  # the first of its line
     ("Mitchell", "Will Mitchell come? Nobody knew.", "Mitchell"),
+    # a point that ends no sentence on the way to the question mark (the question was missed: "Will Emily")
+    ("Emily", "Jake wondered: Will Emily ever forgive Mr. Thompson? She had left.", "Emily"),
+    ("Emily", "Jake wondered: Will Emily... ever call again? She had left.", "Emily"),
+    ("Emily", "Jake wondered: Will Emily pay $3.50 for it? She had left.", "Emily"),
     # a name: in a sentence that is no question, or not opening its question
     ("Mitchell", "Will Mitchell paid. Mitchell smiled.", "Will Mitchell"),
     ("Mitchell", "Did Will Mitchell pay? Mitchell smiled.", "Will Mitchell"),
     ("Mitchell", "Will Mitchell paid the bill. Was it fair? Mitchell smiled.", "Will Mitchell"),
+    ("Mitchell", "Will Mitchell met Dr. Ruiz. Was it fair? Mitchell smiled.", "Will Mitchell"),
+    ("Mitchell", "Will Mitchell paid... Was it fair? Mitchell smiled.", "Will Mitchell"),
 ])
 def test_a_modal_that_opens_a_question_is_no_first_name(table, given, text, want):
     assert _complete(given, text, table) == want

@@ -71,7 +71,7 @@ def test_a_her_before_a_determiner_is_an_object_and_not_bound():
     "It fit her perfectly.", "He loved her very much.", "It made her very happy.",
     "He hugged her so hard that it hurt.",
     "He watched her slowly walk away.", "They found her badly injured.", "He held her close.",
-    "He told her he was sorry.",
+    "He told her he was sorry.", "He held her very close.", "He hugged her so tight.",
 ])
 def test_a_her_before_an_adverb_that_ends_its_phrase_is_an_object(text):
     words = [w for w, _, _ in split_words(text)]
@@ -83,6 +83,8 @@ def test_a_her_before_an_adverb_that_ends_its_phrase_is_an_object(text):
     "She did her very best.", "A room of her very own.", "She praised her more experienced colleague.",
     "She folded her perfectly pressed shirt.", "Her family could not come.", "She lost her only son.",
     "She brushed her long, dark hair.", "She thanked her close friend.", "She saw her newly built home.",
+    # a word that is an adverb or an adjective, last after an adverb, before a noun (was an object)
+    "She called her very close friend.", "She brushed her very long hair.", "She met her very close friend at noon.",
 ])
 def test_a_her_before_an_adverb_and_its_adjective_is_a_determiner(text):
     words = [w for w, _, _ in split_words(text)]
@@ -553,6 +555,9 @@ def test_a_name_that_is_a_word_is_seen_only_capitalised(text, name):
 @pytest.mark.parametrize("text", [
     "Max had studied all week. Paul gave the test an A. He had never scored so high, and his mother cried.",
     "Max missed home. Paul booked him a flight to the U.S. He cried, and his hands shook.",
+    # a grade's letter after "a" or "an" ends its sentence before any word (it ran on: "Furious, he" went to Paul)
+    "Max studied all night. Paul gave him an F. Furious, he stormed out, and his face burned.",
+    "Max handed in the essay. Paul gave it a C. Crushed, he tore it up, and his hands shook.",
 ])
 def test_a_capital_letters_point_before_a_pronoun_ends_the_sentence(text):
     # read as an initial's ("J. Cole"), the point ended no sentence: Max's "He" went to Paul

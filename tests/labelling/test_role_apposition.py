@@ -56,6 +56,9 @@ def test_head_noun(description, head):
     ("Sarah, whom the actor had once met, waited.", {}),
     ("Sarah, the actor's biggest fan, waited.", {(1, 0): 1}),
     ("Sarah, the actor\u2019s biggest fan, waited.", {(1, 0): 1}),
+    # a plural possessive too: "fans'" is "fans" and an apostrophe (it tied Sarah to the fan, the actor's noun)
+    ("Sarah, the fans' idol, waited.", {}),
+    ("Sarah, the fans' favourite actor, waited.", {(0, 0): 1}),
     # a name after a preposition that opens its clause, with a title between
     ("To Mr. Ethan Michaels, the fan was everything.", {}),
     ("For Dr. Ethan Michaels, the fan was a nuisance.", {}),
@@ -85,6 +88,15 @@ def test_a_name_with_a_title_or_initial_stops_at_the_sentences_point(text, name)
     the name went over the sentence's end: the apposition closed by a stop was lost, and a name at a sentence's start
     ran back into the sentence before (its "After" made the name fronted)."""
     assert dict(appositions(text.format(name), ("lawyer", "defendant"), [name, "John Park"])) == {(0, 0): 1}
+
+
+@pytest.mark.parametrize("text, name", [("Ethan had lost all hope, a feeling the actor knew well.", "Hope Lee"),
+                                        ("Against his will, the actor signed the contract.", "Will Lee")])
+def test_a_lowercase_word_is_no_name_of_an_apposition(text, name):
+    """A name was matched lowercase: "hope," or "will," before the actor's noun tied Hope or Will to the actor, and
+    the labels were exchanged (pronoun binding reads names capitalised for the same reason)."""
+    assert dict(appositions(text, FAN, ["Ethan Park", name])) == {}
+    assert not roles_exchanged(text, FAN, ["Ethan Park", name])
 
 
 def test_roles_exchanged_when_the_appositions_say_so_more_often():
