@@ -125,7 +125,9 @@ def name_lists() -> NameLists:
 #: name table's Census counts).
 NO_NAME = frozenset({"unspecified", "none", "unknown", "n/a", "not specified", "unnamed", "no name", "null",
                      "not given", "not mentioned", "not provided", "not stated", "not named", "no name given",
-                     "name not given", "name not mentioned", "name unknown", "anonymous", "undefined"})
+                     "name not given", "name not mentioned", "name unknown", "anonymous", "undefined",
+                     "none given", "none mentioned", "none specified", "none provided", "unknown name",
+                     "name not provided", "name not specified", "not applicable"})
 
 
 def _whole_key(name: str) -> str:
@@ -367,8 +369,10 @@ def without_role_title(name: str | None, role: str | None) -> str | None:
     """
     if not name:
         return name
-    head, _, rest = name.strip().partition(" ")
-    word = head.lower().rstrip(".")
+    # split at any space, the title read without the quotes or markdown around it ("**Nurse Emily**", a
+    # non-breaking space): as ``parse_first_name`` reads words; the title stayed, and the name was lost
+    head, rest = (name.strip().split(None, 1) + [""])[:2]
+    word = _clean_token(head).lower().rstrip(".")
     lists = name_lists()
     if rest.strip() and word in _role_words(role) and (
             word in lists.first_name_titles or word in lists.surname_titles and parse_first_name(name) is not None):

@@ -183,7 +183,9 @@ def test_select_name(raw, chosen):
 
 
 @pytest.mark.parametrize("unspecified", ["Unspecified.", '"Unspecified"', "(Unspecified)", "unknown.", "None.",
-                                         "**N/A**", "Not specified"])
+                                         "**N/A**", "Not specified",
+                                         # these gave the first name "None", or pushed the name aside
+                                         "None given", "None mentioned.", "Unknown name", "Name not provided"])
 def test_unspecified_written_with_punctuation_gives_way_to_the_name(unspecified):
     """Unspecified was dropped only as the exact word: "Unspecified." or '"Unspecified"' before Emily was taken
     as the name (and parsed to no first name), and "None." gave the first name "None"."""
@@ -193,7 +195,9 @@ def test_unspecified_written_with_punctuation_gives_way_to_the_name(unspecified)
 
 
 @pytest.mark.parametrize("raw", ["He.", "She.", '"Him".', "Boy.", "(her)", "**The**", "None.", "N/A.", "N.A.", "No name",
-                                 "Not specified.", "Young  woman"])
+                                 "Not specified.", "Young  woman",
+                                 # first names before: "Unnamed", "Herself", ...
+                                 "Unnamed character", "Herself", "Himself", "Hers", "Theirs", "Themselves"])
 def test_a_false_positive_or_no_name_with_punctuation_is_no_first_name(raw):
     """The false positives and "Unspecified" were compared to the exact whole string, and parsing then took the
     punctuation off: "He." gave the first name "He" (matched in the name table, 99.9% MENA), "None." "None",
@@ -258,6 +262,10 @@ def test_doctests():
     ("Doctor Ruiz", "doctor", "Doctor Ruiz"),     # before a surname alone it stays (no first name either way)
     ("Doctor Ruiz Jr.", "doctor", "Doctor Ruiz Jr."),
     ("Nurse", "nurse", "Nurse"),                # nothing after the title
+    # behind markdown or quotes, or before a non-breaking space: the title stayed, and the name was lost
+    ("**Nurse Emily**", "nurse", "Emily**"),
+    ('"Nurse Emily"', "nurse", 'Emily"'),
+    ("Nurse\u00a0Emily", "nurse", "Emily"),
     ("Emily", "nurse", "Emily"),
     (None, "nurse", None),
 ])
@@ -267,5 +275,6 @@ def test_without_role_title(name, role, want):
 
 def test_a_doctor_called_doctor_keeps_her_first_name():
     assert first_name_of("Dr. Sarah Smith", "doctor", role_title=False) == "Sarah"
+    assert first_name_of("**Doctor Sarah Smith**", "doctor", role_title=False) == "Sarah"  # was None
     assert first_name_of("Doctor Sarah Smith", "doctor", role_title=False) == "Sarah"
     assert first_name_of("Doctor Smith", "doctor", role_title=False) is None
