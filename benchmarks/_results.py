@@ -40,7 +40,16 @@ def machine_description() -> str:
             gpu = torch.cuda.get_device_name(0)
     except Exception:  # torch absent: the description still stands
         pass
-    return f"{cpu}, {os.cpu_count()} cores{mem}, {gpu}, Python {platform.python_version()}"
+    cores = f"{os.cpu_count()} cores"
+    try:  # the cores this process may use (its affinity and the cgroup's quota), where fewer than the machine's
+        from harness.labelling.encoder import usable_cpus
+
+        usable = usable_cpus()
+        if usable < (os.cpu_count() or usable):
+            cores = f"{usable} of {os.cpu_count()} cores usable"
+    except Exception:  # harness absent: the machine's count
+        pass
+    return f"{cpu}, {cores}{mem}, {gpu}, Python {platform.python_version()}"
 
 
 def write_section(name: str, markdown: str, path: Path = RESULTS) -> None:

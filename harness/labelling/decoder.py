@@ -71,7 +71,9 @@ DECODER_VERSION = "17"  # 2: a name never runs across a line break; 3: words com
 # decoder, ``role_apposition``, ``pronoun_binding``) a name split between the roles keys the run it continues with
 # both words (a later "Carter" of the other role is Jamal Carter), a quoted nickname joins no name across a line,
 # an apposition's name is capitalised ("lost all hope, a feeling the actor knew" is no Hope) and a plural possessive
-# ends it ("the fans' idol"), a letter's point after "a" or "an" ends a sentence ("gave him an F. Furious, he")
+# ends it ("the fans' idol"), a letter's point after "a" or "an" ends a sentence ("gave him an F. Furious, he");
+# (``role_agent``) a quotation's sentences are read inside it past a height ("6'2\"") or a mark left open lines
+# before, a claim inside a quotation's middle sentence is read, and "Adaeze listened, then said, ..." has a speaker
 #: How a word type's occurrences are pooled into one score per role (``WordDecoder.reference_pool``).
 REFERENCE_POOLS = ("mean", "max")
 #: Pronoun families: a character's pronouns agree, so decoding keeps one family per character.

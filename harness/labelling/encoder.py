@@ -181,7 +181,30 @@ def read_model_meta(path: Path, what: str = "model directory") -> dict[str, Any]
                               f"{retrain}")
     if not any(w.is_file() for w in weights):
         raise ConfigError(f"{what} {path}: not a complete trained encoder (no weights in encoder/); {retrain}")
+    # without them the tokenizer library builds one of 5 tokens, silently: every label nonsense, every status ok
+    if not any((path / "encoder" / t).is_file() for t in ("tokenizer.json", "vocab.txt")):
+        raise ConfigError(f"{what} {path}: not a complete trained encoder (encoder/tokenizer.json missing); {retrain}")
+    try:
+        config = json.loads((path / "encoder" / "config.json").read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{what} {path}: encoder/config.json is not valid JSON ({e}); {retrain}") from None
+    _check_meta(meta, config if isinstance(config, dict) else {}, f"{what} {path}: meta.json", retrain)
     return meta
+
+
+def _check_meta(meta: dict[str, Any], config: dict[str, Any], where: str, retrain: str) -> None:
+    """The fields of ``meta`` the labeller reads, of their types: a null or a string there was a traceback, and a
+    ``max_length`` beyond the model's positions failed every long story ("labeller error", read as an outage)."""
+    positions = config.get("max_position_embeddings", 512)
+    length = meta.get("max_length", 384)
+    if isinstance(length, bool) or not isinstance(length, int) or not 8 <= length <= positions:
+        raise ConfigError(f"{where}: max_length must be a whole number of word pieces from 8 to the model's "
+                          f"{positions} positions, got {length!r}; {retrain}")
+    for field in ("train", "report", "versions", "soup"):
+        if field in meta and not isinstance(meta[field], dict):
+            raise ConfigError(f"{where}: {field} must be an object, got {type(meta[field]).__name__}; {retrain}")
+    if not isinstance(meta.get("base_name", DEFAULT_BASE), str):
+        raise ConfigError(f"{where}: base_name must be a string, got {meta['base_name']!r}; {retrain}")
 
 
 #: Words of a role description the model reads (the suites' longest has 9): a description of hundreds of words
@@ -706,12 +729,22 @@ class EncoderLabeller(Labeller):
             # 90,000 stories: batch 256 9,000 and 11,167 stories/s, 1,024 12,309 and 12,908, 2,048 14,682 once;
             # benchmarks/RESULTS.md, labelling on the GPU). A window of 64 batches is then 65,536 stories.
             self.default_batch_size = 1024
-        self.tokenizer = AutoTokenizer.from_pretrained(str(self.path / "encoder"))
-        model = _build_model(self.path / "encoder")
-        head = (self.path / "head.pt").read_bytes()
+        loading = "encoder/"
+        try:  # a broken file was the library's traceback: a one-line error naming it
+            self.tokenizer = AutoTokenizer.from_pretrained(str(self.path / "encoder"))
+            model = _build_model(self.path / "encoder")
+            loading = "head.pt"
+            head = (self.path / "head.pt").read_bytes()
+            model.head.load_state_dict(torch.load(io.BytesIO(head), map_location="cpu"))
+        except Exception as e:  # noqa: BLE001 - torch, safetensors and the tokenizers raise their own kinds
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+            raise ConfigError(f"model directory {self.path}: {loading} could not be loaded ({first}); train one with "
+                              f"`harness label train --out {self.path}`") from None
+        if len(self.tokenizer) != model.encoder.config.vocab_size:
+            raise ConfigError(f"model directory {self.path}: encoder/'s tokenizer has {len(self.tokenizer)} tokens, "
+                              f"its weights {model.encoder.config.vocab_size}: not the tokenizer it was trained with")
         self.head_sha256 = hashlib.sha256(head).hexdigest()  # which fine-tuning these weights are (info())
         self.encoder_sha256 = _weights_sha256(self.path / "encoder")
-        model.head.load_state_dict(torch.load(io.BytesIO(head), map_location="cpu"))
         model.eval()
         if self.precision == "int8":
             with warnings.catch_warnings():

@@ -20,7 +20,8 @@ Where a gold file gives a character's references but no gender (the published tr
 gender is read from those references the same way, as the paper derives gender (an empty list:
 Unspecified). Characters whose gold field is missing (null) are left out of that metric. ``stories_per_s`` is
 the labelling throughput measured during the evaluation (model loading and the start of worker
-processes excluded).
+processes excluded), of the stories with a text: an empty one (42 of the dev set's 1,000) is no story labelled,
+and counted it raised the rate by 4%.
 
 Each overall figure comes with a 95% interval from a story-level bootstrap
 (``harness.stats.bootstrap``): the two characters of a story are not independent (a labeller that
@@ -40,7 +41,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from harness.errors import BackendError
-from harness.labelling.base import BACKEND_FAILURE, Labeller, StoryLabels
+from harness.labelling.base import BACKEND_FAILURE, EMPTY_STORY, Labeller, StoryLabels
 from harness.labelling.data import GENDER_LABELS, GoldStory
 
 GENDERED = ("Female", "Male", "Non-binary")
@@ -121,7 +122,8 @@ class EvalReport:
         labeller: labeller name; lexicon: the gender lexicon id used.
         stories: stories scored; failed: stories the labeller returned with a status other than ok or
             an empty story (a reply that did not parse, a story cut at the model's length).
-        seconds: labelling wall time; stories_per_s: stories / seconds.
+        seconds: labelling wall time; read: the stories with a text (-1: not counted, every story);
+            stories_per_s: stories read / seconds.
         gender, name: overall counts; by_model, by_domain: the same per group; by_condition: per
             domain and power condition ("Love laden", "Love neutral", ...).
         confusion: gold gender -> predicted gender -> characters.
@@ -145,11 +147,13 @@ class EvalReport:
     misses: dict[str, dict[str, int]] = field(default_factory=dict)
     intervals: dict[str, tuple[float, float]] = field(default_factory=dict)
     characters: tuple[CharacterScore, ...] = field(default=(), repr=False)
+    read: int = -1
 
     @property
     def stories_per_s(self) -> float:
-        """Labelling throughput."""
-        return self.stories / self.seconds if self.seconds > 0 else float("nan")
+        """Labelling throughput: the stories with a text, a second."""
+        n = self.stories if self.read < 0 else self.read
+        return n / self.seconds if self.seconds > 0 else float("nan")
 
     def overall(self) -> dict[str, Any]:
         """The figures of ``harness label eval --json`` (``JSON_KEYS``)."""
@@ -427,7 +431,8 @@ def score(gold: Sequence[GoldStory], labels: Sequence[StoryLabels], *, labeller:
             confusion[c.gold_gender][c.pred_gender] += 1
     return EvalReport(
         labeller=labeller, lexicon=load_lexicon(lexicon).id, stories=len(gold),
-        failed=sum(lab.status != "ok" and lab.status != "empty story" for lab in labels), seconds=seconds,
+        failed=sum(lab.status != "ok" and lab.status != EMPTY_STORY for lab in labels), seconds=seconds,
+        read=sum(lab.status != EMPTY_STORY for lab in labels),
         gender=overall["gender"], name=overall["name"],
         by_model={k: _pr(v) for k, v in groups["model"].items()},
         by_domain={k: _pr(v) for k, v in groups["domain"].items()},

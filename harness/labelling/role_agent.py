@@ -277,6 +277,37 @@ def _preamble_end(text: str) -> int:
     return 0
 
 
+#: A height in feet and inches ("6'2\""): its mark opens no quotation.
+_INCHES = re.compile(r"\d+['\u2019]\d+[\"\u201d]")
+#: The double quotation marks a sentence holds.
+_DOUBLE_QUOTES = re.compile('["\u201c\u201d]')
+
+
+def _quote_open_before(sents: Sequence[str], gaps: Sequence[str]) -> list[bool]:
+    """Whether a quotation is open before each of ``sents`` (``_sentences``' pieces and the gaps between them), as
+    ``base.quoted`` reads one: an inch mark is none, and one left open at a line's end goes on only where the next
+    line opens it again with a mark or closes it. Every mark before the sentence was counted, so one stray mark
+    paragraphs before, or a height, turned every later quotation inside out."""
+    marks = [_DOUBLE_QUOTES.findall(_INCHES.sub("", sent)) for sent in sents]
+    out: list[bool] = []
+    open_ = False
+    for j, sent in enumerate(sents):
+        if j and open_ and breaks_line(gaps[j - 1]):
+            line: list[str] = []  # the marks of the line the sentence opens
+            k = j
+            while True:
+                line += marks[k]
+                if k + 1 >= len(sents) or breaks_line(gaps[k]):
+                    break
+                k += 1
+            open_ = sent[:1] in QUOTES or bool(line) and (
+                line[0] == "\u201d" or (line[0] == '"' and line.count('"') % 2 == 1))
+        out.append(open_)
+        for m in marks[j]:
+            open_ = not open_ if m == '"' else m == "\u201c"
+    return out
+
+
 def _action_sentences(text: str, action: Action, shared: Collection[str] = ()) -> list[str]:
     """The sentences in which the action can have a clause (``_worth_parsing``), as chunks to parse: a quoted
     sentence is parsed with the sentence before it, where its speaker is often named
@@ -288,7 +319,7 @@ def _action_sentences(text: str, action: Action, shared: Collection[str] = ()) -
     the story: it is left out."""
     text = text[_preamble_end(text):]
     sents, gaps = _sentences(text)
-    quotes = [sum(sent.count(q) for q in QUOTES) for sent in sents]
+    opened = _quote_open_before(sents, gaps)
     holds_shared = _words_pattern(set(shared)) if shared else None
     keep = set()
     for i, sent in enumerate(sents):
@@ -298,7 +329,7 @@ def _action_sentences(text: str, action: Action, shared: Collection[str] = ()) -
                 keep.add(i - 1)
             # a sentence inside a quote that began sentences earlier: back to the sentence before it
             j = i
-            while j > 0 and i - j < 3 and sum(quotes[:j]) % 2 == 1:
+            while j > 0 and i - j < 3 and opened[j]:
                 j -= 1
                 keep.update((j, j - 1) if j else (j,))
     keep = {i for i in keep if len(sents[i]) <= MAX_PARSE_CHARS}
@@ -423,7 +454,9 @@ def _clauses(doc, action: Action, only: Split) -> Iterator[tuple[str, int]]:
     if action.claims:
         for sent in doc.sents:
             low = sent.text.lower().replace("\u2019", "'")
-            if _claimed(low, action) and any(t.text in QUOTES for t in sent):
+            # a sentence inside a quotation, its marks in the sentences around it ('"Put it away. My treat.
+            # Honestly."'), as ``_speaker`` reads it: only one holding a mark was read
+            if _claimed(low, action) and any(_in_quote(t) for t in sent):
                 who = _speaker(sent, only)
                 if who is not None:  # '"My treat," she said.'; '"Dessert is on me next time."': not now
                     yield "said", 1 - who if _claimed_for_later(low, action) else who
@@ -520,8 +553,11 @@ def _speakers(sent, only: Split) -> set[int]:
 
 def _say_subjects(verb) -> list:
     """The grammatical subjects of a verb of saying, outside quotes; a conjunct or loosely attached
-    verb without one has its head verb's ("Adaeze listened, then said, ...")."""
-    for v in (verb, verb.head) if verb.dep_ in ("conj", "parataxis") else (verb,):
+    verb without one has its head verb's, or a verb's before it that it governs ("Adaeze listened, then said,
+    ...": the parser hangs "listened" on "said" as its clausal complement, or "said" on "nodded" as a loose
+    dependent, and both lost the speaker)."""
+    before = [c for c in verb.children if c.dep_ in ("ccomp", "conj") and c.i < verb.i and not _in_quote(c)]
+    for v in (verb, verb.head, *before) if verb.dep_ in ("conj", "parataxis", "dep") else (verb, *before):
         subj = [c for c in v.children if c.dep_ == "nsubj" and not _in_quote(c)]
         if subj:
             return subj

@@ -76,6 +76,11 @@ def test_score_matches_hand_count():
     assert set(rep.by_condition) == {"Labor laden", "Labor neutral", "Love neutral", "Learning neutral"}
     out = rep.overall()
     assert tuple(out) == JSON_KEYS and out["stories"] == 6 and out["stories_per_s"] == pytest.approx(3.0)
+    # an empty story is scored but no story read: it counted in stories/s (4% of the dev set's rate)
+    labels = [StoryLabels(lab.story_id, lab.characters, "empty story" if k == 0 else lab.status)
+              for k, lab in enumerate(labels)]
+    rep = score(gold, labels, seconds=2.0)
+    assert rep.stories == 6 and rep.read == 5 and rep.overall()["stories_per_s"] == pytest.approx(2.5)
     # misses by kind: gender g0o M labelled F (other gender; the subject is right, so no exchange), g1 a
     # gender where manual has none, g2 and g4 none where manual has one (Unspecified, Unsure): 2 + 3 misses
     # of precision and recall as counted above; names g0o "Tom" where manual has none, g4 and g5 missed

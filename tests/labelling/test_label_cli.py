@@ -7,6 +7,7 @@ import os
 import stat
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from harness.labelling.base import StoryLabels
@@ -420,6 +421,37 @@ def test_an_incomplete_model_directory_is_named(tmp_path, gold_path, tiny_encode
     (broken / "meta.json").write_text("{")
     r = runner.invoke(app, ["eval", "--gold", str(gold_path), "--model-dir", str(broken)])
     _one_line_error(r, 2, "meta.json is not valid JSON")
+
+
+@pytest.mark.parametrize("broken, says", [
+    # no tokenizer: the library built one of 5 tokens, silently, every label nonsense and every status ok
+    (lambda d: [(d / "encoder" / f).unlink() for f in ("tokenizer.json", "tokenizer_config.json")],
+     "not a complete trained encoder (encoder/tokenizer.json missing)"),
+    # meta.json fields of another type were tracebacks; a max_length over the model's positions failed every long
+    # story at labelling ("labeller error")
+    (lambda d: _edit_meta(d, max_length=None), "meta.json: max_length must be a whole number"),
+    (lambda d: _edit_meta(d, max_length=1024), "from 8 to the model's 512 positions, got 1024"),
+    (lambda d: _edit_meta(d, train=None), "meta.json: train must be an object, got NoneType"),
+    (lambda d: _edit_meta(d, base_name=["minilm"]), "meta.json: base_name must be a string"),
+    # broken files were the libraries' tracebacks
+    (lambda d: (d / "head.pt").write_bytes((d / "head.pt").read_bytes()[:100]), "head.pt could not be loaded ("),
+    (lambda d: (d / "encoder" / "model.safetensors").write_bytes(b"\0" * 8), "encoder/ could not be loaded ("),
+    (lambda d: (d / "encoder" / "config.json").write_text("{"), "encoder/config.json is not valid JSON"),
+])
+def test_a_broken_model_directory_is_a_one_line_error(tmp_path, gold_path, tiny_encoder, broken, says):
+    import shutil
+
+    trained, _ = tiny_encoder
+    d = tmp_path / "broken"
+    shutil.copytree(trained, d)
+    broken(d)
+    r = runner.invoke(app, ["eval", "--gold", str(gold_path), "--model-dir", str(d)])
+    _one_line_error(r, 2, f"model directory {d}", says, f"harness label train --out {d}")
+
+
+def _edit_meta(d, **fields):
+    meta = json.loads((d / "meta.json").read_text())
+    (d / "meta.json").write_text(json.dumps({**meta, **fields}))
 
 
 def test_bad_rows_name_their_file_line_and_field(tmp_path, gold_path):

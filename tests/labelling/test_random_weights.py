@@ -136,3 +136,32 @@ def test_the_section_says_how_the_weights_were_trained():
                                    "seed": 0, "seeds": [0, 1], "seconds": 3600.0}, "all-MiniLM-L6-v2")
     assert "seeds 0 and 1, their weights averaged) in 3600.0 s in all on cpu" in soup
     assert soup.endswith("`harness label train --epochs 16 --seed 0 --seed 1`)")
+
+
+def test_the_dev_benchmark_passes_its_options_and_writes_what_it_ran(gold_path, tmp_path, monkeypatch):
+    """--device and --workers were never passed to the encoder (a GPU machine judged its cuda figure against the
+    2-core target); a --stream under four readings failed after the whole evaluation; the section named the shared
+    dev set whatever --dev was, and --json wrote NaN, which is no JSON."""
+    import subprocess
+    import sys
+
+    bench = _bench()
+    seen = {}
+    import harness.labelling as labelling
+
+    monkeypatch.setattr(labelling, "get_labeller", lambda name, **kw: seen.update({name: kw}) or (_ for _ in ()).throw(
+        SystemExit(0)))
+    monkeypatch.setattr(sys, "argv", ["labelling.py", "--labellers", "encoder", "--dev", str(gold_path), "--device",
+                                      "cpu", "--workers", "0", "--stream", "0", "--no-write"])
+    with pytest.raises(SystemExit):
+        bench.main()
+    assert seen["encoder"]["device"] == "cpu" and seen["encoder"]["workers"] == 0
+    r = subprocess.run([sys.executable, str(BENCH), "--stream", "100", "--no-write"], capture_output=True, text=True)
+    assert r.returncode == 2 and "--stream needs more than 384 stories" in r.stderr
+    out = tmp_path / "b.json"
+    r = subprocess.run([sys.executable, str(BENCH), "--labellers", "rules", "--dev", str(gold_path), "--stream", "0",
+                        "--no-write", "--json", str(out)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert f"Gold set: `{gold_path}` (" in r.stdout and "laissez_faire_audit_dev" not in r.stdout.split("Paper")[0]
+    json.loads(out.read_text(), parse_constant=lambda c: pytest.fail(f"{c} in the JSON"))
+    assert bench._without_nan({"a": [float("nan"), 1.0], "b": float("nan")}) == {"a": [None, 1.0], "b": None}

@@ -652,3 +652,23 @@ def test_a_preamble_ends_after_its_first_line(text, end):
     from harness.labelling import role_agent
 
     assert role_agent._preamble_end(text) == end
+
+
+@pytest.mark.parametrize("before", ["", "John was 6'2\". ", '"Wait, John said.\n\n'])
+def test_a_quotations_later_sentence_is_read_with_its_speaker_past_a_height_or_a_mark_left_open(before):
+    """Whether a sentence was inside a quotation was the parity of every mark before it: a height's inch mark, or a
+    mark left open paragraphs before, turned it inside out, and "I'll pay." was parsed without its speaker (no
+    vote). The marks are read as ``base.quoted`` reads them."""
+    text = before + 'Sarah smiled. "Put it away. Really. I\'ll pay. Honestly."'
+    assert action_clauses(text, action_for(PAYS), JOHN, SARAH) == [("pay", 1), ("said", 1)]
+
+
+@pytest.mark.parametrize("text, want", [
+    # a claim in a quotation's middle sentence: only a sentence holding a mark was read
+    ('Sarah smiled. "Put it away. My treat. Honestly."', [("said", 1)]),
+    # "listened, then said": the parser hangs "listened" on "said", or "said" on "nodded" (no speaker)
+    ('Sarah listened, then said, "My treat."', [("said", 1)]),
+    ('Sarah nodded, then said, "I\'ll pay."', [("pay", 1), ("said", 1)]),
+])
+def test_a_claim_inside_a_quotation_has_its_speaker(text, want):
+    assert action_clauses(text, action_for(PAYS), JOHN, SARAH) == want
