@@ -73,7 +73,10 @@ DECODER_VERSION = "17"  # 2: a name never runs across a line break; 3: words com
 # an apposition's name is capitalised ("lost all hope, a feeling the actor knew" is no Hope) and a plural possessive
 # ends it ("the fans' idol"), a letter's point after "a" or "an" ends a sentence ("gave him an F. Furious, he");
 # (``role_agent``) a quotation's sentences are read inside it past a height ("6'2\"") or a mark left open lines
-# before, a claim inside a quotation's middle sentence is read, and "Adaeze listened, then said, ..." has a speaker
+# before, a claim inside a quotation's middle sentence is read, and "Adaeze listened, then said, ..." has a speaker;
+# (``name_gender``) a title written against the name keeps its words from the swap ("Ms.Alex Reed"), a name moves
+# to the unnamed role only where none of its words contradicts it, and never away from its own "Mx." or "xe";
+# (``words``) "to her home" is a determiner's, "helped her find" an object's
 #: How a word type's occurrences are pooled into one score per role (``WordDecoder.reference_pool``).
 REFERENCE_POOLS = ("mean", "max")
 #: Pronoun families: a character's pronouns agree, so decoding keeps one family per character.

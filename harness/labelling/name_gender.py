@@ -87,6 +87,7 @@ accident became Unspecified.
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 import pandas as pd
 
@@ -221,7 +222,8 @@ def _titled_as(c: CharacterLabel, gender: str, lexicon) -> bool:
     "Ms."): the swap of two characters' lists would give the other one a title of this one's name."""
     from harness.identity.gender import infer_gender
 
-    own = {w.casefold().rstrip(".") for w in (c.name or "").split()}
+    # split at points too: a title written against the name ("Ms.Alex Reed", as the identity module reads it)
+    own = {w.casefold() for w in re.split(r"[\s.]+", c.name or "") if w}
     return any(r.casefold().rstrip(".") in own and r.lower() not in BINARY_PRONOUN_WORDS
                and infer_gender([r], lexicon=lexicon) == gender for r in c.references)
 
@@ -344,14 +346,30 @@ def _name_to_the_unnamed(characters: tuple[CharacterLabel, ...], roles: tuple[Ro
     f = female_share(characters[x].name, roles[x].description, table)
     if f is None:
         return characters
-    contradicted = (_contradicts(genders[x], f, strength) and not _contradicts(genders[1 - x], f, strength)
+    # the unnamed one's words, each: a list of both genders (Unsure) contradicts no name as a whole, and the name
+    # went to a role holding "him" beside "she"
+    theirs = {_word_gender(r) for r in characters[1 - x].references}
+    contradicted = (_contradicts(genders[x], f, strength) and not any(_contradicts(g, f, strength) for g in theirs)
                     and not _holds_more_than_pronouns(characters[x], genders[x], default_lexicon()))
-    fits_the_other = genders[x] in ("Unspecified", "Non-binary") and _fits(genders[1 - x], f, strength)
+    # none, or only they/them: "Mx." or "xe" of the name's own character say its gender, and kept it there
+    fits_the_other = (genders[x] in ("Unspecified", "Non-binary") and _fits(genders[1 - x], f, strength)
+                      and all(r.casefold() in THEY_FAMILY for r in characters[x].references))
     if not (contradicted or fits_the_other):
         return characters
     out = list(characters)
     out[x], out[1 - x] = replace(characters[x], name=None), replace(characters[1 - x], name=characters[x].name)
     return tuple(out)
+
+
+#: The they family: a character holding only these, or nothing, says no gender of its own.
+THEY_FAMILY = frozenset({"they", "them", "their", "theirs", "themself", "themselves"})
+
+
+def _word_gender(word: str) -> str:
+    """The gender one reference word says (the default lexicon)."""
+    from harness.identity.gender import infer_gender
+
+    return infer_gender([word], lexicon=default_lexicon())
 
 
 @lru_cache(maxsize=1)

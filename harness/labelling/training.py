@@ -228,9 +228,15 @@ _FLIP_PAIRS = (
     ("stepfather", "stepmother"), ("stepbrother", "stepsister"), ("stepson", "stepdaughter"),
     ("grandson", "granddaughter"), ("daddy", "mommy"), ("papa", "mama"), ("bro", "sis"), ("fiance", "fiancee"),
     ("salesman", "saleswoman"), ("schoolboy", "schoolgirl"),
+    # left in the old gender in 9 training characters' labels (sm-1092's "male" beside her/she)
+    ("male", "female"), ("males", "females"), ("cowboy", "cowgirl"), ("englishman", "englishwoman"),
+    ("guys", "gals"), ("masculine", "feminine"), ("duke", "duchess"),
 )
 _FLIP = {a: b for a, b in _FLIP_PAIRS} | {b: a for a, b in _FLIP_PAIRS if b != "her"}
-_FLIP.update({"hers": "his", "mrs": "mr", "miss": "mr", "ms": "mr", "mum": "dad", "mummy": "daddy"})
+_FLIP.update({"hers": "his", "mrs": "mr", "miss": "mr", "ms": "mr", "mum": "dad", "mummy": "daddy", "auntie": "uncle",
+              "granny": "grandpa", "lord": "lady"})
+#: Words after which "his" stands alone, the woman's "hers" ("offered his to Junior", "His was a ..."): not "her".
+_HIS_ALONE_BEFORE = frozenset({"is", "was", "were", "are", "to", "too"})
 #: Words the gender flip rewrites (one word for one, so their order survives it).
 _GENDERED = frozenset(_FLIP) | frozenset(_FLIP.values()) | {"her", "hers"}
 
@@ -265,7 +271,7 @@ def flip_gender(text: str, refs: dict[str, Sequence[str] | None], her_is_possess
         new = None
         if low == "her":
             new = "his" if her_is_possessive(toks, i) else "him"
-        elif low == "his" and not _word_follows(toks, i + 1):
+        elif low == "his" and (not _word_follows(toks, i + 1) or fold_word(toks[i + 1]) in _HIS_ALONE_BEFORE):
             new = "hers"
         elif low == "miss" and not w[:1].isupper():
             pass  # the verb ("will miss the bus"), not the title
@@ -449,8 +455,10 @@ def _holding_word(words: Sequence[str], phrase: str) -> str:
 #: its references; the name swap replaces every capitalised spelling of the name. 3: the flip swaps plural kin
 #: words ("brothers" <-> "sisters"), step- and grand- kin, "widow", "lad", "bro"/"sis" and a few more. 4: a swapped
 #: name is swapped in every label that writes it (two characters named alike); a reference of several words is
-#: flipped as the text is ("her brother" -> "his sister"). 5: the flip reads "her very close friend" as a
-#: determiner's; an elision's apostrophe after a closing quotation mark or two spaces is a word of its own.
+#: flipped as the text is ("her brother" -> "his sister"). 5: the flip reads "her very close friend", "to her home"
+#: as a determiner's and "helped her find" as an object's; an elision's apostrophe after a closing quotation mark or
+#: two spaces is a word of its own; "male", "cowboy", "Englishman", "Auntie" and a few more are flipped (their
+#: labels kept the old gender); "his" before "was", "is" or "to" stands alone ("hers", not "her").
 TARGETS_VERSION = 5
 
 

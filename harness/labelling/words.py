@@ -229,7 +229,7 @@ _AFTER_OBJECT_HER = frozenset(
     "halfway".split())
 #: Prepositions after which "her back" is a determiner and its noun ("behind her back", "lay on her back"; "paid
 #: her back" keeps its object).
-_BEFORE_HER_BACK = frozenset("on onto behind at in into to from across over against down up of".split())
+_BEFORE_HER_BACK = frozenset("on onto behind at in into to from across over against down up of around".split())
 #: Verbs after which "her" and a bare infinitive are object and verb ("let her go", "made her laugh", "helped her
 #: carry", "watched her leave"), not a determiner and its noun ("made her way", "helped her friend").
 _BARE_INFINITIVE_VERBS = frozenset(
@@ -247,7 +247,7 @@ _BARE_VERBS = frozenset(
     "pack solve learn teach study practice practise train prepare change grow freeze shake tremble "
     "untangle shape narrate whisk stir pour chop slice escape recover heal breathe succeed fail pass graduate "
     "apply agree accept admit confess promise pretend hesitate struggle suffer doubt trust hope wish wait "
-    "continue return arrive follow lead join meet help".split())
+    "continue return arrive follow lead join meet help find appreciate celebrate".split())
 #: Verbs after which "her" and a word in -ing are object and participle ("found her crying in the hall", "saw her
 #: leaving."), where the word after the participle ends the phrase (not "found her missing earring").
 _PARTICIPLE_VERBS = frozenset(
@@ -323,7 +323,7 @@ def her_is_possessive(words: Sequence[str], i: int) -> bool:
         return False
     w = fold_word(words[i + 1])
     verb = fold_word(words[i - 1]) if i > 0 else ""
-    if w == "back" and verb in _BEFORE_HER_BACK:
+    if w in ("back", "home") and verb in _BEFORE_HER_BACK:  # "to her home" (but "drove her home")
         return True
     if w in _AFTER_OBJECT_HER:
         return False

@@ -160,6 +160,14 @@ def test_a_mixed_list_moves_only_its_pronouns(table, a, a_refs, b, b_refs, want)
     ("Kim", ["they"], None, ["she"], ["Kim", None]),
     ("Sarah", ["she"], None, ["she"], ["Sarah", None]),
     ("Nemo", [], None, ["he"], ["Nemo", None]),
+    # the unnamed one's words mix the genders, one contradicting the name: the list as a whole (Unsure) contradicted
+    # nothing, and the name moved
+    ("Sarah", ["he"], None, ["him", "his", "he", "she"], ["Sarah", None]),
+    ("Sarah", ["he"], None, ["boyfriend", "she"], ["Sarah", None]),
+    # the named one's own title or neopronoun says its gender ("Mx." moved away from "Mx. Sarah Lee")
+    ("Mx. Sarah Lee", ["Mx."], None, ["she", "her"], ["Mx. Sarah Lee", None]),
+    ("Mx. Sarah Lee", ["Mx.", "they", "them"], None, ["she", "her"], ["Mx. Sarah Lee", None]),
+    ("Sarah", ["xe", "xem"], None, ["she", "her"], ["Sarah", None]),
 ])
 def test_a_name_in_the_wrong_role_moves_to_the_unnamed_role(table, a, a_refs, b, b_refs, want):
     out = check_pronoun_sets(chars(a, a_refs, b, b_refs), ROLES, table)
@@ -336,6 +344,9 @@ def test_a_title_written_in_a_name_keeps_its_characters_words_from_the_swap(tabl
     """Both names contradict their pronouns (Sarah with "Mr.", John with "Ms."), but each title is written in the
     character's own name: the swap gave "Ms. Sarah Lee" the "Mr." of the other's name and him her "Ms."."""
     given = chars("Mr. Sarah Lee", ["Mr.", "he"], "Ms. John Park", ["Ms.", "she"])
+    assert check_pronoun_sets(given, ROLES, table) == given
+    # a title written against the first name, as the identity module reads it too (it was swapped)
+    given = chars("Ms.Alex Reed", ["Ms.", "she"], "Sarah", ["he"])
     assert check_pronoun_sets(given, ROLES, table) == given
     # the same names without the titles in them swap as before
     assert refs(check_pronoun_sets(chars("Sarah Lee", ["he"], "John Park", ["she"]), ROLES, table)) == [

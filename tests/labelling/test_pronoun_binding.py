@@ -72,6 +72,7 @@ def test_a_her_before_a_determiner_is_an_object_and_not_bound():
     "He hugged her so hard that it hurt.",
     "He watched her slowly walk away.", "They found her badly injured.", "He held her close.",
     "He told her he was sorry.", "He held her very close.", "He hugged her so tight.",
+    "He helped her find the key.", "He let her celebrate.", "He drove her home.",
 ])
 def test_a_her_before_an_adverb_that_ends_its_phrase_is_an_object(text):
     words = [w for w, _, _ in split_words(text)]
@@ -85,6 +86,7 @@ def test_a_her_before_an_adverb_that_ends_its_phrase_is_an_object(text):
     "She brushed her long, dark hair.", "She thanked her close friend.", "She saw her newly built home.",
     # a word that is an adverb or an adjective, last after an adverb, before a noun (was an object)
     "She called her very close friend.", "She brushed her very long hair.", "She met her very close friend at noon.",
+    "She walked to her home.", "He waited around her home.",  # a preposition's "her home", as "her back"
 ])
 def test_a_her_before_an_adverb_and_its_adjective_is_a_determiner(text):
     words = [w for w, _, _ in split_words(text)]

@@ -163,6 +163,28 @@ def test_a_reference_of_several_words_is_flipped_as_the_text_is():
     assert refs == {"object": ["his sister", "a friend of hers", "Ben"]}
 
 
+@pytest.mark.parametrize("text, refs, flipped, flipped_refs", [
+    # words the flip did not know kept the old gender in the labels (sm-1092's "male" beside her/she)
+    ("The male nurse said he was ready.", ["male", "he"], "The female nurse said she was ready.", ["female", "she"]),
+    ("Auntie smiled at the cowboy; he waved.", ["cowboy", "he"], "Uncle smiled at the cowgirl; she waved.",
+     ["cowgirl", "she"]),
+    ("The Englishwoman said she was late.", ["Englishwoman", "she"], "The Englishman said he was late.",
+     ["Englishman", "he"]),
+    # a "his" standing alone before a verb or "to" is the woman's "hers" (pt-364, sm-1345), not "her"
+    ("Tom offered his to Ana. His was a gift.", ["Tom", "his", "His"], "Tom offered hers to Ana. Hers was a gift.",
+     ["Tom", "hers", "Hers"]),
+    # "her" after a preposition before "home", before a bare verb (sm-1251, pt-1672)
+    ("Ana walked to her home and helped her find it.", ["her", "her"], "Ana walked to his home and helped him find "
+     "it.", ["his", "him"]),
+])
+def test_the_flip_knows_more_gendered_words_and_standalone_possessives(text, refs, flipped, flipped_refs):
+    from harness.labelling.training import flip_gender
+    from harness.labelling.words import her_is_possessive
+
+    new_text, new_refs = flip_gender(text, {"subject": refs}, her_is_possessive)
+    assert new_text == flipped and sorted(new_refs["subject"]) == sorted(flipped_refs)
+
+
 def test_a_limit_below_one_is_refused_before_any_work(tmp_path):
     """limit=0 divided by zero in the schedule (a traceback, after the model was built); limit=-1 trained on every
     story but the last, silently."""
