@@ -379,7 +379,7 @@ def test_training_settings_an_encoder_already_trained_would_ignore_are_refused(t
 
     model = tmp_path / "enc"
     (model / "encoder").mkdir(parents=True)
-    for f in ("encoder/config.json", "encoder/model.safetensors", "head.pt"):
+    for f in ("encoder/config.json", "encoder/model.safetensors", "encoder/tokenizer.json", "head.pt"):
         (model / f).write_text("{}")
     (model / "meta.json").write_text(json.dumps({"train": {"epochs": 16, "seeds": [0, 1]},
                                                  "files": ["project.jsonl", "laissez_faire_train150.jsonl"]}))

@@ -52,7 +52,8 @@ beside a John with "he" loses her words in the third-person case, beside an Emma
 case, and hands them to Emma when Emma holds none in the one-sided case. Except in the third-person case and the
 mixed one (a list of one gender's pronouns beside the other gender's nouns, checked on its pronouns alone: such a
 list may hold nouns of both genders, one of them the other character's, "mother" tagged beside a man's "man", and
-guarded by them it kept the other's pronouns, 1 held-out story, session 79), a
+guarded by them it kept the other's pronouns, 1 held-out story, session 79) and the swap of two characters'
+lists (which only a title written in a character's own name holds back: "Ms. Alex Reed" with "Ms."), a
 character that holds a noun or title of the gender in question ("Ms. Alex Reed", "his girlfriend" beside
 Jordan) keeps its words (and a named one its name, in the move to the unnamed role): the tagger puts those
 words beside the name they belong to, and a pronoun is the word it binds to the wrong character. Held out

@@ -287,6 +287,7 @@ def test_jobs_sharing_the_cache_train_the_encoder_once(tmp_path, monkeypatch):
         (out_dir / "encoder" / "config.json").write_text("{}")
         (out_dir / "head.pt").write_bytes(b"")
         (out_dir / "encoder" / "model.safetensors").write_bytes(b"")
+        (out_dir / "encoder" / "tokenizer.json").write_text("{}")
         (out_dir / "meta.json").write_text(json.dumps({"format": 1, "train": {"epochs": 8, "seed": 0}, "files": []}))
         return training.TrainReport(str(out_dir), 1, 1, 8, 1.0, 0.1, "x")
 
