@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import time
@@ -326,17 +325,6 @@ def host_layout(path, stories, n: int, batch_size: int, workers: int, device_us_
             "labelled_characters": sum(1 for x in want for c in x.characters if c.name or c.references)}
 
 
-def _without_nan(x):
-    """``x`` with every NaN float in it as None (a figure with no denominator)."""
-    if isinstance(x, float) and math.isnan(x):
-        return None
-    if isinstance(x, dict):
-        return {k: _without_nan(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_without_nan(v) for v in x]
-    return x
-
-
 DEFAULT_DEV = ROOT.parent / "shared" / "data" / "laissez_faire_audit_dev.jsonl"
 
 
@@ -525,7 +513,9 @@ def main() -> None:
         write_section("labelling", "\n".join(lines))
     if args.json:
         # NaN as null: json.dumps never hands a float to ``default``, and wrote NaN, which is no JSON
-        args.json.write_text(json.dumps(_without_nan(results), indent=2, default=str, allow_nan=False))
+        from harness.labelling.cli import _jsonable
+
+        args.json.write_text(json.dumps(_jsonable(results), indent=2, default=str, allow_nan=False))
     print("\n".join(lines))
 
 
