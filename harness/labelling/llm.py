@@ -345,8 +345,9 @@ _NAME_OF = re.compile(r"(name|references?) (?:of|to|for) (?:the )?(.+)")
 #: numbers the characters ("Second Character name", "friend 2") goes to that place's role, not by key order; an
 #: answer whose names the story check drops every one of ranks below the others; an answer cut after an example, or
 #: one after it that does not parse, is sent again, not read as the example; 7: an example, then the answer in
-#: "key: value" lines, is labelled with the lines; the reply schema offers "Williams'" without its apostrophe, and a name
-#: run goes on after an abbreviated title's point, "Sgt. Maria Lopez", not after a title in full, "the Doctor. She").
+#: "key: value" lines, is labelled with the lines; the reply schema offers "Williams'" without its apostrophe, and a
+#: name run goes on after an abbreviated title's point, "Sgt. Maria Lopez", not after a title in full, "the Doctor.
+#: She").
 PARSER_VERSION = "7"
 
 
@@ -634,10 +635,10 @@ def parse_response(text: str, story: StoryInput, *, cut: bool = False, retry_cut
     that gives each character its own object is read from their keys together; one with no object of the
     prompt's keys is read from its "key: value" lines (``_key_values``: markdown bullets instead
     of JSON), and so are the lines after objects whose names the story check drops every one of (an example, then
-    the answer in lines), taken where they outrank them. ``cut``: the reply stopped short (at ``max_tokens``, or a server's content filter); with
-    ``retry_cut``, a cut reply whose object
-    never closed raises (its lists may lack what the model had yet to write), so the caller can retry; after an
-    answer, only where the open object, closed, would outrank it (an answer cut after an example).
+    the answer in lines), taken where they outrank them. ``cut``: the reply stopped short (at ``max_tokens``, or a
+    server's content filter); with ``retry_cut``, a cut reply whose object never closed raises (its lists may lack
+    what the model had yet to write), so the caller can retry; after an answer, only where the open object, closed,
+    would outrank it (an answer cut after an example).
     Raises ``ParseError`` when the reply holds no usable object, or only a template of placeholders, or nests
     its lists deeper than Python's recursion reaches (a ``RecursionError`` got out of the labeller's batch).
     """
