@@ -85,6 +85,9 @@ _ROLE_STOPWORDS = frozenset({"a", "an", "the", "in", "of", "to", "for", "who", "
 # search for "\W+$" backtracks quadratically over a long run of marks that a letter ends
 _LEAD, _EDGE = re.compile(r"\W+"), re.compile(r"[\W_]+")
 _POSSESSIVE = re.compile(r"['\u2019]s$", re.I)
+# "Marcus' mom": the possessive of a name ending in s, a bare apostrophe after a word that starts with a letter
+# (not a quoted nickname, "'Jess' Smith")
+_BARE_POSSESSIVE = re.compile(r"^[^\W\d_]\S*s['\u2019]$", re.I)
 
 
 # --------------------------------------------------------------------------------------------
@@ -146,12 +149,16 @@ def _trail_length(text: str, pattern: re.Pattern) -> int:
 
 
 def is_no_name(name: str) -> bool:
-    """Whether a labelled name is one of the ways of writing "Unspecified" (``NO_NAME``).
+    """Whether a labelled name is one of the ways of writing "Unspecified" (``NO_NAME``, or a phrase that starts
+    with "Not": "Not explicitly named"; "Not" is no first name).
 
     >>> [is_no_name(n) for n in ["Unspecified", "N/A", "Not specified.", "No Name", "(none)", '"Unspecified"', "Nona"]]
     [True, True, True, True, True, True, False]
+    >>> [is_no_name(n) for n in ["Not explicitly named", "Nota Bene", "Not"]]
+    [True, False, False]
     """
-    return _whole_key(name.replace(".", "")) in NO_NAME
+    key = _whole_key(name.replace(".", ""))
+    return key in NO_NAME or key.startswith("not ")
 
 
 def _role_words(role: str | None) -> set[str]:
@@ -276,7 +283,7 @@ def _join_particles(tokens: list[str], lists: NameLists) -> tuple[list[str], set
                 k == 1 and _bare(tokens[0]) in lists.first_name_titles)))
         end = k
         while starts and end + 1 < len(tokens) and _bare(tokens[end + 1]) in lists.surname_particles \
-                and not _starts_upper(tokens[end + 1]):
+                and (not _starts_upper(tokens[end + 1]) or _starts_upper(tokens[k])):
             end += 1
         if starts and end + 1 < len(tokens) and (
                 _lower_case_surname(tokens, k, end, lists) if lower_case else _starts_upper(tokens[end + 1])):
@@ -332,7 +339,7 @@ def parse_first_name(raw: str | None, role: str | None = None) -> str | None:
         tokens[:1] = _split_glued_title(tokens[0], lists)
     while len(tokens) > 1 and _bare(tokens[-1]) in lists.name_suffixes:
         tokens.pop()
-    if any(_POSSESSIVE.search(_strip_edges(t)) for t in tokens[:-1]):
+    if any(_POSSESSIVE.search(_strip_edges(t)) or _BARE_POSSESSIVE.match(t.rstrip(",;:")) for t in tokens[:-1]):
         return None  # a relation of someone named, not a name: "Jake's mom" (the authors' "mark's daughter")
     tokens, surnames = _join_particles(tokens, lists)
     if not tokens or len(tokens) > 3:
@@ -367,7 +374,7 @@ def without_role_title(name: str | None, role: str | None) -> str | None:
     >>> [without_role_title(n, "nurse") for n in ["Nurse Emily", "Chef Maria", "Nurse", None]]
     ['Emily', 'Chef Maria', 'Nurse', None]
     """
-    if not name:
+    if not name or not name.strip():
         return name
     # split at any space, the title read without the quotes or markdown around it ("**Nurse Emily**", a
     # non-breaking space): as ``parse_first_name`` reads words; the title stayed, and the name was lost

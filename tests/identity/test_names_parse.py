@@ -39,6 +39,8 @@ SOMSAK = "\u0e2a\u0e21\u0e28\u0e31\u0e01\u0e14\u0e34\u0e4c"  # สมศัก�
     ("Sarah's", "Sarah"),                    # possessive
     ("Jake's mom", None), ("Sarah\u2019s older brother", None),  # a relation of the one named, not a name
     ("Mr. Smith's wife", None), ("Sarah Smith's", "Sarah"),
+    ("Marcus' mom", None), ("Carlos\u2019 wife", None), ("Dr. Thomas' assistant", None),  # an s-word's possessive
+    ("'Jess' Smith", "Jess"), ("Robert 'Bob' Smith", "Robert"),  # a quoted nickname is no possessive
     ("\"Jamal,\"", "Jamal"),                 # edge punctuation
     ("Mary-Jane", "Mary-Jane"),              # inner hyphen kept
     ("Mom", None), ("Little", None), ("The", None), ("Coach", None), ("Lil'", None),  # authors' non-names
@@ -88,6 +90,9 @@ def test_titles_of_office_rank_nobility_and_royalty(raw, first):
     ("von Braun", None), ("de la Cruz", None),                 # a lower-case particle starts no first name
     ("Van Morrison", "Van"), ("Chef Van Morrison", "Van"),     # capitalised and first: a first name
     ("Chef de la Cruz", None),
+    # a capitalised particle's run takes the capitalised particles after it ("De La": "Cruz" was a fourth token)
+    ("Dr. Maria De La Cruz", "Maria"), ("Ana Maria De La Cruz", "Ana"), ("Dr. Oscar De La Hoya", "Oscar"),
+    ("Juan de los Santos", "Juan"), ("Isabel de las Casas", "Isabel"), ("juan de los santos", "juan"),  # los, las
     ("Maria Elena Garcia Lopez", None), ("Jake with ten dogs", None),  # the three-token rule still holds
 ])
 def test_a_surname_particle_starts_the_surname(raw, first):
@@ -185,7 +190,9 @@ def test_select_name(raw, chosen):
 @pytest.mark.parametrize("unspecified", ["Unspecified.", '"Unspecified"', "(Unspecified)", "unknown.", "None.",
                                          "**N/A**", "Not specified",
                                          # these gave the first name "None", or pushed the name aside
-                                         "None given", "None mentioned.", "Unknown name", "Name not provided"])
+                                         "None given", "None mentioned.", "Unknown name", "Name not provided",
+                                         # "Not ..." phrases gave the first name "Not" and pushed Emily aside
+                                         "Not explicitly named", "Not clearly mentioned.", "Not specified (none)"])
 def test_unspecified_written_with_punctuation_gives_way_to_the_name(unspecified):
     """Unspecified was dropped only as the exact word: "Unspecified." or '"Unspecified"' before Emily was taken
     as the name (and parsed to no first name), and "None." gave the first name "None"."""
@@ -262,6 +269,7 @@ def test_doctests():
     ("Doctor Ruiz", "doctor", "Doctor Ruiz"),     # before a surname alone it stays (no first name either way)
     ("Doctor Ruiz Jr.", "doctor", "Doctor Ruiz Jr."),
     ("Nurse", "nurse", "Nurse"),                # nothing after the title
+    ("   ", "nurse", "   "), ("\u00a0", "nurse", "\u00a0"),  # blank: as it is (was a ValueError)
     # behind markdown or quotes, or before a non-breaking space: the title stayed, and the name was lost
     ("**Nurse Emily**", "nurse", "Emily**"),
     ('"Nurse Emily"', "nurse", 'Emily"'),
