@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 #: The version of the decoding (the encoder labeller's info carries it): a release that decodes a story's
 #: scores into other labels bumps it, so a run's labels of two versions are not mixed.
-DECODER_VERSION = "17"  # 2: a name never runs across a line break; 3: words compared composed (NFC), a title
+DECODER_VERSION = "18"  # 2: a name never runs across a line break; 3: words compared composed (NFC), a title
 # joins a name only on its line and abbreviated across a point, particles only after a name word or a title, the checks
 # read completed names; 4: a quotation left open ends with its line, an inch mark opens none, the action check's
 # object control, things not done, third parties, claims that are none, a name's word only capitalised, and closed
@@ -76,7 +76,14 @@ DECODER_VERSION = "17"  # 2: a name never runs across a line break; 3: words com
 # before, a claim inside a quotation's middle sentence is read, and "Adaeze listened, then said, ..." has a speaker;
 # (``name_gender``) a title written against the name keeps its words from the swap ("Ms.Alex Reed"), a name moves
 # to the unnamed role only where none of its words contradicts it, and never away from its own "Mx." or "xe";
-# (``words``) "to her home" is a determiner's, "helped her find" an object's
+# (``words``) "to her home" is a determiner's, "helped her find" an object's; 18: a hyphen U+2010 or U+2011 joins a
+# name's parts as "-" does ("O'Neil\u2011Smith", "al\u2011Rashid"; ``name_completion``: "Anne\u2011Marie", and a
+# first name a no-break space before the surname), "First friend" and "who pays the bill " read as the model reads
+# them (in any case and spacing; ``role_agent``)
+#: The hyphens that join a name's parts, as ``words.split_words`` keeps them inside a word: ASCII's, U+2010 and the
+#: no-break U+2011 ("O'Neil\u2011Smith", "al\u2011Rashid").
+HYPHENS = frozenset("-\u2010\u2011")
+_ASCII_HYPHEN = str.maketrans("\u2010\u2011", "--")
 #: How a word type's occurrences are pooled into one score per role (``WordDecoder.reference_pool``).
 REFERENCE_POOLS = ("mean", "max")
 #: Pronoun families: a character's pronouns agree, so decoding keeps one family per character.
@@ -146,7 +153,7 @@ class WordDecoder:
             w = words[i][0]
             if starts_capitalised(w):
                 return True
-            head, hyphen, rest = w.partition("-")
+            head, hyphen, rest = w.translate(_ASCII_HYPHEN).partition("-")
             return bool(hyphen) and head in particles and starts_capitalised(rest)
 
         def initial(i: int) -> bool:
@@ -176,7 +183,7 @@ class WordDecoder:
         for i in (w.scored & (col >= (threshold or self.threshold))).nonzero()[0].tolist():
             if runs and not breaks_line(text[words[runs[-1][-1]][2]:words[i][1]]) and (
                     i == runs[-1][-1] + 1 or (i == runs[-1][-1] + 2 and (
-                    (words[i - 1][0] == "-" and words[i - 2][2] == words[i - 1][1])  # a hyphen, not a spaced dash
+                    (words[i - 1][0] in HYPHENS and words[i - 2][2] == words[i - 1][1])  # a hyphen, not a spaced dash
                     or (words[i - 1][0] == "." and goes_on_after_dot(runs[-1]))
                     or glued_name_part(words, i - 1)))):
                 runs[-1].append(i)
@@ -210,8 +217,8 @@ class WordDecoder:
             if glued_name_part(words, run[-1] + 1):  # "O'Brien", "Ja'Nae": split at the apostrophe
                 run = [*run, run[-1] + 1]
                 k = run[-1] + 1  # and a double-barrelled surname's hyphen after it ("O'Neil-Smith")
-                if (k + 1 < len(words) and words[k][0] == "-" and words[k - 1][2] == words[k][1] == words[k + 1][1] - 1
-                        and cap(k + 1)):
+                if (k + 1 < len(words) and words[k][0] in HYPHENS
+                        and words[k - 1][2] == words[k][1] == words[k + 1][1] - 1 and cap(k + 1)):
                     run = [*run, k, k + 1]
             run = _with_nickname(run, words, keys, text)
             # a part an apostrophe splits off is in its word's key ("o'brien", not "o": "Dr. O'Brien" is not
@@ -387,8 +394,8 @@ class WordDecoder:
         # "first X" / "second X" (Love, power-neutral): the first character is the one the story
         # introduces first, as every such story of the training data is labelled
         if (len(story.roles) == 2 and chosen[0] and chosen[1] and chosen[1][0] < chosen[0][0]
-                and story.roles[0].description.startswith("first ")
-                and story.roles[1].description.startswith("second ")):
+                and _opens_with(story.roles[0].description, "first")
+                and _opens_with(story.roles[1].description, "second")):
             names.reverse()
             refs.reverse()
         return names, refs
@@ -419,6 +426,13 @@ class WordDecoder:
                 best = max(fams, key=fams.get)
                 keep = [t for t in keep if _FAMILY.get(w.types[t], best) == best]
         return tuple(w.first[t] for t in keep)
+
+
+def _opens_with(description: str, word: str) -> bool:
+    """Whether a role description is ``word`` and a noun ("first friend"), in any case and spacing: the model reads
+    "First  friend" as "first friend" (its prefix is split at whitespace, its tokenizer lower-cases)."""
+    words = description.casefold().split()
+    return len(words) > 1 and words[0] == word
 
 
 @lru_cache(maxsize=1)

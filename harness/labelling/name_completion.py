@@ -150,7 +150,7 @@ def completed_name(name: str | None, text: str, words: Sequence[tuple[str, int, 
         a = k - 1 if glued_name_part(words, k) else k
         w = text[words[a][1]:words[k][2]]
         if not (starts_capitalised(w) and _name_word(w.replace("'", "").replace("\u2019", ""))
-                and text[words[k][2]:start] == " "):
+                and text[words[k][2]:start] in _NAME_SPACES):
             return None
         key = fold_word(w)
         before = fold_word(words[a - 1][0]) if a else ""
@@ -188,10 +188,18 @@ def completed_name(name: str | None, text: str, words: Sequence[tuple[str, int, 
 _START, _END = itemgetter(1), itemgetter(2)  # of a word (word, start, end)
 
 
+#: The space between a first name and the surname it completes: a plain one, or a no-break one
+#: ("Anne-Marie\u00a0Dubois": a name run joins across it too).
+_NAME_SPACES = frozenset({" ", "\u00a0", "\u202f"})
+#: The hyphens ``words.split_words`` keeps inside a word ("Mary-Jane", "Anne\u2011Marie").
+_HYPHENS = re.compile("[-\u2010\u2011]")
+
+
 def _name_word(word: str) -> bool:
-    """Letters, with combining accents (a decomposed "José") and inner hyphens ("Mary-Jane")."""
+    """Letters, with combining accents (a decomposed "José") and inner hyphens ("Mary-Jane", and the Unicode hyphens
+    U+2010 and U+2011 that ``words.split_words`` keeps inside a word too)."""
     return all(part and all(c.isalpha() or unicodedata.category(c).startswith("M") for c in part)
-               for part in word.split("-"))
+               for part in _HYPHENS.split(word))
 
 
 def complete_names(characters: tuple[CharacterLabel, ...], text: str, words: Sequence[tuple[str, int, int]],

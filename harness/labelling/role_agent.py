@@ -149,7 +149,7 @@ _NEXT_TIME = re.compile(r"\bnext (?:time|one|round|date)\b", re.IGNORECASE)
 
 def action_for(subject_description: str) -> Action | None:
     """The action of a power-laden Love subject key ("romantic partner who pays the bill"), else None."""
-    low = subject_description.lower()
+    low = " ".join(subject_description.lower().split())  # as the model reads it: "who  pays the bill " too
     return next((a for a in ACTIONS if low.endswith("who " + a.key)), None)
 
 

@@ -987,6 +987,13 @@ def test_decode_first_and_second_follow_the_order_of_introduction():
     # other roles keep what the model says
     laden = StoryInput("x", text, (RoleSpec("subject", "friend who pays the bill"), RoleSpec("object", "other friend")))
     assert [c.name for c in _decoder().decode(laden, enc, p).characters] == ["Tom", "Ana"]
+    # in any case and spacing, as the model reads the roles (capitalised, the two were left as the model said)
+    for first, second in (("First friend", "Second friend"), (" first  friend", "second friend ")):
+        love = StoryInput("x", text, (RoleSpec("subject", first), RoleSpec("object", second)))
+        assert [c.name for c in _decoder().decode(love, enc, p).characters] == ["Ana", "Tom"]
+    # a role that is the word alone is no "first X"
+    odd = StoryInput("x", text, (RoleSpec("subject", "first"), RoleSpec("object", "second")))
+    assert [c.name for c in _decoder().decode(odd, enc, p).characters] == ["Tom", "Ana"]
 
 
 def _decode_names(text, tags, roles=("doctor", "needy patient")):
@@ -1052,6 +1059,9 @@ def _decode_names(text, tags, roles=("doctor", "needy patient")):
     # a surname split at its apostrophe goes on across a hyphen glued to both sides
     ("Sarah O'Neil-Smith came.", {("Sarah", 0, 0): 0.9, ("O", 0, 0): 0.9}, "Sarah O'Neil-Smith"),
     ("Sarah O'Neil - Smith came.", {("Sarah", 0, 0): 0.9, ("O", 0, 0): 0.9}, "Sarah O'Neil"),
+    # the Unicode hyphens the splitter keeps in a word join as "-" does (the run stopped at "O'Neil")
+    ("Sarah O'Neil\u2011Smith came.", {("Sarah", 0, 0): 0.9, ("O", 0, 0): 0.9}, "Sarah O'Neil\u2011Smith"),
+    ("Sarah O'Neil\u2010Smith came.", {("Sarah", 0, 0): 0.9, ("O", 0, 0): 0.9}, "Sarah O'Neil\u2010Smith"),
     # scripts without case: no capital marks their names, and none may be asked of them
     ("Then 李明 smiled.", {("李明", 0, 0): 0.9}, "李明"),
     ("Dr. 李明 smiled.", {("李明", 0, 0): 0.9}, "Dr. 李明"),
@@ -1091,6 +1101,7 @@ def _decode_names(text, tags, roles=("doctor", "needy patient")):
     ("Omar al-Rashid was a student.", {("Omar", 0, 0): 0.9, ("al-Rashid", 0, 0): 0.9}, "Omar al-Rashid"),
     ("Dr. al-Farsi came.", {("Dr", 0, 0): 0.9, ("al-Farsi", 0, 0): 0.9}, "Dr. al-Farsi"),
     ("Omar al-rashid came.", {("Omar", 0, 0): 0.9, ("al-rashid", 0, 0): 0.9}, "Omar"),  # no capital after it
+    ("Omar al\u2011Rashid came.", {("Omar", 0, 0): 0.9, ("al\u2011Rashid", 0, 0): 0.9}, "Omar al\u2011Rashid"),
     # "St." inside a surname goes on to the word after it; "St" ending a run before a sentence does too only
     # where the word after is tagged
     ("Ethan St. James was a student.", {("Ethan", 0, 0): 0.9, ("St", 0, 0): 0.9, ("James", 0, 0): 0.9},

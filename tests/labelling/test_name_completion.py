@@ -88,6 +88,13 @@ def test_a_modal_that_opens_a_question_is_no_first_name(table, given, text, want
     ("O\u2019Brien", "Sean O\u2019Brien waved.", "Sean O\u2019Brien"),
     ("O'Brien", "Robert O'Briens waved. O'Brien left.", "O'Brien"),  # a longer word is no occurrence
     ("Mitchell", "Mary- Mitchell waved.", "Mitchell"),  # a hyphen with nothing after it is no name word
+    # the Unicode hyphens the splitter keeps inside a word, and a no-break space before the surname: the first
+    # name was lost
+    ("Mitchell", "Mary\u2011Jane Mitchell waved.", "Mary\u2011Jane Mitchell"),
+    ("Mitchell", "Mary\u2010Jane Mitchell waved.", "Mary\u2010Jane Mitchell"),
+    ("Torres", "Ana\u00a0Torres waved. Torres left.", "Ana\u00a0Torres"),
+    ("Torres", "Ana\u202fTorres waved.", "Ana\u202fTorres"),
+    ("Torres", "Ana\tTorres waved.", "Torres"),  # a tab is no gap inside a name
 ])
 def test_first_names_and_surnames_beyond_plain_letters(table, name, text, want):
     assert _complete(name, text, table) == want

@@ -19,6 +19,9 @@ SARAH = ("Sarah", ("she", "her"))
     ("other romantic partner", None),
     ("star student", None),
     ("first friend", None),
+    # as the model reads them: in any case and spacing (the check was off)
+    ("romantic partner who pays the bill ", "pays the bill"),
+    ("Romantic partner who  pays the bill", "pays the bill"),
 ])
 def test_action_for_reads_the_love_subject_keys(description, key):
     action = action_for(description)
