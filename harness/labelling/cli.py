@@ -483,6 +483,15 @@ def eval_(
                 if given is not None and details.resolve() == given.resolve():
                     raise ConfigError(f"--details {details}: the report would be written over the {flag} file "
                                       f"{given}; give another path for the details")
+            from harness.labelling.encoder import default_model_dir
+
+            encoders = ((model_dir or default_model_dir(), "--model-dir" if model_dir else "the default encoder")
+                        if labeller == "encoder" else (None, ""),
+                        (against, "--against"))
+            for folder, flag in encoders:  # its meta.json (the training's record) was replaced by the report, exit 0
+                if folder is not None and details.exists() and details.resolve().is_relative_to(folder.resolve()):
+                    raise ConfigError(f"--details {details}: the report would be written over a file of the encoder "
+                                      f"in {folder} ({flag}); give a path outside that folder")
         for given, flag in ((name_table is not None, "--name-table"), (statistics_boot > 0, "--statistics-boot")):
             if given and not statistics:
                 raise ConfigError(f"{flag} is read by --statistics only; add --statistics or drop {flag}")
@@ -604,7 +613,8 @@ def label_(
             if side.exists() and not side.is_file():
                 raise ConfigError(f"--out {out}: {side} is a folder or no regular file, where labelling into {out} "
                                   f"keeps a file of its own; move it away, or give another --out")
-        for written in (out, tmp, meta, retried):  # each is written over
+        lock_file = out.with_name(out.name + ".tmp.lock")  # taken, then deleted as the command ends
+        for written in (out, tmp, meta, retried, lock_file):  # each is written over (the lock deleted)
             if written.resolve() == stories.resolve():
                 via = f" (as {written.name}, written while labelling)" if written != out else ""
                 raise ConfigError(f"--out {out}: the labels would be written over the stories file {stories}{via}; "
@@ -661,8 +671,9 @@ def label_(
         _fail(e)
     finally:
         _release_out(lock)
+    earlier, again_now = done - len(again), (f", {len(again)} labelled again" if again else "")
     typer.echo(f"labelled {count} stories ({tally.bad} with a non-ok status)"
-               f"{f', {done} of them by an earlier run' if done else ''} -> {out}")
+               f"{f', {earlier} of them by an earlier run' if earlier else ''}{again_now} -> {out}")
 
 
 __all__ = ["app"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 from pathlib import Path
 
@@ -631,7 +632,8 @@ def test_a_killed_label_command_resumes(tmp_path, gold_path, monkeypatch, tiny_e
     tmp.write_text("\n".join(kept) + "\n")
     r = runner.invoke(app, args)
     assert r.exit_code == 0 and "retrying 1 stories whose backend failed" in r.stderr
-    assert f"labelled {len(full)} stories (0 with a non-ok status), 8 of them by an earlier run" in r.stdout
+    assert f"labelled {len(full)} stories (0 with a non-ok status), 7 of them by an earlier run, 1 labelled again" \
+        in r.stdout
     got = out.read_text().splitlines()
     assert got[1] == full[1] and got[4] == kept[4]  # the failed one labelled again, the others kept as written
     assert got[:4] + got[5:] == full[:4] + full[5:]
@@ -720,7 +722,8 @@ def test_label_streams_the_stories_and_a_rerun_labels_only_what_the_killed_run_l
     calls = _streamed_to_rules(monkeypatch)
     r = runner.invoke(app, args)
     assert r.exit_code == 0 and "retrying 1 stories whose backend failed" in r.stderr, r.output
-    assert f"labelled {len(ids)} stories (0 with a non-ok status), 8 of them by an earlier run" in r.stdout
+    assert f"labelled {len(ids)} stories (0 with a non-ok status), 7 of them by an earlier run, 1 labelled again" \
+        in r.stdout
     assert calls == [(1, [ids[4]]), (len(ids) - 8, ids[8:])]
     assert out.read_text().splitlines() == full
     # the backend down again for that story: kept with its reason, counted and named, and OUT.tmp kept for a rerun
@@ -1141,3 +1144,27 @@ def test_a_bad_field_of_a_label_record_is_one_line_and_side_files_that_are_folde
         (tmp_path / side).mkdir()
         _one_line_error(runner.invoke(app, args), 2, f"{side} is a folder")
         (tmp_path / side).rmdir()
+
+
+def test_the_stories_file_is_never_the_lock_file_deleted_as_label_ends(tmp_path, gold_path):
+    """The lock OUT.tmp.lock is deleted as the command ends: named as the stories file, it deleted them."""
+    stories = tmp_path / "labels.jsonl.tmp.lock"
+    shutil.copyfile(gold_path, stories)
+    r = runner.invoke(app, ["label", str(stories), "--out", str(tmp_path / "labels.jsonl"), "--labeller", "rules"])
+    assert r.exit_code == 2 and "written over the stories file" in r.stderr
+    assert stories.read_bytes() == gold_path.read_bytes()
+
+
+def test_the_details_never_overwrite_the_encoders_files(tmp_path, gold_path, tiny_encoder):
+    """``--details`` over the encoder's meta.json replaced the training's record with exit 0 (a run labelled with
+    that encoder could no longer resume)."""
+    trained, _ = tiny_encoder
+    d = tmp_path / "enc"
+    shutil.copytree(trained, d)
+    before = (d / "meta.json").read_text()
+    for flag in ("--model-dir", "--against"):
+        r = runner.invoke(app, ["eval", "--gold", str(gold_path), "--labeller", "encoder" if flag == "--model-dir"
+                                else "rules", flag, str(d), "--limit", "1", "--details", str(d / "meta.json")])
+        assert r.exit_code == 2 and f"a file of the encoder in {d} ({flag})" in r.stderr, r.output
+    assert (d / "meta.json").read_text() == before
+    json.loads(before)
