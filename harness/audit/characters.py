@@ -84,6 +84,10 @@ def build_characters(
     if TEXT_SHA1 in labels.columns:  # each story's text hashed once, not once per character
         stories = stories.assign(_text_sha1=stories.text_clean.map(text_sha1))
     df = labels.merge(stories, on=["prompt_id", "sample_idx"], how="inner", validate="many_to_one")
+    # a story whose generation failed since (no text now: the next generate retries it) has no labels, those of
+    # before text_sha1 included (they let it back in as a character)
+    failed = _failed_generations(generations)
+    gone = pd.Series([k in failed for k in zip(df.prompt_id, df.sample_idx)], index=df.index, dtype=bool)
     if TEXT_SHA1 in df.columns:  # the labels of an earlier text of a story (made again since) are not its labels
         hashed = df[TEXT_SHA1].map(lambda h: isinstance(h, str))
         of_text = df[TEXT_SHA1].eq(df.pop("_text_sha1"))
@@ -91,9 +95,6 @@ def build_characters(
         # rows of before the hash count as current, unless the story has hashed rows: written since (a retry of
         # a failure), they hold its labels, of its text or of an earlier one
         current = of_text | (~hashed & ~hashed.groupby(story).transform("any"))
-        # a story whose generation failed since (no text now: the next generate retries it) has no labels
-        failed = _failed_generations(generations)
-        gone = pd.Series([k in failed for k in zip(df.prompt_id, df.sample_idx)], index=df.index, dtype=bool)
         current &= ~gone
         unlabelled = ~current.groupby(story).transform("any") & ~gone
         if unlabelled.any():
@@ -101,6 +102,8 @@ def build_characters(
             raise DataError(f"labels: {int(unlabelled.sum())} label rows (story {row.prompt_id}#{row.sample_idx} and "
                             f"others) were made from an earlier text of their story; rerun the label stage")
         df = df[current].reset_index(drop=True)
+    elif gone.any():
+        df = df[~gone].reset_index(drop=True)
     _refuse_unlabelled(generations, set(zip(df.prompt_id, df.sample_idx.astype(int))))
     _refuse_outages(df)
     prompts = suite.by_id()
