@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 #: The version of the decoding (the encoder labeller's info carries it): a release that decodes a story's
 #: scores into other labels bumps it, so a run's labels of two versions are not mixed.
-DECODER_VERSION = "18"  # 2: a name never runs across a line break; 3: words compared composed (NFC), a title
+DECODER_VERSION = "19"  # 2: a name never runs across a line break; 3: words compared composed (NFC), a title
 # joins a name only on its line and abbreviated across a point, particles only after a name word or a title, the checks
 # read completed names; 4: a quotation left open ends with its line, an inch mark opens none, the action check's
 # object control, things not done, third parties, claims that are none, a name's word only capitalised, and closed
@@ -79,7 +79,9 @@ DECODER_VERSION = "18"  # 2: a name never runs across a line break; 3: words com
 # (``words``) "to her home" is a determiner's, "helped her find" an object's; 18: a hyphen U+2010 or U+2011 joins a
 # name's parts as "-" does ("O'Neil\u2011Smith", "al\u2011Rashid"; ``name_completion``: "Anne\u2011Marie", and a
 # first name a no-break space before the surname), "First friend" and "who pays the bill " read as the model reads
-# them (in any case and spacing; ``role_agent``)
+# them (in any case and spacing; ``role_agent``); 19: an ellipsis character ends a sentence as "..." does
+# (``role_apposition``'s stops, ``words.her_is_possessive``: "held her close\u2026"), and a dash written "--" or
+# " - " opens one as "\u2014" does (``name_completion``: "-- Will Emily call?")
 #: The hyphens that join a name's parts, as ``words.split_words`` keeps them inside a word: ASCII's, U+2010 and the
 #: no-break U+2011 ("O'Neil\u2011Smith", "al\u2011Rashid").
 HYPHENS = frozenset("-\u2010\u2011")

@@ -70,8 +70,9 @@ OFFICES = frozenset({"dean", "justice", "don", "dona", "doña", "santa", "earl",
 #: First names that are modal verbs too: one that opens a question is the verb ("Will Emily ever call again?").
 MODALS = frozenset({"will", "may"})
 #: Words after which a sentence opens (a colon and a quotation's opening mark too: "Jake wondered: Will Emily call?").
-_SENTENCE_ENDS = frozenset(":.!?\u2026\"'\u201c\u201d\u2018\u2019*_(\u2014\u2013")  # and markdown's emphasis,
-# a parenthesis, a dash ("*Will Emily ever call again?*", "(Will Emily call?)", "\u2014 Will Emily call?")
+_SENTENCE_ENDS = frozenset(":.!?\u2026\"'\u201c\u201d\u2018\u2019*_(\u2014\u2013-")  # and markdown's emphasis,
+# a parenthesis, a dash ("*Will Emily ever call again?*", "(Will Emily call?)", "\u2014 Will Emily call?", and
+# its ASCII forms "--" and " - ", whose hyphens are words of their own)
 #: What may end the sentence a word opens: a run of its marks, or a line's end.
 _SENTENCE_END = re.compile(r"[.!?\u2026]+|\n")
 #: An abbreviated title just before a point: the point ends no sentence ("Will Emily forgive Mr. Thompson?").

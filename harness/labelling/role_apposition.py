@@ -50,7 +50,7 @@ from harness.labelling.words import line_starts, split_words, starts_capitalised
 _CUT = re.compile(r"\s(?:who|in|on|of|at|with|for)\s")
 #: "\n" marks a line break (``words_with_breaks``): a title, or a prompt the story echoes ("... who helps a new
 #: employee" over "Camila Torres was ..."), ends at it without a stop.
-_STOPS = frozenset({",", ".", ";", ":", "!", "?", "\n"}) | QUOTES
+_STOPS = frozenset({",", ".", ";", ":", "!", "?", "\u2026", "\n"}) | QUOTES  # "\u2026": as "..."
 #: How many words may stand between "Name," and the role noun ("Lily, a devoted young fan").
 _WITHIN = 5
 _APOSTROPHES = ("'", "\u2019")

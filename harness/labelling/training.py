@@ -458,8 +458,9 @@ def _holding_word(words: Sequence[str], phrase: str) -> str:
 #: flipped as the text is ("her brother" -> "his sister"). 5: the flip reads "her very close friend", "to her home"
 #: as a determiner's and "helped her find" as an object's; an elision's apostrophe after a closing quotation mark or
 #: two spaces is a word of its own; "male", "cowboy", "Englishman", "Auntie" and a few more are flipped (their
-#: labels kept the old gender); "his" before "was", "is" or "to" stands alone ("hers", not "her").
-TARGETS_VERSION = 5
+#: labels kept the old gender); "his" before "was", "is" or "to" stands alone ("hers", not "her"). 6: an
+#: ellipsis character ends a sentence as "..." does ("held her close\u2026" is an object's "her").
+TARGETS_VERSION = 6
 
 
 def _targets_version(recorded: dict[str, Any]) -> Any:

@@ -275,7 +275,7 @@ _LY_NOT_ADVERBS = frozenset(
     "scholarly heavenly worldly earthly ghostly ghastly cowardly timely unruly wobbly bubbly prickly sickly smelly "
     "chilly frilly woolly wrinkly sparkly cuddly comely courtly leisurely lowly portly saintly shapely stately "
     "surly burly wily steely gangly scraggly grisly oily bodily july italy anomaly monopoly homily".split())
-_SENTENCE_END = frozenset(".!?")
+_SENTENCE_END = frozenset(".!?\u2026")  # an ellipsis character ends one as "..." does
 EMPHASIS_MARKS = frozenset("*_")  # markdown's emphasis marks, which some models write around words
 #: Nouns a degree adverb can precede ("did her very best", "a room of her very own").
 _ADVERB_NOUNS = frozenset("best own worst utmost hardest".split())

@@ -70,6 +70,10 @@ def test_the_name_is_looked_for_where_it_spans_whole_words_in_the_order_written(
     ("Emily", "Jake wondered: Will Emily ever forgive Mr. Thompson? She had left.", "Emily"),
     ("Emily", "Jake wondered: Will Emily... ever call again? She had left.", "Emily"),
     ("Emily", "Jake wondered: Will Emily pay $3.50 for it? She had left.", "Emily"),
+    # after a dash written in ASCII, as after "\u2014" (its hyphens are words of their own)
+    ("Emily", "Jake sighed -- Will Emily ever call again? She had left.", "Emily"),
+    ("Emily", "Jake sighed - Will Emily ever call again? She had left.", "Emily"),
+    ("Emily", "Jake sighed \u2014 Will Emily ever call again? She had left.", "Emily"),
     # a name: in a sentence that is no question, or not opening its question
     ("Mitchell", "Will Mitchell paid. Mitchell smiled.", "Will Mitchell"),
     ("Mitchell", "Did Will Mitchell pay? Mitchell smiled.", "Will Mitchell"),

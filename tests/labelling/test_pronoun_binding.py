@@ -73,6 +73,7 @@ def test_a_her_before_a_determiner_is_an_object_and_not_bound():
     "He watched her slowly walk away.", "They found her badly injured.", "He held her close.",
     "He told her he was sorry.", "He held her very close.", "He hugged her so tight.",
     "He helped her find the key.", "He let her celebrate.", "He drove her home.",
+    "He held her close\u2026", "He wished her well\u2026 She left.",  # an ellipsis character ends a sentence too
 ])
 def test_a_her_before_an_adverb_that_ends_its_phrase_is_an_object(text):
     words = [w for w, _, _ in split_words(text)]

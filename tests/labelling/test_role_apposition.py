@@ -193,6 +193,9 @@ def test_a_name_the_words_split_at_its_apostrophe_is_seen(text):
     ("Fan Lily Chen had waited for hours.", {(1, 1): 1}),
     # "Name, noun" needs a determiner after the comma and no preposition or conjunction before the name
     ("To Lily, the actor was everything.", {}),
+    ("Lily Chen waited\u2026 To Lily, the actor was everything.", {}),  # an ellipsis character is a stop
+    ("Ethan Michaels sighed\u2026 When Lily met Ethan, the actor smiled.", {}),
+    ("Lily loved the actor, Ethan Michaels\u2026 He waved.", {(0, 0): 1}),
     ("Ethan smiled at Lily, and the actor signed her poster.", {}),
     ("Lily waved. Without Ethan, the fan club would be nothing.", {}),
     ("Lily, a loyal fan, waited.", {(1, 1): 1}),

@@ -176,6 +176,8 @@ def test_a_reference_of_several_words_is_flipped_as_the_text_is():
     # "her" after a preposition before "home", before a bare verb (sm-1251, pt-1672)
     ("Ana walked to her home and helped her find it.", ["her", "her"], "Ana walked to his home and helped him find "
      "it.", ["his", "him"]),
+    # an ellipsis character ends the sentence as "..." does: the object's "him", not "his" (targets version 6)
+    ("Tom held her close\u2026 She smiled.", ["her", "She"], "Tom held him close\u2026 He smiled.", ["him", "He"]),
 ])
 def test_the_flip_knows_more_gendered_words_and_standalone_possessives(text, refs, flipped, flipped_refs):
     from harness.labelling.training import flip_gender
