@@ -47,10 +47,16 @@ def _table(html: str) -> pd.DataFrame:
     return pd.DataFrame([[cell(c) for c in r] for r in rows[1:]], columns=[cell(c) for c in rows[0]])
 
 
-def test_labeller_summary_reads_scores_and_training():
+def test_labeller_summary_reads_scores_and_training(tmp_path):
     s = labeller_summary({"labeller": "llm", "model": "x", "evaluation": SCORES})
     assert s["labeller"] == "llm" and s["evaluation"]["name_recall"] == 0.917 and s["evaluation_source"] == "run manifest"
     assert s["settings"] == {"model": "x"}
+    # an encoder's training, read from the meta.json beside its weights
+    (tmp_path / "meta.json").write_text(json.dumps({"files": ["a.jsonl"], "report": {
+        "stories": 75, "epochs": 8, "seconds": 120.5, "final_loss": 0.01234, "data_sha256": "ab" * 32}}))
+    enc = labeller_summary({"labeller": "encoder", "path": str(tmp_path), "evaluation": SCORES})
+    assert enc["training"] == {"files": ["a.jsonl"], "stories": 75, "epochs": 8, "seconds": 120.5,
+                               "final_loss": 0.01234, "data_sha256": "ab" * 32}
     none = labeller_summary(None)
     assert none["labeller"] is None and none["evaluation"] is None and none["training"] is None
 

@@ -103,6 +103,11 @@ def test_identical_labels_leave_every_ratio_where_it_was():
     assert np.allclose(both.manual, both.labeller)
 
 
+def _verdict_on_1(result):
+    """What a ratio's own 95% interval says of 1, read from the representation module's result."""
+    return "above" if result.ci_low > 1 else "below" if result.ci_high < 1 else "includes 1"
+
+
 def test_a_gender_flip_moves_r_rep_as_the_representation_module_computes_it():
     chars, gold = _neutral(30, 20, flipped=10)
     shift = statistics_shift(SimpleNamespace(characters=chars), gold, Names())
@@ -117,6 +122,10 @@ def test_a_gender_flip_moves_r_rep_as_the_representation_module_computes_it():
         assert row.manual == pytest.approx(ref_m.estimate) and row.labeller == pytest.approx(ref_l.estimate)
         assert (row.manual_low, row.manual_high) == pytest.approx((ref_m.ci_low, ref_m.ci_high))
         assert row.within == (ref_m.ci_low <= ref_l.estimate <= ref_m.ci_high)
+        # the verdict on 1 of each side's own interval (above, below, or including 1)
+        assert row.same_verdict == (_verdict_on_1(ref_m) == _verdict_on_1(ref_l))
+    # by hand: both Female intervals include 1 (a shared verdict) though 20/50 lies outside the manual interval
+    assert not cells.loc["Female", "within"] and cells.loc["Female", "same_verdict"]
     assert cells.loc["Female", "labeller"] / cells.loc["Female", "manual"] == pytest.approx(20 / 30)
     # median |log| over the source model's gender and race cells; the race cells (all White) do not move
     logs = np.abs(np.log(shift.cells.labeller / shift.cells.manual))
