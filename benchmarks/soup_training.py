@@ -94,7 +94,12 @@ def main() -> None:
 
     from harness.labelling.data import builtin_training_files
 
-    seeds = [int(s) for s in args.seeds.split(",")]
+    try:
+        seeds = [int(s) for s in args.seeds.split(",")]
+    except ValueError:
+        ap.error(f"--seeds: a comma list of whole numbers, got {args.seeds!r}")
+    if len(seeds) < 2:  # one seed trains one model, not a soup: its members' losses were not there to read
+        ap.error(f"--seeds: a soup needs two seeds or more, got {args.seeds!r}")
     files = list(builtin_training_files()) + list(args.extra)
     alone = run(files, seeds, args.epochs, 1, args.limit)
     together = run(files, seeds, args.epochs, len(seeds), args.limit)
@@ -108,4 +113,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from harness.errors import HarnessError
+
+    try:
+        main()
+    except HarnessError as e:  # a wrong option value (--epochs 0, --limit 0, --device): one line, not a traceback
+        raise SystemExit(f"soup_training.py: {e}") from None

@@ -63,6 +63,9 @@ def main() -> None:
     from harness.labelling.data import builtin_training_files
 
     files = list(builtin_training_files()) + args.extra
+    if any(d.startswith("cuda") for d in args.devices.split(",")) and not torch.cuda.is_available():
+        raise SystemExit(f"training.py: --devices {args.devices} times a GPU, and torch sees none here; "
+                         f"--devices cpu times the CPU alone")
     from _results import machine_description
 
     out = {"machine": machine_description(), "host_threads": torch.get_num_threads(),
@@ -83,4 +86,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from harness.errors import HarnessError
+
+    try:
+        main()
+    except HarnessError as e:  # a wrong option value (--epochs 0, --limit 0, --device): one line, not a traceback
+        raise SystemExit(f"training.py: {e}") from None

@@ -1520,3 +1520,21 @@ def test_the_label_stage_counts_the_stories_with_a_failure_reason_not_their_char
     n_new, _, n_failed, _ = L.label_run(c, store := RunStore(c.output_dir), progress=False)
     rows = store.read_stage(L.LABELS, key=("prompt_id", "sample_idx", "role"))
     assert n_failed == n_new // 2 and rows.status.ne("ok").sum() > n_failed  # two-role stories among them
+
+
+def test_the_label_stage_memory_benchmark_runs_and_refuses_sizes_it_cannot_take_a_slope_between():
+    """benchmarks/label_stage_memory.py failed at every size once ``make_labeller`` took ``progress``: its stand-in
+    labeller's signature no longer matched, and no figure could be measured."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "label_stage_memory.py"
+    r = subprocess.run([sys.executable, str(script), "--sizes", "100,200", "--no-write"], capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "| label stage, every story labelled |" in r.stdout and "per story (slope)" in r.stdout
+    for sizes in ("200,100", "100", "a,b"):
+        r = subprocess.run([sys.executable, str(script), "--sizes", sizes, "--no-write"], capture_output=True,
+                           text=True, timeout=60)
+        assert r.returncode == 2 and "--sizes" in r.stderr and "Traceback" not in r.stderr

@@ -161,6 +161,14 @@ def test_the_dev_benchmark_passes_its_options_and_writes_what_it_ran(gold_path, 
     assert seen["encoder"]["device"] == "cpu" and seen["encoder"]["workers"] == 0
     r = subprocess.run([sys.executable, str(BENCH), "--stream", "100", "--no-write"], capture_output=True, text=True)
     assert r.returncode == 2 and "--stream needs more than 384 stories" in r.stderr
+    # a negative --llm-limit scored all the stories but the last; a missing gold file or a bad device was a traceback
+    for args, message in ((["--llm-limit", "-1"], "--llm-limit must be >= 1"), (["--threads", "0"], "--threads"),
+                          (["--dev", str(tmp_path / "none.jsonl"), "--labellers", "rules", "--stream", "0"],
+                           "none.jsonl"),
+                          (["--labellers", "bogus"], "bogus")):
+        r = subprocess.run([sys.executable, str(BENCH), *args, "--no-write"], capture_output=True, text=True,
+                           timeout=120)  # refused before any work: the old code ran the whole evaluation
+        assert r.returncode != 0 and message in r.stderr and "Traceback" not in r.stderr, r.stderr[-1500:]
     out = tmp_path / "b.json"
     r = subprocess.run([sys.executable, str(BENCH), "--labellers", "rules", "--dev", str(gold_path), "--stream", "0",
                         "--no-write", "--json", str(out)], capture_output=True, text=True)
