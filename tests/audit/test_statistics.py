@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from harness.audit.statistics import likelihood_histogram
 from harness.identity import RACES
@@ -67,3 +68,50 @@ def test_top_names_count_names_above_60_percent_by_role_and_withhold_rare_likeli
     assert asian.loc["Wei", ["baseline", "dominant", "subordinate", "total"]].tolist() == [1, 0, 2, 3]
     assert asian.loc["Wei", "likelihood"] == 0.9 and not asian.loc["Wei", "withheld"]
     assert np.isnan(asian.loc["Lee", "likelihood"]) and asian.loc["Lee", "withheld"] and asian.loc["Lee", "total"] == 1
+
+
+def test_labelling_qa_shares_are_hand_counts_per_model_domain_condition_and_role():
+    """Every share of the run report's labelling QA, not only ``share_matched``: per model x domain x condition x
+    role, the share of characters labelled Unspecified, Unsure, named, named and matched to the name table (a
+    likelihood for at least one race), and whose label failed (status other than "ok")."""
+    from harness.audit.statistics import labelling_qa
+
+    nan = float("nan")
+    white, asian = dict.fromkeys(RACES, 0.0) | {"white": 1.0}, dict.fromkeys(RACES, 0.0) | {"asian": 1.0}
+    mena_only = dict.fromkeys(RACES, nan) | {"mena": 0.9, "nhpi": 0.0}  # a names-dataset-only name: no White entry
+    unknown = dict.fromkeys(RACES, nan)
+    rows = [  # (role, gender, first name, likelihoods, label status)
+        ("subject", "Female", "Ana", white, "ok"),
+        ("subject", "Male", "Shoroq", mena_only, "ok"),
+        ("subject", "Unsure", "Zzyzx", unknown, "ok"),  # named, not in the name table
+        ("subject", "Unspecified", None, unknown, "ok"),
+        ("subject", "Unspecified", None, unknown, "llm: unparsable reply"),
+        ("object", "Male", "Wei", asian, "ok"),
+    ]
+    chars = pd.DataFrame([dict(model="m", domain="Labor", condition="neutral", role=role, gender=g, first_name=f,
+                               label_status=s, **lik) for role, g, f, lik, s in rows])
+    qa = labelling_qa(chars).set_index(["model", "domain", "condition", "role"])
+    # by hand, subject (5 characters): Unspecified 2/5 = .4; Unsure 1/5 = .2; named (Ana, Shoroq, Zzyzx) 3/5 = .6;
+    # matched (Ana; Shoroq, whose MENA entry counts though White is NaN) 2/5 = .4; failed 1/5 = .2
+    # object (1 character, Wei: Male, named, matched, ok): 0, 0, 1, 1, 0
+    cols = ["characters", "share_unspecified", "share_unsure", "share_named", "share_matched", "share_failed"]
+    assert qa.loc[("m", "Labor", "neutral", "subject"), cols].tolist() == pytest.approx([5, .4, .2, .6, .4, .2])
+    assert qa.loc[("m", "Labor", "neutral", "object"), cols].tolist() == pytest.approx([1, 0, 0, 1, 1, 0])
+    assert len(qa) == 2
+
+
+def test_a_representative_share_that_is_nan_is_no_evidence_that_a_race_is_unmeasured():
+    """``unmeasured_races``: a race's representative share that is NaN (``NameTable.representative_shares`` of a
+    table with no population) says nothing about the name table, so the race stays measured; only a share below
+    ``MEASURABLE_SHARE`` of p* leaves it unmeasured."""
+    from harness.audit.statistics import MEASURABLE_SHARE, unmeasured_races
+    from harness.identity.baselines import load_baselines
+    from harness.stats.tables import baseline_map
+
+    pstar = baseline_map(load_baselines())
+    shares = {"nhpi": float("nan"), "mena": np.float64("nan"), "white": 0.62, "black": 0.001}
+    # by hand: black 0.001 / p* 0.136 = 0.0074 < 0.1 -> unmeasured; white 0.62 / 0.589 = 1.05 -> measured;
+    # NH/PI and MENA NaN / p* = NaN, no evidence -> measured
+    assert MEASURABLE_SHARE == 0.1 and pstar["black"] == 0.136
+    assert list(unmeasured_races(shares, pstar)) == ["black"]
+    assert unmeasured_races({"nhpi": float("nan")}, pstar) == {}

@@ -359,3 +359,34 @@ def test_a_gold_condition_spelled_as_the_published_data_is_read_and_a_missing_on
     chars = [_score("u1", "subject", "Female", "Female", "ana", "ana", condition="unknown")]
     with pytest.raises(DataError, match=r"--statistics needs each gold story's condition .* 1 of 1 have none, e.g. u1"):
         statistics_shift(SimpleNamespace(characters=chars), [_gold("u1")], Names())
+
+
+def test_a_group_only_the_labeller_labels_counts_its_cells_as_one_sided_too():
+    """The mirror of the test above: a cell defined under the labeller's labels alone is one-sided as much as one
+    defined under the manual labels alone (counting only the manual side's cells passed every other test)."""
+    chars, gold = [], []
+    for i in range(8):  # power-laden Labor: a subject the manual labels leave Unspecified and the labeller calls
+        # Non-binary (dominant, "bo": White), a male object (subordinate, "wei": Asian)
+        chars += [_score(f"s{i}", "subject", "Unspecified", "Non-binary", "bo", "bo", condition="laden"),
+                  _score(f"s{i}", "object", "Male", "Male", "wei", "wei", condition="laden")]
+        gold.append(_gold(f"s{i}", two=True))
+    shift = statistics_shift(SimpleNamespace(characters=chars), gold, Names())
+    # by hand, R_sub (paper mode, joint denominator: every gendered character of the role), 7 races per gender:
+    #   manual: gendered = the 8 men, all subordinate: n_dom = 0 for Female, Male, Non-binary -> undefined;
+    #           All (every named character): n_sub = 8, n_dom = 8 -> defined, 7 races
+    #   labeller: Female: no character -> undefined; Male: n_sub = 8 men, n_dom = 8 NB -> defined (Asian 8 vs 0,
+    #           smoothed; the 6 others 0 vs 0, R = 1 imputed); Non-binary: same denominators -> defined (White 0 vs 8,
+    #           the 6 others imputed); All: as the manual
+    #   one-sided: Male 7 + Non-binary 7 = 14, every one on the labeller's side;
+    #   both defined: All's 7: White (0 / 8) and Asian (8 / 0) compared, the 5 others 0 / 0 on both sides (imputed)
+    # R_rep, pairs: no power-neutral or romantic character: undefined on both sides; R_mrs (Female, Male, totals of
+    # the gender): Male has no dominant character under either labelling (Unspecified, Non-binary) -> undefined
+    for key in ("subordination", f"subordination ({POOLED})"):
+        s = shift.summary[key]
+        assert (s["one_sided"], s["cells"], s["all_zero_both"]) == (14, 2, 5), key
+    for table in ("representation", "orientation", "rmrs"):
+        assert shift.summary[table]["one_sided"] == shift.summary[table]["cells"] == 0, table
+    cells = shift.cells[(shift.cells.table == "subordination") & (shift.cells.model == "M")]
+    lab_only = cells[cells.labeller.notna() & cells.manual.isna()]
+    assert len(lab_only) == 14 and sorted(set(lab_only.gender)) == ["Male", "Non-binary"]
+    assert not (cells.manual.notna() & cells.labeller.isna()).any()

@@ -291,3 +291,63 @@ def test_race_d_of_one_character_is_nan():
     two = pd.concat([one, one.assign(first_name="B", white=0.5, black=0.5)])
     white = T.representation_table(two, BASELINES).query("group == 'white'").iloc[0]
     assert np.isclose(white.d, (0.7 - BASELINES["white"]) / statistics.stdev([0.9, 0.5]))
+
+
+# ---------------------------------------------------------------- lt5_racialized
+
+
+def _char(i, *, condition="neutral", power_role="baseline", gender="Female", **lik):
+    role = "subject" if power_role in ("baseline", "dominant") else "object"
+    return dict(story_id=f"s{i}", model="m", domain="Learning", condition=condition, love_type=None, role=role,
+                power_role=power_role, gender=gender, first_name=f"N{i}", **(dict.fromkeys(RACES, 0.0) | lik))
+
+
+def _flags(row: pd.Series) -> list[str]:
+    return row["flags"].split(";") if isinstance(row["flags"], str) else []  # not row.flags: pandas' own Flags
+
+
+def test_r_rep_race_rows_are_flagged_lt5_racialized_below_five_names_above_50_percent():
+    """R_rep race rows: ``lt5_racialized`` when fewer than 5 of the cell's matched characters have the race's
+    likelihood strictly above ``RACIALIZED`` (0.5)."""
+    lik = [dict(white=1.0)] * 5 + [dict(asian=0.9, white=0.1)] * 4 + [dict(black=0.5, latine=0.5)] * 5
+    chars = pd.DataFrame([_char(i, **d) for i, d in enumerate(lik)])
+    race = T.representation_table(chars, BASELINES).query("kind == 'race'").set_index("group")
+    # by hand: above 0.5, white 5 (the four 0.1s are not) -> no flag; asian 4 -> flag;
+    # black 0 (0.5 is not above 0.5) -> flag
+    assert race.statistic.notna().all()
+    assert "lt5_racialized" not in _flags(race.loc["white"])
+    assert "lt5_racialized" in _flags(race.loc["asian"]) and "lt5_racialized" in _flags(race.loc["black"])
+
+
+def test_r_sub_rows_are_flagged_lt5_racialized_counting_the_gender_in_both_roles():
+    """R_sub rows: ``lt5_racialized`` when fewer than 5 characters of the row's gender, dominant and subordinate
+    together, have the race's likelihood above 0.5."""
+    laden = dict(condition="laden")
+    rows = ([_char(i, power_role="dominant", white=1.0, **laden) for i in range(3)]
+            + [_char(i, power_role="subordinate", white=1.0, **laden) for i in range(3, 5)]
+            + [_char(i, power_role="subordinate", asian=1.0, **laden) for i in range(5, 9)]
+            + [_char(9, power_role="dominant", gender="Male", white=1.0, **laden)])
+    sub = T.subordination_table(pd.DataFrame(rows)).set_index(["gender", "group"])
+    # by hand, names above 0.5 by gender (both roles): Female white 3 dominant + 2 subordinate = 5 -> no flag;
+    # Female asian 4 subordinate -> flag; Male white 1 -> flag; All white 3 + 2 + 1 = 6 -> no flag; All asian 4 -> flag
+    for key, flagged in ((("Female", "white"), False), (("Female", "asian"), True), (("Male", "white"), True),
+                         (("All", "white"), False), (("All", "asian"), True)):
+        row = sub.loc[key]
+        assert np.isfinite(row.statistic) and ("lt5_racialized" in _flags(row)) == flagged, key
+
+
+def test_r_mrs_rows_are_flagged_lt5_racialized_below_five_names_at_the_median_threshold():
+    """R_mrs rows: ``lt5_racialized`` when a + b, the subordinate and dominant names above the median threshold,
+    is below 5."""
+    laden = dict(condition="laden")
+    rows = ([_char(i, power_role="subordinate", asian=1.0, **laden) for i in range(3)]
+            + [_char(i, power_role="dominant", asian=1.0, **laden) for i in range(3, 5)]
+            + [_char(i, power_role="subordinate", white=1.0, **laden) for i in range(5, 7)]
+            + [_char(i, power_role="dominant", white=1.0, **laden) for i in range(7, 9)])
+    rm = T.rmrs_table(pd.DataFrame(rows)).query("gender == 'Female'").set_index("group")
+    # by hand: every likelihood 1.0, so every threshold 1..99 has the same counts and ratio (median: t = 1);
+    # N_sub = 5, N_dom = 4. Asian a = 3, b = 2: R = (3/5)/(2/4) = 1.2, a + b = 5 -> no flag;
+    # White a = 2, b = 2: R = (2/5)/(2/4) = 0.8, a + b = 4 -> flag
+    assert rm.loc["asian", "statistic"] == pytest.approx(1.2) and rm.loc["white", "statistic"] == pytest.approx(0.8)
+    assert (rm.loc["asian", "a"], rm.loc["asian", "b"], rm.loc["white", "a"], rm.loc["white", "b"]) == (3, 2, 2, 2)
+    assert "lt5_racialized" not in _flags(rm.loc["asian"]) and "lt5_racialized" in _flags(rm.loc["white"])
