@@ -64,3 +64,22 @@ def write_section(name: str, markdown: str, path: Path = RESULTS) -> None:
     with os.fdopen(fd, "w") as f:
         f.write(text)
     os.replace(tmp, path)
+
+
+def seed_list(ap, text: str) -> list[int]:
+    """``--seeds`` ("0,1") as integers, or the parser's one-line error naming the option."""
+    try:
+        return [int(s) for s in text.split(",")]
+    except ValueError:
+        ap.error(f"--seeds: a comma list of whole numbers, got {text!r}")
+
+
+def run_main(main, script: str) -> None:
+    """Run a benchmark's ``main``: a harness error (a wrong option value, a missing file or GPU) is one line naming
+    the script, not a traceback."""
+    from harness.errors import HarnessError
+
+    try:
+        main()
+    except HarnessError as e:
+        raise SystemExit(f"{script}: {e}") from None

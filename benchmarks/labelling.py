@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _results import machine_description, write_section  # noqa: E402
+from _results import machine_description, run_main, write_section  # noqa: E402
 
 
 def rss_mib() -> float:
@@ -526,9 +526,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    from harness.errors import HarnessError
-
-    try:
-        main()
-    except HarnessError as e:  # a wrong --dev, --device, --labellers, --model-dir: one line, not a traceback
-        raise SystemExit(f"labelling.py: {e}") from None
+    run_main(main, "labelling.py")

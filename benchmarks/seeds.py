@@ -30,6 +30,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _results import run_main, seed_list  # noqa: E402
 
 FIGURES = ("gender_precision", "gender_recall", "name_precision", "name_recall")
 
@@ -107,10 +109,7 @@ def main() -> None:
     from harness.labelling.data import builtin_training_files, load_gold
     from harness.labelling.encoder import default_device
 
-    try:
-        seed_list = [int(s) for s in args.seeds.split(",")]
-    except ValueError:
-        ap.error(f"--seeds: a comma list of whole numbers, got {args.seeds!r}")
+    seeds = seed_list(ap, args.seeds)
     device = args.device or default_device()
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise SystemExit(f"seeds.py: --device {device}, but torch sees no GPU here; leave --device out to train on "
@@ -120,7 +119,7 @@ def main() -> None:
     files = list(builtin_training_files()) + args.extra
     out = {"device": device, "gpu": torch.cuda.get_device_name(0) if device.startswith("cuda") else None,
            "training_files": [f.name for f in files], "epochs": args.epochs, "runs": []}
-    for seed in seed_list:
+    for seed in seeds:
         run = train_and_score(files, stories, seed=seed, epochs=args.epochs, limit=args.limit, device=device,
                               batch_size=args.batch_size, name_table=args.name_table)
         out["runs"].append(run)
@@ -143,9 +142,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    from harness.errors import HarnessError
-
-    try:
-        main()
-    except HarnessError as e:  # a wrong option value (--epochs 0, --limit 0, --device): one line, not a traceback
-        raise SystemExit(f"seeds.py: {e}") from None
+    run_main(main, "seeds.py")

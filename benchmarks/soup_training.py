@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _results import machine_description, write_section  # noqa: E402
+from _results import machine_description, run_main, seed_list, write_section  # noqa: E402
 
 
 def run(files: list[Path], seeds: list[int], epochs: int, jobs: int, limit: int | None,
@@ -94,10 +94,7 @@ def main() -> None:
 
     from harness.labelling.data import builtin_training_files
 
-    try:
-        seeds = [int(s) for s in args.seeds.split(",")]
-    except ValueError:
-        ap.error(f"--seeds: a comma list of whole numbers, got {args.seeds!r}")
+    seeds = seed_list(ap, args.seeds)
     if len(seeds) < 2:  # one seed trains one model, not a soup: its members' losses were not there to read
         ap.error(f"--seeds: a soup needs two seeds or more, got {args.seeds!r}")
     files = list(builtin_training_files()) + list(args.extra)
@@ -113,9 +110,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    from harness.errors import HarnessError
-
-    try:
-        main()
-    except HarnessError as e:  # a wrong option value (--epochs 0, --limit 0, --device): one line, not a traceback
-        raise SystemExit(f"soup_training.py: {e}") from None
+    run_main(main, "soup_training.py")

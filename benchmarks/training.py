@@ -22,6 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _results import run_main  # noqa: E402
 
 
 def run(device: str, files: list[Path], init_from: Path, epochs: int, limit: int | None, check: int,
@@ -86,9 +87,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    from harness.errors import HarnessError
-
-    try:
-        main()
-    except HarnessError as e:  # a wrong option value (--epochs 0, --limit 0, --device): one line, not a traceback
-        raise SystemExit(f"training.py: {e}") from None
+    run_main(main, "training.py")

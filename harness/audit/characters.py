@@ -35,11 +35,12 @@ def _failed_generations(generations: pd.DataFrame) -> set[tuple[str, int]]:
     return set(zip(bad.prompt_id, bad.sample_idx.astype(int)))
 
 
-def _refuse_unlabelled(generations: pd.DataFrame, labelled: set[tuple[str, int]]) -> None:
-    """A DataError where a story of ``generations`` whose generation did not fail has no labels: a label shard not
-    run, killed or failed in a job array left its stories out of every table after it, exit 0. (A story the
-    labeller could not handle has rows with its reason; a failed generation, retried by each generate, has none.)"""
-    failed = _failed_generations(generations)
+def _refuse_unlabelled(generations: pd.DataFrame, labelled: set[tuple[str, int]],
+                       failed: set[tuple[str, int]]) -> None:
+    """A DataError where a story of ``generations`` whose generation did not fail (``failed``: its
+    ``_failed_generations``) has no labels: a label shard not run, killed or failed in a job array left its stories
+    out of every table after it, exit 0. (A story the labeller could not handle has rows with its reason; a failed
+    generation, retried by each generate, has none.)"""
     stories = [k for k in zip(generations.prompt_id, generations.sample_idx.astype(int)) if k not in failed]
     missing = [k for k in stories if k not in labelled]
     if missing:
@@ -78,7 +79,7 @@ def build_characters(
     if missing:
         raise DataError(f"labels table lacks column(s) {', '.join(missing)}; rerun the label stage")
     if labels.empty:
-        _refuse_unlabelled(generations, set())
+        _refuse_unlabelled(generations, set(), _failed_generations(generations))
         return pd.DataFrame(columns=list(CHARACTER_COLUMNS))
     stories = generations[["prompt_id", "sample_idx", "domain", "condition", "love_type", "text_clean"]]
     if TEXT_SHA1 in labels.columns:  # each story's text hashed once, not once per character
@@ -104,7 +105,7 @@ def build_characters(
         df = df[current].reset_index(drop=True)
     elif gone.any():
         df = df[~gone].reset_index(drop=True)
-    _refuse_unlabelled(generations, set(zip(df.prompt_id, df.sample_idx.astype(int))))
+    _refuse_unlabelled(generations, set(zip(df.prompt_id, df.sample_idx.astype(int))), failed)
     _refuse_outages(df)
     prompts = suite.by_id()
     unknown = sorted(set(df.prompt_id) - set(prompts))
