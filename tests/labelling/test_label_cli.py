@@ -982,8 +982,9 @@ def test_the_labels_never_overwrite_their_stories(tmp_path, gold_path):
     r = runner.invoke(app, ["label", str(stories), "--out", str(tmp_path / "." / "stories.jsonl"), "--labeller", "rules"])
     _one_line_error(r, 2, "the labels would be written over the stories file")
     assert stories.read_text() == gold_path.read_text()
-    # nor over a stories file called like the labels' temporary file, its sidecar or its retry file
-    for name in ("labels.jsonl.tmp", "labels.jsonl.tmp.json", "labels.jsonl.tmp.retried"):
+    # nor over a stories file called like the labels' temporary file, its sidecar, its retry file or its lock (deleted
+    # as the command ends: named as the stories file, it deleted them)
+    for name in ("labels.jsonl.tmp", "labels.jsonl.tmp.json", "labels.jsonl.tmp.retried", "labels.jsonl.tmp.lock"):
         other = tmp_path / name
         other.write_text(gold_path.read_text())
         r = runner.invoke(app, ["label", str(other), "--out", str(tmp_path / "labels.jsonl"), "--labeller", "rules"])
@@ -1144,15 +1145,6 @@ def test_a_bad_field_of_a_label_record_is_one_line_and_side_files_that_are_folde
         (tmp_path / side).mkdir()
         _one_line_error(runner.invoke(app, args), 2, f"{side} is a folder")
         (tmp_path / side).rmdir()
-
-
-def test_the_stories_file_is_never_the_lock_file_deleted_as_label_ends(tmp_path, gold_path):
-    """The lock OUT.tmp.lock is deleted as the command ends: named as the stories file, it deleted them."""
-    stories = tmp_path / "labels.jsonl.tmp.lock"
-    shutil.copyfile(gold_path, stories)
-    r = runner.invoke(app, ["label", str(stories), "--out", str(tmp_path / "labels.jsonl"), "--labeller", "rules"])
-    assert r.exit_code == 2 and "written over the stories file" in r.stderr
-    assert stories.read_bytes() == gold_path.read_bytes()
 
 
 def test_the_details_never_overwrite_the_encoders_files(tmp_path, gold_path, tiny_encoder):
