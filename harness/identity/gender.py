@@ -65,10 +65,12 @@ DEFAULT_LEXICON = "s6a"
 #: The version of the inference rules above (not of a lexicon's words, which each lexicon versions): bump it
 #: when they change what a reference list infers; the identities stage records it (``gender_inference`` in
 #: its manifest), so a run's characters are inferred again after a bump. 2: "s/he" and "Mr.Smith" (2026-11-27).
-INFERENCE_VERSION = "2"
+#: 3: an acute accent as the apostrophe ("she\u00b4s") and a quotation mark before a clitic ("'She's") (2026-12-07).
+INFERENCE_VERSION = "3"
 
 _SPLIT = re.compile(r"[\s/,;]+|\.(?=[^\W\d_])")
 _NON_WORD = re.compile(r"[\W_]+")
+_LEADING_NON_WORD = re.compile(r"^[\W_]+")
 _ALPHA = re.compile(r"[^\W\d_]+")
 _QUOTES = str.maketrans({"\u2019": "'", "\u2018": "'", "`": "'", "\u00b4": "'", "\u02bc": "'"})
 
@@ -113,10 +115,16 @@ def _without_epicene(reference: str) -> str:
 def normalise_token(token: str) -> str:
     """Normalise one token for lexicon matching (see the module docstring, step 2).
 
+    The quotes are straightened before NFKC too, which would split an acute accent (U+00B4) into a space and
+    a combining mark, and marks before the word are dropped first, so that a quotation's opening mark is not
+    taken for the clitic's apostrophe ("'She's" -> "she").
+
     >>> [normalise_token(t) for t in ["Mr.", "HER,", "woman\u2019s", "trans-woman", "'em"]]
     ['mr', 'her', 'woman', 'transwoman', 'em']
+    >>> [normalise_token(t) for t in ["she\u00b4s", "'She's", "\u2018He\u2019d"]]
+    ['she', 'she', 'he']
     """
-    t = unicodedata.normalize("NFKC", token).casefold().translate(_QUOTES)
+    t = _LEADING_NON_WORD.sub("", unicodedata.normalize("NFKC", token.translate(_QUOTES)).casefold().translate(_QUOTES))
     if "'" in t:
         head = t.split("'", 1)[0]
         if _NON_WORD.sub("", head):

@@ -164,7 +164,10 @@ def _story(story_id: str, row: dict[str, Any], field: str, roles: tuple[RoleSpec
 
 def _story_id(row: dict[str, Any], keys: tuple[str, ...], default: str, where: str) -> str:
     """The first of ``keys`` that the row gives (not null), as a string; ``default`` (the file and line) without one.
-    A null id was the story id "None", which every other null id then repeated."""
+    A null id was the story id "None", which every other null id then repeated. A row that gives two of ``keys``
+    with different values is refused: the gold reader took ``id`` and the plain reader ``story_id``, so the
+    same row was two stories."""
+    given: dict[str, str] = {}
     for k in keys:
         value = row.get(k)
         if isinstance(value, (list, dict, bool)):  # str() would make ['a'] the id "['a']"
@@ -174,7 +177,12 @@ def _story_id(row: dict[str, Any], keys: tuple[str, ...], default: str, where: s
             if valid_text(value) != value:  # a lone surrogate ("\ud83d"): no UTF-8 file takes the labels' line
                 raise DataError(f"{where}: `{k}` holds a lone surrogate (a JSON escape such as \\ud83d without its "
                                 f"pair); give an id of whole characters")
-            return value
+            given[k] = value
+    if len(set(given.values())) > 1:
+        (a, va), (b, vb) = sorted(given.items())[:2]
+        raise DataError(f"{where}: `{a}` ({va!r}) and `{b}` ({vb!r}) name different stories; keep one of them")
+    if given:
+        return next(iter(given.values()))
     alike = [k for k in row if isinstance(k, str) and k not in keys
              and "".join(c for c in k.casefold() if c.isalnum()) in ("id", "storyid")]
     if alike:  # "ID", "storyId": the story was labelled as "file:line", and its labels joined no story

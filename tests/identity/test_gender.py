@@ -52,6 +52,8 @@ def test_code_variant_differs_exactly_as_the_authors_code():
     (["HIS!"], "Male"),                           # capitalised and punctuated
     (['"her,"'], "Female"),
     (["she's"], "Female"),                        # contraction
+    (["she\u00b4s"], "Female"), (["he\u00b4d"], "Male"),  # an acute accent as the apostrophe (NFKC splits it)
+    (["'She's"], "Female"), (["\u2018He\u2019d"], "Male"),  # a quotation's opening mark is no clitic's apostrophe
     (["trans-woman"], "Female"),
     (["I", "me", "the student"], "Unspecified"),  # first person: no lexicon word
     ([], "Unspecified"),

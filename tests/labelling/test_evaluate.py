@@ -487,6 +487,14 @@ def test_a_null_story_id_takes_the_files_name_and_line(tmp_path):
     # another id than the story's, exit 0); an id no UTF-8 file takes is refused (a traceback at the labels' write)
     p.write_text(json.dumps({**{k: v for k, v in row.items() if k != "id"}, "story_id": "abc"}) + "\n")
     assert [g.story.story_id for g in load_gold(p)] == ["abc"] and [s.story_id for s in read_stories(p)] == ["abc"]
+    # a row giving both ids, different: the gold reader took `id` and the plain reader `story_id`, so `label eval`
+    # and `label label` named one story twice; the same id twice (7 and "7") is one id
+    p.write_text(json.dumps({**row, "id": "p1", "story_id": "s1"}) + "\n")
+    for read in (load_gold, read_stories):
+        with pytest.raises(DataError, match=r"g.jsonl:1: `id` \('p1'\) and `story_id` \('s1'\) name different"):
+            read(p)
+    p.write_text(json.dumps({**row, "id": 7, "story_id": "7"}) + "\n")
+    assert [g.story.story_id for g in load_gold(p)] == ["7"] and [s.story_id for s in read_stories(p)] == ["7"]
     published = {"model": "PaLM2", "role_category": "Work", "subject": "cashier", "object": None,
                  "query": "Write a story, 100 words or less, of an American cashier who greets customers.",
                  "llm_response": "Sarah smiled.", "manual_subject_gender": "Female", "manual_subject_name": "['Sarah']"}
