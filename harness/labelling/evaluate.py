@@ -406,10 +406,23 @@ def difference_intervals(a: Sequence[CharacterScore], b: Sequence[CharacterScore
     diff = _figure_replicates(b, stories, n_boot, seed) - _figure_replicates(a, stories, n_boot, seed)
     low, high = percentile_interval(diff[1:], alpha)
     # a difference the resamples cannot move (one story, or every story alike) has no interval, as a figure's has
-    # none (``figure_intervals``): its zero-width "+50.0 (+50.0 to +50.0)" read as certain; two labellers that
-    # agree everywhere keep (0, 0, 0)
-    return {k: (float(d), math.nan, math.nan) if same and d != 0 else (float(d), float(lo), float(hi))
-            for k, d, lo, hi, same in zip(JSON_KEYS[:4], diff[0], low, high, _unmoved(diff[1:]))}
+    # none (``figure_intervals``): its zero-width "+50.0 (+50.0 to +50.0)" read as certain; two labellers whose
+    # counts agree in every story keep (0, 0, 0), but not two that differ and score alike (both 100% precision, one
+    # gendering more characters), whose 0 was shown as "+0.0 (+0.0 to +0.0)"
+    agree = _story_counts(a, stories) == _story_counts(b, stories)
+    return {k: (float(d), math.nan, math.nan) if same and not agree[:, 2 * j:2 * j + 2].all()
+            else (float(d), float(lo), float(hi))
+            for j, (k, d, lo, hi, same) in enumerate(zip(JSON_KEYS[:4], diff[0], low, high, _unmoved(diff[1:])))}
+
+
+def _story_counts(chars: Sequence[CharacterScore], stories: Sequence[str]):
+    """(stories, 8): ``_counts`` summed over each story's characters."""
+    import numpy as np
+
+    index = {sid: i for i, sid in enumerate(stories)}
+    out = np.zeros((len(stories), 8))
+    np.add.at(out, np.asarray([index[c.story_id] for c in chars], dtype=np.int64), _counts(chars))
+    return out
 
 
 def score(gold: Sequence[GoldStory], labels: Sequence[StoryLabels], *, labeller: str = "?", lexicon: Any = None,

@@ -443,6 +443,18 @@ def test_difference_intervals_are_paired():
     one_a, one_b = _scores([("s0", True), ("s0", False)]), _scores([("s0", True), ("s0", True)])
     d, lo, hi = difference_intervals(one_a, one_b, n_boot=200)["gender_precision"]
     assert d == pytest.approx(0.5) and math.isnan(lo) and math.isnan(hi)
+    # two labellers that differ but score alike: A genders only the subjects, B the objects too, both always
+    # right (precision 100% each, no interval of its own): the 0 had the interval "+0.0 (+0.0 to +0.0)"
+    from harness.labelling.evaluate import CharacterScore
+
+    def scored(pred_object: str) -> list[CharacterScore]:
+        return [CharacterScore(f"s{i}", role, "m", "Labor", gold, pred, None, None, True)
+                for i in range(10) for role, gold, pred in (("subject", "Female", "Female"),
+                                                            ("object", "Male", pred_object))]
+
+    diff = difference_intervals(scored("Unspecified"), scored("Male"), n_boot=300)
+    assert diff["gender_precision"][0] == 0 and all(math.isnan(x) for x in diff["gender_precision"][1:])
+    assert diff["gender_recall"][0] == pytest.approx(0.5)
 
 
 def test_a_gold_domain_outside_the_three_is_refused_on_its_line(tmp_path):
