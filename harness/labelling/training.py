@@ -169,6 +169,12 @@ def occurrence_targets(words: Sequence[str], targets: list[list[float]], refs: d
     return weights
 
 
+def _written(name: str) -> str:
+    """A pattern of ``name`` written as a word of its own, as ``split_words`` reads one: an underscore, markdown's
+    emphasis, is no part of it (``\\b`` took "_Priya_" for a word of five letters and two underscores)."""
+    return rf"(?<![^\W_]){re.escape(name)}(?![^\W_])"
+
+
 def _swap_names(gs: GoldStory, rng: random.Random, text: str | None = None, *, flipped: bool = False
                 ) -> tuple[str, dict[str, Any]]:
     """Replace each gold first name in text and labels by a random one (training augmentation).
@@ -190,7 +196,7 @@ def _swap_names(gs: GoldStory, rng: random.Random, text: str | None = None, *, f
         first = parse_first_name(raw) if raw else None
         if not first or rng.random() < 0.3 or first.casefold() in {o.casefold() for o in swapped}:
             continue
-        written = rf"\b{re.escape(first)}\b"
+        written = _written(first)
         free = [n for n in _AUG_NAMES if n.casefold() not in used]
         # the name in any case the text or label writes it ("GREG", "Min-jun" of "Min-Jun", a label "emily carter"
         # of "Emily Carter"), capitalised in the text (not the word "hope" of a "Hope"), each in its own case: a
@@ -208,7 +214,7 @@ def _swap_names(gs: GoldStory, rng: random.Random, text: str | None = None, *, f
     for k, raw in names.items():
         for old, new in swapped.items():
             if raw:
-                raw = re.sub(rf"\b{re.escape(old)}\b", lambda m, new=new: _match_case(new, m.group()), raw, flags=re.I)
+                raw = re.sub(_written(old), lambda m, new=new: _match_case(new, m.group()), raw, flags=re.I)
         names[k] = raw
     return text, names
 
@@ -410,6 +416,8 @@ def _training_rows(files: Sequence[str | Path]) -> list[GoldStory]:
                 wanted = [("references", w) for w in ch.references or ()]
                 wanted += [("name", w) for w in re.findall(r"\w+", name or "")]
                 for field, w in wanted:
+                    if field == "references" and not phrase_tokens(w):  # "" matched anywhere, "." nowhere
+                        raise DataError(f"{where}: {key} references hold {w!r}, which holds no word; drop it")
                     if not re.search(rf"(?<!\w){re.escape(w)}(?!\w)", gs.story.text, re.IGNORECASE):
                         raise DataError(f"{where}: {key} {field} hold {w!r}, which does not occur in the story; "
                                         f"correct the label or the text")
@@ -459,8 +467,9 @@ def _holding_word(words: Sequence[str], phrase: str) -> str:
 #: as a determiner's and "helped her find" as an object's; an elision's apostrophe after a closing quotation mark or
 #: two spaces is a word of its own; "male", "cowboy", "Englishman", "Auntie" and a few more are flipped (their
 #: labels kept the old gender); "his" before "was", "is" or "to" stands alone ("hers", not "her"). 6: an
-#: ellipsis character ends a sentence as "..." does ("held her close\u2026" is an object's "her").
-TARGETS_VERSION = 6
+#: ellipsis character ends a sentence as "..." does ("held her close\u2026" is an object's "her"). 7: the name swap
+#: replaces a name inside markdown's underscores ("_Priya_", "_SCOLA MORPBIES_"), a word of its own to the tagger.
+TARGETS_VERSION = 7
 
 
 def _targets_version(recorded: dict[str, Any]) -> Any:

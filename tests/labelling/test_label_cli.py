@@ -501,6 +501,9 @@ def test_bad_rows_name_their_file_line_and_field(tmp_path, gold_path):
            "absent_ref": {**row, "labels": {"subject": {**row["labels"]["subject"],
                                                         "references": ["She", "xyzzy"]}}},
            "no_text": {**row, "text": ""},
+           # a reference of no word: "" was said to be written inside a word of the story, "." not in the story
+           "blank_ref": {**row, "labels": {"subject": {**row["labels"]["subject"], "references": ["She", ""]}}},
+           "dot_ref": {**row, "labels": {"subject": {**row["labels"]["subject"], "references": ["She", "."]}}},
            "owners": {"id": "o1", "domain": "Learning", "condition": "laden", "model": "m",
                       "roles": {"subject": "teacher", "object": "student"}, "text": "Ana taught Mia. She smiled.",
                       "labels": {"subject": {"name": "Ana", "references": ["She"], "gender": "Female"},
@@ -508,7 +511,8 @@ def test_bad_rows_name_their_file_line_and_field(tmp_path, gold_path):
                       "reference_owners": {"she": ["subject", "object"]}}}
     want = {"labels_str": "`labels.subject` must be an object", "labels_list": "`labels` must map each role",
             "absent_ref": "subject references hold 'xyzzy', which does not occur in the story",
-            "no_text": "has no text", "owners": "story 'o1': reference_owners.she lists 2 owner(s)"}
+            "no_text": "has no text", "blank_ref": "subject references hold '', which holds no word; drop it",
+            "dot_ref": "subject references hold '.', which holds no word; drop it", "owners": "story 'o1': reference_owners.she lists 2 owner(s)"}
     for name, r_ in bad.items():
         p = tmp_path / f"{name}.jsonl"
         p.write_text(json.dumps(r_) + "\n")

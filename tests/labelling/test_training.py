@@ -126,6 +126,26 @@ def test_a_name_written_in_another_case_than_its_label_is_swapped_in_each_spelli
     assert len(seen) > 3
 
 
+def test_a_name_inside_markdown_underscores_is_swapped():
+    """``\\b`` reads "_Priya_" as one word, so the swap left it in the text while the label held the new name, and
+    the tagger, which reads "Priya" between the underscores, was taught that word as no one's."""
+    import random
+
+    from harness.labelling.data import parse_row
+    from harness.labelling.training import _swap_names
+
+    gs = parse_row({**ROW, "roles": {"subject": "student"}, "text": "_Priya_ stayed. __PRIYA__ won. Priya2 and "
+                    "Priyanka did not. Priya smiled.",
+                    "labels": {"subject": {"name": "Priya", "references": [], "gender": None}}}, "a", "row 1")
+    seen = set()
+    for seed in range(20):
+        text, names = _swap_names(gs, random.Random(seed))
+        new = names["subject"]
+        assert text == f"_{new}_ stayed. __{new.upper()}__ won. Priya2 and Priyanka did not. {new} smiled.", seed
+        seen.add(new)
+    assert len(seen) > 3
+
+
 @pytest.mark.parametrize("text, subject, obj", [
     ("Jamie paid. My sibling Jamie smiled at me. He laughed.", "Jamie", "Jamie"),
     ("Jordan Lee coached Sam Jordan. Sam Jordan thanked him.", "Jordan Lee", "Sam Jordan"),
