@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 #: The version of the decoding (the encoder labeller's info carries it): a release that decodes a story's
 #: scores into other labels bumps it, so a run's labels of two versions are not mixed.
-DECODER_VERSION = "19"  # 2: a name never runs across a line break; 3: words compared composed (NFC), a title
+DECODER_VERSION = "20"  # 2: a name never runs across a line break; 3: words compared composed (NFC), a title
 # joins a name only on its line and abbreviated across a point, particles only after a name word or a title, the checks
 # read completed names; 4: a quotation left open ends with its line, an inch mark opens none, the action check's
 # object control, things not done, third parties, claims that are none, a name's word only capitalised, and closed
@@ -81,7 +81,11 @@ DECODER_VERSION = "19"  # 2: a name never runs across a line break; 3: words com
 # first name a no-break space before the surname), "First friend" and "who pays the bill " read as the model reads
 # them (in any case and spacing; ``role_agent``); 19: an ellipsis character ends a sentence as "..." does
 # (``role_apposition``'s stops, ``words.her_is_possessive``: "held her close\u2026"), and a dash written "--" or
-# " - " opens one as "\u2014" does (``name_completion``: "-- Will Emily call?")
+# " - " opens one as "\u2014" does (``name_completion``: "-- Will Emily call?"); 20: (``role_agent``) a quotation
+# that a third person says ("the bartender said") is no character's, a preamble's line may end in "\r\n" or "\r", a
+# quotation opened again by a paragraph's mark goes on over its sentences; (``pronoun_binding``,
+# ``role_apposition``) a name's word after an apostrophe is keyed whole: O'Brien and O'Connor share no word, and no
+# binding reads a word that a truncated story's windows never read
 #: The hyphens that join a name's parts, as ``words.split_words`` keeps them inside a word: ASCII's, U+2010 and the
 #: no-break U+2011 ("O'Neil\u2011Smith", "al\u2011Rashid").
 HYPHENS = frozenset("-\u2010\u2011")
@@ -99,6 +103,16 @@ PRONOUN_FAMILIES = (
     ("fae", "faer", "faers", "faerself"),
 )
 _FAMILY = {w: i for i, fam in enumerate(PRONOUN_FAMILIES) for w in fam}
+
+
+def _unread(e: _Encoded) -> frozenset[int]:
+    """The indices of the story's words that a truncated story's encoding (or windows) never read; none otherwise."""
+    if not e.truncated:
+        return frozenset()
+    read = [t >= 0 for t in e.word_token]
+    for w in e.windows or ():
+        read = [r or t >= 0 for r, t in zip(read, w.word_token)]
+    return frozenset(k for k, r in enumerate(read) if not r)
 
 
 @dataclass(frozen=True)
@@ -266,7 +280,10 @@ class WordDecoder:
             # the checks read single-quote dialogue as quotations ("'Let me pay,' he said")
             text, split = as_double_quotes(story.text, e.words, single_quote_dialogue(story.text, e.words))
             texts.append(text)
-            words = ["" if u else w for (w, _, _), u in zip(split, unstated)]  # no binding reads "s/he"'s "he"
+            # no binding reads "s/he"'s "he", nor a word past what a truncated story's windows read: "labelled as far
+            # as they reach" (a "he" in the unread end was bound to a character)
+            unread = _unread(e)
+            words = ["" if u or k in unread else w for k, ((w, _, _), u) in enumerate(zip(split, unstated))]
             lines = line_starts(text, split)  # where a quotation left open ends; where no apposition reaches
             if self.pronoun_binding:
                 chars = bind_unreferenced(words, chars, story.roles, her_is_possessive, self.name_table,

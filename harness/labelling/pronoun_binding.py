@@ -66,12 +66,26 @@ _SENTENCE_END = frozenset({".", "!", "?", "\u2026"})
 
 def name_words(name: str | None) -> frozenset[str]:
     """A name's capitalised words other than titles, case-folded ("Dr. Ana Ruiz" -> {"ana", "ruiz"}),
-    split as the story's words are (``split_words``), so that they can be compared with them: "O'Brien"
-    is the story's words "O" and "'Brien" (name word "o"), a decomposed "José" or "प्रिया" one word."""
+    split as the story's words are (``split_words``), so that they can be compared with them (``name_key``):
+    "O'Brien" is the story's words "O" and "'Brien", joined again (name word "o'brien": as "o", Sean O'Brien
+    and Liam O'Connor shared a word, and Father O'Malley was Sean), a decomposed "José" or "प्रिया" one word."""
     if not name:
         return frozenset()
-    return frozenset(w.lower() for w, _, _ in split_words(name)
+    ws = [w for w, _, _ in split_words(name)]
+    return frozenset(name_key(ws, i) for i, w in enumerate(ws)
                      if starts_capitalised(w) and w.lower() not in NAME_TITLES)
+
+
+_APOSTROPHES = ("'", "\u2019")
+
+
+def name_key(words: Sequence[str], i: int) -> str:
+    """Word ``i`` case-folded as ``name_words`` keys it: with the next word when that is the rest of the name after
+    an apostrophe ("O", "'Brien" -> "o'brien"; not a possessive "'s")."""
+    w = words[i].lower()
+    if i + 1 < len(words) and words[i + 1][:1] in _APOSTROPHES and words[i + 1][1:].lower() not in ("s", ""):
+        return w + words[i + 1].lower()
+    return w
 
 
 def _seen_as(name: str | None) -> frozenset[str]:
@@ -184,8 +198,9 @@ def _bound_in_sentences(words: Sequence[str], line_starts: Collection[int], mine
         k = w.lower()
         if in_quote:  # a name in what someone says is whom it is said to or of, not who acts ('"My lad," Hank said, his')
             continue
-        seen_x = seen_x or (k in mine and starts_capitalised(w))  # "Drew", not "He drew his sword"
-        seen_y = seen_y or (k in theirs and starts_capitalised(w)) or k in their_refs
+        key = name_key(words, i)
+        seen_x = seen_x or (key in mine and starts_capitalised(w))  # "Drew", not "He drew his sword"
+        seen_y = seen_y or (key in theirs and starts_capitalised(w)) or k in their_refs
         if seen_x and not seen_y and binds(i, k):
             if touched_possessive(words, i):
                 seen_y = True
@@ -318,4 +333,4 @@ def _with_words(characters: tuple[CharacterLabel, ...], x: int, found: Sequence[
 
 
 __all__ = ["BOUND", "SINGULAR_THEY", "THEY_VETO_STRENGTH", "TOUCHED", "TOUCHING", "bind_singular_they",
-           "bind_unreferenced", "claim_unheld", "name_words", "touched_possessive"]
+           "bind_unreferenced", "claim_unheld", "name_key", "name_words", "touched_possessive"]

@@ -44,7 +44,7 @@ from functools import lru_cache
 
 from harness.errors import ConfigError
 from harness.identity.gender import infer_gender
-from harness.labelling.base import ABBREVIATED_TITLES, QUOTES, breaks_line, quoted
+from harness.labelling.base import ABBREVIATED_TITLES, LINE_BREAKS, QUOTES, breaks_line, quoted
 from harness.labelling.name_gender import BINARY_PRONOUNS
 
 
@@ -266,14 +266,22 @@ def _sentences(text: str) -> tuple[list[str], list[str]]:
 _STORY_WORD = re.compile(r"\bstory\b", re.IGNORECASE)
 
 
+#: A line's end as ``base.LINE_BREAKS`` reads one, "\r\n" as one.
+_LINE_END = re.compile("\r\n|[" + re.escape("".join(sorted(LINE_BREAKS))) + "]")
+
+
 def _preamble_end(text: str) -> int:
     """Where the story starts after a preamble (``_STORY_WORD`` before a colon that ends the first line, spaces or
-    tabs aside), or 0. Read with string methods: the regular expression it replaced backtracked quadratically on a
-    long first line that says "story" often (2 s at 200,000 characters)."""
-    first, newline, _ = text.partition("\n")
-    line = first.rstrip(" \t")
-    if newline and line.endswith(":") and _STORY_WORD.search(line, 0, len(line) - 1):
-        return len(first) + 1
+    tabs aside; a line ends as ``base.LINE_BREAKS`` reads one, "\r\n" as one), or 0. Only the line's end is
+    searched for, and the colon and the word are read with string methods: a regular expression over the whole
+    line, which this replaced, backtracked quadratically on a long first line that says "story" often (2 s at
+    200,000 characters)."""
+    newline = _LINE_END.search(text)
+    if newline is None:
+        return 0
+    line = text[:newline.start()].rstrip(" \t")
+    if line.endswith(":") and _STORY_WORD.search(line, 0, len(line) - 1):
+        return newline.end()
     return 0
 
 
@@ -300,8 +308,11 @@ def _quote_open_before(sents: Sequence[str], gaps: Sequence[str]) -> list[bool]:
                 if k + 1 >= len(sents) or breaks_line(gaps[k]):
                     break
                 k += 1
-            open_ = sent[:1] in QUOTES or bool(line) and (
+            reopened = sent[:1] in QUOTES
+            open_ = reopened or bool(line) and (
                 line[0] == "\u201d" or (line[0] == '"' and line.count('"') % 2 == 1))
+            if reopened and sent[:1] == '"':  # the mark that opens it again does not close it
+                marks[j] = marks[j][1:]
         out.append(open_)
         for m in marks[j]:
             open_ = not open_ if m == '"' else m == "\u201c"
@@ -524,7 +535,8 @@ def _speaker(sent, only: Split) -> int | None:
     quoted sentence that names none: the speaker of the sentence after it when the quote ends in "!"
     or "?" ('"I got the job!" John shouted.', which the parser splits in two), else of the sentence
     before it, whose words it goes on. A sentence inside a quote that opened in an earlier sentence
-    ('"You're going. I've decided."') has the speaker of the sentences before it, up to three back."""
+    ('"You're going. I've decided."') has the speaker of the sentences before it, up to three back. A verb of
+    saying whose subject is neither character (``_THIRD``) ends the search with no speaker."""
     found = _speakers(sent, only)
     doc = sent.doc
     if not found and sent[0].text in QUOTES:
@@ -541,12 +553,24 @@ def _speaker(sent, only: Split) -> int | None:
         found = _speakers(prev, only)
         if not found and prev[0].text in QUOTES and prev.start > 0:
             found = _speakers(doc[prev.start - 1].sent, only)
-    return found.pop() if len(found) == 1 else None
+    return found.pop() if len(found) == 1 and _THIRD not in found else None
+
+
+#: A speaker who is neither character ("the bartender said", "her father said"), among ``_speakers``' characters.
+_THIRD = -1
 
 
 def _speakers(sent, only: Split) -> set[int]:
-    found = {_named_or_antecedent(c, only) for t in sent if _verb_lemma(t) in _SAY and not _in_quote(t)
-             for c in _say_subjects(t)}
+    """The characters (0, 1) the sentence's verbs of saying have as subjects, outside quotes, and ``_THIRD`` for a
+    subject that is a noun or name of neither: the words are someone else's, not a reason to read the speaker of
+    the sentence before ('Sarah smiled. "This round is on me," the bartender said.' was Sarah's claim). A pronoun
+    that names neither is unknown, not a third person."""
+    found = set()
+    for t in sent:
+        if _verb_lemma(t) in _SAY and not _in_quote(t):
+            for c in _say_subjects(t):
+                who = _named_or_antecedent(c, only)
+                found.add(_THIRD if who is None and c.tag_.startswith("NN") else who)
     found.discard(None)
     return found
 

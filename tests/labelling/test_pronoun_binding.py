@@ -173,7 +173,20 @@ def test_name_words_drop_titles_and_fold_case():
     assert name_words(None) == frozenset() and name_words("the chef") == frozenset()
     assert name_words("Dr. 李明") == {"李明"}  # scripts without case
     assert name_words("محمد علي") == {"محمد", "علي"}
-    assert name_words("Megan O'Brien") == {"megan", "o"}  # the story's words: "O", "'Brien"
+    assert name_words("Megan O'Brien") == {"megan", "o'brien"}  # the story's words "O", "'Brien", joined again
+    assert name_words("Sean\u2019s") == {"sean"}  # a possessive is no part of the name
+
+
+def test_names_after_an_apostrophe_are_told_apart():
+    """"O'Brien" was keyed by its "O": Sean O'Brien and Liam O'Connor shared a word, so nothing was bound between
+    them, and Father O'Malley's "O" showed Sean O'Brien in the sentence, whose "his" he was then given."""
+    text = "Sean met Liam O'Connor. Sean smiled, and he waved at his friend."
+    assert bind(text, "Sean O'Brien", [], "Liam O'Connor", ["he", "his"])[0] == ("he", "his")
+    assert bind(text.replace("O'Connor", "Keane"), "Sean O'Brien", [], "Liam Keane", ["he", "his"])[0] == ("he", "his")
+    text = "Liam Keane sat down. Father O'Malley smiled, and his voice was warm."
+    assert bind(text, "Sean O'Brien", [], "Liam Keane", ["he"])[0] == ()
+    text = "Liam Keane sat down. O'Brien smiled, and his voice was warm."
+    assert bind(text, "Sean O'Brien", [], "Liam Keane", ["he"])[0] == ("his",)
 
 
 def test_the_decoder_binds_after_the_name_check(tagged, table):
@@ -184,6 +197,25 @@ def test_the_decoder_binds_after_the_name_check(tagged, table):
     off = WordDecoder(0.5, True, 384, table, pronoun_binding=False).decode(story, enc, p)
     assert [(c.name, c.references) for c in off.characters] == [("Chef Paul", ()), ("Max", ("his",))]
     assert [(c.name, c.references) for c in on.characters] == [("Chef Paul", ("he",)), ("Max", ("his",))]
+
+
+def test_the_decoder_binds_no_word_a_truncated_story_never_read(tagged, table):
+    """A story past what the model reads is "labelled as far as they reach", but binding read its whole text: the
+    "he" of the unread end was given to Paul. Words the encoding read still bind (the window of a long story)."""
+    import dataclasses
+
+    text = "Chef Paul watched Max cook. Max plated his dish. Paul stood, and he spoke."
+    enc, p = tagged(text, [("Paul", 0), ("Max", 2), ("his", 3)])
+    story = StoryInput("x", text, ROLES)
+    cut = len(enc.word_token) - 4  # "and he spoke ." never read
+    short = dataclasses.replace(enc, word_token=enc.word_token[:cut] + [-1] * 4, truncated=True)
+    labels = WordDecoder(0.5, True, 384, table).decode(story, short, p)
+    assert labels.status.startswith("truncated")
+    assert [(c.name, c.references) for c in labels.characters] == [("Chef Paul", ()), ("Max", ("his",))]
+    # a second window that read the end: bound again
+    window = dataclasses.replace(enc, word_token=[-1] * cut + enc.word_token[cut:], truncated=False)
+    both = WordDecoder(0.5, True, 384, table).decode(story, dataclasses.replace(short, windows=[short, window]), p)
+    assert [(c.name, c.references) for c in both.characters] == [("Chef Paul", ("he",)), ("Max", ("his",))]
 
 
 FAMILY = {"he", "him", "his", "himself", "she", "her", "hers", "herself"}

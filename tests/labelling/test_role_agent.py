@@ -232,12 +232,31 @@ def test_quotes_claims_passives_and_later(text, want):
     ('"Wait, John said.\n\nSarah smiled. "I\'ll pay."', [("pay", 1), ("said", 1)]),
     # a quotation over two paragraphs, opened again by the second: its "I" is still the speaker's
     ('"Listen," Sarah said. "Dinner was lovely.\n\n"And I\'ll pay this time."', [("pay", 1), ("said", 1)]),
+    # ... and its later sentences are in it too (the mark that opened it again closed it)
+    ('Sarah smiled. "Dinner was lovely.\n\n"And honestly, you did so much. Let me pay. Please."',
+     [("pay", 1), ("said", 1)]),
     ("She was 5\u20192\u201d. \u201cI\u2019ll pay,\u201d John said.", [("pay", 0), ("said", 0)]),
     # a quotation the next line closes goes on over the line break (a note, a poem)
     ('"I love you.\nLet me pay," John said.', [("pay", 0), ("said", 0)]),
 ])
 def test_a_stray_quotation_mark_misreads_one_paragraph_at_most(text, want):
     assert sorted(action_clauses(text, action_for(PAYS), JOHN, SARAH)) == sorted(want)
+
+
+@pytest.mark.parametrize("text", [
+    'Sarah smiled. "This round is on me," the bartender said.',
+    'Sarah smiled at John. "I\'ll pay for the wine," her father said.',
+    '"This one is on me," the waiter said, and Sarah laughed.',
+    'John paid for dinner. Sarah smiled at John. "I\'ll pay for the wine," her father said.',
+])
+def test_words_a_third_person_says_are_no_characters(text):
+    """A verb of saying whose subject is neither character ("the bartender said") gave the quotation the speaker
+    of the sentence before it, or of another verb of saying ("Sarah laughed"): Sarah paid, and a story where John
+    did was read with its roles exchanged."""
+    want = [("paid", 0)] if text.startswith("John paid") else []
+    assert action_clauses(text, action_for(PAYS), JOHN, SARAH) == want
+    teaching = 'John smiled. "Let me show you how," the instructor said.'
+    assert action_clauses(teaching, action_for("friend who does the teaching"), JOHN, SARAH) == []
 
 
 @pytest.mark.parametrize("description, text, want", [
@@ -647,11 +666,14 @@ def test_a_preamble_that_restates_the_prompt_is_not_parsed(preamble):
 
 @pytest.mark.parametrize("text, end", [("A story:\nTom", 9), ("A story: \t\nTom", 11), ("Story:\n", 7),
                                        ("A story:", 0), ("A storyteller:\nTom", 0), ("Tom: a story\nx", 0),
-                                       ("A story: Tom\nx", 0), ("x\nA story:\n", 0), ("STORY:\r\nTom", 0),
+                                       ("A story: Tom\nx", 0), ("x\nA story:\n", 0), ("STORY:\r\nTom", 8),
+                                       ("A story:\rTom", 9), ("A story:\u2028Tom", 9), ("A story: \r\n", 11),
                                        ("a story, a story: \nTom", 19)])
 def test_a_preamble_ends_after_its_first_line(text, end):
     """A preamble is a first line with "story" before a colon that ends it (spaces and tabs aside), read with
-    string methods: the regular expression before them backtracked quadratically on a long first line."""
+    string methods: the regular expression before them backtracked quadratically on a long first line. A line
+    ends as ``base.LINE_BREAKS`` reads one: "STORY:\r\n" and a text of "\r" lines kept their preamble, whose
+    restated action ("in which Maya pays the bill") voted against the story's."""
     from harness.labelling import role_agent
 
     assert role_agent._preamble_end(text) == end

@@ -72,6 +72,9 @@ def test_roles_without_two_nouns_or_names_are_not_checked():
     assert appositions(text, ("star student", "struggling student in math class"), ["Emily", "Maria"]) is None
     assert appositions("An actor, Ethan.", FAN, [None, "Ethan"]) is None
     assert appositions("An actor, Ethan Cole.", FAN, ["Ethan Cole", "Ethan"]) is None  # the names share a word
+    # "O'Brien" and "O'Connor" share no word (both were keyed by their "O")
+    assert dict(appositions("The fan, Sean O'Brien, met an actor, Liam O'Connor.", FAN,
+                            ["Sean O'Brien", "Liam O'Connor"])) == {(1, 0): 1, (0, 1): 1}
 
 
 @pytest.mark.parametrize("name", ["Omar al-Rashid", "Leonardo da Vinci", "Ludwig van Beethoven", "Ethan O'Brien-Smith"])
