@@ -45,7 +45,7 @@ from harness.errors import BackendError, ConfigError
 from harness.identity.names import name_lists
 from harness.labelling import role_agent
 from harness.labelling.base import Labeller, StoryInput, StoryLabels
-from harness.labelling.bases import DEFAULT_BASE, base_encoder
+from harness.labelling.bases import BASES, DEFAULT_BASE, base_encoder
 from harness.labelling.decoder import REFERENCE_POOLS, WordDecoder
 from harness.labelling.host_pool import HostPool, HostWorkerError
 from harness.labelling.name_gender import default_table, female_shares
@@ -184,10 +184,14 @@ def read_model_meta(path: Path, what: str = "model directory") -> dict[str, Any]
     # without them the tokenizer library builds one of 5 tokens, silently: every label nonsense, every status ok
     if not any((path / "encoder" / t).is_file() for t in ("tokenizer.json", "vocab.txt")):
         raise ConfigError(f"{what} {path}: not a complete trained encoder (encoder/tokenizer.json missing); {retrain}")
-    try:
-        config = json.loads((path / "encoder" / "config.json").read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{what} {path}: encoder/config.json is not valid JSON ({e}); {retrain}") from None
+    config = {}
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):  # named, not "encoder/ could not load"
+        if name == "config.json" or (path / "encoder" / name).is_file():
+            try:
+                read = json.loads((path / "encoder" / name).read_text())
+            except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                raise ConfigError(f"{what} {path}: encoder/{name} is not valid JSON ({e}); {retrain}") from None
+            config = read if name == "config.json" else config
     _check_meta(meta, config if isinstance(config, dict) else {}, f"{what} {path}: meta.json", retrain)
     return meta
 
@@ -203,8 +207,9 @@ def _check_meta(meta: dict[str, Any], config: dict[str, Any], where: str, retrai
     for field in ("train", "report", "versions", "soup"):
         if field in meta and not isinstance(meta[field], dict):
             raise ConfigError(f"{where}: {field} must be an object, got {type(meta[field]).__name__}; {retrain}")
-    if not isinstance(meta.get("base_name", DEFAULT_BASE), str):
-        raise ConfigError(f"{where}: base_name must be a string, got {meta['base_name']!r}; {retrain}")
+    if not isinstance(meta.get("base_name", DEFAULT_BASE), str) or meta.get("base_name", DEFAULT_BASE) not in BASES:
+        raise ConfigError(f"{where}: base_name must be one of {', '.join(sorted(BASES))}, got {meta['base_name']!r}; "
+                          f"{retrain}")
 
 
 #: Words of a role description the model reads (the suites' longest has 9): a description of hundreds of words
@@ -729,9 +734,10 @@ class EncoderLabeller(Labeller):
             # 90,000 stories: batch 256 9,000 and 11,167 stories/s, 1,024 12,309 and 12,908, 2,048 14,682 once;
             # benchmarks/RESULTS.md, labelling on the GPU). A window of 64 batches is then 65,536 stories.
             self.default_batch_size = 1024
-        loading = "encoder/"
+        loading = "encoder/'s tokenizer"
         try:  # a broken file was the library's traceback: a one-line error naming it
             self.tokenizer = AutoTokenizer.from_pretrained(str(self.path / "encoder"))
+            loading = "encoder/'s weights"
             model = _build_model(self.path / "encoder")
             loading = "head.pt"
             head = (self.path / "head.pt").read_bytes()

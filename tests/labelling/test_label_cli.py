@@ -433,11 +433,15 @@ def test_an_incomplete_model_directory_is_named(tmp_path, gold_path, tiny_encode
     (lambda d: _edit_meta(d, max_length=None), "meta.json: max_length must be a whole number"),
     (lambda d: _edit_meta(d, max_length=1024), "from 8 to the model's 512 positions, got 1024"),
     (lambda d: _edit_meta(d, train=None), "meta.json: train must be an object, got NoneType"),
-    (lambda d: _edit_meta(d, base_name=["minilm"]), "meta.json: base_name must be a string"),
-    # broken files were the libraries' tracebacks
+    (lambda d: _edit_meta(d, base_name=["minilm"]), "meta.json: base_name must be one of minilm, mpnet, got ['mi"),
+    # an unknown base was "unknown base encoder 'x'", naming neither the directory nor meta.json
+    (lambda d: _edit_meta(d, base_name="nosuchbase"), "meta.json: base_name must be one of minilm, mpnet, got 'nos"),
+    # broken files were the libraries' tracebacks; then "encoder/ could not be loaded", naming no file of it
     (lambda d: (d / "head.pt").write_bytes((d / "head.pt").read_bytes()[:100]), "head.pt could not be loaded ("),
-    (lambda d: (d / "encoder" / "model.safetensors").write_bytes(b"\0" * 8), "encoder/ could not be loaded ("),
+    (lambda d: (d / "encoder" / "model.safetensors").write_bytes(b"\0" * 8), "encoder/'s weights could not be loaded"),
     (lambda d: (d / "encoder" / "config.json").write_text("{"), "encoder/config.json is not valid JSON"),
+    (lambda d: (d / "encoder" / "tokenizer.json").write_text("{"), "encoder/tokenizer.json is not valid JSON"),
+    (lambda d: (d / "encoder" / "tokenizer_config.json").write_text("{"), "encoder/tokenizer_config.json is not valid"),
 ])
 def test_a_broken_model_directory_is_a_one_line_error(tmp_path, gold_path, tiny_encoder, broken, says):
     import shutil
