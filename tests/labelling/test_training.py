@@ -106,42 +106,28 @@ def test_a_name_labelled_in_another_case_than_the_storys_is_not_swapped_in_the_l
     assert swapped > 5
 
 
-def test_a_name_written_in_another_case_than_its_label_is_swapped_in_each_spelling():
-    """The swap matched the label's spelling alone: "GREG" (or "Min-jun" of a "Min-Jun") stayed in the text while
-    the label held the new name, so that word was taught as no one's name; a lowercase word ("grace") is no name."""
+@pytest.mark.parametrize("text, written", [
+    # the swap matched the label's spelling alone: "GREG" (or "Min-jun" of a "Min-Jun") stayed in the text while the
+    # label held the new name, so that word was taught as no one's name; a lowercase word ("grace") is no name
+    ("Grace taught. GREAT, GRACE! She said grace.", "{new} taught. GREAT, {upper}! She said grace."),
+    # ``\\b`` read "_Grace_" as one word: the swap left it while the tagger reads "Grace" between the underscores
+    ("_Grace_ stayed. __GRACE__ won. Grace2 and Gracelyn did not. Grace smiled.",
+     "_{new}_ stayed. __{upper}__ won. Grace2 and Gracelyn did not. {new} smiled."),
+])
+def test_a_name_is_swapped_in_each_spelling_the_tagger_reads(text, written):
     import random
 
     from harness.labelling.data import parse_row
     from harness.labelling.training import _swap_names
 
-    gs = parse_row({**ROW, "roles": {"subject": "teacher"}, "text": "Grace taught. GREAT, GRACE! She said grace.",
+    gs = parse_row({**ROW, "roles": {"subject": "teacher"}, "text": text,
                     "labels": {"subject": {"name": "Grace", "references": ["She"], "gender": "Female"}}},
                    "a", "row 1")
     seen = set()
     for seed in range(20):
-        text, names = _swap_names(gs, random.Random(seed))
+        new_text, names = _swap_names(gs, random.Random(seed))
         new = names["subject"]
-        assert text == f"{new} taught. GREAT, {new.upper()}! She said grace.", seed
-        seen.add(new)
-    assert len(seen) > 3
-
-
-def test_a_name_inside_markdown_underscores_is_swapped():
-    """``\\b`` reads "_Priya_" as one word, so the swap left it in the text while the label held the new name, and
-    the tagger, which reads "Priya" between the underscores, was taught that word as no one's."""
-    import random
-
-    from harness.labelling.data import parse_row
-    from harness.labelling.training import _swap_names
-
-    gs = parse_row({**ROW, "roles": {"subject": "student"}, "text": "_Priya_ stayed. __PRIYA__ won. Priya2 and "
-                    "Priyanka did not. Priya smiled.",
-                    "labels": {"subject": {"name": "Priya", "references": [], "gender": None}}}, "a", "row 1")
-    seen = set()
-    for seed in range(20):
-        text, names = _swap_names(gs, random.Random(seed))
-        new = names["subject"]
-        assert text == f"_{new}_ stayed. __{new.upper()}__ won. Priya2 and Priyanka did not. {new} smiled.", seed
+        assert new_text == written.format(new=new, upper=new.upper()), seed
         seen.add(new)
     assert len(seen) > 3
 
