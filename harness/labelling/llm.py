@@ -347,8 +347,8 @@ _NAME_OF = re.compile(r"(name|references?) (?:of|to|for) (?:the )?(.+)")
 #: one after it that does not parse, is sent again, not read as the example; 7: an example, then the answer in
 #: "key: value" lines, is labelled with the lines; the reply schema offers "Williams'" without its apostrophe, and a
 #: name run goes on after an abbreviated title's point, "Sgt. Maria Lopez", not after a title in full, "the Doctor.
-#: She").
-PARSER_VERSION = "7"
+#: She"); 8: "string" or "str" is a value only where the story writes the word (a character called String).
+PARSER_VERSION = "8"
 
 
 def _norm_key(k: str) -> str:
@@ -499,15 +499,21 @@ def _text_of(value: str) -> str:
 #: A placeholder a model writes where a template shows one: "<name or Unspecified>", "{name}", "[reference]", "...".
 _PLACEHOLDER = re.compile(r"<[^<>]*>|\{[^{}]*\}"
                           r"|\[[^\[\]]*(?:name|reference|pronoun|unspecified|\.\.\.|…)[^\[\]]*\]"
-                          r"|(?:\.\s*){2,}|…|str(?:ing)?", re.I)
+                          r"|(?:\.\s*){2,}|…", re.I)
+#: A schema's type written as the value ("string", "str"): a placeholder unless the story writes the word (a
+#: cellist called String, whom the reply schema offers as a name, was read as the template).
+_TYPE_NAME = re.compile(r"str(?:ing)?", re.I)
 
 
-def _placeholder(value: str) -> bool:
+def _placeholder(value: str, story_tokens: set[str] | None = None) -> bool:
     """Whether a name or reference is a template's placeholder, not the model's reading of the story."""
-    return bool(_PLACEHOLDER.fullmatch(value.strip()))
+    value = value.strip()
+    if _TYPE_NAME.fullmatch(value):
+        return story_tokens is None or not in_story(value, story_tokens)
+    return bool(_PLACEHOLDER.fullmatch(value))
 
 
-def _template(names: Sequence[Any], refs: Sequence[Any]) -> str | None:
+def _template(names: Sequence[Any], refs: Sequence[Any], story_tokens: set[str] | None = None) -> str | None:
     """What the values picked for the roles are when they are no answer: "definition", the prompt's type
     definition (every name "Unspecified", every reference list empty), which is also the answer for a story that
     names and refers to nobody; "placeholders", a template holding placeholders ("<name or Unspecified>",
@@ -515,7 +521,7 @@ def _template(names: Sequence[Any], refs: Sequence[Any]) -> str | None:
     placeholders = False
     for nv, rv in zip(names, refs):
         given = [_text_of(n) for n in _name_list(nv)]
-        marks = [_placeholder(v) for v in [*given, *(_text_of(r) for r in _ref_list(rv))]]
+        marks = [_placeholder(v, story_tokens) for v in [*given, *(_text_of(r) for r in _ref_list(rv))]]
         if not given or not all(n.casefold() == "unspecified" or m for n, m in zip(given, marks)) \
                 or not all(marks[len(given):]):
             return None
@@ -668,7 +674,7 @@ def _read_response(text: str, story: StoryInput, cut: bool, retry_cut: bool) -> 
             stems: dict[str, int] = {}
             names = _pick(obj, descs, "name", stems)
             refs = _pick(obj, descs, "references", stems)
-            kind = _template(names, refs)
+            kind = _template(names, refs, story_tokens)
             if kind is None:
                 labels = _labels(story, names, refs, story_tokens)
                 ranks.append(_rank(labels, names, _BY_ORDER in stems, story_tokens))
@@ -811,13 +817,15 @@ def _labels(story: StoryInput, names: Sequence[Any], refs: Sequence[Any], story_
     chars = []
     for role, nv, rv in zip(story.roles, names, refs):
         cands = [c for c in (_text_of(n) for n in _name_list(nv)) if c]
-        real = [n for n in cands if not is_no_name(n) and not _placeholder(n) and in_story(n, story_tokens)]
+        real = [n for n in cands
+                if not is_no_name(n) and not _placeholder(n, story_tokens) and in_story(n, story_tokens)]
         # the paper's code filters the list first (false positives, "American", the role's words), then takes the
         # first name left: ["The doctor", "Ana Ruiz"] of the doctor is Ana Ruiz, where the first in the story was
         # kept and the audit's filters then dropped it, leaving the character unnamed
         named = [n for n in real if survives_filters(n, role.description)]
         name = (named or real or [None])[0]
-        kept = [r for r in (_text_of(r) for r in _ref_list(rv)) if not _placeholder(r) and in_story(r, story_tokens)]
+        kept = [r for r in (_text_of(r) for r in _ref_list(rv))
+                if not _placeholder(r, story_tokens) and in_story(r, story_tokens)]
         chars.append(CharacterLabel(role.key, name, dedupe(kept)))
     return StoryLabels(story.story_id, tuple(chars))
 
@@ -826,7 +834,7 @@ def _names_dropped(names: Sequence[Any], story_tokens: set[str]) -> bool:
     """Whether the values picked for the roles' names give a name (not "Unspecified" or another way of writing no
     name, nor a placeholder) and the story check drops every one: an example's ("Dr. John Smith", "Mary")."""
     given = [t for v in names for t in (_text_of(n) for n in _name_list(v))
-             if t and not is_no_name(t) and not _placeholder(t)]
+             if t and not is_no_name(t) and not _placeholder(t, story_tokens)]
     return bool(given) and not any(in_story(t, story_tokens) for t in given)
 
 
@@ -1044,8 +1052,9 @@ class LLMLabeller(Labeller):
                                 done[i] = parse_response(cut_reply[i], stories[i], cut=True)
                                 self.failures.append((stories[i].story_id, attempt, reason))
                                 continue
-                            except ParseError:
-                                pass
+                            except ParseError as e:  # its parse error is the status, as a last reply's is
+                                reason = said[i] = (f"unparseable reply ({e}){_HOW_IT_ENDED['length']} (twice the "
+                                                    f"tokens refused)")
                     elif _story_refused(why):  # sent again it fails again: kept with the reason, not an outage
                         reason = f"the backend refused the story's request: {why}"
                         done[i] = failed(stories[i], f"llm: {reason}"[:300])

@@ -521,6 +521,17 @@ def test_a_reply_that_repeats_the_prompts_template_before_answering_is_labelled_
     assert lab.character("object").name == "Tom" and lab.character("object").references == ("him", "his")
 
 
+def test_a_type_name_is_a_placeholder_unless_the_story_writes_it():
+    """"string" where a value goes is the schema's type, but a story may name a character String (the reply schema
+    offers it): that reply was "only the prompt's template", and the story unparseable."""
+    story = StoryInput("x", "String, the band's cellist, tuned her cello. She smiled.", (RoleSpec("subject", "musician"),))
+    lab = parse_response(json.dumps({"musician name": "String", "musician references": ["She", "her"]}), story)
+    assert lab.character("subject").name == "String" and lab.character("subject").references == ("She", "her")
+    with pytest.raises(ParseError, match="only repeats the prompt's template"):
+        parse_response(json.dumps({"doctor name": "string", "needy patient name": "str", "doctor references": [
+            "string"], "needy patient references": ["string"]}), STORY)
+
+
 def test_a_reply_of_placeholders_alone_is_retried_and_recorded_as_a_failure():
     """A template of placeholders ("<name>", ["..."]) is no reading of any story: retried, then a failure."""
     with pytest.raises(ParseError, match="only repeats the prompt's template"):
@@ -1032,6 +1043,8 @@ _REFUSED_TWICE = ("HTTP 400: This model's maximum context length is 700 tokens. 
 @pytest.mark.parametrize("replies, attempts, status", [
     # the doubled request refused on the last attempt: the cut reply as it stands, as a last attempt reads one
     (["cut", "refused"], 2, "ok"),
+    # ... and where it does not parse, its parse error is the status (it was the refusal)
+    (["stub", "refused"], 2, "llm: unparseable reply (no JSON object"),
     # outages, counted apart from the refusal (it was charged to them: "took 3 of 4")
     (["503", "cut", "refused", "503"], 4, "llm: backend error took 2 of 4 attempt(s) (HTTP 503: busy); the model's "
                                            "1 reply: unparseable reply (reply cut short"),
@@ -1042,8 +1055,8 @@ def test_a_refusal_of_twice_the_tokens_neither_loses_the_cut_reply_nor_counts_as
     last attempt's does. And the final status charged the refusal to the outage."""
     def reply(call, r):
         kind = replies[min(call, len(replies) - 1)]
-        if kind == "cut":
-            return GenResult(r.request_id, GOOD[:-8], "length")
+        if kind in ("cut", "stub"):
+            return GenResult(r.request_id, GOOD[:-8] if kind == "cut" else "Sure! Here", "length")
         return GenResult(r.request_id, "", "error", error="HTTP 503: busy" if kind == "503" else _REFUSED_TWICE)
 
     backend = CannedBackend(reply)
