@@ -85,7 +85,12 @@ DECODER_VERSION = "20"  # 2: a name never runs across a line break; 3: words com
 # that a third person says ("the bartender said") is no character's, a preamble's line may end in "\r\n" or "\r", a
 # quotation opened again by a paragraph's mark goes on over its sentences; (``pronoun_binding``,
 # ``role_apposition``) a name's word after an apostrophe is keyed whole: O'Brien and O'Connor share no word, and no
-# binding reads a word that a truncated story's windows never read
+# binding reads a word that a truncated story's windows never read; (``words``) "her" is read past emphasis marks
+# with the word before it ("let her *go*") and is an object before "'cause", "'til", "'em"; a single quotation opens
+# after any space or line break, and an elision's apostrophe after a \v, \f or \x1c-\x1e line break;
+# (``name_completion``) a title's point opens no question ("Is Mr. Will Mitchell here?"), any line break ends one, the
+# last part of "Ja'Nae-Marie" is no first name, and "Dr.Robert" is the other's Robert; (``name_gender``) a pronoun
+# with an invisible mark inside is a pronoun
 #: The hyphens that join a name's parts, as ``words.split_words`` keeps them inside a word: ASCII's, U+2010 and the
 #: no-break U+2011 ("O'Neil\u2011Smith", "al\u2011Rashid").
 HYPHENS = frozenset("-\u2010\u2011")

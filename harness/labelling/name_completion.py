@@ -44,7 +44,7 @@ from operator import itemgetter
 
 import pandas as pd
 
-from harness.labelling.base import ABBREVIATED_TITLES, NAME_TITLES, CharacterLabel, breaks_line
+from harness.labelling.base import ABBREVIATED_TITLES, LINE_BREAKS, NAME_TITLES, CharacterLabel, breaks_line
 from harness.labelling.words import fold_word, glued_name_part, starts_capitalised
 
 #: Bearers a word needs in the Census 2020 first-name counts to count as a first name here (Robert
@@ -74,7 +74,7 @@ _SENTENCE_ENDS = frozenset(":.!?\u2026\"'\u201c\u201d\u2018\u2019*_(\u2014\u2013
 # a parenthesis, a dash ("*Will Emily ever call again?*", "(Will Emily call?)", "\u2014 Will Emily call?", and
 # its ASCII forms "--" and " - ", whose hyphens are words of their own)
 #: What may end the sentence a word opens: a run of its marks, or a line's end.
-_SENTENCE_END = re.compile(r"[.!?\u2026]+|\n")
+_SENTENCE_END = re.compile(r"[.!?\u2026]+|[" + re.escape("".join(sorted(LINE_BREAKS))) + "]")  # base.LINE_BREAKS
 #: An abbreviated title just before a point: the point ends no sentence ("Will Emily forgive Mr. Thompson?").
 _TITLE_BEFORE = re.compile(rf"(?<![\w.])(?i:{'|'.join(sorted(ABBREVIATED_TITLES))})$")
 #: A lowercase word after an ellipsis: the sentence goes on ("Will Emily... ever call again?").
@@ -88,6 +88,9 @@ def _opens_a_question(text: str, words: Sequence[tuple[str, int, int]], k: int) 
     read as a first name past them."""
     if not (k == 0 or words[k - 1][0] in _SENTENCE_ENDS or breaks_line(text[words[k - 1][2]:words[k][1]])):
         return False
+    if k and words[k - 1][0] == "." and not breaks_line(text[words[k - 1][2]:words[k][1]]) and _TITLE_BEFORE.search(
+            text, max(0, words[k - 1][1] - 8), words[k - 1][1]):
+        return False  # "Is Mr. Will Mitchell here?": the title's point opens no sentence
     for end in _SENTENCE_END.finditer(text, words[k][2]):
         mark, at, after = end.group(), end.start(), end.end()
         if mark == "." and (_TITLE_BEFORE.search(text, max(0, at - 8), at)
@@ -149,6 +152,8 @@ def completed_name(name: str | None, text: str, words: Sequence[tuple[str, int, 
         name): word ``k``, or the word before it where ``k`` is the part an apostrophe splits off ("'Nae" of
         "Ja'Nae")."""
         a = k - 1 if glued_name_part(words, k) else k
+        if a and words[a - 1][0] in ("-", "\u2010", "\u2011") and words[a - 1][2] == words[a][1]:
+            return None  # the last part of a name the splitter cut ("Ja'Nae-Marie": not Marie)
         w = text[words[a][1]:words[k][2]]
         if not (starts_capitalised(w) and _name_word(w.replace("'", "").replace("\u2019", ""))
                 and text[words[k][2]:start] in _NAME_SPACES):
@@ -208,7 +213,9 @@ def complete_names(characters: tuple[CharacterLabel, ...], text: str, words: Seq
     """``characters`` with each one-word name completed (``completed_name``)."""
     out = []
     for k, c in enumerate(characters):
-        others = {fold_word(w) for j, o in enumerate(characters) if j != k and o.name for w in o.name.split()}
+        # "Dr.Robert Lee" is Dr. and Robert, as the identity module reads a title written against the name
+        others = {fold_word(p) for j, o in enumerate(characters) if j != k and o.name for w in o.name.split()
+                  for p in (w, *w.split(".")) if p}
         name = completed_name(c.name, text, words, others, table)
         out.append(c if name == c.name else replace(c, name=name))
     return tuple(out)

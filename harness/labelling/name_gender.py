@@ -218,6 +218,14 @@ BINARY_PRONOUNS = {"Male": frozenset({"he", "him", "his", "himself"}),
 BINARY_PRONOUN_WORDS = BINARY_PRONOUNS["Male"] | BINARY_PRONOUNS["Female"]
 
 
+def _is_pronoun(word: str) -> bool:
+    """Whether a reference is a binary pronoun, folded as the story's words are (``words.fold_word``): a "he" with a
+    zero-width space or soft hyphen inside, which the lexicon reads as "he", was a noun to the checks."""
+    from harness.labelling.words import fold_word
+
+    return fold_word(word) in BINARY_PRONOUN_WORDS
+
+
 def _titled_as(c: CharacterLabel, gender: str, lexicon) -> bool:
     """Whether a character's name writes a title of ``gender`` that its references hold ("Ms. Alex Reed" with
     "Ms."): the swap of two characters' lists would give the other one a title of this one's name."""
@@ -225,7 +233,7 @@ def _titled_as(c: CharacterLabel, gender: str, lexicon) -> bool:
 
     # split at points too: a title written against the name ("Ms.Alex Reed", as the identity module reads it)
     own = {w.casefold() for w in re.split(r"[\s.]+", c.name or "") if w}
-    return any(r.casefold().rstrip(".") in own and r.lower() not in BINARY_PRONOUN_WORDS
+    return any(r.casefold().rstrip(".") in own and not _is_pronoun(r)
                and infer_gender([r], lexicon=lexicon) == gender for r in c.references)
 
 
@@ -236,7 +244,7 @@ def _holds_more_than_pronouns(c: CharacterLabel, gender: str, lexicon) -> bool:
     Jordan or Sam whom the story calls "Ms. Reed" or "his girlfriend" keeps her words however her name leans."""
     from harness.identity.gender import infer_gender
 
-    return any(r.lower() not in BINARY_PRONOUN_WORDS and infer_gender([r], lexicon=lexicon) == gender
+    return any(not _is_pronoun(r) and infer_gender([r], lexicon=lexicon) == gender
                for r in c.references)
 
 
@@ -252,14 +260,14 @@ def _check_mixed(characters: tuple[CharacterLabel, ...], roles: tuple[RoleSpec, 
     from harness.identity.gender import infer_gender
 
     lexicon = default_lexicon()
-    only = tuple(replace(c, references=tuple(r for r in c.references if r.lower() in BINARY_PRONOUN_WORDS))
+    only = tuple(replace(c, references=tuple(r for r in c.references if _is_pronoun(r)))
                  for c in characters)
     if "Unsure" in (infer_gender(list(c.references), lexicon=lexicon) for c in only):
         return characters
     checked = check_pronoun_sets(only, roles, table, strength)
     if checked == only:
         return characters
-    return tuple(replace(c, references=tuple(r for r in c.references if r.lower() not in BINARY_PRONOUN_WORDS)
+    return tuple(replace(c, references=tuple(r for r in c.references if not _is_pronoun(r))
                          + k.references)
                  for c, k in zip(characters, checked))
 

@@ -468,7 +468,9 @@ def _holding_word(words: Sequence[str], phrase: str) -> str:
 #: two spaces is a word of its own; "male", "cowboy", "Englishman", "Auntie" and a few more are flipped (their
 #: labels kept the old gender); "his" before "was", "is" or "to" stands alone ("hers", not "her"). 6: an
 #: ellipsis character ends a sentence as "..." does ("held her close\u2026" is an object's "her"). 7: the name swap
-#: replaces a name inside markdown's underscores ("_Priya_", "_SCOLA MORPBIES_"), a word of its own to the tagger.
+#: replaces a name inside markdown's underscores ("_Priya_", "_SCOLA MORPBIES_"), a word of its own to the tagger;
+#: a name with an apostrophe inside marks all its words ("O'Brien-Smith"); the flip reads "her" past emphasis marks
+#: ("let her *go*": "him") and before "'cause", "'til", "'em" as an object.
 TARGETS_VERSION = 7
 
 

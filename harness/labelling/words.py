@@ -45,7 +45,7 @@ _ELISIONS = "em|til|tis|twas|cause|cos|cuz|bout|round|n|nuff|kay"
 # after a word, or an elision; elsewhere the apostrophe is a word of its own and its word another
 _WORD = re.compile(rf"{_PART}(?:[-\u2010\u2011]{_PART})*"
                    rf"|(?<=[\w{_INNER}])['\u2019][^\W\d_]+(?:[{_INNER}]+[^\W_]*)*"
-                   rf"|(?<=[^\S\r\n\x85\u2028\u2029])(?<![.!?\u2026]\s)(?<![.!?\u2026]\s\s)"
+                   rf"|(?<=[^\S\r\n\v\f\x1c-\x1e\x85\u2028\u2029])(?<![.!?\u2026]\s)(?<![.!?\u2026]\s\s)"
                    rf"(?<![.!?\u2026]['\u2019\"\u201d]\s)['\u2019](?i:{_ELISIONS})(?![\w{_INNER}])"
                    r"|[^\w\s]|_")
 
@@ -85,7 +85,9 @@ _LINE_BREAK = re.compile("[" + re.escape("".join(sorted(_LINE_BREAKS))) + "]")
 #: What may stand right before a single quotation mark that opens a quotation, and right before one that
 #: closes it: a closing mark follows the quotation's last punctuation ("'Let me pay,' he said"), which an
 #: apostrophe ending a plural possessive ("the students' books") never does.
-_BEFORE_OPENING = frozenset(" \t\r\n([{\u2014\u2013")
+_BEFORE_OPENING = frozenset("([{\u2014\u2013")  # and any space or line break (``str.isspace``)
+#: Marks no reader sees, which may start a text before its first quotation (a byte-order mark, a zero-width space).
+_UNSEEN_START = "\ufeff\u200b\u2060"
 _BEFORE_CLOSING = frozenset(".,!?;:\u2026\u2014\u2013-")
 
 
@@ -109,7 +111,9 @@ def single_quote_dialogue(text: str, words: Sequence[tuple[str, int, int]]) -> l
         if w not in ("'", "\u2018", "\u2019"):
             continue
         glued = k + 1 < len(words) and words[k + 1][1] == end and words[k + 1][0][:1].isalnum()
-        if w != "\u2019" and (start == 0 or text[start - 1] in _BEFORE_OPENING) and glued:
+        before = text[start - 1] if start else " "
+        if w != "\u2019" and glued and (before.isspace() or before in _BEFORE_OPENING or (
+                before in _UNSEEN_START and not text[:start].strip(_UNSEEN_START))):
             opening = k
         elif (w != "\u2018" and opening is not None and start > 0 and text[start - 1] in _BEFORE_CLOSING
               and (end == len(text) or not text[end].isalnum())):
@@ -200,8 +204,10 @@ def is_split_word(w: str) -> bool:
 
 def phrase_tokens(phrase: str) -> list[str]:
     """A name or reference as the folded words to look for in a story ("Dr. Ana Ruiz" -> dr, ana, ruiz),
-    without a clitic ending ("'s"; so "O'Brien" is "o")."""
-    return [fold_word(w) for w, _, _ in split_words(phrase) if is_word(w) and not w.startswith(("'", "\u2019"))]
+    without a clitic ending ("'s"; so "O'Brien" is "o"). A word after an apostrophe that another word follows is
+    kept: "O'Brien-Smith" is "o", "'brien", "smith", as the story writes it (without it the run was found nowhere)."""
+    ws = [w for w, _, _ in split_words(phrase) if is_word(w)]
+    return [fold_word(w) for k, w in enumerate(ws) if k + 1 < len(ws) or not w.startswith(("'", "\u2019"))]
 
 
 def find_all(words: list[str], seq: list[str]) -> list[int]:
@@ -226,7 +232,9 @@ _AFTER_OBJECT_HER = frozenset(
     "upon against without within toward towards among between beside besides behind under beneath above below "
     "near along since till during throughout herself himself themselves myself yourself ourselves itself "
     "everyone everybody someone somebody anyone anybody nobody anyway anyhow everywhere somewhere anywhere nowhere "
-    "halfway".split())
+    "halfway "
+    # the shortened forms ``split_words`` keeps as one word ("loved her 'cause", "kept her 'til dawn")
+    "'cause 'cos 'cuz cos cuz 'til 'bout 'round 'em".split())
 #: Prepositions after which "her back" is a determiner and its noun ("behind her back", "lay on her back"; "paid
 #: her back" keeps its object).
 _BEFORE_HER_BACK = frozenset("on onto behind at in into to from across over against down up of around".split())
@@ -309,15 +317,18 @@ def her_is_possessive(words: Sequence[str], i: int) -> bool:
     after a verb of seeing or finding, so is "her" before a word in -ing that ends the phrase ("found her crying
     in the hall", not "found her missing earring").
 
-    Markdown's emphasis marks after "her" are read past ("her **best friend**").
+    Markdown's emphasis marks around "her" and the words after it are read past ("her **best friend**", "let her
+    *go*", "*held her close*.").
 
     >>> texts = ["told her quietly", "met her very best friend", "made her very happy ."]
     >>> [her_is_possessive(t.split(), 1) for t in texts]
     [False, True, False]
     """
-    if i + 1 < len(words) and words[i + 1] in EMPHASIS_MARKS:  # the test reads a few words ahead: a window of them,
-        # not the rest of the story copied for each "her" (quadratic: 14 s at 100,000 words with 5,000 "*her*")
-        words, i = [words[i], *(w for w in words[i + 1:i + 65] if w not in EMPHASIS_MARKS)], 0
+    if not EMPHASIS_MARKS.isdisjoint(words[max(i - 2, 0):i + 4]):  # the test reads a few words ahead: a window of
+        # them, not the rest of the story copied for each "her" (quadratic: 14 s at 100,000 words with 5,000 "*her*"),
+        # with the word before "her", which the window dropped ("let her *go*" read as "her go")
+        before = [w for w in words[max(i - 3, 0):i] if w not in EMPHASIS_MARKS][-1:]
+        words, i = [*before, words[i], *(w for w in words[i + 1:i + 65] if w not in EMPHASIS_MARKS)], len(before)
     n = len(words)
     if i + 1 >= n or not is_word(words[i + 1]):
         return False

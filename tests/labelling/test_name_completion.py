@@ -80,6 +80,12 @@ def test_the_name_is_looked_for_where_it_spans_whole_words_in_the_order_written(
     ("Mitchell", "Will Mitchell paid the bill. Was it fair? Mitchell smiled.", "Will Mitchell"),
     ("Mitchell", "Will Mitchell met Dr. Ruiz. Was it fair? Mitchell smiled.", "Will Mitchell"),
     ("Mitchell", "Will Mitchell paid... Was it fair? Mitchell smiled.", "Will Mitchell"),
+    # a title's point opens no question ("Mr." read as a sentence's end lost "Will"), and any line break ends one
+    # (only "\n" did: "Was it fair?" on the next line made "Will Mitchell" a question)
+    ("Mitchell", 'Jake asked, "Is Mr. Will Mitchell here?" Mitchell waved.', "Will Mitchell"),
+    ("Mitchell", "Did Mrs. May Mitchell call? Mitchell smiled.", "May Mitchell"),
+    ("Mitchell", "Will Mitchell paid the bill\rWas it fair? Mitchell smiled.", "Will Mitchell"),
+    ("Mitchell", "Will Mitchell paid the bill\u2028Was it fair? Mitchell smiled.", "Will Mitchell"),
 ])
 def test_a_modal_that_opens_a_question_is_no_first_name(table, given, text, want):
     assert _complete(given, text, table) == want
@@ -156,6 +162,10 @@ def test_complete_names_reads_the_other_characters_names(table):
     # "Jose" is the object's name word, so the subject's "Fontaine" takes "Monique" (the next occurrence)
     assert [c.name for c in got] == ["Monique Fontaine", "Jose"]
     assert [c.references for c in got] == [("she",), ("he",)]
+    # a title written against the other's first name ("Dr.Robert Lee") is Dr. and Robert, as the identity module reads
+    text = "Mitchell met Dr.Robert Lee. Robert Mitchell? No, Mitchell left."
+    chars = (CharacterLabel("subject", "Mitchell", ("he",)), CharacterLabel("object", "Dr.Robert Lee", ("him",)))
+    assert [c.name for c in complete_names(chars, text, split_words(text), table)] == ["Mitchell", "Dr.Robert Lee"]
 
 
 def _probs(words, tags):
@@ -231,3 +241,7 @@ def test_a_first_name_an_apostrophe_splits_completes_a_surname(tmp_path):
     for first in ("Ja'Nae", "Ja\u2019Nae", "Janae"):
         text = f"The lawyer, {first} Mitchell, met David. Mitchell listened."
         assert _complete("Mitchell", text, str(path)) == f"{first} Mitchell"
+    # the last part of a name the splitter cuts after its apostrophe is no first name ("Ja'Nae-Marie": not Marie)
+    pd.DataFrame({"key": ["JANAE", "MARIE", "MITCHELL"], "census_count": [14_883, 400_000, 124_000],
+                  "nd_female": [0.99, 0.99, 0.065]}).to_parquet(path)
+    assert _complete("Mitchell", "Ja'Nae-Marie Mitchell waved. Mitchell left.", str(path)) == "Mitchell"
