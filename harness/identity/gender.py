@@ -124,7 +124,8 @@ def normalise_token(token: str) -> str:
     >>> [normalise_token(t) for t in ["she\u00b4s", "'She's", "\u2018He\u2019d"]]
     ['she', 'she', 'he']
     """
-    t = _LEADING_NON_WORD.sub("", unicodedata.normalize("NFKC", token.translate(_QUOTES)).casefold().translate(_QUOTES))
+    t = unicodedata.normalize("NFKC", token.translate(_QUOTES)).casefold().translate(_QUOTES)
+    t = _LEADING_NON_WORD.sub("", t)
     if "'" in t:
         head = t.split("'", 1)[0]
         if _NON_WORD.sub("", head):

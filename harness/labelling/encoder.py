@@ -184,14 +184,16 @@ def read_model_meta(path: Path, what: str = "model directory") -> dict[str, Any]
     # without them the tokenizer library builds one of 5 tokens, silently: every label nonsense, every status ok
     if not any((path / "encoder" / t).is_file() for t in ("tokenizer.json", "vocab.txt")):
         raise ConfigError(f"{what} {path}: not a complete trained encoder (encoder/tokenizer.json missing); {retrain}")
-    config = {}
-    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):  # named, not "encoder/ could not load"
-        if name == "config.json" or (path / "encoder" / name).is_file():
-            try:
-                read = json.loads((path / "encoder" / name).read_text())
-            except (json.JSONDecodeError, UnicodeDecodeError) as e:
-                raise ConfigError(f"{what} {path}: encoder/{name} is not valid JSON ({e}); {retrain}") from None
-            config = read if name == "config.json" else config
+    def read_json(name: str) -> Any:  # a broken file named, not "encoder/ could not be loaded" at the library's load
+        try:
+            return json.loads((path / "encoder" / name).read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ConfigError(f"{what} {path}: encoder/{name} is not valid JSON ({e}); {retrain}") from None
+
+    config = read_json("config.json")
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        if (path / "encoder" / name).is_file():
+            read_json(name)
     _check_meta(meta, config if isinstance(config, dict) else {}, f"{what} {path}: meta.json", retrain)
     return meta
 
