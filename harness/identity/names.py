@@ -617,7 +617,7 @@ class NameTable:
         Census 2020 table weighted by its bearers, a race the name has no entry for adding 0 (fractional
         counting, digest 3.3). R_rep divides a model's mean by p*, so this over p* is the R_rep of a model that
         names its characters as the U.S. does: near 1 where the source measures the group (MENA, names-dataset's
-        three-decimal shares: 3.95% against p* 3.79%), near 0 where it cannot (names-dataset's NH/PI, Fiji alone
+        three-decimal shares: 3.87% against p* 3.79%), near 0 where it cannot (names-dataset's NH/PI, Fiji alone
         of Table S6b's countries), which would read as omission whatever a model writes."""
         pop = np.nan_to_num(self._pop[:-1])
         lik = np.nan_to_num(self._lik[:-1])

@@ -21,7 +21,8 @@ own ("Hana" with "He" beside "Maria" with she/her, where the "He" is the teacher
 asked Hana to help. He thought..."): the contradicted words are nobody's of the two, since the other
 character has the words of its gender already, and the character whose name contradicts them loses them, as
 in the shared case. On the gold labels of 398 two-named man-woman project, held-out and train150 stories it
-fires once (a woman named Yuki, a 0.18 female share in names-dataset). On the encoder's labels of the six
+fires once (a woman named Yuki, 0.18 female in the table then, which had taken the shares of names-dataset's junk
+spelling "Yu-Ki": Yuki's own are 0.82 since first-name table builder 4). On the encoder's labels of the six
 held-out files and train150 it changed 7 characters' genders, 6 to the gold one and one wrong to another wrong
 (session 42; two of the 7 are in stories read while writing it).
 
@@ -62,7 +63,8 @@ character's gender (gender precision 91.47 -> 91.39), so that case has none; ask
 for a stronger name (a share of the other gender of at least 0.95) cost 0.7 points (session 58). Such
 names are rare among the characters of the stories we hold: of the 1,808 gold-gendered named characters of the project files,
 train150 and the held-out files whose first name the table knows, 7 have a name that contradicts their
-gender at ``strength`` (Yuki twice, Dee). With two named characters labelled with two genders, the swap of
+gender at ``strength`` (Yuki twice and Dee among them, by junk spellings' shares that builder 4 of the first-name
+table no longer takes: Yuki is 0.82 female and Dee 0.61). With two named characters labelled with two genders, the swap of
 their lists needs both names to contradict them. Two names that both lean against their words count as two
 contradictions when together they are as strong as two names at ``strength`` (the odds of the names
 under the exchanged genders at least (strength / (1 - strength)) squared, 16 at 0.8): "Destiny", whose

@@ -51,6 +51,14 @@ def test_name_ratios_are_hand_counts_with_add_one_smoothing():
         [2, 0, 3, 3], [0, 2, 3, 3], [1, 1, 3, 3]]
     np.testing.assert_allclose(got.loc[["Wei", "Ana", "Bo"], "ratio"], [3.0, 1 / 3, 1.0], rtol=1e-12)
     assert got.loc["Wei", "asian"] == 0.9
+    # a name rarer than min_population, or of unknown population, keeps its counts, not its likelihoods (Fig. 3a's
+    # table printed them where Tables S10/S11 and `harness names lookup` withhold them)
+    chars.loc[chars.first_name == "Bo", "name_population"] = np.nan
+    chars.loc[chars.first_name == "Wei", "name_population"] = 50
+    got = name_ratios(chars, min_population=100).set_index("first_name")
+    assert got.withheld.to_dict() == {"Ana": False, "Wei": True, "Bo": True}
+    assert got.loc["Ana", "white"] == 0.9 and got.loc[["Wei", "Bo"], list(RACES)].isna().all().all()
+    np.testing.assert_allclose(got.loc[["Wei", "Ana", "Bo"], "ratio"], [3.0, 1 / 3, 1.0], rtol=1e-12)
 
 
 def test_top_names_count_names_above_60_percent_by_role_and_withhold_rare_likelihoods():
