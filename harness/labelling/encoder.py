@@ -780,7 +780,9 @@ class EncoderLabeller(Labeller):
         """Labeller name, weights directory, hashes of the training data and of the head's and the encoder's
         weights, and inference settings. The name lists' version too: decoding reads their titles and particles.
         A resume compares it: the encoder's hash tells apart two copies of one training that label otherwise (the
-        float16 copy ``benchmarks/gpu_prepare.py`` makes for GPU nodes has the head and meta.json of the original)."""
+        float16 copy ``benchmarks/gpu_prepare.py`` makes for GPU nodes has the head and meta.json of the original),
+        and the first-name table's file, named by what built it, tells apart two tables the name checks read (builder
+        4 changed the female shares of 98 Census names)."""
         from harness.labelling.decoder import DECODER_VERSION
 
         return {"labeller": self.name, "decoder_version": DECODER_VERSION, "name_parsing": name_lists().version,
@@ -791,7 +793,8 @@ class EncoderLabeller(Labeller):
                 "action_check": self.decoder.action_check, "pronoun_binding": self.decoder.pronoun_binding,
                 "apposition_check": self.decoder.apposition_check, "reference_pool": self.decoder.reference_pool,
                 "train_data_sha256": self.meta.get("report", {}).get("data_sha256"), "head_sha256": self.head_sha256,
-                "encoder_sha256": self.encoder_sha256}
+                "encoder_sha256": self.encoder_sha256,
+                "name_table": Path(self.decoder.name_table).name if self.decoder.name_table else None}
 
     @property
     def quantized(self) -> bool:

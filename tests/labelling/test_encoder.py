@@ -1625,6 +1625,11 @@ def test_reference_pool_follows_how_the_tagger_was_trained(tiny_encoder, tmp_pat
     assert lab.decoder.reference_pool == "mean" and lab.info()["reference_pool"] == "mean"
     # decoding reads the name lists' titles and particles: a resumed run compares their version
     assert lab.info()["name_parsing"] == name_lists().version
+    # ... and the first-name table the name checks read, by its file (named by what built it)
+    table = lab.decoder.name_table  # none where no table was built
+    assert lab.info()["name_table"] == (os.path.basename(table) if table else None)
+    assert EncoderLabeller(out_dir, device="cpu", workers=0, action_check=False, name_check=False).info()[
+        "name_table"] is None
     # a tagger taught owners (project_train.jsonl's 16th story, pt-015, has some) pools occurrences by max
     owned = tmp_path / "owned"
     report = train_encoder([builtin_training_files()[0]], out_dir=owned, epochs=1, batch_size=8, layers=1,
