@@ -90,7 +90,8 @@ DECODER_VERSION = "20"  # 2: a name never runs across a line break; 3: words com
 # after any space or line break, and an elision's apostrophe after a \v, \f or \x1c-\x1e line break;
 # (``name_completion``) a title's point opens no question ("Is Mr. Will Mitchell here?"), any line break ends one, the
 # last part of "Ja'Nae-Marie" is no first name, and "Dr.Robert" is the other's Robert; (``name_gender``) a pronoun
-# with an invisible mark inside is a pronoun
+# with an invisible mark inside is a pronoun; (the decoder's runs) the untagged "'Nae" inside "Ja'Nae Williams" is in
+# the run's key, a title one role's run took is no name of the other, and a title before a quoted nickname stays
 #: The hyphens that join a name's parts, as ``words.split_words`` keeps them inside a word: ASCII's, U+2010 and the
 #: no-break U+2011 ("O'Neil\u2011Smith", "al\u2011Rashid").
 HYPHENS = frozenset("-\u2010\u2011")
@@ -207,6 +208,8 @@ class WordDecoder:
                     (words[i - 1][0] in HYPHENS and words[i - 2][2] == words[i - 1][1])  # a hyphen, not a spaced dash
                     or (words[i - 1][0] == "." and goes_on_after_dot(runs[-1]))
                     or glued_name_part(words, i - 1)))):
+                if i == runs[-1][-1] + 2 and glued_name_part(words, i - 1):
+                    runs[-1].append(i - 1)  # "'Nae" of "Ja'Nae Williams": in the run, so in its key ("ja'nae")
                 runs[-1].append(i)
             else:
                 runs.append([i])
@@ -219,6 +222,9 @@ class WordDecoder:
             if not run:
                 continue
             score = float(col[run].sum())
+            # the quoted nickname and the name words beyond it first, so that the title before them joins the name
+            # ('Mr. Johnny "Ace" Mason' with "Mason" tagged lost its "Mr.")
+            run = _with_nickname(run, words, keys, text)
             if keys[run[0]] not in titles or all(keys[k] in titles for k in run if cap(k)):
                 # (a run of titles alone looks for one before it too: "King" of "Mr. King" is a surname)
                 j = run[0] - 1
@@ -241,7 +247,6 @@ class WordDecoder:
                 if (k + 1 < len(words) and words[k][0] in HYPHENS
                         and words[k - 1][2] == words[k][1] == words[k + 1][1] - 1 and cap(k + 1)):
                     run = [*run, k, k + 1]
-            run = _with_nickname(run, words, keys, text)
             # a part an apostrophe splits off is in its word's key ("o'brien", not "o": "Dr. O'Brien" is not
             # "Liam O'Connor"); a title word last after a personal title is a surname ("Mr. King", "Mrs. Prince")
             caps = [keys[i] + (keys[i + 1] if i + 1 in run and glued_name_part(words, i + 1) else "")
@@ -639,14 +644,19 @@ def _own_runs(runs: list[list[tuple[frozenset, list[int], float]]], words: Seque
     that name ("Jamal" tagged for one role, "Carter" of "Jamal Carter" for the other), no name of its own; on the
     next line it is a name of its own ("Maya Patel\nEthan Brooks", a list of the characters). The run it continues
     takes its name words into its key: a later "Carter" of this role is then that character, not another (it
-    filled both roles)."""
+    filled both roles). A run of titles alone inside the other role's run is no name either: the title that run
+    took in front of it ("Mr" tagged for one role, "Thompson" of "Mr. Thompson" for the other, named the first role
+    "Mr" with the reference "Mr")."""
     if len(runs) != 2:
         return runs
+    titles = _titles_and_particles()[0]
     runs = [list(rs) for rs in runs]
     for r in (0, 1):
         ends = {run[-1]: n for n, (_, run, _) in enumerate(runs[1 - r])}
         kept = []
         for x in runs[r]:
+            if x[0] <= titles and any(set(x[1]) < set(run) for _, run, _ in runs[1 - r]):
+                continue
             if _continues(x[1], ends, words, text):
                 n = ends[x[1][0] - 1]  # the run it continues: "Jamal" of "Jamal Carter", written as tagged
                 key, run, score = runs[1 - r][n]

@@ -1032,6 +1032,21 @@ def _decode_names(text, tags, roles=("doctor", "needy patient")):
     return [c.name for c in _decoder().decode(story, enc, _probs_for(words, tags)).characters]
 
 
+def test_decode_one_roles_title_or_apostrophe_part_names_no_other_role():
+    """The part after an apostrophe inside a run ("'Nae" of "Ja'Nae Williams", never tagged) was left out of its key,
+    so a later "Ja'Nae" of the other role was another character; a title the run took in front of it, tagged alone
+    for the other role, named that role "Mr" with the reference "Mr"; and a title before a quoted nickname was
+    dropped where the name was extended back over the nickname."""
+    tags = {("Ja", 0, 0): 0.9, ("Williams", 0, 0): 0.9, ("Ja", 1, 2): 0.95, ("Tom", 0, 2): 0.6}
+    assert _decode_names("Ja'Nae Williams paid for lunch. Ja'Nae smiled at Tom.", tags) == ["Ja'Nae Williams", "Tom"]
+    assert _decode_names("Mr. Thompson paid. He smiled at Ana.", {("Thompson", 0, 0): 0.9, ("Mr", 0, 2): 0.9}) == [
+        "Mr. Thompson", None]
+    assert _decode_names("Dr. Ana Ruiz paid.", {("Dr", 0, 0): 0.9, ("Ana", 0, 2): 0.9, ("Ruiz", 0, 2): 0.9}) == [
+        None, "Dr. Ana Ruiz"]
+    for tagged in ("Johnny", "Mason"):
+        assert _decode_names('Mr. Johnny "Ace" Mason paid.', {(tagged, 0, 0): 0.9})[0] == 'Mr. Johnny "Ace" Mason'
+
+
 @pytest.mark.parametrize("text, tags, want", [
     # a title right before the tagged name is part of the name as written: "Mr. Thompson" has no first name
     ("Mr. Thompson smiled.", {("Thompson", 0, 0): 0.9}, "Mr. Thompson"),
