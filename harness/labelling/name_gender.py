@@ -63,10 +63,10 @@ character's gender (gender precision 91.47 -> 91.39), so that case has none; ask
 for a stronger name (a share of the other gender of at least 0.95) cost 0.7 points (session 58). Such
 names are rare among the characters of the stories we hold: of the 1,808 gold-gendered named characters of the project files,
 train150 and the held-out files whose first name the table knows, 7 have a name that contradicts their
-gender at ``strength`` (Yuki twice and Dee among them, by junk spellings' shares that builder 4 of the first-name
-table no longer takes: Yuki is 0.82 female and Dee 0.61). With two named characters labelled with two genders, the swap of
-their lists needs both names to contradict them. Two names that both lean against their words count as two
-contradictions when together they are as strong as two names at ``strength`` (the odds of the names
+gender at ``strength`` (Yuki twice and Dee among them, by junk spellings' shares that builder 4 of the
+first-name table no longer takes: Yuki is 0.82 female and Dee 0.61). With two named characters labelled with two
+genders, the swap of their lists needs both names to contradict them. Two names that both lean against their
+words count as two contradictions when together they are as strong as two names at ``strength`` (the odds of the names
 under the exchanged genders at least (strength / (1 - strength)) squared, 16 at 0.8): "Destiny", whose
 female share in the table is 0.749, with his/he beside "Jason" (0.008) with she/her (odds 370) is
 swapped, as is "Sarah" with "he" beside a name of share 0.3 with "she" (231), while Sarah beside a "Kim"
