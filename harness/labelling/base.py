@@ -92,7 +92,7 @@ def _inch_mark(words: Sequence[str], i: int) -> bool:
         return False
     if _FEET_INCHES.fullmatch(words[i - 1]):
         return True
-    return i >= 3 and words[i - 1].isdigit() and words[i - 2] in ("'", "\u2019") and words[i - 3].isdigit()
+    return i >= 3 and words[i - 1].isdigit() and words[i - 2] in APOSTROPHES and words[i - 3].isdigit()
 
 
 #: Titles written before a name ("Mr. Thompson", "Chef Maria"), case-folded without their ".": not name words.
@@ -105,6 +105,10 @@ ABBREVIATED_TITLES = frozenset({"mr", "mrs", "ms", "mx", "dr", "prof", "rev", "f
                                 "gen", "cmdr", "sen", "gov", "rep", "maj", "cpl", "sr", "sra", "srta", "mme", "mlle"})
 #: What ends a line, as ``str.splitlines`` reads it (CR alone, the Unicode line and paragraph separators too).
 LINE_BREAKS = frozenset("\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029")
+#: ``LINE_BREAKS`` as a regular expression's character class.
+LINE_BREAK_CLASS = "[" + re.escape("".join(sorted(LINE_BREAKS))) + "]"
+#: The apostrophes a word may start with as the splitter cuts it ("'s", "'Brien" of "O'Brien").
+APOSTROPHES = ("'", "\u2019")
 
 
 def breaks_line(text: str) -> bool:

@@ -44,7 +44,7 @@ from operator import itemgetter
 
 import pandas as pd
 
-from harness.labelling.base import ABBREVIATED_TITLES, LINE_BREAKS, NAME_TITLES, CharacterLabel, breaks_line
+from harness.labelling.base import ABBREVIATED_TITLES, LINE_BREAK_CLASS, NAME_TITLES, CharacterLabel, breaks_line
 from harness.labelling.words import fold_word, glued_name_part, starts_capitalised
 
 #: Bearers a word needs in the Census 2020 first-name counts to count as a first name here (Robert
@@ -74,7 +74,7 @@ _SENTENCE_ENDS = frozenset(":.!?\u2026\"'\u201c\u201d\u2018\u2019*_(\u2014\u2013
 # a parenthesis, a dash ("*Will Emily ever call again?*", "(Will Emily call?)", "\u2014 Will Emily call?", and
 # its ASCII forms "--" and " - ", whose hyphens are words of their own)
 #: What may end the sentence a word opens: a run of its marks, or a line's end.
-_SENTENCE_END = re.compile(r"[.!?\u2026]+|[" + re.escape("".join(sorted(LINE_BREAKS))) + "]")  # base.LINE_BREAKS
+_SENTENCE_END = re.compile(r"[.!?\u2026]+|" + LINE_BREAK_CLASS)
 #: An abbreviated title just before a point: the point ends no sentence ("Will Emily forgive Mr. Thompson?").
 _TITLE_BEFORE = re.compile(rf"(?<![\w.])(?i:{'|'.join(sorted(ABBREVIATED_TITLES))})$")
 #: A lowercase word after an ellipsis: the sentence goes on ("Will Emily... ever call again?").

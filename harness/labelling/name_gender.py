@@ -96,6 +96,7 @@ import pandas as pd
 
 from harness.errors import DataError
 from harness.labelling.base import CharacterLabel, RoleSpec
+from harness.labelling.words import fold_word
 
 #: The share of female bearers at which a first name counts as strongly gendered (and 1 - it).
 DEFAULT_STRENGTH = 0.8
@@ -223,8 +224,6 @@ BINARY_PRONOUN_WORDS = BINARY_PRONOUNS["Male"] | BINARY_PRONOUNS["Female"]
 def _is_pronoun(word: str) -> bool:
     """Whether a reference is a binary pronoun, folded as the story's words are (``words.fold_word``): a "he" with a
     zero-width space or soft hyphen inside, which the lexicon reads as "he", was a noun to the checks."""
-    from harness.labelling.words import fold_word
-
     return fold_word(word) in BINARY_PRONOUN_WORDS
 
 

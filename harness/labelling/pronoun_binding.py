@@ -51,7 +51,8 @@ from dataclasses import replace
 from functools import lru_cache
 
 from harness.identity.gender import infer_gender, load_lexicon
-from harness.labelling.base import ABBREVIATED_TITLES, NAME_TITLES, QUOTES, CharacterLabel, RoleSpec, quoted
+from harness.labelling.base import (ABBREVIATED_TITLES, APOSTROPHES, NAME_TITLES, QUOTES, CharacterLabel, RoleSpec,
+                                     quoted)
 from harness.labelling.name_gender import (BINARY_PRONOUN_WORDS, BINARY_PRONOUNS, DEFAULT_STRENGTH, default_lexicon,
                                           female_share)
 from harness.labelling.role_agent import verb_forms
@@ -76,14 +77,11 @@ def name_words(name: str | None) -> frozenset[str]:
                      if starts_capitalised(w) and w.lower() not in NAME_TITLES)
 
 
-_APOSTROPHES = ("'", "\u2019")
-
-
 def name_key(words: Sequence[str], i: int) -> str:
     """Word ``i`` case-folded as ``name_words`` keys it: with the next word when that is the rest of the name after
     an apostrophe ("O", "'Brien" -> "o'brien"; not a possessive "'s")."""
     w = words[i].lower()
-    if i + 1 < len(words) and words[i + 1][:1] in _APOSTROPHES and words[i + 1][1:].lower() not in ("s", ""):
+    if i + 1 < len(words) and words[i + 1][:1] in APOSTROPHES and words[i + 1][1:].lower() not in ("s", ""):
         return w + words[i + 1].lower()
     return w
 

@@ -44,7 +44,7 @@ from functools import lru_cache
 
 from harness.errors import ConfigError
 from harness.identity.gender import infer_gender
-from harness.labelling.base import ABBREVIATED_TITLES, LINE_BREAKS, QUOTES, breaks_line, quoted
+from harness.labelling.base import ABBREVIATED_TITLES, LINE_BREAK_CLASS, QUOTES, breaks_line, quoted
 from harness.labelling.name_gender import BINARY_PRONOUNS
 
 
@@ -267,7 +267,7 @@ _STORY_WORD = re.compile(r"\bstory\b", re.IGNORECASE)
 
 
 #: A line's end as ``base.LINE_BREAKS`` reads one, "\r\n" as one.
-_LINE_END = re.compile("\r\n|[" + re.escape("".join(sorted(LINE_BREAKS))) + "]")
+_LINE_END = re.compile("\r\n|" + LINE_BREAK_CLASS)
 
 
 def _preamble_end(text: str) -> int:

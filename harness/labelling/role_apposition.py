@@ -43,7 +43,7 @@ import re
 from collections import Counter
 from collections.abc import Collection, Sequence
 
-from harness.labelling.base import NAME_TITLES, QUOTES, quoted
+from harness.labelling.base import APOSTROPHES, NAME_TITLES, QUOTES, quoted
 from harness.labelling.pronoun_binding import name_words
 from harness.labelling.words import line_starts, split_words, starts_capitalised
 
@@ -53,7 +53,6 @@ _CUT = re.compile(r"\s(?:who|in|on|of|at|with|for)\s")
 _STOPS = frozenset({",", ".", ";", ":", "!", "?", "\u2026", "\n"}) | QUOTES  # "\u2026": as "..."
 #: How many words may stand between "Name," and the role noun ("Lily, a devoted young fan").
 _WITHIN = 5
-_APOSTROPHES = ("'", "\u2019")
 #: A noun after one of these is not the apposition's head ("Sarah, a devoted admirer of the actor").
 _PREPOSITIONS = frozenset({"of", "for", "to", "with", "at", "in", "on", "by", "from", "about", "like", "than"})
 #: After "Name," one of these opens a relative clause, not an apposition: the noun in it is the clause's
@@ -151,11 +150,11 @@ def appositions(words: Sequence[str], descriptions: Sequence[str], names: Sequen
             return None
         # split_words splits "O'Brien" into "O" and "'Brien": the name's last word before a comma is "'brien"
         ws = {low[i]}
-        if low[i][:1] in _APOSTROPHES and low[i][1:] != "s" and i > 0:
+        if low[i][:1] in APOSTROPHES and low[i][1:] != "s" and i > 0:
             ws |= {low[i - 1], low[i - 1] + low[i]}
-        elif i + 1 < len(low) and low[i + 1][:1] in _APOSTROPHES and low[i + 1][1:] != "s":
+        elif i + 1 < len(low) and low[i + 1][:1] in APOSTROPHES and low[i + 1][1:] != "s":
             ws.add(low[i] + low[i + 1])
-        if not starts_capitalised(words[i - 1] if low[i][:1] in _APOSTROPHES and i > 0 else words[i]):
+        if not starts_capitalised(words[i - 1] if low[i][:1] in APOSTROPHES and i > 0 else words[i]):
             return None  # "lost all hope, a feeling the actor knew": a lowercase word is no Hope
         hits = [c for c in (0, 1) if not ws.isdisjoint(owned[c])]
         return hits[0] if len(hits) == 1 else None
@@ -168,7 +167,7 @@ def appositions(words: Sequence[str], descriptions: Sequence[str], names: Sequen
         if low[k] == ".":
             return (0 < k < len(low) - 1 and low[k - 1] in spelled[c] and (len(low[k - 1]) == 1 or low[k - 1] in
                     NAME_TITLES) and (low[k + 1] in owned[c] or low[k + 1] in spelled[c]))
-        return low[k] in owned[c] or low[k] in spelled[c] or (low[k][:1] in _APOSTROPHES and low[k][1:] != "s")
+        return low[k] in owned[c] or low[k] in spelled[c] or (low[k][:1] in APOSTROPHES and low[k][1:] != "s")
 
     def name_end(j: int, c: int) -> int:
         """The index after the run of character c's name words that starts at j."""
@@ -203,7 +202,7 @@ def appositions(words: Sequence[str], descriptions: Sequence[str], names: Sequen
         relative = titled and not comma and not closed and not words[i][:1].isupper()
         if c is not None and (closed or marker == "named" or (not comma and marker is None and not relative)):
             out[(role, c)] += 1
-        if i + 1 < len(low) and (low[i + 1] in _POSSESSIVES or (low[i + 1] in _APOSTROPHES and t.endswith("s"))):
+        if i + 1 < len(low) and (low[i + 1] in _POSSESSIVES or (low[i + 1] in APOSTROPHES and t.endswith("s"))):
             continue  # "Lily, the actor's biggest fan": the fan is Lily, the actor someone else
         k = i - 1
         while (k >= 0 and i - k <= _WITHIN and low[k] not in _STOPS and low[k] not in _PREPOSITIONS

@@ -11,6 +11,8 @@ from bisect import bisect_right
 from collections.abc import Sequence
 
 from harness.labelling.base import QUOTES as _QUOTES
+from harness.labelling.base import APOSTROPHES as _APOSTROPHES
+from harness.labelling.base import LINE_BREAK_CLASS as _LINE_BREAK_CLASS
 from harness.labelling.base import LINE_BREAKS as _LINE_BREAKS
 
 
@@ -79,7 +81,7 @@ def line_starts(text: str, words: Sequence[tuple[str, int, int]]) -> list[int]:
     return sorted(out)
 
 
-_LINE_BREAK = re.compile("[" + re.escape("".join(sorted(_LINE_BREAKS))) + "]")
+_LINE_BREAK = re.compile(_LINE_BREAK_CLASS)
 
 
 #: What may stand right before a single quotation mark that opens a quotation, and right before one that
@@ -207,7 +209,7 @@ def phrase_tokens(phrase: str) -> list[str]:
     without a clitic ending ("'s"; so "O'Brien" is "o"). A word after an apostrophe that another word follows is
     kept: "O'Brien-Smith" is "o", "'brien", "smith", as the story writes it (without it the run was found nowhere)."""
     ws = [w for w, _, _ in split_words(phrase) if is_word(w)]
-    return [fold_word(w) for k, w in enumerate(ws) if k + 1 < len(ws) or not w.startswith(("'", "\u2019"))]
+    return [fold_word(w) for k, w in enumerate(ws) if k + 1 < len(ws) or not w.startswith(_APOSTROPHES)]
 
 
 def find_all(words: list[str], seq: list[str]) -> list[int]:
