@@ -63,7 +63,15 @@ def write_section(name: str, markdown: str, path: Path = RESULTS) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".RESULTS.")
     with os.fdopen(fd, "w") as f:
         f.write(text)
+    # mkstemp's file is private (0600): keep the file's own mode, or a new file's usual one
+    os.chmod(tmp, path.stat().st_mode & 0o777 if path.exists() else 0o666 & ~_umask())
     os.replace(tmp, path)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def seed_list(ap, text: str) -> list[int]:

@@ -70,7 +70,10 @@ def _host_work(state_file: str, seconds: float, batch_size: int, start, out) -> 
 
 
 def scaling(model_dir, stories, workers: list[int], seconds: float, batch_size: int, **labeller_kwargs) -> list[dict]:
-    """One row per W of ``workers``: the host work's stories/s per process with W processes at once."""
+    """One row per W of ``workers``: the host work's stories/s per process with W processes at once, and the
+    Python loop's iterations/s per process relative to W = 1 (which ``workers`` must hold)."""
+    if 1 not in workers:
+        raise ValueError(f"--workers {','.join(map(str, workers))}: include 1, the baseline of the loop's rate")
     from harness.labelling import get_labeller
     from harness.labelling.encoder import _encode_many
 
@@ -80,7 +83,7 @@ def scaling(model_dir, stories, workers: list[int], seconds: float, batch_size: 
     state = Path(tempfile.mkdtemp(prefix="host-scaling-")) / "state.pkl"
     state.write_bytes(pickle.dumps((str(lab.path / "encoder"), lab.decoder, stories, probs)))
     ctx = mp.get_context("spawn")
-    rows, loop1 = [], None
+    rows = []
     for w in workers:
         start, out = ctx.Barrier(w), ctx.Queue()
         procs = [ctx.Process(target=_host_work, args=(str(state), seconds, batch_size, start, out)) for _ in range(w)]
@@ -90,10 +93,11 @@ def scaling(model_dir, stories, workers: list[int], seconds: float, batch_size: 
         for p in procs:
             p.join()
         work = [r[0] for r in res]
-        loop = sum(r[1] for r in res) / w
-        loop1 = loop1 or loop
         rows.append({"processes": w, "stories_per_s_per_process": sum(work) / w, "lowest": min(work),
-                     "all_processes_per_s": sum(work), "python_loop_vs_one_process": loop / loop1})
+                     "all_processes_per_s": sum(work), "python_loop": sum(r[1] for r in res) / w})
+    loop1 = next(r["python_loop"] for r in rows if r["processes"] == 1)
+    for r in rows:
+        r["python_loop_vs_one_process"] = r.pop("python_loop") / loop1
     state.unlink()
     state.parent.rmdir()
     return rows
@@ -113,8 +117,13 @@ def main() -> None:
     from harness.labelling.data import load_gold
 
     stories = [g.story for g in load_gold(args.dev) if g.story.text]
-    rows = scaling(args.model_dir, stories, [int(x) for x in args.workers.split(",")], args.seconds, args.batch_size,
-                   name_table=args.name_table)
+    try:
+        workers = [int(x) for x in args.workers.split(",")]
+    except ValueError:
+        ap.error(f"--workers: whole numbers of processes, comma-separated, got {args.workers!r}")
+    if 1 not in workers:
+        ap.error(f"--workers {args.workers}: include 1, the baseline of the loop's rate")
+    rows = scaling(args.model_dir, stories, workers, args.seconds, args.batch_size, name_table=args.name_table)
     from _results import machine_description
 
     machine = machine_description()

@@ -48,7 +48,8 @@ def _config(root: Path, n: int):
 
 
 def build(root: Path, n: int) -> None:
-    """``n`` synthetic generations of ``PROMPTS`` prompts in shards of ``SHARD`` rows."""
+    """``n`` synthetic generations of ``PROMPTS`` prompts in shards of ``SHARD`` rows (``n`` a multiple of
+    ``PROMPTS``: ``main`` checks)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -126,14 +127,20 @@ def main() -> None:
         ap.error(f"--sizes: two whole numbers of stories, comma-separated, got {args.sizes!r}")
     if not 0 < small < large:
         ap.error(f"--sizes: the smaller size first, both above 0, got {args.sizes!r} (the slope is taken between them)")
+    if small % PROMPTS or large % PROMPTS:
+        ap.error(f"--sizes: multiples of {PROMPTS} (the runs sample each of {PROMPTS} prompts alike), "
+                 f"got {args.sizes!r}")
     got: dict[tuple[str, int], dict] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for n in (small, large):
             root = Path(tmp) / f"run-{n}"
             build(root, n)
             for mode in MODES:  # stage before rerun: the rerun reads the labels the stage wrote
-                out = subprocess.run([sys.executable, __file__, "--child", mode, str(root), str(n)], check=True,
-                                     capture_output=True, text=True).stdout
+                done = subprocess.run([sys.executable, __file__, "--child", mode, str(root), str(n)],
+                                      capture_output=True, text=True)
+                if done.returncode:
+                    sys.exit(f"label_stage_memory: the {mode} measurement of {n:,} stories failed:\n{done.stderr}")
+                out = done.stdout
                 got[mode, n] = json.loads(out.strip().splitlines()[-1])
                 print(f"{mode:6s} {n:>8,d} stories: +{got[mode, n]['mib']:.0f} MiB, {got[mode, n]['seconds']:.1f} s",
                       flush=True)

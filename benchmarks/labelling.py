@@ -61,23 +61,40 @@ BF16_HARDWARE_TEXT = {"amx": "AMX", "avx512": "AVX512-BF16 without AMX", None: "
 
 
 def training_text(train: dict, base: str | None) -> str:
-    """How the encoder's weights were trained, from its ``meta.json`` (``train``, with its ``files`` and
-    ``seconds``): data, recipe, the device that timed it."""
-    extra = " and ".join(f for f in train.get("files") or [] if not f.startswith("project_"))
-    layers = f", {train['layers']} layers" if train.get("layers") else ""
+    """How the encoder's weights were trained, from its ``meta.json`` (``train``, with its ``files``, ``seconds``
+    and the model's ``model_layers``): data, recipe, the device that timed it, and the ``harness label train``
+    command that repeats the recipe (each option that differs from the command's default)."""
+    extras = [f for f in train.get("files") or [] if not f.startswith("project_")]
+    model_layers = train.get("model_layers") or train.get("layers")
+    layers = f", {model_layers} layers" if model_layers else ""
     start = f", continued from {train['init_from']}" if train.get("init_from") else ""
+    precision = train.get("precision") or "float32"
     seeds = train.get("seeds") or [train.get("seed")]
     if len(seeds) > 1:  # a soup (training.train_soup)
         said = f"seeds {', '.join(map(str, seeds[:-1]))} and {seeds[-1]}, their weights averaged"
-        flags = "".join(f" --seed {s}" for s in seeds)
         took = "in all"
     else:
-        said, flags, took = f"seed {seeds[0]}", "", ""
+        said, took = f"seed {seeds[0]}", ""
+    options = [f"--extra {f}" for f in extras] + [f"--epochs {train.get('epochs')}"]
+    for flag, key, default in (("--batch-size", "batch_size", 8), ("--lr", "lr", 1e-4), ("--layers", "layers", None),
+                               ("--limit", "limit", None), ("--init-from", "init_from", None)):
+        if train.get(key) not in (None, default):
+            options.append(f"{flag} {train[key]}")
+    if base not in (None, "minilm") and not train.get("init_from"):  # --init-from implies that model's base
+        options.append(f"--base {base}")
+    if train.get("augment") is False:
+        options.append("--no-augment")
+    if train.get("occurrences"):
+        options.append("--occurrences")
+    if precision != "float32":
+        options.append(f"--precision {precision}")
+    if len(seeds) > 1 or seeds[0] not in (None, 0):
+        options += [f"--seed {s}" for s in seeds]
     return (f"{base or 'the default base'}{layers}{start}, fine-tuned on {', '.join(train.get('files') or [])} "
-            f"for {train.get('epochs')} epochs (batch {train.get('batch_size')}, lr {train.get('lr')}, {said}) in "
-            f"{train.get('seconds')} s{' ' + took if took else ''} on {train.get('device', 'cpu')} (as that machine "
-            f"measured it; `harness label train{' --extra ' + extra if extra else ''} --epochs {train.get('epochs')}"
-            f"{' --lr ' + str(train['lr']) if train.get('lr') not in (None, 1e-4) else ''}{flags}`)")
+            f"for {train.get('epochs')} epochs (batch {train.get('batch_size')}, lr {train.get('lr')}, {said}"
+            f"{', ' + precision + ' arithmetic' if precision != 'float32' else ''}) in {train.get('seconds')} s"
+            f"{' ' + took if took else ''} on {train.get('device', 'cpu')} (as that machine measured it; "
+            f"`harness label train {' '.join(options)}`)")
 
 
 def pct(x: float) -> str:
@@ -434,7 +451,7 @@ def main() -> None:
             res["failed_attempts"] = len(lab.failures)
         if name == "encoder":
             res["train"] = {"files": lab.meta.get("files"), **lab.meta.get("train", {}),
-                            "layers": lab.meta.get("layers"), "init_from": lab.meta.get("init_from"),
+                            "model_layers": lab.meta.get("layers"), "init_from": lab.meta.get("init_from"),
                             "seconds": lab.meta.get("report", {}).get("seconds")}
         lab.close()
         if name == "llm":

@@ -1,7 +1,8 @@
 """How long a soup of the encoder labeller takes to train on this CPU: its members one after the other, with
 every usable CPU's thread in each (``harness label train --seed 0 --seed 1``), against the members at once, a
-process and a thread each (``--jobs 2``), both in float32; then the members at once in bfloat16 (``--precision
-bfloat16``: torch's autocast, faster on a CPU with AVX512-BF16 or AMX), in one run.
+process each sharing the usable CPUs' threads (``--jobs 2``; a thread each on 2 cores), both in float32; then the
+members at once in bfloat16 (``--precision bfloat16``: torch's autocast, faster on a CPU with AVX512-BF16 or AMX),
+in one run.
 
     python benchmarks/soup_training.py [--epochs 2] [--seeds 0,1] [--extra FILE ...] [--limit N] [--no-bfloat16]
                                        [--json F]
@@ -32,26 +33,33 @@ from _results import machine_description, run_main, seed_list, write_section  # 
 
 def run(files: list[Path], seeds: list[int], epochs: int, jobs: int, limit: int | None,
         precision: str = "float32") -> dict:
-    """Train the soup of ``seeds`` with ``jobs`` members at once (1: in turn, every usable CPU's thread each) in
-    ``precision``."""
+    """Train the soup of ``seeds`` with ``jobs`` members at once (1: in turn, every usable CPU's thread each; else
+    the usable CPUs' threads shared out, as ``harness label train --jobs`` does) in ``precision``."""
     import torch
 
     from harness.labelling.encoder import read_model_meta, usable_cpus
     from harness.labelling.training import train_soup
 
     threads = torch.get_num_threads()
+    each = usable_cpus() if jobs == 1 else max(1, usable_cpus() // jobs)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "soup"
         t0 = time.perf_counter()
         try:
             rep = train_soup(files, seeds, out_dir=out, epochs=epochs, limit=limit, jobs=jobs, device="cpu",
-                             threads=None if jobs > 1 else usable_cpus(), precision=precision)
+                             threads=each, precision=precision)
         finally:
             torch.set_num_threads(threads)
         wall = time.perf_counter() - t0
         losses = [read_model_meta(out / "members" / f"seed-{s}")["report"]["final_loss"] for s in seeds]
-    return {"jobs": jobs, "precision": precision, "seconds": round(wall, 1), "stories": rep.stories,
+    return {"jobs": jobs, "threads": each, "precision": precision, "seconds": round(wall, 1), "stories": rep.stories,
             "epochs": rep.epochs, "final_losses": losses}
+
+
+def _threads(run: dict) -> str:
+    """How many threads each member of a run at once had (runs written before it was recorded: one)."""
+    n = run.get("threads", 1)
+    return "a thread" if n == 1 else f"{n} threads"
 
 
 def report(alone: dict, together: dict, seeds: list[int], machine: str, bf16: dict | None = None) -> str:
@@ -66,11 +74,12 @@ def report(alone: dict, together: dict, seeds: list[int], machine: str, bf16: di
         "| layout | wall s | last-epoch loss per member |", "|---|---|---|",
         f"| in turn, every usable CPU's thread each, float32 (`--seed ... --precision float32`) | {alone['seconds']} | "
         f"{', '.join(f'{x:.4f}' for x in alone['final_losses'])} |",
-        f"| at once, a process and a thread each, float32 (`--jobs {together['jobs']} --precision float32`) | "
+        f"| at once, a process and {_threads(together)} each, float32 (`--jobs {together['jobs']} "
+        f"--precision float32`) | "
         f"{together['seconds']} | {', '.join(f'{x:.4f}' for x in together['final_losses'])} |",
     ]
     if bf16 is not None:
-        lines.append(f"| at once, a process and a thread each, bfloat16 (`--jobs {bf16['jobs']} --precision "
+        lines.append(f"| at once, a process and {_threads(bf16)} each, bfloat16 (`--jobs {bf16['jobs']} --precision "
                      f"bfloat16`) | {bf16['seconds']} | {', '.join(f'{x:.4f}' for x in bf16['final_losses'])} |")
     lines += ["", f"At once vs in turn: **{ratio:.2f}x** the speed ({'faster' if ratio > 1 else 'not faster'} in this "
                   f"run)."]

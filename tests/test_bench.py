@@ -159,3 +159,22 @@ def test_median_of_an_even_number_of_repeats_is_the_mean_of_the_middle_two():
     m = bench._median(ms)
     assert (m.seconds, m.output_tokens, m.stories) == (2.5, 85, 32)
     assert bench._median(ms[:3]).seconds == 3.0
+
+
+def test_writing_a_section_keeps_the_other_sections_and_the_files_mode(benchmark_module, tmp_path):
+    """``write_section`` replaced RESULTS.md by a ``mkstemp`` file, whose mode (0600) hid it from other users."""
+    import os
+    import stat
+
+    results = benchmark_module("_results")
+    path = tmp_path / "RESULTS.md"
+    path.write_text("# Benchmark results\n\nhand-written\n\n<!-- begin a -->\nold\n<!-- end a -->\n\nafter\n")
+    os.chmod(path, 0o644)
+    results.write_section("a", "new \\1 text", path)
+    results.write_section("b", "added", path)
+    assert path.read_text() == ("# Benchmark results\n\nhand-written\n\n<!-- begin a -->\nnew \\1 text\n<!-- end a -->"
+                                "\n\nafter\n\n<!-- begin b -->\nadded\n<!-- end b -->\n")
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
+    fresh = tmp_path / "fresh.md"
+    results.write_section("a", "x", fresh)
+    assert stat.S_IMODE(fresh.stat().st_mode) == 0o666 & ~results._umask()

@@ -1534,7 +1534,7 @@ def test_the_label_stage_memory_benchmark_runs_and_refuses_sizes_it_cannot_take_
                        text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "| label stage, every story labelled |" in r.stdout and "per story (slope)" in r.stdout
-    for sizes in ("200,100", "100", "a,b"):
+    for sizes in ("200,100", "100", "a,b", "120,5020"):  # 120: its prompts not sampled alike
         r = subprocess.run([sys.executable, str(script), "--sizes", sizes, "--no-write"], capture_output=True,
                            text=True, timeout=60)
         assert r.returncode == 2 and "--sizes" in r.stderr and "Traceback" not in r.stderr

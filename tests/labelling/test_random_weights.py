@@ -104,11 +104,13 @@ def test_the_host_scaling_benchmark_runs_processes_side_by_side(tiny_encoder, go
     monkeypatch.syspath_prepend(str(BENCH.parent))  # spawned processes import its worker function by name
     mod = importlib.import_module("host_scaling")
     trained, _ = tiny_encoder
-    rows = mod.scaling(trained, [g.story for g in gold], [1, 2], 0.3, 8)
-    assert [r["processes"] for r in rows] == [1, 2]
+    rows = mod.scaling(trained, [g.story for g in gold], [2, 1], 0.3, 8)  # the baseline, W = 1, need not come first
+    assert [r["processes"] for r in rows] == [2, 1]
     assert all(0 < r["lowest"] <= r["stories_per_s_per_process"] for r in rows)
-    assert rows[1]["all_processes_per_s"] == pytest.approx(2 * rows[1]["stories_per_s_per_process"])
-    assert rows[0]["python_loop_vs_one_process"] == 1.0
+    assert rows[0]["all_processes_per_s"] == pytest.approx(2 * rows[0]["stories_per_s_per_process"])
+    assert rows[1]["python_loop_vs_one_process"] == 1.0
+    with pytest.raises(ValueError, match="include 1"):
+        mod.scaling(trained, [g.story for g in gold], [2, 4], 0.3, 8)
 
 
 def test_the_stream_benchmark_reads_memory_as_it_goes_and_judges_the_growth(tiny_encoder, gold):
@@ -128,14 +130,43 @@ def test_the_stream_benchmark_reads_memory_as_it_goes_and_judges_the_growth(tiny
 
 def test_the_section_says_how_the_weights_were_trained():
     text = _bench().training_text({"files": ["project_train.jsonl", "laissez_faire_train150.jsonl"], "epochs": 16,
-                                   "batch_size": 8, "lr": 3e-4, "seed": 1, "layers": 6, "init_from": None,
-                                   "device": "cuda", "seconds": 36.0}, "all-MiniLM-L6-v2")
-    assert "on cuda" in text and "seed 1" in text and "lr 0.0003" in text and "--lr 0.0003" in text
-    assert "`harness label train --extra laissez_faire_train150.jsonl --epochs 16 --lr 0.0003`" in text
+                                   "batch_size": 8, "lr": 3e-4, "seed": 1, "model_layers": 6, "init_from": None,
+                                   "device": "cuda", "seconds": 36.0}, "minilm")
+    assert "on cuda" in text and "seed 1" in text and "lr 0.0003" in text and ", 6 layers," in text
+    assert "`harness label train --extra laissez_faire_train150.jsonl --epochs 16 --lr 0.0003 --seed 1`" in text
     soup = _bench().training_text({"files": ["project_train.jsonl"], "epochs": 16, "batch_size": 8, "lr": 1e-4,
-                                   "seed": 0, "seeds": [0, 1], "seconds": 3600.0}, "all-MiniLM-L6-v2")
+                                   "seed": 0, "seeds": [0, 1], "seconds": 3600.0}, "minilm")
     assert "seeds 0 and 1, their weights averaged) in 3600.0 s in all on cpu" in soup
     assert soup.endswith("`harness label train --epochs 16 --seed 0 --seed 1`)")
+
+
+
+def test_the_section_command_repeats_every_option_of_the_recipe():
+    """The command dropped --precision (a bfloat16 soup was published as float32's), --batch-size, --layers and
+    --init-from, and joined two --extra files with " and ", which the CLI refuses."""
+    bench = _bench()
+    soup = bench.training_text({"files": ["project_train.jsonl", "laissez_faire_train150.jsonl"], "epochs": 16,
+                                "batch_size": 8, "lr": 1e-4, "seeds": [0, 1], "precision": "bfloat16",
+                                "seconds": 4800.0}, "minilm")
+    assert "seeds 0 and 1, their weights averaged, bfloat16 arithmetic)" in soup
+    assert soup.endswith("`harness label train --extra laissez_faire_train150.jsonl --epochs 16 --precision bfloat16 "
+                         "--seed 0 --seed 1`)")
+    stage2 = bench.training_text({"files": ["project_train.jsonl", "a.jsonl", "b.jsonl"], "epochs": 6, "batch_size": 16,
+                                  "lr": 1e-4, "seed": 0, "layers": 4, "model_layers": 4, "init_from": "mp6",
+                                  "augment": False, "occurrences": True, "seconds": 100.0}, "mpnet")
+    assert stage2.endswith("`harness label train --extra a.jsonl --extra b.jsonl --epochs 6 --batch-size 16 --layers 4 "
+                           "--init-from mp6 --no-augment --occurrences`)")
+    mp = bench.training_text({"files": ["project_train.jsonl"], "epochs": 6, "batch_size": 8, "lr": 5e-5, "seed": 0,
+                              "seconds": 1.0}, "mpnet")
+    assert mp.endswith("`harness label train --epochs 6 --lr 5e-05 --base mpnet`)")
+    import typer.main
+
+    from harness.cli import app
+
+    train = typer.main.get_command(app).commands["label"].commands["train"]
+    params = train.make_context("train", stage2.rsplit("`harness label train ", 1)[1].rstrip("`)").split()).params
+    assert [p.name for p in params["extra"]] == ["a.jsonl", "b.jsonl"] and params["init_from"].name == "mp6"
+    assert (params["batch_size"], params["layers"], params["augment"], params["occurrences"]) == (16, 4, False, True)
 
 
 def test_the_dev_benchmark_passes_its_options_and_writes_what_it_ran(gold_path, tmp_path, monkeypatch):

@@ -11,6 +11,9 @@ def test_both_layouts_train_the_same_members_and_the_section_gives_their_ratio(b
     alone = bench.run(files, [0, 1], 1, 1, 3)
     together = bench.run(files, [0, 1], 1, 2, 3)
     assert alone["jobs"] == 1 and together["jobs"] == 2 and alone["stories"] == together["stories"] == 3
+    from harness.labelling.encoder import usable_cpus
+
+    assert together["threads"] == max(1, usable_cpus() // 2) and alone["threads"] == usable_cpus()
     # one seed's member learns alike in either layout (thread counts differ: close, not bit-equal)
     assert all(abs(a - b) < 1e-3 for a, b in zip(alone["final_losses"], together["final_losses"]))
     assert alone["final_losses"][0] != alone["final_losses"][1]  # two seeds, two members
@@ -25,3 +28,13 @@ def test_both_layouts_train_the_same_members_and_the_section_gives_their_ratio(b
                         {**bf16, "seconds": 12.5})
     assert "bfloat16 (`--jobs 2 --precision bfloat16`) | 12.5 |" in text
     assert "bfloat16 vs float32, at once: **1.60x** the speed (faster in this run)" in text
+
+
+def test_the_section_says_how_many_threads_each_member_at_once_had(benchmark_module):
+    """The rows said "a process and a thread each" where members at once share out more cores (4 each on 8)."""
+    bench = benchmark_module("soup_training")
+    run = {"stories": 3, "epochs": 1, "final_losses": [0.5, 0.6]}
+    text = bench.report({**run, "jobs": 1, "threads": 8, "seconds": 30.0}, {**run, "jobs": 2, "threads": 4,
+                        "seconds": 20.0}, [0, 1], "a machine", {**run, "jobs": 2, "threads": 1, "seconds": 12.5})
+    assert "| at once, a process and 4 threads each, float32" in text
+    assert "| at once, a process and a thread each, bfloat16" in text
