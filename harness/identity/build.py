@@ -54,7 +54,9 @@ from harness.errors import ConfigError, DataError
 #: Bump when the table layout or the way sources are read changes. 4: a name's letters-only spelling gives its
 #: names-dataset shares (junk spellings such as "Mar-C", "Da-Vid", "Yu-Ki" sorted first and gave MARC, DAVID, YUKI
 #: their female and MENA shares), and the voter file's "ALL OTHER NAMES" row is dropped as the Census one is.
-BUILDER_VERSION = "4"
+#: 5: a hyphenated spelling ranked better than the letters-only one in most countries that rank both gives its shares
+#: ("Jean-Marie", not the rarer "Jeanmarie": JEANMARIE's female share 0.24 -> 0.03).
+BUILDER_VERSION = "5"
 TABLE_STEM = "first_names"
 
 CENSUS_COLUMNS = {"pctwhite": "census_white", "pctblack": "census_black", "pctapi": "census_api",
@@ -209,16 +211,18 @@ def country_shares(entries: dict[str, dict], codes: dict[str, set[str]]) -> pd.D
 
     Args:
         entries: names-dataset mapping ``name -> {"country": {alpha2: share}, "gender": {"F": share,
-            "M": share}, ...}``.
+            "M": share}, "rank": {alpha2: rank}}``.
         codes: group -> set of alpha-2 codes (``{"mena": {...}, "nhpi": {...}}``).
 
     Returns a frame with ``key``, ``nd_<group>`` columns and ``nd_female`` (F / (F + M); NaN when the
-    entry has no gender shares). Multi-word names are skipped. When
-    several spellings fold to one key, a spelling of letters alone wins ("Marc" over the junk "Mar-C", which
-    names-dataset also holds, with other shares), then a plain-ASCII one ("Jose" over "José"), else the first in
-    sort order.
+    entry has no gender shares). Multi-word names are skipped. When several spellings fold to one key, a
+    spelling of letters alone wins ("Marc" over the junk "Mar-C", which names-dataset also holds, with other
+    shares), then a plain-ASCII one ("Jose" over "José"), else the first in sort order; but a spelling of
+    letters joined by hyphens or apostrophes wins over it where it ranks better in most of the countries that
+    rank both ("Jean-Marie" over "Jeanmarie": Belgium, Cameroon and France against the U.S.). A rank is only
+    compared within a country: "J-Erold", ranked 2,468th in Haiti alone, does not beat "Jerold".
     """
-    rows_key, rows_ascii, vals, female = [], [], {g: [] for g in codes}, []
+    rows_key, rows_ascii, vals, female, ranks = [], [], {g: [] for g in codes}, [], {}
     for name, info in entries.items():
         if " " in name:
             continue
@@ -227,6 +231,7 @@ def country_shares(entries: dict[str, dict], codes: dict[str, set[str]]) -> pd.D
             continue
         rows_key.append(name)
         rows_ascii.append(name.isascii())
+        ranks[name] = {c: r for c, r in (info.get("rank") or {}).items() if r is not None}
         for g, cs in codes.items():
             vals[g].append(sum(v for c, v in shares.items() if c in cs and v is not None))
         sex = info.get("gender") or {}
@@ -237,10 +242,28 @@ def country_shares(entries: dict[str, dict], codes: dict[str, set[str]]) -> pd.D
     out["key"] = name_key(out["name"]).to_numpy()
     out["letters"] = out["name"].map(str.isalpha)
     out = out[out["key"] != ""].sort_values(["key", "letters", "ascii", "name"], ascending=[True, False, False, True])
-    out = out.drop_duplicates("key", keep="first")
+    first = out.drop_duplicates("key", keep="first").set_index("key")
+    plain = first.loc[first["letters"], "name"]
+    joined = out[out["name"].str.fullmatch(_JOINED_NAME) & out["key"].isin(plain.index)]
+    for key, name, row in zip(joined["key"], joined["name"], joined.index):
+        if plain[key] != name and _ranks_better(ranks[name], ranks[plain[key]]):
+            first.loc[key] = out.loc[row].drop("key")
+            plain[key] = name  # a second joined spelling must beat this one
+    out = first.reset_index()
     for g in codes:  # names-dataset rounds shares to 3 decimals; keep sums inside [0, 1]
         out[f"nd_{g}"] = out[f"nd_{g}"].clip(0.0, 1.0)
     return out.drop(columns=["name", "ascii", "letters"])
+
+
+#: A first name of letters joined by hyphens or apostrophes ("Jean-Marie", "Mari-Liis", "D'Andre").
+_JOINED_NAME = r"[^\W\d_]+(?:[-'\u2019][^\W\d_]+)+"
+
+
+def _ranks_better(a: dict[str, int], b: dict[str, int]) -> bool:
+    """Whether the spelling ranked ``a`` (country -> rank, 1 the most common) ranks better than ``b`` in more of
+    the countries that rank both than it ranks worse."""
+    shared = a.keys() & b.keys()
+    return sum(a[c] < b[c] for c in shared) > sum(a[c] > b[c] for c in shared)
 
 
 def read_names_dataset(path: Path) -> pd.DataFrame:

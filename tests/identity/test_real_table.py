@@ -100,3 +100,31 @@ def test_a_names_own_spelling_gives_its_names_dataset_shares(real_table):
                "Jose": {"country": {"ES": 1.0}, "gender": {"M": 1.0}}}
     shares = country_shares(entries, {"mena": {"EG"}}).set_index("key")
     assert shares.loc["MARC", "nd_female"] == 0.0 and shares.loc["JOSE", "nd_mena"] == 0.0  # "Jose" over "José"
+
+
+def test_a_hyphenated_name_ranked_better_where_both_are_ranked_gives_its_shares(real_table):
+    """Builder 4 let any letters-only spelling win, so the rare "Jeanmarie" (female share 0.24) spoke for
+    "Jean-Marie" (0.03), which names-dataset ranks better in Belgium, Cameroon and France. Ranks compare within a
+    country only: "J-Erold", ranked in Haiti alone, does not speak for "Jerold"; nor does junk ("Da*I")."""
+    import pandas as pd
+
+    from harness.identity.build import country_shares
+
+    table = pd.read_parquet(real_table).set_index("key")
+    assert table.loc["JEANMARIE", "nd_female"] < 0.05 and table.loc["JEANPAUL", "nd_female"] < 0.05
+    assert table.loc["JEROLD", "nd_female"] < 0.05 and table.loc["MARC", "nd_female"] < 0.05
+    entries = {"Jean-Marie": {"country": {"FR": 1.0}, "gender": {"F": 0.0, "M": 1.0},
+                              "rank": {"BE": 309, "FR": 477, "US": 16853}},
+               "Jeanmarie": {"country": {"FR": 1.0}, "gender": {"F": 0.5, "M": 0.5},
+                             "rank": {"BE": 2779, "FR": 3136, "US": 10147}},
+               "J-Erold": {"country": {"HT": 1.0}, "gender": {"F": 1.0}, "rank": {"HT": 2}},
+               "Jerold": {"country": {"US": 1.0}, "gender": {"M": 1.0}, "rank": {"US": 11712}},
+               "Da*I": {"country": {"EG": 1.0}, "gender": {"F": 1.0}, "rank": {"US": 1}},
+               "Dai": {"country": {"US": 1.0}, "gender": {"M": 1.0}, "rank": {"US": 176}},
+               "Ann-Marie": {"country": {"EG": 1.0}, "gender": {"F": 1.0}, "rank": {"US": 9}},
+               "Ann'Marie": {"country": {"US": 1.0}, "gender": {"F": 1.0}, "rank": {"US": 5}},
+               "Annmarie": {"country": {"US": 1.0}, "gender": {"F": 1.0}, "rank": {"US": 10}}}
+    shares = country_shares(entries, {"mena": {"EG"}}).set_index("key")
+    assert shares.loc["JEANMARIE", "nd_female"] == 0.0 and shares.loc["JEROLD", "nd_female"] == 0.0
+    assert shares.loc["DAI", "nd_mena"] == 0.0 and len(shares) == 4
+    assert shares.loc["ANNMARIE", "nd_mena"] == 0.0  # both joined spellings beat Annmarie; the better one wins
