@@ -347,8 +347,9 @@ _NAME_OF = re.compile(r"(name|references?) (?:of|to|for) (?:the )?(.+)")
 #: one after it that does not parse, is sent again, not read as the example; 7: an example, then the answer in
 #: "key: value" lines, is labelled with the lines; the reply schema offers "Williams'" without its apostrophe, and a
 #: name run goes on after an abbreviated title's point, "Sgt. Maria Lopez", not after a title in full, "the Doctor.
-#: She"); 8: "string" or "str" is a value only where the story writes the word (a character called String).
-PARSER_VERSION = "8"
+#: She"); 8: "string" or "str" is a value only where the story writes the word (a character called String); 9: and
+#: only capitalised ("String"), so a story that mentions a violin's string keeps reading "string" as the template.
+PARSER_VERSION = "9"
 
 
 def _norm_key(k: str) -> str:
@@ -500,16 +501,16 @@ def _text_of(value: str) -> str:
 _PLACEHOLDER = re.compile(r"<[^<>]*>|\{[^{}]*\}"
                           r"|\[[^\[\]]*(?:name|reference|pronoun|unspecified|\.\.\.|…)[^\[\]]*\]"
                           r"|(?:\.\s*){2,}|…", re.I)
-#: A schema's type written as the value ("string", "str"): a placeholder unless the story writes the word (a
-#: cellist called String, whom the reply schema offers as a name, was read as the template).
+#: A schema's type written as the value ("string", "str"): a placeholder unless written capitalised and the story
+#: writes the word (a cellist called String, whom the reply schema offers as a name, was read as the template).
 _TYPE_NAME = re.compile(r"str(?:ing)?", re.I)
 
 
 def _placeholder(value: str, story_tokens: set[str] | None = None) -> bool:
     """Whether a name or reference is a template's placeholder, not the model's reading of the story."""
     value = value.strip()
-    if _TYPE_NAME.fullmatch(value):
-        return story_tokens is None or not in_story(value, story_tokens)
+    if _TYPE_NAME.fullmatch(value):  # a name is capitalised: "string" is the template even in a story of strings
+        return story_tokens is None or not value[0].isupper() or not in_story(value, story_tokens)
     return bool(_PLACEHOLDER.fullmatch(value))
 
 

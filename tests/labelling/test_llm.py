@@ -530,6 +530,17 @@ def test_a_type_name_is_a_placeholder_unless_the_story_writes_it():
     with pytest.raises(ParseError, match="only repeats the prompt's template"):
         parse_response(json.dumps({"doctor name": "string", "needy patient name": "str", "doctor references": [
             "string"], "needy patient references": ["string"]}), STORY)
+    # a story that writes the word as a word ("a broken string") still has the template's "string" in lower case
+    strings = StoryInput("s", "Dr. Ana Ruiz replaced a broken string. She thanked Tom, who tuned his cello.",
+                         (RoleSpec("subject", "musician"), RoleSpec("object", "helper")))
+    template = json.dumps({"musician name": "string", "helper name": "string", "musician references": ["string"],
+                           "helper references": ["string"]})
+    with pytest.raises(ParseError, match="only repeats the prompt's template"):
+        parse_response(template, strings)
+    answer = json.dumps({"musician name": "Dr. Ana Ruiz", "helper name": "Tom", "musician references": ["She"],
+                         "helper references": ["his"]})
+    lab = parse_response(template + "\n" + answer, strings)
+    assert [(c.name, c.references) for c in lab.characters] == [("Dr. Ana Ruiz", ("She",)), ("Tom", ("his",))]
 
 
 def test_a_reply_of_placeholders_alone_is_retried_and_recorded_as_a_failure():
