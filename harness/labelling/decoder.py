@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 #: The version of the decoding (the encoder labeller's info carries it): a release that decodes a story's
 #: scores into other labels bumps it, so a run's labels of two versions are not mixed.
-DECODER_VERSION = "20"  # 2: a name never runs across a line break; 3: words compared composed (NFC), a title
+DECODER_VERSION = "21"  # 2: a name never runs across a line break; 3: words compared composed (NFC), a title
 # joins a name only on its line and abbreviated across a point, particles only after a name word or a title, the checks
 # read completed names; 4: a quotation left open ends with its line, an inch mark opens none, the action check's
 # object control, things not done, third parties, claims that are none, a name's word only capitalised, and closed
@@ -92,6 +92,9 @@ DECODER_VERSION = "20"  # 2: a name never runs across a line break; 3: words com
 # last part of "Ja'Nae-Marie" is no first name, and "Dr.Robert" is the other's Robert; (``name_gender``) a pronoun
 # with an invisible mark inside is a pronoun; (the decoder's runs) the untagged "'Nae" inside "Ja'Nae Williams" is in
 # the run's key, a title one role's run took is no name of the other, and a title before a quoted nickname stays
+# in the name; 21: (``pronoun_binding``, ``role_apposition``) a name before a clitic ("Tom'd",
+# "Paul'll") is the name, and a name's apostrophe matches the story's other apostrophe ("O\u2019Brien");
+# (``name_completion``) a first name after a dash written "--" is read ("up--Emily Carter").
 #: The hyphens that join a name's parts, as ``words.split_words`` keeps them inside a word: ASCII's, U+2010 and the
 #: no-break U+2011 ("O'Neil\u2011Smith", "al\u2011Rashid").
 HYPHENS = frozenset("-\u2010\u2011")

@@ -152,8 +152,9 @@ def completed_name(name: str | None, text: str, words: Sequence[tuple[str, int, 
         name): word ``k``, or the word before it where ``k`` is the part an apostrophe splits off ("'Nae" of
         "Ja'Nae")."""
         a = k - 1 if glued_name_part(words, k) else k
-        if a and words[a - 1][0] in ("-", "\u2010", "\u2011") and words[a - 1][2] == words[a][1]:
-            return None  # the last part of a name the splitter cut ("Ja'Nae-Marie": not Marie)
+        if (a >= 2 and words[a - 1][0] in ("-", "\u2010", "\u2011") and words[a - 1][2] == words[a][1]
+                and words[a - 2][2] == words[a - 1][1] and words[a - 2][0][-1:].isalpha()):
+            return None  # the last part of a name the splitter cut ("Ja'Nae-Marie": not Marie; "up--Emily" is)
         w = text[words[a][1]:words[k][2]]
         if not (starts_capitalised(w) and _name_word(w.replace("'", "").replace("\u2019", ""))
                 and text[words[k][2]:start] in _NAME_SPACES):

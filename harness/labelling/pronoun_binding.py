@@ -56,7 +56,7 @@ from harness.labelling.base import (ABBREVIATED_TITLES, APOSTROPHES, NAME_TITLES
 from harness.labelling.name_gender import (BINARY_PRONOUN_WORDS, BINARY_PRONOUNS, DEFAULT_STRENGTH, default_lexicon,
                                           female_share)
 from harness.labelling.role_agent import verb_forms
-from harness.labelling.words import split_words, starts_capitalised
+from harness.labelling.words import fold_word, is_clitic, split_words, starts_capitalised
 
 #: The pronouns it binds, by the gender they carry ("her" only where it is a determiner).
 BOUND = {"he": "Male", "his": "Male", "himself": "Male", "she": "Female", "her": "Female", "herself": "Female"}
@@ -78,11 +78,12 @@ def name_words(name: str | None) -> frozenset[str]:
 
 
 def name_key(words: Sequence[str], i: int) -> str:
-    """Word ``i`` case-folded as ``name_words`` keys it: with the next word when that is the rest of the name after
-    an apostrophe ("O", "'Brien" -> "o'brien"; not a possessive "'s")."""
-    w = words[i].lower()
-    if i + 1 < len(words) and words[i + 1][:1] in APOSTROPHES and words[i + 1][1:].lower() not in ("s", ""):
-        return w + words[i + 1].lower()
+    """Word ``i`` folded (``fold_word``) as ``name_words`` keys it: with the next word when that is the rest of the
+    name after an apostrophe ("O", "'Brien" -> "o'brien", "O", "’Brien" too; not a clitic: "Tom", "'d" -> "tom",
+    "Paul'll" is Paul)."""
+    w = fold_word(words[i])
+    if i + 1 < len(words) and words[i + 1][:1] in APOSTROPHES and not is_clitic(words[i + 1][1:]):
+        return w + fold_word(words[i + 1])
     return w
 
 
@@ -196,9 +197,9 @@ def _bound_in_sentences(words: Sequence[str], line_starts: Collection[int], mine
         k = w.lower()
         if in_quote:  # a name in what someone says is whom it is said to or of, not who acts ('"My lad," Hank said, his')
             continue
-        key = name_key(words, i)
-        seen_x = seen_x or (key in mine and starts_capitalised(w))  # "Drew", not "He drew his sword"
-        seen_y = seen_y or (key in theirs and starts_capitalised(w)) or k in their_refs
+        key = name_key(words, i) if starts_capitalised(w) else None  # "Drew", not "He drew his sword"
+        seen_x = seen_x or key in mine
+        seen_y = seen_y or key in theirs or k in their_refs
         if seen_x and not seen_y and binds(i, k):
             if touched_possessive(words, i):
                 seen_y = True

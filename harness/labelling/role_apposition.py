@@ -45,7 +45,7 @@ from collections.abc import Collection, Sequence
 
 from harness.labelling.base import APOSTROPHES, NAME_TITLES, QUOTES, quoted
 from harness.labelling.pronoun_binding import name_words
-from harness.labelling.words import line_starts, split_words, starts_capitalised
+from harness.labelling.words import fold_word, fold_words, is_clitic, line_starts, split_words, starts_capitalised
 
 _CUT = re.compile(r"\s(?:who|in|on|of|at|with|for)\s")
 #: "\n" marks a line break (``words_with_breaks``): a title, or a prompt the story echoes ("... who helps a new
@@ -140,8 +140,8 @@ def appositions(words: Sequence[str], descriptions: Sequence[str], names: Sequen
         return None
     # every word of each name as written, its lowercase particles and hyphens too ("Omar al-Rashid", "Leonardo da
     # Vinci"), which a run of the name's words goes over
-    spelled = [{w.lower() for w, _, _ in split_words(n) if w not in (".", ",")} for n in names]
-    low = [w.lower() for w in words]
+    spelled = [{fold_word(w) for w, _, _ in split_words(n) if w not in (".", ",")} for n in names]
+    low = fold_words(words)  # as name_words folds a name: "O’Brien" is "o'brien"
     in_quote = quoted(words)
     out: Counter = Counter()
 
@@ -150,9 +150,9 @@ def appositions(words: Sequence[str], descriptions: Sequence[str], names: Sequen
             return None
         # split_words splits "O'Brien" into "O" and "'Brien": the name's last word before a comma is "'brien"
         ws = {low[i]}
-        if low[i][:1] in APOSTROPHES and low[i][1:] != "s" and i > 0:
+        if low[i][:1] in APOSTROPHES and not is_clitic(low[i][1:]) and i > 0:
             ws |= {low[i - 1], low[i - 1] + low[i]}
-        elif i + 1 < len(low) and low[i + 1][:1] in APOSTROPHES and low[i + 1][1:] != "s":
+        elif i + 1 < len(low) and low[i + 1][:1] in APOSTROPHES and not is_clitic(low[i + 1][1:]):
             ws.add(low[i] + low[i + 1])
         if not starts_capitalised(words[i - 1] if low[i][:1] in APOSTROPHES and i > 0 else words[i]):
             return None  # "lost all hope, a feeling the actor knew": a lowercase word is no Hope

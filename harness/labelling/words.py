@@ -189,7 +189,13 @@ def glued_name_part(words: Sequence[tuple[str, int, int]], k: int) -> bool:
     # a lone apostrophe (the possessive of "James' book", a closing single quote: "'Sit, Maya', he
     # said") has no letters: no name part
     return (len(w) > 1 and w[0] in "'\u2019" and start == words[k - 1][2]
-            and starts_capitalised(words[k - 1][0]) and w[1:].casefold() not in _CLITICS)
+            and starts_capitalised(words[k - 1][0]) and not is_clitic(w[1:]))
+
+
+def is_clitic(rest: str) -> bool:
+    """Whether ``rest``, what follows an apostrophe, is a clitic's ending ("s", "ll", "d", "til") or nothing, not the
+    rest of a name ("Brien")."""
+    return not rest or rest.casefold() in _CLITICS
 
 
 def is_word(w: str) -> bool:
@@ -364,5 +370,5 @@ def her_is_possessive(words: Sequence[str], i: int) -> bool:
 
 
 __all__ = ["COMBINING_MARKS", "EMPHASIS_MARKS", "as_double_quotes", "find_all", "fold_word", "fold_words",
-           "glued_name_part", "her_is_possessive", "is_split_word", "is_word", "line_starts", "phrase_tokens",
-           "single_quote_dialogue", "split_words", "starts_capitalised"]
+           "glued_name_part", "her_is_possessive", "is_clitic", "is_split_word", "is_word", "line_starts",
+           "phrase_tokens", "single_quote_dialogue", "split_words", "starts_capitalised"]

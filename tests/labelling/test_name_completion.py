@@ -242,6 +242,9 @@ def test_a_first_name_an_apostrophe_splits_completes_a_surname(tmp_path):
         text = f"The lawyer, {first} Mitchell, met David. Mitchell listened."
         assert _complete("Mitchell", text, str(path)) == f"{first} Mitchell"
     # the last part of a name the splitter cuts after its apostrophe is no first name ("Ja'Nae-Marie": not Marie)
+    path = tmp_path / "with_marie.parquet"  # tables are cached by path
     pd.DataFrame({"key": ["JANAE", "MARIE", "MITCHELL"], "census_count": [14_883, 400_000, 124_000],
                   "nd_female": [0.99, 0.99, 0.065]}).to_parquet(path)
     assert _complete("Mitchell", "Ja'Nae-Marie Mitchell waved. Mitchell left.", str(path)) == "Mitchell"
+    # but a dash written "--", whose hyphens are words of their own, is no name's hyphen
+    assert _complete("Mitchell", "She looked up--Marie Mitchell waved. Mitchell left.", str(path)) == "Marie Mitchell"

@@ -187,6 +187,17 @@ def test_names_after_an_apostrophe_are_told_apart():
     assert bind(text, "Sean O'Brien", [], "Liam Keane", ["he"])[0] == ()
     text = "Liam Keane sat down. O'Brien smiled, and his voice was warm."
     assert bind(text, "Sean O'Brien", [], "Liam Keane", ["he"])[0] == ("his",)
+    # the name written with one apostrophe, the story with the other
+    assert bind(text.replace("'", "\u2019"), "Sean O'Brien", [], "Liam Keane", ["he"])[0] == ("his",)
+    assert bind(text, "Sean O\u2019Brien", [], "Liam Keane", ["he"])[0] == ("his",)
+
+
+def test_a_name_before_a_clitic_is_still_the_name():
+    """"Tom'd" and "Paul'd" were keyed "tom'd" and "paul'd": Tom's own sentence bound nothing, and Paul's "his" went
+    to Tom, whose name was the last seen."""
+    assert bind("Tom Reed met Paul. He nodded. Tom'd lost his keys.", "Tom Reed", [], "Paul", ["He"])[0] == ("his",)
+    text = "Tom Reed met Paul. He nodded. Tom waited while Paul\u2019d lost his keys."
+    assert bind(text, "Tom Reed", [], "Paul", ["He"])[0] == ()
 
 
 def test_the_decoder_binds_after_the_name_check(tagged, table):
