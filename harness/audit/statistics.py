@@ -21,6 +21,7 @@ import pandas as pd
 from harness.config import StatsConfig
 from harness.identity import RACE_DISPLAY, RACES
 from harness.identity.baselines import load_baselines
+from harness.identity.build import fold_name
 from harness.stats import tables as T
 from harness.stats.rmrs import name_ratio
 from harness.stats.sweep import PERCENT_DECIMALS
@@ -33,7 +34,7 @@ def name_ratios(chars: pd.DataFrame, *, min_population: int | None = None) -> pd
     characters, with the name's race likelihoods; those of a name rarer than ``min_population`` in the reference
     data, or of unknown population, are withheld (``withheld``), as ``top_names`` and ``redact`` withhold them
     (None or 0 withholds none)."""
-    laden = chars[(chars.condition == "laden") & chars.first_name.notna()]
+    laden = _one_spelling(chars[(chars.condition == "laden") & chars.first_name.notna()])
     if laden.empty:
         return pd.DataFrame(columns=["model", "domain", "first_name", "n_sub", "n_dom", "N_sub", "N_dom", "ratio", *RACES,
                                      "name_population", "withheld"])
@@ -51,6 +52,18 @@ def name_ratios(chars: pd.DataFrame, *, min_population: int | None = None) -> pd
     out["withheld"] = ~(out.name_population >= min_population) if min_population else False
     out[list(RACES)] = out[list(RACES)].mask(out["withheld"], np.nan)
     return out
+
+
+def _one_spelling(named: pd.DataFrame) -> pd.DataFrame:
+    """``named`` with each first name written as the most frequent spelling of its name-table key: "Maria",
+    "María" and "MARIA" are one name, as the table reads them, not three rows of one name's counts. A name without
+    a key (no Latin letters: "प्रिया") stays as written."""
+    if named.empty:
+        return named
+    key = named.first_name.map(fold_name)
+    key = key.where(key != "", "\0" + named.first_name.astype(str))
+    spelling = named.first_name.groupby(key, sort=False).agg(lambda s: s.value_counts().index[0])
+    return named.assign(first_name=key.map(spelling).to_numpy())
 
 
 def likelihood_histogram(chars: pd.DataFrame, width: int = 2) -> pd.DataFrame:
@@ -76,7 +89,7 @@ def top_names(chars: pd.DataFrame, *, min_population: int, k: int = 9) -> pd.Dat
     """Tables S10/S11: per model and race, the k most frequent names above 60% likelihood, with
     counts as power-neutral (Base), dominant and subordinate characters. Names rarer than
     ``min_population`` in the reference data keep their counts but not their likelihood."""
-    named = chars[chars.first_name.notna()]
+    named = _one_spelling(chars[chars.first_name.notna()])
     rows = []
     for race in RACES:
         hi = named[np.round(100 * named[race], PERCENT_DECIMALS) > 100 * TOP_NAME_THRESHOLD]  # as the sweep reads it

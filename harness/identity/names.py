@@ -83,7 +83,7 @@ _ROLE_STOPWORDS = frozenset({"a", "an", "the", "in", "of", "to", "for", "who", "
                              "from", "into", "about", "as", "is"})
 # anchored at the start only: a trailing run is found on the reversed string (``_trail_length``), since a
 # search for "\W+$" backtracks quadratically over a long run of marks that a letter ends
-_LEAD, _EDGE = re.compile(r"\W+"), re.compile(r"[\W_]+")
+_EDGE = re.compile(r"[\W_]+")  # punctuation, and markdown's underscores ("__Dr. Sarah Smith__")
 _POSSESSIVE = re.compile(r"['\u2019]s$", re.I)
 # "Marcus' mom": the possessive of a name ending in s, a bare apostrophe after a word that starts with a letter
 # (not a quoted nickname, "'Jess' Smith")
@@ -130,7 +130,7 @@ NO_NAME = frozenset({"unspecified", "none", "unknown", "n/a", "not specified", "
                      "not given", "not mentioned", "not provided", "not stated", "not named", "no name given",
                      "name not given", "name not mentioned", "name unknown", "anonymous", "undefined",
                      "none given", "none mentioned", "none specified", "none provided", "unknown name",
-                     "name not provided", "name not specified", "not applicable"})
+                     "name not provided", "name not specified", "not applicable", "withheld", "name withheld"})
 
 
 def _whole_key(name: str) -> str:
@@ -150,15 +150,17 @@ def _trail_length(text: str, pattern: re.Pattern) -> int:
 
 def is_no_name(name: str) -> bool:
     """Whether a labelled name is one of the ways of writing "Unspecified" (``NO_NAME``, or a phrase that starts
-    with "Not": "Not explicitly named"; "Not" is no first name).
+    with "Not": "Not explicitly named"; "Not" is no first name), also after "Name" ("Name not stated", "Name
+    unspecified") or before a remark in brackets ("N/A (not named)").
 
     >>> [is_no_name(n) for n in ["Unspecified", "N/A", "Not specified.", "No Name", "(none)", '"Unspecified"', "Nona"]]
     [True, True, True, True, True, True, False]
-    >>> [is_no_name(n) for n in ["Not explicitly named", "Nota Bene", "Not"]]
-    [True, False, False]
+    >>> [is_no_name(n) for n in ["Not explicitly named", "Nota Bene", "Not", "Name not stated", "N/A (not named)"]]
+    [True, False, False, True, True]
     """
     key = _whole_key(name.replace(".", ""))
-    return key in NO_NAME or key.startswith("not ")
+    head = _whole_key(key.split("(", 1)[0]) if "(" in key[1:] else key  # "n/a (not named)": its head
+    return any(k in NO_NAME or k.startswith("not ") for k in {key, head, head.removeprefix("name ")})
 
 
 def _role_words(role: str | None) -> set[str]:
@@ -225,9 +227,9 @@ def survives_filters(name: str, role: str | None = None) -> bool:
 def _strip_edges(tok: str) -> str:
     """``tok`` without the punctuation around it; a combining mark that ends a word (the vowel sign of
     "प्रिया", the tone mark of "สมศักดิ์") is part of it, though ``re``'s ``\\W`` matches it."""
-    lead = _LEAD.match(tok)
+    lead = _EDGE.match(tok)
     tok = tok[lead.end():] if lead else tok
-    trail = _trail_length(tok, _LEAD)
+    trail = _trail_length(tok, _EDGE)
     if trail:
         end = len(tok) - trail
         while end < len(tok) and end and unicodedata.category(tok[end])[0] == "M":
@@ -314,6 +316,13 @@ def _lower_case_surname(tokens: list[str], k: int, end: int, lists: NameLists) -
     return k == 2 and _bare(tokens[0]) in titles
 
 
+#: A nickname in quotes or brackets between a name's words ('Mark "The Bull" Murphy', "Dr. Sarah (Sally) Smith"),
+#: which the three-token rule would count, or a remark in brackets after the name ("Ms. Patel (Priya)": no "Patel"
+#: of three tokens); the name cleaning of the MENA source drops them too (digest 3.3).
+_NICKNAME = re.compile(r"(?<=\S)\s+(?:\"[^\"]*\"|\u201c[^\u201c\u201d]*\u201d|\u2018[^\u2018\u2019]*\u2019|'[^']*'|"
+                       r"\([^()]*\))(?=\s+\S)|(?<=\S)\s+\([^()]*\)\s*$")
+
+
 def parse_first_name(raw: str | None, role: str | None = None) -> str | None:
     """The first name in one extracted name, or None when there is none.
 
@@ -325,6 +334,8 @@ def parse_first_name(raw: str | None, role: str | None = None) -> str | None:
     [None, 'Maya', 'J.R']
     >>> [parse_first_name(n) for n in ["Dr. von Braun", "Maria de la Cruz", "Major Thompson", "King Arthur"]]
     [None, 'Maria', None, 'Arthur']
+    >>> [parse_first_name(n) for n in ['Mark "The Bull" Murphy', "Dr. Sarah (Sally) Smith", "__Dr. Sarah Smith__"]]
+    ['Mark', 'Sarah', 'Sarah']
     """
     if _is_missing(raw):
         return None
@@ -334,6 +345,7 @@ def parse_first_name(raw: str | None, role: str | None = None) -> str | None:
     if not _keep_name(raw, _role_words(role)) or is_no_name(raw):
         return None
     lists = name_lists()
+    raw = _NICKNAME.sub(" ", raw)  # 'Jim "The Curse Jacket" Rodriguez': Jim, not four tokens and no first name
     tokens = [t for t in raw.split() if _strip_edges(t)]
     if tokens:
         tokens[:1] = _split_glued_title(tokens[0], lists)

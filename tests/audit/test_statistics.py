@@ -78,6 +78,27 @@ def test_top_names_count_names_above_60_percent_by_role_and_withhold_rare_likeli
     assert np.isnan(asian.loc["Lee", "likelihood"]) and asian.loc["Lee", "withheld"] and asian.loc["Lee", "total"] == 1
 
 
+def test_one_name_spelled_several_ways_is_one_row_of_the_name_tables():
+    """"Maria", "María" and "MARIA" are one name to the name table (one key, one likelihood) but were three rows of
+    Fig. 3a's table and of Tables S10/S11, each with a part of the name's counts; a name without Latin letters,
+    which has no key, stays a name of its own."""
+    from harness.audit.statistics import name_ratios, top_names
+
+    chars = pd.DataFrame([_char("s0", "laden", "subordinate", "Maria", "latine", 0.8),
+                          _char("s1", "laden", "subordinate", "María", "latine", 0.8),
+                          _char("s2", "laden", "subordinate", "Maria", "latine", 0.8),
+                          _char("s3", "laden", "dominant", "MARIA", "latine", 0.8),
+                          _char("s0", "laden", "dominant", "Sofia", "latine", 0.7),
+                          _char("s1", "laden", "dominant", "Sofia", "latine", 0.7),
+                          _char("s2", "laden", "dominant", "\u092a\u094d\u0930\u093f\u092f\u093e", "asian", 0.7),
+                          _char("s3", "laden", "subordinate", "\u0930\u093e\u092e", "asian", 0.7)])
+    got = name_ratios(chars).set_index("first_name")
+    assert sorted(got.index) == sorted(["Maria", "Sofia", "\u092a\u094d\u0930\u093f\u092f\u093e", "\u0930\u093e\u092e"])
+    assert got.loc["Maria", ["n_sub", "n_dom", "N_sub", "N_dom"]].tolist() == [3, 1, 4, 4]
+    top = top_names(chars, min_population=100).query("group == 'latine'").set_index("first_name")
+    assert top.index.tolist() == ["Maria", "Sofia"] and top.loc["Maria", "total"] == 4
+
+
 def test_labelling_qa_shares_are_hand_counts_per_model_domain_condition_and_role():
     """Every share of the run report's labelling QA, not only ``share_matched``: per model x domain x condition x
     role, the share of characters labelled Unspecified, Unsure, named, named and matched to the name table (a
