@@ -354,6 +354,15 @@ def test_the_label_stage_labels_retried_generations_and_resumes(tmp_path, monkey
     store3.update_manifest(labeller=first)
     assert L.label_run(c3, store3, progress=False) == (1, 12, 0, 0)
     assert L.label_run(c3, store3, progress=False) == (0, 12, 0, 0)
+    # a whole run labelled by an earlier release's rules, or parsed with other name lists, is not called current
+    # when no story is left to label (it went on over them, and refused the same run once a story was left)
+    for changed in ({"rules_version": "1"}, {"name_parsing": "0.1"}):
+        store3.update_manifest(labeller={**first, **changed})
+        key = next(iter(changed))
+        with pytest.raises(ConfigError, match=rf"12 stories were labelled with other label settings \({key} "):
+            L.label_run(c3, store3, progress=False)
+    store3.update_manifest(labeller=first)
+    assert L.label_run(c3, store3, progress=False) == (0, 12, 0, 0)
     got = store3.read_stage(L.LABELS, key=("prompt_id", "sample_idx", "role"))
     retried = got[(got.prompt_id == "labor-laden-02") & (got.sample_idx == 1)]
     assert len(got) == 20 and not got.duplicated(["prompt_id", "sample_idx", "role"]).any()

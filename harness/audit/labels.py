@@ -373,6 +373,41 @@ def check_labeller(store: RunStore, labeller: Any, labelled: int, running: bool 
         _refuse(store, labelled, changed, pin)
 
 
+def release_versions(labeller: str | None) -> dict[str, Any]:
+    """The versions in a labeller's ``info()`` that the release fixes, read without loading the labeller: how its
+    code decodes, parses or reads a story (a release that labels a story differently bumps one), and the name
+    lists' version, which every labeller records as ``name_parsing``."""
+    from harness.identity.names import name_lists
+
+    out: dict[str, Any] = {"name_parsing": name_lists().version}
+    if labeller == "encoder":
+        from harness.labelling.decoder import DECODER_VERSION
+
+        out["decoder_version"] = DECODER_VERSION
+    elif labeller == "llm":
+        from harness.labelling.llm import PARSER_VERSION
+
+        out["parser_version"] = PARSER_VERSION
+    elif labeller == "rules":
+        from harness.labelling.rules import RULES_VERSION
+
+        out["rules_version"] = RULES_VERSION
+    return out
+
+
+def check_release(store: RunStore, labelled: int) -> None:
+    """Refuse to call current the labels an earlier release made (``release_versions``) where no story is left to
+    label: ``check_labeller`` compares them only when there is, so an upgraded harness went on over a whole run's
+    old labels ("skipped (current)") and refused the same run as soon as one story was left to label."""
+    old = store.read_manifest().get("labeller")
+    if not labelled or not isinstance(old, dict):
+        return
+    new = release_versions(old.get("labeller"))
+    changed = [f"{k} {old[k]!r} -> {new[k]!r}" for k in new if k in old and old[k] != new[k]]
+    if changed:
+        _refuse(store, labelled, changed, "")
+
+
 def label_run(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int] = (0, 1), progress: bool = True,
               echo=print) -> tuple[int, int, int, int]:
     """Label every story of this shard that has no labels yet. Returns (labelled now, stories
@@ -414,6 +449,7 @@ def label_run(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int] = (0, 1
                            f"{one_line(first or 'no reason given')}), so there is nothing to label; fix the cause "
                            f"and rerun, which generates them again")
     if not todo:
+        check_release(store, len(done))
         return 0, len(done), 0, unretried
     unknown = sorted(pids - set(prompts))
     if unknown:  # before the labeller loads and the claim records it (a KeyError, with a traceback, after both)
