@@ -198,14 +198,12 @@ def main() -> None:
     AutoTokenizer.from_pretrained(str(model.package_dir()), gguf_file=model.gguf_file).save_pretrained(
         str(args.out / "tok"))
     size = sum(f.stat().st_size for f in args.out.rglob("*") if f.is_file())
-    listed = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True)
-    if listed.returncode:  # not a git checkout: its size was read as 0.0 MiB and the 64 MiB check passed unseen
-        print(f"{args.out}: {size / 2**20:.1f} MiB; the repo's size is unknown here (`git ls-files` failed: "
-              f"{listed.stderr.decode().strip().splitlines()[0] if listed.stderr.strip() else 'no output'}), so the "
-              f"64 MiB the device tool carries is not checked")
+    try:
+        repo = carried_bytes(ROOT)
+    except RuntimeError as e:  # not a git checkout: its size was read as 0.0 MiB and the 64 MiB check passed unseen
+        print(f"{args.out}: {size / 2**20:.1f} MiB; the repo's size is unknown here ({e}), so the 64 MiB the device "
+              f"tool carries is not checked")
         return
-    tracked = listed.stdout.decode().split("\0")
-    repo = sum((ROOT / f).stat().st_size for f in tracked if f and (ROOT / f).is_file())
     # what gpu.sh's encoder steps (labeller-e2e, -dev, -host, tests) need: every file but the tokenizer and the
     # MPNet settings, which only the generation, LLM and MPNet steps read
     encoder = sum(f.stat().st_size for f in args.out.glob("*") if f.is_file())
@@ -217,6 +215,19 @@ def main() -> None:
         raise SystemExit(f"{args.out}: the encoder steps' files and the repo exceed the 64 MiB the device tool carries "
                          f"({(encoder + repo) / 2**20:.1f} MiB); leave out what a step does not read (--site-encoder-"
                          f"only), or shrink the repo's untracked files")
+
+
+def carried_bytes(root: Path) -> int:
+    """The bytes of the working tree the device tool carries besides ``carry``: the tracked files and the untracked
+    ones git does not ignore (only the tracked were counted, so a stray untracked file could get the device call
+    refused after this check passed)."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=root,
+                            capture_output=True)
+    if listed.returncode:
+        why = listed.stderr.decode().strip().splitlines()[0] if listed.stderr.strip() else "no output"
+        raise RuntimeError(f"`git ls-files` failed: {why}")
+    files = set(listed.stdout.decode().split("\0")) - {""}
+    return sum((root / f).stat().st_size for f in files if (root / f).is_file())
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ pipeline's sampling settings, and the report states the target verdict per backe
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from harness import bench
@@ -178,3 +179,21 @@ def test_writing_a_section_keeps_the_other_sections_and_the_files_mode(benchmark
     fresh = tmp_path / "fresh.md"
     results.write_section("a", "x", fresh)
     assert stat.S_IMODE(fresh.stat().st_mode) == 0o666 & ~results._umask()
+
+
+def test_the_gpu_carry_check_counts_the_untracked_files_the_device_tool_carries(benchmark_module, tmp_path):
+    """The device tool carries the tracked files and the untracked ones git does not ignore; gpu_prepare.py's 64 MiB
+    check counted only the tracked, so a stray untracked file could get the device call refused after it passed."""
+    import subprocess
+
+    prep = benchmark_module("gpu_prepare")
+    with pytest.raises(RuntimeError, match="git ls-files"):
+        prep.carried_bytes(tmp_path)  # not a git checkout
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / ".gitignore").write_text("ignored/\n")
+    (tmp_path / "tracked.txt").write_bytes(b"x" * 100)
+    subprocess.run(["git", "-C", str(tmp_path), "add", ".gitignore", "tracked.txt"], check=True)
+    (tmp_path / "untracked.txt").write_bytes(b"y" * 1000)
+    (tmp_path / "ignored").mkdir()
+    (tmp_path / "ignored" / "big.bin").write_bytes(b"z" * 10_000)
+    assert prep.carried_bytes(tmp_path) == 100 + 1000 + len("ignored/\n")
