@@ -377,7 +377,7 @@ def main(argv=None):
     import torch
 
     if not torch.cuda.is_available():
-        raise SystemExit("kernels_gpu.py: no CUDA device here; run benchmarks/kernels.py for the CPU figures")
+        raise SystemExit("kernels_gpu.py: no CUDA device here; run benchmarks/kernels_cpu.py for the CPU figures")
     if args.profile:
         N, d, G = (int(v) for v in args.profile.split(","))
         return profile_group_stats(torch, N, d, G, args.out)

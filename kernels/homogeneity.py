@@ -531,7 +531,7 @@ def _gram_frob2(a) -> float:
     BLAS SYRK (half the products) was tried here, through ``scipy.linalg.blas.ssyrk`` and NumPy's
     ``a.T @ a``: alone it beats these blocks, but inside ``torch_group_stats`` it made the whole path
     3-5x slower on 2 cores, because OpenBLAS's threads and torch's OpenMP threads, alternating call by
-    call, contend for the cores (benchmarks/kernels.py, 2026-11-23). The same contention, from the
+    call, contend for the cores (benchmarks/kernels_cpu.py, 2026-11-23). The same contention, from the
     small NumPy GEMVs of x_i . s, is why that loop holds NumPy's BLAS to one thread; a one-thread SYRK
     would do half the products on half the cores, no gain."""
     import torch
@@ -560,7 +560,7 @@ def torch_group_stats(x, groups, *, n_groups=None, normalize=True, chunk_rows: i
     are gathered and, unless they are unit vectors already, normalised into one reused scratch
     buffer, never a full-size copy of the embeddings, and each of its groups' norms, sum, Gram
     (three BLAS GEMM blocks) and x_i . s are taken from there; every total is merged in float64.
-    The fast CPU path (compare with one GEMM of the same shape in ``benchmarks/kernels.py``);
+    The fast CPU path (compare with one GEMM of the same shape in ``benchmarks/kernels_cpu.py``);
     ``reference`` is the float64 oracle.
     """
     import torch

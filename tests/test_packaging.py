@@ -26,3 +26,20 @@ def test_console_command_and_subcommands():
     assert r.returncode == 0
     for sub in ("prompts", "generate", "models", "run", "names"):
         assert sub in r.stdout
+
+
+def test_a_benchmark_scripts_path_holds_no_module_named_kernels_but_the_repos_package(tmp_path):
+    """A script under benchmarks/ runs with that folder first on sys.path; benchmarks/kernels.py was then the module
+    ``kernels`` that transformers' probe for the PyPI package of that name imports, and it imports harness.kernels:
+    without ``pip install -e .`` every encoder load failed ("could not import BertModel ... train one")."""
+    root = Path(__file__).resolve().parents[1]
+    code = (
+        f"import sys; sys.path[:0] = [{str(root / 'benchmarks')!r}, {str(root)!r}]\n"
+        "from transformers.utils.import_utils import is_kernels_available\n"
+        "is_kernels_available()\n"
+        "import kernels\n"
+        "print(kernels.__file__)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == str(root / "kernels" / "__init__.py")  # the repo's package, which imports nothing

@@ -2,8 +2,8 @@
 
 Run from the repository root::
 
-    python benchmarks/kernels.py            # paper-scale CPU sizes (a few minutes on 2 cores)
-    python benchmarks/kernels.py --quick    # CI-sized smoke run
+    python benchmarks/kernels_cpu.py            # paper-scale CPU sizes (a few minutes on 2 cores)
+    python benchmarks/kernels_cpu.py --quick    # CI-sized smoke run
 
 Homogeneity (within-group pairwise cosine statistics of N texts in groups of 500, d = 384):
 the naive path (normalise, full N x N matmul in row chunks, mask same-group i < j pairs,
@@ -359,7 +359,7 @@ def main(argv=None):
     scaling = bench_scaling(args)
     bench_sweep(args, srows, snotes)
     md = [
-        "## Kernels: homogeneity statistics and threshold sweep (`benchmarks/kernels.py`"
+        "## Kernels: homogeneity statistics and threshold sweep (`benchmarks/kernels_cpu.py`"
         + (" --quick)" if args.quick else ")"),
         "",
         f"Machine: {machine_description()}.",
