@@ -94,7 +94,8 @@ DECODER_VERSION = "21"  # 2: a name never runs across a line break; 3: words com
 # the run's key, a title one role's run took is no name of the other, and a title before a quoted nickname stays
 # in the name; 21: (``pronoun_binding``, ``role_apposition``) a name before a clitic ("Tom'd",
 # "Paul'll") is the name, and a name's apostrophe matches the story's other apostrophe ("O\u2019Brien");
-# (``name_completion``) a first name after a dash written "--" is read ("up--Emily Carter").
+# (``name_completion``) a first name after a dash written "--" is read ("up--Emily Carter"); (``words``) a zero-width
+# space or word joiner at the text's start leaves the apostrophe after it to open a quotation ("\u200b'Go,' Sam said").
 #: The hyphens that join a name's parts, as ``words.split_words`` keeps them inside a word: ASCII's, U+2010 and the
 #: no-break U+2011 ("O'Neil\u2011Smith", "al\u2011Rashid").
 HYPHENS = frozenset("-\u2010\u2011")

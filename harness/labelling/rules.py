@@ -91,7 +91,7 @@ class _Char:
 
 #: The version of the rules: a release whose rules label a story differently bumps it, so a run's labels of two
 #: versions are not mixed.
-RULES_VERSION = "6"  # 2: a title spaCy split from its period, "Mx." + "Taylor", is a reference; 3: a title is
+RULES_VERSION = "7"  # 2: a title spaCy split from its period, "Mx." + "Taylor", is a reference; 3: a title is
 # capitalised and no verb ("miss Noah"), a name joins a character only where the words of one hold the other's
 # and no title's gender or given name differs ("Mr." and "Mrs. Patel"; lowercase particles are no name words), a
 # gendered noun with a possessor refers to a character only as a predicate or with a name in apposition, never
@@ -104,7 +104,8 @@ RULES_VERSION = "6"  # 2: a title spaCy split from its period, "Mx." + "Taylor",
 # subjects ("Dr. Lopez examined him")
 # 5 (``words``): a quotation opened by an elision's apostrophe at a sentence's start, words folded without invisible
 # marks, Georgian names capitalised; 6: singular "they" is dropped where another pronoun reached the character, not
-# where a title or a gendered noun gave it a gender ("Mx. Taylor Reed ... They smiled" lost its only pronoun)
+# where a title or a gendered noun gave it a gender ("Mx. Taylor Reed ... They smiled" lost its only pronoun); 7
+# (``words``): a quotation opened after a zero-width space or word joiner at the text's start ("\u200b'Go,' Sam said")
 
 
 class RulesLabeller(Labeller):

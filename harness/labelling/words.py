@@ -44,9 +44,11 @@ _PART = rf"[^\W_]+(?:[{_INNER}]+[^\W_]*)*"
 #: too ("'Why?' 'Cause I said so,' Mum said").
 _ELISIONS = "em|til|tis|twas|cause|cos|cuz|bout|round|n|nuff|kay"
 # an apostrophe and letters are one word (a clitic: "'s", "'ll", the "'Brien" of "O'Brien") written right
-# after a word, or an elision; elsewhere the apostrophe is a word of its own and its word another
+# after a word (not after an invisible mark alone: "\u200b'Let me go,'" opens a quotation), or an elision; elsewhere
+# the apostrophe is a word of its own and its word another
 _WORD = re.compile(rf"{_PART}(?:[-\u2010\u2011]{_PART})*"
-                   rf"|(?<=[\w{_INNER}])['\u2019][^\W\d_]+(?:[{_INNER}]+[^\W_]*)*"
+                   rf"|(?<=[\w{_INNER}])(?<!^[{_INNER}])(?<![^\w{_INNER}][{_INNER}])"
+                   rf"['\u2019][^\W\d_]+(?:[{_INNER}]+[^\W_]*)*"
                    rf"|(?<=[^\S\r\n\v\f\x1c-\x1e\x85\u2028\u2029])(?<![.!?\u2026]\s)(?<![.!?\u2026]\s\s)"
                    rf"(?<![.!?\u2026]['\u2019\"\u201d]\s)['\u2019](?i:{_ELISIONS})(?![\w{_INNER}])"
                    r"|[^\w\s]|_")

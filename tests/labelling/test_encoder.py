@@ -47,10 +47,14 @@ def test_split_words_an_apostrophe_after_no_word_opens_a_quotation():
                         ("'Go,' Sam said.\u2028'No,' Ana said.", [0, 3, 7, 10]),
                         ("'Go,' Sam said.\u00a0'No,' Ana said.", [0, 3, 7, 10]),
                         ("Mum frowned\x0b'Cause I said so,' she said.", [2, 8]),
-                        ("\ufeff'Go,' Sam said.", [1, 4])):
+                        ("\ufeff'Go,' Sam said.", [1, 4]),
+                        # a zero-width space or word joiner there too (they glued the mark to the word, "'Go")
+                        ("\u200b'Go,' Sam said.", [1, 4]), ("\u2060'Go,' Sam said.", [1, 4])):
         words = split_words(text)
         assert single_quote_dialogue(text, words) == marks, text
     assert [w for w, _, _ in split_words("'Twas 'Emma'")][:2] == ["'", "Twas"]
+    # inside a word an invisible mark still joins the clitic or the name's rest to it
+    assert [w for w, _, _ in split_words("Rive\u200b's O\u200b'Brien")] == ["Rive\u200b", "'s", "O\u200b", "'Brien"]
 
 
 @pytest.mark.parametrize("text, want", [
