@@ -36,8 +36,8 @@ def name_ratios(chars: pd.DataFrame, *, min_population: int | None = None) -> pd
     (None or 0 withholds none)."""
     laden = _one_spelling(chars[(chars.condition == "laden") & chars.first_name.notna()])
     if laden.empty:
-        return pd.DataFrame(columns=["model", "domain", "first_name", "n_sub", "n_dom", "N_sub", "N_dom", "ratio", *RACES,
-                                     "name_population", "withheld"])
+        return pd.DataFrame(columns=["model", "domain", "first_name", "n_sub", "n_dom", "N_sub", "N_dom", "ratio",
+                                     *RACES, "name_population", "withheld"])
     totals = laden.groupby(["model", "domain", "power_role"]).size().unstack(fill_value=0)
     counts = laden.groupby(["model", "domain", "first_name", "power_role"]).size().unstack(fill_value=0)
     counts = counts.reindex(columns=["dominant", "subordinate"], fill_value=0).reset_index()

