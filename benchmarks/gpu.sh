@@ -9,7 +9,7 @@
 # `gpu_prepare.py --base` packs, and scores each on the held-out files and the dev stories (SEEDS_GOLD: other
 # gold files, space-separated) (benchmarks/seeds.py).
 # Missing pure-Python dependencies travel as wheels in .whl/ (pip download ...) or packed in .gpu/site.tar.xz;
-# the fp16 labeller weights, the first-name table, the MPNet labeller's settings and the dev stories in .gpu/
+# the fp16 labeller weights, the first-name table, the MPNet labeller's settings and the dev stories (xz) in .gpu/
 # (`python benchmarks/gpu_prepare.py --site`; never committed). labeller-mpnet times MPNet-base with random weights: its model and forward stages
 # stand for the trained model's, its decode and end-to-end stages do not (random probabilities).
 # labeller-host times the GPU layout's host side alone on this host's cores (15 workers; the model
@@ -35,6 +35,11 @@ if ls .whl/*.whl >/dev/null 2>&1; then
 fi
 # packed by gpu_prepare.py: the labeller's weights, and (--site) the packages the image lacks (spaCy, pydantic)
 if [[ -f .gpu/labeller.tar.xz && ! -d .gpu/labeller ]]; then tar -xJf .gpu/labeller.tar.xz -C .gpu; fi
+for F in .gpu/*.jsonl.xz; do  # the dev stories (and train150), packed by gpu_prepare.py
+  if [[ -f $F && ! -f ${F%.xz} ]]; then
+    python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'))" "$F" "${F%.xz}"
+  fi
+done
 if [[ -f .gpu/site.tar.xz ]]; then
   PACKED=$(mktemp -d) && tar -xJf .gpu/site.tar.xz -C "$PACKED" && export PYTHONPATH=$PACKED/site${PYTHONPATH:+:$PYTHONPATH}
 fi

