@@ -290,12 +290,12 @@ def forward_or_keep(forward: Callable[..., Any], ids: Any, am: Any, tt: Any, own
     where the batch fails (a GPU out of memory, any error of the model), each row again alone, without its
     padding, the rows that fail alone too left out with their error (their rows zeros; None for the
     probabilities of a batch whose every row failed). ``owner``: each row's story (a long story's windows are
-    rows of one story), by default a story a row. Where every row of a batch of several stories fails alone, the
-    fault is the model's or the device's (a CUDA error that stays), not the stories': that error is raised,
-    since the label stage keeps a story's "labeller error" as its final labels; the windows of one story that
-    all fail are that story's error, as the story of one window is (they stopped the run), unless ``probe``, the
-    collated arrays of a story any working model reads (``probe_story``), fails too: then the device is at fault
-    and the story's error is raised, as ``label_or_keep`` tells a batch of one apart."""
+    rows of one story), by default a story a row. Where every row of a batch fails alone, the fault is the model's
+    or the device's (a CUDA error that stays), not the stories', unless ``probe``, the collated arrays of a story
+    any working model reads (``probe_story``), passes: without a probe, or where it fails too, the error is raised,
+    since the label stage keeps a story's "labeller error" as its final labels; where the probe passes, the stories
+    are at fault and kept with their errors, as ``label_or_keep`` tells them apart. (The windows of one story that
+    all fail are that story's error without a probe, as the story of one window is.)"""
     try:
         return forward(ids, am, tt), {}
     except Exception as e:  # noqa: BLE001 - the stories are tried alone below
@@ -314,7 +314,8 @@ def forward_or_keep(forward: Callable[..., Any], ids: Any, am: Any, tt: Any, own
             try:
                 p = forward(ids[i:i + 1, :n], am[i:i + 1, :n], tt[i:i + 1, :n])[0]
             except Exception as e:  # noqa: BLE001 - kept on the story
-                if probs is None and i == len(lengths) - 1 and stories > 1:
+                if probs is None and i == len(lengths) - 1 and stories > 1 and (
+                        probe is None or not _passes(forward, *probe)):
                     raise
                 errors[i] = error_status(e)
                 continue
@@ -402,17 +403,19 @@ def exit_with_parent() -> None:
 def starting() -> Iterator[None]:
     """A worker's start (its imports, its model) with Ctrl-C ignored: the terminal's SIGINT reaches every process of
     the group, and each worker starting printed a traceback of its imports (hundreds of lines); the process that
-    started them stops them. Ctrl-C works as before once the worker runs."""
+    started them stops them. Ctrl-C works as before once the worker runs: the handler it inherited is restored (a
+    worker of a process that ignores SIGINT, as a shell's background job does, ignores it too; it died of the
+    Ctrl-C its parent ignored, and failed the run)."""
     import signal
 
     if threading.current_thread() is not threading.main_thread():  # only a process's main thread sets handlers
         yield
         return
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGINT, signal.default_int_handler if before is None else before)
 
 
 def _read_inbox(inbox: Any, local: queue.Queue) -> None:
@@ -514,10 +517,11 @@ def _serve(tokenizer_dir: str, decoder: Any, inbox: Any, results: Any) -> None:
                     continue
                 held[bid] = (payload, encoded, unread)
                 rows_of = [i for i, e in enumerate(encoded) for _ in (e.windows or (e,))]
-                probe = None
-                if len(encoded) == 1:  # one story for the model: the probe's inputs go along (``forward_or_keep``)
-                    known = probe_of(next(s for i, s in enumerate(payload) if i not in unread).roles)
-                    probe = None if known is None else known[2]
+                # the probe's inputs go along (``forward_or_keep``): where every story of the batch fails, it tells
+                # a broken model from bad stories, as the serial path's ``label_or_keep`` does (two bad stories the
+                # length sort put in one batch stopped the run on a GPU, and were kept on a CPU)
+                known = probe_of(next(s for i, s in enumerate(payload) if i not in unread).roles)
+                probe = None if known is None else known[2]
                 results.put(("encoded", bid, (*_collate_np(_window_rows(encoded), tokenizer.pad_token_id), rows_of,
                                               probe)))
             else:
@@ -534,7 +538,7 @@ def _serve(tokenizer_dir: str, decoder: Any, inbox: Any, results: Any) -> None:
                 kept_p = [probs[r, : len(rows[r].input_ids)] for r in range(len(rows)) if owner[r] not in errors]
                 merged_e, merged_p = _merge_windows([encoded[i] for i in ok], kept_p)
                 items = [(stories[i], e, p) for i, e, p in zip(ok, merged_e, merged_p)]
-                probe = decode_probe(items[0][0].roles, probs.shape[-1], probs.dtype) if len(items) == 1 else None
+                probe = decode_probe(items[0][0].roles, probs.shape[-1], probs.dtype) if items else None
                 decoded = iter(label_or_keep(lambda its: decoder.decode_many(*map(list, zip(*its))), items,
                                              itemgetter(0), probe) if items else [])
                 labels = iter([failed(s, errors[i]) if i in errors else next(decoded) for i, s in enumerate(stories)])

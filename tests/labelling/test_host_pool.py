@@ -196,6 +196,14 @@ def test_a_batch_of_one_story_that_fails_where_the_probe_fails_too_is_raised():
     with pytest.warns(RuntimeWarning):
         assert forward_or_keep(refuses_the_story, *_arrays(2), [0, 0], probe) == (
             None, {0: "labeller error: ValueError: no story here", 1: "labeller error: ValueError: no story here"})
+    # two stories that both fail while the probe passes: kept, as the serial path keeps them (they stopped the run)
+    with pytest.warns(RuntimeWarning):
+        assert forward_or_keep(refuses_the_story, *_arrays(2), None, probe) == (
+            None, {0: "labeller error: ValueError: no story here", 1: "labeller error: ValueError: no story here"})
+    with pytest.warns(RuntimeWarning), pytest.raises(RuntimeError, match="illegal memory access"):
+        forward_or_keep(broken, *_arrays(2), None, probe)
+    with pytest.warns(RuntimeWarning), pytest.raises(ValueError, match="no story here"):
+        forward_or_keep(refuses_the_story, *_arrays(2))  # no probe to tell them apart
     # no probe: kept, as before
     assert forward_or_keep(broken, *_arrays(1))[1] == {
         0: "labeller error: RuntimeError: CUDA error: an illegal memory access was encountered"}
@@ -231,8 +239,8 @@ class _Decoder:
 def test_a_host_worker_tells_a_broken_model_or_decoder_from_a_bad_story_in_a_batch_of_one(tiny_encoder, gold):
     """A batch of one story (--batch-size 1) that the model or the decoder failed on was kept as "labeller error"
     however broken the device or the decoder (every story so, exit 0). The worker (``host_pool._serve``, run here in
-    a thread) sends the probe story's model inputs with a batch of one story, and decodes the probe where the
-    story's decoding fails: a model or decoder that fails on the probe too is raised, a story alone at fault kept."""
+    a thread) sends the probe story's model inputs with every batch, and decodes the probe where every story's
+    decoding fails: a model or decoder that fails on the probe too is raised, stories alone at fault kept."""
     from harness.labelling.encoder import EncoderLabeller
     from harness.labelling.host_pool import _serve
 
@@ -282,9 +290,20 @@ def test_a_host_worker_tells_a_broken_model_or_decoder_from_a_bad_story_in_a_bat
         decoder.bad.add("probe")
         kind, got = label(4, lab._forward)
         assert kind == "error" and "the parser is broken" in str(got)
-        inbox.put(("encode", 5, [story, other]))  # several stories: no probe (they tell each other apart)
+        # two stories the decoder fails on, in one batch, while it labels the probe: both kept (the run stopped)
+        decoder.bad = {story.story_id, other.story_id}
+        inbox.put(("encode", 5, [story, other]))
         kind, _, payload = results.get(timeout=60)
-        assert kind == "encoded" and payload[4] is None
+        assert kind == "encoded" and payload[4] is not None
+        inbox.put(("decode", 5, forward_or_keep(lab._forward, *payload)))
+        kind, _, got = results.get(timeout=60)
+        assert kind == "labels" and [g.status for g in got] == ["labeller error: RuntimeError: the parser is broken"] * 2
+        decoder.bad.add("probe")
+        inbox.put(("encode", 6, [story, other]))
+        kind, _, payload = results.get(timeout=60)
+        inbox.put(("decode", 6, forward_or_keep(lab._forward, *payload)))
+        kind, _, got = results.get(timeout=60)
+        assert kind == "error" and "the parser is broken" in str(got)
     finally:
         inbox.put(None)
         worker.join(timeout=60)
@@ -365,3 +384,22 @@ def test_a_call_whose_every_label_was_taken_ends_without_the_one_more_ask(host_p
     calls.close()
     assert not pool.closed and pool.pids == pids
     assert [b[0].story_id for b in pool.label([stories[:1]], lab._forward)] == [stories[0].story_id]
+
+
+def test_a_worker_starting_restores_the_ctrl_c_handler_it_inherited():
+    """``starting()`` ignores Ctrl-C while a worker loads, then put back Python's default handler whatever the
+    worker had inherited: a worker of a process that ignores SIGINT (a shell's background job) died of the Ctrl-C
+    its parent ignored, and failed the run. It restores what it found."""
+    import signal
+
+    from harness.labelling.host_pool import starting
+
+    before = signal.getsignal(signal.SIGINT)
+    try:
+        for inherited in (signal.SIG_IGN, signal.default_int_handler):
+            signal.signal(signal.SIGINT, inherited)
+            with starting():
+                assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+            assert signal.getsignal(signal.SIGINT) is inherited
+    finally:
+        signal.signal(signal.SIGINT, before)
