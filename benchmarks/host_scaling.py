@@ -6,7 +6,8 @@ For each W, W independent processes start together and each, for ``--seconds``, 
 stories in batches of ``--batch-size`` in its own process, as a worker of the GPU layout does, but with nothing
 sent between processes (the model's real probabilities of each story are computed once, first, and every process
 reads its own copy). Then the same W processes run a pure-Python loop. Printed per W (JSON lines): the mean and
-lowest stories/s of a process, and the loop's iterations/s per process relative to W = 1.
+lowest stories/s of a process, the loop's iterations/s per process relative to W = 1, and ``all_at_once``: the share
+of a process's timed work during which all W were at it (near 1; far less where they did not run together).
 
 If a process's stories/s fall as W grows while the layout moves nothing between them, the machine's cores slow one
 another (shared caches, memory, clock limits), and the GPU layout's worker count cannot buy the rest; if they hold,
@@ -55,18 +56,18 @@ def _host_work(state_file: str, seconds: float, batch_size: int, start, out) -> 
 
     one_pass(float("inf"))  # warm: every word's pieces remembered, spaCy loaded
     start.wait()
-    t0 = time.perf_counter()
+    t0, began = time.perf_counter(), time.monotonic()  # (monotonic: one clock for every process of the host)
     n = 0
     while time.perf_counter() - t0 < seconds:
         n += one_pass(t0 + seconds)
-    work = n / (time.perf_counter() - t0)
+    work, ended = n / (time.perf_counter() - t0), time.monotonic()
     start.wait()
     t0, i, x = time.perf_counter(), 0, 0
     while time.perf_counter() - t0 < seconds / 2:
         for j in range(10_000):
             x += j * j % 7
         i += 10_000
-    out.put((work, i / (time.perf_counter() - t0)))
+    out.put((work, i / (time.perf_counter() - t0), began, ended))
 
 
 def scaling(model_dir, stories, workers: list[int], seconds: float, batch_size: int, **labeller_kwargs) -> list[dict]:
@@ -93,8 +94,11 @@ def scaling(model_dir, stories, workers: list[int], seconds: float, batch_size: 
         for p in procs:
             p.join()
         work = [r[0] for r in res]
+        span = sum(r[3] - r[2] for r in res) / w
         rows.append({"processes": w, "stories_per_s_per_process": sum(work) / w, "lowest": min(work),
-                     "all_processes_per_s": sum(work), "python_loop": sum(r[1] for r in res) / w})
+                     "all_processes_per_s": sum(work), "python_loop": sum(r[1] for r in res) / w,
+                     # the share of a process's timed work during which all W ran it: near 1 where they ran at once
+                     "all_at_once": max(0.0, min(r[3] for r in res) - max(r[2] for r in res)) / span})
     loop1 = next(r["python_loop"] for r in rows if r["processes"] == 1)
     for r in rows:
         r["python_loop_vs_one_process"] = r.pop("python_loop") / loop1

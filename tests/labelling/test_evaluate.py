@@ -409,6 +409,42 @@ def test_a_figure_without_variation_has_no_interval_rather_than_one_of_zero_widt
     assert lo < 0.995 < hi <= 1.0  # one miss: resamples vary, an interval is shown
 
 
+def _distinct(n: int, fixed: int = 0):
+    """``n`` one-character stories whose four figures differ: gender gold Female, predicted Unspecified in every
+    4th (a recall miss), Male in every 10th (a miss of both), both right among the first ``fixed`` stories; name
+    gold "ana" in every other, predicted "ana" but in every 8th, "bob" in every 5th."""
+    from harness.labelling.evaluate import CharacterScore
+
+    def gender(i: int) -> str:
+        return "Female" if i < fixed else "Unspecified" if i % 4 == 0 else "Male" if i % 10 == 5 else "Female"
+
+    return [CharacterScore(f"s{i}", "subject", "m", "Labor", "Female", gender(i), "ana" if i % 2 else None,
+                           None if i % 8 == 1 else "bob" if i % 5 == 3 else "ana", True) for i in range(n)]
+
+
+def test_each_interval_is_its_own_figures():
+    """The four figures differ (gender P 0.867, R 0.650, name P 0.343, R 0.600), and each interval matches its own
+    figure's Wilson interval: with figures alike in every other test, intervals given to the wrong keys passed."""
+    from harness.labelling.evaluate import _pr, difference_intervals, figure_intervals
+    from harness.stats.intervals import wilson_interval
+
+    chars = _distinct(2000)
+    pr = _pr(chars)
+    counts = {"gender_precision": (pr["gender"].tp_p, pr["gender"].n_p), "gender_recall": (pr["gender"].tp_r,
+              pr["gender"].n_r), "name_precision": (pr["name"].tp_p, pr["name"].n_p),
+              "name_recall": (pr["name"].tp_r, pr["name"].n_r)}
+    assert len({round(k / n, 3) for k, n in counts.values()}) == 4
+    for key, (lo, hi) in figure_intervals(chars, n_boot=4000).items():
+        wlo, whi = wilson_interval(*counts[key])
+        assert abs(lo - wlo) < 0.006 and abs(hi - whi) < 0.006, key
+    # the first 800 stories right (200 Unspecified and 80 Male fixed): gender P and R move apart, names not at all
+    diff = difference_intervals(chars, _distinct(2000, fixed=800))
+    assert diff["gender_precision"][0] == pytest.approx(1580 / 1700 - 1300 / 1500)
+    assert diff["gender_recall"][0] == pytest.approx(1580 / 2000 - 1300 / 2000)
+    for key, (d, lo, hi) in diff.items():
+        assert (d, lo, hi) == (0.0, 0.0, 0.0) if key.startswith("name") else lo < d < hi and hi - lo < d, key
+
+
 def test_intervals_widen_when_a_storys_characters_err_together():
     """The same 2,000 characters as 1,000 two-character stories whose characters are both right
     or both wrong (an exchange of two labels): the interval widens by about sqrt(2)."""

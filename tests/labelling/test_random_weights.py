@@ -107,8 +107,8 @@ def test_the_host_scaling_benchmark_runs_processes_side_by_side(tiny_encoder, go
     rows = mod.scaling(trained, [g.story for g in gold], [2, 1], 0.3, 8)  # the baseline, W = 1, need not come first
     assert [r["processes"] for r in rows] == [2, 1]
     assert all(0 < r["lowest"] <= r["stories_per_s_per_process"] for r in rows)
-    assert rows[0]["all_processes_per_s"] == pytest.approx(2 * rows[0]["stories_per_s_per_process"])
-    assert rows[1]["python_loop_vs_one_process"] == 1.0
+    # the two processes' timed work overlapped (processes run one after the other passed every check above)
+    assert rows[0]["all_at_once"] > 0.5 and rows[1]["all_at_once"] == 1.0
     with pytest.raises(ValueError, match="include 1"):
         mod.scaling(trained, [g.story for g in gold], [2, 4], 0.3, 8)
 
