@@ -54,6 +54,8 @@ PRONOUNS = {
     "they": "T", "them": "T", "their": "T", "theirs": "T", "themself": "T", "themselves": "T",
     "xe": "N", "xem": "N", "xyr": "N", "xyrs": "N", "xemself": "N", "ze": "N", "zir": "N", "hir": "N",
     "hirs": "N", "zirs": "N", "hirself": "N", "zirself": "N", "ey": "N", "em": "N", "eir": "N",
+    # the rest of the neopronouns lexicon's forms ("Zie passed" was a character named Zie)
+    "zie": "N", "fae": "N", "faer": "N", "faers": "N", "faerself": "N", "eirs": "N", "emself": "N",
 }
 TITLES = {"mr": "M", "mrs": "F", "ms": "F", "miss": "F", "mx": "N", "dr": None, "chef": None, "nurse": None,
           "coach": None, "professor": None}
@@ -91,7 +93,7 @@ class _Char:
 
 #: The version of the rules: a release whose rules label a story differently bumps it, so a run's labels of two
 #: versions are not mixed.
-RULES_VERSION = "7"  # 2: a title spaCy split from its period, "Mx." + "Taylor", is a reference; 3: a title is
+RULES_VERSION = "8"  # 2: a title spaCy split from its period, "Mx." + "Taylor", is a reference; 3: a title is
 # capitalised and no verb ("miss Noah"), a name joins a character only where the words of one hold the other's
 # and no title's gender or given name differs ("Mr." and "Mrs. Patel"; lowercase particles are no name words), a
 # gendered noun with a possessor refers to a character only as a predicate or with a name in apposition, never
@@ -105,7 +107,9 @@ RULES_VERSION = "7"  # 2: a title spaCy split from its period, "Mx." + "Taylor",
 # 5 (``words``): a quotation opened by an elision's apostrophe at a sentence's start, words folded without invisible
 # marks, Georgian names capitalised; 6: singular "they" is dropped where another pronoun reached the character, not
 # where a title or a gendered noun gave it a gender ("Mx. Taylor Reed ... They smiled" lost its only pronoun); 7
-# (``words``): a quotation opened after a zero-width space or word joiner at the text's start ("\u200b'Go,' Sam said")
+# (``words``): a quotation opened after a zero-width space or word joiner at the text's start ("\u200b'Go,' Sam said");
+# 8: zie, fae, faer, faers, faerself, eirs and emself are neopronouns; a form after a closing quotation mark is a
+# name ('"Hi, Tom," Em Lee said'), one after a word ending a sentence spaCy did not split ("at 3 a.m. Xe rang") none
 
 
 class RulesLabeller(Labeller):
@@ -135,8 +139,10 @@ class RulesLabeller(Labeller):
 
     def info(self) -> dict[str, Any]:
         """Labeller name, the version of its rules, and the spaCy model."""
+        import spacy
+
         return {"labeller": self.name, "rules_version": RULES_VERSION, "spacy_model": self.model,
-                "spacy_version": self.nlp.meta.get("version")}
+                "spacy_model_version": self.nlp.meta.get("version"), "spacy_version": spacy.__version__}
 
     def _label_batch(self, stories: Sequence[StoryInput]) -> list[StoryLabels]:
         # a text spaCy refuses (E088) fails here: raised, it failed its batch, and a batch of such texts only
@@ -216,11 +222,29 @@ class RulesLabeller(Labeller):
     @staticmethod
     def _pronoun_names(doc) -> frozenset[str]:
         """The neopronoun forms a story uses as a name ("Em", "Ey"), folded: written capitalised inside a PERSON
-        entity, and not where any word is capitalised (a sentence's start, "Ze checked", a quotation's, '"Xe is
-        late"', or a line's)."""
-        return frozenset(t.lower_ for t in doc if PRONOUNS.get(t.lower_) == "N" and t.text[:1].isupper()
-                         and t.ent_type_ == "PERSON" and not t.is_sent_start and t.i > 0
-                         and doc[t.i - 1].text not in _QUOTE_MARKS and not breaks_line(doc[t.i - 1].text))
+        entity, and not where any word is capitalised (a sentence's start, "Ze checked", also where spaCy did not
+        split it, "at 3 a.m. Xe rang"; a quotation's, '"Xe is late"', not after one, '"Hi, Tom," Em Lee said'; or
+        a line's)."""
+        found = [t for t in doc if PRONOUNS.get(t.lower_) == "N" and t.text[:1].isupper()
+                 and t.ent_type_ == "PERSON" and not t.is_sent_start and t.i > 0 and not breaks_line(doc[t.i - 1].text)
+                 and not RulesLabeller._ends_sentence(doc[t.i - 1].text)]
+        in_quote: list[bool] | None = None
+        names = set()
+        for t in found:
+            before = doc[t.i - 1].text
+            if before in QUOTES:  # an opening mark, outside the quotation it opens: a quotation's start
+                in_quote = quoted([w.text for w in doc]) if in_quote is None else in_quote
+                if not in_quote[t.i - 1]:
+                    continue
+            elif before in _QUOTE_MARKS:  # a single mark: either
+                continue
+            names.add(t.lower_)
+        return frozenset(names)
+
+    @staticmethod
+    def _ends_sentence(word: str) -> bool:
+        """Whether a word ends a sentence: it ends with ".", "!", "?" or an ellipsis and is no title ("Dr.")."""
+        return word[-1:] in ".!?\u2026" and word.lower().rstrip(".") not in ABBREVIATED_TITLES
 
     def _characters(self, doc, pronoun_names: frozenset[str] | None = None) -> list[_Char]:
         """The characters of a story's PERSON entities; ``pronoun_names``: ``_pronoun_names`` of ``doc``, where
