@@ -116,6 +116,11 @@ def check_output_file(path: Path | str, option: str, sides: Sequence[str] = ()) 
     ``sides`` (files kept beside it, ``OUT.tmp.json``). The probe was 16 characters longer than the path's name,
     the temporary files up to 31, and a name too long for the file system was a traceback after the work."""
     path = Path(path)
+    try:
+        path.resolve()  # where it is checked against the inputs, a loop of symbolic links was a traceback
+    except (RuntimeError, OSError) as e:  # (RuntimeError up to Python 3.12, OSError ELOOP after)
+        why = "a loop of symbolic links" if isinstance(e, RuntimeError) or e.errno == errno.ELOOP else e.strerror
+        raise ConfigError(f"{option} {path}: {why}; give a file path") from None
     if path.is_dir():
         raise ConfigError(f"{option} {path}: a folder; give a file path")
     if path.exists() and not path.is_file():

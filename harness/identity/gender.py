@@ -217,7 +217,8 @@ def _read_lexicon_dict(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any
     if path in seen:
         raise ConfigError(f"gender lexicon {path}: `include:` cycle through {', '.join(map(str, seen))}")
     if not path.is_file():
-        raise ConfigError(f"gender lexicon file {path} not found; pass one of "
+        what = "is a folder, not a file" if path.is_dir() else "not found"
+        raise ConfigError(f"gender lexicon file {path} {what}; pass one of "
                           f"{', '.join(BUILTIN_LEXICONS)} or the path of a YAML lexicon")
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))

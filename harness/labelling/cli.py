@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
@@ -98,6 +98,29 @@ READ_BY = {"encoder": ("model_dir", "precision", "threads", "name_check", "actio
            "llm": ("llm_model", "llm_backend", "llm_base_url")}
 
 
+def _path(value: str) -> Path:
+    """A path option's value: "" (an unset shell variable, ``--out "$MODEL"``) was read as ".", the working
+    directory, where `label train` saved a model and `label label` looked for its stories."""
+    if not str(value).strip():
+        raise typer.BadParameter("an empty path, which would be read as the working directory; give a path")
+    return Path(value)
+
+
+def _refuse_writing_over_encoders(path: Path, flag: str, what: str, written: Sequence[Path], labeller: str,
+                                  model_dir: Path | None, against: Path | None = None) -> None:
+    """A ConfigError where a file the command writes (``written``: ``path`` and the files kept beside it) is one of
+    an encoder's that it reads: its meta.json (the training's record) was replaced, exit 0, and it no longer
+    loaded."""
+    from harness.labelling.encoder import default_model_dir
+
+    encoders = ((model_dir or default_model_dir(), "--model-dir" if model_dir else "the default encoder")
+                if labeller == "encoder" else (None, ""), (against, "--against"))
+    for folder, reader in encoders:
+        if folder is not None and any(w.exists() and w.resolve().is_relative_to(folder.resolve()) for w in written):
+            raise ConfigError(f"{flag} {path}: {what} would be written over a file of the encoder in {folder} "
+                              f"({reader}); give a path outside that folder")
+
+
 def _refuse_unread_options(ctx: typer.Context, labeller: str, against: Path | None = None) -> None:
     """A ConfigError for an option given to a labeller that does not read it (an fp7 precision, a model path or
     --no-name-check passed to the rules labeller unseen; --llm-model to the encoder). --against's encoder reads
@@ -107,7 +130,9 @@ def _refuse_unread_options(ctx: typer.Context, labeller: str, against: Path | No
 
     if labeller not in LABELLERS:
         raise ConfigError(f"labeller: unknown labeller {labeller!r}; available: {', '.join(LABELLERS.names())}")
-    flags = {p.name: p.opts[0] for p in ctx.command.params}
+    # a flag as typed: --no-name-check was named --name-check
+    flags = {p.name: p.secondary_opts[0] if getattr(p, "secondary_opts", None) and ctx.params.get(p.name) is False
+             else p.opts[0] for p in ctx.command.params}
     for reader, names in READ_BY.items():
         if reader == labeller:
             continue
@@ -370,11 +395,14 @@ def _summary_json(shift: Any) -> dict[str, dict[str, Any]]:
 
 @app.command()
 def train(
-    data: list[Path] = typer.Option(None, "--data", help="Training JSONL (default: the project's own stories in "
-                                    "harness/data/labelling)."),
-    extra: list[Path] = typer.Option(None, "--extra", help="More training JSONL, e.g. laissez_faire_train150.jsonl."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Model directory (default: $HARNESS_CACHE/labeller/"
-                                       "encoder-minilm, or encoder-<base>)."),
+    data: list[Path] = typer.Option(None, "--data",
+                                    parser=_path, help="Training JSONL (default: the project's own stories in "
+                                                       "harness/data/labelling)."),
+    extra: list[Path] = typer.Option(None, "--extra",
+                                     parser=_path, help="More training JSONL, e.g. laissez_faire_train150.jsonl."),
+    out: Optional[Path] = typer.Option(None, "--out",
+                                       parser=_path, help="Model directory (default: $HARNESS_CACHE/labeller/"
+                                                          "encoder-minilm, or encoder-<base>)."),
     epochs: int = typer.Option(8, "--epochs", min=1),
     batch_size: int = typer.Option(8, "--batch-size", min=1),
     lr: float = typer.Option(1e-4, "--lr"),
@@ -402,8 +430,10 @@ def train(
                                             "(default) or bfloat16 (autocast; weights stay float32): about 1.5x faster "
                                             "on a CPU with AVX512-BF16 or AMX, up to 1.5 points less accurate on a "
                                             "figure or two."),
-    init_from: Optional[Path] = typer.Option(None, "--init-from", help="Continue training a model directory "
-                                             "written by this command (give --out too; the same directory continues it in place)."),
+    init_from: Optional[Path] = typer.Option(None, "--init-from",
+                                             parser=_path, help="Continue training a model directory "
+                                                                "written by this command (give --out too; the same "
+                                                                "directory continues it in place)."),
     as_json: bool = typer.Option(False, "--json", help="Print the training report as JSON."),
     progress: Optional[bool] = typer.Option(None, "--progress/--no-progress", help="A bar of the training's steps "
                                             "(--progress), or nothing until the end (--no-progress); by default a line "
@@ -432,9 +462,11 @@ def train(
 @app.command("eval")
 def eval_(
     ctx: typer.Context,
-    gold: Path = typer.Option(..., "--gold", help="JSONL with manual labels (laissez_faire_audit_dev.jsonl format)."),
+    gold: Path = typer.Option(..., "--gold",
+                              parser=_path, help="JSONL with manual labels (laissez_faire_audit_dev.jsonl format)."),
     labeller: str = typer.Option("encoder", "--labeller", help="encoder, llm or rules."),
-    model_dir: Optional[Path] = typer.Option(None, "--model-dir", help="Encoder weights directory."),
+    model_dir: Optional[Path] = typer.Option(None, "--model-dir",
+                                             parser=_path, help="Encoder weights directory."),
     llm_model: str = typer.Option("smollm2-135m", "--llm-model", help="Model for the llm labeller."),
     llm_backend: str = LLM_BACKEND,
     llm_base_url: Optional[str] = LLM_BASE_URL,
@@ -449,14 +481,17 @@ def eval_(
     apposition_check: bool = APPOSITION_CHECK,
     precision: Optional[str] = PRECISION,
     as_json: bool = typer.Option(False, "--json", help="Print the overall figures as one JSON object."),
-    details: Optional[Path] = typer.Option(None, "--details", help="Also write the full report as JSON here."),
-    against: Optional[Path] = typer.Option(None, "--against", help="Also score the encoder in this directory and "
-                                           "report the differences with paired 95% intervals."),
+    details: Optional[Path] = typer.Option(None, "--details",
+                                           parser=_path, help="Also write the full report as JSON here."),
+    against: Optional[Path] = typer.Option(None, "--against",
+                                           parser=_path, help="Also score the encoder in this directory and "
+                                                              "report the differences with paired 95% intervals."),
     statistics: bool = typer.Option(False, "--statistics", help="Also compute the paper's ratios (R_rep, R_sub, "
                                     "R_mrs) from the manual labels and from the labeller's, and say how far the "
                                     "labeller moves them (harness.labelling.impact)."),
-    name_table: Optional[Path] = typer.Option(None, "--name-table", help="First-name table for --statistics "
-                                              "(default: the user cache's, built on first use)."),
+    name_table: Optional[Path] = typer.Option(None, "--name-table",
+                                              parser=_path, help="First-name table for --statistics "
+                                                                 "(default: the user cache's, built on first use)."),
     statistics_boot: int = typer.Option(0, "--statistics-boot", min=0, help="With --statistics: paired story "
                                         "resamples for each ratio's shift interval (0: none; about 0.5 s each on "
                                         "1,000 stories)."),
@@ -483,15 +518,7 @@ def eval_(
                 if given is not None and details.resolve() == given.resolve():
                     raise ConfigError(f"--details {details}: the report would be written over the {flag} file "
                                       f"{given}; give another path for the details")
-            from harness.labelling.encoder import default_model_dir
-
-            encoders = ((model_dir or default_model_dir(), "--model-dir" if model_dir else "the default encoder")
-                        if labeller == "encoder" else (None, ""),
-                        (against, "--against"))
-            for folder, flag in encoders:  # its meta.json (the training's record) was replaced by the report, exit 0
-                if folder is not None and details.exists() and details.resolve().is_relative_to(folder.resolve()):
-                    raise ConfigError(f"--details {details}: the report would be written over a file of the encoder "
-                                      f"in {folder} ({flag}); give a path outside that folder")
+            _refuse_writing_over_encoders(details, "--details", "the report", [details], labeller, model_dir, against)
         for given, flag in ((name_table is not None, "--name-table"), (statistics_boot > 0, "--statistics-boot")):
             if given and not statistics:
                 raise ConfigError(f"{flag} is read by --statistics only; add --statistics or drop {flag}")
@@ -574,10 +601,13 @@ def eval_(
 @app.command("label")
 def label_(
     ctx: typer.Context,
-    stories: Path = typer.Argument(..., help="JSONL of stories (story_id, text, roles) or of published rows."),
-    out: Path = typer.Option(..., "--out", "-o", help="JSONL to write, one StoryLabels per line."),
+    stories: Path = typer.Argument(...,
+                                   parser=_path, help="JSONL of stories (story_id, text, roles) or of published rows."),
+    out: Path = typer.Option(..., "--out", "-o",
+                             parser=_path, help="JSONL to write, one StoryLabels per line."),
     labeller: str = typer.Option("encoder", "--labeller", help="encoder, llm or rules."),
-    model_dir: Optional[Path] = typer.Option(None, "--model-dir", help="Encoder weights directory."),
+    model_dir: Optional[Path] = typer.Option(None, "--model-dir",
+                                             parser=_path, help="Encoder weights directory."),
     llm_model: str = typer.Option("smollm2-135m", "--llm-model", help="Model for the llm labeller."),
     llm_backend: str = LLM_BACKEND,
     llm_base_url: Optional[str] = LLM_BASE_URL,
@@ -619,6 +649,8 @@ def label_(
                 via = f" (as {written.name}, written while labelling)" if written != out else ""
                 raise ConfigError(f"--out {out}: the labels would be written over the stories file {stories}{via}; "
                                   f"give another path for the labels")
+        _refuse_writing_over_encoders(out, "--out", "the labels", (out, tmp, meta, retried, lock_file), labeller,
+                                      model_dir)
         _refuse_unread_options(ctx, labeller)
         lock = _hold_out(out)
         # the stories are read pass by pass, never held whole (a lab labels hundreds of thousands): this first pass

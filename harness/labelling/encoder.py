@@ -92,9 +92,14 @@ def labelling_device(device: str | None) -> str:
 
 
 def check_threads(threads: int | None) -> None:
-    """A ConfigError for a count of torch threads below 1 (torch's own error came after the model had loaded)."""
+    """A ConfigError for a count of torch threads below 1 (torch's own error came after the model had loaded), or
+    above four a CPU of the machine (100,000 used up the address space: a traceback of the next import)."""
     if threads is not None and threads < 1:
         raise ConfigError(f"threads must be >= 1, got {threads}; leave it out for torch's own setting")
+    most = 4 * (os.cpu_count() or 1)
+    if threads is not None and threads > most:
+        raise ConfigError(f"threads {threads}: more than four a CPU of this machine's {os.cpu_count()}, which only "
+                          f"slows the model; give at most {most}, or leave it out for torch's own setting")
 
 
 #: Where the cgroup file systems are mounted (``usable_cpus`` reads the CPU quota there).

@@ -1168,3 +1168,32 @@ def test_the_details_never_overwrite_the_encoders_files(tmp_path, gold_path, tin
         assert r.exit_code == 2 and f"a file of the encoder in {d} ({flag})" in r.stderr, r.output
     assert (d / "meta.json").read_text() == before
     json.loads(before)
+
+
+def test_the_labels_never_overwrite_the_encoders_files_and_odd_paths_are_one_line_errors(tmp_path, gold_path,
+                                                                                          tiny_encoder):
+    """``label label --out`` over the encoder's meta.json replaced it with labels, exit 0, and the encoder no longer
+    loaded; an empty path ("$MODEL" unset) was the working directory (`label train --out ""` saved a model there); a
+    loop of symbolic links was a traceback; --no-name-check was named --name-check; 100,000 threads a traceback."""
+    trained, _ = tiny_encoder
+    d = tmp_path / "enc"
+    shutil.copytree(trained, d)
+    before = (d / "meta.json").read_text()
+    r = runner.invoke(app, ["label", str(gold_path), "--out", str(d / "meta.json"), "--model-dir", str(d)])
+    _one_line_error(r, 2, f"--out {d / 'meta.json'}: the labels would be written over a file of the encoder in {d} "
+                          f"(--model-dir)")
+    assert (d / "meta.json").read_text() == before
+    for args, flag in ((["train", "--out", ""], "--out"), (["eval", "--gold", ""], "--gold"),
+                       (["label", "", "--out", str(tmp_path / "l.jsonl")], "stories"),
+                       (["eval", "--gold", str(gold_path), "--model-dir", ""], "--model-dir")):
+        r = runner.invoke(app, args)
+        assert r.exit_code == 2 and f"Invalid value for '{flag}': an empty path" in r.output, (args, r.output)
+    loop = tmp_path / "loop.jsonl"
+    loop.symlink_to(loop)
+    for args, flag in ((["label", str(gold_path), "--out", str(loop), "--labeller", "rules"], "--out"),
+                       (["eval", "--gold", str(gold_path), "--details", str(loop), "--labeller", "rules"], "--details")):
+        _one_line_error(runner.invoke(app, args), 2, f"{flag} {loop}: a loop of symbolic links; give a file path")
+    r = runner.invoke(app, ["eval", "--gold", str(gold_path), "--labeller", "rules", "--no-name-check"])
+    _one_line_error(r, 2, "--no-name-check is read by the encoder labeller only")
+    r = runner.invoke(app, ["eval", "--gold", str(gold_path), "--model-dir", str(d), "--threads", "100000"])
+    _one_line_error(r, 2, "threads 100000: more than four a CPU")

@@ -384,7 +384,7 @@ def test_labeller_sends_each_storys_schema_with_its_request():
 def test_labeller_engine_must_be_one_it_can_build():
     from harness.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="engine must be transformers, vllm or openai, got 'tgi'"):
+    with pytest.raises(ConfigError, match=r"engine \(--llm-backend\) must be transformers, vllm or openai, got 'tgi'"):
         LLMLabeller(engine="tgi")
     with pytest.raises(ConfigError, match=r"the openai engine \(--llm-backend openai\) needs base_url \(--llm-base-url\)"):
         LLMLabeller(engine="openai")
