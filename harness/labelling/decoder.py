@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 #: The version of the decoding (the encoder labeller's info carries it): a release that decodes a story's
 #: scores into other labels bumps it, so a run's labels of two versions are not mixed.
-DECODER_VERSION = "21"  # 2: a name never runs across a line break; 3: words compared composed (NFC), a title
+DECODER_VERSION = "22"  # 2: a name never runs across a line break; 3: words compared composed (NFC), a title
 # joins a name only on its line and abbreviated across a point, particles only after a name word or a title, the checks
 # read completed names; 4: a quotation left open ends with its line, an inch mark opens none, the action check's
 # object control, things not done, third parties, claims that are none, a name's word only capitalised, and closed
@@ -95,7 +95,10 @@ DECODER_VERSION = "21"  # 2: a name never runs across a line break; 3: words com
 # in the name; 21: (``pronoun_binding``, ``role_apposition``) a name before a clitic ("Tom'd",
 # "Paul'll") is the name, and a name's apostrophe matches the story's other apostrophe ("O\u2019Brien");
 # (``name_completion``) a first name after a dash written "--" is read ("up--Emily Carter"); (``words``) a zero-width
-# space or word joiner at the text's start leaves the apostrophe after it to open a quotation ("\u200b'Go,' Sam said").
+# space or word joiner at the text's start leaves the apostrophe after it to open a quotation ("\u200b'Go,' Sam said");
+# 22: a run past the point after the other role's initial continues that name ("Cole" of "A.J. Cole" named the other
+# role Cole); (``name_completion``) a surname written with the other apostrophe than its full name is completed
+# ("O'Brien" of "Megan O\u2019Brien").
 #: The hyphens that join a name's parts, as ``words.split_words`` keeps them inside a word: ASCII's, U+2010 and the
 #: no-break U+2011 ("O'Neil\u2011Smith", "al\u2011Rashid").
 HYPHENS = frozenset("-\u2010\u2011")
@@ -661,8 +664,8 @@ def _own_runs(runs: list[list[tuple[frozenset, list[int], float]]], words: Seque
         for x in runs[r]:
             if x[0] <= titles and any(set(x[1]) < set(run) for _, run, _ in runs[1 - r]):
                 continue
-            if _continues(x[1], ends, words, text):
-                n = ends[x[1][0] - 1]  # the run it continues: "Jamal" of "Jamal Carter", written as tagged
+            if (end := _continued(x[1], ends, words, text)) is not None:
+                n = ends[end]  # the run it continues: "Jamal" of "Jamal Carter", written as tagged
                 key, run, score = runs[1 - r][n]
                 runs[1 - r][n] = (key | x[0], run, score)
             else:
@@ -671,9 +674,25 @@ def _own_runs(runs: list[list[tuple[frozenset, list[int], float]]], words: Seque
     return runs
 
 
+def _continued(run: list[int], ends: Collection[int], words: Sequence[tuple[str, int, int]], text: str
+               ) -> int | None:
+    """The end (one of ``ends``) of the run that ``run`` starts right after, on its line, or None. A run that ends
+    at an initial goes on past its point, as ``_name_runs`` reads "J. Cole" and "John F. Kennedy": "Cole" of "A.J.
+    Cole", tagged for the other role, continued "A.J", and named the teacher Cole."""
+    i = run[0]
+    if i - 1 in ends:
+        end = i - 1
+    elif (i >= 2 and i - 2 in ends and words[i - 1][0] == "." and words[i - 2][2] == words[i - 1][1]
+          and len(words[i - 2][0]) == 1 and words[i - 2][0].isupper()):
+        end = i - 2
+    else:
+        return None
+    return None if breaks_line(text[words[i - 1][2]:words[i][1]]) else end
+
+
 def _continues(run: list[int], ends: Collection[int], words: Sequence[tuple[str, int, int]], text: str) -> bool:
-    """Whether ``run`` starts right after a run that ends at one of ``ends``, on its line."""
-    return run[0] - 1 in ends and not breaks_line(text[words[run[0] - 1][2]:words[run[0]][1]])
+    """Whether ``run`` starts right after a run that ends at one of ``ends``, on its line (``_continued``)."""
+    return _continued(run, ends, words, text) is not None
 
 
 def _labels(story: StoryInput, names_refs: tuple[list, list]) -> tuple[CharacterLabel, ...]:

@@ -170,11 +170,14 @@ def completed_name(name: str | None, text: str, words: Sequence[tuple[str, int, 
         return a
 
     # where the name is written, a word's start to a word's end ("O'Brien" spans the words O and 'Brien), in
-    # order; words are in order and do not overlap, so their starts and ends are sorted
-    at = text.find(name)
+    # order; words are in order and do not overlap, so their starts and ends are sorted. Either apostrophe is the
+    # other, as fold_word reads them ("O'Brien" of a story that first wrote "Megan O’Brien"): one character for
+    # one, so the offsets hold
+    flat, needle = text.replace("\u2019", "'"), name.replace("\u2019", "'")
+    at = flat.find(needle)
     while at >= 0:
         start, end = at, at + len(name)
-        at = text.find(name, at + 1)
+        at = flat.find(needle, at + 1)
         i = bisect_left(words, start, key=_START)
         if not (1 <= i < len(words) and words[i][1] == start):
             continue

@@ -1288,6 +1288,19 @@ def test_decode_a_name_split_between_the_roles_names_one_character_later_too(tag
     assert _decode_names("Jamal Carter met Nguyen at the clinic. Carter smiled at him.", tags) == want
 
 
+@pytest.mark.parametrize("text, first, last", [
+    ("A.J. Cole met Nguyen Tran. Nguyen thanked him.", ("A", "J"), "Cole"),
+    ("John F. Kennedy met Nguyen Tran. Nguyen thanked him.", ("John", "F"), "Kennedy"),
+])
+def test_decode_a_name_split_between_the_roles_after_an_initial_is_one_character(text, first, last):
+    """The other role's run after an initial's point ("Cole" of "A.J. Cole") was a name of its own, as the run
+    continued only from the word right before it, while a name run goes on past an initial's point: the teacher was
+    named Cole, the student's surname."""
+    tags = {**{(w, 0, 0): 0.99 for w in first}, (last, 0, 2): 0.96}
+    assert _decode_names(text, tags)[1] is None
+    assert _decode_names(text, {**tags, ("Nguyen", 0, 2): 0.99, ("Tran", 0, 2): 0.98})[1] == "Nguyen Tran"
+
+
 def test_decode_a_nickname_joins_no_name_across_a_line():
     """A quoted nickname took the name words on its other side across a line break: in a list of the characters
     the first ran into the second ('Maya Lopez\n"Doc" Thomas')."""

@@ -303,9 +303,9 @@ def test_an_encoder_option_given_to_another_labeller_is_refused(tmp_path, gold_p
     """--precision, --threads and --model-dir are read by the encoder only: given to the rules or llm labeller they
     did nothing, silently (`--precision fp7` passed); --against's encoder reads --precision and --threads."""
     for args, flag in ((["--precision", "fp7"], "--precision"), (["--threads", "2"], "--threads"),
-                       (["--model-dir", str(tmp_path)], "--model-dir"), (["--no-name-check"], "--name-check"),
-                       (["--action-check"], "--action-check"), (["--no-pronoun-binding"], "--pronoun-binding"),
-                       (["--no-apposition-check"], "--apposition-check")):
+                       (["--model-dir", str(tmp_path)], "--model-dir"), (["--no-name-check"], "--no-name-check"),
+                       (["--action-check"], "--action-check"), (["--no-pronoun-binding"], "--no-pronoun-binding"),
+                       (["--no-apposition-check"], "--no-apposition-check")):  # each as typed
         for command in (["eval", "--gold", str(gold_path)], ["label", str(gold_path), "--out", str(tmp_path / "l")]):
             r = runner.invoke(app, [*command, "--labeller", "rules", *args])
             _one_line_error(r, 2, f"{flag} is read by the encoder labeller only; drop it, or use --labeller encoder")

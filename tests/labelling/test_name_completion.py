@@ -96,6 +96,9 @@ def test_a_modal_that_opens_a_question_is_no_first_name(table, given, text, want
     ("Mitchell", "Jose\u0301 Mitchell waved. Mitchell left.", "Jose\u0301 Mitchell"),  # a decomposed accent
     ("O'Brien", "Sean O'Brien waved. O'Brien left.", "Sean O'Brien"),  # a surname the splitter cuts in two
     ("O\u2019Brien", "Sean O\u2019Brien waved.", "Sean O\u2019Brien"),
+    # the other apostrophe than the full name's: the surname was the first name, and a woman's "Her" was stripped
+    ("O'Brien", "Megan O\u2019Brien waved. O'Brien left.", "Megan O\u2019Brien"),
+    ("O\u2019Brien", "Megan O'Brien waved. O\u2019Brien left.", "Megan O'Brien"),
     ("O'Brien", "Robert O'Briens waved. O'Brien left.", "O'Brien"),  # a longer word is no occurrence
     ("Mitchell", "Mary- Mitchell waved.", "Mitchell"),  # a hyphen with nothing after it is no name word
     # the Unicode hyphens the splitter keeps inside a word, and a no-break space before the surname: the first
