@@ -124,6 +124,9 @@ def test_a_first_name_that_contradicts_the_gender_vetoes(table):
     assert bind(text, "Sarah", [], "Max", ["he"]) == [("his",), ("he",)]  # no table, no veto
     # a name that is not strongly gendered does not veto
     assert bind("Kim met Max. Kim finally spoke, his voice warm.", "Kim", [], "Max", ["he"], table)[0] == ("his",)
+    # and a man's name vetoes "her" alike (only "he" was tried: a veto of "he" alone passed)
+    assert bind("Lena met Paul. Paul finally spoke, her voice warm.", "Paul", [], "Lena", ["she"], table) == [
+        (), ("she",)]
 
 
 @pytest.mark.parametrize("a, a_refs, b, b_refs", [
@@ -208,6 +211,12 @@ def test_the_decoder_binds_after_the_name_check(tagged, table):
     off = WordDecoder(0.5, True, 384, table, pronoun_binding=False).decode(story, enc, p)
     assert [(c.name, c.references) for c in off.characters] == [("Chef Paul", ()), ("Max", ("his",))]
     assert [(c.name, c.references) for c in on.characters] == [("Chef Paul", ("he",)), ("Max", ("his",))]
+    # where the order tells: the name check first takes the "he" the tagger gave Sarah, then the binding gives her
+    # the "she" of her own sentence (bound first, it found her holding "he", and she lost both)
+    text = "Sarah met Paul. Paul smiled, and he waved. Sarah laughed, and she paid."
+    enc, p = tagged(text, [("Sarah", 0), ("he", 1), ("Paul", 2)])
+    out = WordDecoder(0.5, True, 384, table).decode(StoryInput("y", text, ROLES), enc, p)
+    assert [(c.name, c.references) for c in out.characters][0] == ("Sarah", ("she",))
 
 
 def test_the_decoder_binds_no_word_a_truncated_story_never_read(tagged, table):
@@ -297,6 +306,8 @@ KAYLA = ("Kayla needed a dress. Her best friend, Brian Walsh, came along. When s
 def test_the_pronouns_nobody_holds_go_to_the_unreferenced_character_whose_name_fits_them(table):
     # he and himself, outside the quote; the one in quotes is not taken (a quote may speak of anyone)
     assert claim(KAYLA, "Brian Walsh", [], "Kayla", ["Her", "she"], table) == [("He", "himself"), ("Her", "she")]
+    quoted_only = 'Kayla needed a dress. Her friend Brian Walsh came along. "He is sweet," she said.'
+    assert claim(quoted_only, "Brian Walsh", [], "Kayla", ["Her", "she"], table)[0] == ()  # KAYLA's "He" is both
     # either role
     assert claim(KAYLA, "Kayla", ["Her", "she"], "Brian Walsh", ["friend"], table) == [("Her", "she"),
                                                                                          ("friend", "He", "himself")]
@@ -471,6 +482,8 @@ def test_a_first_name_nearly_all_of_one_gender_vetoes_the_singular_they(table):
     assert they(text, "Samantha", [], "Max", ["he"], table) == [(), ("he",)]  # 0.99 female
     assert they(text, "Samantha", [], "Max", ["he"]) == [("they",), ("he",)]  # no table, no veto
     assert they(text, "Alex", [], "Max", ["he"], table) == [("their",), ("he",)]  # 0.07 female: no veto
+    men = "Brian met Sarah. Brian suggested they split the bill."  # 0.01 female: a man's name vetoes it alike
+    assert they(men, "Brian", [], "Sarah", ["she"], table) == [(), ("she",)]
 
 
 def test_the_decoder_binds_a_singular_they(tagged, table):
@@ -517,6 +530,9 @@ def test_the_possessive_of_a_touched_hand_is_not_bound_and_ends_the_binding():
     # a gesture of one's own, or the toucher's own hand, is bound as before
     assert bind("Leo smiled. Paul shook his head.", "Paul", [], "Leo", ["he"]) == [("his",), ("he",)]
     assert bind("Leo smiled. Paul pressed his own hand to his chest.", "Paul", [], "Leo", ["he"])[0] == ("his",)
+    # after a verb of touching too ("pressed" is none: "own" was never what kept it)
+    assert bind("Leo smiled. Paul took his own hand off the table, and his voice broke.", "Paul", [], "Leo",
+                ["he"])[0] == ("his",)
 
 
 def test_touched_possessives_on_the_gold_labels_are_the_other_characters():
