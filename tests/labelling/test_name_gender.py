@@ -13,7 +13,8 @@ from harness.labelling.name_gender import (check_pronoun_sets, female_share, fem
                                           names_agree)
 
 ROLES = (RoleSpec("subject", "first romantic partner"), RoleSpec("object", "second romantic partner"))
-SHARES = {"SARAH": 0.99, "JOHN": 0.02, "JORDAN": 0.3, "KIM": 0.6, "ANA": 0.8, "TOM": 0.2, "NEMO": np.nan}
+SHARES = {"SARAH": 0.99, "JOHN": 0.02, "JORDAN": 0.3, "KIM": 0.6, "ANA": 0.8, "TOM": 0.2, "NEMO": np.nan,
+          "ALEX": 0.07}
 
 
 @pytest.fixture(scope="module")
@@ -348,8 +349,10 @@ def test_a_title_written_in_a_name_keeps_its_characters_words_from_the_swap(tabl
     character's own name: the swap gave "Ms. Sarah Lee" the "Mr." of the other's name and him her "Ms."."""
     given = chars("Mr. Sarah Lee", ["Mr.", "he"], "Ms. John Park", ["Ms.", "she"])
     assert check_pronoun_sets(given, ROLES, table) == given
-    # a title written against the first name, as the identity module reads it too (it was swapped)
+    # a title written against the first name, as the identity module reads it too (it was swapped): Alex (0.07)
+    # with "she" beside Sarah with "he" would swap, so the title in the name is what keeps them
     given = chars("Ms.Alex Reed", ["Ms.", "she"], "Sarah", ["he"])
+    assert female_share("Ms.Alex Reed", None, table) == pytest.approx(0.07)
     assert check_pronoun_sets(given, ROLES, table) == given
     # the same names without the titles in them swap as before
     assert refs(check_pronoun_sets(chars("Sarah Lee", ["he"], "John Park", ["she"]), ROLES, table)) == [

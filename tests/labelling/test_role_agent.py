@@ -39,6 +39,7 @@ def test_action_for_reads_the_love_subject_keys(description, key):
     ("Sarah took the clothes to the register before he could argue.", [("took", 1)]),
     ("Sarah took the train home.", []),
     ("John took out a loan to pay for the ring.", [("pay", 0)]),  # the clause that holds "a loan"
+    ("John found a way to pay for the ring.", [("pay", 0)]),  # parsed as a relative clause of "way": climbs too
     # verbs that point the other way
     ("John smiled and thanked her.", [("thanked", 1)]),
     ("He tried to pay, but Sarah was faster.", [("pay", 1)]),
@@ -107,6 +108,7 @@ def test_action_clauses_of_two_women(text, want):
     ('Desmond laid a palm over the check. "Let me," he murmured, sliding his card inside.', [("sliding", 0)]),
     ("Desmond waved, the waiter came over, and he paid.", []),  # a subject in between names no one
     ('"He paid," Elliot said.', []),  # in quotes: someone the speaker talks about
+    ('Desmond smiled. "He paid," Elliot said.', []),  # ... even with a subject before the quote
     # a weaker verb with "back" returns something: no one pays
     ("Elliot saw a watch he liked, but he put it back when he saw the price.", []),
     ("Elliot slid the check back across the table.", []),
@@ -205,6 +207,14 @@ CHORES = "romantic partner who makes a request for chores to be done"
 ])
 def test_action_clauses_of_speakers_helpers_and_means(description, text, want):
     assert action_clauses(text, action_for(description), JOHN, SARAH) == want
+
+
+def test_a_reflexive_pronoun_both_characters_hold_is_no_other_character_helped():
+    """Between two women who both hold "herself", "for herself" is the doer's own: a pronoun the other character
+    holds counts as helping her only where it is not reflexive (JOHN and SARAH never share "herself")."""
+    lily, sarah = ("Lily", ("she", "her", "herself")), ("Sarah", ("she", "her", "herself"))
+    text = "Sarah filled out the application for herself."
+    assert action_clauses(text, action_for(DECIDES), lily, sarah) == []
 
 
 @pytest.mark.parametrize("text, want", [
@@ -392,6 +402,7 @@ def test_a_name_that_is_a_word_names_its_character_only_capitalised_and_titles_k
     assert action_clauses("john paid the bill.", action_for(PAYS), ("john", ()), SARAH) == [("paid", 0)]
     # two men: the "him" asked is either, so no vote (it went to the one who asked)
     assert action_clauses("He asked him to pay.", action_for(PAYS), tom, ("Mark", ("he", "him"))) == []
+    assert action_clauses("Tom asked him to pay.", action_for(PAYS), tom, ("Mark", ("he", "him"))) == []
     mr, mrs = ("Mr. Lee", ("he",)), ("Mrs. Lee", ("she",))
     assert action_clauses("Mr. Lee paid the bill.", action_for(PAYS), mrs, mr) == [("paid", 1)]
     # a point after an abbreviated title ends no sentence: the speaker stays with the quote

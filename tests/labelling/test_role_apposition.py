@@ -48,6 +48,7 @@ def test_head_noun(description, head):
     # a sentence end or more than five words between the comma and the noun: no apposition
     ("Sarah waited. A fan could wait forever.", {}),
     ("Sarah, who had waited in the rain for hours, was a fan.", {}),
+    ("Sarah, a very kind and always cheerful and loyal fan, waited.", {}),  # no comma: the limit alone
     # a noun after a preposition is not the apposition's head
     ("Sarah, an admirer of the actor, waited.", {}),
     # nor is one in a relative clause, nor a possessive that modifies the head
@@ -106,8 +107,11 @@ def test_roles_exchanged_when_the_appositions_say_so_more_often():
     text = "Among the fans stood Sarah, a devoted admirer of the actor, Ethan Michaels."
     assert roles_exchanged(text, FAN, ["Sarah", "Ethan Michaels"])  # Sarah labelled the actor
     assert not roles_exchanged(text, FAN, ["Ethan Michaels", "Sarah"])
-    tie = "The actor, Ethan, met the actor, Sarah, and Ethan, a fan, smiled."
-    assert not roles_exchanged(tie, FAN, ["Sarah", "Ethan"])  # 2 for the labels, 1 against
+    more = "The actor, Ethan, met the actor, Sarah, and Ethan, a fan, smiled."
+    assert not roles_exchanged(more, FAN, ["Sarah", "Ethan"])  # 2 for the labels, 1 against
+    tie = "The actor, Ethan, met the actor, Sarah."
+    assert dict(appositions(tie, FAN, ["Sarah", "Ethan"])) == {(0, 0): 1, (0, 1): 1}
+    assert not roles_exchanged(tie, FAN, ["Sarah", "Ethan"])  # 1 for the labels, 1 against: a tie keeps them
     assert not roles_exchanged("Sarah met Ethan.", FAN, ["Sarah", "Ethan"])  # no apposition
     # a relative clause after a name ties the name to no role: the labels stay
     text = "Lily, who had idolized the actor for years, waited outside. Ethan Michaels smiled."
@@ -196,6 +200,7 @@ def test_a_name_the_words_split_at_its_apostrophe_is_seen(text):
     ("Lily was the fan Mr. Ethan Michaels had noticed most.", {}),
     ("Lily was the fan Mr. Ethan Michaels.", {(1, 0): 1}),
     ("Fan Lily Chen had waited for hours.", {(1, 1): 1}),
+    ("Fan Ms. Lily Chen had waited for hours.", {(1, 1): 1}),  # a capitalised noun before the title opens no clause
     # "Name, noun" needs a determiner after the comma and no preposition or conjunction before the name
     ("To Lily, the actor was everything.", {}),
     ("Lily Chen waited\u2026 To Lily, the actor was everything.", {}),  # an ellipsis character is a stop
