@@ -102,8 +102,9 @@ def _object_end(text: str, start: int) -> int:
 
 #: A single-quoted string opened after a delimiter and never closed, at the end of a reply cut short.
 _OPEN_SINGLE = re.compile(r"(?<=[\[{:,])\s*'[^']*$")
-#: An unquoted list item after "[" or "," that runs to the end of a reply cut short.
-_OPEN_BARE = re.compile(r"(?<=[\[,])\s*[^\s\"'\[\]{},:][^\"'\[\]{},:]*$")
+#: An unquoted list item after "[" or ",", or an unquoted value after a key's ":", that runs to the end of a reply
+#: cut short ("needy patient name: An" of "Ana" was her name, status ok).
+_OPEN_BARE = re.compile(r"(?<=[\[,:])\s*[^\s\"'\[\]{},:][^\"'\[\]{},:]*$")
 
 
 def _open_tail(tail: str, cut: bool) -> list[str]:
@@ -116,8 +117,8 @@ def _open_tail(tail: str, cut: bool) -> list[str]:
         tail = tail[: tail.rfind('"')]
     elif open_single := _OPEN_SINGLE.search(tail):  # inside a single-quoted string ('she', 'he|'): drop it too
         tail = tail[: open_single.start()]
-    elif open_bare := _OPEN_BARE.search(tail):  # inside an unquoted list item ([she, her, he|), as small models
-        tail = tail[: open_bare.start()]  # write them: "he" may be "herself" cut short
+    elif open_bare := _OPEN_BARE.search(tail):  # inside an unquoted list item ([she, her, he|) or value (name: An|),
+        tail = tail[: open_bare.start()]  # as small models write them: "he" may be "herself" cut short
     tail = _DANGLING_KEY.sub("", tail.rstrip().rstrip(",[").rstrip())
     tail = tail.rstrip().rstrip(",")
     return [tail + closer for closer in ("}", "]}")]
@@ -348,8 +349,9 @@ _NAME_OF = re.compile(r"(name|references?) (?:of|to|for) (?:the )?(.+)")
 #: "key: value" lines, is labelled with the lines; the reply schema offers "Williams'" without its apostrophe, and a
 #: name run goes on after an abbreviated title's point, "Sgt. Maria Lopez", not after a title in full, "the Doctor.
 #: She"); 8: "string" or "str" is a value only where the story writes the word (a character called String); 9: and
-#: only capitalised ("String"), so a story that mentions a violin's string keeps reading "string" as the template.
-PARSER_VERSION = "9"
+#: only capitalised ("String"), so a story that mentions a violin's string keeps reading "string" as the template;
+#: 10: an unquoted value after a key's ":" cut at max_tokens is dropped as a list item is ("name: An" of "Ana").
+PARSER_VERSION = "10"
 
 
 def _norm_key(k: str) -> str:

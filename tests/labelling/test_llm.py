@@ -95,6 +95,12 @@ def test_parse_key_fallback_by_order():
                         "Patient references": ["him"]})
     lab = parse_response(reply, STORY)
     assert lab.character("object").name == "Tom" and lab.character("object").references == ("him",)
+    # by key order only where the counts agree: a third reworded character ("nurse", written first) took the doctor's
+    # place and the doctor the patient's; such a reply is missing the roles' keys, and sent again
+    three = json.dumps({"nurse name": "Tom", "physician name": "Dr. Ana Ruiz", "sick man name": "Tom",
+                        "nurse references": ["him"], "physician references": ["She"], "sick man references": ["his"]})
+    with pytest.raises(ParseError, match="missing key"):
+        parse_response(three, STORY)
 
 
 @pytest.mark.parametrize("reply, msg", [("I cannot help with that.", "no JSON object"),
@@ -144,12 +150,15 @@ def test_a_story_the_backend_failed_is_sent_again_with_the_seed_of_the_request_i
     from there: the labels a server outage leaves are the labels a run without it writes."""
     bad = "no json here"
     for script, seeds in (([GOOD], [7]), ([None, GOOD], [7, 7]), ([bad, GOOD], [7, 8]),
-                          ([None, bad, GOOD], [7, 7, 8]), ([bad, None, GOOD], [7, 8, 8])):
+                          ([None, bad, GOOD], [7, 7, 8]), ([bad, None, GOOD], [7, 8, 8]),
+                          ([bad, bad, GOOD], [7, 8, 9])):  # each retry its own seed (a repeated one repeats the reply)
         backend = ScriptedBackend({build_prompt(STORY): script})
         out = LLMLabeller(backend, params=GenParams(temperature=1.0, max_tokens=256), max_attempts=3,
                           seed=7).label([STORY])
         assert out[0].status == "ok"
         assert [s for call in backend.calls for _, s, _ in call] == seeds, script
+        # a retry is sampled at 0.7 at least: not cooler than the sampled first attempt
+        assert {t for call in backend.calls for _, _, t in call} == {1.0}, script
 
 def test_parse_takes_the_first_whole_object():
     assert parse_json_object(GOOD + "\n" + GOOD) == json.loads(GOOD)
@@ -309,6 +318,7 @@ def test_reply_schema_holds_the_prompts_keys_and_the_storys_words():
     names = schema["properties"]["doctor name"]["enum"]
     assert {"Unspecified", "Dr. Ana Ruiz", "Ana Ruiz", "Ana", "Tom"} <= set(names)
     assert not [n for n in names if n.endswith(".") or " She" in n]  # no run across a sentence end
+    assert not [n for n in names if any(w[0].islower() for w in n.split())]  # every word capitalised: no "Ana met"
     for bad in ({"doctor name": "Bob"}, {"doctor references": ["her"]},  # not in the story
                 {"doctor references": ["She"] * 13}, {"nurse name": "Ana"}):  # too many; a key not asked for
         with pytest.raises(jsonschema.ValidationError):
@@ -541,6 +551,12 @@ def test_a_type_name_is_a_placeholder_unless_the_story_writes_it():
                          "helper references": ["his"]})
     lab = parse_response(template + "\n" + answer, strings)
     assert [(c.name, c.references) for c in lab.characters] == [("Dr. Ana Ruiz", ("She",)), ("Tom", ("his",))]
+    # in an answer too (its other values are the story's, so no template): the lower-case "string" is no name or
+    # reference, though the story writes the word
+    mixed = json.dumps({"musician name": "string", "helper name": "Tom", "musician references": ["string", "She"],
+                        "helper references": ["his"]})
+    lab = parse_response(mixed, strings)
+    assert [(c.name, c.references) for c in lab.characters] == [(None, ("She",)), ("Tom", ("his",))]
 
 
 def test_a_reply_of_placeholders_alone_is_retried_and_recorded_as_a_failure():
@@ -648,6 +664,12 @@ def test_a_bullet_reply_cut_at_max_tokens_is_retried_then_read_without_its_cut_w
     # references costs them nothing
     for cut, refs in ((reply[:-2], ("him",)), (reply[:-7], ()), (reply + "\n- note: he", ("him", "his"))):
         assert parse_response(cut, STORY, cut=True).character("object").references == refs
+    # a value without a comma goes whole: "he" may be "her" or "herself" cut short, a word of this story too
+    story = StoryInput("s1", "Dr. Tom Lee met Ana, a needy patient. He listened as she spoke of herself and her cough.",
+                       STORY.roles)
+    lines = ("- doctor name: Dr. Tom Lee\n- needy patient name: Ana\n- doctor references: He\n"
+             "- needy patient references: he")
+    assert parse_response(lines, story, cut=True).character("object").references == ()
 
 
 def test_parse_reads_an_answer_laid_out_by_role():
@@ -727,6 +749,7 @@ def test_a_copied_type_definition_before_an_answer_that_does_not_parse_is_retrie
     for nobody in (definition, definition + "\nAnswer:\n" + definition,
                    "Note: the doctor is never named.\n" + definition + "\nThe story names no doctor.",
                    definition + "\n- The doctor: never named in the story.",  # prose, not a key
+                   definition + "\nThe story gives no doctor name.",  # a role's words before "name", no colon
                    definition + "\nno name given for the needy patient: Unspecified"):
         assert [(c.name, c.references) for c in parse_response(nobody, STORY).characters] == [(None, ()), (None, ())]
 
@@ -768,6 +791,9 @@ def test_a_quote_inside_a_name_or_reference_written_without_its_escape_is_part_o
     '"needy patient references": ["him"]}',
     '{"doctor name": "Dr. Ana Ruiz", "needy patient name": "Tom", "doctor references": ["She" (pronoun)], '
     '"needy patient references": ["him"]}',
+    # read with inner quotes first, 'him" (object), "he' was one reference, not in the story: "him" lost
+    '{"doctor name": "Dr. Ana Ruiz", "needy patient name": "Tom", "doctor references": ["She"], '
+    '"needy patient references": ["him" (object), "he"]}',
 ])
 def test_a_comment_or_note_right_after_a_string_still_ends_it(reply):
     """Reading a quote inside a string as the string's own (\"Thomas "Tommy" Lee\") is the second reading, for a
@@ -931,6 +957,7 @@ def test_an_object_written_as_a_json_string_keeps_its_escapes():
     ("VLLMValidationError: The decoder prompt (length 2048) plus the number of requested output tokens (at least 1) "
      "is longer than the maximum model length of 2048.", True),
     ("VLLMValidationError: The decoder prompt (length 2100) is longer than the maximum model length of 2048.", True),
+    ("HTTP 400: prompt is too long: 5000 tokens > 4096 maximum", True),
     ("HTTP 413: payload too large", True),
     ("HTTP 503: busy", False),
     ("HTTP 401: invalid api key", False),  # every story's: fixed, the rerun labels them again
@@ -961,6 +988,9 @@ _ONE = StoryInput("s1", "Dr. Ana Ruiz met Tom Lee, a young patient. She helped h
                 "patient": {"name": "Tom Lee", "references": ["him", "his"]}}),
     json.dumps({"doctor name": "Dr. Ana Ruiz", "doctor references": ["She"],
                 "other character": {"name": "Tom Lee", "references": ["him", "his"]}}),
+    # the role reworded (read by key order): the object inside the answer is still part of it, no answer of its own
+    json.dumps({"physician name": "Dr. Ana Ruiz", "physician references": ["She"],
+                "patient": {"name": "Tom Lee", "references": ["him", "his"]}}),
     '{"doctor name": "Dr. Ana Ruiz", "doctor references": ["She"]}\n'
     '{"patient name": "Tom Lee", "patient references": ["him", "his"]}',
     "**Doctor:**\n- Name: Dr. Ana Ruiz\n- References: She\n\n**Patient:**\n- Name: Tom Lee\n- References: him, his",
@@ -972,9 +1002,24 @@ def test_another_characters_labels_are_not_the_roles(reply):
     assert (got.name, got.references) == ("Dr. Ana Ruiz", ("She",))
 
 
+def test_another_characters_object_is_no_answer_even_where_it_would_outrank_the_roles():
+    """Another character's object ({"role": "patient", ...} in a doctor's story) is skipped, not read by its keys'
+    order: alone, or beside a doctor's object whose name the story check drops, it gave the doctor the patient's name
+    and pronouns."""
+    patient = {"role": "patient", "name": "Tom Lee", "references": ["him", "his"]}
+    with pytest.raises(ParseError):
+        parse_response(json.dumps(patient), _ONE)
+    reply = json.dumps([{"role": "doctor", "name": "Dr. John Smith", "references": ["She"]}, patient])
+    got = parse_response(reply, _ONE).character("subject")
+    assert (got.name, got.references) == (None, ("She",))
+
+
 def test_a_role_field_that_words_the_role_otherwise_is_still_read_by_order():
     # {"role": "the doctor"} holds a word of the role: not another character's object (its keys go by order)
     reply = json.dumps({"role": "the physician doctor", "name": "Dr. Ana Ruiz", "references": ["She"]})
+    assert parse_response(reply, _ONE).character("subject").name == "Dr. Ana Ruiz"
+    # only a "role" field names another character: a "character" field holding the character's name is no role
+    reply = json.dumps([{"character": "Dr. Ana Ruiz", "name": "Dr. Ana Ruiz", "references": ["She"]}])
     assert parse_response(reply, _ONE).character("subject").name == "Dr. Ana Ruiz"
 
 
@@ -995,6 +1040,11 @@ def test_an_unquoted_list_item_cut_at_max_tokens_is_dropped():
             "needy patient references: [she, her, ")
     for tail in ("he", '"he', "'he"):  # "herself" cut short: "he" gave her a man's pronoun
         assert parse_response(head + tail, story, cut=True).character("object").references == ("she", "her")
+    # an unquoted value after a key's ":" likewise: "An" of "Ana" was her name, status ok (quoted, it was dropped)
+    cut = "{doctor name: Dr. Tom Lee, doctor references: [He], needy patient references: [she], needy patient name: An"
+    for reply in (cut, cut.replace("name: An", 'name: "An')):
+        with pytest.raises(ParseError, match="parseable|missing key"):
+            parse_response(reply, story, cut=True)
 
 
 def test_an_outage_that_takes_a_storys_attempts_leaves_a_backend_failure_not_an_unparseable_story():
@@ -1126,6 +1176,11 @@ def test_an_example_whose_names_are_not_in_the_story_ranks_below_the_answer():
                          "needy patient references": ["him"]})
     lab = parse_response("Example: " + example + "\nAnswer: " + answer, story)
     assert [(c.name, c.references) for c in lab.characters] == [("Dr. Ana Ruiz", ("She",)), ("Tom", ("him",))]
+    # an answer with one name the story check drops ("Thomas" for Tom) keeps the other: it still outranks the example
+    partly = json.dumps({"doctor name": "Dr. Ana Ruiz", "needy patient name": "Thomas", "doctor references": ["She"],
+                         "needy patient references": ["him"]})
+    lab = parse_response("Example: " + example + "\nAnswer: " + partly, story)
+    assert [(c.name, c.references) for c in lab.characters] == [("Dr. Ana Ruiz", ("She",)), (None, ("him",))]
     # an answer that names nobody ("Unspecified") is not ranked down: it gives no name to drop
     nobody = json.dumps({"doctor name": "Unspecified", "needy patient name": "Unspecified",
                          "doctor references": ["She"], "needy patient references": ["him", "his"]})
