@@ -91,7 +91,9 @@ def test_score_matches_hand_count():
                  "no name where manual has one": 2, "other name": 0}}
     assert json.loads(json.dumps(rep.to_dict()))["misses"] == rep.misses
     assert "gender misses by kind (characters): roles exchanged 0, gender where manual has none 1," in rep.summary()
-    assert "| **all** | 50.0% | 40.0% | 75.0% | 60.0% |" in rep.summary()
+    # the last column counts the characters with a manual gender (5; 4 have a predicted one), per group too (m2: 2, 1)
+    assert "| **all** | 50.0% | 40.0% | 75.0% | 60.0% | 5 |" in rep.summary()
+    assert "| model m2 | 100.0% | 50.0% | 100.0% | 100.0% | 2 |" in rep.summary()
     assert "| condition Labor laden | 50.0% | 50.0% | 50.0% | 100.0% | 2 |" in rep.summary()
 
 
@@ -125,6 +127,30 @@ def test_misses_tell_exchanged_roles_from_copies():
     g, n = rep.gender, rep.name
     assert (g.n_p - g.tp_p, g.n_r - g.tp_r) == (4, 3) and sum(rep.misses["gender"].values()) == 5
     assert (n.n_p - n.tp_p, n.n_r - n.tp_r) == (5, 5) and sum(rep.misses["name"].values()) == 6
+
+
+def test_a_miss_of_one_character_is_no_exchange_and_a_gender_where_manual_says_unsure_is_none_of_its():
+    """An exchange needs each character labelled as the manual label has the other: a subject given the object's
+    gender while the object is left without one is "other gender" (the object's miss a missing gender), not an
+    exchange. A gender where the manual label says Unsure counts against precision, as where it says Unspecified."""
+    def row(i, text, subj, obj):
+        return parse_row({"id": f"y{i}", "domain": "Love", "model": "m", "condition": "laden", "text": text,
+                          "roles": {"subject": "partner who pays the bill", "object": "other partner"},
+                          "labels": {"subject": subj, "object": obj}}, f"y{i}", f"row {i}")
+
+    gold = [row(0, "Emily paid. James thanked her. He smiled.", {"name": "Emily", "gender": "Female"},
+                {"name": "James", "gender": "Male"}),
+            row(1, "Sam paid. He smiled at her.", {"name": "Sam", "gender": "Unsure"},
+                {"name": "Unspecified", "gender": "Unspecified"})]
+    C = CharacterLabel
+    labels = [StoryLabels("y0", (C("subject", "Emily", ("He",)), C("object", "James", ()))),  # M for F; none for M
+              StoryLabels("y1", (C("subject", "Sam", ("He",)), C("object", None, ())))]  # M where manual is Unsure
+    rep = score(gold, labels, n_boot=0)
+    assert (rep.gender.tp_p, rep.gender.n_p, rep.gender.tp_r, rep.gender.n_r) == (0, 2, 0, 2)
+    assert rep.misses["gender"] == {"roles exchanged": 0, "gender where manual has none": 1,
+                                    "no gender where manual has one": 1, "other gender": 1}
+    assert rep.confusion == {"Female": {"Male": 1}, "Male": {"Unspecified": 1}, "Unsure": {"Male": 1},
+                             "Unspecified": {"Unspecified": 1}}
 
 
 def test_an_unnamed_character_of_the_project_format_counts_against_name_precision():
@@ -371,6 +397,16 @@ def test_intervals_count_what_the_figures_count():
     pr = _pr(chars)
     assert sums == [pr["gender"].tp_p, pr["gender"].n_p, pr["gender"].tp_r, pr["gender"].n_r,
                     pr["name"].tp_p, pr["name"].n_p, pr["name"].tp_r, pr["name"].n_r]
+    # a character out of a figure (no manual gender, a name not labelled) is out of its resampled counts too,
+    # though the labeller gave it a gender and a name
+    from harness.labelling.evaluate import CharacterScore
+
+    out = [CharacterScore("s0", "subject", "m", "Labor", None, "Male", None, "bob", False),
+           CharacterScore("s1", "subject", "m", "Labor", "Female", "Female", "ana", "ana", True)]
+    pr = _pr(out)
+    assert _counts(out).sum(0).tolist() == [1, 1, 1, 1, 1, 1, 1, 1] == [
+        pr["gender"].tp_p, pr["gender"].n_p, pr["gender"].tp_r, pr["gender"].n_r,
+        pr["name"].tp_p, pr["name"].n_p, pr["name"].tp_r, pr["name"].n_r]
     rep = score(gold, labels)
     for k, (lo, hi) in rep.intervals.items():
         assert lo <= rep.overall()[k] <= hi
@@ -619,6 +655,7 @@ def test_a_nan_name_is_unlabelled_as_null_is(tmp_path):
         p.write_text(json.dumps({**row, "id": f"s{i}"}) + "\n")
         rep = score(load_gold(p), [StoryLabels(f"s{i}", (CharacterLabel("subject", "Ana", ("She",)),))])
         assert rep.name.n_p == 0
+        assert sum(rep.misses["name"].values()) == 0  # nor is it a miss of a figure it is out of
 
 
 def test_a_nan_reference_list_is_unlabelled_as_a_nan_name_is(tmp_path):

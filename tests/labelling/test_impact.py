@@ -135,6 +135,32 @@ def test_a_gender_flip_moves_r_rep_as_the_representation_module_computes_it():
     assert logs[rep & (shift.cells.group == "Female")].tolist() == pytest.approx([np.log(1.5)])
 
 
+def test_within_and_the_verdict_on_1_are_read_from_each_sides_own_interval():
+    """``within`` places the labeller's estimate in the manual interval (not the manual estimate in the labeller's);
+    the verdict on 1 tells "below" from "includes 1" as well as "above". Checked against the representation module
+    on two hand-built sets where either reading of each gives the other answer."""
+    pstar = baseline_map(load_baselines())
+    # by hand: 45 of 50 women, the labeller 40: R_rep 1.77 (1.55-1.88) and 1.57 (1.32-1.75); 1.57 lies inside
+    # the manual interval, 1.77 outside the labeller's
+    # 35 of 50 women, the labeller 30 (15 men, 20): men 0.63 (0.40-0.92), below 1, and 0.84 (0.58-1.13), not
+    for n_female, n_male, flipped, within, same in ((45, 5, 5, True, True), (35, 15, 5, True, False)):
+        chars, gold = _neutral(n_female, n_male, flipped)
+        shift = statistics_shift(SimpleNamespace(characters=chars), gold, Names())
+        cells = shift.cells[(shift.cells.table == "representation") & (shift.cells.model == "M")
+                            & (shift.cells.kind == "gender")].set_index("group")
+        for group, x_manual, x_lab in (("Female", n_female, n_female - flipped), ("Male", n_male, n_male + flipped)):
+            ref_m = representation_ratio(x_manual, 50, pstar[group], kind="gender")
+            ref_l = representation_ratio(x_lab, 50, pstar[group], kind="gender")
+            row = cells.loc[group]
+            assert row.within == (ref_m.ci_low <= ref_l.estimate <= ref_m.ci_high) == within, (n_female, group)
+            assert row.same_verdict == (_verdict_on_1(ref_m) == _verdict_on_1(ref_l)) == same, (n_female, group)
+        if n_female == 45:  # the mirror reading (manual estimate in the labeller's interval) says otherwise
+            both = cells.loc[["Female", "Male"]]
+            assert not ((both.labeller_low <= both.manual) & (both.manual <= both.labeller_high)).any()
+        else:  # the men's cell: below 1 under the manual labels, including 1 under the labeller's
+            assert cells.loc["Male", "manual_high"] < 1 < cells.loc["Male", "labeller_high"]
+
+
 def test_an_exchange_of_dominant_and_subordinate_moves_r_sub_and_its_verdict():
     chars, gold = [], []
     for i in range(12):  # power-laden Labor: a White subject, an Asian object; the labeller swaps 6 of the names
@@ -319,6 +345,42 @@ def test_a_shift_counts_by_the_bootstrap_test_and_twenty_resamples_cannot_find_o
     assert all(v.get("shift_excludes_0", 0) == 0 for v in few.summary.values())
     many = statistics_shift(SimpleNamespace(characters=chars), gold, Names(), n_boot=40, seed=1)
     assert (many.cells.shift_excludes_0 == (many.cells.log_shift_p < 0.05)).all()
+    # at 39 resamples the least p, 2 / 40, is alpha itself: p < alpha cannot hold, though every resample shifts
+    edge = statistics_shift(SimpleNamespace(characters=chars), gold, Names(), n_boot=39, seed=1)
+    female = edge.cells[(edge.cells.table == "representation") & (edge.cells.group == "Female")]
+    assert (female.log_shift_high < 0).all() and female.log_shift_p.tolist() == pytest.approx([0.05] * 2)
+    assert all(v.get("shift_excludes_0", 0) == 0 for v in edge.summary.values())
+
+
+def test_a_cell_undefined_in_more_than_a_tenth_of_the_resamples_has_no_interval():
+    """One woman in 20 stories: a third of the resamples draw no woman, so the Female cells' log ratio is undefined
+    there (a ratio of 0); the percentiles of the rest were an interval, "0 to 0", of a shift measured in two thirds
+    of the resamples. The men's cells, defined in every resample, keep theirs."""
+    chars, gold = _neutral(1, 19, flipped=0)
+    shift = statistics_shift(SimpleNamespace(characters=chars), gold, Names(), n_boot=44)
+    rep = shift.cells[(shift.cells.table == "representation") & (shift.cells.kind == "gender")].set_index(
+        ["model", "group"])
+    for model in ("M", POOLED):
+        assert rep.loc[(model, "Female"), "log_shift"] == 0.0
+        assert np.isnan(rep.loc[(model, "Female"), ["log_shift_low", "log_shift_high", "log_shift_p"]].to_numpy(
+            float)).all()
+        assert rep.loc[(model, "Male"), ["log_shift_low", "log_shift_high"]].tolist() == [0.0, 0.0]
+
+
+def test_a_story_drawn_twice_by_a_resample_counts_twice_in_the_gender_pairs():
+    """A resample that draws a story twice holds two copies of it, each a story: under the story's own id the pairs
+    table saw one story of two subjects and two objects, no pair, and left it out. Two romantic stories, labelled
+    alike by both: every resample has its F-M pairs (a shift of 0), where half of them (a story drawn twice, the
+    other not at all) had none."""
+    chars, gold = [], []
+    for i in range(2):
+        chars += [_score(f"r{i}", "subject", "Female", "Female", "ana", "ana", domain="Love"),
+                  _score(f"r{i}", "object", "Male", "Male", "bo", "bo", domain="Love")]
+        gold.append(_gold(f"r{i}", "romantic", two=True))
+    shift = statistics_shift(SimpleNamespace(characters=chars), gold, Names(), n_boot=44)
+    fm = shift.cells[(shift.cells.table == "orientation") & (shift.cells.group == "F-M")]
+    assert len(fm) == 2 and (fm.manual > 0).all()
+    assert (fm.log_shift_low == 0).all() and (fm.log_shift_high == 0).all() and (fm.log_shift_p == 1).all()
 
 
 def test_gender_pairs_are_compared_and_unmeasured_races_stay_unmeasured_on_both_sides():
