@@ -1154,6 +1154,9 @@ def test_decode_one_roles_title_or_apostrophe_part_names_no_other_role():
     ("Ethan St. James was a student.", {("Ethan", 0, 0): 0.9, ("St", 0, 0): 0.9}, "Ethan St"),
     # a title alone ("Mr" of "Mr. and Mrs. Patel") names the role only where it has no other run
     ("Mr. and Mrs. Patel ate. Mr. Patel paid.", {("Mr", 0, 0): 0.9, ("Patel", 1, 0): 0.9}, "Mr. Patel"),
+    # ... and a title word after a personal title is a surname, no title alone: "Mr. King" names the role first
+    ("Mr. King smiled. Then Maya Lee came.", {("King", 0, 0): 0.9, ("Maya", 0, 0): 0.9, ("Lee", 0, 0): 0.9},
+     "Mr. King"),
     ("Coach smiled.", {("Coach", 0, 0): 0.9}, "Coach"),
 ])
 def test_decode_name_runs_as_written(text, tags, want):
@@ -1301,6 +1304,13 @@ def test_decode_a_name_split_between_the_roles_after_an_initial_is_one_character
     assert _decode_names(text, {**tags, ("Nguyen", 0, 2): 0.99, ("Tran", 0, 2): 0.98})[1] == "Nguyen Tran"
 
 
+def test_decode_a_name_that_ends_a_sentence_leaves_the_next_sentences_name_to_the_other_role():
+    """Only an initial's point goes on to the word after it: a run of the other role after a name that ends a
+    sentence ("Ana. Omar Diaz") is a name of its own, not the rest of that name (the object was left unnamed)."""
+    tags = {("Ana", 0, 0): 0.99, ("Omar", 0, 2): 0.99, ("Diaz", 0, 2): 0.98}
+    assert _decode_names("The patient thanked Ana. Omar Diaz smiled.", tags) == ["Ana", "Omar Diaz"]
+
+
 def test_decode_a_nickname_joins_no_name_across_a_line():
     """A quoted nickname took the name words on its other side across a line break: in a list of the characters
     the first ran into the second ('Maya Lopez\n"Doc" Thomas')."""
@@ -1326,6 +1336,18 @@ def test_decode_one_character_never_fills_both_roles():
     assert _best_pair([[(a, [0], 1.1), (r, [5], 1.1), (ar, [9], 1.2)], [(a, [0], 0.95), (tom, [3], 0.9)]]) == [[0], [3]]
     # a surname alone joins the first full name only: two Smiths stay two characters
     assert _best_pair([[(emma, [0], 1.0), (jack, [4], 1.0), (smith, [8], 1.5)], [(emma, [0], 1.2)]]) == [[4], [0]]
+    # ... and its score is the first's: Emma (1.0 + 1.5) beats Jack (1.0) for the subject
+    assert _best_pair([[(emma, [0], 1.0), (jack, [4], 1.0), (smith, [8], 1.5)],
+                       [(emma, [0], 1.2), (jack, [4], 1.2)]]) == [[0], [4]]
+    # the merged "Ruiz" is Ana, never a character of its own beside the object's Ana (Ana would fill both roles)
+    assert _best_pair([[(a, [0], 0.3), (r, [5], 1.5), (ar, [9], 0.3)], [(a, [0], 0.95), (tom, [3], 0.5)]]) == [
+        [0], [3]]
+    # a merged candidate's score is the sum of all its runs': Ana Ruiz (0.5 + 0.5 + 0.5) beats Ben (1.3)
+    ben = frozenset({"ben"})
+    assert _best_pair([[(a, [0], 0.5), (r, [5], 0.5), (ar, [9], 0.5), (ben, [12], 1.3)],
+                       [(ben, [12], 0.1), (a, [0], 0.05)]]) == [[0], [12]]
+    # a candidate is known by its fullest run: "Ana", then "Ana Ruiz", is the object's "Ruiz" too
+    assert _best_pair([[(a, [0], 0.9), (ar, [5], 0.9)], [(r, [6], 0.8)]]) == [[0], None]
 
 
 def test_decode_a_continuation_of_the_other_name_leaves_the_role_its_fallback():
@@ -1378,6 +1400,7 @@ def test_decode_a_role_with_no_name_run_takes_one_at_the_fallback_threshold():
     assert names(0.2) == ["Sarah", "John"]  # the first run at 0.2; "Sarah" at 0.15 stays below it
     assert names(None) == ["Sarah", None]
     assert names(0.35) == ["Sarah", "John"]  # the second "John" (0.45)
+    assert names(0.45) == ["Sarah", "John"]  # a run that reaches the fallback threshold, no more, is taken
     # a role that has a run at the threshold is not touched: the subject keeps "Sarah"
     p[[w for w, _, _ in words].index("John"), 0] = 0.3
     assert names(0.2)[0] == "Sarah"
@@ -1452,6 +1475,11 @@ def test_decode_a_role_whose_only_character_went_to_the_other_role_takes_a_fallb
     # below the fallback threshold the role stays unnamed
     tags[("Marisol", 0, 0)], tags[("Vega", 0, 0)] = 0.1, 0.1
     assert _decode_pair(text, tags, name_table) == [(None, ("She",)), ("Isaac Goldstein", ("His",))]
+    # a weak run that continues the winner's run ("Goldstein" of the other role's "Isaac") is no fallback name
+    text = "Isaac Goldstein played weddings. Isaac's girlfriend, Marisol Vega, had a steady job. She paid."
+    tags = {("Isaac", 1, 0): 0.6, ("Goldstein", 0, 0): 0.3, ("Isaac", 0, 2): 0.95, ("Marisol", 0, 0): 0.3,
+            ("Vega", 0, 0): 0.25, ("She", 0, 1): 0.99}
+    assert _decode_pair(text, tags, name_table) == [("Marisol Vega", ("She",)), ("Isaac", ())]
 
 
 def test_decode_a_fallback_run_is_kept_only_where_the_names_then_fit_the_words(name_table):
@@ -1485,6 +1513,8 @@ def test_best_pair_scores_characters_over_all_their_runs():
     # subject runs: Ana (twice, 0.6 + 0.6), Ben (0.9); object runs: Ana (0.8)
     runs = [[(a, [0], 0.6), (b, [5], 0.9), (a, [9], 0.6)], [(a, [0], 0.8)]]
     assert _best_pair(runs) == [[5], [0]]  # Ben + Ana (0.9 + 0.8 + 2) beats Ana alone (1.2 + 1)
+    # Ana's two runs add up: Ana + Ben (1.2 + 0.1 + 2) beats Ben + Cy (0.9 + 0.05 + 2); Ana's first run alone would not
+    assert _best_pair([[(a, [0], 0.6), (b, [5], 0.9), (a, [9], 0.6)], [(b, [5], 0.1), (c, [3], 0.05)]]) == [[0], [5]]
     runs = [[(a, [0], 0.6)], [(c, [3], 0.7)]]
     assert _best_pair(runs) == [[0], [3]]
     assert _best_pair([[], []]) == [None, None]
@@ -1849,6 +1879,12 @@ def test_merge_windows_scores_each_word_by_the_window_where_it_stands_deepest():
     # depth in window 1 (words 0-5): 0 1 2 2 1 0; in window 2 (words 3-9): 0 1 2 3 2 1 0. Window 2 takes a
     # word only where it stands deeper: word 5 (0 -> 2), and 6-9, which window 1 never read; word 4 ties (1, 1)
     assert (probs[1][:, 0] > 0.5).tolist() == [False] * 5 + [True] * 5
+    # a story cut past its last window: a word no window read points at no row, so no zero of it is pooled into its
+    # type's mean (a word read once at 0.9 and cut away once fell to 0.45), and the story says it was cut
+    cut = _Encoded([0] * 8, [0] * 8, [-1, -1, -1, 1, 2, 3, 4, 5, 6, -1], words, True)
+    one.windows = [one, cut]
+    enc, probs = _merge_windows([one], [p1, p2[:8]])
+    assert enc[0].word_token == list(range(9)) + [-1] and enc[0].truncated
 
 
 def test_a_long_story_is_read_in_overlapping_windows_and_a_short_one_as_before():
