@@ -37,7 +37,8 @@ fi
 if [[ -f .gpu/labeller.tar.xz && ! -d .gpu/labeller ]]; then tar -xJf .gpu/labeller.tar.xz -C .gpu; fi
 for F in .gpu/*.jsonl.xz; do  # the dev stories (and train150), packed by gpu_prepare.py
   if [[ -f $F && ! -f ${F%.xz} ]]; then
-    python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'))" "$F" "${F%.xz}"
+    python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'))" \
+      "$F" "${F%.xz}"
   fi
 done
 if [[ -f .gpu/site.tar.xz ]]; then

@@ -918,7 +918,8 @@ class LLMLabeller(Labeller):
             from harness.generation import load_backend
 
             if engine not in ("transformers", "vllm", "openai"):
-                raise ConfigError(f"llm labeller: engine (--llm-backend) must be transformers, vllm or openai, got {engine!r}")
+                raise ConfigError(f"llm labeller: engine (--llm-backend) must be transformers, vllm or openai, "
+                                  f"got {engine!r}")
             if (engine == "openai") != bool(base_url):  # the flags' names too, for `harness label`
                 raise ConfigError("llm labeller: the openai engine (--llm-backend openai) needs base_url "
                                   "(--llm-base-url), the server's URL, e.g. http://127.0.0.1:8000/v1"

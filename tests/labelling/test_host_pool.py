@@ -297,7 +297,8 @@ def test_a_host_worker_tells_a_broken_model_or_decoder_from_a_bad_story_in_a_bat
         assert kind == "encoded" and payload[4] is not None
         inbox.put(("decode", 5, forward_or_keep(lab._forward, *payload)))
         kind, _, got = results.get(timeout=60)
-        assert kind == "labels" and [g.status for g in got] == ["labeller error: RuntimeError: the parser is broken"] * 2
+        assert kind == "labels"
+        assert [g.status for g in got] == ["labeller error: RuntimeError: the parser is broken"] * 2
         decoder.bad.add("probe")
         inbox.put(("encode", 6, [story, other]))
         kind, _, payload = results.get(timeout=60)

@@ -1191,7 +1191,8 @@ def test_the_labels_never_overwrite_the_encoders_files_and_odd_paths_are_one_lin
     loop = tmp_path / "loop.jsonl"
     loop.symlink_to(loop)
     for args, flag in ((["label", str(gold_path), "--out", str(loop), "--labeller", "rules"], "--out"),
-                       (["eval", "--gold", str(gold_path), "--details", str(loop), "--labeller", "rules"], "--details")):
+                       (["eval", "--gold", str(gold_path), "--details", str(loop), "--labeller", "rules"],
+                        "--details")):
         _one_line_error(runner.invoke(app, args), 2, f"{flag} {loop}: a loop of symbolic links; give a file path")
     r = runner.invoke(app, ["eval", "--gold", str(gold_path), "--labeller", "rules", "--no-name-check"])
     _one_line_error(r, 2, "--no-name-check is read by the encoder labeller only")
