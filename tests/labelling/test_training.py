@@ -157,6 +157,24 @@ def test_a_name_two_labels_write_is_swapped_in_both(text, subject, obj):
     assert swapped > 5
 
 
+def test_a_name_is_never_swapped_for_a_word_the_story_holds():
+    """A new name that the story already writes ("Zainab", another character's) gave two characters one name in the
+    augmented text, and ``project_labels`` marked it as the name of both."""
+    import random
+
+    from harness.labelling.data import parse_row
+    from harness.labelling.training import _AUG_NAMES, _swap_names
+
+    held = [n for n in _AUG_NAMES if n != "Grace"]
+    gs = parse_row({**ROW, "roles": {"subject": "teacher"}, "text": "Grace met " + ", ".join(held[:-1]) + ". She "
+                    "smiled.", "labels": {"subject": {"name": "Grace", "references": ["She"], "gender": "Female"}}},
+                   "a", "row 1")
+    for seed in range(20):
+        text, names = _swap_names(gs, random.Random(seed))
+        assert names["subject"] in ("Grace", held[-1]) and text.startswith(names["subject"] + " met "), seed
+    assert any(_swap_names(gs, random.Random(seed))[1]["subject"] == held[-1] for seed in range(20))
+
+
 def test_a_reference_of_several_words_is_flipped_as_the_text_is():
     """A phrase was flipped word by word: its "her" stayed "her" where the text's possessive became "his", and a last
     "his" became "her" where the text wrote "hers", so in flipped epochs the phrase was found nowhere."""
@@ -184,6 +202,12 @@ def test_a_reference_of_several_words_is_flipped_as_the_text_is():
      "it.", ["his", "him"]),
     # an ellipsis character ends the sentence as "..." does: the object's "him", not "his" (targets version 6)
     ("Tom held her close\u2026 She smiled.", ["her", "She"], "Tom held him close\u2026 He smiled.", ["him", "He"]),
+    # the verb "miss" is no title (targets version 2): only the capitalised "Miss" flips
+    ("Miss Ana said she would miss him.", ["Miss", "she"], "Mr Ana said he would miss her.", ["Mr", "he"]),
+    # a pronoun's clitic flips with it in the references ("He'd" -> "She'd"), or it named the other one's pronoun
+    ("He'd said he was late.", ["He'd", "he"], "She'd said she was late.", ["She", "She'd", "she", "she'd"]),
+    # a possessive before an emphasised word is "her", not the standalone "hers" (past markdown's marks)
+    ("Tom lost his *favorite* pen.", ["Tom", "his"], "Tom lost her *favorite* pen.", ["Tom", "her"]),
 ])
 def test_the_flip_knows_more_gendered_words_and_standalone_possessives(text, refs, flipped, flipped_refs):
     from harness.labelling.training import flip_gender
@@ -742,6 +766,18 @@ def test_a_label_that_occurs_only_inside_another_word_is_refused(tmp_path, text,
         _training_rows([_write(tmp_path / "t.jsonl", row)])
 
 
+@pytest.mark.parametrize("refs, says", [
+    (["her", "."], "references hold '.', which holds no word; drop it"),
+    (["her", "Tom"], "references hold 'Tom', which does not occur in the story; correct the label or the text"),
+])
+def test_a_label_that_is_no_word_of_the_story_is_refused_saying_why(tmp_path, refs, says):
+    """A reference of no word ("." matched nowhere, "" anywhere) or one the story does not hold is refused in one
+    line that says which, not as a word the tagger reads inside another."""
+    row = {**ROW, "labels": {**ROW["labels"], "subject": {"name": "Priya", "references": refs, "gender": "Female"}}}
+    with pytest.raises(DataError, match=r"t.jsonl: story 'a': subject " + re.escape(says)):
+        _training_rows([_write(tmp_path / "t.jsonl", row)])
+
+
 def test_a_name_is_taught_only_where_the_story_writes_it_with_a_capital():
     """The whole name was matched case-folded: the verb of "she rose" was taught as Rose's name."""
     from harness.labelling.training import project_labels
@@ -750,6 +786,18 @@ def test_a_name_is_taught_only_where_the_story_writes_it_with_a_capital():
     words = [w for w, _, _ in split_words("Rose smiled. She rose from her chair. ROSE was on the cake.")]
     targets = project_labels(words, {"subject": "Rose"}, {"subject": ["she", "her"]})
     assert [w for w, row in zip(words, targets) if row[0]] == ["Rose", "ROSE"]
+
+
+def test_a_title_of_the_name_is_taught_only_within_the_whole_name():
+    """A name's title is no name word of its own: "Mrs" of "Mrs. Dolores Reyes" is marked in the full name, not at
+    another woman's "Mrs. Kim" (taught as Dolores's name)."""
+    from harness.labelling.training import project_labels
+    from harness.labelling.words import split_words
+
+    words = [w for w, _, _ in split_words("Mrs. Dolores Reyes met Mrs. Kim. Dolores smiled.")]
+    targets = project_labels(words, {"subject": "Mrs. Dolores Reyes"}, {})
+    assert [(i, w) for i, (w, row) in enumerate(zip(words, targets)) if row[0]] == [
+        (0, "Mrs"), (2, "Dolores"), (3, "Reyes"), (9, "Dolores")]
 
 
 def test_a_name_with_an_apostrophe_is_taught_where_the_story_writes_it_alone():
