@@ -48,6 +48,9 @@ def test_two_possessive_names_stay_two_characters(rules, apostrophe):
     text = "Nurse Sarah’s shift began. The patient, John’s brother, waited. Sarah’s hands shook. John’s voice was calm."
     doc = rules.nlp(text.replace("\u2019", apostrophe))
     assert sorted(sorted(c.words) for c in rules._characters(doc)) == [["john"], ["sarah"]]
+    # and a first mention's possessive, straight or curly, is no part of the character's name
+    s = StoryInput("s", f"Nurse Sarah{apostrophe}s shift began. Sarah waved.", (RoleSpec("subject", "nurse"),))
+    assert rules.label(s).character("subject").name == "Nurse Sarah"
 
 
 def test_a_they_before_she_does_not_claim_a_lone_character(rules):
@@ -149,7 +152,9 @@ def test_a_full_word_title_that_ends_a_sentence_is_no_title(rules):
 
 @pytest.mark.parametrize(("text", "name"), [("His friends miss Noah, and he misses them.", "Noah"),
                                             ("He knew he would miss Daniel.", "Daniel"),
-                                            ("They coach Daniel every week.", "Daniel")])
+                                            ("They coach Daniel every week.", "Daniel"),
+                                            # a lowercase title that is no verb is no title either
+                                            ("The kids asked miss Noah for help.", "Noah")])
 def test_a_verb_before_a_name_is_no_title(rules, text, name):
     """A lowercase "miss" or "coach" before a name was taken for a title: "miss Noah" was a woman."""
     lab = rules.label(StoryInput("v", text, (RoleSpec("subject", "friend"),))).character("subject")
@@ -190,10 +195,18 @@ def test_a_relative_of_someone_else_gives_no_gender(rules):
     assert rules.label(s).character("object").references == ("sister",)
     s = StoryInput("w", "A young woman named Sarah opened the shop.", (RoleSpec("subject", "shop owner"),))
     assert rules.label(s).character("subject").references == ("woman",)
+    # a gendered noun more than four tokens from every mention is nobody's
+    s = StoryInput("f", "Sam Lee opened the old shop on the corner of the street early. Then a man",
+                   (RoleSpec("subject", "shop owner"),))
+    assert rules.label(s).character("subject").references == ()
     # and so is one in the predicate, never its possessor
     s = StoryInput("p", "Mia was Ethan's sister. Mia loved him.", (RoleSpec("subject", "sister"),
                                                                     RoleSpec("object", "brother")))
     assert [c.references for c in rules.label(s).characters] == [("sister",), ("him",)]
+    # the possessor is never the one a predicate's noun names, even where it is the nearest mention
+    s = StoryInput("n", "Mia hugged Ethan. Mia was Ethan's sister.", (RoleSpec("subject", "sister"),
+                                                                       RoleSpec("object", "brother")))
+    assert {c.name: c.references for c in rules.label(s).characters} == {"Ethan": (), "Mia": ("sister",)}
 
 
 def test_roles_are_scored_on_the_first_three_mentions_not_tokens(rules):
@@ -208,6 +221,10 @@ def test_roles_are_scored_on_the_first_three_mentions_not_tokens(rules):
     s = StoryInput("o", "Dr. Sarah Kim arrived. Later, Dr. Kim treated a patient named Omar. She smiled at him.",
                    (RoleSpec("subject", "doctor"), RoleSpec("object", "patient")))
     assert [c.name for c in rules.label(s).characters] == ["Dr. Sarah Kim", "Omar"]
+    # a role noun beside a fourth mention counts for nobody: the roles follow the order of first mention
+    s = StoryInput("f", "Tom smiled. Tom waved. Tom sat. Later, Tom, the teacher, met Anna.",
+                   (RoleSpec("subject", "student"), RoleSpec("object", "teacher")))
+    assert [c.name for c in rules.label(s).characters] == ["Tom", "Anna"]
 
 
 @pytest.mark.parametrize("marks", ['""', "\u201c\u201d"])
@@ -330,6 +347,13 @@ def test_an_object_pronoun_is_not_its_verbs_subject(rules):
     # a preposition's object may be the subject
     s = StoryInput("p", "Maria Lopez put the book beside her.", (RoleSpec("subject", "teacher"),))
     assert rules.label(s).character("subject").references == ("her",)
+    # and so may a reflexive
+    s = StoryInput("r", "Maria Lopez hurt herself.", (RoleSpec("subject", "teacher"),))
+    assert rules.label(s).character("subject").references == ("herself",)
+    # an indirect object is an object too ("gave him a pill")
+    s = StoryInput("d", "The old farmer walked far. Dr. Sandra Lopez gave him a pill.",
+                   (RoleSpec("subject", "doctor"),))
+    assert rules.label(s).character("subject").references == ("Dr.",)
 
 
 class _Mentions(list):
