@@ -6,6 +6,13 @@ import sys
 from pathlib import Path
 
 
+def _python_prints(code: str, cwd: Path) -> str:
+    """What ``code`` prints, run by this Python in a fresh process in ``cwd``; it must exit 0."""
+    r = subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
 def test_kernels_only_importable_inside_the_harness_namespace(tmp_path):
     code = (
         "import importlib.util, harness.kernels\n"
@@ -14,9 +21,7 @@ def test_kernels_only_importable_inside_the_harness_namespace(tmp_path):
         "assert not is_kernels_available()\n"
         "print(harness.kernels.__name__)\n"
     )
-    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == "harness.kernels"
+    assert _python_prints(code, tmp_path) == "harness.kernels"
 
 
 def test_console_command_and_subcommands():
@@ -40,6 +45,5 @@ def test_a_benchmark_scripts_path_holds_no_module_named_kernels_but_the_repos_pa
         "import kernels\n"
         "print(kernels.__file__)\n"
     )
-    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == str(root / "kernels" / "__init__.py")  # the repo's package, which imports nothing
+    # the repo's package, which imports nothing
+    assert _python_prints(code, tmp_path) == str(root / "kernels" / "__init__.py")
