@@ -385,3 +385,15 @@ def test_a_pronoun_reads_two_sentences_of_mentions_not_all(rules, monkeypatch):
         assert [c.references for c in rules.label(s).characters] == [("She",), ("him",)]
         passes.append(_Mentions.passes)
     assert passes[0] == passes[1]
+
+
+def test_an_unnamed_character_is_found_by_its_role_noun(rules):
+    """A role no named character takes goes to its role noun ("the cashier"), which then takes the pronouns
+    that fit it; without it "She" has no character to go to."""
+    s = StoryInput("u", "The cashier smiled at the old man. She was kind, and she gave him his change.",
+                   (RoleSpec("subject", "cashier"), RoleSpec("object", "customer")))
+    out = rules.label(s)
+    subj, obj = out.character("subject"), out.character("object")
+    assert subj.name is None and subj.references == ("She",)
+    assert infer_gender(subj.references, s.text) == "Female"
+    assert obj.name is None and obj.references == ()  # "customer" is not in the story: no character
