@@ -309,13 +309,23 @@ def in_story(phrase: str, story_tokens: set[str]) -> bool:
     return bool(toks) and all(t in story_tokens for t in toks)
 
 
+#: What surrounds a reference and is no part of it: quotation marks, brackets and punctuation other than a point.
+_WRAPPING = "\"'“”‘’,;:!?()[]"
+
+
 def dedupe(words: Iterable[str]) -> tuple[str, ...]:
     """Distinct strings (case-insensitive, surrounding quotes and punctuation stripped, but not a point: "Mr."
-    stays as written, so "her." and "her" are two), first spelling kept."""
+    stays as written, so "her." and "her" are two; what the point ends is stripped too), first spelling kept.
+
+    >>> dedupe(["Mr.", "(her).", "her", "“Her,”"])
+    ('Mr.', 'her.', 'her')
+    """
     seen: set[str] = set()
     out = []
     for w in words:
-        w = w.strip().strip("\"'“”‘’,;:!?()[]")
+        w = w.strip().strip(_WRAPPING)
+        if w.endswith("."):  # "(her)." is "her."
+            w = w[:-1].rstrip(_WRAPPING) + "." if w[:-1].rstrip(_WRAPPING) else ""
         k = w.casefold()
         if w and k not in seen:
             seen.add(k)
@@ -510,7 +520,7 @@ class Labeller(abc.ABC):
         taken one window at a time, never listed whole: ``total``, how many stories it holds, sizes the progress
         bar and tells a pipelined labeller how many are coming (a sequence gives its own length).
         """
-        bs = batch_size or self.default_batch_size
+        bs = self.default_batch_size if batch_size is None else batch_size
         if bs < 1:
             raise DataError(f"batch_size must be >= 1, got {bs}")
         window = bs * self.window_batches

@@ -68,8 +68,8 @@ def test_iter_label_takes_a_generator_as_label_does():
 
 def test_empty_story_kept_with_reason():
     lab = LengthLabeller()
-    out = lab.label([_story(0, ""), _story(1, None, two=True), _story(2, "ok")])
-    assert [o.status for o in out] == ["empty story", "empty story", "ok"]
+    out = lab.label([_story(0, ""), _story(1, None, two=True), _story(2, "ok"), _story(3, " \n\t ")])
+    assert [o.status for o in out] == ["empty story", "empty story", "ok", "empty story"]  # blanks are no text
     assert out[1].characters == (CharacterLabel("subject", None, (), "empty story"),
                                  CharacterLabel("object", None, (), "empty story"))
     assert lab.batches == [["s2"]]
@@ -78,8 +78,15 @@ def test_empty_story_kept_with_reason():
 def test_roles_validated():
     with pytest.raises(DataError, match="role key"):
         RoleSpec("hero", "doctor")
+    for description in ("", "  \n", None, 3):  # the {Character} of the labelling prompt: nothing to ask for
+        with pytest.raises(DataError, match="description must be a non-empty string"):
+            RoleSpec("subject", description)
     with pytest.raises(DataError, match="roles must be"):
         StoryInput("a", "t", (RoleSpec("object", "x"),))
+    with pytest.raises(DataError, match="roles must be"):  # subject first
+        StoryInput("a", "t", (RoleSpec("object", "x"), RoleSpec("subject", "y")))
+    with pytest.raises(DataError, match="text must be a string, got int"):
+        StoryInput("a", 7, (RoleSpec("subject", "x"),))
     with pytest.raises(DataError, match="1 or 2 roles"):
         StoryInput("a", "t", ())
     with pytest.raises(DataError, match="StoryInput"):
@@ -87,6 +94,15 @@ def test_roles_validated():
     for sid in (7, None, ("a",)):  # the labels came back with that id, joined to no story
         with pytest.raises(DataError, match=r"^story id .*: must be a string, got "):
             StoryInput(sid, "t", (RoleSpec("subject", "x"),))
+
+
+def test_a_batch_size_below_one_is_refused():
+    """A negative batch size gave windows of a negative size: every story of a list was dropped, without an error;
+    and 0, which the message refuses, was read as the default. Only None is the default."""
+    for bs in (-1, 0):
+        with pytest.raises(DataError, match=rf"^batch_size must be >= 1, got {bs}$"):
+            LengthLabeller().label([_story(0, "ab"), _story(1, "abc")], batch_size=bs)
+    assert len(LengthLabeller().label([_story(0, "ab")], batch_size=None)) == 1
 
 
 def test_round_trip_and_unknown_fields():
@@ -99,6 +115,9 @@ def test_round_trip_and_unknown_fields():
     # a field of another type: a null status was an AttributeError later, references as one string its letters
     for where, key, value, says in ((None, "status", None, "`status` must be a string"),
                                     (None, "story_id", 7, "`story_id` must be a string"),
+                                    (0, "role", 7, "`role` must be a string"),
+                                    # a dict's keys were read as its labels: none, the story's roles gone
+                                    (None, "characters", {}, "`characters` must be a list"),
                                     (0, "references", "she", "`references` must be a list of strings"),
                                     # falsy ones were read as no references
                                     (0, "references", 0, "`references` must be a list of strings"),
@@ -183,19 +202,23 @@ def test_labels_that_are_not_the_storys_roles_keep_the_story_failed_with_what_di
                     lab = StoryLabels("s1", (*lab.characters, CharacterLabel("witness", "Bo")))
                 elif lab.story_id == "s2":
                     lab = StoryLabels("s9", lab.characters)
+                elif lab.story_id == "s3":  # a role twice: the same roles, but one character labelled twice
+                    lab = StoryLabels("s3", (*lab.characters, CharacterLabel("object", "Bo")))
                 out.append(lab)
             return out
 
-    stories = [_story(i, "x" * (i + 1), two=True) for i in range(4)]
+    stories = [_story(i, "x" * (i + 1), two=True) for i in range(5)]
     got = Sloppy().label(stories)
-    assert [g.story_id for g in got] == ["s0", "s1", "s2", "s3"]
+    assert [g.story_id for g in got] == ["s0", "s1", "s2", "s3", "s4"]
     assert [g.status for g in got] == [
         "labeller error: the labeller returned roles subject for subject, object",
         "labeller error: the labeller returned roles subject, object, witness for subject, object",
-        "labeller error: the labeller returned the labels of story 's9'", "ok"]
-    assert all(c.name is None for g in got[:3] for c in g.characters) and [c.role for c in got[1].characters] == [
+        "labeller error: the labeller returned the labels of story 's9'",
+        "labeller error: the labeller returned roles subject, object, object for subject, object", "ok"]
+    assert all(c.name is None for g in got[:4] for c in g.characters) and [c.role for c in got[1].characters] == [
         "subject", "object"]
-    assert [c.name for c in got[3].characters] == ["4", "4"]
+    assert [c.role for c in got[3].characters] == ["subject", "object"]
+    assert [c.name for c in got[4].characters] == ["5", "5"]
 
 
 def test_a_labeller_that_stops_early_is_an_error():
@@ -205,6 +228,13 @@ def test_a_labeller_that_stops_early_is_an_error():
 
     with pytest.raises(RuntimeError, match="stopped before labelling every batch"):
         Short().label([_story(i, "ab") for i in range(3)], batch_size=1)
+
+    class Fewer(LengthLabeller):  # stops within a batch: the story left out came back as None, not as labels
+        def _label_batch(self, stories):
+            return super()._label_batch(stories)[:-1]
+
+    with pytest.raises(RuntimeError, match="^length labeller returned 1 results for 2 stories$"):
+        Fewer().label([_story(i, "ab") for i in range(2)], batch_size=2)
 
 
 def test_only_empty_stories_need_no_batch():
@@ -279,6 +309,9 @@ def test_a_labeller_that_fails_every_story_of_a_batch_alone_too_raises_rather_th
     got = label_or_keep(lambda b: LengthLabeller()._label_batch(b) if len(b) == 1 and b[0].story_id != "s0"
                         else broken(b), stories)
     assert [g.status.split(":")[0] for g in got] == ["labeller error", "ok", "ok"]
+    # the first and the last failing, the one between passing: still the stories', kept (the last is not raised)
+    got = label_or_keep(lambda b: LengthLabeller()._label_batch(b) if b == stories[1:2] else broken(b), stories)
+    assert [g.status.split(":")[0] for g in got] == ["labeller error", "ok", "labeller error"]
     # and a batch of one story alone cannot tell: kept
     assert label_or_keep(broken, stories[:1])[0].status.startswith("labeller error: RuntimeError")
 
@@ -308,6 +341,17 @@ def test_bad_stories_that_fill_a_batch_are_kept_where_the_labeller_labels_a_plai
 
     with pytest.warns(RuntimeWarning), pytest.raises(RuntimeError, match="illegal memory access"):
         label_or_keep(broken, stories, probe=probe)
+
+    def down(batch):  # the probe comes back, but failed (a backend down): no plain story labelled, so raised
+        if batch == [probe]:
+            return [StoryLabels("probe", (CharacterLabel("subject", None, (), "llm: backend error"),),
+                                "llm: backend error")]
+        raise RuntimeError("connection refused")
+
+    with pytest.warns(RuntimeWarning), pytest.raises(RuntimeError, match="connection refused"):
+        label_or_keep(down, stories, probe=probe)
+    with pytest.raises(RuntimeError, match="connection refused"):
+        label_or_keep(down, stories[:1], probe=probe)
     # a batch of one (--batch-size 1) is told apart alike: every story was kept as "labeller error", exit 0
     with pytest.raises(RuntimeError, match="illegal memory access"):
         label_or_keep(broken, stories[:1], probe=probe)
