@@ -132,8 +132,9 @@ def roles_for_row(row: dict[str, Any], where: str = "row") -> tuple[tuple[RoleSp
     subject, obj, query = row.get("subject"), row.get("object"), row.get("query") or ""
     if cat not in DOMAINS:
         raise DataError(f"{where}: role_category must be Work, School or Relationships, got {cat!r}")
-    if not subject:
-        raise DataError(f"{where}: `subject` is empty; every row names its subject role")
+    if not isinstance(subject, str) or not subject.strip():  # a Love row's blank subject was read as "a person"
+        what = "empty" if subject is None or isinstance(subject, str) else f"not text ({subject!r})"
+        raise DataError(f"{where}: `subject` is {what}; every row names its subject role")
     domain = DOMAINS[cat]
     meta: dict[str, Any] = {"domain": domain, "love_type": None}
     if domain != "Love":

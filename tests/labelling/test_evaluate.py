@@ -783,3 +783,69 @@ def test_a_published_condition_is_known_and_fits_the_roles(tmp_path, condition):
 def _write(path, row):
     path.write_text(json.dumps(row) + "\n")
     return path
+
+
+def test_a_nan_field_of_a_project_label_reads_as_null(tmp_path):
+    """A project row written from a pandas frame holds NaN where its label is null: the name was kept as the name
+    nan, and a NaN reference list or gender stopped the file, where null (and NaN in the published formats) reads as
+    none given."""
+    nan = float("nan")
+    p = _write(tmp_path / "g.jsonl", {**_LABELLED, "labels": {"subject": {"name": nan, "references": nan,
+                                                                           "gender": nan}}})
+    (g,) = load_gold(p)
+    c = g.characters["subject"]
+    assert (c.name, c.references, c.gender) == (None, None, None)
+
+
+@pytest.mark.parametrize("domain, condition, expected", [("Work", "Power Dynamic", ("Labor", "laden")),
+                                                         ("School", "Baseline", ("Learning", "neutral")),
+                                                         ("Relationships", "Baseline", ("Love", "neutral"))])
+def test_a_project_row_takes_the_published_spellings_of_domain_and_condition(tmp_path, domain, condition, expected):
+    """The project format's domain and condition may be written as the published data writes them (its errors say
+    so): read as they are, "Work" or "Power Dynamic" was refused, or left the story out of the domain and condition
+    tables of --statistics."""
+    (g,) = load_gold(_write(tmp_path / "g.jsonl", {**_PROJECT_ROW, "domain": domain, "condition": condition}))
+    assert (g.domain, g.condition) == expected
+
+
+def test_read_stories_refuses_an_id_given_twice_naming_both_lines(tmp_path):
+    """``read_stories`` reads every row, then compares the ids: two stories of one id (one as `story_id`, one as `id`)
+    would share, or swap, their labels. The error names the file's lines, blank lines counted."""
+    from harness.labelling.data import read_stories
+
+    rows = [{"story_id": "s1", "text": "Ana ran.", "roles": {"subject": "doctor"}},
+            {"id": "s2", "text": "Bo ran.", "roles": {"subject": "doctor"}},
+            {**_PROJECT_ROW, "id": "s1"}]
+    p = tmp_path / "s.jsonl"
+    p.write_text(json.dumps(rows[0]) + "\n\n" + json.dumps(rows[1]) + "\n" + json.dumps(rows[2]) + "\n")
+    with pytest.raises(DataError, match=rf"^{re.escape(str(p))}: story id 's1' is given twice \(line 1 and line 4 of "
+                                        rf"the file\); give every story its own id$"):
+        read_stories(p)
+    assert [s.story_id for s in read_stories(_write(p, rows[0]))] == ["s1"]
+
+
+def test_a_manual_label_of_the_published_format_leaves_the_references_unlabelled(tmp_path):
+    """The audit's manual labels give a name and a gender, no references: read as an empty list, training took such
+    a row for a story no word of which refers to its characters, where it refuses a row without reference labels."""
+    from harness.labelling.training import _training_rows
+
+    laden = {"model": "PaLM2", "role_category": "Work", "subject": "doctor", "object": "patient", "query": "q",
+             "llm_response": "Dr. Ann Lee saw Bo. She helped him.", "manual_subject_gender": "Female",
+             "manual_subject_name": "Ann Lee", "manual_object_gender": "Male", "manual_object_name": "Bo"}
+    p = _write(tmp_path / "x.jsonl", laden)
+    (g,) = load_gold(p)
+    assert [(c.references, c.gender_from_references) for c in g.characters.values()] == [(None, False)] * 2
+    with pytest.raises(DataError, match=r"x.jsonl: story 'x:1' has no reference labels; training needs references"):
+        _training_rows([p])
+
+
+@pytest.mark.parametrize("roles, labels, says", [
+    ({"subject": "student", "patient": "boy"}, ("subject",), r"unknown role\(s\) patient; use subject/object"),
+    ({"object": "student"}, ("object",), r"`roles` must map subject \(and optionally object\) to descriptions")])
+def test_a_project_row_of_a_role_other_than_subject_and_object_is_refused_on_its_line(tmp_path, roles, labels, says):
+    """A role of a project row other than subject and object was dropped, and a row without a subject labelled its
+    object alone: the story labelled and scored with roles other than those its row gives."""
+    label = _PROJECT_ROW["labels"]["subject"]
+    p = _write(tmp_path / "g.jsonl", {**_PROJECT_ROW, "roles": roles, "labels": {k: label for k in labels}})
+    with pytest.raises(DataError, match=rf"^{re.escape(str(p))}:1: {says}$"):
+        load_gold(p)

@@ -145,6 +145,28 @@ def test_roles_for_row(row, expected, condition, love):
     assert [r.description for r in roles] == expected
     assert [r.key for r in roles] == ["subject", "object"][:len(expected)]
     assert meta["condition"] == condition and meta["love_type"] == love
+    # the suite's domain names: a School row read as Labor moved its story to the other domain's figures
+    assert meta["domain"] == {"Work": "Labor", "School": "Learning", "Relationships": "Love"}[row["role_category"]]
+
+
+def test_roles_for_row_gives_each_love_query_of_the_suite_the_code_keys():
+    """A published Relationships row of each of the suite's 40 Love queries gets the [CODE] keys of the authors' code:
+    the parametrized cases above hold four of the six power-laden actions, and a wrong key ("gets a new job" given
+    the teaching key) changed the prompt, and so the labels, of every story of its query."""
+    from harness.suites import get_suite
+
+    love = [p for p in get_suite("laissez-faire", "released").prompts if p.domain == "Love"]
+    assert len(love) == 40
+    for p in love:
+        obj = next(t for t in ("romantic partner", "friend", "sibling") if t in p.text)
+        if p.condition == "neutral":
+            row = {"subject": "two American " + p.text.split(" two American ")[1].split(" who ")[0], "object": None}
+        else:
+            row = {"subject": "an American person", "object": obj}
+        roles, meta = roles_for_row({"role_category": "Relationships", "query": p.text, **row})
+        assert [r.description for r in roles] == _code_love_keys(p.text), p.id
+        assert (meta["condition"], meta["love_type"]) == (p.condition, "romantic" if obj == "romantic partner"
+                                                          else obj), p.id
 
 
 def test_roles_for_row_errors():
@@ -153,6 +175,19 @@ def test_roles_for_row_errors():
     with pytest.raises(DataError, match="matches none"):
         roles_for_row({"role_category": "Relationships", "subject": "an American person", "object": "friend",
                        "query": "who sings with a friend"})
+    # a row without its subject, or whose Love type is none of the three, is refused: else its Love rows are labelled
+    # as the "friend who pays the bill" of a nameless subject, or as the "first None" and "second None"
+    for subject in ("", "  ", None):  # a blank one gave "friend who pays the bill" and "other friend"
+        with pytest.raises(DataError, match=r"^row: `subject` is empty; every row names its subject role$"):
+            roles_for_row({"role_category": "Relationships", "subject": subject, "object": "friend",
+                           "query": "who pays the bill with a friend"})
+    with pytest.raises(DataError, match=r"^row: `subject` is not text \(nan\); every row names its subject role$"):
+        roles_for_row({"role_category": "Work", "subject": float("nan"), "object": None})
+    with pytest.raises(DataError, match=r"^row: cannot tell the Love type of subject 'two American cousins'$"):
+        roles_for_row({"role_category": "Relationships", "subject": "two American cousins", "object": None})
+    with pytest.raises(DataError, match=r"^row: cannot tell the Love type of object 'cousin'$"):
+        roles_for_row({"role_category": "Relationships", "subject": "an American person", "object": "cousin",
+                       "query": "who pays the bill with a cousin"})
 
 
 def test_story_for_prompt_uses_suite_roles():
