@@ -110,8 +110,10 @@ def test_a_forward_pass_failing_for_every_story_reaches_the_caller_from_the_forw
         assert [b[0].story_id for b in pool.label([stories[:2], stories[2:]], lab._forward)] == [
             stories[0].story_id, stories[2].story_id]
         with pytest.warns(RuntimeWarning, match="labelled one at a time"), \
-                pytest.raises(RuntimeError, match="illegal memory access"):
+                pytest.raises(RuntimeError, match="illegal memory access") as err:
             list(pool.label([stories[:2], stories[2:]], broken))
+        # its own type: a HostWorkerError (a RuntimeError too) reads as a dead worker to the encoder labeller
+        assert type(err.value) is RuntimeError
         assert not pool.busy and pool.pids == [] and not pool._reader.is_alive()
         with pytest.raises(HostWorkerError, match="^encoder labeller: this host pool is closed; start a new one$"):
             list(pool.label([stories[:2]], lab._forward))
@@ -221,6 +223,38 @@ def test_a_batch_of_one_story_that_fails_where_the_probe_fails_too_is_raised():
     assert encode_or_keep(refuses, [story]) == ([], {0: "labeller error: ValueError: no story here"})
 
 
+def test_a_batch_the_model_fails_on_keeps_each_story_that_passes_alone_in_its_own_row():
+    """A batch the model fails on (out of memory) is run again row by row, each without its padding: a row that
+    passes keeps its own probabilities in its own row, and a story that fails alone is kept with its error wherever
+    it stands in the batch, with a probe or without (some rows passed: the stories are at fault, not the device).
+    Guards against raising the batch where its last story fails, which loses the stories that passed with it."""
+    ids = np.array([[5, 6, 7, 8], [9, 1, 0, 0], [3, 4, 2, 0]])
+    am, tt = (ids > 0).astype(np.int64), np.zeros_like(ids)
+    seen = []
+
+    def fails_on(first):
+        def forward(ids, am, tt):
+            if len(ids) > 1:
+                raise RuntimeError("CUDA out of memory")
+            seen.append(ids[0].tolist())
+            if ids[0, 0] == first:
+                raise ValueError("no story here")
+            return np.repeat(ids[..., None], 2, axis=-1).astype(np.float32)  # a token's probabilities: its id
+
+        return forward
+
+    for bad in (1, 2):  # a story in the middle, the last story
+        for probe in (None, _arrays(1, value=2)):
+            seen.clear()
+            with pytest.warns(RuntimeWarning):
+                probs, errors = forward_or_keep(fails_on(ids[bad, 0]), ids, am, tt, None, probe)
+            assert seen == [[5, 6, 7, 8], [9, 1], [3, 4, 2]]
+            assert errors == {bad: "labeller error: ValueError: no story here"}
+            want = np.where(am[..., None] == 1, np.repeat(ids[..., None], 2, axis=-1), 0).astype(np.float32)
+            want[bad] = 0
+            assert probs.shape == (3, 4, 2) and (probs == want).all()
+
+
 class _Decoder:
     """A decoder that fails on a batch with a story named in ``bad`` ("probe": the probe story)."""
 
@@ -305,6 +339,54 @@ def test_a_host_worker_tells_a_broken_model_or_decoder_from_a_bad_story_in_a_bat
         inbox.put(("decode", 6, forward_or_keep(lab._forward, *payload)))
         kind, _, got = results.get(timeout=60)
         assert kind == "error" and "the parser is broken" in str(got)
+    finally:
+        inbox.put(None)
+        worker.join(timeout=60)
+
+
+def test_a_host_worker_keeps_the_story_whose_window_the_model_fails_on_and_labels_the_others(tiny_encoder, gold):
+    """A batch with a story read in windows (a long story is several rows of the model's input) that the model
+    fails on, run again row by row: the story one of whose windows fails alone is kept with that error, and the
+    other story is labelled from its own rows, as alone. Guards against a row's index taken for its story's (they
+    differ past a story's first window): it fails the wrong story, or labels the failed one "ok" from zeros."""
+    from harness.labelling.encoder import EncoderLabeller, _encode_windows
+    from harness.labelling.host_pool import _serve
+
+    out_dir, _ = tiny_encoder
+    lab = EncoderLabeller(out_dir, device="cpu", precision="int8", workers=0)
+
+    def windows(story):
+        return _encode_windows(lab.tokenizer, [story], lab.max_length)[0].windows
+
+    short = gold[0].story
+    long = next(s for k in range(2, 40) if windows(s := StoryInput("long", " ".join([short.text] * k), short.roles)))
+    batch = [long, short]
+    want = [lab.label(s, batch_size=1) for s in batch]
+    inbox, results = queue.Queue(), queue.Queue()
+    worker = threading.Thread(target=_serve, args=(str(lab.path / "encoder"), lab.decoder, inbox, results), daemon=True)
+    worker.start()
+    try:
+        assert results.get(timeout=60)[0] == "ready"
+        for bid, (bad, window) in enumerate([(0, 1), (1, 0)]):  # the long story's second window; the short story's
+            inbox.put(("encode", bid, batch))
+            kind, _, payload = results.get(timeout=60)
+            ids, am, _, rows_of, _ = payload
+            assert kind == "encoded" and rows_of[:2] == [0, 0] and rows_of[-1] == 1
+            failing = [ids[r, :n].tolist() for r, n in enumerate(am.sum(1).tolist()) if rows_of[r] == bad][window]
+
+            def fails(ids, am, tt):
+                if len(ids) > 1:
+                    raise RuntimeError("CUDA out of memory")
+                if ids[0].tolist() == failing:
+                    raise RuntimeError("CUBLAS_STATUS_EXECUTION_FAILED")
+                return lab._forward(ids, am, tt)
+
+            with pytest.warns(RuntimeWarning):
+                inbox.put(("decode", bid, forward_or_keep(fails, *payload)))
+            kind, got_bid, got = results.get(timeout=60)
+            assert kind == "labels" and got_bid == bid
+            assert got[bad].status == "labeller error: RuntimeError: CUBLAS_STATUS_EXECUTION_FAILED"
+            assert got[1 - bad] == want[1 - bad]
     finally:
         inbox.put(None)
         worker.join(timeout=60)

@@ -48,8 +48,11 @@ def _gone(pid: int) -> bool:
 def _child_after_parent_killed(tmp_path: Path, mode: str, wait_s: float) -> bool:
     script = tmp_path / "parent.py"
     script.write_text(PARENT)
+    # the harness this test imported (the checkout under test), not the one beside this file
+    import harness
+
     parent = subprocess.Popen([sys.executable, str(script), mode], stdout=subprocess.PIPE, text=True,
-                              env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+                              env={**os.environ, "PYTHONPATH": str(Path(harness.__file__).resolve().parents[1])})
     child = int(parent.stdout.readline())
     try:
         os.kill(parent.pid, signal.SIGKILL)  # no cleanup runs in the parent
