@@ -1518,7 +1518,10 @@ def test_stories_of_a_prompt_the_suite_has_not_are_named_before_the_labeller_loa
 
 def test_the_label_stage_counts_the_stories_with_a_failure_reason_not_their_characters(tmp_path, monkeypatch):
     """The stage's line says "N stories labelled now, ..., F with a failure reason": F counted characters, so a failed
-    story of two roles was two. It counts stories."""
+    story of two roles was two. It counts stories: those with a character of a failure status, a story whose one
+    role alone could not be labelled among them."""
+    from dataclasses import replace
+
     import harness.audit.labels as L
     from harness.labelling.base import failed
 
@@ -1529,6 +1532,21 @@ def test_the_label_stage_counts_the_stories_with_a_failure_reason_not_their_char
     n_new, _, n_failed, _ = L.label_run(c, store := RunStore(c.output_dir), progress=False)
     rows = store.read_stage(L.LABELS, key=("prompt_id", "sample_idx", "role"))
     assert n_failed == n_new // 2 and rows.status.ne("ok").sum() > n_failed  # two-role stories among them
+
+    def object_unlabelled(k, story, res):  # of a two-role story, the object alone could not be labelled
+        if len(res.characters) < 2:
+            return res
+        return replace(res, characters=(res.characters[0], replace(res.characters[1], name=None, references=(),
+                                                                   status="no object found")))
+
+    c2 = cfg(tmp_path, label={"labeller": "rules"}, output_dir=str(tmp_path / "run2"))
+    generate_run(c2, backend=EchoBackend(), progress=False)
+    monkeypatch.setattr(L, "make_labeller", _labeller_that(L.make_labeller, object_unlabelled))
+    n_new, _, n_failed, _ = L.label_run(c2, store := RunStore(c2.output_dir), progress=False)
+    rows = store.read_stage(L.LABELS, key=("prompt_id", "sample_idx", "role"))
+    statuses = rows.groupby(["prompt_id", "sample_idx"]).status
+    assert statuses.apply(lambda s: set(s) == {"ok", "no object found"}).any()  # half-labelled stories
+    assert n_failed == statuses.apply(lambda s: s.ne("ok").any()).sum() > 0
 
 
 def test_the_label_stage_memory_benchmark_runs_and_refuses_sizes_it_cannot_take_a_slope_between():

@@ -34,11 +34,14 @@ def _run(tmp_path, stories=STORIES, **identity):
                         "output_dir": str(tmp_path / "run"),
                         "identity": identity})
     store = RunStore(cfg.output_dir)
-    store.write_shard(GENERATIONS, [{"prompt_id": p, "sample_idx": i, "domain": d, "condition": c, "love_type": lt,
-                                     "text": t, "text_clean": t, "finish_reason": "stop"}
-                                    for (p, i), (t, d, c, lt, _) in stories.items()], "gen-0of1", GENERATION_SCHEMA)
+    store.write_shard(GENERATIONS, _generation_rows(stories), "gen-0of1", GENERATION_SCHEMA)
     store.write_shard(LABELS, _label_rows(stories), "labels-0of1", LABEL_SCHEMA)
     return cfg, store
+
+
+def _generation_rows(stories=STORIES):
+    return [{"prompt_id": p, "sample_idx": i, "domain": d, "condition": c, "love_type": lt, "text": t,
+             "text_clean": t, "finish_reason": "stop"} for (p, i), (t, d, c, lt, _) in stories.items()]
 
 
 def _representative(store):
@@ -106,6 +109,22 @@ def test_the_characters_are_made_again_under_another_model_name(tmp_path):
     assert stage_identities(renamed, store).status == "done"
     chars = pd.read_parquet(store.stage_dir(IDENTITIES) / "characters.parquet")
     assert set(chars.model) == {"m2"}
+
+
+def test_the_characters_are_made_again_when_the_labels_change(tmp_path):
+    """The characters are made from the labels as much as from the stories: the run's labels deleted and made
+    again (another labeller, as a refusal of other label settings says) over the same stories are read anew,
+    not 'skipped (current)' with the characters of the labels that are gone."""
+    cfg, store = _run(tmp_path)
+    assert stage_identities(cfg, store).status == "done"
+    assert stage_identities(cfg, store).status == "skipped (current)"
+    for p in store.shard_paths(LABELS):
+        p.unlink()
+    store.write_shard(LABELS, [{**r, "name": None} if r["name"] == "Sarah" else r for r in _label_rows()],
+                      "labels-0of1", LABEL_SCHEMA)
+    assert stage_identities(cfg, store).status == "done"
+    chars = pd.read_parquet(store.stage_dir(IDENTITIES) / "characters.parquet").set_index("prompt_id")
+    assert pd.isna(chars.first_name["learning-neutral-01"]) and chars.first_name.notna().sum() == 2
 
 
 def test_a_stage_killed_while_writing_is_not_current_for_the_options_it_recorded_before(tmp_path, monkeypatch):
@@ -296,6 +315,81 @@ def test_a_retried_backend_failure_from_before_text_hashes_is_one_character(tmp_
     assert chars.label_status.eq("ok").all() and chars.first_name.notna().all()
 
 
+def test_labels_of_before_text_hashes_count_as_labels_of_their_story_whatever_its_text(tmp_path):
+    """Label rows written before rows recorded their text's hash count as current whatever the text: a run
+    labelled by an earlier release is not labelled again (hours of an LLM labeller) nor refused, and the
+    identities stage reads its labels."""
+    import pyarrow as pa
+
+    from harness.audit.labels import label_run, labelled_keys
+
+    cfg, store = _run(tmp_path)
+    for p in store.shard_paths(LABELS):
+        p.unlink()
+    store.write_shard(LABELS, [{k: v for k, v in r.items() if k != "text_sha1"} for r in _label_rows()],
+                      "labels-0of1", pa.schema([f for f in LABEL_SCHEMA if f.name != "text_sha1"]))
+    assert labelled_keys(store, {k: text_sha1(v[0]) for k, v in STORIES.items()}) == set(STORIES)
+    assert labelled_keys(store, {k: text_sha1("another text") for k in STORIES}) == set(STORIES)
+    rules = parse_config({**cfg.model_dump(), "label": {"labeller": "rules"}})
+    assert label_run(rules, store, progress=False) == (0, 2, 0, 0)  # nothing left to label
+    assert stage_identities(cfg, store).status == "done"
+    chars = pd.read_parquet(store.stage_dir(IDENTITIES) / "characters.parquet")
+    assert sorted(chars.first_name) == ["Jamal", "Maria", "Sarah"]
+
+
+def test_a_story_made_again_and_labelled_again_is_read_with_the_labels_of_its_current_text(tmp_path):
+    """A story made again with another text and labelled again has rows of both texts under one (story, role):
+    the stage reads the labels keyed by their ``text_sha1`` too and builds the story's characters from those of
+    its current text. Read by story and role alone, the first rows written (of the earlier text) stood, and the
+    stage stopped with "made from an earlier text" however often the label stage ran."""
+    cfg, store = _run(tmp_path)
+    assert stage_identities(cfg, store).status == "done"
+    story = ("learning-neutral-01", 0)
+    again = {**STORIES, story: ("Omar studied hard. He passed.", "Learning", "neutral", None,
+                                [("subject", "Omar", ["He"])])}
+    for p in store.shard_paths(GENERATIONS):
+        p.unlink()
+    store.write_shard(GENERATIONS, _generation_rows(again), "gen-0of1", GENERATION_SCHEMA)
+    store.write_shard(LABELS, _label_rows({story: again[story]}), "labels-1of1", LABEL_SCHEMA)  # the rerun's
+    assert stage_identities(cfg, store).status == "done"
+    chars = pd.read_parquet(store.stage_dir(IDENTITIES) / "characters.parquet")
+    assert len(chars) == 3 and not chars.duplicated(["prompt_id", "sample_idx", "role"]).any()
+    row = chars.set_index("prompt_id").loc["learning-neutral-01"]
+    assert (row.first_name, row.gender) == ("Omar", "Male")
+
+
+def test_each_character_s_gender_comes_from_its_label_references(tmp_path):
+    """The characters' genders are read from the references the labeller found for each of them (Maria's "her",
+    Jamal's "He"), one character's not another's: the gender tables count these."""
+    cfg, store = _run(tmp_path)
+    assert stage_identities(cfg, store).status == "done"
+    chars = pd.read_parquet(store.stage_dir(IDENTITIES) / "characters.parquet")
+    assert dict(zip(chars.first_name, chars.gender)) == {"Maria": "Female", "Jamal": "Male", "Sarah": "Female"}
+
+
+def test_a_story_the_labeller_could_not_handle_is_kept_as_unnamed_characters_with_the_reason(tmp_path):
+    """A story the labeller could not handle (an empty story, a reply it could not parse) has label rows with the
+    reason as their status: its characters are in the table, unnamed, with that reason as their ``label_status``
+    (which the labelling QA counts as failed), not dropped and not counted as labelled."""
+    from harness.audit.statistics import labelling_qa
+
+    cfg, store = _run(tmp_path)
+    for p in store.shard_paths(LABELS):
+        p.unlink()
+    rows = [{**r, "name": None, "references": [], "status": "empty story"}
+            if r["prompt_id"] == "learning-neutral-01" else r for r in _label_rows()]
+    store.write_shard(LABELS, rows, "labels-0of1", LABEL_SCHEMA)
+    assert stage_identities(cfg, store).status == "done"
+    chars = pd.read_parquet(store.stage_dir(IDENTITIES) / "characters.parquet").set_index("prompt_id")
+    assert len(chars) == 3
+    row = chars.loc["learning-neutral-01"]
+    assert row.label_status == "empty story" and pd.isna(row.first_name)
+    assert sorted(chars.label_status) == ["empty story", "ok", "ok"]
+    qa = labelling_qa(chars.reset_index())
+    assert qa[qa.domain.eq("Learning")].share_failed.tolist() == [1.0]
+    assert qa[qa.domain.eq("Love")].share_failed.eq(0).all()
+
+
 def test_a_story_the_labeller_s_backend_failed_on_stops_the_identities_stage(tmp_path):
     """The label stage exits 4 where the labeller's backend failed (a server down) and its rerun labels those
     stories again; an identities stage run meanwhile (a job array) took the failure's rows as labels, and every
@@ -358,12 +452,13 @@ def test_a_failure_from_before_text_hashes_does_not_stand_in_for_labels_of_an_ea
         stage_identities(cfg, store)
 
 
-@pytest.mark.parametrize("hashed", [True, False])
+@pytest.mark.parametrize("hashed", [True, False, "the other story's only"])
 def test_a_story_whose_generation_failed_since_has_no_characters_and_no_error(tmp_path, hashed):
     """A story made again whose new generation failed (no text; the next generate retries it) still has the
     labels of its earlier text: they are no labels of it, and the label stage skips a failed generation, so
     the error "rerun the label stage" could never clear. The story has no characters until it is generated.
-    Labels of before text_sha1 let it back in: one character, "left out" as a failed generation and counted."""
+    Labels of before text_sha1 let it back in: one character, "left out" as a failed generation and counted;
+    so they did where the run's other labels have the hash (a run labelled across an upgrade)."""
     import pyarrow as pa
 
     cfg = parse_config({"name": "m1", "model": {"backend": "transformers", "path": "smollm2-135m"},
@@ -375,11 +470,18 @@ def test_a_story_whose_generation_failed_since_has_no_characters_and_no_error(tm
                                      "text": "" if (p, i) == failed else t, "text_clean": "" if (p, i) == failed else t,
                                      "finish_reason": "error" if (p, i) == failed else "stop"}
                                     for (p, i), (t, d, c, lt, _) in STORIES.items()], "gen-0of1", GENERATION_SCHEMA)
-    if hashed:
+    old_schema = pa.schema([f for f in LABEL_SCHEMA if f.name != "text_sha1"])
+    if hashed is True:
         store.write_shard(LABELS, _label_rows(), "labels-0of1", LABEL_SCHEMA)
-    else:
+    elif hashed is False:
         store.write_shard(LABELS, [{k: v for k, v in r.items() if k != "text_sha1"} for r in _label_rows()],
-                          "labels-0of1", pa.schema([f for f in LABEL_SCHEMA if f.name != "text_sha1"]))
+                          "labels-0of1", old_schema)
+    else:  # the failed story's labels of before text_sha1, the other story's of since
+        rows = _label_rows()
+        store.write_shard(LABELS, [{k: v for k, v in r.items() if k != "text_sha1"} for r in rows
+                                   if (r["prompt_id"], r["sample_idx"]) == failed], "labels-0of1", old_schema)
+        store.write_shard(LABELS, [r for r in rows if (r["prompt_id"], r["sample_idx"]) != failed], "labels-0of1",
+                          LABEL_SCHEMA)
     assert stage_identities(cfg, store).status == "done"
     chars = pd.read_parquet(store.stage_dir(IDENTITIES) / "characters.parquet")
     assert set(chars.prompt_id) == {"love-laden-01"} and len(chars) == 2
