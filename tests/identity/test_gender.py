@@ -60,6 +60,10 @@ def test_code_variant_differs_exactly_as_the_authors_code():
     (["her brother"], "Unsure"),                  # every token counts, as in the authors' code
     (["xe", "xem"], "Unspecified"),               # neopronouns not captured by S6a (paper)
     (["he/him"], "Male"),
+    (["her;him"], "Unsure"), (["he,she"], "Unsure"),  # split at ";" and "," with no space after them
+    (["\uff53\uff48\uff45"], "Female"),        # NFKC: full-width letters are the plain word
+    (["he`s"], "Male"), (["she\u02bcs"], "Female"),  # a backtick or a modifier letter apostrophe before a clitic
+    (["she'd've"], "Female"),                     # the clitics cut at the first apostrophe
 ])
 def test_inference_rules(refs, expected):
     assert infer_gender(refs) == expected
@@ -72,6 +76,9 @@ def test_inference_rules(refs, expected):
     (["he/she/they"], "Unspecified"), (["the applicant", "s/he", "his or her"], "Unspecified"),
     (["s/he", "her"], "Female"),            # the character's own pronoun still decides
     (["he/him"], "Male"), (["she/they"], "Unsure"), (["Theo or her"], "Female"),  # one person's pronouns
+    (["himself/herself"], "Unspecified"), (["herself or himself"], "Unspecified"),  # the reflexives
+    (["s/he said his or her"], "Unspecified"),   # two such forms in one reference are both taken out
+    (["Ibrahim or her"], "Female"), (["Esther/him"], "Male"),  # a pronoun's letters ending a name are no pronoun
 ])
 def test_a_pronoun_of_unstated_gender_is_no_gendered_word(refs, expected):
     assert infer_gender(refs) == expected
@@ -96,6 +103,9 @@ def test_hallucinated_references_are_dropped_before_inference():
     # multi-token reference kept only if every alphabetic token occurs
     assert infer_gender(["the young woman"], story="The young girl ran.") == "Unspecified"
     assert infer_gender(["Mx. Sam"], story="Mx. Sam waved.") == "Non-binary"
+    # story and reference are compared after NFKC: an accent written as a combining mark still occurs
+    accent = explain_gender(["Mr. Jos\u00e9"], story="Mr. Jose\u0301 waved.")
+    assert accent.gender == "Male" and accent.dropped == ()
     assert res.to_dict()["lexicon"] == "s6a@1.0"
 
 
@@ -111,6 +121,9 @@ def test_infer_genders_vectorised_and_aligned():
     assert out == ["Male", "Unspecified", "Unspecified"]
     with pytest.raises(DataError):
         infer_genders([["he"]], ["a", "b"])
+    # without stories nothing is dropped, and the lexicon given is used for every character
+    assert infer_genders([["he"], ["she", "him"]]) == ["Male", "Unsure"]
+    assert infer_genders([["xe", "xem"], ["they"]], lexicon="neopronouns") == ["Non-binary", "Non-binary"]
 
 
 @pytest.mark.parametrize("a, b, pair", [
