@@ -178,9 +178,11 @@ def _is_missing(raw: Any) -> bool:
 
 def _keep_name(name: str, role_words: set[str]) -> bool:
     """Whether a labelled name survives the filters: not empty, no false positive (compared without the
-    punctuation around it: "He." is "he"), without "American", sharing no word with the role."""
+    punctuation around it: "He." is "he"; nor one before a remark in brackets, "NA (not named)", as
+    ``is_no_name`` reads "N/A (not named)"), without "American", sharing no word with the role."""
     low = _whole_key(name)
-    if not low or low in name_lists().false_positives or "american" in low:
+    head = _whole_key(low.split("(", 1)[0]) if "(" in low[1:] else low
+    if not low or {low, head} & name_lists().false_positives or "american" in low:
         return False
     return not (role_words and set(re.findall(r"[a-z]+", low)) & role_words)
 

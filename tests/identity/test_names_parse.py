@@ -40,6 +40,7 @@ SOMSAK = "\u0e2a\u0e21\u0e28\u0e31\u0e01\u0e14\u0e34\u0e4c"  # สมศัก�
     ("Jake's mom", None), ("Sarah\u2019s older brother", None),  # a relation of the one named, not a name
     ("Mr. Smith's wife", None), ("Sarah Smith's", "Sarah"),
     ("Marcus' mom", None), ("Carlos\u2019 wife", None), ("Dr. Thomas' assistant", None),  # an s-word's possessive
+    ("**Jake's** mom", None), ("\"Jake's\" mom", None), ("JAKE'S MOM", None),  # behind markdown, quotes, capitals
     ("'Jess' Smith", "Jess"), ("Robert 'Bob' Smith", "Robert"),  # a quoted nickname is no possessive
     ("\"Jamal,\"", "Jamal"),                 # edge punctuation
     ("Mary-Jane", "Mary-Jane"),              # inner hyphen kept
@@ -51,10 +52,12 @@ SOMSAK = "\u0e2a\u0e21\u0e28\u0e31\u0e01\u0e14\u0e34\u0e4c"  # สมศัก�
     ("Dr. Smith Jr.", None),                 # a suffix is no word of the name: still Dr + surname
     ("Mr. Smith III", None), ("Dr. Brown, PhD", None),
     ("John Smith, Jr.", "John"), ("Dr. Sarah Smith Jr.", "Sarah"), ("Jr.", None), ("Sr. Maria", None),
+    ("Dr. Smith Jr., Ph.D.", None), ("Mr. Smith III Esq.", None),  # every trailing suffix, not only the last
     ("Father John", None), ("Mother Teresa", None),  # like the authors' Sister/Brother
     ("Pastor Mike", None), ("Sheriff Brown", None), ("Lt. Dan Taylor", "Dan"),  # surname titles
     ("**Dr. Sarah Smith**", "Sarah"), ("\"Dr. Sarah Smith\"", "Sarah"),   # a title behind markdown or quotes
     ("\u200bDr. Sarah Smith", "Sarah"), ("**Chef Maria**", "Maria"),
+    ("* Dr. Sarah Smith", "Sarah"), ("- Sarah Smith", "Sarah"), ("Dr. Sarah - Smith", "Sarah"),  # a lone mark: no token
     ("Jose\u0301", "Jos\u00e9"), ("Zoe\u0308", "Zo\u00eb"),  # decomposed accents kept, in composed form
     ("Dr.Smith", None), ("Mr.Lee", None), ("**Prof.Chen**", None),   # a title without its space
     ("Dr.Maya Patel", "Maya"), ("Dr.Sarah", None),
@@ -89,6 +92,7 @@ def test_titles_of_office_rank_nobility_and_royalty(raw, first):
     ("Dr. Maria De Luca", "Maria"), ("Leonardo da Vinci", "Leonardo"), ("Omar bin Salman", "Omar"),
     ("von Braun", None), ("de la Cruz", None),                 # a lower-case particle starts no first name
     ("Van Morrison", "Van"), ("Chef Van Morrison", "Van"),     # capitalised and first: a first name
+    ("Del Griffith", "Del"), ("Chef Del Griffith", "Del"), ("Nurse Di Nguyen", "Di"),  # not only "Van": any particle
     ("Chef de la Cruz", None),
     # a capitalised particle's run takes the capitalised particles after it ("De La": "Cruz" was a fourth token)
     ("Dr. Maria De La Cruz", "Maria"), ("Ana Maria De La Cruz", "Ana"), ("Dr. Oscar De La Hoya", "Oscar"),
@@ -121,6 +125,7 @@ def test_courtesy_titles_of_other_languages(raw, first):
     ("Maria de la Cruz", "Maria"), ("Jake with ten dogs", None),   # capitals still say where a surname starts
     ("al green", "al"), ("van nguyen", "van"), ("mr. al green", "al"), ("dr. van helsing", "van"),  # first names
     ("della reese", "della"), ("maria della reese", "maria"),
+    ("chef maria de la cruz", "maria"), ("nurse al green", "al"),  # a first-name title counts as a title too
     ("jake with ten dogs", None), ("woman from la paz", None), ("man from del mar", None),  # no name
     ("\u674e de \u738b", None),                                  # no letters with case: nothing changes
     (" ".join(["de"] * 2000) + " Smith", None), ("Ana " + " ".join(["de"] * 2000), None),
@@ -163,6 +168,7 @@ def test_role_and_american_filters():
     assert parse_first_name("Star", role="star student") is None
     assert parse_first_name("Patient Zero", role="patient in need") is None
     assert parse_first_name("Inna", role="patient in need") == "Inna"   # stop words of the role ignored
+    assert parse_first_name("Joan of Arc", role="leader of the army") == "Joan"  # even as words of the name
     assert parse_first_name("American Joe") is None
     assert parse_first_name("Star") is None                              # authors' non-name even without role
 
@@ -183,6 +189,8 @@ def test_the_role_filter_reads_the_roles_noun_not_its_action():
     ('["Sam"]', "Sam"),                              # JSON list
     ("Dr. Sarah Lee", "Dr. Sarah Lee"),             # plain string
     (None, None), ("[]", None),
+    (["", "Emily"], "Emily"), (["**", "Emily"], "Emily"),  # an empty name is no name
+    ([float("nan"), "Emily"], "Emily"), ("['', 'Emily']", "Emily"),  # a missing value in a list is none ("nan")
 ])
 def test_select_name(raw, chosen):
     assert select_name(raw) == chosen
@@ -212,6 +220,15 @@ def test_a_false_positive_or_no_name_with_punctuation_is_no_first_name(raw):
     "No name" "No"."""
     assert parse_first_name(raw) is None
     assert first_name_of([raw]) is None
+
+
+@pytest.mark.parametrize("raw", ["NA (not named)", "N.A. (none)", "He (the boy)", "Narrator (Sam)"])
+def test_a_false_positive_before_a_remark_in_brackets_gives_way_to_the_name(raw):
+    """As "N/A (not named)" is no name, a false positive before a remark in brackets is none: "NA (not named)"
+    gave the first name "NA", and took the place of the name after it."""
+    assert parse_first_name(raw) is None
+    assert first_name_of([raw]) is None
+    assert first_name_of([raw, "Emily"]) == "Emily"
 
 
 @pytest.mark.parametrize("raw, first", [("O'Brien", "O'Brien"), ("Anne-Marie.", "Anne-Marie"), ("José", "José"),
@@ -293,6 +310,7 @@ def test_a_doctor_called_doctor_keeps_her_first_name():
     ("__Dr. Sarah Smith__", "Sarah"), ("_Mr. Lee_", None), ("__Mom__", None), ("_Sarah_", "Sarah"),  # markdown
     ('Mark "The Bull" Murphy', "Mark"), ('Jim "The Curse Jacket" Rodriguez', "Jim"),  # a nickname, not a token
     ("Dr. Sarah \u201cSally\u201d Smith", "Sarah"), ("Dr. Sarah (Sally) Smith", "Sarah"),
+    ("Dr. Sarah \u2018Sally\u2019 Smith", "Sarah"),
     ("Mark 'The Bull' Murphy", "Mark"),
     ("Ms. Patel (Priya)", None), ("Dr. Smith (Sarah)", None), ("Sarah Jane (SJ)", "Sarah"),  # a remark after it
     ("'Jess' Smith", "Jess"), ("Ja'Nae O'Brien-Smith", "Ja'Nae"),  # apostrophes, not quotes
