@@ -5,6 +5,7 @@ from __future__ import annotations
 import doctest
 import json
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -191,6 +192,7 @@ def test_the_role_filter_reads_the_roles_noun_not_its_action():
     (None, None), ("[]", None),
     (["", "Emily"], "Emily"), (["**", "Emily"], "Emily"),  # an empty name is no name
     ([float("nan"), "Emily"], "Emily"), ("['', 'Emily']", "Emily"),  # a missing value in a list is none ("nan")
+    (np.array(["Unspecified", "Emily"], dtype=object), "Emily"),  # a list column read from parquet
 ])
 def test_select_name(raw, chosen):
     assert select_name(raw) == chosen
