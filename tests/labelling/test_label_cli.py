@@ -1198,3 +1198,195 @@ def test_the_labels_never_overwrite_the_encoders_files_and_odd_paths_are_one_lin
     _one_line_error(r, 2, "--no-name-check is read by the encoder labeller only")
     r = runner.invoke(app, ["eval", "--gold", str(gold_path), "--model-dir", str(d), "--threads", "100000"])
     _one_line_error(r, 2, "threads 100000: more than four a CPU")
+
+
+def test_a_rerun_labels_again_every_story_whose_backend_failed_and_names_the_first(tmp_path, gold_path, monkeypatch):
+    """Two stories whose backend failed in the killed run: the rerun labels both again, each in its place (the tests
+    had one, which a retry of the first alone, or a count that took one off, passed), and where the backend fails
+    again for both, the error names the first of them, not the last."""
+    from harness.labelling.base import failed
+    from harness.labelling.rules import RulesLabeller
+
+    out, tmp, meta = tmp_path / "labels.jsonl", tmp_path / "labels.jsonl.tmp", tmp_path / "labels.jsonl.tmp.json"
+    args = ["label", str(gold_path), "--out", str(out), "--labeller", "rules"]
+    assert runner.invoke(app, args).exit_code == 0
+    full = out.read_text().splitlines()
+    ids = [json.loads(line)["story_id"] for line in full]
+    out.unlink()
+    _rules_killed_after(monkeypatch, 8)
+    assert isinstance(runner.invoke(app, args).exception, RuntimeError)
+    monkeypatch.undo()
+    kept, whose = tmp.read_text().splitlines(), meta.read_text()
+    down = "llm: backend error: HTTP 503"
+    for k in (2, 5):
+        kept[k] = json.dumps({**json.loads(kept[k]), "status": down})
+    tmp.write_text("\n".join(kept) + "\n")
+    calls = _streamed_to_rules(monkeypatch)
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0 and "retrying 2 stories whose backend failed" in r.stderr, r.output
+    assert f"labelled {len(ids)} stories (0 with a non-ok status), 6 of them by an earlier run, 2 labelled again" \
+        in r.stdout
+    assert calls == [(2, [ids[2], ids[5]]), (len(ids) - 8, ids[8:])]
+    assert out.read_text().splitlines() == full
+    # the backend down again for both: the first is named, both kept with their reason
+    out.unlink()
+    tmp.write_text("\n".join(kept) + "\n")
+    meta.write_text(whose)
+    label_batch = RulesLabeller._label_batch
+    monkeypatch.setattr(RulesLabeller, "_label_batch", lambda self, stories: [
+        failed(s, down) if s.story_id in (ids[2], ids[5]) else lab
+        for s, lab in zip(stories, label_batch(self, stories))])
+    r = runner.invoke(app, args)
+    _one_line_error(r, 4, f"2 of {len(ids)} stories could not be labelled: the labeller's backend failed (the first, "
+                          f"{ids[2]}: {down})")
+    got = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [g["story_id"] for g in got] == ids and [k for k, g in enumerate(got) if g["status"] == down] == [2, 5]
+
+
+def test_train_gives_the_training_every_option_as_given(tmp_path, monkeypatch):
+    """Each option of ``label train`` reaches the training as given (an --extra file or --no-augment dropped on
+    the way trained another model, exit 0), the project's own stories only where no --data is given; --json
+    prints a NaN figure as null (strict JSON)."""
+    import math
+
+    import harness.labelling.training as training
+    from harness.labelling.data import builtin_training_files
+    from harness.labelling.training import TrainReport
+
+    seen: list[dict] = []
+
+    def recorded(files, seeds, **kw):
+        seen.append({"files": [str(f) for f in files], "seeds": list(seeds), **kw})
+        return TrainReport(str(kw["out_dir"]), 4, 90, 3, 1.0, math.nan, "x", seeds=tuple(seeds))
+
+    monkeypatch.setattr(training, "train_soup", recorded)
+    m, old = tmp_path / "m", tmp_path / "old"
+    r = runner.invoke(app, ["train", "--data", "a.jsonl", "--data", "b.jsonl", "--extra", "c.jsonl", "--out", str(m),
+                            "--epochs", "3", "--batch-size", "2", "--lr", "0.5", "--layers", "2", "--base", "mpnet",
+                            "--limit", "7", "--seed", "3", "--seed", "4", "--no-augment", "--occurrences",
+                            "--threads", "1", "--jobs", "2", "--device", "cpu", "--precision", "bfloat16",
+                            "--init-from", str(old), "--no-progress", "--json"])
+    assert r.exit_code == 0, r.output
+    assert seen.pop() == {"files": ["a.jsonl", "b.jsonl", "c.jsonl"], "seeds": [3, 4], "out_dir": m, "jobs": 2,
+                          "epochs": 3, "batch_size": 2, "lr": 0.5, "layers": 2, "limit": 7, "augment": False,
+                          "threads": 1, "init_from": old, "progress": False, "base": "mpnet", "occurrences": True,
+                          "device": "cpu", "precision": "bfloat16"}
+    assert json.loads(r.stdout)["final_loss"] is None
+    r = runner.invoke(app, ["train", "--extra", "c.jsonl"])
+    assert r.exit_code == 0, r.output
+    assert seen.pop() == {"files": [*map(str, builtin_training_files()), "c.jsonl"], "seeds": [0], "out_dir": None,
+                          "jobs": 1, "epochs": 8, "batch_size": 8, "lr": 1e-4, "layers": None, "limit": None,
+                          "augment": True, "threads": None, "init_from": None, "progress": "epochs", "base": None,
+                          "occurrences": False, "device": None, "precision": None}
+    assert r.stdout.startswith("trained on 4 stories (90 words) for 3 epochs")
+
+
+def test_a_retry_file_that_is_a_folder_is_refused_before_any_work(tmp_path, gold_path):
+    """OUT.tmp.retried, written when a rerun labels again the stories whose backend failed, is checked with the other
+    files kept beside OUT: a folder there is refused in one line before any labelling, not a traceback later."""
+    out, side = tmp_path / "labels.jsonl", tmp_path / "labels.jsonl.tmp.retried"
+    side.mkdir()
+    r = runner.invoke(app, ["label", str(gold_path), "--out", str(out), "--labeller", "rules"])
+    _one_line_error(r, 2, f"--out {out}: {side} is a folder or no regular file")
+    assert not out.exists() and not (tmp_path / "labels.jsonl.tmp").exists()
+
+
+def test_the_labels_never_overwrite_the_default_encoders_files(tmp_path, gold_path, tiny_encoder, monkeypatch):
+    """Without --model-dir the encoder labeller reads the default encoder ($HARNESS_CACHE/labeller/encoder-minilm):
+    --out over its meta.json is refused as over --model-dir's, naming it, and the file stays as it was."""
+    monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))
+    d = tmp_path / "cache" / "labeller" / "encoder-minilm"
+    shutil.copytree(tiny_encoder[0], d)
+    before = (d / "meta.json").read_text()
+    r = runner.invoke(app, ["label", str(gold_path), "--out", str(d / "meta.json")])
+    _one_line_error(r, 2, f"--out {d / 'meta.json'}: the labels would be written over a file of the encoder in {d} "
+                          f"(the default encoder)")
+    assert (d / "meta.json").read_text() == before
+
+
+def test_a_stories_file_changed_after_its_rows_were_checked_is_refused(tmp_path, gold_path, monkeypatch):
+    """The first pass checks every row (an id given twice, a bad field) and counts the stories; a row added after it,
+    before the run's fingerprint was taken, was labelled unchecked (an id given twice came out twice) and the
+    command said it had labelled the first pass's count: the labels are counted against that pass too."""
+    import harness.labelling.cli as cli
+
+    stories, out = tmp_path / "stories.jsonl", tmp_path / "labels.jsonl"
+    stories.write_text(gold_path.read_text())
+    first = json.loads(gold_path.read_text().splitlines()[0])
+    counted = cli._count_stories
+
+    def written_after_the_check(path):
+        n = counted(path)
+        with open(stories, "a") as f:
+            f.write(json.dumps(first) + "\n")  # its id given twice
+        return n
+
+    monkeypatch.setattr(cli, "_count_stories", written_after_the_check)
+    r = runner.invoke(app, ["label", str(stories), "--out", str(out), "--labeller", "rules"])
+    _one_line_error(r, 3, f"{stories}: changed while its stories were being labelled")
+    assert not out.exists()
+
+
+def test_an_empty_temporary_file_of_another_run_is_started_over_not_refused(tmp_path, gold_path, monkeypatch):
+    """A run killed before its first label leaves an empty OUT.tmp under its sidecar: no labels to lose, so a run of
+    other stories or settings into the same OUT starts over; it is not refused for '0 labels of another run'."""
+    out, tmp = tmp_path / "labels.jsonl", tmp_path / "labels.jsonl.tmp"
+    other = tmp_path / "other.jsonl"
+    other.write_text(json.dumps({"id": "o", "text": "Ana ran.", "roles": {"subject": "doctor"}}) + "\n")
+    _rules_killed_after(monkeypatch, 0)
+    r = runner.invoke(app, ["label", str(other), "--out", str(out), "--labeller", "rules"])
+    monkeypatch.undo()
+    assert isinstance(r.exception, RuntimeError) and tmp.read_text() == ""
+    r = runner.invoke(app, ["label", str(gold_path), "--out", str(out), "--labeller", "rules"])
+    assert r.exit_code == 0 and "resuming" not in r.stderr, r.output
+    assert len(out.read_text().splitlines()) == 21 and not tmp.exists()
+
+
+def test_a_sidecar_that_holds_no_json_object_is_one_line(tmp_path, gold_path, monkeypatch):
+    """OUT.tmp.json holding JSON that is no object (a list, a string) was an AttributeError traceback: it says whose
+    the labels are no more than a missing sidecar does, and is refused alike, the labels kept."""
+    out, tmp, meta = tmp_path / "labels.jsonl", tmp_path / "labels.jsonl.tmp", tmp_path / "labels.jsonl.tmp.json"
+    args = ["label", str(gold_path), "--out", str(out), "--labeller", "rules"]
+    _rules_killed_after(monkeypatch, 3)
+    assert isinstance(runner.invoke(app, args).exception, RuntimeError)
+    monkeypatch.undo()
+    kept = tmp.read_text()
+    for sidecar in ("[]", '"fingerprint"'):
+        meta.write_text(sidecar)
+        _one_line_error(runner.invoke(app, args), 2, f"{tmp}: holds 3 labels of another run (no readable "
+                                                     f"labels.jsonl.tmp.json says whose they are)")
+        assert tmp.read_text() == kept
+
+
+def test_a_lock_file_deleted_as_it_is_taken_is_taken_again(tmp_path, gold_path, monkeypatch):
+    """The run that held OUT.tmp.lock deletes it as it ends: a run that opened the file just before takes its lock
+    on a file no longer there, and a third run would take one on a new file of that name, both labelling into OUT.
+    The lock is taken again on the file the name holds, so another run is refused while this one labels."""
+    import fcntl
+
+    from harness.labelling.rules import RulesLabeller
+
+    out, lock = tmp_path / "labels.jsonl", tmp_path / "labels.jsonl.tmp.lock"
+    real_flock, real_label = fcntl.flock, RulesLabeller.iter_label
+    taken, held = [], []
+
+    def flock(f, op):
+        if not taken:  # the run that held it ends now: its file deleted, its lock gone
+            os.unlink(lock)
+        taken.append(op)
+        return real_flock(f, op)
+
+    def label_checking_the_lock(self, items, **kw):
+        with open(lock, "a") as other:
+            try:
+                real_flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                held.append(False)
+            except BlockingIOError:
+                held.append(True)
+        return real_label(self, items, **kw)
+
+    monkeypatch.setattr(fcntl, "flock", flock)
+    monkeypatch.setattr(RulesLabeller, "iter_label", label_checking_the_lock)
+    r = runner.invoke(app, ["label", str(gold_path), "--out", str(out), "--labeller", "rules"])
+    assert r.exit_code == 0, r.output
+    assert len(taken) == 2 and held == [True] and not lock.exists()
