@@ -2106,3 +2106,60 @@ def test_decode_unstated_gender_words_are_found_in_a_long_story():
     got = _unstated_words(text, words)
     want = [any(a <= s < b for a, b in epicene_spans(text)) for _, s, _ in words]
     assert got == want and sum(got) == 3 * 6 and not got[-2]  # "He or she", "s / he"
+
+
+def test_the_stream_benchmark_judges_the_second_halfs_peak_against_64_mib_or_3_percent(benchmark_module):
+    """benchmarks/labelling.py ``memory_flat``: the growth is the second half's peak over the first half's (a spike
+    gone by the last reading still counts), allowed up to 64 MiB or 3% of the first peak, whichever is larger."""
+    bench = benchmark_module("labelling")
+    # the second half's peak, 1300, not its last reading, 1010
+    assert bench.memory_flat([(128, 1000.0), (256, 1000.0), (384, 1300.0), (512, 1010.0)]) == (300.0, False)
+    # 3% of a 3000 MiB first peak allows 90 MiB, more than 64; 64 MiB itself is within
+    assert bench.memory_flat([(128, 3000.0), (256, 3000.0), (384, 3080.0), (512, 3000.0)]) == (80.0, True)
+    assert bench.memory_flat([(128, 3000.0), (256, 3000.0), (384, 3091.0), (512, 3000.0)]) == (91.0, False)
+    assert bench.memory_flat([(128, 1000.0), (256, 1000.0), (384, 1064.0), (512, 1000.0)]) == (64.0, True)
+
+
+def test_the_stream_benchmark_reports_the_readings_it_took(benchmark_module, monkeypatch):
+    """``stream_memory`` reads resident memory every 128 labels and after the last: the section's first, last and
+    largest readings and its verdict are those readings'."""
+    bench = benchmark_module("labelling")
+    readings = iter([500.0, 520.0, 510.0, 900.0, 530.0])
+    monkeypatch.setattr(bench, "rss_mib", lambda: next(readings))
+
+    class Labeller:  # one label per story, as iter_label yields them
+        def iter_label(self, stories, batch_size, total):
+            for s in stories:
+                yield s.story_id
+
+    res = bench.stream_memory(Labeller(), [StoryInput("a", "Ana ran.", (RoleSpec("subject", "runner"),))], 520, 8)
+    assert res["samples"] == [(128, 500.0), (256, 520.0), (384, 510.0), (512, 900.0), (520, 530.0)]
+    assert (res["stories"], res["rss_first_mib"], res["rss_last_mib"], res["rss_max_mib"]) == (520, 500.0, 530.0, 900.0)
+    assert (res["rss_growth_mib"], res["memory_flat"]) == (380.0, False)  # 900 over the first half's 520
+
+
+def test_the_host_layout_benchmark_says_when_its_labels_differ_from_the_models(tiny_encoder, gold, benchmark_module,
+                                                                              monkeypatch):
+    """``labels_equal_the_model`` compares the layout's labels with the model's: a layout that labels one story
+    otherwise is reported, not taken as equal."""
+    from dataclasses import replace
+
+    bench = benchmark_module("labelling")
+    trained, _ = tiny_encoder
+    stories = [g.story for g in gold]
+    res = bench.host_layout(trained, stories, 16, 8, workers=0, threshold=0.1)
+    assert res["labels_equal_the_model"] is True and res["labelled_characters"] >= 10
+    real, calls = EncoderLabeller.label, []
+
+    def label(self, batch, **kw):
+        out = real(self, batch, **kw)
+        calls.append(len(batch))
+        if len(calls) == 2:  # the layout's labels (the first call gave the model's): the first story's name changes
+            first = out[0]
+            out[0] = replace(first, characters=(replace(first.characters[0], name="Zebulon Quist"),
+                                                *first.characters[1:]))
+        return out
+
+    monkeypatch.setattr(EncoderLabeller, "label", label)
+    res = bench.host_layout(trained, stories, 16, 8, workers=0, threshold=0.1)
+    assert len(calls) == 3 and res["labels_equal_the_model"] is False  # the model, the layout, the timed run

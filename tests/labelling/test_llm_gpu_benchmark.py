@@ -98,3 +98,34 @@ def test_rows_with_the_schema_mask_pair_with_rows_without(bench, smollm2_dir):
     assert f"same process: custom at batch 2: {ratio:.2f}x." in table
     # a masked reply that closed early makes the token count unknown, not a guess
     assert "| - |" in bench.markdown({**res, "rows": [off, {**on, "output_tok_s": None}]})
+
+
+def test_a_row_whose_replies_did_not_all_run_to_the_limit_gives_no_token_rate(bench, monkeypatch):
+    """``output_tok_s`` counts ``reply_tokens`` per story only where every reply ran to the limit; with one reply
+    closed early (under the schema mask) the count is unknown, and the row says None, not a guess. The warm-up
+    batch's failures are not counted."""
+    from types import SimpleNamespace
+
+    import torch
+
+    import harness.generation.hf as hf
+    import harness.labelling.llm as llm
+
+    class Labeller:  # s0 and s1 cut at max_tokens; s2's reply closed early and parsed
+        def __init__(self, backend, params, max_attempts, constrain):
+            self.failures, self.constrain = [], constrain
+
+        def label(self, stories, batch_size):
+            cut = [s for s in stories if s.story_id != "s2"]
+            self.failures += [(s.story_id, 0, "unparseable reply (x) after hitting max_tokens") for s in cut]
+            return [SimpleNamespace(status="ok" if s.story_id == "s2" else "failed") for s in stories]
+
+        def info(self):
+            return {"constrained": self.constrain}
+
+    monkeypatch.setattr(llm, "LLMLabeller", Labeller)
+    monkeypatch.setattr(hf.TransformersBackend, "from_loaded", classmethod(lambda cls, *a, **kw: None))
+    stories = [StoryInput(f"s{i}", "Ana ran.", (RoleSpec("subject", "runner"),)) for i in range(3)]
+    row = bench.time_labeller(torch.nn.Linear(1, 1), None, Path("model"), stories, 2, 6, schema_mask=True)
+    assert (row["stories"], row["replies_cut_at_limit"], row["kept_as_failed"], row["schema_mask"]) == (3, 2, 2, True)
+    assert row["output_tok_s"] is None and row["stories_per_s"] > 0

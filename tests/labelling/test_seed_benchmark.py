@@ -41,6 +41,9 @@ def test_misses_by_seeds_counts_each_character_once_per_seed(benchmark_module):
             {"scores": {"g": {"missed": {"gender": ["s1/subject", "s3/subject"], "name": ["s4/object"]}}}}]
     # gender: s1/subject by all three, s2/object and s3/subject by one each; names: two characters by one
     assert seeds.misses_by_seeds(runs, "g") == {"gender": {1: 2, 2: 0, 3: 1}, "name": {1: 2, 2: 0, 3: 0}}
+    # a character listed twice by one seed (two gold rows of one story and role) is still missed by one seed
+    runs[0]["scores"]["g"]["missed"]["name"] = ["s1/subject", "s1/subject"]
+    assert seeds.misses_by_seeds(runs, "g")["name"] == {1: 2, 2: 0, 3: 0}
 
 
 def test_each_seed_trains_its_own_labeller_and_is_scored_on_every_gold_file(gold, benchmark_module):

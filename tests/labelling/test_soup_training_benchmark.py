@@ -38,3 +38,14 @@ def test_the_section_says_how_many_threads_each_member_at_once_had(benchmark_mod
                         "seconds": 20.0}, [0, 1], "a machine", {**run, "jobs": 2, "threads": 1, "seconds": 12.5})
     assert "| at once, a process and 4 threads each, float32" in text
     assert "| at once, a process and a thread each, bfloat16" in text
+
+
+def test_the_section_says_not_faster_when_a_layout_or_bfloat16_is_slower(benchmark_module):
+    """Each ratio's verdict follows the ratio: members at once slower than in turn, or bfloat16 slower than
+    float32, is written "not faster", not "faster"."""
+    bench = benchmark_module("soup_training")
+    run = {"stories": 3, "epochs": 1, "final_losses": [0.5, 0.6]}
+    text = bench.report({**run, "jobs": 1, "threads": 2, "seconds": 20.0}, {**run, "jobs": 2, "threads": 1,
+                        "seconds": 25.0}, [0, 1], "a machine", {**run, "jobs": 2, "threads": 1, "seconds": 50.0})
+    assert "At once vs in turn: **0.80x** the speed (not faster in this run)." in text
+    assert "bfloat16 vs float32, at once: **0.50x** the speed (not faster in this run)." in text

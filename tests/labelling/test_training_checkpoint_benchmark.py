@@ -20,3 +20,33 @@ def test_it_times_every_checkpoint_against_the_epochs_and_puts_the_writer_back(b
     assert out["checkpoint_share_of_epoch"] == pytest.approx(out["checkpoint_s"] / out["epoch_s"], rel=0.05)  # of rounded figures
     with pytest.raises(SystemExit):
         bench.main(["--epochs", "1"])  # the last epoch writes none: nothing to time
+
+
+def test_the_share_is_the_mean_checkpoint_over_the_mean_epoch(benchmark_module, monkeypatch):
+    """The figures are those of the run, by hand: a training of 3 epochs in 12 s (4 s each, checkpoints included)
+    whose two checkpoints took 0.5 s and 1.5 s (1 s each) spent a quarter of an epoch on each checkpoint."""
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    import harness.labelling.training as training
+
+    bench = benchmark_module("training_checkpoint")
+    now = [0.0]
+    monkeypatch.setattr(bench, "time", SimpleNamespace(perf_counter=lambda: now[0]))
+    took = iter([0.5, 1.5])
+
+    def save(path, state):  # the checkpoint writer: 2 MiB, in the time given
+        Path(path).write_bytes(b"x" * 2**21)
+        now[0] += next(took)
+
+    def train(files, *, out_dir, epochs, **kw):  # every epoch but the last writes a checkpoint
+        for e in range(epochs - 1):
+            training._save_checkpoint(Path(out_dir) / f"checkpoint-{e}", {})
+        return SimpleNamespace(stories=2, epochs=epochs, seconds=12.0)
+
+    monkeypatch.setattr(training, "_save_checkpoint", save)
+    monkeypatch.setattr(training, "train_encoder", train)
+    out = bench.main(["--epochs", "3"])
+    assert out == {"stories": 2, "epochs": 3, "epoch_s": 4.0, "checkpoint_s": 1.0, "checkpoint_mib": 2.0,
+                   "checkpoint_share_of_epoch": 0.25}
+    assert training._save_checkpoint is save
