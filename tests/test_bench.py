@@ -179,6 +179,7 @@ def test_writing_a_section_keeps_the_other_sections_and_the_files_mode(benchmark
     fresh = tmp_path / "fresh.md"
     results.write_section("a", "x", fresh)
     assert stat.S_IMODE(fresh.stat().st_mode) == 0o666 & ~results._umask()
+    assert fresh.read_text().startswith(results.HEADER)  # a new file opens with the title its sections live under
 
 
 def test_the_gpu_carry_check_counts_the_untracked_files_the_device_tool_carries(benchmark_module, tmp_path):
