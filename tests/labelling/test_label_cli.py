@@ -247,6 +247,20 @@ def _rules_killed_after(monkeypatch, n: int) -> None:
     monkeypatch.setattr(RulesLabeller, "iter_label", dies)
 
 
+def _a_killed_rules_run(args: list[str], out: Path, monkeypatch) -> tuple[list[str], list[str], list[str], str]:
+    """Labels ``args``' file whole, then again killed after 8 stories: the whole run's lines and ids, and the
+    killed run's kept lines (OUT.tmp) and sidecar (OUT.tmp.json)."""
+    assert runner.invoke(app, args).exit_code == 0
+    full = out.read_text().splitlines()
+    ids = [json.loads(line)["story_id"] for line in full]
+    out.unlink()
+    _rules_killed_after(monkeypatch, 8)
+    assert isinstance(runner.invoke(app, args).exception, RuntimeError)
+    monkeypatch.undo()
+    tmp = out.with_name(out.name + ".tmp")
+    return full, ids, tmp.read_text().splitlines(), tmp.with_name(tmp.name + ".json").read_text()
+
+
 def _one_line_error(r, code: int, *parts: str) -> None:
     """Exit ``code`` and one line on stderr (after any model-loading progress lines) that holds ``parts``."""
     assert r.exit_code == code, r.output
@@ -711,17 +725,9 @@ def test_label_streams_the_stories_and_a_rerun_labels_only_what_the_killed_run_l
 
     import harness.labelling.data as data
 
-    out, tmp = tmp_path / "labels.jsonl", tmp_path / "labels.jsonl.tmp"
+    out, tmp, meta = tmp_path / "labels.jsonl", tmp_path / "labels.jsonl.tmp", tmp_path / "labels.jsonl.tmp.json"
     args = ["label", str(gold_path), "--out", str(out), "--labeller", "rules"]
-    assert runner.invoke(app, args).exit_code == 0
-    full = out.read_text().splitlines()
-    ids = [json.loads(line)["story_id"] for line in full]
-    out.unlink()
-    _rules_killed_after(monkeypatch, 8)
-    assert isinstance(runner.invoke(app, args).exception, RuntimeError)
-    monkeypatch.undo()
-    kept, meta = tmp.read_text().splitlines(), tmp_path / "labels.jsonl.tmp.json"
-    whose = meta.read_text()
+    full, ids, kept, whose = _a_killed_rules_run(args, out, monkeypatch)
     down = "llm: backend error: HTTP 503"
     kept[4] = json.dumps({**json.loads(kept[4]), "status": down})
     tmp.write_text("\n".join(kept) + "\n")
@@ -1209,14 +1215,7 @@ def test_a_rerun_labels_again_every_story_whose_backend_failed_and_names_the_fir
 
     out, tmp, meta = tmp_path / "labels.jsonl", tmp_path / "labels.jsonl.tmp", tmp_path / "labels.jsonl.tmp.json"
     args = ["label", str(gold_path), "--out", str(out), "--labeller", "rules"]
-    assert runner.invoke(app, args).exit_code == 0
-    full = out.read_text().splitlines()
-    ids = [json.loads(line)["story_id"] for line in full]
-    out.unlink()
-    _rules_killed_after(monkeypatch, 8)
-    assert isinstance(runner.invoke(app, args).exception, RuntimeError)
-    monkeypatch.undo()
-    kept, whose = tmp.read_text().splitlines(), meta.read_text()
+    full, ids, kept, whose = _a_killed_rules_run(args, out, monkeypatch)
     down = "llm: backend error: HTTP 503"
     for k in (2, 5):
         kept[k] = json.dumps({**json.loads(kept[k]), "status": down})
