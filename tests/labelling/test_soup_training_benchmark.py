@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 
 def test_both_layouts_train_the_same_members_and_the_section_gives_their_ratio(benchmark_module):
     from harness.labelling.data import builtin_training_files
@@ -30,22 +32,19 @@ def test_both_layouts_train_the_same_members_and_the_section_gives_their_ratio(b
     assert "bfloat16 vs float32, at once: **1.60x** the speed (faster in this run)" in text
 
 
-def test_the_section_says_how_many_threads_each_member_at_once_had(benchmark_module):
-    """The rows said "a process and a thread each" where members at once share out more cores (4 each on 8)."""
+@pytest.mark.parametrize("threads, seconds, said", [
+    # the rows said "a process and a thread each" where members at once share out more cores (4 each on 8)
+    ((8, 4, 1), (30.0, 20.0, 12.5), ["| at once, a process and 4 threads each, float32",
+                                     "| at once, a process and a thread each, bfloat16"]),
+    # each ratio's verdict follows the ratio: members at once slower than in turn, or bfloat16 slower than float32,
+    # is written "not faster", not "faster"
+    ((2, 1, 1), (20.0, 25.0, 50.0), ["At once vs in turn: **0.80x** the speed (not faster in this run).",
+                                     "bfloat16 vs float32, at once: **0.50x** the speed (not faster in this run)."]),
+])
+def test_the_section_says_each_layouts_threads_and_whether_it_was_faster(benchmark_module, threads, seconds, said):
     bench = benchmark_module("soup_training")
     run = {"stories": 3, "epochs": 1, "final_losses": [0.5, 0.6]}
-    text = bench.report({**run, "jobs": 1, "threads": 8, "seconds": 30.0}, {**run, "jobs": 2, "threads": 4,
-                        "seconds": 20.0}, [0, 1], "a machine", {**run, "jobs": 2, "threads": 1, "seconds": 12.5})
-    assert "| at once, a process and 4 threads each, float32" in text
-    assert "| at once, a process and a thread each, bfloat16" in text
-
-
-def test_the_section_says_not_faster_when_a_layout_or_bfloat16_is_slower(benchmark_module):
-    """Each ratio's verdict follows the ratio: members at once slower than in turn, or bfloat16 slower than
-    float32, is written "not faster", not "faster"."""
-    bench = benchmark_module("soup_training")
-    run = {"stories": 3, "epochs": 1, "final_losses": [0.5, 0.6]}
-    text = bench.report({**run, "jobs": 1, "threads": 2, "seconds": 20.0}, {**run, "jobs": 2, "threads": 1,
-                        "seconds": 25.0}, [0, 1], "a machine", {**run, "jobs": 2, "threads": 1, "seconds": 50.0})
-    assert "At once vs in turn: **0.80x** the speed (not faster in this run)." in text
-    assert "bfloat16 vs float32, at once: **0.50x** the speed (not faster in this run)." in text
+    alone, together, bf16 = ({**run, "jobs": j, "threads": t, "seconds": s}
+                             for j, t, s in zip((1, 2, 2), threads, seconds))
+    text = bench.report(alone, together, [0, 1], "a machine", bf16)
+    assert all(line in text for line in said), text
