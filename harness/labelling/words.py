@@ -173,8 +173,9 @@ def starts_capitalised(w: str) -> bool:
     [True, False, True, True, True, False, False, False, False]
     """
     c = w[:1]
-    return c.isupper() or (c.isalpha() and not c.islower()) or "\u10d0" <= c <= "\u10ff"  # Georgian's letters
-    # have no capitals in everyday writing, yet Unicode files them as lowercase
+    # Georgian's letters have no capitals in everyday writing, yet Unicode files them as lowercase (its paragraph
+    # separator, U+10FB, sits among them and is no letter)
+    return c.isupper() or (c.isalpha() and not c.islower()) or (c.isalpha() and "\u10d0" <= c <= "\u10ff")
 
 
 #: What an apostrophe glues to a word without making a name of it ("Maya's", "can't", "ma'am").
