@@ -315,7 +315,8 @@ _WRAPPING = "\"'“”‘’,;:!?()[]"
 
 def dedupe(words: Iterable[str]) -> tuple[str, ...]:
     """Distinct strings (case-insensitive, surrounding quotes and punctuation stripped, but not a point: "Mr."
-    stays as written, so "her." and "her" are two; what the point ends is stripped too), first spelling kept.
+    stays as written, so "her." and "her" are two, though what stands before that point comes off: "(her)." is
+    "her."), first spelling kept.
 
     >>> dedupe(["Mr.", "(her).", "her", "“Her,”"])
     ('Mr.', 'her.', 'her')
