@@ -155,13 +155,13 @@ def validate_inputs(likelihood, role, group, story, thresholds, n_groups, n_boot
     lik = lik.astype(np.float32, copy=False)
     n = lik.shape[0]
     out = {}
-    for name, arr, dtype in (("role", role, np.int8), ("group", group, np.int32), ("story", story, np.int64)):
+    for name, arr in (("role", role), ("group", group), ("story", story)):
         a = np.asarray(arr)
         if a.shape != (n,):
             raise DataError(f"sweep_counts: {name} must have shape ({n},) like likelihood, got {a.shape}")
         if a.size and not np.issubdtype(a.dtype, np.integer):
             raise DataError(f"sweep_counts: {name} must be integers, got dtype {a.dtype}")
-        out[name] = a.astype(dtype, copy=False)
+        out[name] = a  # range-checked below before the cast, so that no value wraps into a valid one
     for name, v, lo in (("n_groups", n_groups, 1), ("n_boot", n_boot, 0)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
             raise ConfigError(f"sweep_counts: {name} must be an integer >= {lo}, got {v!r}")
@@ -186,6 +186,7 @@ def validate_inputs(likelihood, role, group, story, thresholds, n_groups, n_boot
     if ((s < 0) | (s > M32)).any():
         i = int(np.flatnonzero((s < 0) | (s > M32))[0])
         raise DataError(f"sweep_counts: story[{i}] = {s[i]}; story indices must be in 0..2**32-1")
+    rl, g, s = rl.astype(np.int8, copy=False), g.astype(np.int32, copy=False), s.astype(np.int64, copy=False)
     return lik, rl, g, s, thr.astype(np.int64), int(n_groups), int(n_boot), int(seed)
 
 

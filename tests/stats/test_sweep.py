@@ -21,6 +21,15 @@ def py_mix32(x: int) -> int:
     return x
 
 
+def py_unmix32(h: int) -> int:
+    """The inverse of ``py_mix32`` (each step of lowbias32 is a bijection of 32-bit integers)."""
+    x = h ^ (h >> 16)
+    x = (x * pow(0x846CA68B, -1, 1 << 32)) & M
+    x ^= (x >> 15) ^ (x >> 30)
+    x = (x * pow(0x7FEB352D, -1, 1 << 32)) & M
+    return x ^ (x >> 16)
+
+
 def py_weight(seed: int, rep: int, story: int) -> int:
     if rep == 0:
         return 1
@@ -66,10 +75,24 @@ def test_weights_match_pure_python_and_are_poisson1():
     reps, stories = [0, 1, 2, 77], [0, 1, 5, 123456, 2**32 - 1]
     w = S.story_weights(2**40 + 9, reps, stories)
     assert w.tolist() == [[py_weight(2**40 + 9, r, s) for s in stories] for r in reps]
+    # a seed with bits 16..31 set: 2**40 + 9 alone would not notice a seed cut to its low 16 bits
+    w = S.story_weights(0x9E3779B9, reps, stories)
+    assert w.tolist() == [[py_weight(0x9E3779B9, r, s) for s in stories] for r in reps]
     big = S.story_weights(1, np.arange(1, 201), np.arange(2000)).ravel()
     assert abs(big.mean() - 1) < 0.01 and abs(big.var() - 1) < 0.02
     freq = np.bincount(big, minlength=5)[:5] / big.size
     np.testing.assert_allclose(freq, sps.poisson.pmf(np.arange(5), 1.0), atol=0.003)
+
+
+def test_weight_counts_hash_equal_to_a_cdf_entry():
+    """The weight is #{k: h >= cdf[k]}, ``>=`` included: stories whose hash is exactly a table entry (found by
+    inverting lowbias32) or one below it, where a strict comparison would give another backend's weight."""
+    seed, rep = 7, 3
+    h1 = py_mix32(py_mix32(seed) ^ rep)
+    cdf = S.POISSON1_CDF_U32.tolist()
+    stories = [py_unmix32(c - d) ^ h1 for c in cdf[:4] for d in (0, 1)]
+    assert [py_mix32(h1 ^ s) for s in stories] == [c - d for c in cdf[:4] for d in (0, 1)]
+    assert S.story_weights(seed, [rep], stories).tolist() == [[1, 0, 2, 1, 3, 2, 4, 3]]
 
 
 def test_hand_computed_counts():
@@ -100,13 +123,27 @@ def test_an_exact_percentage_is_not_above_its_own_threshold():
     60.0000024: names-dataset's three-decimal shares (811 names at exactly 60% MENA) and count ratios such as 27%
     were counted above their own threshold, on every backend."""
     exact = [0.07, 0.29, 0.6, 0.27, 0.15, 0.3, 0.54, 0.6]
-    lik = np.array([[v] for v in [*exact, 0.6001, 0.0]], np.float32)
+    # just above 60%: 0.6001, and the count ratio 150001 / 250000 (60.0004%), above 60 at 4 decimals, not at 3
+    lik = np.array([[v] for v in [*exact, 0.6001, 0.600004, 0.0]], np.float32)
     thr = np.array([7, 29, 60, 27, 15, 30, 54, 59])
     c = S.sweep_counts(lik, np.ones(len(lik), int), np.zeros(len(lik), int), np.arange(len(lik)), thr, n_groups=1)
-    # above t: the exact values strictly greater than t, plus 0.6001 wherever t <= 60
-    want = [sum(round(100 * v) > t for v in exact) + int(60.01 > t) for t in thr]
+    # above t: the exact values strictly greater than t, plus 0.6001 and 0.600004 wherever t <= 60
+    want = [sum(round(100 * v) > t for v in exact) + 2 * int(60.0004 > t) for t in thr]
     assert c.above[0, 0, 0, :, 1].tolist() == want
-    assert c.above[0, 0, 0, 2, 1] == 1  # at t = 60 only 0.6001, not the two 0.6
+    assert c.above[0, 0, 0, 2, 1] == 2  # at t = 60 only 0.6001 and 0.600004, not the two 0.6
+
+
+def test_replicates_computed_in_chunks_match_one_chunk_and_brute_force():
+    """Large inputs (stories x replicates above ``chunk_elems``) weigh the replicates in chunks: every chunk must
+    land on its own replicates, an uneven last chunk included."""
+    lik, role, group, story, G = random_case(3, n=40, S_=10)
+    thr = np.array([0, 10, 50, 99])
+    args = S.validate_inputs(lik, role, group, story, thr, G, 7, 5)
+    above, totals = brute(lik, role, group, story, thr, G, 7, 5)
+    for chunk_elems in (1, 20, 30, 1 << 24):  # 1, 2, 3 and all replicates per chunk
+        got = S._numpy_sweep(*args, chunk_elems=chunk_elems)
+        np.testing.assert_array_equal(got.above, above)
+        np.testing.assert_array_equal(got.totals, totals)
 
 
 def test_story_is_the_bootstrap_unit():
@@ -141,14 +178,32 @@ def test_empty_and_all_excluded_give_zero_counts():
         (dict(n_boot=-1), ConfigError),
         (dict(n_groups=0), ConfigError),
         (dict(backend="fortran"), ConfigError),
+        # each of these was otherwise taken silently and gave wrong counts or shared weights
+        (dict(likelihood=np.array([[-0.3]], np.float32)), DataError),  # would count in totals, never above
+        (dict(likelihood=np.array([[1]])), DataError),  # integers are not fractions
+        (dict(role=np.array([-1])), DataError),  # would land in another bucket's subordinate count
+        (dict(group=np.array([1])), DataError),  # group == n_groups: off by one past the last group
+        (dict(group=np.array([-2])), DataError),  # only -1 excludes
+        (dict(story=np.array([2**32])), DataError),  # would wrap to story 0 and share its weight
+        (dict(thresholds=np.array([], np.int64)), ConfigError),
+        (dict(thresholds=np.array([[1, 2]])), ConfigError),
+        (dict(n_boot=True), ConfigError),
+        (dict(n_groups=1.5), ConfigError),
+        (dict(seed=1.5), ConfigError),
+        # checked before the cast to int8/int32: 256 and 257 wrapped to roles 0 and 1, 2**32 to group 0
+        (dict(role=np.array([256])), DataError),
+        (dict(role=np.array([257])), DataError),
+        (dict(group=np.array([2**32])), DataError),
     ],
 )
 def test_bad_input_raises_one_line_errors(change, err):
     kw = dict(likelihood=np.array([[0.5]], np.float32), role=np.array([0]), group=np.array([0]),
               story=np.array([0]), thresholds=np.array([1, 2]), n_groups=1, n_boot=0)
     kw.update(change)
-    with pytest.raises(err):
+    with pytest.raises(err) as exc:
         S.sweep_counts(**kw)
+    name = next(iter(change))
+    assert "\n" not in str(exc.value) and name in str(exc.value), exc.value  # one line naming the argument
 
 
 def test_auto_falls_back_to_numpy_without_gpu_and_gpu_backends_dispatch():
