@@ -115,11 +115,17 @@ def _load(path: Path) -> Baselines:
         data = yaml.safe_load(path.read_text())
     except OSError as e:
         raise ConfigError(f"cannot read baselines file {path}: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"baselines {path} is not valid YAML: {str(e).splitlines()[0]}") from None
+    if not isinstance(data, dict) or not data:
+        raise ConfigError(f"baselines {path}: expected a mapping with `race`, `gender` and `pair` blocks")
     values: dict[str, dict[str, float]] = {}
     sources: dict[tuple[str, str], str] = {}
     expected = {"race": RACES, "gender": GENDER_KEYS, "pair": PAIRS}
     for kind, keys in expected.items():
         block = data.get(kind) or {}
+        if not isinstance(block, dict):
+            raise ConfigError(f"baselines {path}: `{kind}` must be a mapping of {', '.join(keys)}")
         if set(block) != set(keys):
             raise ConfigError(f"baselines {path}: `{kind}` must have exactly the keys {', '.join(keys)}; "
                               f"got {', '.join(block)}")
@@ -128,7 +134,10 @@ def _load(path: Path) -> Baselines:
             entry = block[k]
             if not isinstance(entry, dict) or "value" not in entry or not entry.get("source"):
                 raise ConfigError(f"baselines {path}: `{kind}.{k}` needs `value` and a non-empty `source`")
-            v = float(entry["value"])
+            v = entry["value"]
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise ConfigError(f"baselines {path}: `{kind}.{k}.value` must be a number (percent), got {v!r}")
+            v = float(v)
             if not 0.0 <= v <= 100.0:
                 raise ConfigError(f"baselines {path}: `{kind}.{k}` = {v} is not a percentage in [0, 100]")
             values[kind][k] = round(v / 100.0, 12)

