@@ -62,6 +62,52 @@ def test_bootstrap_se_of_a_cell_mean_matches_the_u_statistic_variance():
     assert boot_se > 3 * pair_se
 
 
+def gls_at(X, fmt, n, s, gamma):
+    """GLS fixed effects of y ~ X + (1 | fmt) at variance ratio gamma from per-cell pair counts and sums (the
+    Sherman-Morrison identities of mixed.py's docstring, one format at a time)."""
+    A, b = (X * n[:, None]).T @ X, X.T @ s
+    for f in np.unique(fmt):
+        k = fmt == f
+        w = gamma / (1 + gamma * n[k].sum())
+        a = n[k] @ X[k]
+        A, b = A - w * np.outer(a, a), b - w * a * s[k].sum()
+    return np.linalg.solve(A, b)
+
+
+def test_bootstrap_replicates_are_gls_refits_at_the_fitted_variance_ratio(fitted):
+    """Each replicate's fixed effects are the GLS estimates, at the model's own sigma2_format / sigma2, of the
+    replicate's weighted pair sums on the full sample's z scale (mean and SD held fixed); se_text and the
+    percentile interval are their SD and 2.5% / 97.5% quantiles: recomputed here for every term of every model,
+    the intercepts (which a lost centring would shift) included. The group means' intervals likewise."""
+    x, cell, cells, suite = fitted
+    B = 60
+    coefs, gm = text_bootstrap(x, cell, cells, suite, n_boot=B, seed=1)
+    xu = x.astype(np.float64) / np.linalg.norm(x.astype(np.float64), axis=1, keepdims=True)
+    n_b, s_b = weighted_cell_sums(xu, cell, len(cells), lambda rows: story_weights(1, np.arange(1, B + 1), rows), B)
+    st = suite.standardization
+    z_b = (s_b - st.mean * n_b) / st.sd
+    fmt = cells["format"].to_numpy()
+    for name, model in suite.models.items():
+        X = design_matrix(cells, model.formula).X
+        gamma = model.sigma2_group / model.sigma2
+        assert gamma > 0.05, name  # the format intercept matters here: GLS is not OLS on replicate weights
+        est = np.array([gls_at(X, fmt, n_b[b], z_b[b], gamma) for b in range(B)])
+        got = coefs[coefs["model"] == name]
+        np.testing.assert_allclose(got["estimate"], model.fe, rtol=1e-12, err_msg=name)
+        # float32 weights and the closed form's cancellation leave ~1e-7 of noise
+        np.testing.assert_allclose(got["se_text"], est.std(0, ddof=1), rtol=1e-5, err_msg=name)
+        np.testing.assert_allclose(got["ci_low_text"], np.quantile(est, 0.025, axis=0), atol=1e-6, err_msg=name)
+        np.testing.assert_allclose(got["ci_high_text"], np.quantile(est, 0.975, axis=0), atol=1e-6, err_msg=name)
+    g = gm.set_index(["grouping", "level"])
+    for grouping, col, level in (("race", "race", "White"), ("gender", "gender", "woman")):
+        k = (cells[col] == level).to_numpy()
+        rep = z_b[:, k].sum(1) / n_b[:, k].sum(1)
+        row = g.loc[(grouping, level)]
+        assert row["se_text"] == pytest.approx(rep.std(ddof=1), rel=1e-5)
+        assert (row["ci_low_text"], row["ci_high_text"]) == pytest.approx(tuple(np.quantile(rep, [0.025, 0.975])),
+                                                                          abs=1e-6)
+
+
 def test_bootstrap_tables(fitted):
     x, cell, cells, suite = fitted
     coefs, gm = text_bootstrap(x, cell, cells, suite, n_boot=60, seed=1)
@@ -115,6 +161,33 @@ def test_permutation_detects_a_race_effect_and_not_a_null_gender_effect():
     assert 0 < o.loc["gender", "p_perm"] <= 1
     assert set(per["model"]) == {"race", "gender", "simple effect"}
     assert ((per["p_perm"] >= 1 / 50) & (per["p_perm"] <= 1)).all()
+
+
+def test_permutation_statistics_are_the_fitted_effects_and_the_tests_two_sided():
+    """On unbalanced cells (GLS is not OLS there) the permuted statistics' observed values are the fitted paper
+    models' effects: the race and gender coefficients, and the Women - Men simple effect in each of the four
+    races. Women's texts are made far more varied (lower cosines, every gender effect strongly negative): a
+    two-sided test must still give the smallest p, 1 / (B + 1), not ~1."""
+    x, texts = synthetic_corpus(lambda rng: int(rng.integers(6, 12)), n_formats=3, seed=5)
+    x = x.copy()
+    woman = (texts["gender"] == "woman").to_numpy()
+    x[woman] += np.random.default_rng(0).normal(size=(int(woman.sum()), x.shape[1])).astype(np.float32) * 1.5
+    cells, cell, _ = cell_table(texts, x, backend="numpy")
+    suite = fit_paper_models(cells)
+    per, omni = text_permutation(x, cell, cells, suite, n_perm=19, seed=0)
+    for name in ("race", "gender"):
+        m = suite.models[name]
+        got = per[per["model"] == name].set_index("term")["estimate"]
+        want = pd.Series(m.fe, index=list(m.names)).drop("(Intercept)")
+        np.testing.assert_allclose(got.loc[want.index], want, rtol=1e-8, err_msg=name)
+    se = suite.simple_effects
+    simple = per[per["model"] == "simple effect"].set_index("term")
+    assert list(simple.index) == [f"{r}: woman - man" for r in se["race"]] and len(simple) == 4
+    np.testing.assert_allclose(simple["estimate"], se["estimate"], rtol=1e-8)
+    assert (se["estimate"] < 0).all()
+    assert per.set_index(["model", "term"]).loc[("gender", "genderwoman"), "p_perm"] == pytest.approx(1 / 20)
+    assert simple["p_perm"].tolist() == pytest.approx([1 / 20] * 4)
+    assert omni.set_index("test").loc["gender", "p_perm"] == pytest.approx(1 / 20)
 
 
 def test_cell_mean_models_match_statsmodels(fitted):

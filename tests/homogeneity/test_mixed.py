@@ -7,8 +7,10 @@ import warnings
 
 import numpy as np
 import pandas as pd
+import patsy
 import pytest
 import statsmodels.api as sm
+from scipy import stats
 from statsmodels.regression.mixed_linear_model import MixedLMParams
 
 from harness.errors import DataError
@@ -86,15 +88,35 @@ def test_matches_statsmodels_on_the_full_pair_table(unbalanced, formula, reml):
     assert ours.converged
 
 
+def patsy_sum_fit(P, drop=None):
+    """ML fit of ``y ~ race * gender + (1 | format)`` with patsy's own sum coding (R ``contr.sum``: the last
+    level, White / woman, is -1 in every column), without ``term``'s columns: a design built apart from ours."""
+    X = patsy.dmatrix("C(race, Sum) * C(gender, Sum)", P)
+    names = {"race": "C(race, Sum)", "gender": "C(gender, Sum)", "race:gender": "C(race, Sum):C(gender, Sum)"}
+    cols = np.ones(X.shape[1], dtype=bool)
+    if drop:
+        cols[X.design_info.term_name_slices[names[drop]]] = False
+    m = sm.MixedLM(P["y"].to_numpy(), np.asarray(X)[:, cols], groups=P["format"].to_numpy())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return m.fit(reml=False, method=["nm", "bfgs"], maxiter=5000)
+
+
 def test_type3_lrt_matches_statsmodels_ml_fits(unbalanced):
+    """afex's Type-3 LRT is ML + sum coding + each term's columns dropped; the reference design is patsy's
+    ``Sum`` coding, so a wrong sum coding in ``design_matrix`` (e.g. dummy columns: race tested among women
+    only) cannot hide behind a reference that uses it too. p is the chi-square tail at the term's df."""
     cells, P = unbalanced
     lrt = lrt_type3(cells).set_index("term")
-    full = statsmodels_fit(P, "race * gender", reml=False, coding="sum")
+    full = patsy_sum_fit(P)
     for term, df in (("race", 3), ("gender", 1), ("race:gender", 3)):
-        restricted = statsmodels_fit(P, "race * gender", reml=False, coding="sum", drop=(term,))
-        np.testing.assert_allclose(lrt.loc[term, "chisq"], 2 * (full.llf - restricted.llf), rtol=1e-5, atol=1e-6,
-                                   err_msg=term)
+        restricted = patsy_sum_fit(P, drop=term)
+        chisq = 2 * (full.llf - restricted.llf)
+        np.testing.assert_allclose(lrt.loc[term, "chisq"], chisq, rtol=1e-5, atol=1e-6, err_msg=term)
         assert lrt.loc[term, "df"] == df
+        assert lrt.loc[term, "p"] == pytest.approx(stats.chi2.sf(chisq, df), rel=1e-4, abs=1e-12), term
+        np.testing.assert_allclose(lrt.loc[term, "loglik_full"], full.llf, rtol=1e-8, err_msg=term)
+    assert 1e-6 < lrt.loc["race:gender", "p"] < 0.999  # a p-value the df can move (race's is ~0 at any df)
 
 
 def test_fit_on_z_scale_equals_rescaled_raw_fit(unbalanced):
@@ -115,18 +137,20 @@ def test_fit_on_z_scale_equals_rescaled_raw_fit(unbalanced):
 # ----------------------------------------------------------------------------- section 4.8
 
 
-def paper_scale_cells(sigma2=0.69, sigma2_format=0.32, seed=0):
+def paper_scale_cells(sigma2=0.69, sigma2_format=0.32, seed=0, race_eff=None, women=0.037, women_by_race=None):
     """104 cells x 124,750 pairs with additive cell means (race, gender, format effects) and a
-    within-cell variance sigma2: the sufficient statistics of a corpus shaped like the paper's."""
+    within-cell variance sigma2: the sufficient statistics of a corpus shaped like the paper's.
+    ``women_by_race``: an extra Women effect per race (an interaction)."""
     rng = np.random.default_rng(seed)
     n = 124_750
-    race_eff = {"African": 0.33, "Asian": 0.31, "Hispanic": 0.18, "White": 0.0}
+    race_eff = race_eff or {"African": 0.33, "Asian": 0.31, "Hispanic": 0.18, "White": 0.0}
+    women_by_race = women_by_race or {}
     fmt_eff = rng.normal(0, np.sqrt(sigma2_format), 13)
     rows = []
     for r in RACES:
         for g in GENDERS:
             for f in range(13):
-                mu = -0.21 + race_eff[r] + 0.037 * (g == "woman") + fmt_eff[f]
+                mu = -0.21 + race_eff[r] + (women + women_by_race.get(r, 0.0)) * (g == "woman") + fmt_eff[f]
                 rows.append({"race": r, "gender": g, "format": f"f{f:02d}", "n_pairs": n, "sum": n * mu,
                              "sumsq": n * (sigma2 + mu * mu)})
     return pd.DataFrame(rows)
@@ -178,6 +202,51 @@ def test_fixed_effects_are_cell_mean_contrasts(paper_fit):
         assert se.loc[r, "estimate"] == pytest.approx(mean[r, "woman"] - mean[r, "man"], abs=1e-9)
     assert se.loc["African", "estimate"] == pytest.approx(inter["genderwoman"] + inter["raceAfrican:genderwoman"])
     assert suite.models["race"].sigma2 == pytest.approx(0.69 + 0.037**2 / 4, rel=1e-5)  # gender left in the residual
+
+
+def table3_interaction_cells():
+    """Cells whose interaction model is Table 3's (BERT-2): Women 0.00021, African x Women 0.0097, Asian x Women
+    0.013, Hispanic x Women 0.12, sigma2 0.69."""
+    return paper_scale_cells(race_eff={"African": 0.33, "Asian": 0.31, "Hispanic": 0.12, "White": 0.0}, women=0.00021,
+                             women_by_race={"African": 0.0097, "Asian": 0.013, "Hispanic": 0.12})
+
+
+def test_p_values_and_intervals_are_two_sided_at_the_satterthwaite_df():
+    """Table 3 / footnote 9: the Women term of the interaction model, 0.00021 (SE 0.00092), is not significant:
+    t = 0.23, two-sided p = .82 (df ~ 13 million, so the t reference is the normal). The intercept's
+    interval uses its own small Satterthwaite df (about the 12 of 13 formats), not the normal quantile."""
+    suite = fit_paper_models(table3_interaction_cells(), standardize=False, lrt=False)
+    tab = suite.models["interaction"].coef_table().set_index("term")
+    w = tab.loc["genderwoman"]
+    assert w["estimate"] == pytest.approx(0.00021, abs=1e-9)
+    assert w["se"] == pytest.approx(np.sqrt(0.69 * 2 / 1_621_750), rel=1e-4)
+    assert w["t"] == pytest.approx(0.2277, abs=1e-3)
+    assert w["p"] == pytest.approx(2 * stats.norm.sf(w["t"]), rel=1e-5) and round(w["p"], 2) == 0.82
+    half = stats.norm.ppf(0.975) * w["se"]
+    assert (w["ci_low"], w["ci_high"]) == pytest.approx((w["estimate"] - half, w["estimate"] + half), rel=1e-5)
+    i = tab.loc["(Intercept)"]
+    assert i["df"] == pytest.approx(12, rel=0.01)
+    assert i["p"] == pytest.approx(2 * stats.t.sf(abs(i["t"]), 12), rel=0.01)
+    assert i["ci_high"] - i["estimate"] == pytest.approx(stats.t.ppf(0.975, 12) * i["se"], rel=0.01)
+
+
+def test_simple_effects_are_table_a4_women_minus_men_with_asymptotic_z():
+    """Table A4 (BERT-2): Women - Men within White is 0.00021, z = 0.23, p = .82; within each race the SE is
+    sqrt(2 sigma2 / 1,621,750) (the covariance of Women and race x Women enters for the minority races)."""
+    suite = fit_paper_models(table3_interaction_cells(), standardize=False, lrt=False)
+    se = suite.simple_effects.set_index("race")
+    assert list(se.index) == RACES and set(se["contrast"]) == {"woman - man"}
+    want = {"African": 0.00991, "Asian": 0.01321, "Hispanic": 0.12021, "White": 0.00021}
+    for r, est in want.items():
+        row = se.loc[r]
+        assert row["estimate"] == pytest.approx(est, abs=1e-8), r
+        assert row["se"] == pytest.approx(np.sqrt(0.69 * 2 / 1_621_750), rel=1e-4), r
+        assert row["z"] == pytest.approx(row["estimate"] / row["se"]), r
+        assert row["p"] == pytest.approx(2 * stats.norm.sf(abs(row["z"])), rel=1e-9, abs=1e-300), r
+        half = stats.norm.ppf(0.975) * row["se"]
+        assert (row["ci_low"], row["ci_high"]) == pytest.approx((row["estimate"] - half, row["estimate"] + half)), r
+    assert round(se.loc["White", "z"], 2) == 0.23 and round(se.loc["White", "p"], 2) == 0.82
+    assert se.loc["African", "z"] == pytest.approx(10.7, abs=0.1)  # Table A4 10.79 from unrounded coefficients
 
 
 def test_lrt_degrees_of_freedom_and_boundary():
