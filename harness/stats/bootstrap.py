@@ -21,12 +21,15 @@ import numpy as np
 
 from .sweep import story_weights
 
-__all__ = ["NO_VARIATION", "boot_summary", "bootstrap_p", "cluster_sums", "percentile_interval", "stories_differ"]
+__all__ = ["FEW_FINITE", "NO_VARIATION", "ZERO_COUNT", "boot_summary",
+           "bootstrap_p", "cluster_sums", "percentile_interval", "stories_differ"]
 
 #: Flag of a cell whose bootstrap replicates carry no sampling variation (``boot_summary``).
 NO_VARIATION = "boot_no_variation"
 #: The flag of a cell whose estimate smoothed a zero count: its bootstrap is withheld (``boot_summary``).
 ZERO_COUNT = "boot_zero_count"
+#: The flag of a cell with fewer than ``min_finite`` finite replicates: too few to place the interval's ends.
+FEW_FINITE = "boot_few_finite"
 
 
 def cluster_sums(values: np.ndarray, story: np.ndarray, *, n_boot: int, seed: int = 0,
@@ -43,6 +46,9 @@ def cluster_sums(values: np.ndarray, story: np.ndarray, *, n_boot: int, seed: in
         (B + 1, k) float array; row 0 holds the plain sums.
     """
     ustory, per_story = _story_sums(values, story)
+    if not np.isfinite(per_story).all():
+        j = int(np.flatnonzero(~np.isfinite(per_story).all(axis=0))[0])
+        raise ValueError(f"cluster_sums: column {j} of values is not finite (NaN or inf); pass 0 for no entry")
     out = np.empty((n_boot + 1, per_story.shape[1]))
     out[0] = per_story.sum(axis=0)
     step = max(1, chunk_elems // max(ustory.size, 1))
@@ -86,8 +92,9 @@ def boot_summary(replicates: np.ndarray, alpha: float = 0.05, *, stories_vary: b
     """Percentile interval and bootstrap p of ratio = 1 of one cell, or NaN where the
     replicates carry no sampling variation.
 
-    Returns ``(boot_low, boot_high, p_boot, flags)``; ``flags`` is ``(NO_VARIATION,)`` when the
-    three numbers are withheld, else empty.
+    Returns ``(boot_low, boot_high, p_boot, flags)``; ``flags`` says why when the three numbers are
+    withheld (``NO_VARIATION``, ``ZERO_COUNT``, or ``FEW_FINITE``: fewer than ``min_finite``
+    replicates are finite, as where most resamples leave a count's denominator at 0), else it is empty.
 
     The story bootstrap estimates how the statistic varies between samples of stories from
     how it varies between the stories at hand, and has nothing to go on in two cases:
@@ -115,6 +122,8 @@ def boot_summary(replicates: np.ndarray, alpha: float = 0.05, *, stories_vary: b
     >>> lo, hi, p, flags = boot_summary(np.linspace(0.5, 1.5, 101))
     >>> round(lo, 3), round(hi, 3), p, flags
     (0.525, 1.475, 1.0, ())
+    >>> boot_summary(np.r_[np.full(90, np.nan), np.linspace(1, 2, 10)])
+    (nan, nan, nan, ('boot_few_finite',))
     """
     if zero_count:
         return float("nan"), float("nan"), float("nan"), (ZERO_COUNT,)
@@ -122,6 +131,8 @@ def boot_summary(replicates: np.ndarray, alpha: float = 0.05, *, stories_vary: b
     fin = r[np.isfinite(r)]
     if not stories_vary or (fin.size and np.isclose(fin, fin[0], rtol=1e-12, atol=0).all()):
         return float("nan"), float("nan"), float("nan"), (NO_VARIATION,)
+    if fin.size < min_finite:
+        return float("nan"), float("nan"), float("nan"), (FEW_FINITE,)
     lo, hi = percentile_interval(r, alpha, min_finite=min_finite)
     return float(lo), float(hi), float(bootstrap_p(r, 1.0, min_finite=min_finite)), ()
 

@@ -36,7 +36,8 @@ class RatioResult:
         boot_low, boot_high: story-level cluster bootstrap percentile interval (NaN if not run).
         alpha: 1 - coverage of the interval.
         flags: caveats, e.g. "smoothed", "lt5_racialized", "no_exact_fractional",
-            "boot_no_variation" (bootstrap columns withheld: ``harness.stats.bootstrap.boot_summary``).
+            "boot_no_variation", "boot_zero_count", "boot_few_finite" (bootstrap columns withheld, and why:
+            ``harness.stats.bootstrap.boot_summary``).
         reason: why the estimate is NaN (None when it is defined).
     """
 

@@ -18,8 +18,10 @@ Where the cell's stories all contribute the same (one story, say) or its replica
 the bootstrap has no sampling variation to show: ``boot_low``, ``boot_high`` and ``p_boot`` are
 NaN with the flag ``boot_no_variation`` (``harness.stats.bootstrap.boot_summary``), and ``q_bh``
 takes the next p of the order; likewise, flag ``boot_zero_count``, where the estimate smoothed a zero count
-(every resample keeps it, and the replicates sit on one side of 1 by construction). R_sub cells are sums of
-race likelihoods and get no exact test, whole or not. A cell whose statistic is undefined enters no family.
+(every resample keeps it, and the replicates sit on one side of 1 by construction), and flag
+``boot_few_finite``, where fewer than 20 replicates are finite (too few to place the interval's ends).
+R_sub cells are sums of race likelihoods and get no exact test, whole or not. A cell whose statistic is
+undefined enters no family.
 
 The table is the full grid its shape dictates: every model (present in the input, or
 ``models=``) x domain (present in the input, or ``domains=``) x gender x group, whether or not

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from scipy import stats as sps
 from statsmodels.stats.contingency_tables import Table2x2
@@ -13,7 +13,7 @@ from statsmodels.stats.proportion import proportion_confint
 
 from harness.stats.bootstrap import cluster_sums
 from harness.stats.fdr import bh_adjust
-from harness.stats.intervals import altman_bland_p, katz_interval, normal_p, wilson_interval
+from harness.stats.intervals import altman_bland_p, katz_interval, normal_p, p_from_interval, wilson_interval
 from harness.stats.representation import representation_ratio
 from harness.stats.subordination import subordination_ratio
 from harness.stats.sweep import story_weights
@@ -40,6 +40,19 @@ def test_wilson_matches_statsmodels(case, alpha):
     lo, hi = wilson_interval(x, n, z)
     ref = proportion_confint(x, n, alpha=alpha, method="wilson")
     np.testing.assert_allclose([lo, hi], ref, rtol=1e-9, atol=1e-12, err_msg=repr(case))
+
+
+def test_interval_edges_and_impossible_input():
+    """The exact edges (x = 0 gives 0, x = n gives exactly 1, not 1 - 1e-16) and NaN, not numbers, for impossible
+    input: n <= 0 or x outside [0, n] (Wilson), a zero or over-total count (Katz), a zero-width interval (p)."""
+    n = np.arange(1.0, 200.0)
+    assert (wilson_interval(0 * n, n, Z)[0] == 0).all() and (wilson_interval(n, n, Z)[1] == 1).all()
+    for x, tot in [(0, 0), (3, 0), (5, -2), (11, 10), (-1, 10), (float("nan"), 10)]:
+        assert np.isnan(wilson_interval(x, tot)).all(), (x, tot)
+    for case in [(0, 10, 3, 10), (3, 10, 0, 10), (11, 10, 3, 10), (3, 10, 11, 10)]:
+        assert np.isnan(katz_interval(*case)).all(), case
+    assert np.isnan(p_from_interval(0.5, 0.4, 0.5, 0.5)).all()  # not p = 0 from an infinite z
+    assert np.isnan(p_from_interval(2.0, 1.0, 2.0, 2.0, log=True)).all()
 
 
 @FAST
@@ -132,16 +145,19 @@ def test_representation_monotone_in_count_and_zero_behaviour(n, p_star):
 def test_altman_bland_tracks_the_normal_tail(z):
     ab, nm = altman_bland_p(z), normal_p(z)
     assert 0 < ab <= 1 and abs(ab - nm) < 0.015
+    assert altman_bland_p(-z) == ab and normal_p(-z) == nm  # two-sided: the sign of z does not matter
     assert altman_bland_p(z + 0.1) < ab
 
 
 @FAST
-@given(st.lists(st.one_of(st.floats(0, 1), st.just(float("nan"))), min_size=1, max_size=40))
-def test_bh_matches_the_step_up_formula(ps):
+@given(st.lists(st.one_of(st.floats(0, 1), st.just(float("nan"))), min_size=1, max_size=40),
+       st.sampled_from([0.05, 0.01, 0.2]))
+@example([0.1, 0.9, float("nan")], 0.2)  # q = 0.2: rejected at alpha = 0.2, not at 0.05
+def test_bh_matches_the_step_up_formula(ps, alpha):
     p = np.asarray(ps)
-    q, _ = bh_adjust(p)
+    q, rej = bh_adjust(p, alpha)
     ok = np.isfinite(p)
-    assert np.all(np.isnan(q[~ok]))
+    assert np.all(np.isnan(q[~ok])) and not rej[~ok].any()
     v = p[ok]
     m = v.size
     if m:
@@ -150,6 +166,11 @@ def test_bh_matches_the_step_up_formula(ps):
         expect = np.empty(m)
         expect[order] = np.minimum(ranked, 1)
         np.testing.assert_allclose(q[ok], expect, rtol=1e-12, atol=1e-15)
+        # rejections at alpha: every p up to the largest rank k with p_(k) <= k / m * alpha
+        below = np.flatnonzero(v[order] <= np.arange(1, m + 1) / m * alpha)
+        expect_rej = np.zeros(m, bool)
+        expect_rej[order[: below[-1] + 1 if below.size else 0]] = True
+        np.testing.assert_array_equal(rej[ok], expect_rej)
 
 
 def test_cluster_sums_are_story_weighted_sums():
@@ -160,3 +181,13 @@ def test_cluster_sums_are_story_weighted_sums():
     w = story_weights(9, np.arange(6), np.arange(30))
     expect = np.stack([(w[b][story][:, None] * vals).sum(0) for b in range(6)])
     np.testing.assert_allclose(out, expect, rtol=1e-12)
+    # many stories: the replicates come in chunks of chunk_elems // stories rows, the same replicates in order
+    for chunk in (1, 60, 90, 150):
+        np.testing.assert_allclose(cluster_sums(vals, story, n_boot=5, seed=9, chunk_elems=chunk), out, rtol=1e-12)
+    # the story index is global: a story's weight depends on its index, not on its rank among the cell's stories
+    sparse = 7 * story + 3
+    w = story_weights(9, np.arange(6), np.arange(7 * 30 + 3))
+    expect = np.stack([(w[b][sparse][:, None] * vals).sum(0) for b in range(6)])
+    np.testing.assert_allclose(cluster_sums(vals, sparse, n_boot=5, seed=9), expect, rtol=1e-12)
+    # a 1-D column of values is one column
+    np.testing.assert_allclose(cluster_sums(vals[:, 1], story, n_boot=5, seed=9), out[:, [1]], rtol=1e-12)

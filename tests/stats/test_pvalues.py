@@ -15,7 +15,7 @@ from stats_fixtures import BASELINES
 
 from harness.identity import RACES
 from harness.stats import tables as T
-from harness.stats.bootstrap import bootstrap_p, cluster_sums, percentile_interval
+from harness.stats.bootstrap import boot_summary, bootstrap_p, cluster_sums, percentile_interval
 from harness.stats.fdr import bh_adjust
 from harness.stats.intervals import binomial_exact_p, fisher_exact_p, normal_p
 from harness.stats.representation import representation_ratio
@@ -57,6 +57,8 @@ def test_fisher_exact_p_equals_the_hypergeometric_sum():
         hand = min(1.0, pmf[pmf <= p_obs * (1 + 1e-7)].sum())
         assert math.isclose(fisher_exact_p(x1, n1, x2, n2), hand, rel_tol=1e-9), (x1, n1, x2, n2)
     assert math.isnan(fisher_exact_p(0.5, 10, 1, 10))  # fractional: no exact test
+    # a count above its total is impossible input: NaN, not scipy's error on a negative cell
+    assert math.isnan(fisher_exact_p(11, 10, 1, 10)) and math.isnan(fisher_exact_p(1, 10, 12, 10))
 
 
 def test_result_level_exact_and_normal_p_against_scipy():
@@ -76,6 +78,8 @@ def test_result_level_exact_and_normal_p_against_scipy():
 def test_race_rows_have_no_exact_p():
     r = representation_ratio(57.6, 14985, 0.004, kind="race")
     assert math.isnan(r.p_exact) and "no_exact_fractional" in r.flags and math.isnan(r.p_boot)
+    # the primitive itself: no binomial test of a fractional count (not a test of round(57.6) = 58), nor of x > n
+    assert math.isnan(binomial_exact_p(57.6, 14985, 0.004)) and math.isnan(binomial_exact_p(15000, 14985, 0.004))
 
 
 # ---------------------------------------------------------------- percentile-bootstrap p
@@ -88,12 +92,16 @@ def test_bootstrap_p_by_hand():
     assert bootstrap_p(np.log(r), null=0.0, min_finite=1) == 2 * 5 / 11  # monotone-invariant
     # all replicates above the null: the smallest p the Monte Carlo test can give, 2 / (B + 1)
     assert bootstrap_p(np.linspace(1.1, 3, 99)) == 2 / 100
+    # ties at the null count on both sides: 8 below and 2 at it give k_ge = 2 (not 0), so 2 * 3 / 11, not 2 / 11
+    assert bootstrap_p(np.r_[np.full(8, 0.5), 1.0, 1.0], min_finite=1) == 2 * 3 / 11
+    assert bootstrap_p(np.r_[1.0, 1.0, np.full(8, 2.0)], min_finite=1) == 2 * 3 / 11
     # balanced: capped at 1
     assert bootstrap_p(np.r_[np.full(50, 0.5), np.full(50, 2.0)]) == 1.0
     # non-finite replicates leave the family; too few finite ones give NaN
     with_nan = np.r_[np.linspace(1.1, 3, 30), np.nan, np.inf, -np.inf]
     assert bootstrap_p(with_nan) == 2 / 31
     assert math.isnan(bootstrap_p(np.linspace(1.1, 3, 19)))
+    assert bootstrap_p(np.linspace(1.1, 3, 20)) == 2 / 21  # exactly min_finite = 20 finite replicates suffice
     both = bootstrap_p(np.column_stack([np.linspace(1.1, 3, 99), np.linspace(0.1, 0.9, 99)]))
     np.testing.assert_array_equal(both, [2 / 100, 2 / 100])
 
@@ -118,8 +126,35 @@ def test_percentile_interval_and_normal_p_by_hand():
     # numpy's default (linear) quantile: 1 + 0.025 * 99 and 1 + 0.975 * 99
     assert math.isclose(float(lo), 3.475) and math.isclose(float(hi), 97.525)
     assert np.isnan(percentile_interval(np.arange(10.0))[0])
+    assert np.isfinite(percentile_interval(np.arange(20.0))).all()  # exactly min_finite = 20 finite ones suffice
+    # non-finite replicates (a ratio whose denominator resampled to 0) are left out, not ranked at the ends
+    lo, hi = percentile_interval(np.r_[np.arange(1.0, 101.0), np.inf, np.inf, -np.inf, np.nan])
+    assert math.isclose(float(lo), 3.475) and math.isclose(float(hi), 97.525)
+    # (B, k) replicates give one interval per column (the labeller's figures, the impact cells)
+    lo, hi = percentile_interval(np.column_stack([np.arange(1.0, 101.0), np.arange(101.0, 201.0)]))
+    np.testing.assert_allclose([lo, hi], [[3.475, 103.475], [97.525, 197.525]])
     assert math.isclose(normal_p(1.959963984540054), 0.05, rel_tol=1e-12)
     assert math.isclose(normal_p(0.0), 1.0)
+
+
+def test_cluster_sums_refuse_a_value_that_is_not_finite():
+    """The docstring's "NaN is an error": a NaN spread to every sum of its column (all replicates NaN) unnoticed."""
+    from harness.stats.bootstrap import cluster_sums
+
+    with pytest.raises(ValueError, match="column 1 of values is not finite"):
+        cluster_sums(np.array([[1.0, np.nan], [1.0, 2.0]]), np.array([0, 1]), n_boot=2)
+
+
+def test_a_cell_with_too_few_finite_replicates_says_why_its_bootstrap_is_withheld():
+    """Fewer than 20 finite replicates (most resamples left a denominator at 0): the interval and p are NaN and the
+    flag says so, as the docstring promises for every withheld cell (they were NaN with no flag)."""
+    from harness.stats.bootstrap import FEW_FINITE, boot_summary
+
+    reps = np.r_[np.full(90, np.nan), np.linspace(1.0, 2.0, 19)]
+    assert boot_summary(reps)[3] == (FEW_FINITE,) and np.isnan(boot_summary(reps)[:3]).all()
+    lo, hi, p, flags = boot_summary(np.r_[reps, 2.5])  # exactly 20 finite: given, no flag
+    assert flags == () and lo < hi and 0 < p <= 1
+    assert boot_summary(reps, min_finite=19)[3] == ()
 
 
 def test_rmrs_p_boot_is_the_bootstrap_p_of_the_replicate_medians():
@@ -144,6 +179,7 @@ def test_representation_race_rows_get_p_boot_from_the_story_replicates(character
     ok = race.statistic.notna()
     # every named character of the fixture has likelihood 0.01 for aian, nhpi and black: no spread
     flat = race["flags"].str.contains("boot_no_variation")
+    assert flat[ok & race.group.isin(["aian", "nhpi", "black"])].all()  # every one of them, so the next line bites
     assert race.p_exact.isna().all() and race.p_boot[ok & ~flat].notna().all() and (ok & ~flat).sum() > 10
     assert (race.q_bh_from[ok & ~flat] == "p_boot").all() and (race.q_bh_from[ok & flat] == "p_normal").all()
     # by hand for m1 Learning white: the same story index and replicates as the table
@@ -226,6 +262,15 @@ def test_stories_that_do_not_differ_give_no_bootstrap():
     white = T.representation_table(two, BASELINES, n_boot=1000).query("group == 'white'").iloc[0]
     assert white.boot_low < white.statistic < white.boot_high and 0 < white.p_boot <= 1
     assert "boot_no_variation" not in white["flags"]
+    # stories that differ in size but not in share: every replicate is the estimate (a point mass), withheld too
+    rows = [("s1", "subject", "Female"), ("s1", "object", "Male"), ("s2", "subject", "Female")]
+    sizes = _story_chars([(sid, role, "baseline", g, 0.8, 0.2) for sid, role, g in rows], "neutral")
+    white = T.representation_table(sizes, BASELINES, n_boot=1000).query("group == 'white'").iloc[0]
+    assert math.isclose(white.statistic, 0.8 / BASELINES["white"]) and np.isnan(white.p_boot)
+    assert "boot_no_variation" in white["flags"] and white.q_bh_from == "p_normal"
+    # the withholding itself, for alike stories whose replicates spread (the smoothing described above)
+    assert boot_summary(np.linspace(0.5, 1.5, 101), stories_vary=False)[3] == ("boot_no_variation",)
+    assert np.isnan(boot_summary(np.linspace(0.5, 1.5, 101), stories_vary=False)[:3]).all()
 
     alike = _story_chars([(s, role, power, "Female", w, lat) for s in ("s1", "s2", "s3") for role, power, w, lat in
                           (("subject", "dominant", 0.9, 0.0), ("object", "subordinate", 0.6, 0.3))], "laden")
