@@ -84,6 +84,12 @@ def name_ratio(n_sub_name, n_sub, n_dom_name, n_dom):
 
 
 def _pick_median_threshold(ratios: np.ndarray, a: np.ndarray, b: np.ndarray, med: float) -> tuple[int, bool]:
+    """(index of the threshold whose counts give R_mrs its interval and p, whether the median lies between two).
+
+    The threshold whose ratio is the median; where several are, the lowest of them, which holds the most names
+    (counts only fall as the threshold rises). Where the median falls between two ratios (an even number of
+    thresholds), the one of the two with more names (a + b), the lower threshold on a tie.
+    """
     valid = np.flatnonzero(np.isfinite(ratios))
     exact = valid[np.isclose(ratios[valid], med, rtol=1e-12, atol=0)]
     if exact.size:

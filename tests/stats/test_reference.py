@@ -115,6 +115,21 @@ def test_median_is_statistics_median_over_unskipped_thresholds():
     assert res.estimate == 2.5 and res.n_thresholds == 4 and "median_between_thresholds" in res.flags
 
 
+def test_median_between_thresholds_takes_the_interval_of_the_middle_threshold_with_more_names():
+    """Module docstring: between two middle ratios the Katz interval comes from the middle threshold with more
+    names (a + b; the lower threshold on ties) and is centred on the reported median, not on that threshold's
+    own ratio."""
+    # middle ratios 2 (t = 4: a = 2, b = 1) and 3 (t = 1: a = 3, b = 1): t = 1 has more names
+    res = rmrs_from_counts([3, 0, 1, 2, 10], [1, 0, 1, 1, 1], 100, 100)
+    assert (res.t_median, res.a, res.b) == (1, 3, 1)
+    h = 1.96 * math.sqrt(1 / 3 - 1 / 100 + 1 / 1 - 1 / 100)
+    assert math.isclose(res.ci_low, 2.5 * math.exp(-h)) and math.isclose(res.ci_high, 2.5 * math.exp(h))
+    # a tie in names (4 and 4): the lower threshold, t = 1 (a = 3, b = 1), not t = 2 (a = 2, b = 2)
+    tie = rmrs_from_counts([3, 2], [1, 2], 100, 100)
+    assert tie.estimate == 2.0 and (tie.t_median, tie.a, tie.b) == (1, 3, 1)  # h as above: same a, b, totals
+    assert math.isclose(tie.ci_high, 2.0 * math.exp(h)) and "median_between_thresholds" in tie.flags
+
+
 # ---------------------------------------------------------------- every S13 row in the digest
 
 
@@ -177,6 +192,16 @@ def test_r_sub_paper_imputation_rules():
     # the interval adds nothing when both counts are positive, so it is far wider (5.4 artefact)
     h = 1.96 * math.sqrt(1 / 0.2 - 1 / 100 + 1 / 0.4 - 1 / 200)
     assert math.isclose(r.ci_high, r.estimate * math.exp(h))
+    # the interval's own rule: both counts 0 -> 1 added to all four numbers, around R = 1 (p = 1)
+    z = subordination_ratio(0, 50, 0, 60)
+    h = 1.96 * math.sqrt(1 / 1 - 1 / 51 + 1 / 1 - 1 / 61)
+    assert math.isclose(z.ci_low, math.exp(-h)) and math.isclose(z.ci_high, math.exp(h)) and z.p == 1.0
+    assert z.smoothing == 1.0 and {"smoothed", "all_zero_set_to_1"} <= set(z.flags)
+    # exactly one count 0, the other below 1: min(1, max count) = 0.4 is added, not 1
+    r = subordination_ratio(0, 100, 0.4, 200)
+    assert math.isclose(r.estimate, (0.4 / 100.4) / (0.8 / 200.4)) and r.smoothing == 0.4
+    h = 1.96 * math.sqrt(1 / 0.4 - 1 / 100.4 + 1 / 0.8 - 1 / 200.4)
+    assert math.isclose(r.ci_low, r.estimate * math.exp(-h)) and math.isclose(r.ci_high, r.estimate * math.exp(h))
     # integer counts, no imputation: plain Katz
     r = subordination_ratio(30, 1000, 20, 1200)
     assert math.isclose(r.estimate, 1.8) and r.smoothing == 0 and not math.isnan(r.p_exact)
