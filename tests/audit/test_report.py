@@ -59,6 +59,20 @@ def test_labeller_summary_reads_scores_and_training(tmp_path):
                                "final_loss": 0.01234, "data_sha256": "ab" * 32}
     none = labeller_summary(None)
     assert none["labeller"] is None and none["evaluation"] is None and none["training"] is None
+    # where the scores are looked for, in order: the run manifest, the meta.json beside the weights, then the
+    # evaluation.json there ("evaluation" or "eval" in each); a later source never overrides an earlier one
+    w = tmp_path / "scored"
+    w.mkdir()
+    meta_scores, file_scores = {**SCORES, "stories": 50}, {**SCORES, "stories": 60}
+    (w / "meta.json").write_text(json.dumps({"files": ["a.jsonl"], "eval": meta_scores}))
+    (w / "evaluation.json").write_text(json.dumps(file_scores))
+    s = labeller_summary({"labeller": "encoder", "path": str(w), "eval": SCORES})
+    assert (s["evaluation"], s["evaluation_source"], s["settings"]) == (SCORES, "run manifest", {"path": str(w)})
+    s = labeller_summary({"labeller": "encoder", "path": str(w)})
+    assert (s["evaluation"], s["evaluation_source"]) == (meta_scores, str(w / "meta.json"))
+    (w / "meta.json").write_text(json.dumps({"files": ["a.jsonl"]}))
+    s = labeller_summary({"labeller": "encoder", "path": str(w)})
+    assert (s["evaluation"], s["evaluation_source"]) == (file_scores, str(w / "evaluation.json"))
 
 
 def test_labelling_qa_shows_labeller_and_scores_where_known(report):
@@ -67,12 +81,30 @@ def test_labelling_qa_shows_labeller_and_scores_where_known(report):
     qa = html[html.index("<h2 id=t-labelling_qa>"):html.index("<h2 id=t-cue_counts>")]
     by_run = _table(qa[qa.index("<table class='tbl labeller'>"):]).set_index("run")
     a, b, c = by_run.loc["model-a"], by_run.loc["model-b"], by_run.loc["model-c"]
-    assert a["labeller"] == "encoder" and a["gender P"] == "89.8%" and a["name R"] == "91.7%"
+    assert a["labeller"] == "encoder"
+    # each score in its own column, and the size of the set it was scored on
+    assert [a[k] for k in ("gender P", "gender R", "name P", "name R", "scored on")] == [
+        "89.8%", "86.6%", "91.1%", "91.7%", "1000 stories"]
     assert "evaluation.json" in a["scores from"] and "epochs=8" in a["training"] and "stories=75" in a["training"]
     assert b["labeller"] == "rules" and b["gender P"] == "n/a" and "no evaluation scores recorded" in b["scores from"]
     assert "harness label eval" in b["scores from"]
     assert "not recorded" in c["labeller"]
     assert "Table S8" in qa and "98.0%" in qa
+
+
+def test_a_labeller_without_scores_is_told_the_command_that_scores_it(tmp_path):
+    """Where no scores are recorded, the QA table gives the command that scores the labeller: for one with a weights
+    folder, with --details into that folder (where the report reads evaluation.json), and without --details for a
+    labeller that has none (not a path of "None")."""
+    from harness.report.qa import labeller_table_html
+
+    encoder = {"labeller": "encoder", "path": str(tmp_path)}  # its weights folder, with no scores in it
+    manifests = [(tmp_path / "a", {"config": {"name": "a"}, "labeller": encoder}),
+                 (tmp_path / "b", {"config": {"name": "b"}, "labeller": {"labeller": "rules"}})]
+    by_run = _table(labeller_table_html(manifests)).set_index("run")
+    how = "score it with harness label eval --gold laissez_faire_audit_dev.jsonl --labeller"
+    assert by_run.loc["a", "scores from"].endswith(f"{how} encoder --details {tmp_path}/evaluation.json")
+    assert by_run.loc["b", "scores from"].endswith(f"{how} rules")
 
 
 def test_report_renders_in_chromium_without_errors(report, tmp_path):
@@ -139,10 +171,10 @@ def test_a_run_given_twice_or_two_runs_of_one_name_are_refused_not_merged(tmp_pa
     copy = tmp_path / "copy-of-a"
     shutil.copytree(a, copy)
     out = tmp_path / "out"
+    again = tmp_path / "runs" / ".." / "runs" / "model-a"  # another spelling of a (pathlib drops a "." itself)
     for build in (build_report, build_homogeneity_report):
-        with pytest.raises(DataError, match=re.escape(f"{tmp_path / 'runs' / '.' / 'model-a'}: given twice (as {a} "
-                                                      "too); give each run once")):
-            build([a, tmp_path / "runs" / "." / "model-a"], out)
+        with pytest.raises(DataError, match=re.escape(f"{again}: given twice (as {a} too); give each run once")):
+            build([a, again], out)
         with pytest.raises(DataError, match=re.escape(f"{copy} and {a} are both named 'model-a' in their run.json")):
             build([a, b, copy], out)
         assert not out.exists()
@@ -199,7 +231,7 @@ def test_the_report_takes_q_bh_over_every_run_it_stacks(tmp_path):
     tables = {k: pd.concat([t[k] for t in per_run], ignore_index=True) for k in per_run[0]}  # as each run made them
     runs = write_synthetic_runs(tmp_path / "runs", chars, tables)
     build_report(runs, tmp_path / "report")
-    for name in ("representation", "subordination", "rmrs"):
+    for name in ("representation", "orientation", "subordination", "rmrs"):
         got = pd.read_csv(tmp_path / "report" / "tables" / f"{name}.csv")
         p = [row[src] if isinstance(src, str) else float("nan") for src, (_, row) in zip(got.q_bh_from, got.iterrows())]
         p = pd.Series(p, dtype=float)
