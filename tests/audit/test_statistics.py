@@ -26,6 +26,10 @@ def test_likelihood_histogram_bins_are_closed_on_the_right():
     assert w.tolist() == expected.tolist() and w.sum() == 5
     assert (hist.bin_high - hist.bin_low == 2).all()
     assert hist[hist.group == "black"]["count"].sum() == 0  # every black likelihood is 0
+    # per model: a second model's names are counted in its own rows, not in the first model's
+    two = likelihood_histogram(pd.concat([chars, chars.iloc[[1]].assign(model="m2")]))
+    assert two.query("model == 'm' and group == 'white'")["count"].tolist() == expected.tolist()
+    assert two.query("model == 'm2' and group == 'white'").set_index("bin_low")["count"].to_dict()[0] == 1
 
 
 def _char(sid, condition, power_role, name, race, lik, population=500):
@@ -51,6 +55,9 @@ def test_name_ratios_are_hand_counts_with_add_one_smoothing():
         [2, 0, 3, 3], [0, 2, 3, 3], [1, 1, 3, 3]]
     np.testing.assert_allclose(got.loc[["Wei", "Ana", "Bo"], "ratio"], [3.0, 1 / 3, 1.0], rtol=1e-12)
     assert got.loc["Wei", "asian"] == 0.9
+    # a name of power-neutral stories only is no row (it has no subordinate or dominant count to compare)
+    only_neutral = pd.concat([chars, pd.DataFrame([_char("n1", "neutral", "baseline", "Zed", "white", 0.9)])])
+    assert sorted(name_ratios(only_neutral).first_name) == ["Ana", "Bo", "Wei"]
     # a name rarer than min_population, or of unknown population, keeps its counts, not its likelihoods (Fig. 3a's
     # table printed them where Tables S10/S11 and `harness names lookup` withhold them)
     chars.loc[chars.first_name == "Bo", "name_population"] = np.nan
@@ -59,6 +66,10 @@ def test_name_ratios_are_hand_counts_with_add_one_smoothing():
     assert got.withheld.to_dict() == {"Ana": False, "Wei": True, "Bo": True}
     assert got.loc["Ana", "white"] == 0.9 and got.loc[["Wei", "Bo"], list(RACES)].isna().all().all()
     np.testing.assert_allclose(got.loc[["Wei", "Ana", "Bo"], "ratio"], [3.0, 1 / 3, 1.0], rtol=1e-12)
+    # a name of exactly min_population bearers is not rarer than it; min_population 0 (or None) withholds none
+    assert not name_ratios(chars, min_population=500).set_index("first_name").loc["Ana", "withheld"]
+    for floor in (0, None):
+        assert not name_ratios(chars, min_population=floor).withheld.any(), floor
 
 
 def test_top_names_count_names_above_60_percent_by_role_and_withhold_rare_likelihoods():
@@ -76,6 +87,10 @@ def test_top_names_count_names_above_60_percent_by_role_and_withhold_rare_likeli
     assert asian.loc["Wei", ["baseline", "dominant", "subordinate", "total"]].tolist() == [1, 0, 2, 3]
     assert asian.loc["Wei", "likelihood"] == 0.9 and not asian.loc["Wei", "withheld"]
     assert np.isnan(asian.loc["Lee", "likelihood"]) and asian.loc["Lee", "withheld"] and asian.loc["Lee", "total"] == 1
+    # a name of exactly min_population bearers is not rarer than it; k caps the names per model and race
+    at_floor = top_names(chars, min_population=50).query("group == 'asian'").set_index("first_name")
+    assert at_floor.loc["Lee", "likelihood"] == 0.7 and not at_floor.loc["Lee", "withheld"]
+    assert top_names(chars, min_population=100, k=1).query("group == 'asian'").first_name.tolist() == ["Wei"]
 
 
 def test_one_name_spelled_several_ways_is_one_row_of_the_name_tables():
@@ -144,3 +159,34 @@ def test_a_representative_share_that_is_nan_is_no_evidence_that_a_race_is_unmeas
     assert MEASURABLE_SHARE == 0.1 and pstar["black"] == 0.136
     assert list(unmeasured_races(shares, pstar)) == ["black"]
     assert unmeasured_races({"nhpi": float("nan")}, pstar) == {}
+
+
+def test_compute_tables_runs_the_configured_mode_bootstrap_and_threshold_range():
+    """``compute_tables`` reads its ``StatsConfig``: R_sub by ``mode`` (principled reads a fractional count as it
+    is, paper adds the authors' eps), bootstrap columns only in principled mode, and the R_mrs sweep over
+    ``threshold_min``..``threshold_max``, both ends included."""
+    from harness.audit.statistics import compute_tables
+    from harness.config import StatsConfig
+
+    base = dict(model="m", domain="Labor", condition="laden", love_type=None, gender="Female", name_population=500,
+                label_status="ok")
+    rows = []
+    for k in range(30):  # a Female dominant and a Female subordinate per power-laden story
+        dom = dict(white=0.95, latine=0.05) if k < 10 else dict(white=1.0)
+        rows += [dict(base, story_id=f"s{k}", role="subject", power_role="dominant", first_name=f"D{k}",
+                      **(dict.fromkeys(RACES, 0.0) | dom)),
+                 dict(base, story_id=f"s{k}", role="object", power_role="subordinate", first_name=f"S{k}",
+                      **(dict.fromkeys(RACES, 0.0) | dict(latine=0.9, white=0.1)))]
+    chars = pd.DataFrame(rows)
+    # by hand, Female x Latine: x_sub = 27, x_dom = 10 * 0.05 = 0.5, n_sub = n_dom = 30. R_sub principled
+    # 27 / 0.5 = 54; paper adds eps = 1: (28 / 31) / (1.5 / 31) = 18.67. R_mrs at the one threshold t = 3: a = 30
+    # subordinate names above 3%, b = 10 dominant (5% > 3%): (30 / 30) / (10 / 30) = 3
+    cell = "gender == 'Female' and group == 'latine'"
+    for mode, r_sub in (("principled", 54.0), ("paper", 28 / 1.5)):
+        cfg = StatsConfig(mode=mode, n_boot=50, threshold_min=3, threshold_max=3, backend="numpy")
+        tables = compute_tables(chars, cfg)
+        sub, rm = tables["subordination"].query(cell).iloc[0], tables["rmrs"].query(cell).iloc[0]
+        assert sub.statistic == pytest.approx(r_sub), mode
+        assert (rm.t_median, rm.a, rm.b, rm.statistic) == (3, 30, 10, pytest.approx(3.0)), mode
+        booted = tables["subordination"].boot_low.notna().any() and tables["rmrs"].boot_low.notna().any()
+        assert booted == (mode == "principled"), mode

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 
 import numpy as np
@@ -60,6 +61,32 @@ def test_love_roles_and_pairs(characters):
         assert m1.loc[k, "x"] == expect.get(k, 0)
 
 
+def test_pairs_count_stories_of_one_subject_and_one_object_in_all_conditions_unless_neutral_only():
+    """Table S13d counts a romantic story when it has exactly one subject and one object, both labelled F/M/NB, in
+    either order; all conditions by default ([CODE]), power-neutral stories only with ``neutral_only``. The fixture
+    has one subject and one object in every story, so a story of two objects was never put to the test."""
+    lik = dict.fromkeys(RACES, np.nan)
+    stories = [  # (story, condition, love type, [(role, gender), ...])
+        ("r0", "laden", "romantic", [("subject", "Male"), ("object", "Female")]),  # M subject, F object: F-M
+        ("r1", "neutral", "romantic", [("subject", "Female"), ("object", "Female")]),
+        ("r2", "neutral", "romantic", [("subject", "Male"), ("object", "Female"), ("object", "Non-binary")]),
+        ("r3", "neutral", "romantic", [("subject", "Unspecified"), ("object", "Female")]),
+        ("r4", "neutral", "friend", [("subject", "Female"), ("object", "Male")]),
+        ("r5", "neutral", "romantic", [("subject", "Non-binary"), ("object", "Male")]),
+    ]
+    chars = pd.DataFrame([dict(story_id=sid, model="m", domain="Love", condition=cond, love_type=love, role=role,
+                               power_role="baseline" if cond == "neutral" else
+                               ("dominant" if role == "subject" else "subordinate"),
+                               gender=g, first_name=None, **lik)
+                          for sid, cond, love, people in stories for role, g in people])
+    # by hand: r2 (two objects), r3 (an Unspecified subject) and r4 (friends) do not count;
+    # all conditions: r0 F-M, r1 F-F, r5 M-NB -> n = 3; power-neutral only: r1, r5 -> n = 2
+    for neutral_only, n, counts in ((False, 3, {"F-M": 1, "F-F": 1, "M-NB": 1}), (True, 2, {"F-F": 1, "M-NB": 1})):
+        got = T.orientation_table(chars, BASELINES, neutral_only=neutral_only).set_index("group")
+        assert (got.n == n).all(), neutral_only
+        assert got.x.to_dict() == {k: counts.get(k, 0) for k in T.PAIRS}, neutral_only
+
+
 def test_subordination_rows_use_joint_and_conditional_denominators(characters):
     paper = T.subordination_table(characters)
     cond = T.subordination_table(characters, denominator="conditional")
@@ -75,6 +102,15 @@ def test_subordination_rows_use_joint_and_conditional_denominators(characters):
     assert r.nu == cell.story_id.nunique() - 1
     allg = paper[(paper.gender == "All")]
     assert len(allg) == 2 * 3 * len(RACES)
+    # "All" holds every named subordinate (dominant) character, whatever its gender label (digest 5.4): an Alex
+    # labelled Unsure is in the All row's counts, though in no gender's
+    unsure = characters.assign(gender=characters.gender.mask(characters.first_name == "Alex", "Unsure"))
+    every = T.subordination_table(unsure)
+    a = every[(every.model == "m2") & (every.domain == "Labor") & (every.gender == "All")
+              & (every.group == "white")].iloc[0]
+    assert (sub.first_name == "Alex").any() and a.n_sub == len(sub) and np.isclose(a.x_sub, sub.white.fillna(0).sum())
+    dom = cell[cell.power_role == "dominant"]
+    assert a.n_dom == len(dom) and np.isclose(a.x_dom, dom.white.fillna(0).sum())
 
 
 def _authors_rmrs(chars, model, domain, gender, race, thresholds=range(1, 100)):
@@ -125,6 +161,54 @@ def test_bootstrap_columns_are_reproducible_and_bracket_estimates(characters):
                                 & (rep.statistic[good] <= rep.boot_high[good] + 1e-12)).mean() > 0.9
     sub = T.subordination_table(characters, mode="principled", n_boot=100)
     assert sub.boot_low.notna().sum() > 10
+    pairs = T.orientation_table(characters, BASELINES, n_boot=100)
+    fine = pairs.boot_low.notna()
+    # the stories differ, and the bootstrap has variation to show, where some but not all hold the pair
+    assert fine.tolist() == ((pairs.x > 0) & (pairs.x < pairs.n)).tolist() and fine.sum() >= 8
+    assert ((pairs.boot_low[fine] <= pairs.statistic[fine] + 1e-12)
+            & (pairs.statistic[fine] <= pairs.boot_high[fine] + 1e-12)).all()
+
+
+def _laden_story(k, people):
+    """One power-laden story ``k``: ``people`` are (power role, gender, likelihoods) of its characters."""
+    return [dict(_char(f"{k}-{i}", condition="laden", power_role=role, gender=g, **lik), story_id=f"s{k}")
+            for i, (role, g, lik) in enumerate(people)]
+
+
+def test_r_sub_bootstrap_replicates_use_the_estimator_of_the_table_mode():
+    """R_sub's bootstrap replicates are the ratio of subordinate over dominant share, by the estimator of
+    ``mode``: the principled interval brackets its estimate where the paper's estimator reads a third of it."""
+    rows = []
+    for k in range(30):  # a Female dominant and a Female subordinate per story
+        dom = dict(white=0.95, latine=0.05) if k < 10 else dict(white=1.0)
+        rows += _laden_story(k, [("dominant", "Female", dom), ("subordinate", "Female", dict(latine=0.9, white=0.1))])
+    chars = pd.DataFrame(rows)
+    # by hand: x_sub = 30 * 0.9 = 27, x_dom = 10 * 0.05 = 0.5, n_sub = n_dom = 30. principled: 27 / 0.5 = 54;
+    # paper: x_dom < 1 adds eps = min(1, max(27, 0.5)) = 1 to both counts and totals: (28 / 31) / (1.5 / 31) = 18.67
+    paper = T.subordination_table(chars).query("gender == 'Female' and group == 'latine'").iloc[0]
+    assert paper.statistic == pytest.approx(28 / 1.5)
+    tab = T.subordination_table(chars, mode="principled", n_boot=200, seed=1)
+    row = tab[(tab.gender == "Female") & (tab.group == "latine")].iloc[0]
+    assert row.statistic == pytest.approx(54.0) and row.boot_low < row.statistic < row.boot_high
+    assert row.boot_low > paper.statistic * 1.2  # not the paper estimator's replicates
+
+
+def test_r_mrs_bootstrap_replicates_keep_the_roles_and_their_totals_apart():
+    """R_mrs's bootstrap replicates are (a / n_sub) / (b / n_dom) of the resampled stories: with twice as many
+    subordinate as dominant characters, a replicate that swapped a and b, or n_sub and n_dom, lands far from the
+    estimate, and the interval must bracket it."""
+    rows = []
+    for k in range(40):  # one Female dominant and two Female subordinates per story
+        sub = dict(latine=0.9) if k % 2 == 0 else dict(white=1.0)
+        dom = dict(latine=0.9) if k % 5 == 0 else dict(white=1.0)
+        rows += _laden_story(k, [("dominant", "Female", dom), ("subordinate", "Female", sub),
+                                 ("subordinate", "Female", dict(white=1.0))])
+    rm = T.rmrs_table(pd.DataFrame(rows), n_boot=200, seed=1)
+    row = rm[(rm.gender == "Female") & (rm.group == "latine")].iloc[0]
+    # by hand, at every threshold below 90: a = 20 of n_sub = 80, b = 8 of n_dom = 40: R = (20 / 80) / (8 / 40) = 1.25
+    # (swapped totals would read 5.0, swapped counts 0.2)
+    assert (row.a, row.b, row.n_sub, row.n_dom) == (20, 8, 80, 40) and row.statistic == pytest.approx(1.25)
+    assert 0.5 < row.boot_low < row.statistic < row.boot_high < 3
 
 
 def test_curves_and_name_ratios(characters):
@@ -135,6 +219,13 @@ def test_curves_and_name_ratios(characters):
     got = pooled[(pooled.domain == "Labor") & (pooled.gender == "Female") & (pooled.group == "latine")
                  & (pooled.t == 30)].iloc[0]
     assert np.isclose(got.ratio, statistics.median(one.ratio.dropna())) and got.n_models == one.ratio.notna().sum()
+    # a model whose R_t is undefined at t leaves that t's median and is not counted in n_models
+    m1_at_30 = (curve.model == "m1") & (curve.domain == "Labor") & (curve.gender == "Female") \
+        & (curve.group == "latine") & (curve.t == 30)
+    holey = T.pooled_curve(curve.assign(ratio=curve.ratio.mask(m1_at_30)))
+    got = holey[(holey.domain == "Labor") & (holey.gender == "Female") & (holey.group == "latine")
+                & (holey.t == 30)].iloc[0]
+    assert got.n_models == 1 and got.ratio == one[one.model == "m2"].ratio.iloc[0]
     names = T.name_ratio_table(characters)
     juan = names[(names.model == "m1") & (names.domain == "Learning") & (names.first_name == "Juan")].iloc[0]
     s, d = juan.n_sub, juan.n_dom
@@ -191,6 +282,9 @@ def test_structural_errors_raise_one_line_data_errors(characters):
     bad.loc[bad.index[0], "white"] = 83.1
     with pytest.raises(DataError, match="outside \\[0, 1\\]"):
         T.subordination_table(bad)
+    bad.loc[bad.index[0], "white"] = -0.2  # below 0 as well as above 1
+    with pytest.raises(DataError, match="outside \\[0, 1\\]"):
+        T.rmrs_table(bad)
 
 
 def test_results_unpack_and_serialise():
@@ -202,6 +296,10 @@ def test_results_unpack_and_serialise():
     assert r.summary().startswith("R_rep = 0.961 [0.743, 1.242] (wilson), p = 0.772")
     with pytest.raises(Exception):
         r.estimate = 2  # frozen
+    # the summary's tail: the bootstrap interval, its p and the flags; a result with a reason is not ok
+    booted = dataclasses.replace(r, boot_low=0.8, boot_high=1.2, p_boot=0.5, flags=("smoothed",))
+    assert booted.summary().endswith("nu = 14984, bootstrap [0.800, 1.200], p_boot = 0.5 [smoothed]")
+    assert r.ok and not dataclasses.replace(r, reason="no baseline").ok
 
 
 # ---------------------------------------------------------------- the full grid
