@@ -500,7 +500,9 @@ def subordination_table(
                     if n_boot:
                         reps = _sub_reps(sums[1:, 2 + 2 * j], sums[1:, 0], sums[1:, 3 + 2 * j], sums[1:, 1], mode)
                         vary = stories_differ(vals[:, [0, 1, 2 + 2 * j, 3 + 2 * j]], st)
-                        lo, hi, p, flags = boot_summary(reps, alpha, stories_vary=vary, zero_count=res.smoothing > 0)
+                        # withheld where a count is 0 (not where paper mode's eps shifted a count under 1)
+                        zero = min(x_sub, x_dom) == 0
+                        lo, hi, p, flags = boot_summary(reps, alpha, stories_vary=vary, zero_count=zero)
                         res = _replace(res, boot_low=lo, boot_high=hi, p_boot=p, flags=(*res.flags, *flags))
                 rows.append(_row(res, **lab))
     return _finish(rows, issues, ["model", "domain", "gender", "group"], alpha)

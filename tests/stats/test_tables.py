@@ -191,6 +191,15 @@ def test_r_sub_bootstrap_replicates_use_the_estimator_of_the_table_mode():
     row = tab[(tab.gender == "Female") & (tab.group == "latine")].iloc[0]
     assert row.statistic == pytest.approx(54.0) and row.boot_low < row.statistic < row.boot_high
     assert row.boot_low > paper.statistic * 1.2  # not the paper estimator's replicates
+    # paper mode's bootstrap: x_dom = 0.5 is not a zero count, so the interval is given (it was withheld as
+    # boot_zero_count because eps shifted it) and brackets the paper estimate; a dominant count of 0 is withheld
+    tab = T.subordination_table(chars, mode="paper", n_boot=200, seed=1)
+    row = tab[(tab.gender == "Female") & (tab.group == "latine")].iloc[0]
+    assert "boot_zero_count" not in row["flags"] and row.boot_low < row.statistic < row.boot_high < 54
+    chars0 = chars.assign(latine=np.where(chars.power_role == "dominant", 0.0, chars.latine))
+    tab = T.subordination_table(chars0, mode="paper", n_boot=200, seed=1)
+    row = tab[(tab.gender == "Female") & (tab.group == "latine")].iloc[0]
+    assert row.x_dom == 0 and "boot_zero_count" in row["flags"] and np.isnan(row.p_boot)
 
 
 def test_r_mrs_bootstrap_replicates_keep_the_roles_and_their_totals_apart():
