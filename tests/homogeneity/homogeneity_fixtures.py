@@ -15,11 +15,12 @@ RACES = ["African", "Asian", "Hispanic", "White"]
 GENDERS = ["man", "woman"]
 
 
-def synthetic_corpus(n_per_cell, n_formats=4, d=24, seed=0, race_spread=None):
+def synthetic_corpus(n_per_cell, n_formats=4, d=24, seed=0, race_spread=None, woman_spread=1.05):
     """Embeddings of texts in race x gender x format cells: a format direction plus noise whose
     size depends on race (White spreads most, so minority cells are more homogeneous).
 
-    ``n_per_cell``: an int, or a callable rng -> int for unbalanced cells.
+    ``n_per_cell``: an int, or a callable rng -> int for unbalanced cells. ``woman_spread``: women's noise
+    relative to men's (1.0: no gender effect at all).
     Returns (x, texts DataFrame with race/gender/format/prompt_id/sample_idx/text_clean).
     """
     rng = np.random.default_rng(seed)
@@ -31,7 +32,7 @@ def synthetic_corpus(n_per_cell, n_formats=4, d=24, seed=0, race_spread=None):
         for g in GENDERS:
             for f in formats:
                 n = n_per_cell(rng) if callable(n_per_cell) else n_per_cell
-                xs.append(base[f] + rng.normal(size=(n, d)) * spread[r] * (1.05 if g == "woman" else 1.0))
+                xs.append(base[f] + rng.normal(size=(n, d)) * spread[r] * (woman_spread if g == "woman" else 1.0))
                 pid = f"{r}-{g}-{f}".lower()
                 rows += [{"race": r, "gender": g, "format": f, "prompt_id": pid, "sample_idx": i,
                           "text_clean": f"text {pid} {i}"} for i in range(n)]
