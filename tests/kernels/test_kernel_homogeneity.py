@@ -188,9 +188,11 @@ def test_cupy_group_stats(cupy_ok):
     assert_stats_close(H.cupy_group_stats(x, g, n_groups=G), H.brute_force(x, g, n_groups=G), rtol=1e-5, atol=1e-5)
 
 
-def check_pairs_against_brute(ps, x, g, G, n_bins, top_k, tol):
+def check_pairs_against_brute(ps, x, g, G, n_bins, top_k, tol, explicit_max_n=None):
     for k in range(G):
         c, i, j = explicit_pairs(x, g, k)
+        if explicit_max_n is not None:  # every pair value of a group of at most explicit_max_n texts, none above
+            assert (ps.pairs[k] is None) == ((g == k).sum() > explicit_max_n), k
         np.testing.assert_allclose(ps.sum[k], c.sum(), rtol=tol, atol=tol)
         np.testing.assert_allclose(ps.sumsq[k], (c * c).sum(), rtol=tol, atol=tol)
         # histogram: exact except for pairs within rounding of a bin edge
@@ -219,30 +221,49 @@ def check_pairs_against_brute(ps, x, g, G, n_bins, top_k, tol):
 
 def test_pair_reference_equals_brute_force():
     x, g, G = make_case(6)
-    ps = H.pair_reference(x, g, n_groups=G, n_bins=50, top_k=4, explicit_max_n=30, block_rows=7)
-    assert ps.pairs[4] is None or (g == 4).sum() <= 30
-    check_pairs_against_brute(ps, x, g, G, 50, 4, 1e-10)
+    # groups of 0, 1, 2, 58 and 26 texts: group 4 sits exactly at explicit_max_n, group 3 above it
+    ps = H.pair_reference(x, g, n_groups=G, n_bins=50, top_k=4, explicit_max_n=26, block_rows=7)
+    check_pairs_against_brute(ps, x, g, G, 50, 4, 1e-10, explicit_max_n=26)
 
 
 @pytest.mark.parametrize("hist_mode, n_bins, block", [("tl", 64, 16), ("atomic", 50, 32)])
 def test_triton_pair_stats(triton_ok, hist_mode, n_bins, block):
-    x, g, G = make_case(7, N=80, d=24)
-    ps = H.triton_pair_stats(x, g, n_groups=G, n_bins=n_bins, top_k=3, explicit_max_n=25,
+    x, g, G = make_case(7, N=80, d=24)  # groups of 0, 1, 2, 47 and 27 texts: group 4 at explicit_max_n
+    ps = H.triton_pair_stats(x, g, n_groups=G, n_bins=n_bins, top_k=3, explicit_max_n=27,
                              block=block, block_k=16, hist_mode=hist_mode)
     assert ps.backend == "triton"
-    check_pairs_against_brute(ps, x, g, G, n_bins, 3, 2e-5)
+    check_pairs_against_brute(ps, x, g, G, n_bins, 3, 2e-5, explicit_max_n=27)
 
 
 def test_cupy_pair_code_path_on_numpy_namespace():
     x, g, G = make_case(8)
     ps = H._pair_stats_xp(np, x, g, n_groups=G, n_bins=40, top_k=2, explicit_max_n=100, block_rows=9)
-    check_pairs_against_brute(ps, x, g, G, 40, 2, 2e-5)
+    check_pairs_against_brute(ps, x, g, G, 40, 2, 2e-5, explicit_max_n=100)
 
 
 def test_cupy_pair_stats(cupy_ok):
     x, g, G = make_case(9)
     ps = H.cupy_pair_stats(x, g, n_groups=G, n_bins=40, top_k=2)
     check_pairs_against_brute(ps, x, g, G, 40, 2, 2e-5)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "triton-tl", "triton-atomic"])
+def test_pair_histograms_put_identical_and_opposite_texts_in_the_end_bins(request, backend):
+    """Duplicated texts (cosine 1, or a rounding above it) and opposite ones (-1, or a rounding below) count in
+    the last and the first bin: no pair is lost, and none spills into the next group's histogram."""
+    rng = np.random.default_rng(40)
+    base = rng.normal(size=(3, 16))
+    x = np.concatenate([base, base, -base, rng.normal(size=(4, 16))]) * rng.uniform(0.5, 3, size=(13, 1))
+    g = np.array([0] * 9 + [1] * 4)
+    if backend == "numpy":
+        ps = H.pair_reference(x, g, n_bins=16, top_k=2)
+    else:
+        request.getfixturevalue("triton_ok")
+        ps = H.triton_pair_stats(x, g, n_bins=16, top_k=2, block=16, block_k=16, hist_mode=backend[7:])
+    # group 0: 3 identical pairs, 6 opposite ones, 27 others well inside (-1, 1)
+    assert ps.hist[0, -1] == 3 and ps.hist[0, 0] == 6 and ps.hist[0].sum() == 36
+    c, _, _ = explicit_pairs(x, g, 1)
+    assert ps.hist[1].tolist() == np.bincount(np.floor((c + 1) * 8).astype(int), minlength=16).tolist()
 
 
 def test_histogram_quantiles_within_one_bin():
@@ -348,12 +369,25 @@ def test_permutation_replicates_are_group_stats_of_permuted_labels():
         for st in (0, 1):
             idx, labels = perms[st]
             pg[idx] = labels[b]
-        # permutation within strata: pairs only within a stratum
-        want_sum = np.zeros(G)
+        # permutation within strata: pairs only within a stratum, each stratum adding its pairs to every field
+        want = {"n_pairs": np.zeros(G), "sum": np.zeros(G), "sumsq": np.zeros(G)}
         for st in (0, 1):
             sel = np.where(strata == st, pg, -1)
-            want_sum += H.reference(x, sel, n_groups=G).sum
-        np.testing.assert_allclose(rep.sum[b], want_sum, atol=1e-9)
+            ref = H.reference(x, sel, n_groups=G)
+            for f in want:
+                want[f] += getattr(ref, f)
+        for f in want:
+            np.testing.assert_allclose(getattr(rep, f)[b], want[f], atol=1e-9, err_msg=f)
+    # no strata: one stratum of every non-excluded text
+    one = H.group_replicates(x, g, kind="permutation", n_rep=2, seed=5, n_groups=G, backend="numpy")
+    rng = np.random.default_rng(5)
+    keep = np.flatnonzero(g >= 0)
+    for b in range(2):
+        pg = g.copy()
+        pg[keep] = g[keep][rng.permutation(keep.size)]
+        ref = H.reference(x, pg, n_groups=G)
+        for f in ("n_pairs", "sum", "sumsq"):
+            np.testing.assert_allclose(getattr(one, f)[b], getattr(ref, f), atol=1e-9, err_msg=f)
 
 
 def test_bootstrap_replicates_use_hashed_text_weights(triton_ok):
@@ -372,6 +406,8 @@ def test_bootstrap_replicates_use_hashed_text_weights(triton_ok):
         (np.ones((3,)), np.zeros(3, int), DataError),
         (np.ones((3, 2)), np.zeros(2, int), DataError),
         (np.ones((3, 2)), np.array([0, 0, 9]), DataError),
+        (np.ones((3, 2)), np.array([0, 0, 5]), DataError),  # n_groups = 5: ids 0..4
+        (np.ones((3, 2)), np.array([0, -2, 0]), DataError),  # only -1 means excluded
         (np.array([[1.0, 0], [0, 0], [1, 1]]), np.zeros(3, int), DataError),
         (np.ones((3, 2)), np.array([0.5, 0, 0]), DataError),
     ],
@@ -420,8 +456,24 @@ def test_torch_group_stats_uses_unit_rows_as_given_and_normalises_the_rest(group
     scaled = H.torch_group_stats(x, g, n_groups=G, chunk_rows=8)
     assert divs
     assert_stats_close(scaled, H.brute_force(x, g, n_groups=G), rtol=2e-5, atol=2e-5)
+    x[big] /= 1.01 * 1.01  # norm 0.99: as far from a unit vector below 1 as above
+    divs.clear()
+    shrunk = H.torch_group_stats(x, g, n_groups=G, chunk_rows=8)
+    assert divs
+    assert_stats_close(shrunk, H.brute_force(x, g, n_groups=G), rtol=2e-5, atol=2e-5)
     raw = H.torch_group_stats(x, g, n_groups=G, normalize=False)
     assert_stats_close(raw, H.reference(x, g, n_groups=G, normalize=False), rtol=2e-5, atol=2e-4)
+
+
+def test_torch_group_stats_rows_in_group_order_after_excluded_ones():
+    """Excluded rows in front of rows already in group order: the path that reads the rows in place (no
+    gather) must not be taken, or every group reads the rows of the excluded ones and its neighbours."""
+    x, g, G = make_case(25, N=60, d=12)
+    order = np.argsort(g, kind="stable")  # the 3 excluded rows first, then groups 1..4 in order
+    x, g = x[order], g[order]
+    got = H.torch_group_stats(x, g, n_groups=G)
+    assert_stats_close(got, H.brute_force(x, g, n_groups=G), rtol=2e-5, atol=2e-5)
+    assert_stats_close(H.group_stats(x, g, n_groups=G, backend="torch"), got, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("shape", [(130, 70), (70, 130), (200, 200), (3, 5), (1, 384), (384, 1)])

@@ -67,8 +67,9 @@ def test_poisson_table_recomputed_exactly():
 def test_mix32_and_weights_match_pure_python():
     xs = np.array([0, 1, 2, 12345, 2**31, M], dtype=np.uint32)
     assert S.mix32(xs).tolist() == [py_mix32(int(v)) for v in xs]
-    w = S.story_weights(7, [0, 1, 2, 3], [0, 5, 99, 2**32 - 1])
-    assert w.tolist() == [[py_weight(7, r, s) for s in (0, 5, 99, 2**32 - 1)] for r in range(4)]
+    for seed in (7, 20240601, 2**40 + 5, -3):  # every bit of a 32-bit seed counts; wider ones are taken mod 2**32
+        w = S.story_weights(seed, [0, 1, 2, 3], [0, 5, 99, 2**32 - 1])
+        assert w.tolist() == [[py_weight(seed, r, s) for s in (0, 5, 99, 2**32 - 1)] for r in range(4)]
 
 
 def test_weights_are_poisson1():
@@ -121,12 +122,13 @@ def test_cupy_code_path_on_numpy_namespace():
     np.testing.assert_array_equal(totals, ref.totals)
 
 
+@pytest.mark.parametrize("seed", [42, 2**40 + 20240601])  # a seed wider than 16 (and 32) bits hashes as the reference's
 @pytest.mark.parametrize("blocks", [(4, 32), (16, 128)])
-def test_triton_matches_reference_exactly(triton_ok, blocks):
+def test_triton_matches_reference_exactly(triton_ok, blocks, seed):
     lik, role, group, story, G = random_case(3)
-    ref = S.reference(lik, role, group, story, THRESHOLDS, n_groups=G, n_boot=6, seed=42)
+    ref = S.reference(lik, role, group, story, THRESHOLDS, n_groups=G, n_boot=6, seed=seed)
     got = S.triton_sweep_counts(
-        lik, role, group, story, THRESHOLDS, n_groups=G, n_boot=6, seed=42,
+        lik, role, group, story, THRESHOLDS, n_groups=G, n_boot=6, seed=seed,
         block_rep=blocks[0], block_items=blocks[1],
     )
     np.testing.assert_array_equal(got.above, ref.above)
@@ -139,6 +141,19 @@ def test_triton_default_thresholds_and_dispatch(triton_ok):
     got = S.sweep_counts(lik, role, group, story, n_groups=G, n_boot=2, seed=9, backend="triton")
     assert got.above.shape[3] == 99
     np.testing.assert_array_equal(got.above, ref.above)
+
+
+def test_default_thresholds_on_the_cpu_paths():
+    """Without thresholds every CPU path sweeps t = 1..99 (the contract), as the reference does."""
+    lik, role, group, story, G = random_case(8, n=30)
+    ref = S.reference(lik, role, group, story, n_groups=G, n_boot=2, seed=3)
+    explicit = S.reference(lik, role, group, story, np.arange(1, 100), n_groups=G, n_boot=2, seed=3)
+    np.testing.assert_array_equal(ref.above, explicit.above)
+    for out in (S.numpy_sweep_counts(lik, role, group, story, n_groups=G, n_boot=2, seed=3),
+                S.sweep_counts(lik, role, group, story, n_groups=G, n_boot=2, seed=3, backend="numpy")):
+        assert out.above.shape == (3, G, 7, 99, 2)
+        np.testing.assert_array_equal(out.above, ref.above)
+        np.testing.assert_array_equal(out.totals, ref.totals)
 
 
 def test_cupy_matches_reference(cupy_ok):
