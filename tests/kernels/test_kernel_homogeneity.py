@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 import pytest
@@ -292,6 +293,11 @@ def test_replicate_reference_equals_weighted_pairs():
         np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10)
     np.testing.assert_allclose(r.weight_total, w.sum(1))
     np.testing.assert_allclose(H._replicate_stats_xp(np, x, w).sum, r.sum, rtol=1e-5, atol=1e-5)
+    # a negative or NaN weight is no resample (a negative one gave negative pair counts): refused, naming the
+    # weights; a wrong shape names the pool's size
+    for bad, says in ((-w, "finite and non-negative"), (w * np.nan, "finite and non-negative"), (w[:, :5], "(B, 30)")):
+        with pytest.raises(DataError, match=re.escape(says)):
+            H.replicate_reference(x, bad)
 
 
 def test_a_replicate_without_pairs_has_no_mean(triton_ok):
