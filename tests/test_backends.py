@@ -107,6 +107,60 @@ def check_json_schema(b):
     jsonschema.validate(json.loads(reply.text), SCHEMA)
 
 
+def test_vllm_backend_passes_every_sampling_parameter_and_each_requests_seed():
+    """Each request's SamplingParams carry the run's temperature, top_p, top_k, max_tokens and stop strings, the
+    request's own seed and its JSON Schema as structured outputs (no engine is started: vLLM is only imported)."""
+    pytest.importorskip("vllm")
+    from harness.generation.vllm_backend import VLLMBackend
+
+    b = VLLMBackend.__new__(VLLMBackend)
+    params = GenParams(temperature=0.7, top_p=0.9, top_k=40, max_tokens=33, stop=("\n\n", "THE END"))
+    sp = b._sampling(GenRequest("a", "hi", 7, json_schema=json.dumps(SCHEMA)), params)
+    assert (sp.n, sp.temperature, sp.top_p, sp.top_k, sp.max_tokens, sp.stop, sp.seed) == (
+        1, 0.7, 0.9, 40, 33, ["\n\n", "THE END"], 7)
+    assert json.loads(sp.structured_outputs.json) == SCHEMA
+    free = b._sampling(GenRequest("b", "hi", 8), GenParams(top_k=0, max_tokens=5))
+    assert (free.top_k, free.stop, free.seed, free.max_tokens, free.structured_outputs) == (-1, [], 8, 5, None)
+
+
+def test_vllm_backend_renders_each_prompt_and_yields_every_chunk():
+    """Prompts go to the engine a chunk at a time, rendered with the chat template and the request's system message
+    (the homogeneity suite's "You are a chatbot"); every request of every chunk comes back under its own id, with its
+    own seed's reply, its token counts and "length" where max_tokens cut it. The engine here is a stand-in that
+    echoes what it was given; vLLM's own runs in test_vllm_offline_engine_on_cpu."""
+    pytest.importorskip("vllm")
+    from types import SimpleNamespace
+
+    from harness.generation.vllm_backend import VLLMBackend
+
+    class Tok:
+        chat_template = "x"
+
+        def apply_chat_template(self, messages, tokenize, add_generation_prompt):
+            assert not tokenize and add_generation_prompt
+            return json.dumps(messages)
+
+    calls = []
+
+    class Engine:
+        def generate(self, prompts, sampling, use_tqdm):
+            calls.append([json.loads(p) for p in prompts])
+            return [SimpleNamespace(prompt_token_ids=[0] * len(p), outputs=[SimpleNamespace(
+                text=f"story {s.seed}", token_ids=[1] * s.seed, finish_reason="length" if s.seed % 2 else "stop")])
+                for p, s in zip(prompts, sampling)]
+
+    b = VLLMBackend.__new__(VLLMBackend)
+    b.llm, b.tokenizer, b.chat_template, b.chunk = Engine(), Tok(), True, 2
+    reqs = [GenRequest(f"r{i}", f"p{i}", i + 1, system="You are a chatbot" if i == 4 else None) for i in range(5)]
+    out = list(b.generate(reqs, SAMPLED))
+    assert [len(c) for c in calls] == [2, 2, 1]
+    assert calls[0][1] == [{"role": "user", "content": "p1"}]
+    assert calls[2][0] == [{"role": "system", "content": "You are a chatbot"}, {"role": "user", "content": "p4"}]
+    assert [(r.request_id, r.text, r.finish_reason, r.output_tokens) for r in out] == [
+        (f"r{i}", f"story {i + 1}", "length" if (i + 1) % 2 else "stop", i + 1) for i in range(5)]
+    assert [r.prompt_tokens for r in out] == [len(json.dumps(m)) for c in calls for m in c]
+
+
 @pytest.fixture(scope="module")
 def vllm_server(smollm2_dir, tmp_path_factory):
     """`vllm serve` on loopback with the embedded model (a real OpenAI-compatible server). Its log
@@ -175,6 +229,41 @@ def test_openai_backend_sends_a_json_schema_as_response_format():
         assert "response_format" not in b._body(GenRequest("a", "hi", 1), GenParams())
     finally:
         b.close()
+
+
+def test_openai_backend_sends_every_sampling_parameter_and_a_bare_prompt_without_a_template():
+    """The run's sampling parameters reach the server as set (top_k only where it cuts, the stop strings as a list)
+    with the request's seed: to /chat/completions with the chat turns, or without a chat template to /completions
+    with the prompt and its newline, as the local backends render it. A reply cut at max_tokens is kept as "length"
+    (the LLM labeller asks again with twice the tokens), from either endpoint."""
+    sent = []
+
+    def handler(request):
+        sent.append((request.url.path, json.loads(request.content)))
+        choice = {"message": {"content": "A story."}} if "messages" in sent[-1][1] else {"text": "A story"}
+        return httpx.Response(200, json={"choices": [{**choice, "finish_reason": "length"}],
+                                         "usage": {"prompt_tokens": 4, "completion_tokens": 33}})
+
+    params = GenParams(temperature=0.7, top_p=0.9, top_k=40, max_tokens=33, stop=("\n\n", "THE END"))
+    out = []
+    for chat in (True, False):
+        b = OpenAIBackend("m", base_url="http://server/v1/", chat_template=chat)
+        b.client.close()
+        b.client = httpx.Client(transport=httpx.MockTransport(handler))
+        try:
+            out += b.generate([GenRequest("a", "hi", 7, system="You are a chatbot")], params)
+            out += b.generate([GenRequest("k0", "hi", 8)], GenParams(top_k=0))
+        finally:
+            b.close()
+    common = {"model": "m", "temperature": 0.7, "top_p": 0.9, "top_k": 40, "max_tokens": 33, "seed": 7, "n": 1,
+              "stop": ["\n\n", "THE END"]}
+    assert sent[0] == ("/v1/chat/completions", {**common, "messages": [
+        {"role": "system", "content": "You are a chatbot"}, {"role": "user", "content": "hi"}]})
+    assert sent[2] == ("/v1/completions", {**common, "prompt": "hi\n"})
+    for _, body in (sent[1], sent[3]):  # top_k 0 (no cut) and no stop strings: neither is sent
+        assert "top_k" not in body and "stop" not in body and (body["seed"], body["max_tokens"]) == (8, 200)
+    assert [(r.text, r.finish_reason, r.prompt_tokens, r.output_tokens) for r in out[::2]] == [
+        ("A story.", "length", 4, 33), ("A story", "length", 4, 33)]
 
 
 def test_openai_backend_retries_429_and_5xx_and_records_failures(json_server):
@@ -344,6 +433,10 @@ def test_seeded_sampler_draws_from_the_filtered_distribution():
         (GenParams(temperature=1.0), [0.5, 0.2, 0.15, 0.1, 0.05, 0.0]),
         (GenParams(temperature=1.0, top_k=3), [0.5 / 0.85, 0.2 / 0.85, 0.15 / 0.85, 0, 0, 0]),
         (GenParams(temperature=1.0, top_p=0.6), [0.5 / 0.7, 0.2 / 0.7, 0, 0, 0, 0]),
+        # temperature 0.5 squares the probabilities; top-p then cuts the sharpened distribution (vLLM's order: cut
+        # first, 0.15 would have stayed)
+        (GenParams(temperature=0.5), [0.25 / 0.325, 0.04 / 0.325, 0.0225 / 0.325, 0.01 / 0.325, 0.0025 / 0.325, 0]),
+        (GenParams(temperature=0.5, top_p=0.8), [0.25 / 0.29, 0.04 / 0.29, 0, 0, 0, 0]),
     ]
     for params, expected in cases:
         counts = torch.zeros(6)
@@ -360,6 +453,20 @@ def test_seeded_sampler_draws_from_the_filtered_distribution():
     a = SeededSampler([7, 8, 9, 7], GenParams())(torch.zeros(4, 1, dtype=torch.long), batch)
     b = SeededSampler([7], GenParams())(torch.zeros(1, 1, dtype=torch.long), row.clone())
     assert (a == 0).sum() == 4 and a[0].argmax() == a[3].argmax() == b[0].argmax()
+
+
+def test_seeded_sampler_never_draws_a_filtered_token_even_for_a_uniform_of_zero(monkeypatch):
+    """A token top-k (or top-p) removed has zero mass, a flat step of the CDF: the draw for u == 0 (one in 2**24
+    float32 uniforms, so a few times in a large corpus) takes the first token with mass, never the removed one."""
+    import torch
+
+    from harness.generation.hf import SeededSampler
+
+    logits = torch.log(torch.tensor([[0.1, 0.5, 0.4]]))
+    monkeypatch.setattr(torch, "rand", lambda *size, generator=None, **kw: torch.zeros(*size))
+    for params in (GenParams(top_k=2), GenParams(top_p=0.5)):
+        out = SeededSampler([0], params)(torch.zeros(1, 1, dtype=torch.long), logits.clone())
+        assert int(out.argmax()) == 1 and (out == 0).sum() == 1, params
 
 
 def test_a_system_message_goes_where_the_config_puts_it():
@@ -606,6 +713,64 @@ def test_a_reply_has_the_room_its_own_prompt_leaves_whatever_its_batchmates(tmp_
     assert alone["short"].output_tokens == 30 and alone["long"].output_tokens == 60 - alone["long"].prompt_tokens < 30
     assert {k: (r.text, r.output_tokens, r.finish_reason) for k, r in together.items()} == {
         k: (r.text, r.output_tokens, r.finish_reason) for k, r in alone.items()}
+    # a reply that filled its room was cut, not ended: "length" (the LLM labeller asks again with twice the tokens)
+    assert {r.finish_reason for r in (*alone.values(), *together.values())} == {"length"}
+
+
+def test_a_reply_ends_before_the_first_stop_string_of_any(tmp_path):
+    """Stop strings end a reply and are not part of it: the text is cut before the earliest of them (whichever comes
+    first in the text, not in the list; one at the very start leaves nothing), and the reply counts as stopped, not
+    cut at max_tokens. One stop string given as a string is that string, not its characters. Generation ends there
+    and the reply's output tokens end with the stop string's last one, in a batch too."""
+    from harness.generation.chat import cut_at_stop
+    from harness.generation.hf import TransformersBackend
+    from harness.models import ResolvedModel
+
+    assert cut_at_stop("Once upon THE END a time\n\nmore", ("\n\n", "THE END")) == ("Once upon ", True)
+    assert cut_at_stop("THE END of it", ("it", "THE END")) == ("", True)
+    assert cut_at_stop("no end", ("THE END",)) == cut_at_stop("no end", ()) == ("no end", False)
+    assert GenParams(stop="THE END").stop == ("THE END",)
+    model, tok = _char_model()
+    b = TransformersBackend.from_loaded(model, tok, ResolvedModel("char", tmp_path), chat_template=False)
+    b._eos_ids = lambda: set()  # a random model that never stops: every reply runs to max_tokens
+    req = GenRequest("s", "AnametTom", 0)
+    full = list(b.generate([req], GenParams(temperature=0, max_tokens=30)))[0]
+    assert full.finish_reason == "length" and len(full.text) == 30
+    stops = (full.text[20:22], full.text[12:14])
+    first = min(full.text.find(s) for s in stops)
+    cut = list(b.generate([req], GenParams(temperature=0, max_tokens=30, stop=stops)))[0]
+    assert (cut.text, cut.finish_reason) == (full.text[:first], "stop")
+    # generation ends at the stop string (it ran on to max_tokens, and all 30 tokens were counted as output); in a
+    # batch, the row that stopped counts its own tokens (one per character here), not the padding after them
+    assert cut.output_tokens == first + 2
+    forward, calls = model.forward, []
+    model.forward = lambda *a, **k: calls.append(1) or forward(*a, **k)
+    assert list(b.generate([req], GenParams(temperature=0, max_tokens=30, stop=stops)))[0] == cut
+    model.forward = forward
+    assert len(calls) == first + 2  # one step per token up to the stop string's end, none after it
+    other = GenRequest("o", "ZedZedZed", 0)  # as long as req's prompt: no padding before either
+    alone = list(b.generate([other], GenParams(temperature=0, max_tokens=30)))[0]
+    assert stops[0] not in alone.text and stops[1] not in alone.text
+    both = list(b.generate([req, other], GenParams(temperature=0, max_tokens=30, stop=stops)))
+    assert [(g.text, g.finish_reason, g.output_tokens) for g in both] == [
+        (cut.text, "stop", first + 2), (alone.text, "length", 30)]
+
+
+def test_transformers_backend_renders_the_system_message_and_the_generation_prompt(tmp_path):
+    """With a chat template, the model sees the request's system message before its prompt and the template's
+    generation prompt after it (the assistant's turn, which the model then writes); each batch of batch_size comes
+    back. The character model's template writes the turns' texts one after another, then "Zed" for the turn."""
+    from harness.generation.hf import TransformersBackend
+    from harness.models import ResolvedModel
+
+    model, tok = _char_model()
+    tok.chat_template = ("{% for m in messages %}{{ m['content'] }}{% endfor %}"
+                         "{% if add_generation_prompt %}Zed{% endif %}")
+    b = TransformersBackend.from_loaded(model, tok, ResolvedModel("char", tmp_path), batch_size=1)
+    reqs = [GenRequest("system", "Tom", 0, system="Ana"), GenRequest("inline", "AnaTom", 0)]
+    out = {r.request_id: r for r in b.generate(reqs, GenParams(temperature=0, max_tokens=12))}
+    assert out["system"].prompt_tokens == out["inline"].prompt_tokens == len("AnaTomZed")
+    assert out["system"].text == out["inline"].text
 
 
 def test_a_device_torch_cannot_see_is_one_line_naming_the_setting(monkeypatch):

@@ -160,6 +160,9 @@ class TransformersBackend(Backend):
             do_sample=False,
             logits_processor=processors,
             pad_token_id=self.tokenizer.pad_token_id,
+            # a row ends at its first stop string (it ran to max_tokens and was cut after, all of it counted)
+            stop_strings=list(params.stop) or None,
+            tokenizer=self.tokenizer if params.stop else None,
             temperature=None,
             top_p=None,
             top_k=None,
@@ -176,7 +179,9 @@ class TransformersBackend(Backend):
             text = self.tokenizer.decode(ids[:n], skip_special_tokens=True)
             text, hit_stop = cut_at_stop(text, params.stop)
             reason = "stop" if hit_eos or hit_stop else ("length" if n >= max_new else "stop")
-            results.append(GenResult(req.request_id, text, reason, int(n_prompt), n + int(hit_eos)))
+            # a row's output ends with the token that completes its first stop string (its batch ran on after it)
+            n_out = _tokens_to_stop(self.tokenizer, ids[:n], params.stop) if hit_stop else n + int(hit_eos)
+            results.append(GenResult(req.request_id, text, reason, int(n_prompt), n_out))
         return results
 
     def _eos_ids(self) -> set[int]:
@@ -209,3 +214,15 @@ class TransformersBackend(Backend):
         self.model = None
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
+
+
+def _tokens_to_stop(tokenizer, ids: list[int], stop: tuple[str, ...]) -> int:
+    """The fewest leading tokens of ``ids`` whose text holds one of ``stop`` (which the whole of ``ids`` holds)."""
+    lo, hi = 1, len(ids)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if cut_at_stop(tokenizer.decode(ids[:mid], skip_special_tokens=True), stop)[1]:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
