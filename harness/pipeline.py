@@ -189,6 +189,8 @@ def check_resumable(store: RunStore, cfg: RunConfig, suite: Suite | None = None)
             if f == "model.system_message" and not any(
                     p.meta.get("system") for p in (suite or get_suite(cfg.suite, cfg.wording)).prompts):
                 continue  # no prompt of the suite has one (laissez-faire): the stories do not depend on it
+            if f == "wording" and _same_prompts(old_cfg, cfg):
+                continue  # the suite's default wording written out, or left out: the same prompts
             raise ConfigError(
                 f"{store.manifest_path}: this run was made with a different {f} "
                 f"({_get(old_cfg, f)!r} vs {_get(cfg, f)!r}); use a new output_dir to start another run"
@@ -204,6 +206,15 @@ def check_resumable(store: RunStore, cfg: RunConfig, suite: Suite | None = None)
                 f"{suite.name} {suite.version} gives it ({'version ' + str(was) if was else 'an earlier version'} "
                 f"of the suite); use a new output_dir to start another run"
             )
+
+
+def _same_prompts(a: RunConfig, b: RunConfig) -> bool:
+    """Whether two configs' suite and wording give the same prompts (ids and texts)."""
+    try:
+        return a.suite == b.suite and ({p.id: p.text for p in get_suite(a.suite, a.wording).prompts}
+                                       == {p.id: p.text for p in get_suite(b.suite, b.wording).prompts})
+    except ConfigError:  # a wording the suite does not have: not the same
+        return False
 
 
 def _row(item: WorkItem, res, model: str, backend: str) -> dict[str, Any]:

@@ -45,6 +45,8 @@ def test_shipped_configs_validate(monkeypatch, tmp_path):
         ("model: {backend: openai, path: m, base_url: notaurl}\n",
          r"field 'model.base_url': must be the server's http:// or https:// address, e.g. http://127.0.0.1:8000/v1 "
          r"\(got 'notaurl'\)$"),
+        ("model: {backend: openai, path: m, base_url: 'http://'}\n",  # a scheme without a server
+         r"field 'model.base_url': must be the server's http:// or https:// address.*\(got 'http://'\)$"),
         # a field its backend does not read would do nothing: refused, naming the backends that read it
         ("model: {backend: vllm, path: smollm2-135m, device: cuda}\n",
          r"model\.device: the vllm backend does not read it \(vLLM places the model itself\); remove it, or use "
@@ -58,6 +60,7 @@ def test_shipped_configs_validate(monkeypatch, tmp_path):
          r"model\.concurrency: the transformers backend does not read it .*or use backend openai$"),
         ("sampling: {temperature: 1}\n", r"missing required field 'model'"),
         ("model: [1, 2\n", r"invalid YAML at line"),
+        ("- model\n- seed\n", r"the top level must be a mapping of keys to values$"),  # was an AttributeError
         ("model: {backend: vllm, path: smollm2-135m}\nsuite: nope\n",
          r"field 'suite': unknown suite 'nope'; choose one of .*laissez-faire"),
         ("model: {backend: vllm, path: smollm2-135m}\nwording: tabloid\n",
@@ -137,6 +140,17 @@ def test_a_field_its_backend_does_not_read_passes_at_its_default(tmp_path):
     assert cfg.model.concurrency == 4
 
 
+def test_a_server_address_is_taken_with_http_or_https():
+    """base_url takes an https:// address as well as an http:// one, as its error says; a scheme without a server
+    ("https:///v1") is refused."""
+    from harness.config import ModelConfig
+
+    for url in ("http://127.0.0.1:8000/v1", "https://api.example.org/v1"):
+        assert ModelConfig(backend="openai", path="m", base_url=url).base_url == url
+    with pytest.raises(ValueError, match="must be the server's http:// or https:// address"):
+        ModelConfig(backend="openai", path="m", base_url="https:///v1")
+
+
 def test_gguf_refused_for_vllm(tmp_path):
     gguf = tmp_path / "m.gguf"
     gguf.write_bytes(b"GGUF")
@@ -148,6 +162,14 @@ def test_unset_environment_variable_is_named(tmp_path, monkeypatch):
     monkeypatch.delenv("NOT_SET_ANYWHERE", raising=False)
     with pytest.raises(ConfigError, match=r"\$\{NOT_SET_ANYWHERE\} but NOT_SET_ANYWHERE is not set"):
         load_config(write(tmp_path, "model: {backend: vllm, path: '${NOT_SET_ANYWHERE}/x'}\n"))
+    # a string inside a list is expanded too, and an unset variable there is named by its position
+    with pytest.raises(ConfigError, match=r"sampling\.stop\[1\] uses \$\{NOT_SET_ANYWHERE\} but NOT_SET_ANYWHERE"):
+        load_config(write(tmp_path, "model: {backend: vllm, path: smollm2-135m}\n"
+                                    "sampling: {stop: [END, '${NOT_SET_ANYWHERE}']}\n"))
+    monkeypatch.setenv("HARNESS_STOP", "THE END")
+    cfg = load_config(write(tmp_path, "model: {backend: vllm, path: smollm2-135m}\n"
+                                      "sampling: {stop: ['${HARNESS_STOP}']}\n"))
+    assert cfg.sampling.stop == ["THE END"]
 
 
 def test_include_and_overrides(tmp_path):
@@ -156,6 +178,11 @@ def test_include_and_overrides(tmp_path):
     cfg = load_config(p, {"seed": 7, "model.chat_template": False})
     assert (cfg.model.backend, cfg.model.batch_size, cfg.samples_per_prompt, cfg.seed, cfg.model.chat_template) == (
         "transformers", 8, 3, 7, False)
+    # two files that include each other: one line naming the cycle, not a RecursionError
+    write(tmp_path, "include: b.yaml\nmodel: {backend: vllm, path: smollm2-135m}\n", "a.yaml")
+    write(tmp_path, "include: a.yaml\nseed: 1\n", "b.yaml")
+    with pytest.raises(ConfigError, match=r"a\.yaml: include cycle \(.*a\.yaml -> .*b\.yaml\)$"):
+        load_config(tmp_path / "a.yaml")
 
 
 @pytest.mark.parametrize("kw, msg", [({"top_p": 0.0}, "top_p must be in"), ({"temperature": -1}, "temperature"), ({"max_tokens": 0}, "max_new_tokens")])
@@ -276,6 +303,10 @@ def test_set_options_are_refused_in_one_line_naming_the_option(tmp_path):
         assert isinstance(r.exception, ConfigError), (args, r.output)
         assert str(r.exception).startswith(says) and "\n" not in str(r.exception), (args, str(r.exception))
     assert not (tmp_path / "run").exists() and not any(tmp_path.glob("[bc]"))
+    # a --set beside a bad value of the file's own: the file is named, not the --set
+    bad = write(tmp_path, "model: {backend: transformers, path: smollm2-135m}\nsamples_per_prompt: lots\n", "bad.yaml")
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(bad))}: field 'samples_per_prompt'"):
+        load_config(bad, {"seed": 1, "model.batch_size": 2})
 
 
 def test_a_run_whose_recorded_config_no_longer_reads_is_one_line(tmp_path):
@@ -296,6 +327,28 @@ def test_a_run_whose_recorded_config_no_longer_reads_is_one_line(tmp_path):
     store.write_manifest({"config": cfg.model_dump(mode="json")})
     check_resumable(store, cfg)  # the same config: resumes
     assert json.loads(store.manifest_path.read_text())["config"]["seed"] == 0
+
+
+def test_a_rerun_with_another_model_path_or_wording_is_refused(tmp_path):
+    """IDENTITY_FIELDS: another model (model.path) or another wording of the suite makes other stories; a rerun
+    into the same output_dir with either would mix two runs' stories in one, so it is refused naming the field.
+    A wording written out that is the suite's default is no other wording."""
+    from harness.pipeline import check_resumable
+    from harness.store import RunStore
+
+    cfg = load_config(write(tmp_path, f"model: {{backend: transformers, path: smollm2-135m}}\n"
+                                      f"output_dir: {tmp_path / 'run'}\n"))
+    store = RunStore(tmp_path / "run")
+    store.write_manifest({"config": cfg.model_dump(mode="json")})
+    other_model = cfg.model_copy(update={"model": cfg.model.model_copy(update={"path": "other-model"})})
+    for changed, field in ((other_model, "model.path"), (cfg.model_copy(update={"wording": "paper"}), "wording")):
+        with pytest.raises(ConfigError, match=rf"run\.json: this run was made with a different {re.escape(field)} "):
+            check_resumable(store, changed)
+    # the suite's default wording written out gives the same prompts: the run resumes (it was refused, None vs
+    # 'released'), and the other way round
+    check_resumable(store, cfg.model_copy(update={"wording": "released"}))
+    store.write_manifest({"config": cfg.model_copy(update={"wording": "released"}).model_dump(mode="json")})
+    check_resumable(store, cfg)
 
 
 @pytest.mark.parametrize("backend, runnable", [("cupy", "cupy_runnable"), ("triton", "triton_runnable")])
@@ -349,6 +402,10 @@ def test_a_kernel_backend_this_machine_cannot_run_stops_the_run_before_generatin
                                                                                           r"laissez-faire runs only"),
     ("suite: homogeneity\nsamples_per_prompt: 2\nstatistics: {mode: principled}\n",
      r"field 'statistics.mode': a homogeneity run does not read it; remove it$"),
+    ("suite: homogeneity\nsamples_per_prompt: 2\nstatistics: {threshold_min: 10}\n",
+     r"field 'statistics.threshold_min': a homogeneity run does not read it; remove it$"),
+    ("suite: homogeneity\nsamples_per_prompt: 2\nstatistics: {threshold_max: 90}\n",
+     r"field 'statistics.threshold_max': a homogeneity run does not read it; remove it$"),
 ])
 def test_a_stage_or_field_the_runs_kind_never_reads_is_refused_at_load(tmp_path, body, pattern):
     """Each did nothing (an embedding: block in a laissez-faire config, n_boot in the paper mode) or stopped the run
@@ -368,6 +425,10 @@ def test_the_fields_a_run_reads_pass_at_any_value_and_unread_ones_at_their_defau
                                               "statistics: {n_boot: 50, seed: 2, mode: paper}\n"))
     assert cfg.stages == ["generate", "label", "identities", "statistics", "report"]  # the default: all four stages
     assert load_config(ROOT / "configs" / "homogeneity_smoke.yaml").statistics.n_boot == 200
+    # one threshold (min == max) is a sweep of one, not an empty one; train_jobs with a soup of seeds is read
+    cfg = load_config(write(tmp_path, model + "statistics: {threshold_min: 50, threshold_max: 50}\n"
+                                              "label: {train_jobs: 2, train_seeds: [0, 1]}\n"))
+    assert (cfg.statistics.threshold_min, cfg.statistics.threshold_max, cfg.label.train_jobs) == (50, 50, 2)
 
 
 def test_training_settings_an_encoder_already_trained_would_ignore_are_refused(tmp_path):

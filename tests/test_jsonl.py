@@ -34,6 +34,29 @@ def test_a_list_text_that_breaks_the_parsers_is_no_list_and_its_row_is_named(tmp
     assert parse_list_text("['she', 'her']") == ["she", "her"] and parse_list_text('["Emily"]') == ["Emily"]
 
 
+def test_a_text_that_is_no_list_is_none_and_a_json_only_list_is_read():
+    """parse_list_text gives a list or None: a Python string, tuple or dict literal ("'Sarah'") is no list (a string
+    returned as one was read letter by letter), and a JSON list with null or true, no Python literal, is read."""
+    from harness.jsonl import parse_list_text
+
+    for text in ("'Sarah'", "('she', 'her')", "{'she': 1}", "3", "None", "null"):
+        assert parse_list_text(text) is None, text
+    assert parse_list_text('["Emily", null, true]') == ["Emily", None, True]
+
+
+def test_blank_lines_are_skipped_and_a_line_that_is_not_json_or_a_directory_is_named(tmp_path):
+    """Blank (or whitespace-only) lines are skipped, the line numbers count them; a line that is not JSON is named
+    "not valid JSON" with its line, a directory is named as a directory."""
+    p = tmp_path / "rows.jsonl"
+    p.write_bytes(b'\xef\xbb\xbf{"a": 1}\n\n   \n{"a": 2}\r\n\n')
+    assert list(iter_jsonl(p)) == [(1, {"a": 1}), (4, {"a": 2})]
+    p.write_text('{"a": 1}\n\n{"a": 2,}\n')
+    with pytest.raises(DataError, match=r"rows\.jsonl:3: not valid JSON \(.*\); one object per line$"):
+        list(iter_jsonl(p))
+    with pytest.raises(DataError, match=r": a directory; pass a JSONL file of stories$"):
+        list(iter_jsonl(tmp_path, what="JSONL file of stories"))
+
+
 def test_a_missing_path_and_a_path_that_is_no_regular_file_are_told_apart(tmp_path):
     """/dev/null (or a pipe) exists: "file not found" sent its user looking for a typo."""
     import os

@@ -22,6 +22,13 @@ def test_laissez_faire_has_the_100_prompts_of_the_paper():
         ("Love", "neutral"): 20, ("Love", "laden"): 20,
     }
     assert Counter(p.love_type for p in s if p.domain == "Love") == {"romantic": 16, "friend": 12, "sibling": 12}
+    # only Love prompts have a love type: a Learning or Labor story read as romantic joined the orientation table
+    assert all(p.love_type is None for p in s if p.domain != "Love")
+    # 50 scenarios, each the neutral and the laden prompt of one number (learning-neutral-01, learning-laden-01)
+    by_scenario = {}
+    for p in s:
+        by_scenario.setdefault(p.scenario, []).append(p.id)
+    assert len(by_scenario) == 50 and by_scenario["learning-01"] == ["learning-neutral-01", "learning-laden-01"]
     assert all(p.text.startswith(PREFIX) and p.text.endswith(".") for p in s)
     ids = [p.id for p in s]
     assert ids[:2] == ["learning-neutral-01", "learning-neutral-02"] and ids[-1] == "love-laden-20"
@@ -68,6 +75,7 @@ def test_roles_follow_the_power_condition():
 
 def test_wordings_differ_exactly_where_the_digest_says():
     released, paper = get_suite("laissez-faire", "released"), get_suite("laissez-faire", "paper")
+    assert {p.wording for p in released} == {"released"} and {p.wording for p in paper} == {"paper"}
     diff = {a.id for a, b in zip(released, paper) if a.text != b.text}
     assert diff == {"learning-neutral-03", "learning-laden-03", "labor-neutral-03", "labor-laden-03",
                     "labor-neutral-05", "labor-laden-08", "love-laden-05"}
