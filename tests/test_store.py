@@ -1565,3 +1565,23 @@ def test_the_label_stage_memory_benchmark_runs_and_refuses_sizes_it_cannot_take_
         r = subprocess.run([sys.executable, str(script), "--sizes", sizes, "--no-write"], capture_output=True,
                            text=True, timeout=60)
         assert r.returncode == 2 and "--sizes" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_prompts_system_message_goes_where_model_system_message_puts_it_and_a_blank_story_is_empty():
+    """gen_request: "turn" keeps the system message as its own turn, "in_user_turn" puts it before the prompt (a
+    chat template without a system role), "drop" leaves it out; a prompt without one is sent as it is. _row: a
+    story of only whitespace is empty, as a story of no text is."""
+    from harness.pipeline import WorkItem, _row, gen_request
+
+    prompt = next(p for p in get_suite("homogeneity").prompts if p.meta.get("system"))
+    item = WorkItem(prompt, 0, 7)
+    system = prompt.meta["system"]
+    assert gen_request(item) == GenRequest(item.request_id, prompt.text, 7, system)
+    assert gen_request(item, "in_user_turn") == GenRequest(item.request_id, f"{system}\n\n{prompt.text}", 7, None)
+    assert gen_request(item, "drop") == GenRequest(item.request_id, prompt.text, 7, None)
+    plain = WorkItem(get_suite("laissez-faire").prompts[0], 1, 3)
+    assert {gen_request(plain, mode) for mode in ("turn", "in_user_turn", "drop")} == {
+        GenRequest(plain.request_id, plain.prompt.text, 3, None)}
+    for text, empty in (("", True), (" \n\t ", True), (" Once. ", False)):
+        row = _row(item, GenResult(item.request_id, text, "stop", 5, 1), "m", "echo")
+        assert (row["empty"], row["text_clean"]) == (empty, text.strip())
