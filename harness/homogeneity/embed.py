@@ -28,6 +28,7 @@ import hashlib
 import json
 import os
 import re
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -295,7 +296,10 @@ class EmbeddingCache:
 
     def shards(self) -> list[tuple[Path, Path]]:
         # a shard being written (or left by a killed job) is a hidden .tmp- file: not committed, not read
-        keys = sorted(k for k in self.dir.glob("*.keys.parquet") if not k.name.startswith("."))
+        # in the order they were written (their names start with the time), a shard named by an older version
+        # (no time) first: a key embedded again (its text changed) has its newest vector last
+        keys = sorted((k for k in self.dir.glob("*.keys.parquet") if not k.name.startswith(".")),
+                      key=lambda k: (k.name.startswith("emb-t"), k.name))
         return [(k, k.with_name(k.name.replace(".keys.parquet", ".npy"))) for k in keys]
 
     def keys(self) -> pd.DataFrame:
@@ -303,7 +307,7 @@ class EmbeddingCache:
         return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["prompt_id", "sample_idx", "sha1"])
 
     def _write(self, keys: pd.DataFrame, vecs: np.ndarray, tag: str) -> None:
-        stem = f"emb-{uuid.uuid4().hex[:12]}"
+        stem = f"emb-t{time.time_ns():020d}-{uuid.uuid4().hex[:8]}"
         # matrix first, keys last: a shard counts only once its keys file exists
         for suffix, writer in ((".npy", lambda p: np.save(p, vecs.astype(self.dtype))),
                                (".keys.parquet", lambda p: keys.to_parquet(p, index=False))):

@@ -38,6 +38,12 @@ def test_specs():
     assert EMBEDDERS["roberta-3"].preprocess == "simple_prep_cased" and EMBEDDERS["minilm-l6"].preprocess == "none"
     with pytest.raises(ConfigError, match="path"):
         get_spec("bert-2")
+    # a preset with its local directory keeps the preset's layer, preprocessing and normalisation
+    bert = get_spec("bert-2", path="/models/bert-base-uncased", max_length=128)
+    assert bert == replace(EMBEDDERS["bert-2"], path="/models/bert-base-uncased", max_length=128)
+    assert get_spec(bert, layer=-3) == replace(bert, layer=-3) and get_spec(bert) is bert
+    with pytest.raises(ConfigError, match="embedder must be one of"):
+        get_spec("bert-4", path="/models/bert-base-uncased")
     with pytest.raises(ConfigError):
         EmbedderSpec("x", pooling="max")
     with pytest.raises(ConfigError):
@@ -72,7 +78,16 @@ def test_cache_is_resumable_and_checks_texts(tmp_path):
     changed = texts[:9] + ["another text"]
     with pytest.raises(DataError, match="no embedding"):
         cache.load(keys, changed)
+    assert cache.embed(keys, texts, embedder=emb) == 0  # all cached: nothing embedded again
     assert cache.embed(keys, changed, embedder=emb) == 1  # a changed text is re-embedded
+    # and read back with its text; the old text's vector stays readable with the old text
+    np.testing.assert_allclose(cache.load(keys, changed), emb.encode(changed), rtol=1e-3, atol=1e-3)
+    np.testing.assert_allclose(cache.load(keys, texts), full, rtol=1e-3, atol=1e-3)
+    # by key alone, the newest vector: shards were read in the order of random names, so a re-embedded key gave
+    # the old text's vector about half the time
+    for _ in range(5):
+        assert cache.embed(keys.iloc[[9]], [next_text := f"text {len(emb.seen)}"], embedder=emb) == 1
+        np.testing.assert_allclose(cache.load(keys)[9], emb.encode([next_text])[0], rtol=1e-3, atol=1e-3)
     with pytest.raises(ConfigError) as e:
         EmbeddingCache(tmp_path, spec, dtype="float32")
     # the fields that differ and a way out that exists: "use another embedder name" could not be given by the CLI

@@ -40,6 +40,8 @@ def test_welch_from_the_cell_sums_is_rs_t_test_on_the_pairs():
         assert row.df == pytest.approx(want.df, rel=1e-9)
         assert row.p_greater == pytest.approx(want.pvalue, rel=1e-7)
         assert row.difference == pytest.approx(mine.mean() - white.mean(), rel=1e-9)
+        assert (row.mean_raw, row.mean_raw_ref) == pytest.approx((mine.mean(), white.mean()), rel=1e-9)
+        assert (row.sd_raw, row.sd_raw_ref) == pytest.approx((mine.std(ddof=1), white.std(ddof=1)), rel=1e-7)
     assert table.loc["African"].p_greater < 0.05  # the fixture's minority prompts are more homogeneous
 
 
@@ -49,3 +51,17 @@ def test_a_race_with_one_pair_or_no_reference_has_no_test():
     assert welch_table(cells).t.notna().all()
     assert welch_table(cells[cells.race != "White"]).t.isna().all()
     assert welch_table(cells[cells.race.isin(["White", "Asian"]) & (cells.gender == "man")]).t.isna().all()
+
+
+def test_another_reference_race_is_the_one_tested_against():
+    """A suite whose reference race is not White: every other race, White included, against that reference."""
+    x, texts = synthetic_corpus(5, n_formats=2, seed=2)
+    cells, _, _ = cell_table(texts, x, backend="numpy")
+    table = welch_table(cells, reference="Asian").set_index("race")
+    assert list(table.index) == ["African", "Hispanic", "White"] and (table.reference == "Asian").all()
+    asian, white = _pairs(x, texts, "Asian"), _pairs(x, texts, "White")
+    want = stats.ttest_ind(white, asian, equal_var=False, alternative="greater")
+    assert table.loc["White", "n_pairs_ref"] == asian.size
+    assert table.loc["White", "t"] == pytest.approx(want.statistic, rel=1e-9)
+    assert want.statistic < 0  # the fixture's White prompts spread more than the Asian ones
+    assert table.loc["White", "p_greater"] == pytest.approx(want.pvalue, rel=1e-7)

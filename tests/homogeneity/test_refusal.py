@@ -32,6 +32,9 @@ def test_authors_filter(text, pattern):
 def test_open_model_filter_is_case_insensitive_and_broader():
     f = get_filter("open-models")
     assert f("I'M SORRY, BUT I can't do that") and f("As an AI, I won't write this") and not f("A sunny day.")
+    # the authors' six, cased in the lexicon ("I cannot", "As a computer program"), match in any case too
+    assert f.match("i cannot help with that.") == "I cannot"
+    assert f.match("AS A COMPUTER PROGRAM, I do not write stories.") == "As a computer program"
     with pytest.raises(ConfigError):
         get_filter("strict")
     with pytest.raises(ConfigError):
@@ -59,6 +62,18 @@ def test_flag_keeps_rows_and_counts():
     assert t.loc["p2", "refusal_rate"] == pytest.approx(1 / 3)
 
 
+def test_a_blank_or_missing_text_is_failed_not_usable():
+    """Whitespace alone, or no text at all (None), is an empty generation: failed, never a refusal nor usable (a
+    blank text was kept as a story, and a missing one stopped the filter)."""
+    df = pd.DataFrame({"prompt_id": ["p"] * 4, "sample_idx": range(4), "text_clean": ["  \n\t ", None, "ok", "chatbot"],
+                       "finish_reason": "stop"})
+    for flt in ("authors", "open-models"):
+        f = flag_refusals(df, flt)
+        assert f["failed"].tolist() == [True, True, False, False]
+        assert f["refusal"].tolist() == [False, False, False, True]
+        assert f["usable"].tolist() == [False, False, True, False]
+
+
 def test_select_first_usable_and_plan_topup():
     f = flag_refusals(_gens())
     keep = select_usable(f, 2)
@@ -71,6 +86,10 @@ def test_select_first_usable_and_plan_topup():
     assert plan.groups == {5: ["p2"], 3: ["p3"]} and not plan.done
     with pytest.raises(ConfigError):
         select_usable(f, 1)
+    # rows in another order (shards of top-up rounds): still the first usable samples by sample_idx, mask aligned
+    shuffled = f.sample(frac=1, random_state=3)
+    keep = select_usable(shuffled, 2)
+    assert sorted(shuffled[keep][["prompt_id", "sample_idx"]].values.tolist()) == [["p1", 0], ["p1", 2], ["p2", 1]]
 
 
 def test_generation_tops_up_until_every_prompt_has_target(tmp_path, scripted_backend):
@@ -88,6 +107,13 @@ def test_generation_tops_up_until_every_prompt_has_target(tmp_path, scripted_bac
     texts = load_texts(cfg.output_dir, target=10)
     assert texts.groupby("prompt_id")["included"].sum().tolist() == [10, 10, 10]
     assert set(texts["race"]) == {"African", "White", "Asian"}
+    # a smaller target includes the first usable samples of each prompt; the refusal filter asked for is applied
+    few = load_texts(cfg.output_dir, target=4)
+    for _, g in few.sort_values("sample_idx").groupby("prompt_id"):
+        assert g["included"].tolist() == (g["usable"] & (g["usable"].cumsum() <= 4)).tolist()
+    river = load_texts(cfg.output_dir, refusal=RefusalFilter("river", ("river",)))
+    assert river["refusal"].tolist() == river["text_clean"].str.contains("river").tolist() and river["refusal"].any()
+    assert not (river["included"] & river["text_clean"].str.contains("river")).any()
     calls = scripted_backend.calls
     s2 = generate_homogeneity(cfg, backend=scripted_backend, progress=False)  # nothing left to do
     assert s2.generated == 0 and scripted_backend.calls == calls

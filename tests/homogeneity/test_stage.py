@@ -43,6 +43,15 @@ def test_a_second_analysis_leaves_no_table_of_the_first_and_names_its_texts(tmp_
         same_texts([tmp_path / "a", tmp_path / "b"])
     analyse_embeddings(x, texts, tmp_path / "b", n_boot=0, backend="numpy", pairs=False)
     same_texts([tmp_path / "a", tmp_path / "b"])  # the same texts: one run's report
+    # as many texts per prompt but other samples (e.g. another filter dropped sample 0): other texts all the same
+    other = texts["sample_idx"] > 0
+    first5 = texts["sample_idx"] < 5
+    for name, pick in (("c", other), ("d", first5)):
+        analyse_embeddings(x[pick.to_numpy()], texts[pick].reset_index(drop=True), tmp_path / name, n_boot=0,
+                           backend="numpy", pairs=False, selection={"target": 5, "refusal": "authors"})
+    n = int(other.sum())  # == first5.sum()
+    with pytest.raises(DataError, match=rf"analysed different texts \({n} vs {n}; target 5 vs 5"):
+        same_texts([tmp_path / "c", tmp_path / "d"])
 
 
 def test_too_few_prompts_for_the_mixed_models_say_so_in_the_users_words(tmp_path):
@@ -86,6 +95,45 @@ def test_analyse_embeddings_writes_consistent_tables(tmp_path):
     assert hist["count"].sum() == cells["n_pairs"].sum()
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["n_pairs"] == 24 * 45 and summary["models_converged"]
+
+
+def _prompt_pairs(x, texts):
+    """{prompt_id: every within-prompt pair cosine}, formed explicitly."""
+    xu = x.astype(np.float64) / np.linalg.norm(x.astype(np.float64), axis=1, keepdims=True)
+    out = {}
+    for pid, idx in texts.groupby("prompt_id").indices.items():
+        out[pid] = (xu[idx] @ xu[idx].T)[np.triu_indices(len(idx), 1)]
+    return out
+
+
+def test_cells_and_table_2_are_the_pairs_means_and_sds_z_scored_over_all_pairs(tmp_path):
+    """cells.csv (per prompt) and groups.csv (Table 2: race x gender, race, gender) give the mean and SD (n - 1) of
+    the pair cosines, raw and z-scored by the mean and SD of all pairs, as formed pair by pair; welch.csv tests
+    against the reference race the analysis is given."""
+    x, texts = synthetic_corpus(lambda rng: int(rng.integers(3, 9)), n_formats=2, seed=5)
+    analyse_embeddings(x, texts, tmp_path, n_boot=0, backend="numpy", pairs=False,
+                       refs={"race": "Hispanic", "gender": "man"})
+    pairs = _prompt_pairs(x, texts)
+    every = np.concatenate(list(pairs.values()))
+    mu, sd = every.mean(), every.std(ddof=1)
+    st = json.loads((tmp_path / "summary.json").read_text())["standardization"]
+    assert (st["mean"], st["sd"]) == pytest.approx((mu, sd), rel=1e-9)
+    cells = pd.read_csv(tmp_path / "cells.csv")
+    for r in cells.itertuples():
+        c = pairs[f"{r.race}-{r.gender}-{r.format}".lower()]
+        assert (r.mean_raw, r.sd_raw) == pytest.approx((c.mean(), c.std(ddof=1)), rel=1e-9)
+        assert (r.mean_z, r.sd_z) == pytest.approx(((c.mean() - mu) / sd, c.std(ddof=1) / sd), rel=1e-9)
+    groups = pd.read_csv(tmp_path / "groups.csv")
+    assert groups["grouping"].value_counts().to_dict() == {"race x gender": 8, "race": 4, "gender": 2}
+    for r in groups.itertuples():
+        pids = texts.prompt_id[((texts.race == r.race) | (r.race == "all"))
+                               & ((texts.gender == r.gender) | (r.gender == "all"))].unique()
+        c = np.concatenate([pairs[p] for p in pids])
+        assert r.n_pairs == c.size and r.n_cells == len(pids)
+        assert (r.mean_raw, r.sd_raw) == pytest.approx((c.mean(), c.std(ddof=1)), rel=1e-9)
+        assert (r.mean_z, r.sd_z) == pytest.approx(((c.mean() - mu) / sd, c.std(ddof=1) / sd), rel=1e-9)
+    welch = pd.read_csv(tmp_path / "welch.csv")
+    assert set(welch["race"]) == {"African", "Asian", "White"} and (welch["reference"] == "Hispanic").all()
 
 
 @pytest.mark.slow
