@@ -135,6 +135,15 @@ def test_report_from_two_runs(tmp_path):
     top = pairs[(pairs.race == "Asian") & (pairs.gender == "man") & (pairs.kind == "most")]["cosine"].max()
     got = ext[(ext.model == "model-a") & (ext.race == "Asian") & (ext.gender == "man") & (ext.kind == "most")]
     assert got["cosine"].max() == pytest.approx(top) and got["group_rank"].tolist() == [1, 2]
+    # the least similar: the group's lowest cosines, in rising order
+    low = pairs[(pairs.race == "Asian") & (pairs.gender == "man") & (pairs.kind == "least")]["cosine"].nsmallest(2)
+    got = ext[(ext.model == "model-a") & (ext.race == "Asian") & (ext.gender == "man") & (ext.kind == "least")]
+    np.testing.assert_allclose(got["cosine"], low.to_numpy())
+    assert got["group_rank"].tolist() == [1, 2]
+    # every race x gender mean of Table 2 carries its text-level interval (a race read as the gender left them NaN)
+    means = pd.read_csv(tmp_path / "report" / "tables" / "hom_group_means.csv")
+    assert len(means) == 2 * 8 and means[["ci_low_text", "ci_high_text"]].notna().all().all()
+    assert (means.ci_low_text <= means.ci_high_text).all()
 
 
 class _Embedder:
