@@ -60,7 +60,8 @@ def _raw(backend, name: str, prompts: list[str], seeds: list[int], params: GenPa
     if params.stop:
         raise ValueError("the raw transformers baseline has no stop strings; benchmark without them")
     tok, model = backend.tokenizer, backend.model
-    tokens = 0
+    eos_ids = backend._eos_ids()  # a reply ends on any of them, as in the backend
+    replies = []
     t0 = time.perf_counter()
     with torch.inference_mode():
         for i in range(0, len(prompts), backend.batch_size):
@@ -74,10 +75,18 @@ def _raw(backend, name: str, prompts: list[str], seeds: list[int], params: GenPa
                 top_p=params.top_p,
                 top_k=params.top_k if params.top_k > 0 else 0,  # 0 disables top-k; None would take the model's default
                 pad_token_id=tok.pad_token_id,
+                eos_token_id=sorted(eos_ids) or None,
             )
-            new = out[:, prompt_len:]
-            tokens += int((new != tok.pad_token_id).sum())
-    return time.perf_counter() - t0, tokens
+            replies.append(out[:, prompt_len:])
+    seconds = time.perf_counter() - t0
+    return seconds, sum(_reply_tokens(row, eos_ids) for new in replies for row in new.tolist())
+
+
+def _reply_tokens(ids: list[int], eos_ids: set[int]) -> int:
+    """Tokens of one reply as the transformers backend counts them: up to its first end-of-sequence token and that
+    token, none of the padding after it (where pad is EOS, as in SmolLM2, a count of tokens other than pad missed
+    the EOS itself)."""
+    return next((i + 1 for i, t in enumerate(ids) if t in eos_ids), len(ids))
 
 
 def measure(model: ModelConfig, samples: int, max_new_tokens: int, repeats: int = 3, backend=None) -> list[Measurement]:
