@@ -2163,3 +2163,113 @@ def test_the_host_layout_benchmark_says_when_its_labels_differ_from_the_models(t
     monkeypatch.setattr(EncoderLabeller, "label", label)
     res = bench.host_layout(trained, stories, 16, 8, workers=0, threshold=0.1)
     assert len(calls) == 3 and res["labels_equal_the_model"] is False  # the model, the layout, the timed run
+
+
+def test_the_model_reads_the_role_prefix_as_the_first_segment_and_the_story_as_the_second():
+    """The input is ``[CLS] subject : <subject> ; object : <object or "none"> [SEP] <story> [SEP]``, as the model was
+    trained to read it, each description cut to MAX_ROLE_WORDS words; the prefix's segment is 0, the story's 1. The
+    remembered pieces were only compared with the tokenizer's call over the same prefix, so roles read in the other
+    order, or a one-role story without its "none", passed."""
+    from transformers import AutoTokenizer
+
+    from harness.labelling.bases import base_model_path
+    from harness.labelling.encoder import MAX_ROLE_WORDS, _encode_many, _encode_word_by_word
+
+    tok = AutoTokenizer.from_pretrained(str(base_model_path()))
+    many = " ".join(f"w{i}" for i in range(MAX_ROLE_WORDS + 8))
+    kept = " ".join(f"w{i}" for i in range(MAX_ROLE_WORDS))
+    for roles, prefix in (((RoleSpec("subject", "doctor"), RoleSpec("object", "needy patient")),
+                           "subject : doctor ; object : needy patient"),
+                          ((RoleSpec("subject", "runner"),), "subject : runner ; object : none"),
+                          ((RoleSpec("subject", many), RoleSpec("object", many)),
+                           f"subject : {kept} ; object : {kept}")):
+        story = StoryInput("s", "Ana met Ben.", roles)
+        for e in (_encode_many(tok, [story], None, 384)[0], _encode_word_by_word(tok, [story], [story.text], 384)[0]):
+            want = ["[CLS]", *tok.tokenize(prefix), "[SEP]", "ana", "met", "ben", ".", "[SEP]"]
+            assert tok.convert_ids_to_tokens(e.input_ids) == want, prefix
+            head = want.index("[SEP]") + 1
+            assert e.token_type_ids == [0] * head + [1] * (len(want) - head)
+            assert e.word_token == [head, head + 1, head + 2, head + 3]
+
+
+def test_a_padded_batch_holds_each_storys_ids_mask_and_segments():
+    """``_collate_np`` gives the model each story's ids, a mask over them and their segment ids, padded to the longest
+    story rounded up to ``multiple``. The segment ids were never checked: a batch of all zeros (the story read as the
+    role prefix's segment, unlike the model's training) passed every test."""
+    from transformers import AutoTokenizer
+
+    from harness.labelling.bases import base_model_path
+    from harness.labelling.encoder import _collate_np, _Encoded, _encode_many
+
+    a = _Encoded([101, 7, 102, 8, 102], [0, 0, 0, 1, 1], [3], [("x", 0, 1)], False)
+    b = _Encoded([101, 9, 102], [0, 0, 1], [2], [("y", 0, 1)], False)
+    ids, am, tt = _collate_np([a, b], 5)
+    assert ids.tolist() == [[101, 7, 102, 8, 102], [101, 9, 102, 5, 5]]
+    assert am.tolist() == [[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]]
+    assert tt.tolist() == [[0, 0, 0, 1, 1], [0, 0, 1, 0, 0]]
+    assert all(str(x.dtype) == "int64" for x in (ids, am, tt))
+    ids, am, tt = _collate_np([b, a], 0, 4)  # rounded up to a multiple of 4 tokens
+    assert ids.shape == am.shape == tt.shape == (2, 8)
+    assert ids[1].tolist() == [101, 7, 102, 8, 102, 0, 0, 0] and am.sum(1).tolist() == [3, 5]
+    assert tt[1].tolist() == [0, 0, 0, 1, 1, 0, 0, 0]
+    tok = AutoTokenizer.from_pretrained(str(base_model_path()))
+    stories = [StoryInput(f"s{i}", text, (RoleSpec("subject", "doctor"),)) for i, text in
+               enumerate(["Ana met Ben.", "Dr. Ana Ruiz examined her patient, Omar, twice."])]
+    enc = _encode_many(tok, stories, None, 384)
+    ids, am, tt = _collate_np(enc, tok.pad_token_id, 32)
+    for i, e in enumerate(enc):
+        n = len(e.input_ids)
+        assert ids[i, :n].tolist() == e.input_ids and tt[i, :n].tolist() == e.token_type_ids and tt[i].sum() > 0
+        assert set(ids[i, n:].tolist()) <= {tok.pad_token_id} and am[i].sum() == n
+
+
+def test_each_next_window_reads_again_a_quarter_of_the_one_before_not_more():
+    """Windows overlap by WINDOW_OVERLAP (a quarter) of the words the window before read. The window test only asked
+    for at least a fifth: windows that read again three quarters passed, though they need three times as many windows,
+    and a story cut at MAX_WINDOWS loses everything past them."""
+    from transformers import AutoTokenizer
+
+    from harness.labelling.bases import base_model_path
+    from harness.labelling.encoder import MAX_WINDOWS, WINDOW_OVERLAP, _encode_windows
+
+    tok = AutoTokenizer.from_pretrained(str(base_model_path()))
+    e = _encode_windows(tok, [_long_story("two", repeat=2)], 384)[0]
+    assert len(e.windows) < MAX_WINDOWS and not e.windows[-1].truncated
+    read = [{i for i, t in enumerate(w.word_token) if t >= 0} for w in e.windows]
+    for a, b in zip(read, read[1:]):
+        assert WINDOW_OVERLAP * len(a) - 1 <= len(a & b) <= WINDOW_OVERLAP * len(a) + 3
+        assert max(a) < max(b)
+
+
+@pytest.mark.parametrize("threshold", [0.0, 1.0, 1.5, -0.2])
+def test_a_threshold_outside_zero_to_one_is_refused_before_the_model_loads(tiny_encoder, monkeypatch, threshold):
+    """A threshold of 1 or more tags no word at all (every story labelled without a name or a reference, its status
+    "ok"), one of 0 or less every word: each is a ConfigError, before the model loads."""
+    import harness.labelling.encoder as encoder
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("the model loaded before the settings were checked")
+
+    monkeypatch.setattr(encoder, "_build_model", no_model)
+    with pytest.raises(ConfigError, match=re.escape(f"threshold must be in (0, 1), got {threshold}")):
+        EncoderLabeller(tiny_encoder[0], device="cpu", workers=0, threshold=threshold)
+
+
+def test_the_labeller_reads_stories_as_long_as_the_model_was_trained_on(tiny_encoder, tmp_path):
+    """``max_length`` comes from the model's meta.json: a model trained on 64 word pieces reads windows of 64 (and its
+    statuses say so), not the default 384, which it never saw in training."""
+    import shutil
+
+    from harness.labelling.encoder import MAX_WINDOWS, _encode_windows
+
+    short = tmp_path / "short"
+    shutil.copytree(tiny_encoder[0], short)
+    meta = json.loads((short / "meta.json").read_text())
+    (short / "meta.json").write_text(json.dumps({**meta, "max_length": 64}))
+    lab = EncoderLabeller(short, device="cpu", precision="int8", workers=0)
+    assert lab.max_length == 64
+    story = _long_story()
+    assert len(_encode_windows(lab.tokenizer, [story], 64)[0].windows) == MAX_WINDOWS  # cut at 64, not at 384
+    got = lab.label(story)
+    assert got.status == f"truncated after {MAX_WINDOWS} windows of 64 tokens"
+    assert EncoderLabeller(tiny_encoder[0], device="cpu", precision="int8", workers=0).label(story).status == "ok"
