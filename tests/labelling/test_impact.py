@@ -452,3 +452,89 @@ def test_a_group_only_the_labeller_labels_counts_its_cells_as_one_sided_too():
     lab_only = cells[cells.labeller.notna() & cells.manual.isna()]
     assert len(lab_only) == 14 and sorted(set(lab_only.gender)) == ["Male", "Non-binary"]
     assert not (cells.manual.notna() & cells.labeller.isna()).any()
+
+
+def test_the_source_models_summary_holds_every_models_cells_and_the_pooled_one_the_pooled_cells():
+    """With one source model the model's summary and the pooled one ("all sources") read alike, so swapping them
+    passed every test above. Two models, one labelled with 10 of 30 women flipped and one without a miss: the model
+    rows count both models' cells, the pooled rows the cells of every character together; the printed row is
+    the summary's own figures (inside the interval and same verdict differ here: 50 of 100 women lies outside the
+    manual interval of 60 of 100, both intervals include 1)."""
+    chars, gold = _neutral(30, 20, flipped=10)
+    for i in range(50):
+        gender, name = ("Female", "ana") if i < 30 else ("Male", "bo")
+        chars.append(_score(f"b{i}", "subject", gender, gender, name, name, model="B"))
+        gold.append(_gold(f"b{i}"))
+    shift = statistics_shift(SimpleNamespace(characters=chars), gold, Names())
+    rep = shift.cells[shift.cells.table == "representation"]
+    defined = rep.dropna(subset=["manual", "manual_low", "manual_high", "labeller", "labeller_low", "labeller_high"])
+    assert set(defined.model) == {"M", "B", POOLED}
+    for key, rows in (("representation", defined.model != POOLED), (f"representation ({POOLED})",
+                                                                    defined.model == POOLED)):
+        s = shift.summary[key]
+        assert s["cells"] == len(defined[rows]) and s["within"] == int(defined[rows].within.sum()), key
+    per_model, pooled = shift.summary["representation"], shift.summary[f"representation ({POOLED})"]
+    assert per_model["cells"] == 2 * pooled["cells"] > 0
+    pstar = baseline_map(load_baselines())
+    female = defined[(defined.model == POOLED) & (defined.group == "Female")].iloc[0]
+    # by hand: 60 of 100 women, the labeller's 50
+    ref_m = representation_ratio(60, 100, pstar["Female"], kind="gender")
+    ref_l = representation_ratio(50, 100, pstar["Female"], kind="gender")
+    assert (female.manual, female.labeller) == pytest.approx((ref_m.estimate, ref_l.estimate))
+    assert not female.within and female.same_verdict
+    # by hand: the models' cells M's Female and Male shifted by log 1.5, B's by 0, the race cells (all White) by 0;
+    # the pooled ones: Female log(60 / 50), Male log(50 / 40), White 0
+    assert per_model["median_abs_log"] == 0.0 and pooled["median_abs_log"] == pytest.approx(np.log(60 / 50))
+    row = next(line for line in shift.to_text().splitlines() if line.startswith(f"| representation ({POOLED}) |"))
+    n = pooled["cells"]
+    assert pooled["within"] < pooled["same_verdict"]
+    assert row == (f"| representation ({POOLED}) | {n} | {pooled['one_sided']} | {pooled['all_zero_both']} | "
+                   f"{pooled['within']} ({pooled['within'] / n:.0%}) | "
+                   f"{pooled['same_verdict']} ({pooled['same_verdict'] / n:.0%}) | {pooled['median_abs_log']:.3f} |")
+
+
+def test_alpha_is_the_level_of_the_shift_test_and_its_interval_and_the_seed_makes_the_resamples():
+    """``alpha`` and ``seed`` were taken and every test ran at 0.05: a hard-coded 0.05 passed. At 20 resamples the
+    least p, 2 / 21, lies below 0.1: with a third of the women flipped in every resample, alpha = 0.1 finds the shift
+    that 0.05 cannot, and its interval is the narrower. The same seed gives the same resamples, another seed others."""
+    chars, gold = _neutral(30, 20, flipped=10)
+    report = SimpleNamespace(characters=chars)
+    at05 = statistics_shift(report, gold, Names(), n_boot=20, seed=1)
+    at10 = statistics_shift(report, gold, Names(), n_boot=20, seed=1, alpha=0.1)
+    assert at05.summary["representation"]["shift_excludes_0"] == 0
+    s = at10.summary["representation"]
+    assert s["shift_excludes_0"] == 2 < s["shift_tested"]  # the model's Female and Male cells
+    assert "p < 0.1; 20 resamples" in at10.to_text()
+    assert f"| {s['shift_excludes_0']} of {s['shift_tested']} |" in at10.to_text()
+
+    def female(shift):
+        return shift.cells[(shift.cells.table == "representation") & (shift.cells.group == "Female")
+                           ].set_index("model")[["log_shift_low", "log_shift_high"]]
+
+    f05, f10 = female(at05), female(at10)
+    assert (f10.log_shift_low > f05.log_shift_low).all() and (f10.log_shift_high < f05.log_shift_high).all()
+    again = statistics_shift(report, gold, Names(), n_boot=20, seed=1)
+    other = statistics_shift(report, gold, Names(), n_boot=20, seed=2)
+    assert female(again).equals(f05) and not female(other).equals(f05)
+
+
+def test_a_race_the_audit_leaves_unmeasured_gets_no_shift_interval_from_the_resamples_either():
+    """The resamples' tables must leave the races the name table cannot measure (NH/PI) unmeasured, as the point
+    estimates do: otherwise R_sub's all-zero "R = 1" on both sides gave those cells an interval of 0 to 0 and a test,
+    counted in ``shift_tested``, though neither labelling measures them."""
+
+    class Unmeasured(Names):
+        def representative_shares(self):
+            return {**dict.fromkeys(RACES, 0.5), "nhpi": 0.0}
+
+    chars, gold = [], []
+    for i in range(12):  # power-laden Labor: White men dominant, women (half Asian) subordinate
+        chars += [_score(f"s{i}", "subject", "Male", "Male", "bo", "bo", condition="laden"),
+                  _score(f"s{i}", "object", "Female", "Female", "wei" if i % 2 else "ana", "ana", condition="laden")]
+        gold.append(_gold(f"s{i}", two=True))
+    shift = statistics_shift(SimpleNamespace(characters=chars), gold, Unmeasured(), n_boot=44)
+    nhpi = shift.cells[(shift.cells.table == "subordination") & (shift.cells.group == "nhpi")]
+    assert len(nhpi) and nhpi.manual.isna().all() and nhpi.labeller.isna().all()
+    assert nhpi[["log_shift_low", "log_shift_high", "log_shift_p"]].isna().all().all()
+    sub = shift.cells[(shift.cells.table == "subordination") & (shift.cells.model == "M") & ~shift.cells.all_zero_both]
+    assert shift.summary["subordination"]["shift_tested"] == len(sub.dropna(subset=["log_shift_low"])) > 0
