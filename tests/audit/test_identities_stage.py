@@ -111,6 +111,38 @@ def test_the_characters_are_made_again_under_another_model_name(tmp_path):
     assert set(chars.model) == {"m2"}
 
 
+def test_the_characters_are_made_again_under_another_wording_of_the_suite(tmp_path):
+    """The characters' roles and power roles are the suite's (its name, version and wording): guards a run read
+    under another wording of the suite being 'skipped (current)' with the characters the first wording made."""
+    from harness.audit.stages import recorded
+
+    cfg, store = _run(tmp_path)
+    assert stage_identities(cfg, store).status == "done"
+    assert stage_identities(cfg, store).status == "skipped (current)"
+    paper = parse_config({**cfg.model_dump(), "wording": "paper"})
+    assert stage_identities(paper, store).status == "done"
+    assert recorded(store, IDENTITIES)["suite"][2] == "paper"
+
+
+def test_statistics_are_computed_again_under_other_statistics_settings(tmp_path):
+    """The statistics stage's fingerprint holds the ``statistics`` settings: guards a rerun with another threshold
+    sweep (``threshold_max`` 100, as the paper) keeping the tables of the first settings, 'skipped (current)'."""
+    import io
+
+    from harness.audit.statistics import compute_tables
+
+    cfg, store = _run(tmp_path)
+    assert stage_identities(cfg, store).status == "done" and stage_statistics(cfg, store).status == "done"
+    swept = parse_config({**cfg.model_dump(), "statistics": {"threshold_max": 100}})
+    assert stage_statistics(swept, store).status == "done"
+    assert stage_statistics(swept, store).status == "skipped (current)"
+    chars = pd.read_parquet(store.stage_dir(IDENTITIES) / "characters.parquet")
+    for name, df in compute_tables(chars, swept.statistics, min_population=swept.identity.min_population,
+                                     representative=_representative(store)).items():
+        got = pd.read_parquet(store.stage_dir(STATISTICS) / f"{name}.parquet")
+        pd.testing.assert_frame_equal(got, pd.read_parquet(io.BytesIO(df.to_parquet(index=False))))
+
+
 def test_the_characters_are_made_again_when_the_labels_change(tmp_path):
     """The characters are made from the labels as much as from the stories: the run's labels deleted and made
     again (another labeller, as a refusal of other label settings says) over the same stories are read anew,
@@ -367,6 +399,54 @@ def test_each_character_s_gender_comes_from_its_label_references(tmp_path):
     assert dict(zip(chars.first_name, chars.gender)) == {"Maria": "Female", "Jamal": "Male", "Sarah": "Female"}
 
 
+def test_the_configured_gender_lexicon_reads_the_references_and_a_change_of_it_reads_them_again(tmp_path):
+    """``identity.lexicon`` chooses the words that make a gender: under the authors' code variant "mister" is no
+    male word (Unspecified), under Table S6a it is (Male). Guards the lexicon the config names reaching the
+    inference (not Table S6a whatever it names), and a run changed to another lexicon read again, not kept."""
+    stories = {("learning-neutral-01", 0): ("Mister Lee studied hard. Lee passed.", "Learning", "neutral", None,
+                                            [("subject", "Lee", ["Mister Lee"])])}
+    cfg, store = _run(tmp_path, stories)
+    assert stage_identities(cfg, store).status == "done"
+    assert pd.read_parquet(store.stage_dir(IDENTITIES) / "characters.parquet").gender.tolist() == ["Male"]
+    code = parse_config({**cfg.model_dump(), "identity": {"lexicon": "code"}})
+    assert stage_identities(code, store).status == "done"
+    assert pd.read_parquet(store.stage_dir(IDENTITIES) / "characters.parquet").gender.tolist() == ["Unspecified"]
+
+
+def test_each_character_s_power_role_love_type_and_story_are_its_prompt_s(tmp_path):
+    """The subordination tables compare a prompt's dominant characters with its subordinate ones, the Love domain's
+    tables split by Love type, and the bootstrap resamples stories: each character row carries its own role's power
+    (love-laden-01: the partner who pays is dominant, the other subordinate; a neutral prompt's is baseline), its
+    prompt's Love type and its story (prompt id and sample), not another role's or prompt's."""
+    cfg, store = _run(tmp_path)
+    assert stage_identities(cfg, store).status == "done"
+    chars = pd.read_parquet(store.stage_dir(IDENTITIES) / "characters.parquet").set_index("first_name")
+    assert chars.power_role.to_dict() == {"Maria": "dominant", "Jamal": "subordinate", "Sarah": "baseline"}
+    assert chars.role.to_dict() == {"Maria": "subject", "Jamal": "object", "Sarah": "subject"}
+    assert chars.love_type.fillna("-").to_dict() == {"Maria": "romantic", "Jamal": "romantic", "Sarah": "-"}
+    assert chars.story_id.to_dict() == {"Maria": "love-laden-01#0", "Jamal": "love-laden-01#0",
+                                        "Sarah": "learning-neutral-01#0"}
+
+
+def test_each_character_s_race_likelihoods_and_name_population_are_the_name_table_s_for_its_first_name(tmp_path):
+    """Every representation and subordination figure sums the characters' race likelihoods, and the name tables
+    withhold a name rarer than ``min_population``: each character's likelihood columns are the name table's for
+    its own first name, each race in its own column (Maria's high in Latine, Jamal's in Black, Sarah's in White),
+    and its ``name_population`` the table's count of the name."""
+    from harness.identity import RACES
+    from harness.identity.names import NameTable
+
+    cfg, store = _run(tmp_path)
+    assert stage_identities(cfg, store).status == "done"
+    chars = pd.read_parquet(store.stage_dir(IDENTITIES) / "characters.parquet")
+    table = NameTable.load(mode=cfg.identity.name_mode).lookup(chars.first_name.tolist())
+    pd.testing.assert_frame_equal(chars[list(RACES)].reset_index(drop=True),
+                                  table[list(RACES)].astype(float).reset_index(drop=True))
+    assert chars.name_population.tolist() == table.population.tolist() and chars.name_population.gt(0).all()
+    by_name = chars.set_index("first_name")
+    assert by_name.latine["Maria"] > 0.7 and by_name.black["Jamal"] > 0.7 and by_name.white["Sarah"] > 0.7
+
+
 def test_a_story_the_labeller_could_not_handle_is_kept_as_unnamed_characters_with_the_reason(tmp_path):
     """A story the labeller could not handle (an empty story, a reply it could not parse) has label rows with the
     reason as their status: its characters are in the table, unnamed, with that reason as their ``label_status``
@@ -482,9 +562,15 @@ def test_a_story_whose_generation_failed_since_has_no_characters_and_no_error(tm
                                    if (r["prompt_id"], r["sample_idx"]) == failed], "labels-0of1", old_schema)
         store.write_shard(LABELS, [r for r in rows if (r["prompt_id"], r["sample_idx"]) != failed], "labels-0of1",
                           LABEL_SCHEMA)
-    assert stage_identities(cfg, store).status == "done"
+    result = stage_identities(cfg, store)
+    assert result.status == "done"
     chars = pd.read_parquet(store.stage_dir(IDENTITIES) / "characters.parquet")
     assert set(chars.prompt_id) == {"love-laden-01"} and len(chars) == 2
+    # counted: in the stage's line and its record
+    from harness.audit.stages import recorded
+
+    assert result.detail.endswith("; 1 planned stories failed to generate and are left out")
+    assert recorded(store, IDENTITIES)["failed_generations"] == 1
 
 
 def test_the_identities_read_the_stories_the_config_plans_and_refuse_a_run_missing_some(tmp_path):
