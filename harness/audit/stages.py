@@ -255,7 +255,11 @@ def stage_statistics(cfg: RunConfig, store: RunStore, **_: Any) -> StageResult:
 
 def run_report_stage(store: RunStore, fp: str, build: Callable[[list[Path], Path], Path], t: float) -> StageResult:
     """The report stage of any audit: skipped when its fingerprint ``fp`` is current and the page
-    exists, else ``build([run], out)`` and recorded; ``t`` is when the stage started."""
+    exists, else ``build([run], out)`` and recorded; ``t`` is when the stage started. The version of the
+    report's code is part of the fingerprint: a report made by another version is made again."""
+    from harness.report import REPORT_VERSION
+
+    fp = f"{fp}+report{REPORT_VERSION}"
     out = store.root / REPORT
     with writing_alone(store, REPORT):
         if is_current(store, REPORT, fp, files=recorded(store, REPORT).get("files", ["index.html"])):

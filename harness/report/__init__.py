@@ -26,6 +26,10 @@ from harness.report.qa import labeller_table_html
 from harness.stats.tables import pooled_curve
 from harness.store import RunStore, atomic_write
 
+#: The version of what the report writes (its pages, tables and figures): a run's report made by another version is
+#: not skipped as current, though its inputs are unchanged.
+REPORT_VERSION = "1"
+
 TABLES = ("representation", "orientation", "subordination", "rmrs", "threshold_curve", "name_ratios",
           "likelihood_histogram", "top_names", "labelling_qa")
 S13_COLUMNS = ["model", "domain", "kind", "gender", "group", "statistic", "p", "nu", "ci_low", "ci_high", "d", "r_representative",

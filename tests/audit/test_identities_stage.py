@@ -309,6 +309,22 @@ def test_a_deleted_figure_or_table_of_the_report_is_made_again(tmp_path):
     assert stage_report(cfg, store).status == "done" and figure.is_file()
 
 
+def test_a_report_made_by_another_version_of_the_report_is_made_again(tmp_path, monkeypatch):
+    """The report stage's fingerprint held its inputs only: a harness release that changed the report left a run's
+    report 'skipped (current)', as the statistics and identities stages, which record their versions, do not."""
+    import harness.report
+    from harness.audit.stages import stage_report
+
+    cfg, store = _run(tmp_path)
+    store.write_manifest({"config": cfg.model_dump(mode="json")})
+    for stage in (stage_identities, stage_statistics, stage_report):
+        assert stage(cfg, store).status == "done"
+    assert stage_report(cfg, store).status == "skipped (current)"
+    monkeypatch.setattr(harness.report, "REPORT_VERSION", harness.report.REPORT_VERSION + "-next")
+    assert stage_report(cfg, store).status == "done"
+    assert stage_report(cfg, store).status == "skipped (current)"
+
+
 def test_a_title_that_repeats_the_role_comes_off_as_in_the_labellers_evaluation(tmp_path):
     """An LLM labeller writes the name as the story does ("Nurse Emily" for the nurse). The identities stage
     read it with the seed-000 role filter, which drops a name sharing a word with the role: the nurse was
