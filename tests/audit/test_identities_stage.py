@@ -124,23 +124,28 @@ def test_the_characters_are_made_again_under_another_wording_of_the_suite(tmp_pa
     assert recorded(store, IDENTITIES)["suite"][2] == "paper"
 
 
-def test_statistics_are_computed_again_under_other_statistics_settings(tmp_path):
-    """The statistics stage's fingerprint holds the ``statistics`` settings: guards a rerun with another threshold
-    sweep (``threshold_max`` 100, as the paper) keeping the tables of the first settings, 'skipped (current)'."""
+def assert_statistics_tables_are_computed_from_the_characters(store, cfg):
+    """The statistics stage's tables are ``compute_tables`` of the run's characters under ``cfg``."""
     import io
 
     from harness.audit.statistics import compute_tables
 
+    chars = pd.read_parquet(store.stage_dir(IDENTITIES) / "characters.parquet")
+    for name, df in compute_tables(chars, cfg.statistics, min_population=cfg.identity.min_population,
+                                     representative=_representative(store)).items():
+        got = pd.read_parquet(store.stage_dir(STATISTICS) / f"{name}.parquet")
+        pd.testing.assert_frame_equal(got, pd.read_parquet(io.BytesIO(df.to_parquet(index=False))))
+
+
+def test_statistics_are_computed_again_under_other_statistics_settings(tmp_path):
+    """The statistics stage's fingerprint holds the ``statistics`` settings: guards a rerun with another threshold
+    sweep (``threshold_max`` 100, as the paper) keeping the tables of the first settings, 'skipped (current)'."""
     cfg, store = _run(tmp_path)
     assert stage_identities(cfg, store).status == "done" and stage_statistics(cfg, store).status == "done"
     swept = parse_config({**cfg.model_dump(), "statistics": {"threshold_max": 100}})
     assert stage_statistics(swept, store).status == "done"
     assert stage_statistics(swept, store).status == "skipped (current)"
-    chars = pd.read_parquet(store.stage_dir(IDENTITIES) / "characters.parquet")
-    for name, df in compute_tables(chars, swept.statistics, min_population=swept.identity.min_population,
-                                     representative=_representative(store)).items():
-        got = pd.read_parquet(store.stage_dir(STATISTICS) / f"{name}.parquet")
-        pd.testing.assert_frame_equal(got, pd.read_parquet(io.BytesIO(df.to_parquet(index=False))))
+    assert_statistics_tables_are_computed_from_the_characters(store, swept)
 
 
 def test_the_characters_are_made_again_when_the_labels_change(tmp_path):
@@ -164,12 +169,9 @@ def test_a_stage_killed_while_writing_is_not_current_for_the_options_it_recorded
     between under a renamed model, it kept the first model's record: the rerun with the first config put
     back skipped as current over the renamed model's characters; the statistics, killed after their first
     table, likewise kept a mix of two configs' tables, and the report a page of the other config."""
-    import io
-
     import pytest
 
     import harness.audit.stages as S
-    from harness.audit.statistics import compute_tables
 
     cfg, store = _run(tmp_path)
     assert stage_identities(cfg, store).status == "done" and stage_statistics(cfg, store).status == "done"
@@ -199,11 +201,7 @@ def test_a_stage_killed_while_writing_is_not_current_for_the_options_it_recorded
         stage_statistics(fewer, store)
     monkeypatch.undo()
     assert stage_statistics(cfg, store).status == "done"
-    chars = pd.read_parquet(store.stage_dir(IDENTITIES) / "characters.parquet")
-    for name, df in compute_tables(chars, cfg.statistics, min_population=cfg.identity.min_population,
-                                     representative=_representative(store)).items():
-        got = pd.read_parquet(store.stage_dir(STATISTICS) / f"{name}.parquet")
-        pd.testing.assert_frame_equal(got, pd.read_parquet(io.BytesIO(df.to_parquet(index=False))))
+    assert_statistics_tables_are_computed_from_the_characters(store, cfg)
 
     def page(text, killed=False):  # a report build that writes its page (and is killed after it)
         def build(runs, out):
@@ -228,12 +226,9 @@ def test_a_second_job_in_a_whole_table_stage_stops_and_the_first_ones_tables_sta
     config's under this one's record). A job holds the stage's writer lock while it checks and writes the stage; a
     second stops with a one-line error naming the stage's folder, rather than wait silently behind a job that may
     be stopped; rerun, it skips what the first made."""
-    import io
-
     import pytest
 
     import harness.audit.stages as S
-    from harness.audit.statistics import compute_tables
     from harness.errors import DataError
 
     cfg, store = _run(tmp_path)
@@ -255,11 +250,7 @@ def test_a_second_job_in_a_whole_table_stage_stops_and_the_first_ones_tables_sta
     monkeypatch.undo()
     folder = store.stage_dir(STATISTICS)
     assert second[1].startswith(f"{folder}: another job is writing") and "\n" not in second[1]
-    chars = pd.read_parquet(store.stage_dir(IDENTITIES) / "characters.parquet")
-    for name, df in compute_tables(chars, cfg.statistics, min_population=cfg.identity.min_population,
-                                     representative=_representative(store)).items():
-        pd.testing.assert_frame_equal(pd.read_parquet(folder / f"{name}.parquet"),
-                                      pd.read_parquet(io.BytesIO(df.to_parquet(index=False))))
+    assert_statistics_tables_are_computed_from_the_characters(store, cfg)
     assert stage_statistics(cfg, store).status == "skipped (current)"
 
     # each whole-table stage, beside a job writing it (its lock held as that job holds it)
