@@ -126,8 +126,8 @@ def test_vllm_backend_passes_every_sampling_parameter_and_each_requests_seed():
 def test_vllm_backend_renders_each_prompt_and_yields_every_chunk():
     """Prompts go to the engine a chunk at a time, rendered with the chat template and the request's system message
     (the homogeneity suite's "You are a chatbot"); every request of every chunk comes back under its own id, with its
-    own seed's reply, its token counts and "length" where max_tokens cut it. The engine here is a stand-in that
-    echoes what it was given; vLLM's own runs in test_vllm_offline_engine_on_cpu."""
+    own seed's reply, its token counts and "length" where max_tokens cut it; an aborted request is an error. The
+    engine here is a stand-in that echoes what it was given; vLLM's own runs in test_vllm_offline_engine_on_cpu."""
     pytest.importorskip("vllm")
     from types import SimpleNamespace
 
@@ -159,6 +159,13 @@ def test_vllm_backend_renders_each_prompt_and_yields_every_chunk():
     assert [(r.request_id, r.text, r.finish_reason, r.output_tokens) for r in out] == [
         (f"r{i}", f"story {i + 1}", "length" if (i + 1) % 2 else "stop", i + 1) for i in range(5)]
     assert [r.prompt_tokens for r in out] == [len(json.dumps(m)) for c in calls for m in c]
+    # a request the engine aborted is a failed request (kept with its reason, generated again by a rerun), not a
+    # finished story: it was recorded as "stop" with the part written so far
+    Engine.generate = lambda self, prompts, sampling, use_tqdm: [SimpleNamespace(prompt_token_ids=[0, 0], outputs=[
+        SimpleNamespace(text="Once upon", token_ids=[1, 1], finish_reason="abort")])]
+    aborted = list(b.generate(reqs[:1], SAMPLED))
+    assert [(r.text, r.finish_reason, r.error) for r in aborted] == [
+        ("", "error", "vLLM ended the request with finish reason 'abort'")]
 
 
 @pytest.fixture(scope="module")

@@ -114,13 +114,12 @@ class VLLMBackend(Backend):
             outs = self.llm.generate(prompts, [self._sampling(r, params) for r in chunk], use_tqdm=False)
             for req, out in zip(chunk, outs):
                 c = out.outputs[0]
-                yield GenResult(
-                    req.request_id,
-                    c.text,
-                    "length" if c.finish_reason == "length" else "stop",
-                    len(out.prompt_token_ids or []),
-                    len(c.token_ids),
-                )
+                if c.finish_reason not in ("stop", "length"):  # "abort" (or an engine error): no whole story
+                    yield GenResult(req.request_id, "", "error", len(out.prompt_token_ids or []), len(c.token_ids),
+                                    error=f"vLLM ended the request with finish reason {c.finish_reason!r}")
+                    continue
+                yield GenResult(req.request_id, c.text, c.finish_reason, len(out.prompt_token_ids or []),
+                                len(c.token_ids))
 
     def close(self) -> None:
         llm = getattr(self, "llm", None)
