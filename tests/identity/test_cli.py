@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from types import SimpleNamespace
 
 from typer.testing import CliRunner
 
@@ -40,6 +41,16 @@ def test_lookup_withholds_rare_names(synthetic_table):
     rare, samir = json.loads(runner.invoke(app, [*args, "2000"]).output)
     assert rare["withheld"] and samir["withheld"] and samir["white"] is None
 
+
+def test_lookup_no_fallback_drops_the_voter_file(synthetic_table):
+    """--no-fallback: a name missing from the Census (TALIA, voter file only) keeps only its names-dataset shares;
+    without it the voter file gives its White/Black/Latine/Asian."""
+    args = ["lookup", "--table", str(synthetic_table), "--json", "--min-population", "0", "Talia"]
+    (with_voter,) = json.loads(runner.invoke(app, args).output)
+    (without,) = json.loads(runner.invoke(app, [*args, "--no-fallback"]).output)
+    assert with_voter["white"] == 0.5 and with_voter["black"] == 0.2 and with_voter["nhpi"] == 0.4
+    assert without["matched"] and without["nhpi"] == 0.4
+    assert [without[r] for r in ("white", "black", "latine", "asian")] == [None] * 4
 
 def test_lookup_errors(tmp_path, synthetic_table):
     r = runner.invoke(app, ["lookup", "--table", str(tmp_path / "missing.parquet"), "John"])
@@ -78,6 +89,49 @@ def test_build_reports_coverage(synthetic_table, tmp_path):
     assert "table exists" in r.output
     assert "2/3 distinct names (66.67%), 2/3 occurrences (66.67%)" in r.output and "unmatched: Zed" in r.output
 
+
+def test_build_coverage_follows_mode(synthetic_table, tmp_path):
+    """--mode reaches the coverage report: ZAYNAB (names-dataset only) is matched in paper mode, unmatched in
+    renormalised mode (no U.S. source, no seven-way distribution)."""
+    jl = tmp_path / "c.jsonl"
+    jl.write_text('{"manual_subject_name": "[\'Samir\']", "manual_object_name": "[\'Zaynab\']"}\n')
+    args = ["build", "--out", str(synthetic_table), "--coverage", str(jl)]
+    paper = runner.invoke(app, args)
+    assert paper.exit_code == 0 and "(paper): 2/2 distinct names (100.00%)" in paper.output, paper.output
+    ren = runner.invoke(app, [*args, "--mode", "renormalised"])
+    assert ren.exit_code == 0 and "(renormalised): 1/2 distinct names (50.00%)" in ren.output, ren.output
+    assert "unmatched: Zaynab" in ren.output
+
+
+def test_build_force_rebuilds_an_existing_table(synthetic_table, tmp_path, monkeypatch):
+    """An existing table is kept ("table exists") unless --force, which rebuilds it at --out; a missing one is
+    built."""
+    import shutil
+
+    import harness.identity.build as b
+
+    out = tmp_path / "t.parquet"
+    shutil.copy(synthetic_table, out)
+    built = []
+
+    def fake_build(path):
+        built.append(path)
+        return SimpleNamespace(path=path, rows=1, census_names=1, voter_names=1, nd_names=1, seconds=0.0,
+                               provenance={"sources": {"census": {"file": "c", "sha256": "0" * 64}}})
+
+    monkeypatch.setattr(b, "build_table", fake_build)
+    jl = tmp_path / "c.jsonl"
+    jl.write_text('{"manual_subject_name": "[\'Samir\']"}\n')
+    cov = ["--coverage", str(jl), "--field", "manual_subject_name"]
+    r = runner.invoke(app, ["build", "--out", str(out), *cov])
+    assert r.exit_code == 0 and "table exists" in r.output and built == [], r.output
+    r = runner.invoke(app, ["build", "--out", str(out), *cov, "--force"])
+    assert r.exit_code == 0 and built == [out] and f"wrote {out}" in r.output, r.output
+    assert "table exists" not in r.output and "1/1 distinct names" in r.output
+    new = tmp_path / "new.parquet"  # a missing table is built without --force
+    monkeypatch.setattr(b, "build_table", lambda path: shutil.copy(synthetic_table, path) and fake_build(path))
+    r = runner.invoke(app, ["build", "--out", str(new), *cov])
+    assert r.exit_code == 0 and built == [out, new] and f"wrote {new}" in r.output, r.output
 
 def test_build_reports_coverage_by_default(synthetic_table, tmp_path):
     """Without --coverage: the project's labelled stories, plus ../shared's dev file when it exists."""
