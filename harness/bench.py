@@ -57,6 +57,8 @@ def _raw(backend, name: str, prompts: list[str], seeds: list[int], params: GenPa
         return time.perf_counter() - t0, sum(len(o.outputs[0].token_ids) for o in outs)
     import torch
 
+    from harness.generation.hf import first_eos
+
     if params.stop:
         raise ValueError("the raw transformers baseline has no stop strings; benchmark without them")
     tok, model = backend.tokenizer, backend.model
@@ -79,14 +81,10 @@ def _raw(backend, name: str, prompts: list[str], seeds: list[int], params: GenPa
             )
             replies.append(out[:, prompt_len:])
     seconds = time.perf_counter() - t0
-    return seconds, sum(_reply_tokens(row, eos_ids) for new in replies for row in new.tolist())
-
-
-def _reply_tokens(ids: list[int], eos_ids: set[int]) -> int:
-    """Tokens of one reply as the transformers backend counts them: up to its first end-of-sequence token and that
-    token, none of the padding after it (where pad is EOS, as in SmolLM2, a count of tokens other than pad missed
-    the EOS itself)."""
-    return next((i + 1 for i, t in enumerate(ids) if t in eos_ids), len(ids))
+    # as the backend counts a reply: up to its first end-of-sequence token and that token, none of the padding
+    # after it (where pad is EOS, as in SmolLM2, a count of tokens other than pad missed the EOS itself)
+    ends = [(first_eos(row, eos_ids), len(row)) for new in replies for row in new.tolist()]
+    return seconds, sum(n + (n < length) for n, length in ends)
 
 
 def measure(model: ModelConfig, samples: int, max_new_tokens: int, repeats: int = 3, backend=None) -> list[Measurement]:

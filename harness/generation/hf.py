@@ -170,11 +170,7 @@ class TransformersBackend(Backend):
         results = []
         prompt_tokens = enc["attention_mask"].sum(dim=1).tolist()
         for req, ids, n_prompt in zip(batch, out[:, prompt_len:].tolist(), prompt_tokens):
-            n = len(ids)
-            for i, t in enumerate(ids):
-                if t in eos_ids:
-                    n = i
-                    break
+            n = first_eos(ids, eos_ids)
             hit_eos = n < len(ids)
             text = self.tokenizer.decode(ids[:n], skip_special_tokens=True)
             text, hit_stop = cut_at_stop(text, params.stop)
@@ -214,6 +210,12 @@ class TransformersBackend(Backend):
         self.model = None
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
+
+
+def first_eos(ids: list[int], eos_ids: set[int]) -> int:
+    """The index of a reply's first end-of-sequence token (its length where it has none): its text ends there, and
+    its output tokens count that one too."""
+    return next((i for i, t in enumerate(ids) if t in eos_ids), len(ids))
 
 
 def _tokens_to_stop(tokenizer, ids: list[int], stop: tuple[str, ...]) -> int:
