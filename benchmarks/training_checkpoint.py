@@ -38,6 +38,9 @@ def main(argv: list[str] | None = None) -> dict:
     def timed(path: Path, state: dict) -> None:
         t0 = time.perf_counter()
         real(path, state)
+        if not path.exists():  # the writer warns and goes on (a full disk, say); a time without a file is no figure
+            raise SystemExit(f"{path}: the checkpoint was not written (see the warning above); free space in "
+                             f"{tempfile.gettempdir()} or set TMPDIR to a folder that has some, and rerun")
         saves.append((time.perf_counter() - t0, path.stat().st_size))
 
     training._save_checkpoint = timed

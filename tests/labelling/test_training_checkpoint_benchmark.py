@@ -50,3 +50,23 @@ def test_the_share_is_the_mean_checkpoint_over_the_mean_epoch(benchmark_module, 
     assert out == {"stories": 2, "epochs": 3, "epoch_s": 4.0, "checkpoint_s": 1.0, "checkpoint_mib": 2.0,
                    "checkpoint_share_of_epoch": 0.25}
     assert training._save_checkpoint is save
+
+
+def test_a_checkpoint_the_writer_could_not_write_stops_the_benchmark_with_the_path(benchmark_module, monkeypatch):
+    """The writer warns and goes on when a write fails (a full disk): the benchmark says so in one line rather than
+    time a file that is not there (a clean-clone CI run whose disk was full raised FileNotFoundError here)."""
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    import harness.labelling.training as training
+
+    bench = benchmark_module("training_checkpoint")
+
+    def train(files, *, out_dir, epochs, **kw):
+        training._save_checkpoint(Path(out_dir) / training.CHECKPOINT, {})
+        return SimpleNamespace(stories=2, epochs=epochs, seconds=1.0)
+
+    monkeypatch.setattr(training, "_save_checkpoint", lambda path, state: None)  # written nowhere, as on a full disk
+    monkeypatch.setattr(training, "train_encoder", train)
+    with pytest.raises(SystemExit, match=r"\.train-checkpoint\.pt: the checkpoint was not written .*TMPDIR"):
+        bench.main(["--epochs", "2"])
