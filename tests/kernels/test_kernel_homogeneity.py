@@ -284,6 +284,29 @@ def weighted_brute(x, w):
     return ww.sum(1), (ww * c).sum(1), (ww * c * c).sum(1)
 
 
+def test_replicates_without_normalising_weight_the_dot_products_of_the_rows_as_given(triton_ok):
+    """``normalize=False``: every backend's replicates are the weighted pairs of raw dot products (not cosines), and
+    group_replicates hands the option to them."""
+    rng = np.random.default_rng(13)
+    x = (rng.normal(size=(24, 10)) + 0.5) * rng.uniform(0.5, 3.0, size=(24, 1))  # rows of unequal norms
+    w = rng.poisson(1.0, size=(5, 24)).astype(float)
+    iu, ju = np.triu_indices(24, 1)
+    dots = np.einsum("ij,ij->i", x[iu], x[ju])
+    ww = w[:, iu] * w[:, ju]
+    want = ((ww * dots).sum(1), (ww * dots * dots).sum(1))
+    assert not np.allclose(want[0], weighted_brute(x, w)[1])  # the cosines' sums differ: the case tells them apart
+    for r, tol in ((H.replicate_reference(x, w, normalize=False), 1e-10),
+                   (H._replicate_stats_xp(np, x, w, normalize=False), 1e-5),
+                   (H.triton_replicate_stats(x, w, normalize=False), 2e-5)):
+        np.testing.assert_allclose(r.sum, want[0], rtol=tol, err_msg=r.backend)
+        np.testing.assert_allclose(r.sumsq, want[1], rtol=tol, err_msg=r.backend)
+    g = np.repeat(np.arange(3), 8)
+    raw = H.group_replicates(x, g, kind="bootstrap", n_rep=4, seed=3, n_groups=3, backend="numpy", normalize=False)
+    cos = H.group_replicates(x, g, kind="bootstrap", n_rep=4, seed=3, n_groups=3, backend="numpy")
+    np.testing.assert_allclose(raw.n_pairs, cos.n_pairs)
+    assert np.nanmax(raw.mean) > 1.5 and np.nanmax(cos.mean) <= 1  # dot products of norms above 1, and cosines
+
+
 def test_replicate_reference_equals_weighted_pairs():
     rng = np.random.default_rng(11)
     x = rng.normal(size=(30, 12)) + 0.5

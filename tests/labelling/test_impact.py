@@ -538,3 +538,13 @@ def test_a_race_the_audit_leaves_unmeasured_gets_no_shift_interval_from_the_resa
     assert nhpi[["log_shift_low", "log_shift_high", "log_shift_p"]].isna().all().all()
     sub = shift.cells[(shift.cells.table == "subordination") & (shift.cells.model == "M") & ~shift.cells.all_zero_both]
     assert shift.summary["subordination"]["shift_tested"] == len(sub.dropna(subset=["log_shift_low"])) > 0
+
+
+def test_an_interval_that_ends_at_1_includes_1():
+    """A 95% interval is closed: one whose bound is exactly 1 does not exclude 1 (a ratio of an all-zero cell, R = 1
+    with a bound at 1, is not called above or below)."""
+    from harness.labelling.impact import _verdict
+
+    low = pd.Series([1.0, 1.0 + 1e-12, 0.5, 0.5, 0.2, 1.0])
+    high = pd.Series([2.0, 2.0, 1.0, 1.0 - 1e-12, 3.0, 1.0])
+    assert _verdict(low, high).tolist() == ["includes 1", "above", "includes 1", "below", "includes 1", "includes 1"]
