@@ -473,3 +473,11 @@ def test_a_streams_progress_bar_counts_to_the_total_its_caller_gives(capsys):
     assert "5/5" in capsys.readouterr().err
     assert len(list(LengthLabeller().iter_label(iter(stories), progress=True))) == 5  # no total: counted alone
     assert "5story [" in capsys.readouterr().err
+
+
+def test_an_error_status_names_the_error_and_is_held_to_300_characters():
+    from harness.labelling.base import ERROR_PREFIX, error_status
+
+    assert error_status(ValueError("no roles")) == f"{ERROR_PREFIX}ValueError: no roles"
+    long = error_status(RuntimeError("x" * 1000))
+    assert len(long) == 300 and long.startswith(f"{ERROR_PREFIX}RuntimeError: xxx")

@@ -155,6 +155,9 @@ def test_her_before_emphasis_reads_a_window_ahead_not_the_whole_story():
     ("He would not let her * go * .", [False]), ("He walked to her * home * .", [True]),
     ("Jake found her * crying * in the hall .", [False]), ("* He held her close * .", [False]),
     ("He met her * best friend * .", [True]), ("He let * her * go .", [False]),
+    # a word of four letters or more in -ly is an adverb ("paid her duly"); one of three is none ("zipped her fly")
+    ("He paid her duly .", [False]), ("She signed her duly witnessed will .", [True]),
+    ("She zipped up her fly .", [True]),
 ])
 def test_her_before_a_function_word_or_a_bare_verb_is_an_object(text, possessive):
     """"her" before "of", "not", "there" or a bare infinitive after "let"/"made"/"helped" was read as a determiner,

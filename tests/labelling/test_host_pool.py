@@ -486,3 +486,32 @@ def test_a_worker_starting_restores_the_ctrl_c_handler_it_inherited():
             assert signal.getsignal(signal.SIGINT) is inherited
     finally:
         signal.signal(signal.SIGINT, before)
+
+
+class _Unpicklable(Exception):
+    """An error whose pickle cannot be read back: it needs two arguments and gives its parent one."""
+
+    def __init__(self, what, where):
+        super().__init__(f"{what} at {where}")
+
+
+def test_a_worker_error_crosses_with_its_traceback_or_as_host_worker_error_carrying_its_text():
+    from harness.labelling.host_pool import _portable
+
+    def fail(exc):
+        try:
+            raise exc
+        except Exception as e:
+            return e
+
+    kept = _portable(fail(ValueError("a bad window")))
+    assert type(kept) is ValueError and str(kept) == "a bad window"
+    assert kept.__notes__[0].startswith("in a host worker process:\nTraceback") and "a bad window" in kept.__notes__[0]
+    swapped = _portable(fail(_Unpicklable("a bad window", "story 7")))
+    assert type(swapped) is HostWorkerError
+    text = str(swapped)
+    assert text.startswith("_Unpicklable: a bad window at story 7\nin a host worker process:\nTraceback")
+    assert text.rstrip().endswith("_Unpicklable: a bad window at story 7")
+    import pickle
+
+    assert str(pickle.loads(pickle.dumps(swapped))) == text  # it crosses itself
