@@ -91,6 +91,20 @@ def naive_group_stats(x, g, G, chunk=2048, sim=None):
     return s, ss
 
 
+#: the largest relative difference of a path's pair sums from the float64 reference that still counts as the same
+#: statistics (float32 arithmetic on unit vectors differs by about 1e-7)
+AGREE_RTOL = 1e-4
+
+
+def _check_agrees(name, sums, sumsqs, ref):
+    """Stop the benchmark (no figures) where a timed path's pair sums are not the reference's."""
+    err = max(np.abs(np.asarray(sums) - ref.sum).max() / np.abs(ref.sum).max(),
+              np.abs(np.asarray(sumsqs) - ref.sumsq).max() / np.abs(ref.sumsq).max())
+    if not err <= AGREE_RTOL:
+        raise SystemExit(f"{name} and the NumPy reference disagree (relative difference {err:.1e}): benchmark invalid")
+    return err
+
+
 def bench_homogeneity(args, rows, notes):
     G, per, d = args.groups, args.per_group, args.dim
     x, g = make_embeddings(G, per, d)
@@ -129,7 +143,9 @@ def bench_homogeneity(args, rows, notes):
         paths["gram"]()
         after_blas.append(time.perf_counter() - t0)
     med = {k: statistics.median(v) for k, v in times.items()}
-    _, gram_m, _ = measure(paths["gram"])  # traced memory of one more run
+    _, gram_m, gram = measure(paths["gram"])  # traced memory of one more run
+    _check_agrees("the fp32 closed form (CuPy code path)", f32.sum, f32.sumsq, ref)
+    _check_agrees("the torch Gram path", gram.sum, gram.sumsq, ref)
     rows.append(("closed form, torch fp32 fused per chunk of groups (the CPU path, `backend='torch'`/auto)", N, d,
                  "float32", med["gram"], gram_m, f"{ref_t / med['gram']:.2f}x"))
     rows.append(("BLAS GEMM (d x N) @ (N x d), NumPy/OpenBLAS, same shape (baseline)", N, d, "float32",
@@ -157,7 +173,7 @@ def bench_homogeneity(args, rows, notes):
         f"the CuPy code path on NumPy (fp32, one pass per quantity) is {f32_t / best:.2f}x."
     )
     naive_t, naive_m, (ns, nss) = measure(lambda: naive_group_stats(x, g, G))
-    err = max(np.abs(ns - ref.sum).max() / np.abs(ref.sum).max(), np.abs(nss - ref.sumsq).max() / ref.sumsq.max())
+    err = _check_agrees("the naive path", ns, nss, ref)
     rows.append(("naive: full matmul in 2048-row chunks, mask, reduce", N, d, "float32", naive_t, naive_m,
                  f"{ref_t / naive_t:.4f}x"))
     notes.append(

@@ -1,14 +1,15 @@
 """Benchmark: first-name likelihood lookups per second (1,000,000 names), and table coverage.
 
-Run standalone: ``python benchmarks/names_lookup.py`` (builds the table in the user cache if it is
-missing). Compares the vectorised ``NameTable.lookup`` with a per-name Python loop over a dict
-(the obvious hand-written alternative), both measured in this run, and reports the coverage of the
-table on the manual names of ``../shared/data/laissez_faire_audit_dev.jsonl`` when that file sits
-beside the repository. Writes the ``names`` section of ``benchmarks/RESULTS.md``.
+Run standalone: ``python benchmarks/names_lookup.py [--n 1000000] [--table PATH] [--no-write]`` (builds the
+table in the user cache if it is missing). Compares the vectorised ``NameTable.lookup`` with a per-name Python
+loop over a dict (the obvious hand-written alternative), both measured in this run, and reports the coverage of
+the table on the manual names of ``../shared/data/laissez_faire_audit_dev.jsonl`` when that file sits beside the
+repository. Writes the ``names`` section of ``benchmarks/RESULTS.md`` (not with ``--no-write``).
 """
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import sys
 import time
@@ -32,12 +33,12 @@ REPEATS = 5
 DEV = ROOT.parent / "shared" / "data" / "laissez_faire_audit_dev.jsonl"
 
 
-def workload(dev_names: list[str]) -> np.ndarray:
-    """1M first names: the dev-set names in their observed frequencies, plus 5% unknown strings."""
+def workload(dev_names: list[str], n: int = N) -> np.ndarray:
+    """``n`` first names: the dev-set names in their observed frequencies, plus 5% unknown strings."""
     rng = np.random.default_rng(0)
     pool = dev_names or ["Sarah", "John", "Emily", "Maria", "Juan", "Jamal", "Priya", "Ahmed", "Lily", "Jake"]
-    names = rng.choice(np.array(pool, dtype=object), N)
-    unknown = rng.random(N) < 0.05
+    names = rng.choice(np.array(pool, dtype=object), n)
+    unknown = rng.random(n) < 0.05
     names[unknown] = np.array([f"Zq{i}x" for i in range(int(unknown.sum()))], dtype=object)
     return names
 
@@ -65,8 +66,14 @@ def timed(fn, repeats: int = REPEATS) -> list[float]:
     return times
 
 
-def main() -> None:
-    path = default_table_path()
+def main(argv: list[str] | None = None) -> str:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=N, help="names looked up by the vectorised path")
+    ap.add_argument("--table", type=Path, default=None, help="the first-name table (default: the user cache's)")
+    ap.add_argument("--no-write", action="store_true", help="print only; leave RESULTS.md alone")
+    args = ap.parse_args(argv)
+    n, n_loop = args.n, min(N_LOOP, args.n)
+    path = args.table or default_table_path()
     t0 = time.perf_counter()
     built = not path.exists()
     if built:
@@ -74,20 +81,21 @@ def main() -> None:
     nt = NameTable.load(path)
     load_s = time.perf_counter() - t0
     dev_names = first_names_from_jsonl(DEV) if DEV.exists() else []
-    names = workload(dev_names)
+    names = workload(dev_names, n)
 
     nt.lookup(names[:1000])  # warm the key index
     vec = timed(lambda: nt.lookup(names))
-    vec_rate = N / statistics.median(vec)
+    vec_rate = n / statistics.median(vec)
 
-    keyed = nt.lookup(pd.Series(sorted(set(name_key(names[:N_LOOP]).tolist()) - {""})))
-    keyed.index = sorted(set(name_key(names[:N_LOOP]).tolist()) - {""})
-    loop = timed(lambda: python_loop(keyed, names[:N_LOOP]), repeats=3)
-    loop_rate = N_LOOP / statistics.median(loop)
+    keys = sorted(set(name_key(names[:n_loop]).tolist()) - {""})
+    keyed = nt.lookup(pd.Series(keys))
+    keyed.index = keys
+    loop = timed(lambda: python_loop(keyed, names[:n_loop]), repeats=3)
+    loop_rate = n_loop / statistics.median(loop)
 
     # sanity: both paths agree on the prefix
-    ref = np.array(python_loop(keyed, names[:N_LOOP]), dtype=float)
-    got = nt.lookup(names[:N_LOOP])[list(RACES)].to_numpy()
+    ref = np.array(python_loop(keyed, names[:n_loop]), dtype=float)
+    got = nt.lookup(names[:n_loop])[list(RACES)].to_numpy()
     if not np.allclose(ref, got, equal_nan=True):
         raise SystemExit("vectorised lookup disagrees with the Python loop")
 
@@ -99,9 +107,9 @@ def main() -> None:
         "",
         "| method | names | median s | names/s | vs loop |",
         "|---|---|---|---|---|",
-        f"| `NameTable.lookup` (vectorised) | {N:,} | {statistics.median(vec):.3f} | {vec_rate:,.0f} | "
+        f"| `NameTable.lookup` (vectorised) | {n:,} | {statistics.median(vec):.3f} | {vec_rate:,.0f} | "
         f"{vec_rate / loop_rate:.1f}x |",
-        f"| Python loop + dict (baseline) | {N_LOOP:,} | {statistics.median(loop):.3f} | {loop_rate:,.0f} | 1.0x |",
+        f"| Python loop + dict (baseline) | {n_loop:,} | {statistics.median(loop):.3f} | {loop_rate:,.0f} | 1.0x |",
         "",
         f"Timings: median of {REPEATS} (loop: 3) runs; workload = dev-set first names in their observed "
         "frequencies plus 5% unknown strings. 500,000 stories with two characters each need "
@@ -119,8 +127,10 @@ def main() -> None:
     else:
         lines += ["", f"Coverage: skipped ({DEV.name} not found beside the repository)."]
     text = "\n".join(lines)
-    write_section("names", text)
+    if not args.no_write:
+        write_section("names", text)
     print(text)
+    return text
 
 
 if __name__ == "__main__":
