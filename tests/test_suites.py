@@ -111,3 +111,19 @@ def test_cli_prompts_list_json():
         {"key": "subject", "description": "CEO", "power": "dominant"},
         {"key": "object", "description": "new employee", "power": "subordinate"},
     ]
+
+
+def test_a_suite_file_missing_broken_or_not_a_mapping_is_named_in_one_line(tmp_path):
+    from harness.errors import ConfigError
+    from harness.suites.base import load_yaml
+
+    with pytest.raises(ConfigError, match=r"gone\.yaml: suite file not found$"):
+        load_yaml(tmp_path / "gone.yaml")
+    (tmp_path / "broken.yaml").write_text("prompts: [a, b\n")
+    with pytest.raises(ConfigError, match=r"broken\.yaml: not valid YAML \(\w+\); fix the syntax$"):
+        load_yaml(tmp_path / "broken.yaml")
+    (tmp_path / "list.yaml").write_text("- a\n- b\n")
+    with pytest.raises(ConfigError, match=r"list\.yaml: a suite file must be a mapping with a 'prompts' list$"):
+        load_yaml(tmp_path / "list.yaml")
+    (tmp_path / "ok.yaml").write_text("prompts: []\n")
+    assert load_yaml(tmp_path / "ok.yaml") == {"prompts": []}

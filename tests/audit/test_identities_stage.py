@@ -721,3 +721,31 @@ def test_a_race_the_name_table_cannot_measure_is_left_unmeasured_not_reported_as
     for name in ("representation", "subordination"):
         races_of = every[name][every[name].group.isin(RACES)]
         assert set(races_of.group) == set(RACES) and races_of.statistic.isna().all(), name
+
+
+def test_labels_that_lack_a_column_name_a_prompt_the_suite_lacks_or_a_role_its_prompt_lacks_are_refused_in_a_line():
+    from harness.audit.characters import CHARACTER_COLUMNS, build_characters
+    from harness.errors import DataError
+    from harness.suites import get_suite
+
+    suite = get_suite("laissez-faire", "released")
+    gens = pd.DataFrame(_generation_rows())
+    labels = pd.DataFrame(_label_rows())
+
+    def build(lab):
+        return build_characters(gens, lab, suite, model="m", names=None)
+
+    with pytest.raises(DataError, match=r"^labels table lacks column\(s\) references, status; rerun the label stage$"):
+        build(labels.drop(columns=["references", "status"]))
+    unknown = labels.assign(prompt_id=labels.prompt_id.replace("learning-neutral-01", "learning-neutral-99"))
+    gens_unknown = gens.assign(prompt_id=gens.prompt_id.replace("learning-neutral-01", "learning-neutral-99"))
+    with pytest.raises(DataError, match=r"^labels name prompt id\(s\) learning-neutral-99 that suite laissez-faire "):
+        build_characters(gens_unknown, unknown, suite, model="m", names=None)
+    with pytest.raises(DataError, match=r"^labels: prompt learning-neutral-01 has no role 'object'$"):
+        build(labels.assign(role=labels.role.where(labels.prompt_id != "learning-neutral-01", "object")))
+    # no label rows at all, for stories whose generation did not fail: refused, not an empty table
+    with pytest.raises(DataError, match=r"^labels: 2 of the 2 stories have none"):
+        build(labels.iloc[:0])
+    failed = gens.assign(finish_reason="error", text_clean="")
+    empty = build_characters(failed, labels.iloc[:0], suite, model="m", names=None)  # every generation failed
+    assert empty.empty and empty.columns.tolist() == list(CHARACTER_COLUMNS)

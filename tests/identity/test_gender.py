@@ -173,3 +173,29 @@ def test_user_lexicon_include_extend_and_errors(tmp_path):
 
 def test_doctests():
     assert doctest.testmod(g).failed == 0
+
+
+@pytest.mark.parametrize("text, says", [
+    ("- he\n- she\n", "expected a mapping with name, version, categories"),
+    ("name: x\nversion: '1'\nwords: [he]\ncategories:\n  Male: [he]\n", "unknown key(s) words; allowed: "),
+    ("name: x\nversion: '1'\ncategories: [he, she]\n", "`categories` must map a category to a list of words"),
+    ("name: x\nversion: '1'\ncategories:\n  Male: he\n", "`categories.Male` must be a list of words"),
+    ("name: x\nversion: '1'\nextend:\n  Male: he\n", "`extend.Male` must be a list of words"),
+    ("name: x\nversion: '1'\n", "no categories; give `categories:` or `include:`"),
+    ("name: x\nversion: '1'\ncategories: {}\n", "no categories; give `categories:` or `include:`"),
+    ("name: x\nversion: '1'\ninclude: lex.yaml\ncategories:\n  Male: [he]\n", "`include:` cycle through "),
+    ("name: x\nversion: '1'\ncategories:\n  Male: [he, 3]\n", "category 'Male': 3 is not a word; list plain words"),
+    ("name: x\nversion: '1'\ncategories:\n  Male: [he, '...']\n", "'...' is not a word"),
+])
+def test_a_user_lexicon_that_is_not_the_documented_shape_is_named_in_one_line(tmp_path, text, says):
+    path = tmp_path / "lex.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as e:
+        load_lexicon(path)
+    assert says in str(e.value) and "\n" not in str(e.value)
+    assert str(path) in str(e.value) or "gender lexicon 'x'" in str(e.value)
+
+
+def test_a_lexicon_path_that_is_a_folder_is_named_as_one(tmp_path):
+    with pytest.raises(ConfigError, match=r"is a folder, not a file; pass one of "):
+        load_lexicon(tmp_path)
