@@ -474,6 +474,9 @@ def simple_effects(model: LMMResult, *, factor: str = "race", by: str = "gender"
         base = f"{by}{other}"
         if base not in idx:
             raise DataError(f"simple_effects: model has no column {base!r}; fit the interaction model")
+        if not any(n.startswith(factor) and n.endswith(f":{base}") for n in idx):
+            # a main-effects model: every level but the reference was skipped as "no data", one row out
+            raise DataError(f"simple_effects: model has no {factor}:{by} columns; fit the interaction model")
         for lv in levels[factor]:
             L = np.zeros(len(model.names))
             L[idx[base]] = 1.0

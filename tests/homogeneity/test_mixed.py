@@ -265,3 +265,36 @@ def test_degenerate_designs_are_reported():
         fit_lmm(cells.assign(race="Martian"), "race")
     with pytest.raises(DataError, match="lack"):
         fit_lmm(cells.drop(columns="sumsq"), "race")
+
+
+def test_formulas_codings_and_fits_that_cannot_be_made_are_named_in_one_line():
+    from harness.errors import ConfigError
+    from harness.homogeneity.mixed import parse_formula, simple_effects
+
+    assert parse_formula("1") == [] and parse_formula(" ") == []
+    assert parse_formula("race * gender + race") == ["race", "gender", "race:gender"]  # a term once
+    with pytest.raises(ConfigError, match=r"^formula 'race\*gender\*format': only two-way interactions"):
+        parse_formula("race*gender*format")
+    cells = paper_scale_cells()
+    with pytest.raises(ConfigError, match=r"^coding must be 'treatment' or 'sum', got 'helmert'$"):
+        design_matrix(cells, "race", coding="helmert")
+    with pytest.raises(DataError, match=r"^design: cells lack a 'age' column \(needed by the formula\)$"):
+        design_matrix(cells, "race + age")
+    with pytest.raises(ConfigError, match=r"^design: reference level 'Martian' of race is not one of \["):
+        design_matrix(cells, "race", refs={"race": "Martian"})
+    with pytest.raises(DataError, match=r"^fit_lmm: no cell has any pair$"):
+        fit_lmm(cells.assign(n_pairs=0), "race")
+    few = cells.groupby("race").head(1)  # 4 cells of one pair each: 4 observations, 4 fixed effects
+    with pytest.raises(DataError, match=r"^fit_lmm: 4 observations cannot identify 4 fixed effects and two variances"):
+        fit_lmm(few.assign(n_pairs=1), "race")
+    with pytest.raises(DataError, match=r"^simple_effects: model has no column 'genderwoman'; fit the interaction"):
+        simple_effects(fit_lmm(cells, "race"))
+    # a main-effects model has the gender column but no race:gender ones: it gave the reference race's row alone,
+    # every other race skipped as a level without data
+    with pytest.raises(DataError, match=r"^simple_effects: model has no race:gender columns; fit the interaction"):
+        simple_effects(fit_lmm(cells, "race + gender"))
+    assert len(simple_effects(fit_lmm(cells, "race * gender"))) == cells.race.nunique()
+    with pytest.raises(DataError, match=r"^standardization: fewer than two pair cosines in total$"):
+        standardization([1], [0.5], [0.25])
+    with pytest.raises(DataError, match=r"^standardization: every pair cosine is identical; nothing to standardise$"):
+        standardization([2, 3], [1.0, 1.5], [0.5, 0.75])  # five cosines of 0.5
