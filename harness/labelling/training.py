@@ -549,7 +549,10 @@ def _load_checkpoint(path: Path, key: dict[str, Any]) -> dict[str, Any] | None:
         # CPU, as a fresh optimiser keeps them; loaded onto a GPU they would cost a sync per parameter and step)
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # unreadable (another torch, a damaged file): the training starts over
-        warnings.warn(f"{path}: not read ({type(e).__name__}: {e}); training starts over", stacklevel=3)
+        # one line: torch's unpickling error runs to a dozen lines of advice on weights_only
+        first = next((line.strip() for line in str(e).splitlines() if line.strip()), "")
+        why = f"{type(e).__name__}: {first[:100]}{'...' if len(first) > 100 else ''}" if first else type(e).__name__
+        warnings.warn(f"{path}: not read ({why}); training starts over", stacklevel=3)
         return None
     saved = state.get("key") if isinstance(state, dict) else None
     if isinstance(saved, dict):  # a checkpoint of an earlier release recorded neither: version 1 on these roles

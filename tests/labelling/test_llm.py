@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -1311,3 +1312,15 @@ def test_a_bad_server_address_or_model_is_a_one_line_error_naming_the_option():
         LLMLabeller(engine="openai", base_url="127.0.0.1:8000/v1")
     with pytest.raises(ConfigError, match=r"^llm labeller: model \(--llm-model\): './no-such-dir' does not exist"):
         LLMLabeller(model="./no-such-dir")
+
+
+def test_a_reply_without_an_object_says_which_way_it_has_none_and_odd_values_read_as_text_or_fail():
+    from harness.labelling.llm import _name_list, _ref_list
+
+    for reply, says in (("", "no JSON object in the reply"), ("The subject is Ana.", "no JSON object in the reply"),
+                        ("Here: { subject name", "reply holds a '{' but no parseable JSON object")):
+        with pytest.raises(ParseError, match=f"^{re.escape(says)}$"):
+            parse_json_object(reply)
+    assert _name_list(7) == ["7"] and _ref_list(None) == [] and _ref_list("she; her,") == ["she", " her"]
+    with pytest.raises(ParseError, match="^references must be a list, got int$"):
+        _ref_list(5)

@@ -397,3 +397,16 @@ def test_an_unnamed_character_is_found_by_its_role_noun(rules):
     assert subj.name is None and subj.references == ("She",)
     assert infer_gender(subj.references, s.text) == "Female"
     assert obj.name is None and obj.references == ()  # "customer" is not in the story: no character
+
+
+def test_a_spacy_model_that_is_not_installed_or_spacy_missing_is_one_line_with_the_install_command(monkeypatch):
+    import sys
+
+    from harness.errors import ConfigError
+    from harness.labelling.rules import RulesLabeller
+
+    with pytest.raises(ConfigError, match=r"^spaCy model 'xx_no_such_model' is not installed; pip install "):
+        RulesLabeller("xx_no_such_model")
+    monkeypatch.setitem(sys.modules, "spacy", None)  # import spacy raises ImportError
+    with pytest.raises(ConfigError, match=r"^the rules labeller needs spaCy; pip install spacy en-core-web-sm"):
+        RulesLabeller()

@@ -1059,3 +1059,42 @@ def test_a_bfloat16_training_saves_float32_weights_and_a_soup_trains_again_for_a
     assert trained == [0, 1]
     with pytest.raises(ConfigError, match=r"^precision 'half' \(--precision"):
         train_soup([p], [0, 1], out_dir=out, epochs=1, layers=1, precision="half")
+
+
+def test_a_soup_that_cannot_be_trained_or_averaged_is_refused_before_any_training(tmp_path, monkeypatch):
+    import harness.labelling.training as T
+    from harness.labelling.data import builtin_training_files
+
+    monkeypatch.setattr(T, "train_encoder", lambda *a, **k: pytest.fail("trained"))
+    p = builtin_training_files()[:1]
+    with pytest.raises(ConfigError, match=r"^train_soup needs at least one seed$"):
+        T.train_soup(p, [], out_dir=tmp_path / "soup")
+    with pytest.raises(ConfigError, match=r"^a soup starts every member from the base; leave out init_from"):
+        T.train_soup(p, [0, 1], out_dir=tmp_path / "soup", init_from=tmp_path / "other")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ConfigError, match=r"^out_dir .*file: a file is there, and a trained model is a directory"):
+        T.train_soup(p, [0, 1], out_dir=tmp_path / "file")
+    with pytest.raises(ConfigError, match=r"^average_encoders needs at least one trained encoder directory$"):
+        T.average_encoders([], tmp_path / "avg")
+
+
+def test_a_damaged_checkpoint_is_said_and_the_training_starts_over(tmp_path):
+    import harness.labelling.training as T
+
+    path = tmp_path / T.CHECKPOINT
+    path.write_bytes(b"not a torch file")
+    with pytest.warns(UserWarning) as said:
+        assert T._load_checkpoint(path, {}) is None
+    (w,) = said  # one line (torch's error ran to a dozen), naming the file and the error's kind
+    assert re.fullmatch(r".*\.train-checkpoint\.pt: not read \(UnpicklingError: [^\n]{1,110}\); training starts over",
+                        str(w.message))
+    assert T._load_checkpoint(tmp_path / "none.pt", {}) is None  # no checkpoint: nothing said
+
+
+def test_a_model_directory_whose_meta_json_is_no_object_is_named_with_the_command_that_trains_one(tmp_path):
+    from harness.labelling.encoder import read_model_meta
+
+    (tmp_path / "meta.json").write_text("[1, 2]")
+    with pytest.raises(ConfigError, match=r"^model directory .*: meta\.json holds no object; train one with "
+                                          r"`harness label train --out "):
+        read_model_meta(tmp_path, "model directory")

@@ -59,3 +59,50 @@ def test_every_pronoun_family_the_decoder_knows_is_taught():
         taught = sum(any(r.lower() in family for r in ch.references or ())
                      for gs in training for ch in gs.characters.values())
         assert taught >= 10, f"{family[0]}/{family[1]}: only {taught} training characters use this family"
+
+
+_ROW = {"id": "r1", "domain": "Learning", "condition": "laden", "model": "m",
+        "roles": {"subject": "teacher", "object": "student"}, "text": "Ana taught Mia. She smiled at her.",
+        "labels": {"subject": {"name": "Ana", "references": ["She"], "gender": "Female"},
+                   "object": {"name": "Mia", "references": ["her"], "gender": "Female"}}}
+
+
+def _with_subject(**lab):
+    return {**_ROW, "labels": {**_ROW["labels"], "subject": {**_ROW["labels"]["subject"], **lab}}}
+
+
+@pytest.mark.parametrize("row, says", [
+    (["a", "list"], "f.jsonl:3: expected a JSON object"),
+    ({**_ROW, "labels": {"object": _ROW["labels"]["object"]}},
+     "f.jsonl:3: `labels.subject` is missing; label every role"),
+    (_with_subject(references="She, her"), "f.jsonl:3 labels.subject: 'She, her' is not a list; write references as"),
+    (_with_subject(references=7), "f.jsonl:3 labels.subject: references must be a list of strings, got int"),
+    ({**_ROW, "reference_owners": ["subject"]}, "f.jsonl:3: `reference_owners` must map a word to a list of owners"),
+    ({"id": "r1", "story": "Ana ran."}, "f.jsonl:3: neither the project format (roles, labels), the published one"),
+])
+def test_a_labelled_row_of_the_wrong_shape_is_named_by_file_line_and_field(row, says):
+    from harness.errors import DataError
+    from harness.labelling.data import parse_row
+
+    with pytest.raises(DataError) as e:
+        parse_row(row, "f:3", "f.jsonl:3")
+    assert str(e.value).startswith(says) and "\n" not in str(e.value)
+
+
+def test_references_written_as_an_empty_string_are_none_and_as_a_list_in_text_are_read(tmp_path):
+    from harness.labelling.data import parse_row
+
+    assert parse_row(_with_subject(references=""), "f:1", "f.jsonl:1").characters["subject"].references == ()
+    got = parse_row(_with_subject(references='["She"]'), "f:1", "f.jsonl:1").characters["subject"].references
+    assert got == ("She",)
+
+
+def test_a_plain_story_whose_roles_lack_key_or_description_is_named_by_line(tmp_path):
+    from harness.errors import DataError
+    from harness.labelling.data import read_stories
+
+    path = tmp_path / "s.jsonl"
+    path.write_text('{"story_id": "a", "text": "Ana ran.", "roles": [{"key": "subject", "description": "runner"}]}\n'
+                    '{"story_id": "b", "text": "Bo ran.", "roles": [{"key": "subject"}]}\n')
+    with pytest.raises(DataError, match=r"s\.jsonl:2: each role needs `key` and `description`$"):
+        read_stories(path)
