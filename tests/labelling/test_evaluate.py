@@ -849,3 +849,14 @@ def test_a_project_row_of_a_role_other_than_subject_and_object_is_refused_on_its
     p = _write(tmp_path / "g.jsonl", {**_PROJECT_ROW, "roles": roles, "labels": {k: label for k in labels}})
     with pytest.raises(DataError, match=rf"^{re.escape(str(p))}:1: {says}$"):
         load_gold(p)
+
+
+def test_precision_and_recall_counts_pool_by_adding_them_not_by_averaging_their_shares():
+    """Two files' counts added: (9 + 1) / (10 + 10) = 50%, not the mean of 90% and 10%; no predictions is NaN."""
+    import math
+
+    from harness.labelling.evaluate import PR
+
+    pooled = PR(9, 10, 8, 10) + PR(1, 10, 2, 5)
+    assert pooled == PR(10, 20, 10, 15) and pooled.precision == 0.5 and pooled.recall == pytest.approx(2 / 3)
+    assert math.isnan(PR().precision) and math.isnan(PR().recall)
