@@ -1585,3 +1585,22 @@ def test_a_prompts_system_message_goes_where_model_system_message_puts_it_and_a_
     for text, empty in (("", True), (" \n\t ", True), (" Once. ", False)):
         row = _row(item, GenResult(item.request_id, text, "stop", 5, 1), "m", "echo")
         assert (row["empty"], row["text_clean"]) == (empty, text.strip())
+
+
+def test_the_progress_bar_counts_each_story_and_its_rates(tmp_path, capsys):
+    """``progress=True`` (the CLI's default): the bar ends at every story planned, with stories/s and tok/s."""
+    from harness.pipeline import _progress
+
+    bar = _progress(3, enabled=True)
+    for i, tokens in enumerate((10, 20, 30), 1):
+        bar.advance(tokens, elapsed=float(i))
+    task = bar.bar.tasks[0]
+    assert (task.completed, task.total, bar.tokens) == (3, 3, 60)
+    assert task.fields["rate"] == "1.00 stories/s, 20.0 tok/s"  # 3 stories and 60 tokens in 3 s
+    bar.close()
+    quiet = _progress(3, enabled=False)
+    quiet.advance(5, elapsed=1.0)
+    quiet.close()
+    assert quiet.tokens == 5 and not hasattr(quiet, "bar")
+    s = generate_run(cfg(tmp_path), backend=EchoBackend(), progress=True)  # the whole run with the bar on
+    assert s.generated == 12 and "generating" in capsys.readouterr().out

