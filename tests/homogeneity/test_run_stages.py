@@ -498,3 +498,20 @@ def test_homogeneity_generate_reads_its_target_with_the_config(tmp_path, monkeyp
     r = CliRunner().invoke(app, ["generate", str(path), "--target", "1"])
     assert r.exit_code == 2 and r.output.startswith("error: target must be at least 2 texts per prompt"), r.output
     assert not (tmp_path / "run").exists()
+
+
+def test_a_run_without_homogeneity_tables_or_short_of_one_is_named_with_the_stage_to_rerun(tmp_path):
+    from harness.errors import DataError
+    from harness.report.homogeneity import load_run_tables
+
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    with pytest.raises(DataError, match=r"bare: no run\.json, so it is no run directory; give the output_dir of"):
+        load_run_tables(bare)
+    (bare / "run.json").write_text(json.dumps({"config": {"name": "m", "suite": "homogeneity"}}))
+    with pytest.raises(DataError, match=r"bare: no homogeneity tables; run `harness run CONFIG --stages statistics`"):
+        load_run_tables(bare)
+    run = _fake_run(tmp_path / "a", "model-a", 1)
+    (run / "homogeneity" / "minilm-l6" / "lrt.csv").unlink()
+    with pytest.raises(DataError, match=r"minilm-l6: table\(s\) lrt\.csv missing; rerun the statistics stage$"):
+        load_run_tables(run)

@@ -162,3 +162,28 @@ def test_generation_to_tables_with_minilm_via_cli(tmp_path, scripted_backend):
     res2 = CliRunner().invoke(app, ["analyse", str(tmp_path / "run"), "--target", "6", "--bootstrap", "0",
                                     "--backend", "numpy", "--device", "cpu", "--no-pairs"])
     assert res2.exit_code == 0, res2.output
+
+
+def test_texts_of_no_run_of_another_suite_or_of_too_few_prompts_are_refused_in_one_line(tmp_path):
+    from harness.errors import DataError
+    from harness.homogeneity.stage import load_texts
+    from harness.pipeline import GENERATION_SCHEMA, GENERATIONS
+    from harness.store import RunStore
+    from harness.suites import get_suite
+
+    with pytest.raises(DataError, match=r"/generations: no generations; run `harness run` on a homogeneity config"):
+        load_texts(tmp_path / "empty")
+    store = RunStore(tmp_path / "run")
+    row = {"prompt_id": "learning-neutral-01", "sample_idx": 0, "text": "Ana ran.", "text_clean": "Ana ran.",
+           "finish_reason": "stop"}
+    store.write_shard(GENERATIONS, [row], "gen-0of1", GENERATION_SCHEMA)
+    with pytest.raises(DataError, match=r"^suite laissez-faire: prompts lack race/gender/format metadata; is this a "):
+        load_texts(tmp_path / "run", suite=get_suite("laissez-faire"))
+    with pytest.raises(DataError, match=r"/generations: prompt ids \['learning-neutral-01'\] are not in suite "
+                                        r"homogeneity$"):
+        load_texts(tmp_path / "run", suite=get_suite("homogeneity"))
+    x, texts = synthetic_corpus(2, n_formats=2, seed=1)
+    one = texts["prompt_id"].eq(texts["prompt_id"].iloc[0]).to_numpy()
+    with pytest.raises(DataError, match=r": fewer than two prompts with two usable texts; nothing to compare$"):
+        analyse_embeddings(x[one], texts[one].reset_index(drop=True), tmp_path / "out", n_boot=0, backend="numpy",
+                           pairs=False)
