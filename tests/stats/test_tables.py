@@ -458,3 +458,27 @@ def test_r_mrs_rows_are_flagged_lt5_racialized_below_five_names_at_the_median_th
     assert rm.loc["asian", "statistic"] == pytest.approx(1.2) and rm.loc["white", "statistic"] == pytest.approx(0.8)
     assert (rm.loc["asian", "a"], rm.loc["asian", "b"], rm.loc["white", "a"], rm.loc["white", "b"]) == (3, 2, 2, 2)
     assert "lt5_racialized" not in _flags(rm.loc["asian"]) and "lt5_racialized" in _flags(rm.loc["white"])
+
+
+def test_a_cell_with_no_gendered_or_no_matched_character_says_it_is_empty_and_bad_tables_are_refused(characters):
+    """A model x domain whose characters are all Unspecified and unnamed: every R_rep of it NaN with the reason, not
+    a ratio of 0 / 0; a table that is no DataFrame, likelihoods that are text, baselines of no group: one line."""
+    chars = characters.copy()
+    cell = (chars.model == chars.model.iloc[0]) & (chars.domain == "Learning")
+    chars.loc[cell, "gender"] = "Unspecified"
+    chars.loc[cell, list(RACES)] = np.nan
+    tab = T.representation_table(chars, BASELINES)
+    mine = tab[(tab.model == chars.model.iloc[0]) & (tab.domain == "Learning")]
+    gender, race = mine[mine.kind == "gender"], mine[mine.kind == "race"]
+    assert len(gender) == 3 and gender.statistic.isna().all()
+    assert gender.reason.str.startswith("empty group: no character labelled Female, Male or Non-binary").all()
+    assert len(race) == len(RACES) and race.statistic.isna().all()
+    assert race.reason.str.startswith("empty group: no named character matched to the name table").all()
+    others = tab[(tab.model != chars.model.iloc[0]) & (tab.kind == "gender")]
+    assert others.statistic.notna().any()  # the other cells are measured
+    with pytest.raises(DataError, match=r"^characters table must be a pandas DataFrame, got list$"):
+        T.representation_table(chars.to_dict("records"), BASELINES)
+    with pytest.raises(DataError, match=r"^characters table: column 'white' must hold likelihoods in \[0, 1\] or NaN$"):
+        T.representation_table(chars.assign(white="high"), BASELINES)
+    with pytest.raises(DataError, match=r"^baselines must be a mapping \{group: p\*\} or an object with race/gender"):
+        T.representation_table(chars, object())
