@@ -201,3 +201,16 @@ def test_a_table_of_another_builder_is_refused(synthetic_table, tmp_path):
                                         rf"{BUILDER_VERSION}'s keys; rebuild it with `harness names build --force"):
         NameTable.load(old)
     assert NameTable.load(synthetic_table).provenance["builder_version"] == BUILDER_VERSION
+
+
+def test_a_table_short_of_a_column_or_with_a_key_twice_is_refused_with_the_rebuild_and_empty_coverage_is_zero(
+        synthetic_table):
+    raw = pd.read_parquet(synthetic_table)
+    with pytest.raises(DataError, match=r"^name table t\.parquet: missing column\(s\) census_black; rebuild with "
+                                        r"`harness names build --force`$"):
+        NameTable(raw.drop(columns=["census_black"]), path="t.parquet")
+    twice = pd.concat([raw, raw.iloc[:1]], ignore_index=True)
+    with pytest.raises(DataError, match=rf"^name table t\.parquet: duplicate key '{raw.key.iloc[0]}'; rebuild it$"):
+        NameTable(twice, path="t.parquet")
+    cov = NameTable(raw).coverage([None, None])
+    assert (cov.distinct, cov.occurrences) == (0, 0)
