@@ -481,3 +481,11 @@ def test_models_prepare_with_a_file_where_its_folders_go_is_one_line(tmp_path, m
     (tmp_path / "c2" / "models" / "smollm2-135m").write_text("x")
     with pytest.raises(ConfigError, match=r"smollm2-135m: a file where harness keeps its prepared models"):
         models.prepare("smollm2-135m")
+
+
+def test_a_config_path_that_is_missing_or_an_empty_file_is_named_in_one_line(tmp_path):
+    with pytest.raises(ConfigError, match=r"gone\.yaml: config file not found; check the path$"):
+        load_config(tmp_path / "gone.yaml")
+    (tmp_path / "empty.yaml").write_text("")  # read as no keys: the first required one is named
+    with pytest.raises(ConfigError, match=r"empty\.yaml: missing required field 'model'; add it$"):
+        load_config(tmp_path / "empty.yaml")

@@ -237,3 +237,17 @@ def test_a_prompt_with_one_usable_text_shifts_no_other_texts_cell(tmp_path):
 
     texts_read = json.loads((tmp_path / "one" / "summary.json").read_text())["texts"]
     assert (texts_read["n"], texts_read["without_pair"], texts_read["prompts_short_of_target"]) == (len(t1), 1, 1)
+
+
+def test_inference_refuses_an_all_zero_embedding_and_too_few_replicates_in_one_line(fitted):
+    from harness.errors import ConfigError, DataError
+
+    x, cell, cells, suite = fitted
+    with pytest.raises(ConfigError, match=r"^n_boot must be at least 2, got 1$"):
+        text_bootstrap(x, cell, cells, suite, n_boot=1)
+    with pytest.raises(ConfigError, match=r"^n_perm must be positive, got 0$"):
+        text_permutation(x, cell, cells, suite, n_perm=0)
+    zero = x.copy()
+    zero[3] = 0
+    with pytest.raises(DataError, match=r"^inference: an embedding row is all zeros; drop it$"):
+        text_bootstrap(zero, cell, cells, suite, n_boot=2)

@@ -104,3 +104,14 @@ def test_a_file_with_one_bad_entry_is_refused(tmp_path, edit, says):
     p.write_text(yaml.safe_dump(data))
     with pytest.raises(ConfigError, match=says):
         load_baselines(p)
+
+
+def test_a_baselines_file_that_is_a_folder_or_not_yaml_is_named_in_one_line(tmp_path):
+    from harness.errors import ConfigError
+    from harness.identity.baselines import load_baselines
+
+    with pytest.raises(ConfigError, match=r"^cannot read baselines file .*: Is a directory$"):
+        load_baselines(tmp_path)
+    (tmp_path / "b.yaml").write_text("race: [a\n")
+    with pytest.raises(ConfigError, match=r"^baselines .*b\.yaml is not valid YAML: [^\n]+$"):
+        load_baselines(tmp_path / "b.yaml")
