@@ -155,3 +155,14 @@ def pytest_collection_modifyitems(config, items):
 
 
 os.environ.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 1))
+
+
+@pytest.fixture
+def results_untouched():
+    """Fails a test that changed benchmarks/RESULTS.md (a benchmark run with ``--no-write`` must leave it alone)."""
+    from pathlib import Path
+
+    results = Path(__file__).resolve().parents[1] / "benchmarks" / "RESULTS.md"
+    before = results.read_bytes()
+    yield
+    assert results.read_bytes() == before

@@ -3,20 +3,10 @@ refuse to report figures where the paths they time disagree (kernels_cpu, stats_
 
 from __future__ import annotations
 
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
-
-RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "RESULTS.md"
-
-
-@pytest.fixture
-def results_untouched():
-    before = RESULTS.read_bytes()
-    yield
-    assert RESULTS.read_bytes() == before
 
 
 def test_kernels_cpu_quick_measures_every_cpu_path_and_checks_their_counts(benchmark_module, results_untouched,
