@@ -493,8 +493,10 @@ def eval_(
                                               parser=_path, help="First-name table for --statistics "
                                                                  "(default: the user cache's, built on first use)."),
     statistics_boot: int = typer.Option(0, "--statistics-boot", min=0, help="With --statistics: paired story "
-                                        "resamples for each ratio's shift interval (0: none; about 0.5 s each on "
-                                        "1,000 stories)."),
+                                        "resamples for each ratio's shift interval and test, uncorrected and after "
+                                        "Benjamini-Hochberg (0: none; about 0.5 s each on 1,000 stories; a "
+                                        "table of m cells needs about 2m / .05 to keep a single shift after "
+                                        "the correction)."),
     progress: bool = typer.Option(False, "--progress/--no-progress"),
 ) -> None:
     """Gender and name precision/recall of a labeller against manual labels (Table S8).

@@ -28,7 +28,9 @@ With ``n_boot``, each cell also gets a paired story-bootstrap interval of log(la
 every resample of the stories is applied to both labellings, so the interval is of the shift the
 labeller causes; ``shift_excludes_0`` counts the cells where the paired bootstrap test of a shift of 0 gives
 p < alpha (``harness.stats.bootstrap.bootstrap_p``, which the interval inverts; at B resamples it is never
-below 2 / (B + 1)). The gender pairs (S13d) are compared too, and the races the name table cannot measure
+below 2 / (B + 1)). That count is uncorrected: where the labeller moves no ratio, about alpha of the cells tested
+still show a shift. ``shift_after_bh`` counts those that survive Benjamini-Hochberg (``harness.stats.fdr``) within
+the summary's row (a table's source-model cells, or its pooled ones). The gender pairs (S13d) are compared too, and the races the name table cannot measure
 are left unmeasured on both sides, as the audit leaves them.
 """
 
@@ -119,10 +121,12 @@ class StatisticsShift:
             counts on both sides: left out of the summary); with ``n_boot``, also ``log_shift``
             (log(labeller / manual)), its paired bootstrap interval ``log_shift_low``, ``log_shift_high``, the
             bootstrap test's ``log_shift_p`` and ``shift_excludes_0`` (p < alpha: the test's decision, which the
-            interpolated interval may contradict at a few resamples, so the two are not read as one).
+            interpolated interval may contradict at a few resamples, so the two are not read as one), its
+            Benjamini-Hochberg ``log_shift_q`` within the summary row's cells and ``shift_after_bh`` (q < alpha).
         summary: ``{table: {"cells", "one_sided", "all_zero_both", "within", "same_verdict", "median_abs_log"}}``
             over the source models' cells, and the same for the pooled cells (``"<table> (all sources)"``); with
-            ``n_boot``, also ``"shift_tested"`` (cells with an interval) and ``"shift_excludes_0"``.
+            ``n_boot``, also ``"shift_tested"`` (cells with an interval), ``"shift_excludes_0"`` and
+            ``"shift_after_bh"``.
         n_boot: the paired story resamples behind the intervals (0: none).
         alpha: the level of the shift's test.
     """
@@ -134,19 +138,33 @@ class StatisticsShift:
 
     def to_text(self) -> str:
         """The summary as a markdown table."""
-        boot = (f" | shift found (paired bootstrap test, p < {self.alpha:g}; {self.n_boot} resamples)"
-                if self.n_boot else "")
+        boot = (f" | shift found (paired bootstrap test, p < {self.alpha:g}; {self.n_boot} resamples) | "
+                f"of them, after Benjamini-Hochberg within the row (q < {self.alpha:g})" if self.n_boot else "")
         lines = ["| table | cells defined under both | under one only | all-zero under both (R = 1 imputed, left out) | "
                  "labeller inside the manual 95% interval | same verdict on 1 | median abs log ratio" + boot + " |",
-                 "|---" * (8 if boot else 7) + "|"]
+                 "|---" * (9 if boot else 7) + "|"]
         for name, s in self.summary.items():
             n = s["cells"]
             pct = (lambda k: f"{s[k]} ({s[k] / n:.0%})") if n else (lambda k: "n/a")
             med = "n/a" if math.isnan(s["median_abs_log"]) else f"{s['median_abs_log']:.3f}"
-            tail = f" | {s['shift_excludes_0']} of {s['shift_tested']}" if boot else ""
+            tail = f" | {s['shift_excludes_0']} of {s['shift_tested']} | {s['shift_after_bh']}" if boot else ""
             lines.append(f"| {name} | {n} | {s['one_sided']} | {s['all_zero_both']} | {pct('within')} | "
                          f"{pct('same_verdict')} | {med}{tail} |")
-        return "\n".join(lines)
+        tested = max((s["shift_tested"] for s in self.summary.values()), default=0) if boot else 0
+        return "\n".join(lines + ([self._multiplicity_note(tested)] if tested else []))
+
+    def _multiplicity_note(self, m: int) -> str:
+        """What the two shift columns can say: the uncorrected count's share under no shift at all, and the fewest
+        shifts Benjamini-Hochberg can keep at this many resamples (a bootstrap p is never below 2 / (B + 1), and
+        a row of m tested cells keeps k of them only where some k' >= k of its p are below k' alpha / m); ``m`` is
+        the largest row's count of tested cells."""
+        floor = 2 / (self.n_boot + 1)
+        fewest = math.floor(m * floor / self.alpha) + 1
+        return (f"\nUncorrected, a row of m tested cells shows about {self.alpha:g} x m shifts where the labeller "
+                f"moves no ratio. At {self.n_boot} resamples no p is below 2 / {self.n_boot + 1}, so after "
+                f"Benjamini-Hochberg a row of m cells keeps none or more than m x {floor:.4g} / {self.alpha:g} "
+                f"(the largest row here, {m} cells: none or at least {fewest}); more resamples "
+                "(--statistics-boot) let it keep fewer.")
 
 
 def _defined(cells: pd.DataFrame, who: str) -> pd.Series:
@@ -167,6 +185,7 @@ def _summary(cells: pd.DataFrame) -> dict[str, Any]:
         tested = cells[~imputed].dropna(subset=["log_shift_low", "log_shift_high", "log_shift_p"])
         out["shift_tested"] = len(tested)
         out["shift_excludes_0"] = int(tested.shift_excludes_0.astype(bool).sum())
+        out["shift_after_bh"] = int(tested.shift_after_bh.astype(bool).sum())
     return out
 
 
@@ -233,12 +252,29 @@ def statistics_shift(report: Any, gold: Sequence[Any], names: Any = None, *, n_b
         p = np.asarray(bootstrap_p(reps, 0.0, min_finite=math.ceil(0.9 * n_boot)), dtype=float)
         cells["log_shift_p"] = np.where(np.isfinite(low) & np.isfinite(high), p, np.nan)
         cells["shift_excludes_0"] = cells.log_shift_p < alpha
+        cells["log_shift_q"] = _bh_within_rows(cells, alpha)
+        cells["shift_after_bh"] = cells.log_shift_q < alpha  # strict, as the uncorrected p < alpha
     summary = {}
     for name in TABLES:
         t = cells[cells.table == name]
         summary[name] = _summary(t[t.model != POOLED])
         summary[f"{name} ({POOLED})"] = _summary(t[t.model == POOLED])
     return StatisticsShift(cells, summary, n_boot, alpha)
+
+
+def _bh_within_rows(cells: pd.DataFrame, alpha: float) -> np.ndarray:
+    """Benjamini-Hochberg q of each cell's ``log_shift_p`` (``harness.stats.fdr.bh_adjust``), the family being
+    the cells of one summary row (a table's source-model cells, or its pooled ones) that the row counts as tested:
+    an uncorrected p < alpha in 1 cell of 20 is what no shift at all gives. NaN for untested and imputed cells."""
+    from harness.stats.fdr import bh_adjust
+
+    q = np.full(len(cells), np.nan)
+    tested = cells.log_shift_p.notna().to_numpy() & ~cells.all_zero_both.astype(bool).to_numpy()
+    for name in TABLES:
+        for pooled in (False, True):
+            rows = tested & (cells.table == name).to_numpy() & ((cells.model == POOLED) == pooled).to_numpy()
+            q[rows] = bh_adjust(cells.log_shift_p.to_numpy(float)[rows], alpha)[0]
+    return q
 
 
 def _log_shift(cells: pd.DataFrame) -> np.ndarray:

@@ -548,3 +548,39 @@ def test_an_interval_that_ends_at_1_includes_1():
     low = pd.Series([1.0, 1.0 + 1e-12, 0.5, 0.5, 0.2, 1.0])
     high = pd.Series([2.0, 2.0, 1.0, 1.0 - 1e-12, 3.0, 1.0])
     assert _verdict(low, high).tolist() == ["includes 1", "above", "includes 1", "below", "includes 1", "includes 1"]
+
+
+def test_benjamini_hochberg_corrects_each_summary_row_and_needs_resamples_to_keep_a_shift():
+    """``shift_after_bh``: the uncorrected count finds about alpha of the cells tested where nothing shifts. Two
+    models, M with 10 of 30 women flipped and B without a miss: the source models' row tests 6 cells (M's and B's
+    Female, Male and White), the pooled row 3, and Benjamini-Hochberg runs within each row (statsmodels' fdr_bh is
+    the reference). At 40 resamples M's two shifted cells have the least p, 2 / 41: uncorrected both are found, but
+    their q in the models' row, 6 / 2 x 2 / 41, is above .05; at 400 resamples, 6 / 2 x 2 / 401, both are kept.
+    The note under the table gives the fewest shifts a row can keep: more than m x (2 / (B + 1)) / alpha."""
+    from statsmodels.stats.multitest import multipletests
+
+    chars, gold = _neutral(30, 20, flipped=10)
+    for i in range(50):
+        gender, name = ("Female", "ana") if i < 30 else ("Male", "bo")
+        chars.append(_score(f"b{i}", "subject", gender, gender, name, name, model="B"))
+        gold.append(_gold(f"b{i}"))
+    report = SimpleNamespace(characters=chars)
+    for n_boot, kept in ((40, 0), (400, 2)):
+        shift = statistics_shift(report, gold, Names(), n_boot=n_boot, seed=1)
+        rep = shift.cells[shift.cells.table == "representation"].dropna(subset=["log_shift_p"])
+        for key, rows in (("representation", rep.model != POOLED), (f"representation ({POOLED})", rep.model == POOLED)):
+            q = multipletests(rep[rows].log_shift_p, method="fdr_bh")[1]
+            assert rep[rows].log_shift_q.to_numpy() == pytest.approx(q), (n_boot, key)
+            assert (rep[rows].shift_after_bh == (rep[rows].log_shift_q < 0.05)).all()
+        models = rep[rep.model != POOLED]
+        assert len(models) == 6 and len(rep) - len(models) == 3
+        m_shifted = models[(models.model == "M") & (models.kind == "gender")]
+        assert m_shifted.log_shift_p.tolist() == pytest.approx([2 / (n_boot + 1)] * 2)
+        assert m_shifted.log_shift_q.tolist() == pytest.approx([6 / 2 * 2 / (n_boot + 1)] * 2)
+        s = shift.summary["representation"]
+        assert (s["shift_tested"], s["shift_excludes_0"], s["shift_after_bh"]) == (6, 2, kept)
+        assert f"| {s['shift_excludes_0']} of {s['shift_tested']} | {kept} |" in shift.to_text()
+    # the last run's note: the models' row, 6 cells at 400 resamples, keeps none or more than 6 x (2 / 401) / .05
+    assert (f"At 400 resamples no p is below 2 / 401, so after Benjamini-Hochberg a row of m cells keeps none or more "
+            f"than m x {2 / 401:.4g} / 0.05 (the largest row here, 6 cells: none or at least 1)") in shift.to_text()
+    assert "Benjamini-Hochberg" not in statistics_shift(report, gold, Names()).to_text()  # no resamples, no test
