@@ -30,8 +30,8 @@ labeller causes; ``shift_excludes_0`` counts the cells where the paired bootstra
 p < alpha (``harness.stats.bootstrap.bootstrap_p``, which the interval inverts; at B resamples it is never
 below 2 / (B + 1)). That count is uncorrected: where the labeller moves no ratio, about alpha of the cells tested
 still show a shift. ``shift_after_bh`` counts those that survive Benjamini-Hochberg (``harness.stats.fdr``) within
-the summary's row (a table's source-model cells, or its pooled ones). The gender pairs (S13d) are compared too, and the races the name table cannot measure
-are left unmeasured on both sides, as the audit leaves them.
+the summary's row (a table's source-model cells, or its pooled ones). The gender pairs (S13d) are compared too,
+and the races the name table cannot measure are left unmeasured on both sides, as the audit leaves them.
 """
 
 from __future__ import annotations
