@@ -254,26 +254,31 @@ def statistics_shift(report: Any, gold: Sequence[Any], names: Any = None, *, n_b
         cells["shift_excludes_0"] = cells.log_shift_p < alpha
         cells["log_shift_q"] = _bh_within_rows(cells, alpha)
         cells["shift_after_bh"] = cells.log_shift_q < alpha  # strict, as the uncorrected p < alpha
-    summary = {}
-    for name in TABLES:
-        t = cells[cells.table == name]
-        summary[name] = _summary(t[t.model != POOLED])
-        summary[f"{name} ({POOLED})"] = _summary(t[t.model == POOLED])
+    summary = {key: _summary(cells[rows]) for key, rows in _summary_rows(cells)}
     return StatisticsShift(cells, summary, n_boot, alpha)
+
+
+def _summary_rows(cells: pd.DataFrame):
+    """(summary key, boolean mask of ``cells``) per row of the summary: each table's source-model cells, then its
+    pooled ones. The rows are also the families of the Benjamini-Hochberg correction."""
+    for name in TABLES:
+        of_table = (cells.table == name).to_numpy()
+        pooled = (cells.model == POOLED).to_numpy()
+        yield name, of_table & ~pooled
+        yield f"{name} ({POOLED})", of_table & pooled
 
 
 def _bh_within_rows(cells: pd.DataFrame, alpha: float) -> np.ndarray:
     """Benjamini-Hochberg q of each cell's ``log_shift_p`` (``harness.stats.fdr.bh_adjust``), the family being
-    the cells of one summary row (a table's source-model cells, or its pooled ones) that the row counts as tested:
+    the cells of one summary row (``_summary_rows``) that the row counts as tested:
     an uncorrected p < alpha in 1 cell of 20 is what no shift at all gives. NaN for untested and imputed cells."""
     from harness.stats.fdr import bh_adjust
 
     q = np.full(len(cells), np.nan)
-    tested = cells.log_shift_p.notna().to_numpy() & ~cells.all_zero_both.astype(bool).to_numpy()
-    for name in TABLES:
-        for pooled in (False, True):
-            rows = tested & (cells.table == name).to_numpy() & ((cells.model == POOLED) == pooled).to_numpy()
-            q[rows] = bh_adjust(cells.log_shift_p.to_numpy(float)[rows], alpha)[0]
+    p = cells.log_shift_p.to_numpy(float)
+    tested = np.isfinite(p) & ~cells.all_zero_both.astype(bool).to_numpy()
+    for _, rows in _summary_rows(cells):
+        q[rows & tested] = bh_adjust(p[rows & tested], alpha)[0]
     return q
 
 
