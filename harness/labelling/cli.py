@@ -107,16 +107,25 @@ def _path(value: str) -> Path:
 
 
 def _refuse_writing_over_encoders(path: Path, flag: str, what: str, written: Sequence[Path], labeller: str,
-                                  model_dir: Path | None, against: Path | None = None) -> None:
+                                  model_dir: Path | None, against: Path | None = None, *,
+                                  evaluation: bool = False) -> None:
     """A ConfigError where a file the command writes (``written``: ``path`` and the files kept beside it) is one of
     an encoder's that it reads: its meta.json (the training's record) was replaced, exit 0, and it no longer
-    loaded."""
+    loaded. ``evaluation``: ``path`` is an evaluation of the labeller, which may replace the scored encoder's own
+    ``evaluation.json`` (``EVALUATION_FILES``; the report reads it there, the encoder never does): the second scoring
+    of an encoder was refused as "written over a file of the encoder"."""
     from harness.labelling.encoder import default_model_dir
+    from harness.labelling.evaluate import EVALUATION_FILES
 
     encoders = ((model_dir or default_model_dir(), "--model-dir" if model_dir else "the default encoder")
                 if labeller == "encoder" else (None, ""), (against, "--against"))
-    for folder, reader in encoders:
-        if folder is not None and any(w.exists() and w.resolve().is_relative_to(folder.resolve()) for w in written):
+    for k, (folder, reader) in enumerate(encoders):
+        if folder is None:
+            continue
+        target = path.resolve()  # a link named evaluation.json to the encoder's meta.json is meta.json
+        own = evaluation and k == 0 and target.name in EVALUATION_FILES and target.parent == folder.resolve()
+        if any(w.exists() and w.resolve().is_relative_to(folder.resolve()) and not (own and w.resolve() == target)
+               for w in written):
             raise ConfigError(f"{flag} {path}: {what} would be written over a file of the encoder in {folder} "
                               f"({reader}); give a path outside that folder")
 
@@ -520,7 +529,8 @@ def eval_(
                 if given is not None and details.resolve() == given.resolve():
                     raise ConfigError(f"--details {details}: the report would be written over the {flag} file "
                                       f"{given}; give another path for the details")
-            _refuse_writing_over_encoders(details, "--details", "the report", [details], labeller, model_dir, against)
+            _refuse_writing_over_encoders(details, "--details", "the report", [details], labeller, model_dir, against,
+                                          evaluation=True)
         for given, flag in ((name_table is not None, "--name-table"), (statistics_boot > 0, "--statistics-boot")):
             if given and not statistics:
                 raise ConfigError(f"{flag} is read by --statistics only; add --statistics or drop {flag}")
@@ -555,6 +565,7 @@ def eval_(
             raise
         try:
             try:
+                scored = lab.info()  # beside the scores in --details: the report takes them for this labeller only
                 rep = evaluate(lab, stories, lexicon=lexicon, batch_size=batch_size, progress=progress)
             finally:
                 lab.close()
@@ -568,7 +579,7 @@ def eval_(
         _fail(e)
     diff = rep.difference(base) if base is not None else None
     if details:
-        full = rep.to_dict()
+        full = {**rep.to_dict(), "labeller_info": scored}
         if diff is not None:  # --json's "against", which the details left out
             full["against"] = {k: list(v) for k, v in diff.items()}
         if shift is not None:

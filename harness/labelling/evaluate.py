@@ -49,6 +49,27 @@ GENDERED = ("Female", "Male", "Non-binary")
 #: whose replies do not parse cannot look like one that labelled everything)
 JSON_KEYS = ("gender_precision", "gender_recall", "name_precision", "name_recall", "stories", "stories_per_s",
              "failed")
+#: the names under which an encoder's scores are kept beside its weights (``harness label eval --details``); the
+#: encoder never reads them, so a new evaluation may replace one there
+EVALUATION_FILES = ("evaluation.json", "eval.json")
+#: the ``Labeller.info()`` fields that make two labellers one (the weights, the decoder and the checks it runs); the
+#: arithmetic (precision, device), the paths and the name table's file are left out: the same labeller copied or run
+#: in int8 rather than bfloat16 is still the one scored
+SAME_LABELLER_KEYS = ("labeller", "encoder_sha256", "head_sha256", "decoder_version", "threshold", "pronoun_agreement",
+                      "name_check", "action_check", "pronoun_binding", "apposition_check", "reference_pool",
+                      "rules_version", "spacy_model", "parser_version", "backend", "model")
+
+
+def other_labeller(scored: dict[str, Any] | None, labeller: dict[str, Any]) -> str | None:
+    """Why an evaluation of the labeller ``scored`` (its ``info()``, as ``harness label eval --details`` records it)
+    is no evaluation of ``labeller`` (a run's ``info()``): the first field of ``SAME_LABELLER_KEYS`` that both record
+    and that differs, as "decoder_version 21, not 22"; None where none differs or ``scored`` is None (an evaluation
+    written before the labeller was recorded beside it)."""
+    for k in SAME_LABELLER_KEYS if scored is not None else ():
+        if k in scored and k in labeller and scored[k] != labeller[k]:
+            return f"{k} {scored[k]}, not {labeller[k]}"
+    return None
+
 
 
 def fmt_rate(per_s: float) -> str:
@@ -469,5 +490,6 @@ def evaluate(labeller: Labeller, gold: Sequence[GoldStory], *, lexicon: Any = No
     return score(gold, labels, labeller=labeller.name, lexicon=lexicon, seconds=seconds)
 
 
-__all__ = ["CharacterScore", "EvalReport", "GENDERED", "JSON_KEYS", "PR", "difference_intervals", "evaluate",
-           "figure_intervals", "miss_kinds", "score", "score_characters"]
+__all__ = ["CharacterScore", "EVALUATION_FILES", "EvalReport", "GENDERED", "JSON_KEYS", "PR", "SAME_LABELLER_KEYS",
+           "difference_intervals", "evaluate", "figure_intervals", "miss_kinds", "other_labeller", "score",
+           "score_characters"]

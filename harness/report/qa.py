@@ -7,7 +7,12 @@ its weights directory). Evaluation scores are looked for, in order, in
 1. the manifest's labeller info (``evaluation`` or ``eval``, or the overall keys themselves);
 2. the weights directory's ``meta.json`` (``evaluation`` or ``eval``);
 3. ``evaluation.json`` / ``eval.json`` beside the weights, as written by
-   ``harness label eval --gold DEV.jsonl --labeller encoder --details <weights>/evaluation.json``.
+   ``harness label eval --gold DEV.jsonl --labeller encoder --model-dir <weights> --details <weights>/evaluation.json``.
+
+Scores found beside the weights are this run's labeller's only where the labeller they record (``labeller_info``,
+which ``--details`` writes) is this one (``evaluate.other_labeller``: the same weights' hashes, decoder version and
+checks): an evaluation of the default encoder written into another's folder, or of the weights before a retraining
+or of an older decoder, was shown as this labeller's. Such scores are passed over, and the report says why.
 
 Nothing is invented: where no scores are found the report says so and how to get them.
 """
@@ -19,10 +24,15 @@ import json
 from pathlib import Path
 from typing import Any
 
+from harness.labelling.evaluate import EVALUATION_FILES as EVAL_FILES
+from harness.labelling.evaluate import other_labeller
+
 SCORE_KEYS = ("gender_precision", "gender_recall", "name_precision", "name_recall")
-EVAL_FILES = ("evaluation.json", "eval.json")
-HOW_TO_SCORE = ("harness label eval --gold laissez_faire_audit_dev.jsonl --labeller {name} "
-                "--details {where}/evaluation.json")
+HOW_TO_SCORE = ("harness label eval --gold laissez_faire_audit_dev.jsonl --labeller {name}{options} "
+                "--model-dir {where} --details {where}/evaluation.json")
+#: the settings a run can turn off, as ``harness label eval`` turns them off
+_CHECK_FLAGS = (("name_check", "--no-name-check"), ("action_check", "--no-action-check"),
+                ("pronoun_binding", "--no-pronoun-binding"), ("apposition_check", "--no-apposition-check"))
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
@@ -48,12 +58,21 @@ def labeller_summary(info: dict[str, Any] | None) -> dict[str, Any]:
     """What is known about one run's labeller: name, settings, training and evaluation.
 
     Returns a dict with ``labeller`` (name or None), ``settings`` (the other info fields),
-    ``training`` (from the encoder's ``meta.json``, or None), ``evaluation`` (scores or None) and
-    ``evaluation_source`` (where the scores came from)."""
+    ``training`` (from the encoder's ``meta.json``, or None), ``evaluation`` (scores or None),
+    ``evaluation_source`` (where the scores came from) and ``passed_over`` (scores beside the weights that record
+    another labeller, as "SOURCE: why")."""
     info = dict(info or {})
+    run_labeller = dict(info)
     name = info.pop("labeller", None)
     out: dict[str, Any] = {"labeller": name, "settings": {k: v for k, v in info.items() if k not in ("evaluation", "eval")},
-                           "training": None, "evaluation": None, "evaluation_source": None}
+                           "training": None, "evaluation": None, "evaluation_source": None, "passed_over": []}
+
+    def this_labellers(ev: dict[str, Any] | None, source: Path) -> dict[str, Any] | None:
+        why = None if ev is None else other_labeller(ev.get("labeller_info"), run_labeller)
+        if why is not None:
+            out["passed_over"].append(f"{source}: scores another labeller ({why})")
+        return ev if why is None else None
+
     ev = _scores(info)
     if ev is not None:
         out["evaluation"], out["evaluation_source"] = ev, "run manifest"
@@ -65,12 +84,26 @@ def labeller_summary(info: dict[str, Any] | None) -> dict[str, Any]:
             out["training"] = {"files": meta.get("files"), "stories": rep.get("stories"), "epochs": rep.get("epochs"),
                                "seconds": rep.get("seconds"), "final_loss": rep.get("final_loss"),
                                "data_sha256": rep.get("data_sha256")}
-            if out["evaluation"] is None and (ev := _scores(meta)) is not None:
+            if out["evaluation"] is None and (ev := this_labellers(_scores(meta), weights / "meta.json")) is not None:
                 out["evaluation"], out["evaluation_source"] = ev, str(weights / "meta.json")
         for f in EVAL_FILES:
-            if out["evaluation"] is None and (ev := _scores(_read_json(weights / f))) is not None:
+            if out["evaluation"] is None and (ev := this_labellers(_scores(_read_json(weights / f)),
+                                                                   weights / f)) is not None:
                 out["evaluation"], out["evaluation_source"] = ev, str(weights / f)
     return out
+
+
+def how_to_score(summary: dict[str, Any]) -> str:
+    """The command that scores a run's labeller (``labeller_summary``'s) on the dev set, with the checks the run
+    turned off turned off, and, for one with a weights folder, its evaluation written there, where the report reads
+    it: "" for a run with no labeller. It names the folder: without ``--model-dir`` it scored the default encoder
+    and wrote those scores into this one's folder."""
+    name, settings = summary["labeller"], summary["settings"]
+    if not name:
+        return ""
+    options = "".join(f" {flag}" for key, flag in _CHECK_FLAGS if settings.get(key) is False)
+    how = HOW_TO_SCORE.format(name=name, options=options, where=settings.get("path"))
+    return how if settings.get("path") else how.split(" --model-dir")[0]
 
 
 def _pct(v: Any) -> str:
@@ -103,10 +136,10 @@ def labeller_table_html(manifests: list[tuple[Path, dict]]) -> str:
         if ev is not None:
             cells = [_pct(ev.get(k)) for k in SCORE_KEYS] + [f"{ev.get('stories', '?')} stories", s["evaluation_source"]]
         else:
-            where = s["settings"].get("path")
-            how = ("" if not s["labeller"] else HOW_TO_SCORE.format(name=s["labeller"], where=where) if where
-                   else HOW_TO_SCORE.split(" --details")[0].format(name=s["labeller"]))
-            cells = ["n/a"] * 4 + ["", "no evaluation scores recorded for this labeller" + (f"; score it with <code>{html.escape(how)}</code>" if how else "")]
+            how = how_to_score(s)
+            why = "".join(f"{html.escape(p)}; " for p in s["passed_over"])
+            told = f"; score it with <code>{html.escape(how)}</code>" if how else ""
+            cells = ["n/a"] * 4 + ["", why + "no evaluation scores recorded for this labeller" + told]
         esc = [html.escape(str(x)) for x in (run_name, name, _kv(s["settings"]), training)]
         esc += [html.escape(c) for c in cells[:-1]] + [cells[-1] if ev is None else html.escape(cells[-1])]
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in esc) + "</tr>")

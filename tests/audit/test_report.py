@@ -103,8 +103,48 @@ def test_a_labeller_without_scores_is_told_the_command_that_scores_it(tmp_path):
                  (tmp_path / "b", {"config": {"name": "b"}, "labeller": {"labeller": "rules"}})]
     by_run = _table(labeller_table_html(manifests)).set_index("run")
     how = "score it with harness label eval --gold laissez_faire_audit_dev.jsonl --labeller"
-    assert by_run.loc["a", "scores from"].endswith(f"{how} encoder --details {tmp_path}/evaluation.json")
+    assert by_run.loc["a", "scores from"].endswith(
+        f"{how} encoder --model-dir {tmp_path} --details {tmp_path}/evaluation.json")
     assert by_run.loc["b", "scores from"].endswith(f"{how} rules")
+
+
+def test_scores_beside_the_weights_count_only_for_the_labeller_they_record(tmp_path):
+    """``evaluation.json`` beside an encoder's weights was shown as the run's labeller's whatever it scored: the
+    report's own command (it had no --model-dir) scored the default encoder and wrote those scores into another
+    encoder's folder, and a retrained encoder or a newer decoder kept the old scores. Scores that record another
+    labeller (``labeller_info``, written by ``--details``) are passed over, with why, and the command names the
+    weights and the checks the run turned off; scores without a record are read as before."""
+    from harness.report.qa import how_to_score, labeller_table_html
+
+    run = {"labeller": "encoder", "path": str(tmp_path), "encoder_sha256": "e1", "head_sha256": "h1",
+           "decoder_version": 22, "threshold": 0.5, "name_check": False, "action_check": True, "precision": "bfloat16"}
+    scored = {**run, "precision": "int8", "path": "/elsewhere/copy"}  # its arithmetic and path are no other labeller
+    (tmp_path / "evaluation.json").write_text(json.dumps({**SCORES, "labeller_info": scored}))
+    assert labeller_summary(run)["evaluation"]["gender_precision"] == SCORES["gender_precision"]
+    for key, value, why in (("encoder_sha256", "e0", "encoder_sha256 e0, not e1"),
+                            ("decoder_version", 21, "decoder_version 21, not 22"),
+                            ("name_check", True, "name_check True, not False"),
+                            ("labeller", "rules", "labeller rules, not encoder")):
+        (tmp_path / "evaluation.json").write_text(json.dumps({**SCORES, "labeller_info": {**scored, key: value}}))
+        s = labeller_summary(run)
+        assert s["evaluation"] is None and s["passed_over"] == [
+            f"{tmp_path / 'evaluation.json'}: scores another labeller ({why})"]
+        manifests = [(tmp_path / "a", {"config": {"name": "a"}, "labeller": run})]
+        cell = _table(labeller_table_html(manifests))["scores from"][0]
+        assert cell.startswith(s["passed_over"][0] + "; no evaluation scores recorded")
+        assert cell.endswith(f"--labeller encoder --no-name-check --model-dir {tmp_path} "
+                             f"--details {tmp_path}/evaluation.json")
+    # meta.json's scores are checked alike, and a later file that records this labeller is read
+    meta_scores = {**SCORES, "labeller_info": {**scored, "head_sha256": "h0"}}
+    (tmp_path / "meta.json").write_text(json.dumps({"eval": meta_scores}))
+    (tmp_path / "eval.json").write_text(json.dumps({**SCORES, "stories": 7, "labeller_info": scored}))
+    s = labeller_summary(run)
+    assert (s["evaluation"]["stories"], s["evaluation_source"]) == (7, str(tmp_path / "eval.json"))
+    assert [p.split(": ")[0] for p in s["passed_over"]] == [str(tmp_path / f) for f in ("meta.json", "evaluation.json")]
+    (tmp_path / "eval.json").write_text(json.dumps({**SCORES, "stories": 8}))  # written before the record: read
+    assert labeller_summary(run)["evaluation"]["stories"] == 8
+    assert how_to_score(labeller_summary({"labeller": "rules"})).endswith("--labeller rules")
+    assert how_to_score(labeller_summary(None)) == ""
 
 
 def test_report_renders_in_chromium_without_errors(report, tmp_path):

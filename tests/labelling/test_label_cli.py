@@ -1176,6 +1176,48 @@ def test_the_details_never_overwrite_the_encoders_files(tmp_path, gold_path, tin
     json.loads(before)
 
 
+def test_an_encoder_is_scored_again_into_its_own_evaluation_file_which_names_the_labeller(tmp_path, gold_path,
+                                                                                           tiny_encoder):
+    """The report's QA table reads ``<weights>/evaluation.json`` and says to write it with ``--details``; once
+    written, scoring the encoder again was refused as "written over a file of the encoder". The encoder's own
+    evaluation file may now be replaced; the file records which labeller it scored (``labeller_info``, the report
+    checks it); another encoder's folder (``--against``) and the encoder's other files stay refused."""
+    from harness.labelling.encoder import EncoderLabeller
+
+    trained, _ = tiny_encoder
+    d, other = tmp_path / "enc", tmp_path / "other"
+    shutil.copytree(trained, d)
+    shutil.copytree(trained, other)
+    lab = EncoderLabeller(d, precision="float32")
+    info = lab.info()
+    lab.close()
+    for limit in ("2", "3"):
+        r = runner.invoke(app, ["eval", "--gold", str(gold_path), "--model-dir", str(d), "--precision", "float32",
+                                "--limit", limit, "--details", str(d / "evaluation.json")])
+        assert r.exit_code == 0, r.output
+        written = json.loads((d / "evaluation.json").read_text())
+        assert written["stories"] == int(limit) and written["labeller_info"] == info
+    (other / "evaluation.json").write_text("{}")
+    for args, folder, reader in (
+            (["--model-dir", str(d), "--against", str(other), "--details", str(other / "evaluation.json")],
+             other, "--against"),
+            (["--model-dir", str(d), "--details", str(d / "eval.json")], None, None),  # a new file: no refusal
+            (["--labeller", "rules", "--against", str(other), "--details", str(other / "evaluation.json")],
+             other, "--against")):
+        r = runner.invoke(app, ["eval", "--gold", str(gold_path), "--limit", "1", *args])
+        if folder is None:
+            assert r.exit_code == 0, r.output
+        else:
+            _one_line_error(r, 2, f"a file of the encoder in {folder} ({reader})")
+    # the encoder's own files under an evaluation's name (a link) are still the encoder's
+    (d / "eval.json").unlink()
+    (d / "eval.json").symlink_to(d / "meta.json")
+    r = runner.invoke(app, ["eval", "--gold", str(gold_path), "--model-dir", str(d), "--limit", "1",
+                            "--details", str(d / "eval.json")])
+    _one_line_error(r, 2, f"a file of the encoder in {d} (--model-dir)")
+    assert "labeller_info" not in json.loads((d / "meta.json").read_text())
+
+
 def test_the_labels_never_overwrite_the_encoders_files_and_odd_paths_are_one_line_errors(tmp_path, gold_path,
                                                                                           tiny_encoder):
     """``label label --out`` over the encoder's meta.json replaced it with labels, exit 0, and the encoder no longer
