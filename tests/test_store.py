@@ -584,6 +584,51 @@ def test_the_label_settings_that_change_labels_are_checked_and_no_others(tmp_pat
                                5)
 
 
+def test_a_whole_run_is_not_current_once_its_encoders_folder_holds_other_weights(tmp_path, monkeypatch):
+    """A run labelled by the encoder in the user cache (no ``label.model_dir``), that cache trained again since (the
+    README's recipe after `make demo`'s first-use model), went on "skipped (current)" over the first model's labels
+    where no story was left to label, and was refused as soon as one was (``check_labeller``). Now it is refused
+    both ways; the same weights, or a folder that holds no model now, still go on."""
+    import hashlib
+
+    import harness.audit.labels as L
+    from harness.labelling.encoder import _weights_sha256
+
+    monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))
+    folder = tmp_path / "cache" / "labeller" / "encoder-minilm"
+    rules = cfg(tmp_path, label={"labeller": "rules"})
+    generate_run(rules, backend=EchoBackend(), progress=False)
+    store = RunStore(rules.output_dir)
+    assert L.label_run(rules, store, progress=False)[:2] == (12, 12)
+    # the labels on disk recorded as the cache encoder's (a stand-in: no encoder loads while none is left to label)
+    c = cfg(tmp_path, label={"labeller": "encoder"})
+    store.update_manifest(label_settings=L.label_settings(c), labeller={
+        "labeller": "encoder", **L.release_versions("encoder"), "head_sha256": hashlib.sha256(b"head").hexdigest(),
+        "encoder_sha256": _weights_sha256(_encoder_folder(folder, b"weights"))})
+    assert L.label_run(c, store, progress=False) == (0, 12, 0, 0)  # the same weights
+    _encoder_folder(folder, b"weights trained again")
+    with pytest.raises(ConfigError, match=rf"labels: these 12 stories were labelled with other label settings \(the "
+                                          rf"encoder in {folder} is not the one that labelled them: encoder_sha256 "
+                                          r"'[0-9a-f]{12}' -> '[0-9a-f]{12}'\); restore its weights, or delete that"):
+        L.label_run(c, store, progress=False)
+    (folder / "head.pt").unlink()  # no model there now: nothing says the next one differs
+    assert L.label_run(c, store, progress=False) == (0, 12, 0, 0)
+    # a model_dir named by the config is read, not the cache
+    named = cfg(tmp_path, label={"labeller": "encoder", "model_dir": str(tmp_path / "m")})
+    store.update_manifest(label_settings=L.label_settings(named))
+    _encoder_folder(tmp_path / "m", b"other weights")
+    with pytest.raises(ConfigError, match=rf"the encoder in {tmp_path / 'm'} is not the one"):
+        L.label_run(named, store, progress=False)
+
+
+def _encoder_folder(folder: Path, weights: bytes) -> Path:
+    """An encoder folder of a head and one weight file (enough for the weights' hashes); its encoder folder."""
+    (folder / "encoder").mkdir(parents=True, exist_ok=True)
+    (folder / "head.pt").write_bytes(b"head")
+    (folder / "encoder" / "model.safetensors").write_bytes(weights)
+    return folder / "encoder"
+
+
 def test_interrupted_run_resumes_only_missing_keys(tmp_path):
     c = cfg(tmp_path)
     with pytest.raises(KeyboardInterrupt):

@@ -343,17 +343,25 @@ def _same_weights(store: RunStore, old: Any, new: Any) -> bool:
     the hashes of its head and encoder against those the manifest's labeller recorded (a copy of the model on a
     node's local disk, or the cache named by its path, was refused as another model; the labeller's own check
     already ignored the path)."""
-    from harness.labelling.encoder import _weights_sha256, default_model_dir
+    from harness.labelling.encoder import default_model_dir
 
     recorded = store.read_manifest().get("labeller")
     if not isinstance(recorded, dict) or not recorded.get("head_sha256") or not recorded.get("encoder_sha256"):
         return False
-    folder = Path(new).expanduser() if isinstance(new, str) else default_model_dir()
+    # no model there (yet): another folder
+    return _weights_in(Path(new).expanduser() if isinstance(new, str) else default_model_dir()) == (
+        recorded["head_sha256"], recorded["encoder_sha256"])
+
+
+def _weights_in(folder: Path) -> tuple[str, str] | None:
+    """The hashes of the head and of the encoder weights in an encoder folder, as its labeller's ``info()`` records
+    them; None where it holds no model."""
+    from harness.labelling.encoder import _weights_sha256
+
     try:
-        head = hashlib.sha256((folder / "head.pt").read_bytes()).hexdigest()
-        return head == recorded["head_sha256"] and _weights_sha256(folder / "encoder") == recorded["encoder_sha256"]
-    except OSError:  # no model there (yet): another folder
-        return False
+        return hashlib.sha256((folder / "head.pt").read_bytes()).hexdigest(), _weights_sha256(folder / "encoder")
+    except OSError:
+        return None
 
 
 def check_labeller(store: RunStore, labeller: Any, labelled: int, running: bool = False) -> None:
@@ -408,6 +416,26 @@ def check_release(store: RunStore, labelled: int) -> None:
         _refuse(store, labelled, changed, "")
 
 
+def check_weights(store: RunStore, cfg: RunConfig, labelled: int) -> None:
+    """Refuse to call current the labels of other encoder weights where no story is left to label: the folder the
+    config names (the user cache where it names none), trained again since (`make demo`'s first-use model replaced
+    by the README's recipe), went on "skipped (current)" over the first model's labels, and refused the same run as
+    soon as one story was left (``check_labeller``). A folder that holds no trained encoder now says nothing."""
+    from harness.labelling.encoder import default_model_dir
+
+    old = store.read_manifest().get("labeller")
+    if (not labelled or cfg.label.labeller != "encoder" or not isinstance(old, dict)
+            or not old.get("head_sha256") or not old.get("encoder_sha256")):
+        return
+    folder = Path(cfg.label.model_dir).expanduser() if cfg.label.model_dir else default_model_dir()
+    now, then = _weights_in(folder), (old["head_sha256"], old["encoder_sha256"])
+    if now is not None and now != then:
+        changed = [f"{k} {a[:12]!r} -> {b[:12]!r}" for k, a, b in zip(("head_sha256", "encoder_sha256"), then, now)
+                   if a != b]
+        why = f"the encoder in {folder} is not the one that labelled them: {'; '.join(changed)}"
+        _refuse(store, labelled, [why], "restore its weights, or ")
+
+
 def label_run(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int] = (0, 1), progress: bool = True,
               echo=print) -> tuple[int, int, int, int]:
     """Label every story of this shard that has no labels yet. Returns (labelled now, stories
@@ -450,6 +478,7 @@ def label_run(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int] = (0, 1
                            f"and rerun, which generates them again")
     if not todo:
         check_release(store, len(done))
+        check_weights(store, cfg, len(done))
         return 0, len(done), 0, unretried
     unknown = sorted(pids - set(prompts))
     if unknown:  # before the labeller loads and the claim records it (a KeyError, with a traceback, after both)
