@@ -71,7 +71,6 @@ def other_labeller(scored: dict[str, Any] | None, labeller: dict[str, Any]) -> s
     return None
 
 
-
 def fmt_rate(per_s: float) -> str:
     """A throughput for a table: one decimal, or two significant digits below 1/s (never "0.0").
 
