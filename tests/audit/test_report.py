@@ -143,6 +143,13 @@ def test_scores_beside_the_weights_count_only_for_the_labeller_they_record(tmp_p
     assert [p.split(": ")[0] for p in s["passed_over"]] == [str(tmp_path / f) for f in ("meta.json", "evaluation.json")]
     (tmp_path / "eval.json").write_text(json.dumps({**SCORES, "stories": 8}))  # written before the record: read
     assert labeller_summary(run)["evaluation"]["stories"] == 8
+    # the scores with their 95% intervals, where the evaluation holds them
+    intervals = {"gender_precision": [0.880, 0.915], "gender_recall": [0.845, 0.886], "name_precision": [None, 0.93]}
+    (tmp_path / "eval.json").write_text(json.dumps({**SCORES, "intervals": intervals}))
+    manifests = [(tmp_path / "a", {"config": {"name": "a"}, "labeller": run})]
+    row = _table(labeller_table_html(manifests)).iloc[0]
+    assert [row[k] for k in ("gender P", "gender R", "name P", "name R")] == [
+        "89.8% (88.0-91.5%)", "86.6% (84.5-88.6%)", "91.1%", "91.7%"]
     assert how_to_score(labeller_summary({"labeller": "rules"})).endswith("--labeller rules")
     assert how_to_score(labeller_summary(None)) == ""
 
