@@ -52,12 +52,14 @@ JSON_KEYS = ("gender_precision", "gender_recall", "name_precision", "name_recall
 #: the names under which an encoder's scores are kept beside its weights (``harness label eval --details``); the
 #: encoder never reads them, so a new evaluation may replace one there
 EVALUATION_FILES = ("evaluation.json", "eval.json")
-#: the ``Labeller.info()`` fields that make two labellers one (the weights, the decoder and the checks it runs); the
-#: arithmetic (precision, device), the paths and the name table's file are left out: the same labeller copied or run
-#: in int8 rather than bfloat16 is still the one scored
+#: the ``Labeller.info()`` fields that make two labellers one: the encoder's weights, decoder and checks; the rules'
+#: version and spaCy model; the LLM labeller's parser, model, backend and sampling. The arithmetic (precision,
+#: device), the paths and the name table's file are left out: the same labeller copied or run in int8 rather than
+#: bfloat16 is still the one scored
 SAME_LABELLER_KEYS = ("labeller", "encoder_sha256", "head_sha256", "decoder_version", "threshold", "pronoun_agreement",
                       "name_check", "action_check", "pronoun_binding", "apposition_check", "reference_pool",
-                      "rules_version", "spacy_model", "parser_version", "backend", "model")
+                      "rules_version", "spacy_model", "spacy_model_version", "parser_version", "backend", "model",
+                      "max_attempts", "temperature", "top_p", "top_k", "max_tokens", "constrained")
 
 
 def other_labeller(scored: dict[str, Any] | None, labeller: dict[str, Any]) -> str | None:

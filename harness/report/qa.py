@@ -7,9 +7,11 @@ its weights directory). Evaluation scores are looked for, in order, in
 1. the manifest's labeller info (``evaluation`` or ``eval``, or the overall keys themselves);
 2. the weights directory's ``meta.json`` (``evaluation`` or ``eval``);
 3. ``evaluation.json`` / ``eval.json`` beside the weights, as written by
-   ``harness label eval --gold DEV.jsonl --labeller encoder --model-dir <weights> --details <weights>/evaluation.json``.
+   ``harness label eval --gold DEV.jsonl --labeller encoder --model-dir <weights> --details <weights>/evaluation.json``;
+4. ``labeller_evaluation.json`` in the run's folder (``RUN_EVALUATION``): where a labeller with no weights folder (the
+   rules, an LLM) keeps its scores, ``harness label eval ... --labeller rules --details <run>/labeller_evaluation.json``.
 
-Scores found beside the weights are this run's labeller's only where the labeller they record (``labeller_info``,
+Scores found beside the weights or in the run's folder are this run's labeller's only where the labeller they record (``labeller_info``,
 which ``--details`` writes) is this one (``evaluate.other_labeller``: the same weights' hashes, decoder version and
 checks): an evaluation of the default encoder written into another's folder, or of the weights before a retraining
 or of an older decoder, was shown as this labeller's. Such scores are passed over, and the report says why.
@@ -28,11 +30,13 @@ from harness.labelling.evaluate import EVALUATION_FILES as EVAL_FILES
 from harness.labelling.evaluate import other_labeller
 
 SCORE_KEYS = ("gender_precision", "gender_recall", "name_precision", "name_recall")
-HOW_TO_SCORE = ("harness label eval --gold laissez_faire_audit_dev.jsonl --labeller {name}{options} "
-                "--model-dir {where} --details {where}/evaluation.json")
+RUN_EVALUATION = "labeller_evaluation.json"
+HOW_TO_SCORE = "harness label eval --gold laissez_faire_audit_dev.jsonl --labeller {name}{options}"
 #: the settings a run can turn off, as ``harness label eval`` turns them off
 _CHECK_FLAGS = (("name_check", "--no-name-check"), ("action_check", "--no-action-check"),
                 ("pronoun_binding", "--no-pronoun-binding"), ("apposition_check", "--no-apposition-check"))
+#: an LLM labeller's model and where it runs, as ``harness label eval`` takes them
+_LLM_OPTIONS = (("backend", "--llm-backend"), ("model", "--llm-model"), ("base_url", "--llm-base-url"))
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
@@ -54,8 +58,9 @@ def _scores(d: Any) -> dict[str, Any] | None:
     return None
 
 
-def labeller_summary(info: dict[str, Any] | None) -> dict[str, Any]:
-    """What is known about one run's labeller: name, settings, training and evaluation.
+def labeller_summary(info: dict[str, Any] | None, run: str | Path | None = None) -> dict[str, Any]:
+    """What is known about one run's labeller (``run``: the run's folder, None for none): name, settings, training
+    and evaluation.
 
     Returns a dict with ``labeller`` (name or None), ``settings`` (the other info fields),
     ``training`` (from the encoder's ``meta.json``, or None), ``evaluation`` (scores or None),
@@ -90,20 +95,34 @@ def labeller_summary(info: dict[str, Any] | None) -> dict[str, Any]:
             if out["evaluation"] is None and (ev := this_labellers(_scores(_read_json(weights / f)),
                                                                    weights / f)) is not None:
                 out["evaluation"], out["evaluation_source"] = ev, str(weights / f)
+    if out["evaluation"] is None and run is not None:
+        f = Path(run) / RUN_EVALUATION
+        if (ev := this_labellers(_scores(_read_json(f)), f)) is not None:
+            out["evaluation"], out["evaluation_source"] = ev, str(f)
     return out
 
 
-def how_to_score(summary: dict[str, Any]) -> str:
+def how_to_score(summary: dict[str, Any], run: str | Path | None = None) -> str:
     """The command that scores a run's labeller (``labeller_summary``'s) on the dev set, with the checks the run
-    turned off turned off, and, for one with a weights folder, its evaluation written there, where the report reads
-    it: "" for a run with no labeller. It names the folder: without ``--model-dir`` it scored the default encoder
-    and wrote those scores into this one's folder."""
+    turned off turned off (an LLM labeller: its backend, model and server), its evaluation written where the report
+    reads it: beside the weights of one that has a folder, else in the run's folder (``run``; None: not written): ""
+    for a run with no labeller. It names the weights: without ``--model-dir`` it scored the default encoder and wrote
+    those scores into this one's folder."""
+    import shlex
+
     name, settings = summary["labeller"], summary["settings"]
     if not name:
         return ""
     options = "".join(f" {flag}" for key, flag in _CHECK_FLAGS if settings.get(key) is False)
-    how = HOW_TO_SCORE.format(name=name, options=options, where=settings.get("path"))
-    return how if settings.get("path") else how.split(" --model-dir")[0]
+    if name == "llm":
+        options += "".join(f" {flag} {shlex.quote(str(settings[key]))}" for key, flag in _LLM_OPTIONS
+                           if settings.get(key))
+    if settings.get("path"):
+        where = shlex.quote(str(settings["path"]))
+        options += f" --model-dir {where} --details {shlex.quote(str(Path(settings['path']) / EVAL_FILES[0]))}"
+    elif run is not None:
+        options += f" --details {shlex.quote(str(Path(run) / RUN_EVALUATION))}"
+    return HOW_TO_SCORE.format(name=name, options=options)
 
 
 def _pct(v: Any) -> str:
@@ -138,7 +157,7 @@ def labeller_table_html(manifests: list[tuple[Path, dict]]) -> str:
     head = ("run", "labeller", "settings", "training", "gender P", "gender R", "name P", "name R", "scored on", "scores from")
     rows = []
     for run, m in manifests:
-        s = labeller_summary(m.get("labeller"))
+        s = labeller_summary(m.get("labeller"), run)
         run_name = (m.get("config") or {}).get("name") or Path(run).name
         name = s["labeller"] or "not recorded (label stage not run)"
         tr = s["training"]
@@ -149,7 +168,7 @@ def labeller_table_html(manifests: list[tuple[Path, dict]]) -> str:
             cells = [_with_interval(ev, k) for k in SCORE_KEYS] + [f"{ev.get('stories', '?')} stories",
                                                                      s["evaluation_source"]]
         else:
-            how = how_to_score(s)
+            how = how_to_score(s, run)
             why = "".join(f"{html.escape(p)}; " for p in s["passed_over"])
             told = f"; score it with <code>{html.escape(how)}</code>" if how else ""
             cells = ["n/a"] * 4 + ["", why + "no evaluation scores recorded for this labeller" + told]

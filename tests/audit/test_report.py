@@ -105,7 +105,36 @@ def test_a_labeller_without_scores_is_told_the_command_that_scores_it(tmp_path):
     how = "score it with harness label eval --gold laissez_faire_audit_dev.jsonl --labeller"
     assert by_run.loc["a", "scores from"].endswith(
         f"{how} encoder --model-dir {tmp_path} --details {tmp_path}/evaluation.json")
-    assert by_run.loc["b", "scores from"].endswith(f"{how} rules")
+    assert by_run.loc["b", "scores from"].endswith(f"{how} rules --details {tmp_path}/b/labeller_evaluation.json")
+
+
+def test_a_labeller_with_no_weights_folder_keeps_its_scores_in_the_run_folder(tmp_path):
+    """The rules and the LLM labeller have no weights folder, and the report's command for them wrote no scores
+    anywhere it reads: their runs could show none. ``--details <run>/labeller_evaluation.json`` is read now, checked
+    like the weights' files, and the command for an LLM labeller names its backend, model and server, which
+    ``label eval`` otherwise takes as its defaults (another labeller)."""
+    from harness.report.qa import how_to_score, labeller_table_html
+
+    rules = {"labeller": "rules", "rules_version": "8", "spacy_model": "en_core_web_sm"}
+    llm = {"labeller": "llm", "parser_version": 10, "backend": "openai", "model": "Qwen/Qwen2.5 7B",
+           "base_url": "http://127.0.0.1:8000/v1", "temperature": 0.0, "max_attempts": 3}
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "labeller_evaluation.json").write_text(json.dumps({**SCORES, "labeller_info": rules}))
+    (tmp_path / "l").mkdir()  # scored at another temperature: another labeller
+    (tmp_path / "l" / "labeller_evaluation.json").write_text(json.dumps(
+        {**SCORES, "labeller_info": {**llm, "temperature": 1.0}}))
+    manifests = [(tmp_path / "r", {"config": {"name": "r"}, "labeller": rules}),
+                 (tmp_path / "l", {"config": {"name": "l"}, "labeller": llm})]
+    by_run = _table(labeller_table_html(manifests)).set_index("run")
+    assert by_run.loc["r", "gender P"] == "89.8%" and by_run.loc["r", "scores from"] == str(
+        tmp_path / "r" / "labeller_evaluation.json")
+    assert by_run.loc["l", "gender P"] == "n/a" and by_run.loc["l", "scores from"].startswith(
+        f"{tmp_path / 'l' / 'labeller_evaluation.json'}: scores another labeller (temperature 1.0, not 0.0)")
+    assert by_run.loc["l", "scores from"].endswith(
+        "--labeller llm --llm-backend openai --llm-model 'Qwen/Qwen2.5 7B' --llm-base-url http://127.0.0.1:8000/v1 "
+        f"--details {tmp_path}/l/labeller_evaluation.json")
+    assert labeller_summary(rules)["evaluation"] is None  # no run folder given: not looked for
+    assert how_to_score(labeller_summary(rules)).endswith("--labeller rules")
 
 
 def test_scores_beside_the_weights_count_only_for_the_labeller_they_record(tmp_path):
