@@ -451,7 +451,7 @@ def train(
     """Fine-tune the encoder labeller on hand-labelled stories. Cut short (Ctrl-C, killed), the same command goes on
     from the last epoch it finished."""
     from harness.labelling.data import builtin_training_files
-    from harness.labelling.training import train_soup
+    from harness.labelling.training import model_dir_for, train_soup
 
     try:
         files = list(data or builtin_training_files()) + list(extra or [])
@@ -459,6 +459,12 @@ def train(
                         threads=threads, init_from=init_from, progress="epochs" if progress is None else progress,
                         base=base, occurrences=occurrences,
                         device=device, precision=precision)
+        target = model_dir_for(out, base)
+        if (target / "meta.json").is_file() and init_from is None and progress is not False:
+            # the user cache's model, retrained after `make demo`, went silently; the runs it labelled then stop
+            typer.echo(f"note: {target} holds a trained encoder; this training's model replaces it when it ends (a "
+                       f"run that encoder labelled then stops at its label stage until its labels folder is deleted)",
+                       err=True)
         rep = train_soup(files, seed, out_dir=out, jobs=jobs, **settings)  # a second into OUT at once is refused
     except HarnessError as e:
         _fail(e)

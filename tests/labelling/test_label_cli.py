@@ -156,8 +156,14 @@ def test_train_says_each_epoch_on_stderr_unless_told_not_to(tmp_path):
     assert [ln.split(":")[0] for ln in lines] == ["[train seed 0] epoch 1/2", "[train seed 0] epoch 2/2"], r.stderr
     assert "under a minute to go" in lines[0] and lines[1].endswith("done")
     assert json.loads(r.stdout)["epochs"] == 2
+    assert "holds a trained encoder" not in r.stderr
     r = runner.invoke(app, [*args, "--no-progress", "--out", str(tmp_path / "quiet")])
     assert r.exit_code == 0 and "[train" not in r.stderr, r.stderr
+    # a training into a folder that holds a model says it replaces it (the user cache's, retrained after `make demo`,
+    # went silently, and the runs it had labelled then stopped at their label stage)
+    r = runner.invoke(app, [*args, "--out", str(tmp_path / "m")])
+    assert r.exit_code == 0, r.output
+    assert f"note: {tmp_path / 'm'} holds a trained encoder; this training's model replaces it" in r.stderr
 
 
 def test_a_diverged_training_is_an_error_not_a_model(tmp_path):
