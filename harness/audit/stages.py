@@ -273,11 +273,19 @@ def run_report_stage(store: RunStore, fp: str, build: Callable[[list[Path], Path
 
 
 def stage_report(cfg: RunConfig, store: RunStore, **_: Any) -> StageResult:
+    """The report of the run's tables; made again when they, the config, the report's code or the labeller's scores
+    change: scores written after the report (``harness label eval --details``, the command its labelling QA table
+    gives) left it 'skipped (current)' without them."""
     from harness.report import build_report
+    from harness.report.qa import labeller_summary
 
     t = time.perf_counter()
     require(store, STATISTICS, STATISTICS, bool(recorded(store, STATISTICS)), REPORT)
-    fp = fingerprint(store, [STATISTICS, IDENTITIES], {"manifest": store.read_manifest().get("config")})
+    manifest = store.read_manifest()
+    qa = labeller_summary(manifest.get("labeller"), store.root)
+    fp = fingerprint(store, [STATISTICS, IDENTITIES], {
+        "manifest": manifest.get("config"),
+        "labeller_scores": [qa["evaluation_source"], qa["evaluation"], qa["passed_over"]]})
     return run_report_stage(store, fp, build_report, t)
 
 

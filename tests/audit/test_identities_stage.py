@@ -316,6 +316,28 @@ def test_a_report_made_by_another_version_of_the_report_is_made_again(tmp_path, 
     assert stage_report(cfg, store).status == "skipped (current)"
 
 
+def test_a_report_is_made_again_once_its_labeller_is_scored(tmp_path):
+    """The labelling QA table says how to score the run's labeller and where to write the scores; written, they left
+    the run's report 'skipped (current)' without them, since its fingerprint held the tables and the config alone."""
+    import json
+
+    from harness.audit.stages import REPORT, stage_report
+
+    cfg, store = _run(tmp_path)
+    store.write_manifest({"config": cfg.model_dump(mode="json"), "labeller": {"labeller": "rules", "rules_version": "8"}})
+    for stage in (stage_identities, stage_statistics, stage_report):
+        assert stage(cfg, store).status == "done"
+    assert "no evaluation scores recorded" in (store.stage_dir(REPORT) / "index.html").read_text()
+    scores = {"gender_precision": 0.773, "gender_recall": 0.673, "name_precision": 0.782, "name_recall": 0.69,
+              "stories": 1000, "labeller_info": {"labeller": "rules", "rules_version": "8"}}
+    (store.root / "labeller_evaluation.json").write_text(json.dumps(scores))
+    assert stage_report(cfg, store).status == "done"
+    assert "77.3%" in (store.stage_dir(REPORT) / "index.html").read_text()
+    assert stage_report(cfg, store).status == "skipped (current)"
+    (store.root / "labeller_evaluation.json").write_text(json.dumps({**scores, "gender_precision": 0.8}))
+    assert stage_report(cfg, store).status == "done"  # scored again
+
+
 def test_a_title_that_repeats_the_role_comes_off_as_in_the_labellers_evaluation(tmp_path):
     """An LLM labeller writes the name as the story does ("Nurse Emily" for the nurse). The identities stage
     read it with the seed-000 role filter, which drops a name sharing a word with the role: the nurse was
