@@ -324,12 +324,13 @@ def test_a_report_is_made_again_once_its_labeller_is_scored(tmp_path):
     from harness.audit.stages import REPORT, stage_report
 
     cfg, store = _run(tmp_path)
-    store.write_manifest({"config": cfg.model_dump(mode="json"), "labeller": {"labeller": "rules", "rules_version": "8"}})
+    rules = {"labeller": "rules", "rules_version": "8"}
+    store.write_manifest({"config": cfg.model_dump(mode="json"), "labeller": rules})
     for stage in (stage_identities, stage_statistics, stage_report):
         assert stage(cfg, store).status == "done"
     assert "no evaluation scores recorded" in (store.stage_dir(REPORT) / "index.html").read_text()
     scores = {"gender_precision": 0.773, "gender_recall": 0.673, "name_precision": 0.782, "name_recall": 0.69,
-              "stories": 1000, "labeller_info": {"labeller": "rules", "rules_version": "8"}}
+              "stories": 1000, "labeller_info": rules}
     (store.root / "labeller_evaluation.json").write_text(json.dumps(scores))
     assert stage_report(cfg, store).status == "done"
     assert "77.3%" in (store.stage_dir(REPORT) / "index.html").read_text()
