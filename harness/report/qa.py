@@ -11,10 +11,11 @@ its weights directory). Evaluation scores are looked for, in order, in
 4. ``labeller_evaluation.json`` in the run's folder (``RUN_EVALUATION``): where a labeller with no weights folder (the
    rules, an LLM) keeps its scores, ``harness label eval ... --labeller rules --details <run>/labeller_evaluation.json``.
 
-Scores found beside the weights or in the run's folder are this run's labeller's only where the labeller they record (``labeller_info``,
-which ``--details`` writes) is this one (``evaluate.other_labeller``: the same weights' hashes, decoder version and
-checks): an evaluation of the default encoder written into another's folder, or of the weights before a retraining
-or of an older decoder, was shown as this labeller's. Such scores are passed over, and the report says why.
+Scores found beside the weights or in the run's folder are this run's labeller's only where the labeller they record
+(``labeller_info``, which ``--details`` writes) is this one (``evaluate.other_labeller``: the same weights' hashes,
+decoder version and checks): an evaluation of the default encoder written into another's folder, or of the weights
+before a retraining or of an older decoder, was shown as this labeller's. Such scores are passed over, and the report
+says why.
 
 Nothing is invented: where no scores are found the report says so and how to get them.
 """
@@ -64,8 +65,8 @@ def labeller_summary(info: dict[str, Any] | None, run: str | Path | None = None)
 
     Returns a dict with ``labeller`` (name or None), ``settings`` (the other info fields),
     ``training`` (from the encoder's ``meta.json``, or None), ``evaluation`` (scores or None),
-    ``evaluation_source`` (where the scores came from) and ``passed_over`` (scores beside the weights that record
-    another labeller, as "SOURCE: why")."""
+    ``evaluation_source`` (where the scores came from) and ``passed_over`` (scores beside the weights or in the run's
+    folder that record another labeller, as "SOURCE: why")."""
     info = dict(info or {})
     run_labeller = dict(info)
     name = info.pop("labeller", None)
@@ -135,7 +136,7 @@ def _pct(v: Any) -> str:
 
 def _with_interval(ev: dict[str, Any], key: str) -> str:
     """A score with its 95% interval where the evaluation holds one (``harness label eval``'s story bootstrap, in
-    ``intervals``): "95.5% (94.1-96.9)". On the 1,000 dev stories an interval is about 3 points wide, so two
+    ``intervals``): "95.5% (94.1-96.9%)". On the 1,000 dev stories an interval is about 3 points wide, so two
     labellers a point apart are not told apart by their scores alone."""
     lo_hi = (ev.get("intervals") or {}).get(key) if isinstance(ev.get("intervals"), dict) else None
     score = _pct(ev.get(key))
