@@ -9,7 +9,7 @@ its weights directory). Evaluation scores are looked for, in order, in
 3. ``evaluation.json`` / ``eval.json`` beside the weights, as written by
    ``harness label eval --gold DEV.jsonl --labeller encoder --model-dir <weights> --details <weights>/evaluation.json``;
 4. ``labeller_evaluation.json`` in the run's folder (``RUN_EVALUATION``): where a labeller with no weights folder (the
-   rules, an LLM) keeps its scores, ``harness label eval ... --labeller rules --details <run>/labeller_evaluation.json``.
+   rules, an LLM) keeps its scores: ``harness label eval ... --labeller rules --details <run>/labeller_evaluation.json``
 
 Scores found beside the weights or in the run's folder are this run's labeller's only where the labeller they record
 (``labeller_info``, which ``--details`` writes) is this one (``evaluate.other_labeller``: the same weights' hashes,
