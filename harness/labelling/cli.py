@@ -119,10 +119,10 @@ def _refuse_writing_over_encoders(path: Path, flag: str, what: str, written: Seq
 
     encoders = ((model_dir or default_model_dir(), "--model-dir" if model_dir else "the default encoder")
                 if labeller == "encoder" else (None, ""), (against, "--against"))
+    target = path.resolve()  # a link named evaluation.json to the encoder's meta.json is meta.json
     for k, (folder, reader) in enumerate(encoders):
         if folder is None:
             continue
-        target = path.resolve()  # a link named evaluation.json to the encoder's meta.json is meta.json
         own = evaluation and k == 0 and target.name in EVALUATION_FILES and target.parent == folder.resolve()
         if any(w.exists() and w.resolve().is_relative_to(folder.resolve()) and not (own and w.resolve() == target)
                for w in written):

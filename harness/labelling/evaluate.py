@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from harness.errors import BackendError
-from harness.labelling.base import BACKEND_FAILURE, EMPTY_STORY, Labeller, StoryLabels
+from harness.labelling.base import BACKEND_FAILURE, EMPTY_STORY, INFO_NOT_LABELS, Labeller, StoryLabels
 from harness.labelling.data import GENDER_LABELS, GoldStory
 
 GENDERED = ("Female", "Male", "Non-binary")
@@ -52,24 +52,15 @@ JSON_KEYS = ("gender_precision", "gender_recall", "name_precision", "name_recall
 #: the names under which an encoder's scores are kept beside its weights (``harness label eval --details``); the
 #: encoder never reads them, so a new evaluation may replace one there
 EVALUATION_FILES = ("evaluation.json", "eval.json")
-#: the ``Labeller.info()`` fields that make two labellers one: the encoder's weights, decoder and checks; the rules'
-#: version and spaCy model; the LLM labeller's parser, model, backend and sampling. The arithmetic (precision,
-#: device), the paths and the name table's file are left out: the same labeller copied or run in int8 rather than
-#: bfloat16 is still the one scored
-SAME_LABELLER_KEYS = ("labeller", "encoder_sha256", "head_sha256", "decoder_version", "threshold", "pronoun_agreement",
-                      "name_check", "action_check", "pronoun_binding", "apposition_check", "reference_pool",
-                      "rules_version", "spacy_model", "spacy_model_version", "parser_version", "backend", "model",
-                      "max_attempts", "temperature", "top_p", "top_k", "max_tokens", "constrained")
-
-
 def other_labeller(scored: dict[str, Any] | None, labeller: dict[str, Any]) -> str | None:
     """Why an evaluation of the labeller ``scored`` (its ``info()``, as ``harness label eval --details`` records it)
-    is no evaluation of ``labeller`` (a run's ``info()``): the first field of ``SAME_LABELLER_KEYS`` that both record
-    and that differs, as "decoder_version 21, not 22"; None where none differs or ``scored`` is None (an evaluation
-    written before the labeller was recorded beside it)."""
-    for k in SAME_LABELLER_KEYS if scored is not None else ():
-        if k in scored and k in labeller and scored[k] != labeller[k]:
-            return f"{k} {scored[k]}, not {labeller[k]}"
+    is no evaluation of ``labeller`` (a run's ``info()``): the first field both record that differs, by the rule a
+    resumed label stage follows (``labels.check_labeller``: all but ``base.INFO_NOT_LABELS``, where it runs and
+    where its weights lie), as "decoder_version 21, not 22"; None where none differs or ``scored`` is None (an
+    evaluation written before the labeller was recorded beside it)."""
+    for k, v in (scored or {}).items():
+        if k not in INFO_NOT_LABELS and k in labeller and v != labeller[k]:
+            return f"{k} {v}, not {labeller[k]}"
     return None
 
 
@@ -491,6 +482,5 @@ def evaluate(labeller: Labeller, gold: Sequence[GoldStory], *, lexicon: Any = No
     return score(gold, labels, labeller=labeller.name, lexicon=lexicon, seconds=seconds)
 
 
-__all__ = ["CharacterScore", "EVALUATION_FILES", "EvalReport", "GENDERED", "JSON_KEYS", "PR", "SAME_LABELLER_KEYS",
-           "difference_intervals", "evaluate", "figure_intervals", "miss_kinds", "other_labeller", "score",
-           "score_characters"]
+__all__ = ["CharacterScore", "EVALUATION_FILES", "EvalReport", "GENDERED", "JSON_KEYS", "PR", "difference_intervals",
+           "evaluate", "figure_intervals", "miss_kinds", "other_labeller", "score", "score_characters"]

@@ -12,10 +12,10 @@ its weights directory). Evaluation scores are looked for, in order, in
    rules, an LLM) keeps its scores: ``harness label eval ... --labeller rules --details <run>/labeller_evaluation.json``
 
 Scores found beside the weights or in the run's folder are this run's labeller's only where the labeller they record
-(``labeller_info``, which ``--details`` writes) is this one (``evaluate.other_labeller``: the same weights' hashes,
-decoder version and checks): an evaluation of the default encoder written into another's folder, or of the weights
-before a retraining or of an older decoder, was shown as this labeller's. Such scores are passed over, and the report
-says why.
+(``labeller_info``, which ``--details`` writes) is this one (``evaluate.other_labeller``: the rule a resumed label
+stage follows: the same weights, decoder, checks and arithmetic): an evaluation of the default encoder written into
+another's folder, or of the weights before a retraining or of an older decoder, was shown as this labeller's. Such
+scores are passed over, and the report says why.
 
 Nothing is invented: where no scores are found the report says so and how to get them.
 """
@@ -105,16 +105,18 @@ def labeller_summary(info: dict[str, Any] | None, run: str | Path | None = None)
 
 def how_to_score(summary: dict[str, Any], run: str | Path | None = None) -> str:
     """The command that scores a run's labeller (``labeller_summary``'s) on the dev set, with the checks the run
-    turned off turned off (an LLM labeller: its backend, model and server), its evaluation written where the report
-    reads it: beside the weights of one that has a folder, else in the run's folder (``run``; None: not written): ""
-    for a run with no labeller. It names the weights: without ``--model-dir`` it scored the default encoder and wrote
-    those scores into this one's folder."""
+    turned off turned off and the arithmetic it ran in (an LLM labeller: its backend, model and server), its
+    evaluation written where the report reads it: beside the weights of one that has a folder, else in the run's
+    folder (``run``; None: not written): "" for a run with no labeller. It names the weights: without ``--model-dir``
+    it scored the default encoder and wrote those scores into this one's folder."""
     import shlex
 
     name, settings = summary["labeller"], summary["settings"]
     if not name:
         return ""
     options = "".join(f" {flag}" for key, flag in _CHECK_FLAGS if settings.get(key) is False)
+    if name == "encoder" and settings.get("precision"):  # int8 and bfloat16 label a story or two otherwise
+        options += f" --precision {shlex.quote(str(settings['precision']))}"
     if name == "llm":
         options += "".join(f" {flag} {shlex.quote(str(settings[key]))}" for key, flag in _LLM_OPTIONS
                            if settings.get(key))
@@ -138,7 +140,7 @@ def _with_interval(ev: dict[str, Any], key: str) -> str:
     """A score with its 95% interval where the evaluation holds one (``harness label eval``'s story bootstrap, in
     ``intervals``): "95.5% (94.1-96.9%)". On the 1,000 dev stories an interval is about 3 points wide, so two
     labellers a point apart are not told apart by their scores alone."""
-    lo_hi = (ev.get("intervals") or {}).get(key) if isinstance(ev.get("intervals"), dict) else None
+    lo_hi = ev["intervals"].get(key) if isinstance(ev.get("intervals"), dict) else None
     score = _pct(ev.get(key))
     if score == "n/a" or not isinstance(lo_hi, (list, tuple)) or len(lo_hi) != 2:
         return score

@@ -142,17 +142,19 @@ def test_scores_beside_the_weights_count_only_for_the_labeller_they_record(tmp_p
     report's own command (it had no --model-dir) scored the default encoder and wrote those scores into another
     encoder's folder, and a retrained encoder or a newer decoder kept the old scores. Scores that record another
     labeller (``labeller_info``, written by ``--details``) are passed over, with why, and the command names the
-    weights and the checks the run turned off; scores without a record are read as before."""
+    weights, the checks the run turned off and its arithmetic; scores without a record are read as before."""
     from harness.report.qa import how_to_score, labeller_table_html
 
     run = {"labeller": "encoder", "path": str(tmp_path), "encoder_sha256": "e1", "head_sha256": "h1",
            "decoder_version": 22, "threshold": 0.5, "name_check": False, "action_check": True, "precision": "bfloat16"}
-    scored = {**run, "precision": "int8", "path": "/elsewhere/copy"}  # its arithmetic and path are no other labeller
+    # where it ran and where its weights lay are no other labeller (base.INFO_NOT_LABELS, as a resume reads them)
+    scored = {**run, "device": "cuda", "path": "/elsewhere/copy"}
     (tmp_path / "evaluation.json").write_text(json.dumps({**SCORES, "labeller_info": scored}))
-    assert labeller_summary(run)["evaluation"]["gender_precision"] == SCORES["gender_precision"]
+    assert labeller_summary({**run, "device": "cpu"})["evaluation"]["gender_precision"] == SCORES["gender_precision"]
     for key, value, why in (("encoder_sha256", "e0", "encoder_sha256 e0, not e1"),
                             ("decoder_version", 21, "decoder_version 21, not 22"),
                             ("name_check", True, "name_check True, not False"),
+                            ("precision", "int8", "precision int8, not bfloat16"),
                             ("labeller", "rules", "labeller rules, not encoder")):
         (tmp_path / "evaluation.json").write_text(json.dumps({**SCORES, "labeller_info": {**scored, key: value}}))
         s = labeller_summary(run)
@@ -161,7 +163,7 @@ def test_scores_beside_the_weights_count_only_for_the_labeller_they_record(tmp_p
         manifests = [(tmp_path / "a", {"config": {"name": "a"}, "labeller": run})]
         cell = _table(labeller_table_html(manifests))["scores from"][0]
         assert cell.startswith(s["passed_over"][0] + "; no evaluation scores recorded")
-        assert cell.endswith(f"--labeller encoder --no-name-check --model-dir {tmp_path} "
+        assert cell.endswith(f"--labeller encoder --no-name-check --precision bfloat16 --model-dir {tmp_path} "
                              f"--details {tmp_path}/evaluation.json")
     # meta.json's scores are checked alike, and a later file that records this labeller is read
     meta_scores = {**SCORES, "labeller_info": {**scored, "head_sha256": "h0"}}
