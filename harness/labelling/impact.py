@@ -344,9 +344,18 @@ def _paired_replicates(manual: pd.DataFrame, labelled: pd.DataFrame, cells: pd.D
         def draw(chars: pd.DataFrame) -> pd.DataFrame:
             return _pool(chars.iloc[rows].assign(story_id=story))
 
-        rep = _cells(_tables(draw(manual), unmeasured), _tables(draw(labelled), unmeasured))
-        reps[r] = pd.Series(_log_shift(rep), index=_cell_ids(rep)).reindex(ids).to_numpy()
+        by_manual = _statistic_by_cell(_tables(draw(manual), unmeasured)).reindex(ids)
+        by_labeller = _statistic_by_cell(_tables(draw(labelled), unmeasured)).reindex(ids)
+        reps[r] = _log_shift(pd.DataFrame({"manual": by_manual, "labeller": by_labeller}))
     return reps
+
+
+def _statistic_by_cell(tables: dict[str, pd.DataFrame]) -> pd.Series:
+    """Each cell's statistic, indexed as ``_cell_ids`` names it: what a resample needs of ``_cells``, without its
+    intervals' comparisons (a third of a resample's time)."""
+    frames = [tables[name][KEYS[name] + ["statistic"]].assign(table=name) for name in TABLES]
+    both = pd.concat(frames, ignore_index=True)
+    return pd.Series(both.statistic.to_numpy(float), index=_cell_ids(both))
 
 
 __all__ = ["POOLED", "StatisticsShift", "characters_tables", "check_statistics_fields", "statistics_shift"]

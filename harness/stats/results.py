@@ -9,7 +9,7 @@ test); ``reason`` says why the estimate is NaN when it is.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 __all__ = ["RatioResult", "RepresentationResult", "RmrsResult", "SubordinationResult"]
@@ -68,7 +68,8 @@ class RatioResult:
 
     def to_dict(self) -> dict[str, Any]:
         """All fields as plain Python values (flags joined by ';' is left to the tables)."""
-        d = asdict(self)
+        # shallow: every field is a scalar or a tuple of them (dataclasses.asdict's deep copy was slow)
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
         d["flags"] = list(self.flags)
         return d
 

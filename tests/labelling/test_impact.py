@@ -555,7 +555,7 @@ def test_benjamini_hochberg_corrects_each_summary_row_and_needs_resamples_to_kee
     models, M with 10 of 30 women flipped and B without a miss: the source models' row tests 6 cells (M's and B's
     Female, Male and White), the pooled row 3, and Benjamini-Hochberg runs within each row (statsmodels' fdr_bh is
     the reference). At 40 resamples M's two shifted cells have the least p, 2 / 41: uncorrected both are found, but
-    their q in the models' row, 6 / 2 x 2 / 41, is above .05; at 400 resamples, 6 / 2 x 2 / 401, both are kept.
+    their q in the models' row, 6 / 2 x 2 / 41, is above .05; at 160 resamples, 6 / 2 x 2 / 161, both are kept.
     The note under the table gives the fewest shifts a row can keep: more than m x (2 / (B + 1)) / alpha."""
     from statsmodels.stats.multitest import multipletests
 
@@ -565,7 +565,7 @@ def test_benjamini_hochberg_corrects_each_summary_row_and_needs_resamples_to_kee
         chars.append(_score(f"b{i}", "subject", gender, gender, name, name, model="B"))
         gold.append(_gold(f"b{i}"))
     report = SimpleNamespace(characters=chars)
-    for n_boot, kept in ((40, 0), (400, 2)):
+    for n_boot, kept in ((40, 0), (160, 2)):
         shift = statistics_shift(report, gold, Names(), n_boot=n_boot, seed=1)
         rep = shift.cells[shift.cells.table == "representation"].dropna(subset=["log_shift_p"])
         for key, rows in (("representation", rep.model != POOLED), (f"representation ({POOLED})", rep.model == POOLED)):
@@ -580,7 +580,8 @@ def test_benjamini_hochberg_corrects_each_summary_row_and_needs_resamples_to_kee
         s = shift.summary["representation"]
         assert (s["shift_tested"], s["shift_excludes_0"], s["shift_after_bh"]) == (6, 2, kept)
         assert f"| {s['shift_excludes_0']} of {s['shift_tested']} | {kept} |" in shift.to_text()
-    # the last run's note: the models' row, 6 cells at 400 resamples, keeps none or more than 6 x (2 / 401) / .05
-    assert (f"At 400 resamples no p is below 2 / 401, so after Benjamini-Hochberg a row of m cells keeps none or more "
-            f"than m x {2 / 401:.4g} / 0.05 (the largest row here, 6 cells: none or at least 1)") in shift.to_text()
+    # the last run's note: the models' row, 6 cells at 160 resamples, keeps none or more than 6 x (2 / 161) / .05 =
+    # 1.49, so at least 2: the two it keeps
+    assert (f"At 160 resamples no p is below 2 / 161, so after Benjamini-Hochberg a row of m cells keeps none or more "
+            f"than m x {2 / 161:.4g} / 0.05 (the largest row here, 6 cells: none or at least 2)") in shift.to_text()
     assert "Benjamini-Hochberg" not in statistics_shift(report, gold, Names()).to_text()  # no resamples, no test

@@ -482,3 +482,22 @@ def test_a_cell_with_no_gendered_or_no_matched_character_says_it_is_empty_and_ba
         T.representation_table(chars.assign(white="high"), BASELINES)
     with pytest.raises(DataError, match=r"^baselines must be a mapping \{group: p\*\} or an object with race/gender"):
         T.representation_table(chars, object())
+
+
+def test_likelihoods_out_of_range_are_refused_by_row_and_whole_numbers_are_read_as_fractions(characters):
+    """validate_characters checks float likelihood columns at once: a percent in one row, NaN and inf among them,
+    is still refused by that row, and integer columns (0 and 1) are still read as fractions."""
+    chars = characters.copy().reset_index(drop=True)
+    assert all(chars[list(RACES)].dtypes == np.float64)
+    for bad in (47.9, -0.1, np.inf):
+        odd = chars.copy()
+        odd.loc[3, "asian"], odd.loc[1, "black"] = bad, np.nan
+        with pytest.raises(DataError, match=rf"^characters table row 3: asian = {bad} is outside \[0, 1\]; "
+                                            "likelihoods are fractions, not percent$"):
+            T.validate_characters(odd)
+    whole = chars.assign(white=(chars.white > 0.5).astype(np.int64))
+    df, issues = T.validate_characters(whole)
+    assert df.white.dtype == np.float64 and df.white.tolist() == whole.white.astype(float).tolist() and not issues
+    df, _ = T.validate_characters(chars)
+    pd.testing.assert_frame_equal(df, chars)  # a copy, as given
+    assert df is not chars
