@@ -32,6 +32,7 @@ from typing import Any
 
 import pandas as pd
 import pyarrow as pa
+from pydantic import ValidationError
 
 from harness.config import RunConfig, unread_field
 from harness.errors import BackendError, ConfigError, DataError
@@ -122,6 +123,10 @@ def encoder_dir(cfg: RunConfig) -> Path:
     return path
 
 
+#: How the encoder is trained on first use (``check_training_settings``).
+TRAIN_SETTINGS = ("train_epochs", "train_seeds", "train_extra", "train_precision")
+
+
 def check_training_settings(cfg: RunConfig, path: Path) -> None:
     """A ConfigError where the config sets how the encoder is trained on first use (``label.train_epochs``,
     ``train_seeds``, ``train_extra``, ``train_precision``) and the encoder already at ``path`` was trained otherwise:
@@ -129,7 +134,7 @@ def check_training_settings(cfg: RunConfig, path: Path) -> None:
     from harness.labelling.encoder import read_model_meta
     from harness.labelling.training import recorded_precision
 
-    asked = cfg.label.model_fields_set & {"train_epochs", "train_seeds", "train_extra", "train_precision"}
+    asked = cfg.label.model_fields_set & set(TRAIN_SETTINGS)
     if not asked or not (path / "meta.json").is_file():
         return
     meta = read_model_meta(path, "label.model_dir" if cfg.label.model_dir else "the user cache's encoder")
@@ -434,6 +439,77 @@ def check_weights(store: RunStore, cfg: RunConfig, labelled: int) -> None:
                    if a != b]
         why = f"the encoder in {folder} is not the one that labelled them: {'; '.join(changed)}"
         _refuse(store, labelled, [why], "restore its weights, or ")
+
+
+def run_config(run: Path) -> RunConfig:
+    """The config of the run in the folder ``run`` (its manifest's), for ``harness label eval --run``, which scores
+    the labeller that labelled it (``run_labeller``) so that the run's report can show the scores: options given by
+    hand scored another labeller where they missed one setting (an LLM's sampling had no option at all). A
+    ConfigError, before anything loads, for a folder that holds no run, a config this version cannot read, a run
+    whose label stage has not run, and an encoder folder that holds no model (``make_labeller`` would train one)."""
+    from harness.labelling.encoder import default_model_dir
+
+    store = RunStore(run)
+    manifest = store.read_manifest()
+    if not isinstance(manifest.get("config"), dict):
+        raise ConfigError(f"--run {run}: no run here ({store.manifest_path} holds no config); give the folder of a "
+                          f"run that `harness run` made")
+    doc = json.loads(json.dumps(manifest["config"]))
+    doc["label"] = _label_block_as_used(doc.get("label"), manifest.get("label_settings"), manifest.get("labeller"))
+    try:
+        cfg = RunConfig.model_validate(doc)
+    except ValidationError as err:  # written by another version of harness, or edited by hand
+        e = err.errors()[0]
+        field = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        raise ConfigError(f"--run {run}: its config does not read as this version's (field '{field}': {e['msg']}); "
+                          f"score its labeller with the options it ran with instead") from None
+    if not isinstance(manifest.get("labeller"), dict):
+        raise ConfigError(f"--run {run}: its label stage has not run (no labeller recorded in {store.manifest_path}); "
+                          f"run it first (`harness run`), or name the labeller with --labeller and its options")
+    if cfg.label.labeller == "encoder":
+        folder = Path(cfg.label.model_dir).expanduser() if cfg.label.model_dir else default_model_dir()
+        if not (folder / "meta.json").is_file():
+            raise ConfigError(f"--run {run}: the encoder folder of its config, {folder}, holds no trained encoder "
+                              f"(meta.json missing); restore the model that labelled the run there")
+    return cfg
+
+
+def _label_block_as_used(block: Any, settings: Any, recorded: Any) -> dict[str, Any]:
+    """A run's ``label`` block as its labels were made: the manifest's config is the one that started the run, and a
+    later `harness run --set label.labeller=rules` labelled it with what ``label_settings`` records (``LABEL_SETTINGS``;
+    of ``label.llm`` only ``LLM_LABEL_FIELDS``, over the config's block, which holds its key and batching, and the
+    server the labeller recorded; ``llm_sampling`` as the labeller's ``GenParams``). Without how a missing encoder is
+    trained (``TRAIN_SETTINGS``): the config records every default, which ``check_training_settings`` held to the
+    trained model as if set."""
+    label = {k: v for k, v in (block if isinstance(block, dict) else {}).items() if k not in TRAIN_SETTINGS}
+    if not isinstance(settings, dict):
+        return label
+    label.update({k: settings[k] for k in LABEL_SETTINGS if k in settings and k not in ("llm", "llm_sampling")})
+    if isinstance(settings.get("llm"), dict):
+        llm = {**(label.get("llm") or {}), **settings["llm"]}
+        if isinstance(recorded, dict) and recorded.get("base_url") and not llm.get("base_url"):
+            llm["base_url"] = recorded["base_url"]
+        label["llm"] = llm
+    sampling = settings.get("llm_sampling")
+    if isinstance(sampling, dict) and "max_tokens" in sampling:  # GenParams' names
+        label["llm_sampling"] = {"max_new_tokens" if k == "max_tokens" else k: v for k, v in sampling.items()}
+    return label
+
+
+def run_labeller(run: Path, cfg: RunConfig, *, echo=print) -> Any:
+    """The labeller of ``run``'s config (``run_config``), as ``make_labeller`` builds it, held to the one its manifest
+    records by the rule a resumed label stage follows (every ``info()`` field but ``INFO_NOT_LABELS``): a
+    ConfigError, the labeller closed, where it is another (other weights in the encoder folder, another release)."""
+    from harness.labelling.evaluate import other_labeller
+
+    labeller = make_labeller(cfg, echo=echo)
+    recorded = RunStore(run).read_manifest()["labeller"]
+    why = other_labeller(json.loads(json.dumps(labeller.info(), default=str)), recorded)
+    if why is not None:
+        labeller.close()
+        raise ConfigError(f"--run {run}: the labeller its config builds now is not the one that labelled it ({why}); "
+                          f"restore that one to score it")
+    return labeller
 
 
 def label_run(cfg: RunConfig, store: RunStore, *, shard: tuple[int, int] = (0, 1), progress: bool = True,

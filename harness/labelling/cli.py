@@ -139,19 +139,43 @@ def _refuse_unread_options(ctx: typer.Context, labeller: str, against: Path | No
 
     if labeller not in LABELLERS:
         raise ConfigError(f"labeller: unknown labeller {labeller!r}; available: {', '.join(LABELLERS.names())}")
-    # a flag as typed: --no-name-check was named --name-check
-    flags = {p.name: p.secondary_opts[0] if getattr(p, "secondary_opts", None) and ctx.params.get(p.name) is False
-             else p.opts[0] for p in ctx.command.params}
+    flags = _flags(ctx)
     for reader, names in READ_BY.items():
         if reader == labeller:
             continue
         for name in names:
             if reader == "encoder" and against is not None and name != "model_dir":
                 continue
-            source = ctx.get_parameter_source(name)  # by name: typer may carry its own copy of click's enum
-            if source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP"):
+            if _given(ctx, name):
                 raise ConfigError(f"{flags[name]} is read by the {reader} labeller only; drop it, or use "
                                   f"--labeller {reader}")
+
+
+def _flags(ctx: typer.Context) -> dict[str, str]:
+    """Each option's flag as typed: --no-name-check was named --name-check."""
+    return {p.name: p.secondary_opts[0] if getattr(p, "secondary_opts", None) and ctx.params.get(p.name) is False
+            else p.opts[0] for p in ctx.command.params}
+
+
+def _given(ctx: typer.Context, name: str) -> bool:
+    """Whether the option ``name`` was given, not left to its default."""
+    source = ctx.get_parameter_source(name)  # by name: typer may carry its own copy of click's enum
+    return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
+
+
+#: What builds a labeller in `label eval`: with --run the run's config does.
+BUILT_BY_RUN = ("labeller", *READ_BY["encoder"], *READ_BY["llm"])
+
+
+def _refuse_options_beside_run(ctx: typer.Context) -> None:
+    """A ConfigError for an option that builds a labeller given with --run, which builds the run's as its config
+    does: the option was either the run's setting already or another labeller's (--threads: the config's torch
+    threads, which change no label)."""
+    for name in BUILT_BY_RUN:
+        if _given(ctx, name):
+            flag = _flags(ctx)[name]
+            raise ConfigError(f"{flag} with --run: the run's config builds its labeller; drop {flag}, or drop --run "
+                              f"to score the labeller the options build")
 
 
 def _check_before_labelling(lexicon: str | None, against: Path | None) -> None:
@@ -513,6 +537,12 @@ def eval_(
                                         "table of m cells needs about 2m / .05 to keep a single shift after "
                                         "the correction)."),
     progress: bool = typer.Option(False, "--progress/--no-progress"),
+    run: Optional[Path] = typer.Option(None, "--run", parser=_path,
+                                       help="Score the labeller that labelled this run (its folder): built from the "
+                                            "config the run recorded (an encoder's folder, precision and checks; an "
+                                            "LLM's backend, model, sampling and attempts) and held to the labeller "
+                                            "it recorded; the run's gender lexicon unless --lexicon. Replaces "
+                                            "--labeller and the options that build one."),
 ) -> None:
     """Gender and name precision/recall of a labeller against manual labels (Table S8).
 
@@ -523,6 +553,20 @@ def eval_(
     from harness.labelling.evaluate import evaluate
 
     try:
+        cfg = None
+        if run is not None:  # the run's labeller, not one built from options that can miss a setting
+            from harness.audit.labels import run_config
+            from harness.labelling.encoder import default_model_dir
+
+            _refuse_options_beside_run(ctx)
+            cfg = run_config(run)
+            labeller = cfg.label.labeller
+            if labeller == "encoder":  # the folder whose files --details may not write over, and the settings
+                model_dir = Path(cfg.label.model_dir).expanduser() if cfg.label.model_dir else default_model_dir()
+                name_check, action_check = cfg.label.name_check, cfg.label.action_check  # --against's encoder reads
+                pronoun_binding, apposition_check = cfg.label.pronoun_binding, cfg.label.apposition_check
+                precision = cfg.label.precision
+            lexicon = cfg.identity.lexicon if lexicon is None else lexicon
         if details is not None:
             from harness.store import check_output_file
 
@@ -559,8 +603,13 @@ def eval_(
             from harness.labelling.impact import check_statistics_fields
 
             check_statistics_fields(stories)
-        lab = _labeller(labeller, model_dir, llm_model, threads, name_check, action_check, pronoun_binding,
-                        apposition_check, llm_backend, precision, llm_base_url)
+        if cfg is not None:
+            from harness.audit.labels import run_labeller
+
+            lab = run_labeller(run, cfg, echo=lambda line: typer.echo(line, err=True))
+        else:
+            lab = _labeller(labeller, model_dir, llm_model, threads, name_check, action_check, pronoun_binding,
+                            apposition_check, llm_backend, precision, llm_base_url)
         try:  # --against's encoder is built before the labelling: a precision or a model it refuses stopped the
             # command only after the first labeller had labelled every story
             other = None if against is None else _labeller("encoder", against, llm_model, threads, name_check,

@@ -32,7 +32,8 @@ from harness.labelling.evaluate import other_labeller
 
 SCORE_KEYS = ("gender_precision", "gender_recall", "name_precision", "name_recall")
 RUN_EVALUATION = "labeller_evaluation.json"
-HOW_TO_SCORE = "harness label eval --gold laissez_faire_audit_dev.jsonl --labeller {name}{options}"
+HOW_TO_SCORE_RUN = "harness label eval --gold laissez_faire_audit_dev.jsonl"
+HOW_TO_SCORE = HOW_TO_SCORE_RUN + " --labeller {name}{options}"
 #: the settings a run can turn off, as ``harness label eval`` turns them off
 _CHECK_FLAGS = (("name_check", "--no-name-check"), ("action_check", "--no-action-check"),
                 ("pronoun_binding", "--no-pronoun-binding"), ("apposition_check", "--no-apposition-check"))
@@ -104,16 +105,21 @@ def labeller_summary(info: dict[str, Any] | None, run: str | Path | None = None)
 
 
 def how_to_score(summary: dict[str, Any], run: str | Path | None = None) -> str:
-    """The command that scores a run's labeller (``labeller_summary``'s) on the dev set, with the checks the run
-    turned off turned off and the arithmetic it ran in (an LLM labeller: its backend, model and server), its
-    evaluation written where the report reads it: beside the weights of one that has a folder, else in the run's
-    folder (``run``; None: not written): "" for a run with no labeller. It names the weights: without ``--model-dir``
-    it scored the default encoder and wrote those scores into this one's folder."""
+    """The command that scores a run's labeller (``labeller_summary``'s) on the dev set, its evaluation written where
+    the report reads it: beside the weights of one that has a folder, else in the run's folder; "" for a run with no
+    labeller. Given the run's folder (``run``), ``--run`` builds the labeller from the run's config and holds it to the
+    one the run recorded: options can miss a setting (an LLM's sampling has none). Without it, the options that
+    build it: the checks the run turned off, the arithmetic it ran in, an LLM's backend, model and server, and the
+    weights (without ``--model-dir`` it scored the default encoder)."""
     import shlex
 
     name, settings = summary["labeller"], summary["settings"]
     if not name:
         return ""
+    where = (Path(settings["path"]) / EVAL_FILES[0] if settings.get("path") else
+             Path(run) / RUN_EVALUATION if run is not None else None)
+    if run is not None:
+        return f"{HOW_TO_SCORE_RUN} --run {shlex.quote(str(run))} --details {shlex.quote(str(where))}"
     options = "".join(f" {flag}" for key, flag in _CHECK_FLAGS if settings.get(key) is False)
     if name == "encoder" and settings.get("precision"):  # int8 and bfloat16 label a story or two otherwise
         options += f" --precision {shlex.quote(str(settings['precision']))}"
@@ -121,10 +127,7 @@ def how_to_score(summary: dict[str, Any], run: str | Path | None = None) -> str:
         options += "".join(f" {flag} {shlex.quote(str(settings[key]))}" for key, flag in _LLM_OPTIONS
                            if settings.get(key))
     if settings.get("path"):
-        where = shlex.quote(str(settings["path"]))
-        options += f" --model-dir {where} --details {shlex.quote(str(Path(settings['path']) / EVAL_FILES[0]))}"
-    elif run is not None:
-        options += f" --details {shlex.quote(str(Path(run) / RUN_EVALUATION))}"
+        options += f" --model-dir {shlex.quote(str(settings['path']))} --details {shlex.quote(str(where))}"
     return HOW_TO_SCORE.format(name=name, options=options)
 
 

@@ -93,19 +93,22 @@ def test_labelling_qa_shows_labeller_and_scores_where_known(report):
 
 
 def test_a_labeller_without_scores_is_told_the_command_that_scores_it(tmp_path):
-    """Where no scores are recorded, the QA table gives the command that scores the labeller: for one with a weights
-    folder, with --details into that folder (where the report reads evaluation.json), and without --details for a
-    labeller that has none (not a path of "None")."""
-    from harness.report.qa import labeller_table_html
+    """Where no scores are recorded, the QA table gives the command that scores the labeller: ``--run`` with the run's
+    folder, which builds the run's own labeller (options can miss a setting), with --details into its weights folder
+    (where the report reads evaluation.json), or into the run's folder for a labeller that has none. Without a run
+    folder, the options that build it, and no --details (not a path of "None")."""
+    from harness.report.qa import how_to_score, labeller_table_html
 
     encoder = {"labeller": "encoder", "path": str(tmp_path)}  # its weights folder, with no scores in it
     manifests = [(tmp_path / "a", {"config": {"name": "a"}, "labeller": encoder}),
                  (tmp_path / "b", {"config": {"name": "b"}, "labeller": {"labeller": "rules"}})]
     by_run = _table(labeller_table_html(manifests)).set_index("run")
-    how = "score it with harness label eval --gold laissez_faire_audit_dev.jsonl --labeller"
-    assert by_run.loc["a", "scores from"].endswith(
-        f"{how} encoder --model-dir {tmp_path} --details {tmp_path}/evaluation.json")
-    assert by_run.loc["b", "scores from"].endswith(f"{how} rules --details {tmp_path}/b/labeller_evaluation.json")
+    how = "score it with harness label eval --gold laissez_faire_audit_dev.jsonl --run"
+    assert by_run.loc["a", "scores from"].endswith(f"{how} {tmp_path}/a --details {tmp_path}/evaluation.json")
+    assert by_run.loc["b", "scores from"].endswith(
+        f"{how} {tmp_path}/b --details {tmp_path}/b/labeller_evaluation.json")
+    assert how_to_score(labeller_summary(encoder)).endswith(
+        f"--labeller encoder --model-dir {tmp_path} --details {tmp_path}/evaluation.json")
 
 
 def test_a_labeller_with_no_weights_folder_keeps_its_scores_in_the_run_folder(tmp_path):
@@ -131,8 +134,9 @@ def test_a_labeller_with_no_weights_folder_keeps_its_scores_in_the_run_folder(tm
     assert by_run.loc["l", "gender P"] == "n/a" and by_run.loc["l", "scores from"].startswith(
         f"{tmp_path / 'l' / 'labeller_evaluation.json'}: scores another labeller (temperature 1.0, not 0.0)")
     assert by_run.loc["l", "scores from"].endswith(
-        "--labeller llm --llm-backend openai --llm-model 'Qwen/Qwen2.5 7B' --llm-base-url http://127.0.0.1:8000/v1 "
-        f"--details {tmp_path}/l/labeller_evaluation.json")
+        f"--run {tmp_path}/l --details {tmp_path}/l/labeller_evaluation.json")
+    assert how_to_score(labeller_summary(llm)).endswith(  # no run folder: the options that build it
+        "--labeller llm --llm-backend openai --llm-model 'Qwen/Qwen2.5 7B' --llm-base-url http://127.0.0.1:8000/v1")
     assert labeller_summary(rules)["evaluation"] is None  # no run folder given: not looked for
     assert how_to_score(labeller_summary(rules)).endswith("--labeller rules")
 
@@ -163,8 +167,9 @@ def test_scores_beside_the_weights_count_only_for_the_labeller_they_record(tmp_p
         manifests = [(tmp_path / "a", {"config": {"name": "a"}, "labeller": run})]
         cell = _table(labeller_table_html(manifests))["scores from"][0]
         assert cell.startswith(s["passed_over"][0] + "; no evaluation scores recorded")
-        assert cell.endswith(f"--labeller encoder --no-name-check --precision bfloat16 --model-dir {tmp_path} "
-                             f"--details {tmp_path}/evaluation.json")
+        assert cell.endswith(f"--run {tmp_path}/a --details {tmp_path}/evaluation.json")
+        assert how_to_score(s).endswith(f"--labeller encoder --no-name-check --precision bfloat16 "
+                                        f"--model-dir {tmp_path} --details {tmp_path}/evaluation.json")
     # meta.json's scores are checked alike, and a later file that records this labeller is read
     meta_scores = {**SCORES, "labeller_info": {**scored, "head_sha256": "h0"}}
     (tmp_path / "meta.json").write_text(json.dumps({"eval": meta_scores}))

@@ -51,6 +51,95 @@ def test_eval_encoder_summary_and_details(gold_path, tiny_encoder, tmp_path):
     assert d["stories"] == 5 and set(JSON_KEYS) <= set(d)
 
 
+def test_eval_run_scores_the_labeller_that_labelled_the_run(gold_path, tiny_encoder, tmp_path, monkeypatch):
+    """`label eval --run RUN` builds the labeller from the config the run recorded (its encoder folder, precision,
+    checks and gender lexicon) and holds it to the labeller the run recorded: it scores as the options that build the
+    same labeller do, and its --details are what the run's report reads. Options that build a labeller are refused
+    beside it, and so are a folder with no run, a run not yet labelled and a run another labeller labelled."""
+    from harness.audit.labels import make_labeller
+    from harness.config import parse_config
+    from harness.report.qa import labeller_summary
+    from harness.store import RunStore
+
+    out_dir, _ = tiny_encoder
+    cfg = parse_config({"model": {"backend": "transformers", "path": "smollm2-135m"},
+                        "label": {"labeller": "encoder", "model_dir": str(out_dir), "precision": "int8",
+                                  "name_check": False}, "identity": {"lexicon": "neopronouns"}})
+    store = RunStore(tmp_path / "run")
+    store.update_manifest(config=cfg.model_dump(mode="json"))
+    run = ["eval", "--gold", str(gold_path), "--run", str(store.root)]
+    r = runner.invoke(app, run)
+    assert r.exit_code != 0 and f"--run {store.root}: its label stage has not run (no labeller recorded" in r.output
+    lab = make_labeller(cfg, echo=lambda line: None)
+    recorded = json.loads(json.dumps(lab.info(), default=str))  # as the label stage records it
+    lab.close()
+    store.update_manifest(labeller=recorded)
+    details = tmp_path / "scores.json"
+    r = runner.invoke(app, [*run, "--json", "--details", str(details)])
+    assert r.exit_code == 0, r.output
+    by_hand = runner.invoke(app, ["eval", "--gold", str(gold_path), "--model-dir", str(out_dir), "--precision", "int8",
+                                  "--no-name-check", "--lexicon", "neopronouns", "--json"])
+    assert by_hand.exit_code == 0, by_hand.output
+    keys = ("gender_precision", "gender_recall", "name_precision", "name_recall", "stories")
+    assert [json.loads(r.stdout)[k] for k in keys] == [json.loads(by_hand.stdout)[k] for k in keys]
+    scored = json.loads(details.read_text())
+    assert scored["labeller_info"]["name_check"] is False and scored["labeller_info"]["precision"] == "int8"
+    assert scored["lexicon"].startswith("s6a+neopronouns")  # the run's, not the default s6a
+    shutil.copy(details, store.root / "labeller_evaluation.json")  # where the report's command writes them
+    assert labeller_summary(recorded, store.root)["evaluation"]["gender_recall"] == scored["gender_recall"]
+    import harness.labelling.cli as cli
+
+    built, real = [], cli._labeller  # --against's encoder is built with the run's settings, not the options' defaults
+    monkeypatch.setattr(cli, "_labeller", lambda *a, **kw: built.append((a, kw)) or real(*a, **kw))
+    r = runner.invoke(app, [*run, "--against", str(out_dir), "--json", "--limit", "3"])
+    assert r.exit_code == 0, r.output
+    assert [(a[:2], a[4:8], kw) for a, kw in built] == [(("encoder", out_dir), (False, True, True, True),
+                                                         {"precision": "int8"})]
+    assert set(json.loads(r.stdout)["against"]["gender_recall"]) <= {0.0, None}  # the same labeller, scored twice
+    for extra in (["--model-dir", str(out_dir)], ["--no-action-check"], ["--labeller", "rules"], ["--threads", "1"],
+                  ["--llm-model", "x"], ["--precision", "int8"]):
+        r = runner.invoke(app, [*run, *extra])
+        assert r.exit_code != 0 and f"{extra[0]} with --run: the run's config builds its labeller; drop {extra[0]}" \
+            in r.output, extra
+    r = runner.invoke(app, ["eval", "--gold", str(gold_path), "--run", str(tmp_path / "none")])
+    assert r.exit_code != 0 and f"--run {tmp_path / 'none'}: no run here" in r.output
+    store.update_manifest(labeller={**recorded, "head_sha256": "0" * 64})  # other weights labelled it
+    r = runner.invoke(app, run)
+    assert r.exit_code != 0 and "the labeller its config builds now is not the one that labelled it (head_sha256 " \
+        in r.output
+
+
+def test_eval_run_builds_the_labeller_the_label_stage_recorded_not_the_config_that_started_the_run(gold_path, tmp_path):
+    """The manifest's config is the one that started the run; `harness run --set label.labeller=rules` later labelled
+    it with what ``label_settings`` records. --run builds that labeller, an LLM's sampling as the labeller used it
+    (recorded as GenParams: max_tokens, not the config's max_new_tokens), and the server it recorded."""
+    from harness.audit.labels import _label_block_as_used, label_settings, llm_label_params, run_config
+    from harness.config import parse_config
+    from harness.labelling.rules import RulesLabeller
+    from harness.store import RunStore
+
+    started = parse_config({"model": {"backend": "transformers", "path": "smollm2-135m"}})  # the encoder's
+    relabelled = parse_config({**started.model_dump(mode="json"), "label": {"labeller": "rules"}})
+    store = RunStore(tmp_path / "run")
+    store.update_manifest(config=started.model_dump(mode="json"), label_settings=label_settings(relabelled),
+                          labeller=json.loads(json.dumps(RulesLabeller().info(), default=str)))
+    assert run_config(store.root).label.labeller == "rules"
+    r = runner.invoke(app, ["eval", "--gold", str(gold_path), "--run", str(store.root), "--json"])
+    by_hand = runner.invoke(app, ["eval", "--gold", str(gold_path), "--labeller", "rules", "--json"])
+    assert r.exit_code == 0 and by_hand.exit_code == 0, r.output + by_hand.output
+    keys = ("gender_precision", "gender_recall", "name_precision", "name_recall", "stories")
+    assert [json.loads(r.stdout)[k] for k in keys] == [json.loads(by_hand.stdout)[k] for k in keys]
+    llm = parse_config({**started.model_dump(mode="json"), "label": {
+        "labeller": "llm", "llm": {"backend": "openai", "path": "qwen", "base_url": "http://h:1/v1", "api_key": "k"},
+        "llm_sampling": {"temperature": 0.3, "max_new_tokens": 99}, "llm_attempts": 2}})
+    block = _label_block_as_used({"labeller": "encoder", "train_epochs": 8, "llm": {"api_key": "k", "batch_size": 4}},
+                                 label_settings(llm), {"labeller": "llm", "base_url": "http://h:1/v1"})
+    again = parse_config({**started.model_dump(mode="json"), "label": block})
+    assert llm_label_params(again) == llm_label_params(llm) and again.label.llm_attempts == 2
+    assert (again.label.llm.base_url, again.label.llm.api_key, again.label.llm.batch_size) == ("http://h:1/v1", "k", 4)
+    assert "train_epochs" not in again.label.model_fields_set  # not held to the trained model
+
+
 def test_label_command_takes_the_encoders_precision(gold_path, tiny_encoder, tmp_path):
     out_dir, _ = tiny_encoder
     out = tmp_path / "labels.jsonl"
